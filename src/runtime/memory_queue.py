@@ -1,0 +1,341 @@
+"""MemoryQueue: the lease queue in one process's memory.
+
+No durability: for tests, examples and embedded use where a lost job on a
+crash is acceptable. Its semantics are the contract's, exactly; the
+StoreQueue is tested against the same suite.
+
+Ready jobs sit in a heap ordered by (due + priority * aging); scheduled and
+leased jobs sit in a second heap ordered by the time they next need a look
+(run-at, lease expiry). Heap entries carry the record's version, and an entry
+whose record has moved on since is skipped when popped, so no transition
+has to search a heap.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import secrets
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+
+from .clock import Clock, SystemClock
+from .errors import PayloadTooLarge
+from .queue import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    DEFAULT_PRIORITY_AGING,
+    PRIORITY_NORMAL,
+    Delivery,
+    Enqueued,
+    JobRecord,
+    JobStatus,
+    LeaseQueue,
+    Page,
+    Settlement,
+    check_priority,
+    sort_key,
+)
+
+
+@dataclass(slots=True)
+class _Rec:
+    id: str
+    kind: str
+    payload: bytes
+    priority: int
+    max_attempts: int
+    headers: dict[str, str]
+    run_at: float
+    created_at: float
+    updated_at: float
+    attempts: int = 0
+    version: int = 0
+    token: str | None = None
+    lease_expires_at: float | None = None
+    dead: bool = False
+    last_error: str | None = None
+    dead_reason: str | None = None
+
+
+class MemoryQueue(LeaseQueue):
+    def __init__(
+        self,
+        *,
+        clock: Clock | None = None,
+        default_max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        priority_aging: float = DEFAULT_PRIORITY_AGING,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    ) -> None:
+        self.clock = clock or SystemClock()
+        self.default_max_attempts = default_max_attempts
+        self.priority_aging = priority_aging
+        self.max_payload_bytes = max_payload_bytes
+        self._records: dict[str, _Rec] = {}
+        self._ready: list[tuple[float, int, str, int]] = []
+        self._timed: list[tuple[float, int, str, int]] = []
+        self._seq = itertools.count()
+        self._listeners: list[Callable[[], None]] = []
+        self._token_prefix = secrets.token_hex(4)
+        self._tokens = itertools.count(1)
+
+    # -- bookkeeping -------------------------------------------------------
+
+    def _touch(self, rec: _Rec) -> None:
+        """Record a change: bump the version (orphaning old heap entries) and
+        file the record in the heap its new state belongs to."""
+        rec.version += 1
+        rec.updated_at = self.clock.now()
+        if rec.dead:
+            return
+        if rec.token is not None:
+            assert rec.lease_expires_at is not None
+            entry = (rec.lease_expires_at, next(self._seq), rec.id, rec.version)
+            heapq.heappush(self._timed, entry)
+        elif rec.run_at > rec.updated_at:
+            heapq.heappush(self._timed, (rec.run_at, next(self._seq), rec.id, rec.version))
+        else:
+            self._push_ready(rec)
+
+    def _push_ready(self, rec: _Rec) -> None:
+        key = sort_key(rec.run_at, rec.priority, self.priority_aging)
+        heapq.heappush(self._ready, (key, next(self._seq), rec.id, rec.version))
+
+    def _promote_due(self, now: float) -> None:
+        """Move scheduled jobs that came due, and leases that lapsed, to ready."""
+        while self._timed and self._timed[0][0] <= now:
+            _, _, id_, version = heapq.heappop(self._timed)
+            rec = self._records.get(id_)
+            if rec is None or rec.version != version or rec.dead:
+                continue
+            self._push_ready(rec)
+
+    def _notify(self) -> None:
+        for listener in list(self._listeners):
+            listener()
+
+    def _owned(self, delivery: Delivery) -> _Rec | None:
+        rec = self._records.get(delivery.id)
+        if rec is None or rec.dead or rec.token != delivery.token:
+            return None
+        return rec
+
+    def _status(self, rec: _Rec, now: float) -> JobStatus:
+        if rec.dead:
+            return JobStatus.DEAD
+        if rec.token is not None:
+            return JobStatus.CLAIMED
+        return JobStatus.SCHEDULED if rec.run_at > now else JobStatus.READY
+
+    def _record(self, rec: _Rec, now: float) -> JobRecord:
+        return JobRecord(
+            id=rec.id,
+            kind=rec.kind,
+            status=self._status(rec, now),
+            priority=rec.priority,
+            attempts=rec.attempts,
+            max_attempts=rec.max_attempts,
+            run_at=rec.run_at,
+            created_at=rec.created_at,
+            updated_at=rec.updated_at,
+            payload=rec.payload,
+            headers=dict(rec.headers),
+            lease_expires_at=rec.lease_expires_at,
+            last_error=rec.last_error,
+            dead_reason=rec.dead_reason,
+        )
+
+    # -- the contract ------------------------------------------------------
+
+    async def enqueue(
+        self,
+        payload: bytes,
+        *,
+        kind: str = "",
+        id: str | None = None,
+        priority: int = PRIORITY_NORMAL,
+        run_at: float | None = None,
+        max_attempts: int | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Enqueued:
+        check_priority(priority)
+        if len(payload) > self.max_payload_bytes:
+            raise PayloadTooLarge(
+                f"payload of {len(payload)} bytes is over the queue's limit of "
+                f"{self.max_payload_bytes} bytes"
+            )
+        if max_attempts is not None and max_attempts < 1:
+            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+        job_id = id if id is not None else secrets.token_hex(16)
+        if job_id in self._records:
+            return Enqueued(job_id, created=False)
+        now = self.clock.now()
+        rec = _Rec(
+            id=job_id,
+            kind=kind,
+            payload=bytes(payload),
+            priority=priority,
+            max_attempts=max_attempts or self.default_max_attempts,
+            headers=dict(headers or {}),
+            run_at=now if run_at is None else run_at,
+            created_at=now,
+            updated_at=now,
+        )
+        self._records[job_id] = rec
+        self._touch(rec)
+        self._notify()
+        return Enqueued(job_id, created=True)
+
+    async def claim(
+        self, n: int, *, lease: float, kinds: Collection[str] | None = None
+    ) -> list[Delivery]:
+        now = self.clock.now()
+        self._promote_due(now)
+        wanted = None if kinds is None else set(kinds)
+        out: list[Delivery] = []
+        skipped: list[tuple[float, int, str, int]] = []
+        while self._ready and len(out) < n:
+            entry = heapq.heappop(self._ready)
+            rec = self._records.get(entry[2])
+            if rec is None or rec.version != entry[3] or rec.dead:
+                continue
+            if wanted is not None and rec.kind not in wanted:
+                skipped.append(entry)
+                continue
+            rec.attempts += 1
+            rec.token = f"{self._token_prefix}-{next(self._tokens)}"
+            rec.lease_expires_at = now + lease
+            self._touch(rec)
+            out.append(
+                Delivery(
+                    id=rec.id,
+                    kind=rec.kind,
+                    payload=rec.payload,
+                    attempt=rec.attempts,
+                    max_attempts=rec.max_attempts,
+                    token=rec.token,
+                    lease_expires_at=rec.lease_expires_at,
+                    priority=rec.priority,
+                    headers=rec.headers,
+                    enqueued_at=rec.created_at,
+                )
+            )
+        for entry in skipped:
+            heapq.heappush(self._ready, entry)
+        return out
+
+    async def renew(self, delivery: Delivery, at_least: float) -> float | None:
+        rec = self._owned(delivery)
+        if rec is None:
+            return None
+        assert rec.lease_expires_at is not None
+        wanted = self.clock.now() + at_least
+        if wanted > rec.lease_expires_at:
+            rec.lease_expires_at = wanted
+            self._touch(rec)
+        return rec.lease_expires_at
+
+    async def ack(self, delivery: Delivery) -> Settlement:
+        if self._owned(delivery) is None:
+            return Settlement.LOST
+        del self._records[delivery.id]
+        return Settlement.ACKED
+
+    async def nack(
+        self, delivery: Delivery, *, delay: float, count: bool = True, error: str | None = None
+    ) -> Settlement:
+        rec = self._owned(delivery)
+        if rec is None:
+            return Settlement.LOST
+        rec.last_error = error if error is not None else rec.last_error
+        if count and rec.attempts >= rec.max_attempts:
+            return self._kill(rec, error or "exhausted its attempts")
+        if not count:
+            rec.attempts -= 1
+        rec.token = None
+        rec.lease_expires_at = None
+        rec.run_at = self.clock.now() + max(0.0, delay)
+        self._touch(rec)
+        if delay <= 0:
+            self._notify()
+        return Settlement.RETRIED
+
+    async def dead_letter(self, delivery: Delivery, reason: str) -> Settlement:
+        rec = self._owned(delivery)
+        if rec is None:
+            return Settlement.LOST
+        return self._kill(rec, reason)
+
+    def _kill(self, rec: _Rec, reason: str) -> Settlement:
+        rec.dead = True
+        rec.dead_reason = reason
+        rec.token = None
+        rec.lease_expires_at = None
+        self._touch(rec)
+        return Settlement.DEAD
+
+    async def release(self, delivery: Delivery) -> Settlement:
+        rec = self._owned(delivery)
+        if rec is None:
+            return Settlement.LOST
+        rec.attempts -= 1
+        rec.token = None
+        rec.lease_expires_at = None
+        rec.run_at = min(rec.run_at, self.clock.now())
+        self._touch(rec)
+        self._notify()
+        return Settlement.RELEASED
+
+    async def cancel(self, id: str) -> bool:
+        return self._records.pop(id, None) is not None
+
+    async def requeue(self, id: str) -> bool:
+        rec = self._records.get(id)
+        if rec is None or not rec.dead:
+            return False
+        rec.dead = False
+        rec.dead_reason = None
+        rec.attempts = 0
+        rec.run_at = self.clock.now()
+        self._touch(rec)
+        self._notify()
+        return True
+
+    async def get(self, id: str) -> JobRecord | None:
+        rec = self._records.get(id)
+        return None if rec is None else self._record(rec, self.clock.now())
+
+    async def list(
+        self, status: JobStatus | None = None, *, cursor: str | None = None, limit: int = 100
+    ) -> Page:
+        now = self.clock.now()
+        ids = sorted(i for i in self._records if cursor is None or i > cursor)
+        out: list[JobRecord] = []
+        last: str | None = None
+        for i in ids:
+            last = i
+            record = self._record(self._records[i], now)
+            if status is None or record.status == status:
+                out.append(record)
+                if len(out) == limit:
+                    break
+        more = bool(ids) and last != ids[-1]
+        return Page(out, last if more else None)
+
+    async def next_due(self) -> float | None:
+        while self._timed:
+            when, _, id_, version = self._timed[0]
+            rec = self._records.get(id_)
+            if rec is not None and rec.version == version and not rec.dead:
+                return when
+            heapq.heappop(self._timed)
+        return None
+
+    def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
+        self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return unsubscribe

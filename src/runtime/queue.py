@@ -1,0 +1,214 @@
+"""The LeaseQueue contract: how the worker gets jobs and gives them back.
+
+A job is enqueued once (an optional id deduplicates), claimed under a lease
+that carries a fencing token, and settled exactly once by the holder of the
+current token: ack (done, the record goes away), nack (retry later),
+dead-letter, or release (back at once, the attempt not counted). A worker
+whose lease lapsed and was taken over holds a stale token: every transition
+it tries changes nothing and reports ``Settlement.LOST``.
+
+Priorities are integers 0..9, lower first. To keep a steady stream of urgent
+work from starving the rest, a job's place in line is its due time plus
+``priority_aging`` seconds per priority level: a job of priority 5 that has
+waited that many seconds longer than a priority-0 job goes first. Waiting
+jobs age; none waits forever.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+PRIORITY_HIGH = 0
+PRIORITY_NORMAL = 5
+PRIORITY_LOW = 9
+DEFAULT_PRIORITY_AGING = 60.0
+"""Seconds of waiting worth one priority level (see the module docstring)."""
+DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
+"""SQS's limit, kept on every backend so a job that runs on one runs on all."""
+
+
+class JobStatus(StrEnum):
+    SCHEDULED = "scheduled"
+    """Waiting for its run-at time (a first run or a retry's backoff)."""
+    READY = "ready"
+    """Due and waiting for a worker."""
+    CLAIMED = "claimed"
+    """Leased to a worker. A claimed job whose lease has expired is claimable again."""
+    DEAD = "dead"
+    """Failed for good; kept until requeued or cancelled."""
+
+
+class Settlement(StrEnum):
+    """What a transition after a claim did."""
+
+    ACKED = "acked"
+    RETRIED = "retried"
+    RELEASED = "released"
+    DEAD = "dead"
+    LOST = "lost"
+    """The token no longer owns the job: nothing changed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    id: str
+    created: bool
+    """False when a record with this id already existed (a duplicate)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One claim of one job: what the worker runs and the token it settles with."""
+
+    id: str
+    kind: str
+    payload: bytes
+    attempt: int
+    """1 on the first claim; counted claims so far, this one included."""
+    max_attempts: int
+    token: str
+    lease_expires_at: float
+    priority: int = PRIORITY_NORMAL
+    headers: Mapping[str, str] = field(default_factory=dict)
+    enqueued_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A job as the queue holds it, for inspection (CLI, status)."""
+
+    id: str
+    kind: str
+    status: JobStatus
+    priority: int
+    attempts: int
+    max_attempts: int
+    run_at: float
+    """When it is (or was) due."""
+    created_at: float
+    updated_at: float
+    payload: bytes = b""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    lease_expires_at: float | None = None
+    last_error: str | None = None
+    dead_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    records: list[JobRecord]
+    cursor: str | None
+    """Pass back to get the next page; None when there is no more."""
+
+
+def check_priority(priority: int) -> int:
+    if not isinstance(priority, int) or not 0 <= priority <= 9:
+        raise ValueError(f"priority must be an int from 0 (first) to 9 (last), got {priority!r}")
+    return priority
+
+
+class LeaseQueue(abc.ABC):
+    """A queue of jobs claimed under fenced leases. See the module docstring."""
+
+    @abc.abstractmethod
+    async def enqueue(
+        self,
+        payload: bytes,
+        *,
+        kind: str = "",
+        id: str | None = None,
+        priority: int = PRIORITY_NORMAL,
+        run_at: float | None = None,
+        max_attempts: int | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Enqueued:
+        """Add a job. With ``id``, a second enqueue of a live id adds nothing
+        and answers ``created=False``. Raises PayloadTooLarge over the limit."""
+
+    @abc.abstractmethod
+    async def claim(
+        self, n: int, *, lease: float, kinds: Collection[str] | None = None
+    ) -> list[Delivery]:
+        """Claim up to ``n`` due jobs (of ``kinds`` if given) in priority order,
+        each leased for ``lease`` seconds. Jobs whose lease expired are
+        claimable again, with the attempt counted."""
+
+    @abc.abstractmethod
+    async def renew(self, delivery: Delivery, at_least: float) -> float | None:
+        """Extend the lease to at least ``at_least`` seconds from now.
+
+        Returns the new expiry, or None when the token has lost the job."""
+
+    @abc.abstractmethod
+    async def ack(self, delivery: Delivery) -> Settlement:
+        """Done: remove the job. ACKED or LOST."""
+
+    @abc.abstractmethod
+    async def nack(
+        self, delivery: Delivery, *, delay: float, count: bool = True, error: str | None = None
+    ) -> Settlement:
+        """Retry after ``delay`` seconds. RETRIED, or DEAD when a counted
+        attempt was the last, or LOST. An uncounted nack hands the attempt back."""
+
+    @abc.abstractmethod
+    async def dead_letter(self, delivery: Delivery, reason: str) -> Settlement:
+        """Fail for good with ``reason``. DEAD or LOST."""
+
+    @abc.abstractmethod
+    async def release(self, delivery: Delivery) -> Settlement:
+        """Give the job back at once, the attempt not counted. RELEASED or LOST."""
+
+    @abc.abstractmethod
+    async def cancel(self, id: str) -> bool:
+        """Remove a job in any state; True if there was one. A worker holding
+        it finds out at its next renew or settlement (LOST)."""
+
+    @abc.abstractmethod
+    async def requeue(self, id: str) -> bool:
+        """Move a dead job back to ready with its attempts reset; True if it was dead."""
+
+    @abc.abstractmethod
+    async def get(self, id: str) -> JobRecord | None:
+        """The job's record, or None (never enqueued, acked or cancelled)."""
+
+    @abc.abstractmethod
+    async def list(
+        self, status: JobStatus | None = None, *, cursor: str | None = None, limit: int = 100
+    ) -> Page:
+        """Records (of ``status`` if given), a page at a time, in id order."""
+
+    async def counts(self) -> dict[JobStatus, int]:
+        """How many jobs are in each status (walks :meth:`list`)."""
+        totals = dict.fromkeys(JobStatus, 0)
+        cursor: str | None = None
+        while True:
+            page = await self.list(cursor=cursor, limit=1000)
+            for record in page.records:
+                totals[record.status] += 1
+            if page.cursor is None:
+                return totals
+            cursor = page.cursor
+
+    async def next_due(self) -> float | None:
+        """The earliest time something not claimable now may become claimable
+        (a run-at, a backoff, a lease expiry), as far as this process knows.
+        A hint for how long a worker may sleep; None when nothing is pending."""
+        return None
+
+    def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener`` when this process makes work available (an enqueue,
+        a release, a requeue), so an idle worker wakes at once. Returns an
+        unsubscribe function."""
+        return lambda: None
+
+    async def close(self) -> None:  # noqa: B027 - optional
+        """Release resources."""
+
+
+def sort_key(run_at: float, priority: int, aging: float) -> float:
+    """A job's place in line: its due time, plus ``aging`` seconds per priority level."""
+    return run_at + priority * aging

@@ -1,0 +1,129 @@
+"""The ObjectStore contract: the few operations the engine needs, no more.
+
+Every write that decides ownership is conditional: ``put_if_absent`` (first
+writer wins) and ``put_if_match`` (compare-and-swap on the etag). Everything
+else in the engine, the lease queue, memoized steps, outcome records, is
+built from these and from ordered listing.
+
+Etags are opaque strings. Two different writes of the same bytes may share
+an etag on S3 (it is the MD5 of the body), so a record that is
+compare-and-swapped must carry a version or a token in its body; see
+docs/storage.md.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+DEFAULT_PAGE_SIZE = 1000
+"""S3's maximum page for ListObjectsV2; the other backends honour the same bound."""
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """What a listing or a head tells about one object."""
+
+    key: str
+    etag: str
+    size: int
+    modified: float
+    """Last-modified time in epoch seconds, in the store's clock."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredObject:
+    """An object's bytes and the etag to compare-and-swap against."""
+
+    key: str
+    data: bytes
+    etag: str
+
+
+class ObjectStore(abc.ABC):
+    """An async object store with conditional writes.
+
+    Keys are relative to the store's root (a bucket prefix, a directory) and
+    validated by :func:`store.keys.validate_key`. All methods raise
+    :class:`store.errors.StoreError` subclasses only.
+    """
+
+    location: str
+    """A human-readable name for the store, used in every error message."""
+
+    @abc.abstractmethod
+    async def get(self, key: str) -> StoredObject:
+        """The object's bytes and etag. Raises NotFound."""
+
+    @abc.abstractmethod
+    async def head(self, key: str) -> ObjectInfo:
+        """The object's etag, size and modification time. Raises NotFound."""
+
+    @abc.abstractmethod
+    async def put(self, key: str, data: bytes) -> str:
+        """Write unconditionally; return the new etag."""
+
+    @abc.abstractmethod
+    async def put_if_absent(self, key: str, data: bytes) -> str:
+        """Create the object only if no object has the key; return the new etag.
+
+        Raises AlreadyExists when another writer got there first.
+        """
+
+    @abc.abstractmethod
+    async def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        """Replace the object only if its etag is still ``etag``; return the new etag.
+
+        Raises PreconditionFailed on a mismatch, NotFound when the object is gone.
+        """
+
+    @abc.abstractmethod
+    async def delete(self, key: str, *, if_match: str | None = None) -> None:
+        """Delete the object.
+
+        Without ``if_match`` a missing object is not an error (S3's semantics).
+        With it, raises PreconditionFailed on a mismatch and NotFound when the
+        object is gone.
+        """
+
+    @abc.abstractmethod
+    async def list(
+        self,
+        prefix: str = "",
+        *,
+        start_after: str | None = None,
+        limit: int = DEFAULT_PAGE_SIZE,
+    ) -> list[ObjectInfo]:
+        """One page of the objects whose keys start with ``prefix``, in key order
+        (by UTF-8 bytes, as S3 orders them), after ``start_after`` if given,
+        at most ``limit`` of them."""
+
+    async def scan(
+        self,
+        prefix: str = "",
+        *,
+        start_after: str | None = None,
+        page_size: int = DEFAULT_PAGE_SIZE,
+    ) -> AsyncIterator[ObjectInfo]:
+        """Every object under ``prefix`` in key order, fetched a page at a time."""
+        cursor = start_after
+        while True:
+            page = await self.list(prefix, start_after=cursor, limit=page_size)
+            for info in page:
+                yield info
+            if len(page) < page_size:
+                return
+            cursor = page[-1].key
+
+    async def close(self) -> None:  # noqa: B027 - a no-op default is the point
+        """Release connections. The store must not be used afterwards."""
+
+    async def __aenter__(self) -> ObjectStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.location}>"

@@ -1,0 +1,61 @@
+"""Key validation: the one gate every backend passes keys through.
+
+Keys are built by the engine from hex digests and fixed words, but a user's
+step name or a hand-typed CLI argument can end up in one; a FileStore maps
+keys onto paths, so a key that could climb out of the root is refused here,
+before any backend sees it.
+"""
+
+from __future__ import annotations
+
+from .errors import InvalidKey
+
+MAX_KEY_LENGTH = 1024
+"""S3's own limit on a key, in UTF-8 bytes; we apply it to every backend."""
+
+
+def validate_key(key: str, *, location: str = "") -> str:
+    """Return ``key`` unchanged if it is safe on every backend, else raise InvalidKey."""
+    if not isinstance(key, str):
+        raise InvalidKey(f"a key must be a str, not {type(key).__name__}", location=location)
+    if not key:
+        raise InvalidKey("a key must not be empty", location=location)
+    problem = _problem(key)
+    if problem:
+        raise InvalidKey(f"invalid key {key!r}: {problem}", location=location)
+    return key
+
+
+def validate_prefix(prefix: str, *, location: str = "") -> str:
+    """A listing prefix: empty, or a key-like string (a trailing ``/`` allowed)."""
+    if prefix == "":
+        return prefix
+    body = prefix[:-1] if prefix.endswith("/") else prefix
+    problem = _problem(body) if body else "a prefix must not be '/'"
+    if problem:
+        raise InvalidKey(f"invalid prefix {prefix!r}: {problem}", location=location)
+    return prefix
+
+
+def _problem(key: str) -> str:
+    if len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_LENGTH:
+        return f"longer than {MAX_KEY_LENGTH} bytes"
+    if key.startswith("/"):
+        return "it must not start with '/'"
+    if "\\" in key:
+        return "it must not contain a backslash"
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in key):
+        return "it must not contain NUL or control characters"
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        return "it must be valid UTF-8 (no lone surrogates)"
+    for segment in key.split("/"):
+        if segment in ("", ".", ".."):
+            return "it must not contain empty, '.' or '..' segments"
+    return ""
+
+
+def join(*parts: str) -> str:
+    """Join key parts with '/', dropping empty parts (so a blank prefix adds nothing)."""
+    return "/".join(p.strip("/") for p in parts if p and p.strip("/"))

@@ -1,0 +1,1 @@
+"""stepstone: durable jobs on a bucket."""
