@@ -50,6 +50,7 @@ class _Rec:
     created_at: float
     updated_at: float
     attempts: int = 0
+    claims: int = 0
     version: int = 0
     token: str | None = None
     lease_expires_at: float | None = None
@@ -203,6 +204,7 @@ class MemoryQueue(LeaseQueue):
                 skipped.append(entry)
                 continue
             rec.attempts += 1
+            rec.claims += 1
             rec.token = f"{self._token_prefix}-{next(self._tokens)}"
             rec.lease_expires_at = now + lease
             self._touch(rec)
@@ -218,6 +220,7 @@ class MemoryQueue(LeaseQueue):
                     priority=rec.priority,
                     headers=rec.headers,
                     enqueued_at=rec.created_at,
+                    claims=rec.claims,
                 )
             )
         for entry in skipped:

@@ -75,6 +75,10 @@ class Delivery:
     priority: int = PRIORITY_NORMAL
     headers: Mapping[str, str] = field(default_factory=dict)
     enqueued_at: float = 0.0
+    claims: int = 1
+    """Every claim so far, counted or not (a release or an uncounted nack hands
+    the attempt back but not this). 1 means no earlier claim of this job can
+    have left work behind; the workflow layer skips looking for memos then."""
 
 
 @dataclass(frozen=True, slots=True)
