@@ -14,12 +14,14 @@ from .errors import (
     StoreError,
     StoreUnavailable,
 )
+from .file import FileStore
 from .keys import validate_key
 from .memory import MemoryStore
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
     "AlreadyExists",
+    "FileStore",
     "InvalidKey",
     "MemoryStore",
     "NotFound",

@@ -13,6 +13,11 @@ from .errors import InvalidKey
 MAX_KEY_LENGTH = 1024
 """S3's own limit on a key, in UTF-8 bytes; we apply it to every backend."""
 
+RESERVED_SEGMENT = ".stepstone-tmp"
+"""A first segment no key may use: the FileStore keeps its temp files and lock
+files in a directory of this name under its root, so no key can name (or list)
+them. Refused on every backend, so code that works on one works on all."""
+
 
 def validate_key(key: str, *, location: str = "") -> str:
     """Return ``key`` unchanged if it is safe on every backend, else raise InvalidKey."""
@@ -50,9 +55,12 @@ def _problem(key: str) -> str:
         key.encode("utf-8")
     except UnicodeEncodeError:
         return "it must be valid UTF-8 (no lone surrogates)"
-    for segment in key.split("/"):
+    segments = key.split("/")
+    for segment in segments:
         if segment in ("", ".", ".."):
             return "it must not contain empty, '.' or '..' segments"
+    if segments[0] == RESERVED_SEGMENT:
+        return f"the first segment {RESERVED_SEGMENT!r} is reserved for the store's own files"
     return ""
 
 

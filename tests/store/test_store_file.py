@@ -1,0 +1,249 @@
+"""FileStore beyond the shared contract: real processes, the root boundary, the disk layout."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from store import AlreadyExists, FileStore, InvalidKey, NotFound, PreconditionFailed
+from store.keys import RESERVED_SEGMENT
+
+PROCESSES = 4
+RACES = 30
+DEADLINE = 60.0
+
+
+# -- across real processes -----------------------------------------------------------
+# Each child opens its own FileStore on the same root; a barrier makes them start
+# racing together instead of one finishing before the next has imported anything.
+
+
+def _child_put_if_absent(root: str, n: int, barrier: Any, results: Any) -> None:
+    async def main() -> list[int]:
+        async with FileStore(root) as store:
+            barrier.wait(DEADLINE)
+            won = []
+            for i in range(RACES):
+                try:
+                    await store.put_if_absent(f"race/{i:02d}", b"process-%d" % n)
+                    won.append(i)
+                except AlreadyExists:
+                    pass
+            return won
+
+    results.put((n, asyncio.run(main())))
+
+
+def _child_increment(root: str, n: int, times: int, barrier: Any, results: Any) -> None:
+    async def main() -> int:
+        rng = random.Random(n)
+        conflicts = 0
+        async with FileStore(root) as store:
+            barrier.wait(DEADLINE)
+            done = 0
+            while done < times:
+                current = await store.get("counter")
+                value = int(current.data)
+                try:
+                    await store.put_if_match("counter", b"%d" % (value + 1), current.etag)
+                except PreconditionFailed:
+                    conflicts += 1
+                    await asyncio.sleep(rng.random() * 0.002)
+                    continue
+                done += 1
+        return conflicts
+
+    results.put((n, asyncio.run(main())))
+
+
+def _run_children(target: Any, args: list[tuple[Any, ...]]) -> dict[int, Any]:
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(len(args))
+    results = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*a, barrier, results)) for a in args]
+    for p in procs:
+        p.start()
+    out: dict[int, Any] = {}
+    deadline = time.monotonic() + DEADLINE
+    try:
+        for _ in procs:
+            n, value = results.get(timeout=max(0.1, deadline - time.monotonic()))
+            out[n] = value
+    finally:
+        for p in procs:
+            p.join(max(0.1, deadline - time.monotonic()))
+            if p.is_alive():
+                p.kill()
+    assert all(p.exitcode == 0 for p in procs)
+    return out
+
+
+@pytest.mark.slow
+async def test_put_if_absent_across_processes_has_one_winner_per_key(tmp_path: Path) -> None:
+    root = str(tmp_path / "store")
+    FileStore(root)
+    won = _run_children(_child_put_if_absent, [(root, n) for n in range(PROCESSES)])
+    # Every key was won exactly once, and holds the winner's bytes.
+    winners = {i: n for n, keys in won.items() for i in keys}
+    assert sorted(i for keys in won.values() for i in keys) == list(range(RACES))
+    async with FileStore(root) as store:
+        page = await store.list("race/")
+        assert [i.key for i in page] == [f"race/{i:02d}" for i in range(RACES)]
+        for i in range(RACES):
+            assert (await store.get(f"race/{i:02d}")).data == b"process-%d" % winners[i]
+
+
+@pytest.mark.slow
+async def test_cas_increments_across_processes_lose_no_update(tmp_path: Path) -> None:
+    root = str(tmp_path / "store")
+    times = 40
+    async with FileStore(root) as store:
+        await store.put("counter", b"0")
+    conflicts = _run_children(_child_increment, [(root, n, times) for n in range(PROCESSES)])
+    async with FileStore(root) as store:
+        assert (await store.get("counter")).data == b"%d" % (PROCESSES * times)
+    assert sum(conflicts.values()) > 0  # the processes really raced
+
+
+# -- the root boundary ------------------------------------------------------------------
+
+
+def _snapshot(directory: Path, exclude: Path) -> set[str]:
+    seen = set()
+    for dirpath, dirnames, filenames in os.walk(directory):
+        if Path(dirpath) == exclude:
+            dirnames.clear()
+            continue
+        for name in dirnames + filenames:
+            seen.add(os.path.join(dirpath, name))
+    return seen
+
+
+ESCAPES = [
+    "../x",
+    "a/../../x",
+    "../store-sibling/x",
+    "/etc/passwd",
+    "/tmp/x",
+    "a/../../../../../../tmp/x",
+    "..\\x",
+    f"{RESERVED_SEGMENT}/../../x",
+]
+
+
+async def test_nothing_lands_outside_the_root(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    store = FileStore(root)
+    await store.put("inside", b"ok")
+    before = _snapshot(tmp_path, exclude=root)
+    for key in ESCAPES:
+        for call in (
+            store.put(key, b"x"),
+            store.put_if_absent(key, b"x"),
+            store.put_if_match(key, b"x", '"0"'),
+            store.delete(key),
+            store.get(key),
+        ):
+            with pytest.raises(InvalidKey):
+                await call
+    assert _snapshot(tmp_path, exclude=root) == before
+    assert [i.key for i in await store.list()] == ["inside"]
+    await store.close()
+
+
+async def test_a_symlink_out_of_the_root_is_not_written_through(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    store = FileStore(root)
+    (root / "link").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(InvalidKey):
+        await store.put("link/x", b"x")
+    assert list(outside.iterdir()) == []
+    assert await store.list() == []  # symlinks are not objects
+    await store.close()
+
+
+# -- on disk ------------------------------------------------------------------------------
+
+
+async def test_keys_are_plain_paths_and_no_temp_files_remain(file_store: FileStore) -> None:
+    await file_store.put("outcomes/r1", b"done")
+    await file_store.put_if_absent("memos/r1/i/step", b"memo")
+    etag = await file_store.put("lease", b"1")
+    await file_store.put_if_match("lease", b"2", etag)
+    root = Path(file_store.root)
+    assert (root / "outcomes" / "r1").read_bytes() == b"done"
+    assert (root / "memos" / "r1" / "i" / "step").read_bytes() == b"memo"
+    tmp = root / RESERVED_SEGMENT
+    assert [p for p in tmp.iterdir() if p.name != "locks"] == []
+    assert [i.key for i in await file_store.list()] == ["lease", "memos/r1/i/step", "outcomes/r1"]
+    assert [i.key for i in await file_store.list(".step")] == []
+
+
+async def test_etag_changes_on_every_write_even_of_equal_bytes(file_store: FileStore) -> None:
+    # Inodes get reused and kernel timestamps can be coarse; the etag must still change,
+    # or a compare-and-swap holding an old etag would succeed against a newer write.
+    etags = [await file_store.put("k", b"same") for _ in range(50)]
+    assert len(set(etags)) == 50
+    stale = etags[0]
+    with pytest.raises(PreconditionFailed):
+        await file_store.put_if_match("k", b"x", stale)
+
+
+async def test_modified_is_the_files_mtime(file_store: FileStore) -> None:
+    await file_store.put("k", b"x")
+    info = await file_store.head("k")
+    assert info.modified == os.stat(Path(file_store.root) / "k").st_mtime_ns / 1e9
+
+
+async def test_a_key_and_a_key_under_it_cannot_coexist(file_store: FileStore) -> None:
+    await file_store.put("a", b"file")
+    with pytest.raises(InvalidKey, match="cannot both exist"):
+        await file_store.put("a/b", b"x")
+    await file_store.put("c/d", b"x")
+    with pytest.raises(InvalidKey, match="cannot both exist"):
+        await file_store.put_if_absent("c", b"x")
+    with pytest.raises(NotFound):
+        await file_store.get("c")  # a directory is not an object
+    with pytest.raises(NotFound):
+        await file_store.get("a/b")
+
+
+async def test_foreign_files_in_the_root_are_ignored_by_listing(file_store: FileStore) -> None:
+    root = Path(file_store.root)
+    await file_store.put("good", b"x")
+    os.mkfifo(root / "fifo")
+    (root / "dir-only").mkdir()
+    os.close(os.open(os.path.join(os.fsencode(root), b"bad-\xff"), os.O_CREAT | os.O_WRONLY))
+    assert [i.key for i in await file_store.list()] == ["good"]
+
+
+async def test_store_works_after_close_from_a_new_loop(tmp_path: Path) -> None:
+    store = FileStore(tmp_path / "s")
+    await store.put("k", b"1")
+    await store.close()
+
+    def other_loop() -> bytes:
+        return asyncio.run(store.get("k")).data
+
+    assert await asyncio.to_thread(other_loop) == b"1"
+    await store.close()
+
+
+async def test_durable_write_latency(file_store: FileStore) -> None:
+    """Not a benchmark gate: records the fsync-bound cost of one write for the docs."""
+    n = 20
+    start = time.perf_counter()
+    for i in range(n):
+        await file_store.put(f"lat/{i}", b"x" * 1024)
+    per_write = (time.perf_counter() - start) / n
+    print(f"durable 1 KiB FileStore.put: {per_write * 1000:.2f} ms")
+    assert per_write < 1.0
