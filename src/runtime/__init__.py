@@ -4,13 +4,17 @@ Knows nothing of jobs' types or steps: it moves opaque payloads between
 enqueue and a handler, under leases, with retries.
 """
 
+from .backoff import Backoff
 from .clock import Clock, FakeClock, SystemClock
+from .decide import Failure, FailureKind, Success, Terminal
 from .errors import (
     JobNotFound,
+    LeaseLost,
     MalformedPayload,
     PayloadTooLarge,
     PermanentError,
     QueueError,
+    RetryLater,
     UnknownKind,
 )
 from .memory_queue import MemoryQueue
@@ -27,27 +31,41 @@ from .queue import (
     Page,
     Settlement,
 )
+from .worker import Attempt, Handler, Lease, OnTerminal, Worker, WorkerStats
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
     "PRIORITY_HIGH",
     "PRIORITY_LOW",
     "PRIORITY_NORMAL",
+    "Attempt",
+    "Backoff",
     "Clock",
     "Delivery",
     "Enqueued",
+    "Failure",
+    "FailureKind",
     "FakeClock",
+    "Handler",
     "JobNotFound",
     "JobRecord",
     "JobStatus",
+    "Lease",
+    "LeaseLost",
     "LeaseQueue",
     "MalformedPayload",
     "MemoryQueue",
+    "OnTerminal",
     "Page",
     "PayloadTooLarge",
     "PermanentError",
     "QueueError",
+    "RetryLater",
     "Settlement",
+    "Success",
     "SystemClock",
+    "Terminal",
     "UnknownKind",
+    "Worker",
+    "WorkerStats",
 ]

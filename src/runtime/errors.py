@@ -33,3 +33,30 @@ class UnknownKind(PermanentError):
 
 class MalformedPayload(PermanentError):
     """The payload could not be decoded into what its handler takes."""
+
+
+class LeaseLost(RuntimeError_):
+    """The worker's claim on a job is gone: its lease lapsed and another worker
+    took the job over, or the job was cancelled.
+
+    Raised into a handler by ``Lease.ensure_at_least``. The worker cancels the
+    handler and settles nothing: the job's new owner (if any) decides its fate.
+    """
+
+
+class RetryLater(Exception):
+    """Raised by a handler: not now, try again in ``delay`` seconds.
+
+    For rate limits and "the thing I need is not ready yet": by default the
+    attempt is not spent (``count=False``), so a job that waits on a refilling
+    bucket is never dead-lettered for having waited. With ``count=True`` it is
+    an ordinary failed attempt with a chosen delay instead of the backoff.
+    """
+
+    def __init__(self, delay: float, count: bool = False, reason: str = "") -> None:
+        if delay < 0:
+            raise ValueError(f"RetryLater delay must be >= 0, got {delay}")
+        self.delay = float(delay)
+        self.count = count
+        self.reason = reason
+        super().__init__(reason or f"retry in {self.delay:g}s")

@@ -1,0 +1,224 @@
+"""What to do with a job once its attempt is over: the pure decision.
+
+The worker runs a handler and gets an *outcome* (it returned, it raised, it
+timed out, or it never ran because no handler is registered or its last
+attempt already lapsed). :func:`decide` turns the outcome into a *decision*:
+ack it, retry it after a delay, or send it to dead with a terminal failure.
+
+It does no I/O and reads no clock (``now`` is passed in), so every rule of the
+retry policy is a plain function call in a test, and the worker's own code is
+left with the mechanics: running handlers and applying decisions to the queue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from .backoff import Backoff
+from .errors import MalformedPayload, PermanentError, RetryLater, UnknownKind
+from .queue import Delivery
+
+MAX_MESSAGE_CHARS = 4000
+"""Error messages are cut to this length: they travel in queue records and
+outcome records, and a handler that raises with a megabyte of text must not
+make either of those too big to write."""
+
+
+# -- terminal results: what the workflow layer's on_terminal receives ------
+
+
+class FailureKind(StrEnum):
+    """Why a job failed for good."""
+
+    PERMANENT = "permanent"
+    """The handler raised PermanentError: retrying would fail the same way."""
+    EXHAUSTED = "exhausted"
+    """A transient error on the last allowed attempt."""
+    TIMEOUT = "timeout"
+    """The last allowed attempt ran past its timeout."""
+    UNKNOWN = "unknown"
+    """No handler is registered for the job's kind."""
+    MALFORMED = "malformed"
+    """The payload could not be decoded (MalformedPayload)."""
+    EXPIRED = "expired"
+    """The lease lapsed on the last allowed attempt (its worker died or hung)."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    kind: FailureKind
+    message: str
+    """``"ExcType: text"``, safe to print and at most MAX_MESSAGE_CHARS long."""
+    error_type: str | None
+    """The exception's qualified class name, when an exception caused it."""
+    attempt: int
+    """The attempt that failed (1-based)."""
+
+
+@dataclass(frozen=True)
+class Success:
+    result: object
+
+
+Terminal = Success | Failure
+
+
+# -- outcomes: how an attempt ended ----------------------------------------
+
+
+@dataclass(frozen=True)
+class Returned:
+    """The handler returned ``value``."""
+
+    value: object
+
+
+@dataclass(frozen=True)
+class Raised:
+    """The handler raised ``error`` (a sync handler's crash in its thread included)."""
+
+    error: BaseException
+
+
+@dataclass(frozen=True)
+class TimedOut:
+    """The attempt ran past ``seconds`` and the worker cancelled it."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class NoHandler:
+    """Nothing is registered for the delivery's kind; nothing ran."""
+
+
+@dataclass(frozen=True)
+class Expired:
+    """The delivery's attempt is past max_attempts: the last allowed attempt's
+    lease lapsed and the queue handed the job out again. Nothing ran."""
+
+
+Outcome = Returned | Raised | TimedOut | NoHandler | Expired
+
+
+# -- decisions: what the worker does next -----------------------------------
+
+
+@dataclass(frozen=True)
+class Ack:
+    """Done: report ``terminal`` to on_terminal, then ack."""
+
+    terminal: Success
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Nack: run again after ``delay`` seconds (at ``run_at`` on the clock)."""
+
+    delay: float
+    run_at: float
+    count: bool
+    """False: the attempt is handed back (RetryLater), not spent."""
+    error: str
+
+
+@dataclass(frozen=True)
+class Dead:
+    """Failed for good: report ``terminal`` to on_terminal, then dead-letter with ``reason``."""
+
+    terminal: Failure
+    reason: str
+
+
+Decision = Ack | Retry | Dead
+
+
+def decide(delivery: Delivery, outcome: Outcome, backoff: Backoff, now: float) -> Decision:
+    """The decision for ``delivery`` whose attempt ended with ``outcome``.
+
+    A success acks. Permanent errors (and their subclasses UnknownKind,
+    MalformedPayload) die at once. Any other error, and a timeout, retries
+    with ``backoff`` while attempts remain, and dies on the last one carrying
+    that last error. RetryLater retries after its own delay, spending no
+    attempt unless it asks to.
+    """
+    attempt, last = delivery.attempt, delivery.attempt >= delivery.max_attempts
+
+    match outcome:
+        case Returned(value):
+            return Ack(Success(value))
+        case Expired():
+            lapsed = delivery.attempt - 1
+            message = f"lease expired on attempt {lapsed}, the last of {delivery.max_attempts}"
+            return _dead(FailureKind.EXPIRED, message, None, lapsed)
+        case NoHandler():
+            message = f"no handler registered for job type `{delivery.kind}`"
+            return _dead(FailureKind.UNKNOWN, message, qualified_name(UnknownKind), attempt)
+        case TimedOut(seconds):
+            message = f"TimeoutError: attempt {attempt} timed out after {seconds:g}s"
+            if last:
+                return _dead(FailureKind.TIMEOUT, message, "TimeoutError", attempt)
+            return _retry(backoff.delay(attempt, delivery.id), now, True, message)
+        case Raised(error):
+            message, error_type = describe(error), qualified_name(type(error))
+            if isinstance(error, PermanentError):
+                return _dead(_permanent_kind(error), message, error_type, attempt)
+            if isinstance(error, RetryLater):
+                if error.count and last:
+                    return _dead(FailureKind.EXHAUSTED, message, error_type, attempt)
+                return _retry(error.delay, now, error.count, message)
+            if last:
+                return _dead(FailureKind.EXHAUSTED, message, error_type, attempt)
+            return _retry(backoff.delay(attempt, delivery.id), now, True, message)
+    raise TypeError(f"not an attempt outcome: {outcome!r}")  # pragma: no cover
+
+
+def _permanent_kind(error: PermanentError) -> FailureKind:
+    if isinstance(error, MalformedPayload):
+        return FailureKind.MALFORMED
+    if isinstance(error, UnknownKind):
+        return FailureKind.UNKNOWN
+    return FailureKind.PERMANENT
+
+
+def _dead(kind: FailureKind, message: str, error_type: str | None, attempt: int) -> Dead:
+    failure = Failure(kind, message, error_type, attempt)
+    return Dead(failure, truncate(f"{kind.value}: {message}"))
+
+
+def _retry(delay: float, now: float, count: bool, message: str) -> Retry:
+    delay = max(0.0, delay)
+    return Retry(delay=delay, run_at=now + delay, count=count, error=message)
+
+
+# -- describing errors safely ------------------------------------------------
+
+
+def describe(error: BaseException) -> str:
+    """``"ExcType: text"`` (or ``"ExcType"`` when the text is empty), truncated.
+
+    Never raises: an exception whose ``__str__`` raises is described as
+    ``"<unprintable ExcType>"``, because a failure report that itself crashes
+    would leave the job settled by nobody.
+    """
+    name = type(error).__name__
+    try:
+        text = str(error)
+    except Exception:
+        return f"<unprintable {name}>"
+    return truncate(f"{name}: {text}" if text else name)
+
+
+def qualified_name(cls: type) -> str:
+    """``module.QualName``, or just ``QualName`` for builtins."""
+    module = getattr(cls, "__module__", None)
+    qualname = getattr(cls, "__qualname__", cls.__name__)
+    return qualname if module in (None, "builtins") else f"{module}.{qualname}"
+
+
+def truncate(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    marker = "... [truncated]"
+    return text[: limit - len(marker)] + marker

@@ -1,0 +1,806 @@
+"""The worker: claims jobs from a LeaseQueue, runs their handlers, settles them.
+
+One loop per worker, with at most ``concurrency`` handlers in flight. Each
+turn of the loop:
+
+1. **Watches** what is in flight: renews leases whose heartbeat is due, and
+   cancels handlers past their attempt timeout.
+2. **Fills** free slots by claiming a batch (kinds at their per-kind cap are
+   left out of the claim, so their jobs stay queued rather than claimed and
+   idle).
+3. **Sleeps** until something can change: a handler finishes, the queue says
+   work arrived in this process (``queue.subscribe``), the clock moves
+   (a FakeClock's ``advance``), the next job comes due (``queue.next_due``),
+   a heartbeat or timeout falls due, or ``poll_interval`` passes (other
+   processes enqueue without telling us).
+
+Each claimed job runs as its own task (:class:`_Job`): the handler runs in a
+child task the worker can cancel, and when it ends the outcome goes through
+the pure :func:`runtime.decide.decide` and the decision is applied to the
+queue: on_terminal first for terminal decisions (the workflow layer writes its
+outcome record there), then ack / nack / dead_letter. Settlement runs in the
+job's task, not the loop, so a slow settle never holds up claiming.
+
+Every settlement is fenced by the delivery's token. A worker that lost its
+lease (it hung, the lease lapsed, another worker reclaimed the job) gets
+``Settlement.LOST`` back: that is logged and counted, never reported to the
+user as a success. When a renewal says the lease is gone, the handler is
+cancelled at once and nothing is settled: the job belongs to someone else.
+
+Graceful stop: stop claiming, give in-flight handlers ``drain_timeout``
+seconds, then cancel the rest and release their jobs with the attempt not
+counted (a deploy must not burn attempts). A handler that had already
+finished by then is settled normally.
+
+Time: every decision about *when* (run-at, lease expiry, attempt timeout)
+reads the injected clock; heartbeats, poll intervals and the drain window
+are real seconds, because they are about this process's liveness.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+import secrets
+from collections.abc import Awaitable, Callable, Collection
+from dataclasses import dataclass
+from enum import Enum
+from types import TracebackType
+from typing import Any
+
+from . import clock as clock_mod
+from .backoff import Backoff
+from .clock import Clock, SystemClock
+from .decide import (
+    Ack,
+    Decision,
+    Expired,
+    Failure,
+    FailureKind,
+    NoHandler,
+    Outcome,
+    Raised,
+    Retry,
+    Returned,
+    Success,
+    Terminal,
+    TimedOut,
+    decide,
+    describe,
+    truncate,
+)
+from .errors import LeaseLost
+from .queue import Delivery, LeaseQueue, Settlement
+
+__all__ = [
+    "Attempt",
+    "Backoff",
+    "Failure",
+    "FailureKind",
+    "Handler",
+    "Lease",
+    "OnTerminal",
+    "Success",
+    "Terminal",
+    "Worker",
+    "WorkerStats",
+]
+
+logger = logging.getLogger("runtime.worker")
+
+MIN_SLEEP = 0.005
+"""Shortest idle sleep, so a job due 'now' that a claim did not return (its
+kind is at its cap) cannot spin the loop."""
+SETTLE_GRACE = 5.0
+"""After the drain window, how long (at least) settlements already under way
+get before stop gives up on them."""
+QUEUE_ERROR_BACKOFF = 0.1
+"""First pause after a queue error; doubles per consecutive error."""
+QUEUE_ERROR_BACKOFF_POLLS = 10.0
+"""The pause after queue errors is capped at this many poll intervals."""
+
+
+# -- what a handler sees ------------------------------------------------------
+
+
+class Lease:
+    """The worker's hold on one job, as its handler sees it.
+
+    The worker renews it in the background every ``heartbeat`` seconds; a
+    handler about to do something long can ask for more with
+    :meth:`ensure_at_least`.
+    """
+
+    def __init__(
+        self,
+        delivery: Delivery,
+        queue: LeaseQueue,
+        clock: Clock,
+        on_lost: Callable[[], None],
+    ) -> None:
+        self._delivery = delivery
+        self._queue = queue
+        self._clock = clock
+        self._on_lost = on_lost
+        self._expires_at = delivery.lease_expires_at
+        self._lost = False
+
+    @property
+    def expires_at(self) -> float:
+        """When the lease runs out, on the clock, as far as this worker knows."""
+        return self._expires_at
+
+    @property
+    def lost(self) -> bool:
+        """True once a renewal found another token (or none) on the job."""
+        return self._lost
+
+    async def ensure_at_least(self, seconds: float) -> None:
+        """Make sure at least ``seconds`` of lease remain, renewing now if fewer do.
+
+        Raises LeaseLost if the job is no longer ours (the handler is being
+        cancelled anyway; nothing it does from here on will be settled). A
+        queue error from the renewal propagates: the lease could not be
+        guaranteed, and the handler should not go on as if it had been.
+        """
+        if self._lost:
+            raise LeaseLost(f"lease on job {self._delivery.id} was lost")
+        if self._expires_at - self._clock.now() >= seconds:
+            return
+        if not await self.renew(seconds):
+            raise LeaseLost(f"lease on job {self._delivery.id} was lost")
+
+    async def renew(self, at_least: float) -> bool:
+        """Renew to ``at_least`` seconds from now; False (and lost) if the token lost the job."""
+        if self._lost:
+            return False
+        expires = await self._queue.renew(self._delivery, at_least)
+        if expires is None:
+            if not self._lost:
+                self._lost = True
+                self._on_lost()
+            return False
+        self._expires_at = max(self._expires_at, expires)
+        return True
+
+
+@dataclass
+class Attempt:
+    """One attempt at one job: what a handler receives."""
+
+    delivery: Delivery
+    lease: Lease
+
+    @property
+    def attempt(self) -> int:
+        """1 on the first attempt; attempts so far, this one included."""
+        return self.delivery.attempt
+
+    @property
+    def job_id(self) -> str:
+        return self.delivery.id
+
+    @property
+    def kind(self) -> str:
+        return self.delivery.kind
+
+    @property
+    def payload(self) -> bytes:
+        return self.delivery.payload
+
+    @property
+    def final(self) -> bool:
+        """True on the last allowed attempt: a failure now is for good."""
+        return self.delivery.attempt >= self.delivery.max_attempts
+
+
+Handler = Callable[[Attempt], Awaitable[object]] | Callable[[Attempt], object]
+"""An async function (run on the loop) or a plain function (run in a thread)."""
+OnTerminal = Callable[[Delivery, Terminal], Awaitable[None]]
+"""Called with a job's final result before the queue forgets it; if it
+raises, the job is not acked and will run again."""
+
+
+@dataclass
+class WorkerStats:
+    """Counters for tests, benchmarks and health checks."""
+
+    claimed: int = 0
+    succeeded: int = 0
+    retried: int = 0
+    dead: int = 0
+    released: int = 0
+    lost: int = 0
+    """Settlements (or renewals) that found the job no longer ours."""
+    queue_errors: int = 0
+    """Queue calls (claim, renew, settle, next_due) that raised."""
+    peak_in_flight: int = 0
+
+
+# -- the worker's own bookkeeping -------------------------------------------
+
+
+class _Stop(Enum):
+    """Why the worker cancelled a handler (None: it did not)."""
+
+    LOST = "lease lost"
+    TIMEOUT = "timed out"
+    DRAIN = "drained"
+
+
+@dataclass(frozen=True)
+class _Registration:
+    handler: Handler
+    is_async: bool
+    max_in_flight: int | None
+    timeout: float | None
+
+
+@dataclass(eq=False)
+class _Job:
+    """One claimed job in flight: its delivery, lease, handler task and schedule."""
+
+    delivery: Delivery
+    registration: _Registration | None
+    lease: Lease
+    deadline: float | None
+    """Clock time past which the attempt has timed out (None: no timeout)."""
+    next_beat: float
+    """Loop time of the next heartbeat renewal."""
+    handler_task: asyncio.Task[object] | None = None
+    task: asyncio.Task[None] | None = None
+    stop: _Stop | None = None
+    renewing: bool = False
+    beat_task: asyncio.Task[None] | None = None
+
+    def where(self) -> str:
+        d = self.delivery
+        return f"job {d.id} (kind {d.kind!r}, attempt {d.attempt}/{d.max_attempts})"
+
+
+def _is_async(handler: object) -> bool:
+    """Whether calling ``handler`` gives an awaitable: a coroutine function,
+    a partial of one, or an object with an async ``__call__``."""
+    target = handler
+    while isinstance(target, functools.partial):
+        target = target.func
+    return inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
+        getattr(target, "__call__", None)  # noqa: B004 - looking for an async __call__
+    )
+
+
+# -- the worker ---------------------------------------------------------------
+
+
+class Worker:
+    """Runs the handlers registered for each job kind over jobs claimed from ``queue``.
+
+    ``lease`` is the claim's lease in seconds, renewed every ``heartbeat``
+    seconds (default lease/3; 0 disables renewal). ``attempt_timeout`` bounds
+    one attempt (``register(timeout=)`` overrides it per kind). ``backoff``
+    spaces retries. ``on_terminal`` hears every job's final result before the
+    queue lets go of it.
+    """
+
+    def __init__(
+        self,
+        queue: LeaseQueue,
+        *,
+        concurrency: int = 16,
+        lease: float = 60.0,
+        heartbeat: float | None = None,
+        poll_interval: float = 1.0,
+        attempt_timeout: float | None = None,
+        backoff: Backoff = Backoff(),  # noqa: B008 - frozen, so sharing it is safe
+        drain_timeout: float = 30.0,
+        clock: Clock | None = None,
+        on_terminal: OnTerminal | None = None,
+        name: str | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        if lease <= 0:
+            raise ValueError(f"lease must be positive, got {lease}")
+        if poll_interval <= 0:
+            raise ValueError(f"poll_interval must be positive, got {poll_interval}")
+        if heartbeat is not None and heartbeat < 0:
+            raise ValueError(f"heartbeat must be >= 0, got {heartbeat}")
+        if attempt_timeout is not None and attempt_timeout <= 0:
+            raise ValueError(f"attempt_timeout must be positive, got {attempt_timeout}")
+        self.queue = queue
+        self.concurrency = concurrency
+        self.lease = lease
+        self.heartbeat = lease / 3 if heartbeat is None else heartbeat
+        self.poll_interval = poll_interval
+        self.attempt_timeout = attempt_timeout
+        self.backoff = backoff
+        self.drain_timeout = drain_timeout
+        self.clock: Clock = clock or getattr(queue, "clock", None) or SystemClock()
+        self.on_terminal = on_terminal
+        self.name = name or f"worker-{secrets.token_hex(3)}"
+        self.stats = WorkerStats()
+
+        self._handlers: dict[str, _Registration] = {}
+        self._jobs: set[_Job] = set()
+        self._by_kind: dict[str, int] = {}
+        self._loop_task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wakeup: asyncio.Event | None = None
+        self._stopping = False
+        self._drain_window: float | None = None
+        self._unsubscribe: list[Callable[[], None]] = []
+        self._claim_errors = 0
+        self._claim_not_before = 0.0
+        self._last_claim_at = float("-inf")
+
+    # -- configuration -------------------------------------------------------
+
+    def register(
+        self,
+        kind: str,
+        handler: Handler,
+        *,
+        max_in_flight: int | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Run ``handler`` for jobs of ``kind``, at most ``max_in_flight`` at
+        once in this worker, each attempt bounded by ``timeout`` seconds.
+
+        A plain (non-async) handler runs in a thread. Python cannot stop a
+        thread, so a sync handler that times out or is drained keeps running
+        to its end in the background; its job is settled (timeout) or released
+        (drain) regardless, and whatever it returns afterwards is ignored.
+        """
+        if kind in self._handlers:
+            raise ValueError(f"a handler is already registered for job type `{kind}`")
+        if max_in_flight is not None and max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"timeout must be positive, got {timeout}")
+        self._handlers[kind] = _Registration(handler, _is_async(handler), max_in_flight, timeout)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._jobs)
+
+    # -- lifecycle -------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the loop as a background task and return at once."""
+        if self._loop_task is not None:
+            raise RuntimeError(f"{self.name} was already started")
+        self._loop = asyncio.get_running_loop()
+        self._wakeup = asyncio.Event()
+        self._stopping = False
+        self._unsubscribe = [
+            self.queue.subscribe(self.wake),
+            clock_mod.subscribe(self.clock, self.wake),
+        ]
+        self._loop_task = asyncio.create_task(self._run(), name=f"{self.name} loop")
+        logger.info("%s started (concurrency %d)", self.name, self.concurrency)
+
+    async def stop(self, drain_timeout: float | None = None) -> None:
+        """Stop claiming, drain, and return when the loop has ended.
+
+        In-flight handlers get ``drain_timeout`` seconds (default: the
+        worker's) to finish and be settled; the rest are cancelled and their
+        jobs released with the attempt not counted.
+        """
+        task = self._loop_task
+        if task is None:
+            return
+        if not self._stopping:
+            self._stopping = True
+            self._drain_window = self.drain_timeout if drain_timeout is None else drain_timeout
+            self.wake()
+        await asyncio.shield(task)
+
+    async def __aenter__(self) -> Worker:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    def wake(self) -> None:
+        """Look for work now instead of at the next poll. Safe from any thread."""
+        loop, event = self._loop, self._wakeup
+        if loop is None or event is None or loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            event.set()
+        else:
+            loop.call_soon_threadsafe(event.set)
+
+    # -- the loop --------------------------------------------------------------
+
+    async def _run(self) -> None:
+        assert self._wakeup is not None
+        try:
+            while not self._stopping:
+                self._wakeup.clear()
+                try:
+                    self._watch()
+                    await self._fill()
+                    # (A stop during the fill has set the wake-up: the sleep
+                    # below returns at once and the loop condition ends it.)
+                    pause = await self._idle_for()
+                except Exception:
+                    # A bug of ours, not a queue outage (those are handled
+                    # where they happen): log it and keep the worker alive.
+                    logger.exception("%s: unexpected error in the worker loop", self.name)
+                    pause = self.poll_interval
+                await self._sleep(pause)
+            await self._drain()
+        finally:
+            for unsubscribe in self._unsubscribe:
+                unsubscribe()
+            self._unsubscribe = []
+            logger.info("%s stopped", self.name)
+
+    def _watch(self) -> None:
+        """Start due heartbeats and cancel handlers past their deadline."""
+        now_real = asyncio.get_running_loop().time()
+        now = self.clock.now()
+        for job in list(self._jobs):
+            handler = job.handler_task
+            if handler is None or job.stop is not None:
+                continue
+            if job.deadline is not None and now >= job.deadline and not handler.done():
+                self._cancel(job, _Stop.TIMEOUT)
+                continue
+            # Beats go on after the handler returns, while on_terminal and the
+            # settlement run: the lease must outlive the whole attempt.
+            if self.heartbeat > 0 and now_real >= job.next_beat and not job.renewing:
+                job.renewing = True
+                job.next_beat = now_real + self.heartbeat
+                job.beat_task = asyncio.create_task(
+                    self._beat(job), name=f"heartbeat {job.delivery.id}"
+                )
+
+    async def _beat(self, job: _Job) -> None:
+        """Renew one job's lease; a lost token cancels its handler (via Lease.on_lost)."""
+        try:
+            await job.lease.renew(self.lease)
+        except Exception as error:
+            self.stats.queue_errors += 1
+            self._log(job, logging.WARNING, "lease renewal failed: %s", describe(error))
+            # Try again sooner than a full heartbeat: the lease is running down.
+            soon = asyncio.get_running_loop().time() + self.heartbeat / 4
+            job.next_beat = min(job.next_beat, soon)
+        finally:
+            job.renewing = False
+            self.wake()
+
+    async def _fill(self) -> None:
+        """Claim jobs into free slots until the queue has no more or the slots are full."""
+        loop = asyncio.get_running_loop()
+        while not self._stopping and loop.time() >= self._claim_not_before:
+            free = self.concurrency - len(self._jobs)
+            kinds, n = self._claim_plan(free)
+            if n <= 0:
+                return
+            claimed_at = self.clock.now()
+            try:
+                deliveries = await self.queue.claim(n, lease=self.lease, kinds=kinds)
+            except Exception as error:
+                self._queue_failed("claim", error)
+                return
+            self._claim_errors = 0
+            self._last_claim_at = claimed_at
+            for delivery in deliveries:
+                self._begin(delivery)
+            if len(deliveries) < n:
+                return
+
+    def _claim_plan(self, free: int) -> tuple[Collection[str] | None, int]:
+        """Which kinds to claim and how many.
+
+        No cap hit: every kind (``None``, so a job of a kind nobody registered
+        is claimed and dead-lettered rather than left to sit forever). Some
+        kind at its cap: only the registered kinds below theirs. Either way the
+        batch is no bigger than the smallest remaining cap among kinds it may
+        return, so one claim can never overshoot a cap.
+        """
+        if free <= 0:
+            return None, 0
+        room = {
+            kind: reg.max_in_flight - self._by_kind.get(kind, 0)
+            for kind, reg in self._handlers.items()
+            if reg.max_in_flight is not None
+        }
+        if any(left <= 0 for left in room.values()):
+            kinds = [k for k in self._handlers if room.get(k, 1) > 0]
+            if not kinds:
+                return kinds, 0
+        else:
+            kinds = None
+        allowed = [left for kind, left in room.items() if kinds is None or kind in kinds]
+        return (kinds, min([free, *allowed]))
+
+    async def _idle_for(self) -> float:
+        """Real seconds to sleep before the next turn, if nothing wakes us first."""
+        loop = asyncio.get_running_loop()
+        now_real, now = loop.time(), self.clock.now()
+        wait = self.poll_interval
+        if now_real < self._claim_not_before:
+            wait = self._claim_not_before - now_real
+        elif len(self._jobs) < self.concurrency:
+            try:
+                due = await self.queue.next_due()
+            except Exception as error:
+                self._queue_failed("next_due", error)
+                due = None
+            # A time after our last claim: sleep until then. One at or before
+            # it was due when we claimed and the claim did not return it (its
+            # kind is at its cap): claiming again at once would not either.
+            if due is not None and due > self._last_claim_at:
+                wait = min(wait, due - now)
+        for job in self._jobs:
+            if job.handler_task is None or job.stop is not None:
+                continue
+            if job.deadline is not None and not job.handler_task.done():
+                wait = min(wait, job.deadline - now)
+            if self.heartbeat > 0 and not job.renewing:
+                wait = min(wait, job.next_beat - now_real)
+        return max(MIN_SLEEP, wait)
+
+    async def _sleep(self, seconds: float) -> None:
+        assert self._wakeup is not None
+        try:
+            async with asyncio.timeout(seconds):
+                await self._wakeup.wait()
+        except TimeoutError:
+            pass
+
+    def _queue_failed(self, operation: str, error: Exception) -> None:
+        """Log a queue error and hold off claiming for a (growing, capped) pause."""
+        self.stats.queue_errors += 1
+        self._claim_errors += 1
+        pause = self._retry_pause()
+        self._claim_not_before = asyncio.get_running_loop().time() + pause
+        logger.warning(
+            "%s: queue %s failed (%s); retrying in %.2fs",
+            self.name,
+            operation,
+            describe(error),
+            pause,
+            exc_info=error,
+        )
+
+    def _retry_pause(self) -> float:
+        exponent = min(max(self._claim_errors - 1, 0), 30)
+        cap = self.poll_interval * QUEUE_ERROR_BACKOFF_POLLS
+        return min(min(QUEUE_ERROR_BACKOFF, self.poll_interval) * 2.0**exponent, cap)
+
+    # -- one job -----------------------------------------------------------------
+
+    def _begin(self, delivery: Delivery) -> None:
+        """Start a claimed job: its handler task (unless it cannot run) and its job task."""
+        loop = asyncio.get_running_loop()
+        registration = self._handlers.get(delivery.kind)
+        timeout = None
+        if registration is not None:
+            timeout = registration.timeout or self.attempt_timeout
+        job: _Job
+        lease = Lease(delivery, self.queue, self.clock, lambda: self._cancel(job, _Stop.LOST))
+        job = _Job(
+            delivery=delivery,
+            registration=registration,
+            lease=lease,
+            deadline=None if timeout is None else self.clock.now() + timeout,
+            next_beat=loop.time() + self.heartbeat,
+        )
+        self._jobs.add(job)
+        self._by_kind[delivery.kind] = self._by_kind.get(delivery.kind, 0) + 1
+        self.stats.claimed += 1
+        self.stats.peak_in_flight = max(self.stats.peak_in_flight, len(self._jobs))
+        runnable = registration is not None and delivery.attempt <= delivery.max_attempts
+        if runnable:
+            assert registration is not None
+            job.handler_task = asyncio.create_task(
+                self._call(registration, Attempt(delivery, lease)),
+                name=f"handler {delivery.kind} {delivery.id}",
+            )
+        job.task = asyncio.create_task(self._execute(job), name=f"job {delivery.id}")
+        self._log(job, logging.DEBUG, "claimed")
+
+    @staticmethod
+    async def _call(registration: _Registration, attempt: Attempt) -> object:
+        if registration.is_async:
+            result = registration.handler(attempt)
+            return await result if inspect.isawaitable(result) else result
+        result = await asyncio.to_thread(registration.handler, attempt)
+        # A sync callable that hands back an awaitable (a lambda around an
+        # async function) still gets it run.
+        return await result if inspect.isawaitable(result) else result
+
+    def _cancel(self, job: _Job, why: _Stop) -> None:
+        """Cancel a job's handler for ``why``, unless it already finished.
+
+        A finished handler is left alone: its result stands and is settled,
+        however close to a deadline it came.
+        """
+        handler = job.handler_task
+        if job.stop is not None or handler is None or handler.done():
+            return
+        job.stop = why
+        handler.cancel(why.value)
+        self.wake()
+
+    async def _execute(self, job: _Job) -> None:
+        """Wait for the handler, then settle what it did. Never raises."""
+        try:
+            outcome = await self._outcome(job)
+            if outcome is not None:
+                decision = decide(job.delivery, outcome, self.backoff, self.clock.now())
+                await self._apply(job, decision)
+        except Exception:
+            self._log(job, logging.ERROR, "settling failed", exc_info=True)
+        finally:
+            self._jobs.discard(job)
+            left = self._by_kind.get(job.delivery.kind, 1) - 1
+            if left > 0:
+                self._by_kind[job.delivery.kind] = left
+            else:
+                self._by_kind.pop(job.delivery.kind, None)
+            self.wake()
+
+    async def _outcome(self, job: _Job) -> Outcome | None:
+        """How the attempt ended, or None when there is nothing to settle
+        (the lease was lost, or the drain cut the attempt short and it was released)."""
+        delivery = job.delivery
+        if delivery.attempt > delivery.max_attempts:
+            return Expired()
+        if job.handler_task is None:
+            return NoHandler()
+        handler = job.handler_task
+        await asyncio.wait([handler])
+        if job.stop is _Stop.LOST or job.lease.lost:
+            self.stats.lost += 1
+            self._log(job, logging.WARNING, "lease lost while running; not settled")
+            return None
+        if not handler.cancelled() and handler.exception() is None:
+            return Returned(handler.result())
+        if job.stop is _Stop.DRAIN:
+            await self._release(job)
+            return None
+        if job.stop is _Stop.TIMEOUT:
+            assert job.registration is not None
+            return TimedOut(job.registration.timeout or self.attempt_timeout or 0.0)
+        if handler.cancelled():
+            # Nobody here cancelled it: the handler raised CancelledError itself
+            # (or cancelled its own task). That is its failure, not a shutdown.
+            return Raised(asyncio.CancelledError("handler raised CancelledError"))
+        error = handler.exception()
+        assert error is not None
+        return Raised(error)
+
+    async def _apply(self, job: _Job, decision: Decision) -> None:
+        """Carry out a decision: on_terminal first for a terminal one, then the queue."""
+        delivery = job.delivery
+        if isinstance(decision, Retry):
+            self._log(
+                job,
+                logging.INFO,
+                "failed (%s); retrying in %.3gs%s",
+                decision.error,
+                decision.delay,
+                "" if decision.count else " (attempt not counted)",
+            )
+            settled = await self.queue.nack(
+                delivery, delay=decision.delay, count=decision.count, error=decision.error
+            )
+            self._count(job, settled, "nack")
+            return
+        if not await self._report(job, decision.terminal):
+            return
+        if isinstance(decision, Ack):
+            settled = await self.queue.ack(delivery)
+            self._count(job, settled, "ack")
+        else:
+            self._log(job, logging.WARNING, "failed for good: %s", decision.reason)
+            settled = await self.queue.dead_letter(delivery, decision.reason)
+            self._count(job, settled, "dead_letter")
+
+    async def _report(self, job: _Job, terminal: Terminal) -> bool:
+        """Hand the terminal result to on_terminal. If it raises, the result was
+        not recorded, so the job must not be settled: nack it, uncounted, to
+        run again later. Returns whether to go on and settle."""
+        if self.on_terminal is None:
+            return True
+        try:
+            await self.on_terminal(job.delivery, terminal)
+        except Exception as error:
+            delay = self.backoff.delay(job.delivery.attempt, job.delivery.id)
+            message = truncate(f"on_terminal failed: {describe(error)}")
+            self._log(job, logging.ERROR, "%s; retrying in %.3gs", message, delay, exc_info=True)
+            settled = await self.queue.nack(job.delivery, delay=delay, count=False, error=message)
+            self._count(job, settled, "nack")
+            return False
+        return True
+
+    async def _release(self, job: _Job) -> None:
+        self._log(job, logging.INFO, "cut short by shutdown; releasing (attempt not counted)")
+        try:
+            settled = await self.queue.release(job.delivery)
+        except Exception as error:
+            self.stats.queue_errors += 1
+            self._log(
+                job,
+                logging.WARNING,
+                "release failed (%s); the job returns when its lease expires",
+                describe(error),
+            )
+            return
+        self._count(job, settled, "release")
+
+    def _count(self, job: _Job, settled: Settlement, operation: str) -> None:
+        if settled is Settlement.LOST:
+            self.stats.lost += 1
+            self._log(
+                job,
+                logging.WARNING,
+                "%s found the job no longer ours (lease lost or job cancelled); nothing changed",
+                operation,
+            )
+            return
+        if settled is Settlement.ACKED:
+            self.stats.succeeded += 1
+        elif settled is Settlement.RETRIED:
+            self.stats.retried += 1
+        elif settled is Settlement.DEAD:
+            self.stats.dead += 1
+        elif settled is Settlement.RELEASED:
+            self.stats.released += 1
+        self._log(job, logging.DEBUG, "%s: %s", operation, settled.value)
+
+    # -- shutdown ------------------------------------------------------------------
+
+    async def _drain(self) -> None:
+        """Give in-flight jobs the drain window, then cancel and release the rest."""
+        window = self.drain_timeout if self._drain_window is None else self._drain_window
+        tasks = [job.task for job in self._jobs if job.task is not None]
+        if tasks:
+            logger.info("%s draining %d job(s) for up to %gs", self.name, len(tasks), window)
+            await asyncio.wait(tasks, timeout=max(0.0, window))
+        for job in list(self._jobs):
+            self._cancel(job, _Stop.DRAIN)
+        # What is left: released stragglers, and settlements of handlers that
+        # finished in time. Both are short queue calls; wait for them.
+        rest = [job.task for job in self._jobs if job.task is not None]
+        if not rest:
+            return
+        _, stuck = await asyncio.wait(rest, timeout=max(window, SETTLE_GRACE))
+        for task in stuck:
+            # Stuck in on_terminal or a queue call: give up on it. The job is
+            # still claimed by us, so it comes back when its lease lapses.
+            logger.error("%s: %s did not settle after the drain; abandoning it", self.name, task)
+            task.cancel()
+        if stuck:
+            await asyncio.wait(stuck)
+
+    # -- logging ---------------------------------------------------------------------
+
+    def _log(self, job: _Job, level: int, message: str, *args: Any, exc_info: bool = False) -> None:
+        d = job.delivery
+        logger.log(
+            level,
+            "%s: %s: " + message,
+            self.name,
+            job.where(),
+            *args,
+            exc_info=exc_info,
+            extra={"job_id": d.id, "job_kind": d.kind, "attempt": d.attempt},
+        )
