@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from .clock import Clock, SystemClock
 from .errors import PayloadTooLarge
+from .job_id import check_job_id
 from .queue import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -167,7 +168,7 @@ class MemoryQueue(LeaseQueue):
             )
         if max_attempts is not None and max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
-        job_id = id if id is not None else secrets.token_hex(16)
+        job_id = check_job_id(id) if id is not None else secrets.token_hex(16)
         if job_id in self._records:
             return Enqueued(job_id, created=False)
         now = self.clock.now()

@@ -1,0 +1,684 @@
+"""StoreQueue: the lease queue over any ObjectStore, shared by many processes.
+
+Each job is one object, ``<prefix>/jobs/<id>`` (see :mod:`runtime.store_records`).
+Every change after the create is a compare-and-swap on that object's etag
+(``put_if_match``, ``delete(if_match=...)``), so two processes that race for a
+job cannot both win: the loser gets PreconditionFailed and moves on. Leases
+live in the records, so a lease that lapses is taken over by whichever
+process next looks, with nothing running beside the workers.
+
+Requests are what S3 bills, so each instance keeps a *view*: id -> (etag,
+decoded record), learned from its own writes and from the GETs it had to
+make. A job this process enqueued is claimed, renewed and settled without a
+single GET. Listing is the expensive way to learn about other processes'
+work, so ``claim`` lists only when the view cannot satisfy it: when it holds
+no due job at all, or fewer than asked and the last listing is older than
+``scan_interval`` seconds. A listing returns every key's etag, so only the
+records whose etag moved are fetched. docs/queue.md tabulates the requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import secrets
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from store.base import DEFAULT_PAGE_SIZE, ObjectInfo, ObjectStore
+from store.errors import AlreadyExists, NotFound, PreconditionFailed
+from store.keys import validate_key
+
+from .clock import Clock, SystemClock
+from .errors import PayloadTooLarge
+from .queue import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    DEFAULT_PRIORITY_AGING,
+    PRIORITY_NORMAL,
+    Delivery,
+    Enqueued,
+    JobRecord,
+    JobStatus,
+    LeaseQueue,
+    Page,
+    Settlement,
+    check_priority,
+    sort_key,
+)
+from .store_records import CorruptRecord, StoredJob, check_job_id, decode, encode
+
+log = logging.getLogger(__name__)
+
+_SETTLE_TRIES = 3
+"""A transition re-reads the record after a failed swap at most this often.
+
+A swap fails when the view's etag is stale; one re-read decides whether the
+token still owns the job. More than one retry only happens when some other
+writer keeps changing a record this token owns, which is already a bug."""
+
+
+@dataclass(slots=True)
+class _Seen:
+    """What this instance knows of one record: its etag and, unless the bytes
+    would not decode, the record (possibly stripped of its payload)."""
+
+    etag: str
+    job: StoredJob | None
+
+
+@dataclass(slots=True)
+class StoreQueueStats:
+    """Counters for operators and tests: how hard the queue is working."""
+
+    scans: int = 0
+    """Listings of the jobs prefix (each one or more LIST requests)."""
+    fetches: int = 0
+    """Records read because the view did not know their current version."""
+    lost_races: int = 0
+    """Claims that another process (or coroutine) won first."""
+    corrupt_records: int = 0
+    """Distinct (key, etag) versions whose bytes would not decode; skipped."""
+    corrupt_keys: set[str] = field(default_factory=set)
+
+
+class StoreQueue(LeaseQueue):
+    """A LeaseQueue whose state lives entirely in an ObjectStore.
+
+    ``scan_interval`` (real seconds, not the injected clock's) bounds how often
+    a busy instance lists the store to find other processes' work; an instance
+    whose view holds nothing due lists on every claim, so its caller's poll
+    interval bounds that. ``fetch_concurrency`` bounds GETs in flight.
+    """
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        prefix: str = "queue",
+        clock: Clock | None = None,
+        default_max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        priority_aging: float = DEFAULT_PRIORITY_AGING,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        scan_interval: float = 1.0,
+        fetch_concurrency: int = 16,
+    ) -> None:
+        if default_max_attempts < 1:
+            raise ValueError(f"default_max_attempts must be at least 1, got {default_max_attempts}")
+        if scan_interval < 0 or fetch_concurrency < 1:
+            raise ValueError("scan_interval must be >= 0 and fetch_concurrency >= 1")
+        prefix = prefix.strip("/")
+        validate_key(prefix + "/jobs/x", location=getattr(store, "location", ""))
+        self.store = store
+        self.prefix = prefix
+        self.clock = clock or SystemClock()
+        self.default_max_attempts = default_max_attempts
+        self.priority_aging = priority_aging
+        self.max_payload_bytes = max_payload_bytes
+        self.scan_interval = scan_interval
+        self.stats = StoreQueueStats()
+        self._jobs = f"{prefix}/jobs/"
+        self._view: dict[str, _Seen] = {}
+        self._claiming: set[str] = set()
+        self._last_scan = -math.inf
+        self._scan_lock = asyncio.Lock()
+        self._scan_epoch = 0
+        self._fetch_slots = asyncio.Semaphore(fetch_concurrency)
+        self._listeners: list[Callable[[], None]] = []
+
+    def __repr__(self) -> str:
+        return f"<StoreQueue {self.store!r} prefix={self.prefix!r}>"
+
+    # -- the view ----------------------------------------------------------
+
+    def _key(self, job_id: str) -> str:
+        return self._jobs + job_id
+
+    def _learn(self, job_id: str, etag: str, job: StoredJob) -> None:
+        """Remember a version this instance wrote or read. A dead record, or
+        one another process holds, keeps no payload: nothing here will need it
+        before it changes, and a change means a fresh GET anyway."""
+        self._view[job_id] = _Seen(etag, job.stripped() if job.dead else job)
+
+    def _learn_foreign(self, job_id: str, etag: str, job: StoredJob) -> None:
+        held_elsewhere = job.token is not None or job.dead
+        self._view[job_id] = _Seen(etag, job.stripped() if held_elsewhere else job)
+
+    def _forget(self, job_id: str, etag: str | None = None) -> None:
+        """Drop an entry, but only the version ``etag`` if given, so a newer
+        version another coroutine learned meanwhile survives."""
+        seen = self._view.get(job_id)
+        if seen is not None and (etag is None or seen.etag == etag):
+            del self._view[job_id]
+
+    async def _fetch(self, job_id: str) -> tuple[str, StoredJob] | None:
+        """GET one record and learn it; None when it is gone. Raises CorruptRecord."""
+        key = self._key(job_id)
+        async with self._fetch_slots:
+            try:
+                obj = await self.store.get(key)
+            except NotFound:
+                self._forget(job_id)
+                return None
+        self.stats.fetches += 1
+        try:
+            job = decode(obj.data, key=key)
+        except CorruptRecord:
+            self._view[job_id] = _Seen(obj.etag, None)
+            raise
+        self._learn_foreign(job_id, obj.etag, job)
+        return obj.etag, job
+
+    def _claimable(self, job: StoredJob, now: float) -> bool:
+        if job.dead:
+            return False
+        if job.token is None:
+            return job.run_at <= now
+        return job.lease_expires_at is not None and job.lease_expires_at <= now
+
+    def _candidates(self, now: float, kinds: frozenset[str] | None) -> list[str]:
+        """Ids in the view that are due now, in line order (see queue.sort_key)."""
+        due: list[tuple[float, str]] = []
+        for job_id, seen in self._view.items():
+            job = seen.job
+            if job is None or job_id in self._claiming or not self._claimable(job, now):
+                continue
+            if kinds is not None and job.kind not in kinds:
+                continue
+            due.append((sort_key(job.run_at, job.priority, self.priority_aging), job_id))
+        due.sort()
+        return [job_id for _, job_id in due]
+
+    async def _scan(self) -> None:
+        """List the jobs prefix; GET each record whose etag the view does not
+        know; drop entries whose objects are gone. Concurrent callers share one
+        listing."""
+        epoch = self._scan_epoch
+        async with self._scan_lock:
+            if self._scan_epoch != epoch:
+                return  # someone listed while we waited: their view is ours
+            before = {job_id: seen.etag for job_id, seen in self._view.items()}
+            listed: set[str] = set()
+            stale: list[tuple[str, str | None]] = []
+            async for info in self.store.scan(self._jobs):
+                job_id = info.key[len(self._jobs) :]
+                listed.add(job_id)
+                seen = self._view.get(job_id)
+                if seen is None or seen.etag != info.etag:
+                    stale.append((job_id, None if seen is None else seen.etag))
+            for job_id, etag in before.items():
+                if job_id not in listed:
+                    self._forget(job_id, etag)
+            await asyncio.gather(*(self._refresh(job_id, etag) for job_id, etag in stale))
+            self.stats.scans += 1
+            self._scan_epoch += 1
+            self._last_scan = time.monotonic()
+
+    async def _refresh(self, job_id: str, known: str | None) -> None:
+        """Fetch a record a listing showed had moved on, unless this instance
+        wrote a newer version of it meanwhile."""
+        key = self._key(job_id)
+        async with self._fetch_slots:
+            current = self._view.get(job_id)
+            if (None if current is None else current.etag) != known:
+                return
+            try:
+                obj = await self.store.get(key)
+            except NotFound:
+                self._forget(job_id, known)
+                return
+        self.stats.fetches += 1
+        current = self._view.get(job_id)
+        if (None if current is None else current.etag) != known:
+            return
+        try:
+            job = decode(obj.data, key=key)
+            if job.id != job_id:
+                raise CorruptRecord(f"holds job id {job.id!r}", key=key)
+        except CorruptRecord as exc:
+            self._view[job_id] = _Seen(obj.etag, None)
+            self.stats.corrupt_records += 1
+            self.stats.corrupt_keys.add(key)
+            log.warning("skipping an undecodable queue record: %s", exc)
+            return
+        self._learn_foreign(job_id, obj.etag, job)
+
+    def _notify(self) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener()
+            except Exception:  # a listener's bug must not fail the enqueue
+                log.exception("a queue listener failed")
+
+    # -- records for the caller -------------------------------------------
+
+    def _status(self, job: StoredJob, now: float) -> JobStatus:
+        if job.dead:
+            return JobStatus.DEAD
+        if job.token is not None:
+            return JobStatus.CLAIMED
+        return JobStatus.SCHEDULED if job.run_at > now else JobStatus.READY
+
+    def _record(self, job: StoredJob, now: float) -> JobRecord:
+        return JobRecord(
+            id=job.id,
+            kind=job.kind,
+            status=self._status(job, now),
+            priority=job.priority,
+            attempts=job.attempts,
+            max_attempts=job.max_attempts,
+            run_at=job.run_at,
+            created_at=job.created_at,
+            updated_at=job.updated_at,
+            payload=job.payload,
+            headers=dict(job.headers),
+            lease_expires_at=job.lease_expires_at,
+            last_error=job.last_error,
+            dead_reason=job.dead_reason,
+        )
+
+    def _delivery(self, job: StoredJob) -> Delivery:
+        assert job.token is not None and job.lease_expires_at is not None
+        return Delivery(
+            id=job.id,
+            kind=job.kind,
+            payload=job.payload,
+            attempt=job.attempts,
+            max_attempts=job.max_attempts,
+            token=job.token,
+            lease_expires_at=job.lease_expires_at,
+            priority=job.priority,
+            headers=dict(job.headers),
+            enqueued_at=job.created_at,
+            claims=job.claims,
+        )
+
+    # -- the contract ------------------------------------------------------
+
+    async def enqueue(
+        self,
+        payload: bytes,
+        *,
+        kind: str = "",
+        id: str | None = None,
+        priority: int = PRIORITY_NORMAL,
+        run_at: float | None = None,
+        max_attempts: int | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Enqueued:
+        check_priority(priority)
+        if len(payload) > self.max_payload_bytes:
+            raise PayloadTooLarge(
+                f"payload of {len(payload)} bytes is over the queue's limit of "
+                f"{self.max_payload_bytes} bytes"
+            )
+        if max_attempts is not None and max_attempts < 1:
+            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+        job_id = check_job_id(id) if id is not None else secrets.token_hex(16)
+        now = self.clock.now()
+        job = StoredJob(
+            id=job_id,
+            kind=kind,
+            payload=bytes(payload),
+            priority=priority,
+            max_attempts=max_attempts or self.default_max_attempts,
+            run_at=now if run_at is None else float(run_at),
+            created_at=now,
+            updated_at=now,
+            nonce=secrets.token_hex(8),
+            headers=dict(headers or {}),
+        )
+        try:
+            etag = await self.store.put_if_absent(self._key(job_id), encode(job))
+        except AlreadyExists:
+            return Enqueued(job_id, created=False)
+        self._learn(job_id, etag, job)
+        self._notify()
+        return Enqueued(job_id, created=True)
+
+    async def claim(
+        self, n: int, *, lease: float, kinds: Collection[str] | None = None
+    ) -> list[Delivery]:
+        if n <= 0:
+            return []
+        wanted = None if kinds is None else frozenset(kinds)
+        now = self.clock.now()
+        candidates = self._candidates(now, wanted)
+        if len(candidates) < n and (
+            not candidates or time.monotonic() - self._last_scan >= self.scan_interval
+        ):
+            await self._scan()
+            now = self.clock.now()
+            candidates = self._candidates(now, wanted)
+        out: list[Delivery] = []
+        start = 0
+        while len(out) < n and start < len(candidates):
+            batch = candidates[start : start + n - len(out)]
+            start += len(batch)
+            won = await asyncio.gather(*(self._claim_one(i, now, lease) for i in batch))
+            out.extend(d for d in won if d is not None)
+        return out
+
+    async def _claim_one(self, job_id: str, now: float, lease: float) -> Delivery | None:
+        seen = self._view.get(job_id)
+        if seen is None or seen.job is None or job_id in self._claiming:
+            return None
+        self._claiming.add(job_id)
+        try:
+            etag, job = seen.etag, seen.job
+            if job.partial:  # a lapsed lease of another process: its payload is not here
+                try:
+                    fetched = await self._fetch(job_id)
+                except CorruptRecord:
+                    return None
+                if fetched is None or not self._claimable(fetched[1], now):
+                    return None
+                etag, job = fetched
+            new = job.next(
+                now,
+                attempts=job.attempts + 1,
+                claims=job.claims + 1,
+                token=secrets.token_hex(12),
+                lease_expires_at=now + lease,
+            )
+            try:
+                new_etag = await self.store.put_if_match(self._key(job_id), encode(new), etag)
+            except (PreconditionFailed, NotFound):
+                # Someone else moved it first; the next listing shows what to.
+                self.stats.lost_races += 1
+                self._forget(job_id, etag)
+                return None
+            self._learn(job_id, new_etag, new)
+            return self._delivery(new)
+        finally:
+            self._claiming.discard(job_id)
+
+    async def _settle(
+        self,
+        delivery: Delivery,
+        change: Callable[[StoredJob, float], StoredJob | None],
+    ) -> StoredJob | Settlement | None:
+        """Apply ``change`` to the record the delivery's token owns, by swap.
+
+        ``change`` returns the next version, None to delete, or the record
+        itself to write nothing (then a HEAD confirms the token still owns it).
+        Returns what was written (None for a delete), or Settlement.LOST.
+        """
+        job_id = delivery.id
+        key = self._key(job_id)
+        seen = self._view.get(job_id)
+        known: tuple[str, StoredJob] | None = None
+        if (
+            seen is not None
+            and seen.job is not None
+            and not seen.job.partial
+            and seen.job.token == delivery.token
+            and not seen.job.dead
+        ):
+            known = (seen.etag, seen.job)
+        for _ in range(_SETTLE_TRIES):
+            if known is None:
+                try:
+                    known = await self._fetch(job_id)
+                except CorruptRecord as exc:
+                    log.warning("treating a settlement as lost: %s", exc)
+                    return Settlement.LOST
+                if known is None:
+                    return Settlement.LOST
+                if known[1].token != delivery.token or known[1].dead:
+                    return Settlement.LOST
+            etag, job = known
+            new = change(job, self.clock.now())
+            try:
+                if new is None:
+                    await self.store.delete(key, if_match=etag)
+                    self._forget(job_id)
+                elif new is job:
+                    if (await self.store.head(key)).etag != etag:
+                        raise PreconditionFailed("moved on", key=key)
+                else:
+                    self._learn(job_id, await self.store.put_if_match(key, encode(new), etag), new)
+                return new
+            except PreconditionFailed:
+                known = None
+            except NotFound:
+                self._forget(job_id)
+                return Settlement.LOST
+        return Settlement.LOST
+
+    async def renew(self, delivery: Delivery, at_least: float) -> float | None:
+        def extend(job: StoredJob, now: float) -> StoredJob:
+            assert job.lease_expires_at is not None
+            wanted = now + at_least
+            if wanted <= job.lease_expires_at:
+                return job  # never shorten; confirm ownership with a HEAD
+            return job.next(now, lease_expires_at=wanted)
+
+        result = await self._settle(delivery, extend)
+        if not isinstance(result, StoredJob):
+            return None
+        return result.lease_expires_at
+
+    async def ack(self, delivery: Delivery) -> Settlement:
+        result = await self._settle(delivery, lambda job, now: None)
+        return Settlement.LOST if result is Settlement.LOST else Settlement.ACKED
+
+    async def nack(
+        self, delivery: Delivery, *, delay: float, count: bool = True, error: str | None = None
+    ) -> Settlement:
+        def retry(job: StoredJob, now: float) -> StoredJob:
+            last_error = error if error is not None else job.last_error
+            if count and job.attempts >= job.max_attempts:
+                return _killed(job, now, error or "exhausted its attempts", last_error)
+            return job.next(
+                now,
+                attempts=job.attempts if count else job.attempts - 1,
+                token=None,
+                lease_expires_at=None,
+                run_at=now + max(0.0, delay),
+                last_error=last_error,
+            )
+
+        result = await self._settle(delivery, retry)
+        if not isinstance(result, StoredJob):
+            return Settlement.LOST
+        if result.dead:
+            return Settlement.DEAD
+        if delay <= 0:
+            self._notify()
+        return Settlement.RETRIED
+
+    async def dead_letter(self, delivery: Delivery, reason: str) -> Settlement:
+        result = await self._settle(
+            delivery, lambda job, now: _killed(job, now, reason, job.last_error)
+        )
+        return Settlement.DEAD if isinstance(result, StoredJob) else Settlement.LOST
+
+    async def release(self, delivery: Delivery) -> Settlement:
+        def give_back(job: StoredJob, now: float) -> StoredJob:
+            return job.next(
+                now,
+                attempts=job.attempts - 1,
+                token=None,
+                lease_expires_at=None,
+                run_at=min(job.run_at, now),
+            )
+
+        result = await self._settle(delivery, give_back)
+        if not isinstance(result, StoredJob):
+            return Settlement.LOST
+        self._notify()
+        return Settlement.RELEASED
+
+    async def cancel(self, id: str) -> bool:
+        if not _valid_id(id):
+            return False
+        key = self._key(id)
+        seen = self._view.get(id)
+        etag = None if seen is None else seen.etag
+        for _ in range(_SETTLE_TRIES):
+            try:
+                if etag is None:
+                    etag = (await self.store.head(key)).etag
+                await self.store.delete(key, if_match=etag)
+            except PreconditionFailed:
+                etag = None
+                continue
+            except NotFound:
+                self._forget(id)
+                return False
+            self._forget(id)
+            return True
+        # It keeps changing under us (a busy holder renewing): it exists, so remove it.
+        await self.store.delete(key)
+        self._forget(id)
+        return True
+
+    async def requeue(self, id: str) -> bool:
+        if not _valid_id(id):
+            return False
+        key = self._key(id)
+        for _ in range(_SETTLE_TRIES):
+            fetched = await self._fetch(id)
+            if fetched is None or not fetched[1].dead:
+                return False
+            etag, job = fetched
+            now = self.clock.now()
+            new = job.next(now, dead=False, dead_reason=None, attempts=0, run_at=now)
+            try:
+                self._learn(id, await self.store.put_if_match(key, encode(new), etag), new)
+            except (PreconditionFailed, NotFound):
+                continue
+            self._notify()
+            return True
+        return False
+
+    async def get(self, id: str) -> JobRecord | None:
+        if not _valid_id(id):
+            return None
+        fetched = await self._fetch(id)
+        if fetched is None:
+            return None
+        return self._record(fetched[1], self.clock.now())
+
+    async def _load(
+        self, infos: Iterable[ObjectInfo], *, payload: bool
+    ) -> list[tuple[str, StoredJob | None]]:
+        """The records behind listed objects, from the view where its etag is
+        current (and it holds the payload, if ``payload``), else by GET.
+        Gone or undecodable ones come back as None."""
+
+        async def one(info: ObjectInfo) -> tuple[str, StoredJob | None]:
+            job_id = info.key[len(self._jobs) :]
+            seen = self._view.get(job_id)
+            if seen is not None and seen.etag == info.etag:
+                if seen.job is None:
+                    return job_id, None
+                if not (payload and seen.job.partial):
+                    return job_id, seen.job
+            async with self._fetch_slots:
+                try:
+                    obj = await self.store.get(info.key)
+                except NotFound:
+                    return job_id, None
+            self.stats.fetches += 1
+            try:
+                job = decode(obj.data, key=info.key)
+            except CorruptRecord as exc:
+                log.warning("skipping an undecodable queue record: %s", exc)
+                return job_id, None
+            self._learn_foreign(job_id, obj.etag, job)
+            return job_id, job
+
+        return list(await asyncio.gather(*(one(info) for info in infos)))
+
+    async def list(
+        self, status: JobStatus | None = None, *, cursor: str | None = None, limit: int = 100
+    ) -> Page:
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        now = self.clock.now()
+        out: list[JobRecord] = []
+        last: str | None = None
+        after = None if cursor is None else self._key(cursor)
+        while True:
+            page = await self.store.list(self._jobs, start_after=after, limit=DEFAULT_PAGE_SIZE)
+            pos = 0
+            while pos < len(page):
+                if len(out) == limit:
+                    return Page(out, last)  # more keys follow the last one examined
+                chunk = page[pos : pos + limit - len(out)]
+                pos += len(chunk)
+                for job_id, job in await self._load(chunk, payload=True):
+                    last = job_id
+                    if job is None:
+                        continue
+                    record = self._record(job, now)
+                    if status is None or record.status == status:
+                        out.append(record)
+            if len(page) < DEFAULT_PAGE_SIZE:
+                return Page(out, None)
+            after = page[-1].key
+
+    async def counts(self) -> dict[JobStatus, int]:
+        """Like the base, but a record whose etag the view knows costs no GET."""
+        totals = dict.fromkeys(JobStatus, 0)
+        now = self.clock.now()
+        after: str | None = None
+        while True:
+            page = await self.store.list(self._jobs, start_after=after, limit=DEFAULT_PAGE_SIZE)
+            for _, job in await self._load(page, payload=False):
+                if job is not None:
+                    totals[self._status(job, now)] += 1
+            if len(page) < DEFAULT_PAGE_SIZE:
+                return totals
+            after = page[-1].key
+
+    async def next_due(self) -> float | None:
+        now = self.clock.now()
+        times: list[float] = []
+        for seen in self._view.values():
+            job = seen.job
+            if job is None or job.dead:
+                continue
+            if job.token is not None:
+                assert job.lease_expires_at is not None
+                times.append(job.lease_expires_at)
+            elif job.run_at > now:
+                times.append(job.run_at)
+        return min(times, default=None)
+
+    def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
+        self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return unsubscribe
+
+    async def close(self) -> None:
+        """Forget the view. The store is the caller's: it is not closed here."""
+        self._view.clear()
+
+
+def _killed(job: StoredJob, now: float, reason: str, last_error: str | None) -> StoredJob:
+    return job.next(
+        now,
+        dead=True,
+        dead_reason=reason,
+        last_error=last_error,
+        token=None,
+        lease_expires_at=None,
+    )
+
+
+def _valid_id(job_id: str) -> bool:
+    """Whether an id could name a record (a lookup of one that cannot finds nothing)."""
+    try:
+        check_job_id(job_id)
+    except ValueError:
+        return False
+    return True

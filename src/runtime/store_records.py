@@ -1,0 +1,131 @@
+"""The StoreQueue's job record: one msgpack object per job, and its codec.
+
+Kept apart from the queue's logic so the format is in one short place: what
+is stored, how it is checked on the way in, and why each field is there.
+
+A record is compare-and-swapped on its etag, and on S3 an etag is the MD5 of
+the body, so two writes of identical bytes would share one and a stale
+writer's swap could succeed. Every write therefore bumps ``rev``, and every
+incarnation of an id carries a random ``nonce``: no two writes of one key
+ever produce the same bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import msgpack
+
+from .errors import QueueError
+from .job_id import check_job_id
+
+__all__ = ["CorruptRecord", "StoredJob", "check_job_id", "decode", "encode"]
+
+FORMAT = 1
+"""Bumped when the record's layout changes incompatibly; a reader refuses others."""
+
+
+class CorruptRecord(QueueError):
+    """A queue record's bytes could not be decoded (truncated, garbage, another format).
+
+    ``key`` names the object so a person can inspect or delete it.
+    """
+
+    def __init__(self, message: str, *, key: str) -> None:
+        super().__init__(f"{message} (record {key})")
+        self.key = key
+
+
+@dataclass(slots=True)
+class StoredJob:
+    """One job as its object holds it. ``token`` is set while claimed."""
+
+    id: str
+    kind: str
+    payload: bytes
+    priority: int
+    max_attempts: int
+    run_at: float
+    created_at: float
+    updated_at: float
+    nonce: str
+    headers: dict[str, str] = field(default_factory=dict)
+    attempts: int = 0
+    claims: int = 0
+    rev: int = 1
+    token: str | None = None
+    lease_expires_at: float | None = None
+    dead: bool = False
+    last_error: str | None = None
+    dead_reason: str | None = None
+    partial: bool = False
+    """True when the payload and headers were dropped to save memory (a view
+    entry for a job another process holds, or a dead one). Never written."""
+
+    def next(self, now: float, **changes: Any) -> StoredJob:
+        """The record's next version: ``changes`` applied, ``rev`` bumped."""
+        return replace(self, rev=self.rev + 1, updated_at=now, **changes)
+
+    def stripped(self) -> StoredJob:
+        """This record without its payload and headers, for the view."""
+        return replace(self, payload=b"", headers={}, partial=True)
+
+
+_FIELDS: dict[str, tuple[type, ...]] = {
+    "id": (str,),
+    "kind": (str,),
+    "payload": (bytes,),
+    "priority": (int,),
+    "max_attempts": (int,),
+    "run_at": (float, int),
+    "created_at": (float, int),
+    "updated_at": (float, int),
+    "nonce": (str,),
+    "headers": (dict,),
+    "attempts": (int,),
+    "claims": (int,),
+    "rev": (int,),
+    "token": (str, type(None)),
+    "lease_expires_at": (float, int, type(None)),
+    "dead": (bool,),
+    "last_error": (str, type(None)),
+    "dead_reason": (str, type(None)),
+}
+
+
+def encode(job: StoredJob) -> bytes:
+    if job.partial:
+        raise ValueError(f"job {job.id}: a stripped view record must never be written")
+    body: dict[str, Any] = {"format": FORMAT}
+    for name in _FIELDS:
+        body[name] = getattr(job, name)
+    data: bytes = msgpack.packb(body, use_bin_type=True)
+    return data
+
+
+def decode(data: bytes, *, key: str) -> StoredJob:
+    """Decode and type-check a record; anything unexpected raises CorruptRecord."""
+    try:
+        body = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated classes
+        raise CorruptRecord(f"not a msgpack queue record: {exc}", key=key) from exc
+    if not isinstance(body, dict):
+        raise CorruptRecord(f"expected a map, found {type(body).__name__}", key=key)
+    if body.get("format") != FORMAT:
+        raise CorruptRecord(f"unknown record format {body.get('format')!r}", key=key)
+    values: dict[str, Any] = {}
+    for name, types in _FIELDS.items():
+        if name not in body:
+            raise CorruptRecord(f"field {name!r} is missing", key=key)
+        value = body[name]
+        # bool is an int: refuse it where a number is meant.
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise CorruptRecord(
+                f"field {name!r} has a {type(value).__name__}, not the expected type", key=key
+            )
+        values[name] = float(value) if float in types and isinstance(value, int) else value
+    headers = values["headers"]
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+        raise CorruptRecord("headers must map str to str", key=key)
+    return StoredJob(**values)

@@ -1,0 +1,563 @@
+"""The LeaseQueue contract, once, against every backend.
+
+Each test runs on MemoryQueue and on StoreQueue over a MemoryStore, a
+FileStore and S3 (moto). Time is a FakeClock throughout: nothing sleeps.
+The last section runs two StoreQueue instances on one store, standing in for
+two processes: each has its own view and learns the other's work only
+through the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+import store as store_package
+from runtime import (
+    Delivery,
+    FakeClock,
+    JobStatus,
+    LeaseQueue,
+    MemoryQueue,
+    PayloadTooLarge,
+    Settlement,
+)
+from runtime.store_queue import StoreQueue
+from store import ObjectStore
+
+LEASE = 30.0
+
+
+@dataclass
+class Backend:
+    """Makes queues of one kind that share a clock and, for StoreQueue, a store."""
+
+    name: str
+    clock: FakeClock
+    store: ObjectStore | None
+
+    def make(self, **options: Any) -> LeaseQueue:
+        queue: LeaseQueue
+        if self.store is None:
+            queue = MemoryQueue(clock=self.clock, **options)
+        else:
+            # scan_interval=0: the tests check what a process can see, not
+            # how often it looks (test_store_queue.py covers that).
+            options.setdefault("scan_interval", 0.0)
+            queue = StoreQueue(self.store, clock=self.clock, **options)
+        return queue
+
+
+BACKENDS = ["memory_queue", "store_memory", "store_file", "store_s3"]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> Backend:
+    clock = FakeClock()
+    store: ObjectStore | None = None
+    if request.param != "memory_queue":
+        fixture = request.param.removeprefix("store_") + "_store"
+        if fixture == "s3_store" and not hasattr(store_package, "open_store"):
+            pytest.skip("the S3 store has not landed yet")
+        store = request.getfixturevalue(fixture)
+    return Backend(request.param, clock, store)
+
+
+@pytest.fixture
+def queue(backend: Backend) -> LeaseQueue:
+    return backend.make(max_payload_bytes=1024)
+
+
+@pytest.fixture
+def clock(backend: Backend) -> FakeClock:
+    return backend.clock
+
+
+async def claim_one(queue: LeaseQueue, **kw: Any) -> Delivery:
+    got = await queue.claim(1, lease=kw.pop("lease", LEASE), **kw)
+    assert len(got) == 1, got
+    return got[0]
+
+
+# -- enqueue ---------------------------------------------------------------
+
+
+async def test_enqueue_returns_an_id_and_the_record_is_ready(
+    queue: LeaseQueue, clock: FakeClock
+) -> None:
+    made = await queue.enqueue(b"hello", kind="greet", headers={"trace": "t1"}, priority=3)
+    assert made.created and made.id
+    record = await queue.get(made.id)
+    assert record is not None
+    assert (record.status, record.kind, record.payload) == (JobStatus.READY, "greet", b"hello")
+    assert (record.priority, record.attempts, dict(record.headers)) == (3, 0, {"trace": "t1"})
+    assert record.run_at == record.created_at == clock.now()
+
+
+async def test_enqueue_with_a_live_id_is_deduplicated(queue: LeaseQueue) -> None:
+    first = await queue.enqueue(b"one", id="job-1")
+    second = await queue.enqueue(b"two", id="job-1")
+    assert (first.id, first.created) == ("job-1", True)
+    assert (second.id, second.created) == ("job-1", False)
+    record = await queue.get("job-1")
+    assert record is not None and record.payload == b"one"
+    # Still a duplicate while claimed; a new job once acked.
+    d = await claim_one(queue)
+    assert not (await queue.enqueue(b"three", id="job-1")).created
+    assert await queue.ack(d) is Settlement.ACKED
+    assert (await queue.enqueue(b"four", id="job-1")).created
+
+
+@pytest.mark.parametrize("bad", ["", "a/b", "../x", "sp ace", ".", "x" * 201, "é"])
+async def test_an_id_that_no_backend_can_hold_is_refused(queue: LeaseQueue, bad: str) -> None:
+    with pytest.raises(ValueError, match="invalid job id"):
+        await queue.enqueue(b"", id=bad)
+    assert (await queue.list()).records == []
+
+
+async def test_a_payload_over_the_limit_is_refused_and_nothing_is_enqueued(
+    queue: LeaseQueue,
+) -> None:
+    await queue.enqueue(b"x" * 1024, id="at-limit")
+    with pytest.raises(PayloadTooLarge, match="1025 bytes"):
+        await queue.enqueue(b"x" * 1025, id="over-limit")
+    assert [r.id for r in (await queue.list()).records] == ["at-limit"]
+
+
+async def test_subscribe_fires_on_enqueue_until_unsubscribed(queue: LeaseQueue) -> None:
+    calls: list[str] = []
+    unsubscribe = queue.subscribe(lambda: calls.append("wake"))
+    await queue.enqueue(b"a")
+    assert calls == ["wake"]
+    await queue.enqueue(b"a", id="dup")
+    await queue.enqueue(b"a", id="dup")  # a duplicate makes nothing new available
+    assert calls == ["wake", "wake"]
+    d = await claim_one(queue)
+    await queue.release(d)
+    assert len(calls) == 3
+    unsubscribe()
+    await queue.enqueue(b"b")
+    assert len(calls) == 3
+
+
+# -- claim -----------------------------------------------------------------
+
+
+async def test_claim_takes_n_in_priority_order_then_due_order(
+    queue: LeaseQueue, clock: FakeClock
+) -> None:
+    await queue.enqueue(b"", id="normal-early", priority=5)
+    clock.advance(1)
+    await queue.enqueue(b"", id="normal-late", priority=5)
+    await queue.enqueue(b"", id="high", priority=0)
+    await queue.enqueue(b"", id="low", priority=9)
+    first = await queue.claim(2, lease=LEASE)
+    assert [d.id for d in first] == ["high", "normal-early"]
+    assert all(d.attempt == 1 and d.claims == 1 for d in first)
+    assert all(d.lease_expires_at == clock.now() + LEASE for d in first)
+    rest = await queue.claim(5, lease=LEASE)
+    assert [d.id for d in rest] == ["normal-late", "low"]
+    assert await queue.claim(5, lease=LEASE) == []
+    assert len({d.token for d in first + rest}) == 4
+
+
+async def test_claim_hands_over_what_was_enqueued(queue: LeaseQueue, clock: FakeClock) -> None:
+    made = await queue.enqueue(b"body", kind="k", id="j", priority=2, headers={"h": "v"})
+    d = await claim_one(queue)
+    assert (d.id, d.kind, d.payload, d.priority, dict(d.headers)) == (
+        "j",
+        "k",
+        b"body",
+        2,
+        {"h": "v"},
+    )
+    assert (d.attempt, d.max_attempts, d.enqueued_at) == (1, 5, clock.now())
+    assert made.id == d.id
+    record = await queue.get("j")
+    assert record is not None and record.status is JobStatus.CLAIMED
+    assert record.lease_expires_at == d.lease_expires_at
+
+
+async def test_a_job_is_not_claimed_before_its_run_at(queue: LeaseQueue, clock: FakeClock) -> None:
+    await queue.enqueue(b"", id="later", run_at=clock.now() + 100)
+    assert await queue.claim(1, lease=LEASE) == []
+    record = await queue.get("later")
+    assert record is not None and record.status is JobStatus.SCHEDULED
+    assert await queue.next_due() == clock.now() + 100
+    clock.advance(99.5)
+    assert await queue.claim(1, lease=LEASE) == []
+    clock.advance(0.5)
+    assert [d.id for d in await queue.claim(1, lease=LEASE)] == ["later"]
+
+
+async def test_claim_filters_by_kind(queue: LeaseQueue) -> None:
+    await queue.enqueue(b"", id="a1", kind="a", priority=0)
+    await queue.enqueue(b"", id="b1", kind="b", priority=9)
+    await queue.enqueue(b"", id="c1", kind="c", priority=5)
+    assert [d.id for d in await queue.claim(5, lease=LEASE, kinds=["b"])] == ["b1"]
+    assert [d.id for d in await queue.claim(5, lease=LEASE, kinds={"a", "c"})] == ["a1", "c1"]
+
+
+async def test_priority_ages_so_an_old_low_job_beats_a_new_high_one(
+    clock: FakeClock, backend: Backend
+) -> None:
+    queue = backend.make(priority_aging=10.0)
+    await queue.enqueue(b"", id="old-low", priority=9)
+    clock.advance(89)  # 9 levels * 10 s = 90 s: not yet aged enough
+    await queue.enqueue(b"", id="new-high-1", priority=0)
+    assert (await claim_one(queue)).id == "new-high-1"
+    clock.advance(2)  # now the low job has waited 91 s
+    await queue.enqueue(b"", id="new-high-2", priority=0)
+    assert [d.id for d in await queue.claim(2, lease=LEASE)] == ["old-low", "new-high-2"]
+
+
+# -- leases and fencing ----------------------------------------------------
+
+
+async def test_a_lapsed_lease_is_reclaimed_and_the_old_token_is_fenced_off(
+    queue: LeaseQueue, clock: FakeClock
+) -> None:
+    await queue.enqueue(b"p", id="j")
+    old = await claim_one(queue, lease=10)
+    clock.advance(9)
+    assert await queue.claim(1, lease=10) == []  # not lapsed yet
+    assert await queue.next_due() == old.lease_expires_at
+    clock.advance(1)
+    new = await claim_one(queue, lease=10)
+    assert (new.id, new.attempt, new.claims) == ("j", 2, 2)
+    assert new.token != old.token
+    assert new.payload == b"p"
+    before = await queue.get("j")
+    assert await queue.renew(old, 100) is None
+    assert await queue.ack(old) is Settlement.LOST
+    assert await queue.nack(old, delay=0) is Settlement.LOST
+    assert await queue.nack(old, delay=0, count=False) is Settlement.LOST
+    assert await queue.dead_letter(old, "stale") is Settlement.LOST
+    assert await queue.release(old) is Settlement.LOST
+    assert await queue.get("j") == before
+    assert await queue.ack(new) is Settlement.ACKED
+
+
+async def test_a_reclaim_past_max_attempts_is_still_delivered(
+    backend: Backend, clock: FakeClock
+) -> None:
+    """The worker, not the queue, ends a job (docs/architecture.md)."""
+    queue = backend.make()
+    await queue.enqueue(b"", id="j", max_attempts=1)
+    await claim_one(queue, lease=1)
+    clock.advance(2)
+    again = await claim_one(queue, lease=1)
+    assert (again.attempt, again.max_attempts) == (2, 1)
+
+
+async def test_renew_extends_and_never_shortens(queue: LeaseQueue, clock: FakeClock) -> None:
+    await queue.enqueue(b"", id="j")
+    d = await claim_one(queue, lease=10)
+    assert await queue.renew(d, 60) == clock.now() + 60
+    assert await queue.renew(d, 5) == clock.now() + 60
+    clock.advance(50)
+    assert await queue.claim(1, lease=10) == []  # the original lease would have lapsed
+    assert await queue.renew(d, 30) == clock.now() + 30
+    record = await queue.get("j")
+    assert record is not None and record.lease_expires_at == clock.now() + 30
+    assert await queue.ack(d) is Settlement.ACKED
+
+
+async def test_a_lapsed_lease_not_yet_taken_over_can_still_settle(
+    queue: LeaseQueue, clock: FakeClock
+) -> None:
+    await queue.enqueue(b"", id="j")
+    d = await claim_one(queue, lease=10)
+    clock.advance(20)
+    assert await queue.ack(d) is Settlement.ACKED
+
+
+# -- settlements -----------------------------------------------------------
+
+
+async def test_ack_removes_the_job(queue: LeaseQueue) -> None:
+    await queue.enqueue(b"", id="j")
+    d = await claim_one(queue)
+    assert await queue.ack(d) is Settlement.ACKED
+    assert await queue.get("j") is None
+    assert await queue.ack(d) is Settlement.LOST
+    assert await queue.claim(1, lease=LEASE) == []
+
+
+async def test_nack_retries_after_the_delay_counting_the_attempt(
+    queue: LeaseQueue, clock: FakeClock
+) -> None:
+    await queue.enqueue(b"", id="j")
+    d = await claim_one(queue)
+    assert await queue.nack(d, delay=10, error="boom") is Settlement.RETRIED
+    record = await queue.get("j")
+    assert record is not None
+    assert (record.status, record.attempts, record.last_error) == (JobStatus.SCHEDULED, 1, "boom")
+    assert record.run_at == clock.now() + 10
+    assert await queue.next_due() == clock.now() + 10
+    assert await queue.claim(1, lease=LEASE) == []
+    clock.advance(10)
+    again = await claim_one(queue)
+    assert (again.attempt, again.claims) == (2, 2)
+    assert await queue.ack(d) is Settlement.LOST
+
+
+async def test_an_uncounted_nack_hands_the_attempt_back(
+    queue: LeaseQueue, clock: FakeClock
+) -> None:
+    await queue.enqueue(b"", id="j", max_attempts=1)
+    d = await claim_one(queue)
+    assert await queue.nack(d, delay=5, count=False) is Settlement.RETRIED
+    clock.advance(5)
+    again = await claim_one(queue)
+    assert (again.attempt, again.claims) == (1, 2)
+
+
+async def test_a_counted_nack_on_the_last_attempt_is_dead(queue: LeaseQueue) -> None:
+    await queue.enqueue(b"", id="j", max_attempts=2)
+    d1 = await claim_one(queue)
+    assert await queue.nack(d1, delay=0, error="first") is Settlement.RETRIED
+    d2 = await claim_one(queue)
+    assert d2.attempt == 2
+    assert await queue.nack(d2, delay=0, error="second") is Settlement.DEAD
+    record = await queue.get("j")
+    assert record is not None
+    assert (record.status, record.attempts, record.last_error) == (JobStatus.DEAD, 2, "second")
+    assert record.dead_reason == "second"
+    assert record.lease_expires_at is None
+    assert await queue.claim(1, lease=LEASE) == []
+
+
+async def test_dead_letter_records_the_reason(queue: LeaseQueue) -> None:
+    await queue.enqueue(b"", id="j")
+    d = await claim_one(queue)
+    assert await queue.dead_letter(d, "bad input") is Settlement.DEAD
+    record = await queue.get("j")
+    assert record is not None
+    assert (record.status, record.dead_reason) == (JobStatus.DEAD, "bad input")
+    assert await queue.claim(1, lease=LEASE) == []
+    assert await queue.ack(d) is Settlement.LOST
+    assert not (await queue.enqueue(b"", id="j")).created  # a dead id is still taken
+
+
+async def test_release_gives_the_job_back_at_once_uncounted(
+    queue: LeaseQueue, clock: FakeClock
+) -> None:
+    await queue.enqueue(b"", id="j", run_at=clock.now())
+    d = await claim_one(queue)
+    clock.advance(3)
+    assert await queue.release(d) is Settlement.RELEASED
+    record = await queue.get("j")
+    assert record is not None and (record.status, record.attempts) == (JobStatus.READY, 0)
+    again = await claim_one(queue)
+    assert (again.attempt, again.claims) == (1, 2)
+    assert await queue.release(d) is Settlement.LOST
+
+
+async def test_release_of_a_retry_makes_it_due_now(queue: LeaseQueue, clock: FakeClock) -> None:
+    await queue.enqueue(b"", id="j")
+    d = await claim_one(queue)
+    await queue.nack(d, delay=0)
+    d = await claim_one(queue)
+    await queue.release(d)
+    assert (await claim_one(queue)).attempt == 2
+
+
+# -- cancel and requeue ----------------------------------------------------
+
+
+async def test_cancel_removes_a_job_in_any_state(queue: LeaseQueue, clock: FakeClock) -> None:
+    await queue.enqueue(b"", id="ready")
+    await queue.enqueue(b"", id="scheduled", run_at=clock.now() + 60)
+    await queue.enqueue(b"", id="dead")
+    d = await claim_one(queue, kinds=[""])
+    await queue.dead_letter(d, "x")
+    for job_id in ("ready", "scheduled", "dead"):
+        assert await queue.cancel(job_id) is True, job_id
+        assert await queue.get(job_id) is None
+    assert await queue.cancel("ready") is False
+    assert await queue.cancel("never") is False
+
+
+async def test_cancelling_a_claimed_job_fences_off_its_holder(queue: LeaseQueue) -> None:
+    await queue.enqueue(b"", id="j")
+    d = await claim_one(queue)
+    assert await queue.cancel("j") is True
+    assert await queue.renew(d, 100) is None
+    assert await queue.ack(d) is Settlement.LOST
+    assert await queue.nack(d, delay=1) is Settlement.LOST
+    assert await queue.get("j") is None
+
+
+async def test_requeue_brings_a_dead_job_back_with_attempts_reset(
+    queue: LeaseQueue, clock: FakeClock
+) -> None:
+    await queue.enqueue(b"p", id="j", max_attempts=1)
+    await queue.enqueue(b"", id="live")
+    d = await claim_one(queue, kinds=[""])
+    assert d.id == "j"
+    assert await queue.nack(d, delay=0, error="e") is Settlement.DEAD
+    assert await queue.requeue("live") is False
+    assert await queue.requeue("never") is False
+    clock.advance(5)
+    assert await queue.requeue("j") is True
+    record = await queue.get("j")
+    assert record is not None
+    assert (record.status, record.attempts, record.dead_reason) == (JobStatus.READY, 0, None)
+    assert record.run_at == clock.now()
+    assert await queue.cancel("live")
+    again = await claim_one(queue)
+    assert (again.id, again.attempt, again.payload) == ("j", 1, b"p")
+    assert await queue.requeue("j") is False
+
+
+# -- inspection ------------------------------------------------------------
+
+
+async def test_list_pages_by_status_in_id_order(queue: LeaseQueue, clock: FakeClock) -> None:
+    for i in range(7):
+        await queue.enqueue(b"", id=f"j{i}", priority=i)
+    await queue.enqueue(b"", id="s", run_at=clock.now() + 60)
+    d0 = await claim_one(queue)  # j0
+    d1 = await claim_one(queue)  # j1
+    await queue.dead_letter(d1, "x")
+    assert d0.id == "j0"
+
+    seen: list[str] = []
+    cursor: str | None = None
+    pages = 0
+    while True:
+        page = await queue.list(cursor=cursor, limit=3)
+        pages += 1
+        assert len(page.records) <= 3
+        seen += [r.id for r in page.records]
+        if page.cursor is None:
+            break
+        cursor = page.cursor
+    assert seen == ["j0", "j1", "j2", "j3", "j4", "j5", "j6", "s"]
+    assert pages == 3
+
+    ready = await queue.list(JobStatus.READY, limit=2)
+    assert [r.id for r in ready.records] == ["j2", "j3"]
+    assert ready.cursor is not None
+    rest = await queue.list(JobStatus.READY, cursor=ready.cursor, limit=10)
+    assert [r.id for r in rest.records] == ["j4", "j5", "j6"]
+    assert rest.cursor is None
+    by = {s: [r.id for r in (await queue.list(s)).records] for s in JobStatus}
+    assert by[JobStatus.CLAIMED] == ["j0"]
+    assert by[JobStatus.DEAD] == ["j1"]
+    assert by[JobStatus.SCHEDULED] == ["s"]
+    counts = await queue.counts()
+    assert counts == {
+        JobStatus.READY: 5,
+        JobStatus.CLAIMED: 1,
+        JobStatus.DEAD: 1,
+        JobStatus.SCHEDULED: 1,
+    }
+
+
+async def test_get_of_an_unknown_id_is_none(queue: LeaseQueue) -> None:
+    assert await queue.get("nope") is None
+    assert (await queue.list()).records == []
+    assert (await queue.list()).cursor is None
+
+
+async def test_next_due_is_the_earliest_run_at_or_lease_expiry(
+    queue: LeaseQueue, clock: FakeClock
+) -> None:
+    assert await queue.next_due() is None
+    await queue.enqueue(b"", id="later", run_at=clock.now() + 100)
+    assert await queue.next_due() == clock.now() + 100
+    await queue.enqueue(b"", id="now")
+    d = await claim_one(queue, lease=40)
+    assert await queue.next_due() == clock.now() + 40
+    await queue.ack(d)
+    assert await queue.next_due() == clock.now() + 100
+
+
+# -- two processes on one store --------------------------------------------
+
+store_only = pytest.mark.parametrize(
+    "backend", [b for b in BACKENDS if b.startswith("store_")], indirect=True
+)
+
+
+@store_only
+async def test_a_job_enqueued_by_one_process_is_claimed_by_another(backend: Backend) -> None:
+    a, b = backend.make(), backend.make()
+    await a.enqueue(b"from a", id="j", kind="k", headers={"h": "1"})
+    d = await claim_one(b)
+    assert (d.id, d.payload, d.kind, dict(d.headers)) == ("j", b"from a", "k", {"h": "1"})
+    assert await a.claim(1, lease=LEASE) == []  # a's view is stale: the swap must fail
+    assert await b.ack(d) is Settlement.ACKED
+    assert await a.get("j") is None
+
+
+@store_only
+async def test_two_processes_racing_for_one_job_never_both_win(backend: Backend) -> None:
+    a, b = backend.make(), backend.make()
+    await a.enqueue(b"", id="j")
+    assert await b.list() is not None
+    # Both views now hold the same version; both try to swap it.
+    won = await asyncio.gather(a.claim(1, lease=LEASE), b.claim(1, lease=LEASE))
+    assert sorted(len(w) for w in won) == [0, 1]
+
+
+@store_only
+async def test_concurrent_claims_hand_each_job_to_exactly_one_process(backend: Backend) -> None:
+    a, b = backend.make(), backend.make()
+    ids = {(await a.enqueue(b"", id=f"j{i:02}")).id for i in range(12)}
+    got: dict[str, str] = {}
+    for _ in range(6):
+        rounds = await asyncio.gather(a.claim(3, lease=LEASE), b.claim(3, lease=LEASE))
+        for who, deliveries in zip("ab", rounds, strict=True):
+            for d in deliveries:
+                assert d.id not in got, f"{d.id} handed to {got.get(d.id)} and {who}"
+                got[d.id] = who
+    assert set(got) == ids
+
+
+@store_only
+async def test_another_process_takes_over_a_lapsed_lease(
+    backend: Backend, clock: FakeClock
+) -> None:
+    a, b = backend.make(), backend.make()
+    await a.enqueue(b"p", id="j")
+    old = await claim_one(a, lease=10)
+    assert await b.claim(1, lease=10) == []
+    clock.advance(10)
+    new = await claim_one(b, lease=10)
+    assert (new.attempt, new.payload) == (2, b"p")
+    assert await a.renew(old, 100) is None
+    assert await a.renew(old, 1) is None  # even a renewal that would not extend
+    assert await a.ack(old) is Settlement.LOST
+    assert await a.release(old) is Settlement.LOST
+    assert await b.ack(new) is Settlement.ACKED
+
+
+@store_only
+async def test_a_cancel_in_one_process_fences_the_holder_in_another(backend: Backend) -> None:
+    a, b = backend.make(), backend.make()
+    await a.enqueue(b"", id="j")
+    d = await claim_one(a)
+    assert await b.cancel("j") is True
+    assert await a.ack(d) is Settlement.LOST
+    assert (await a.enqueue(b"", id="j")).created
+
+
+@store_only
+async def test_work_one_process_gives_back_is_seen_by_another(
+    backend: Backend, clock: FakeClock
+) -> None:
+    a, b = backend.make(), backend.make()
+    await a.enqueue(b"", id="j", max_attempts=1)
+    d = await claim_one(a)
+    assert await b.claim(1, lease=LEASE) == []
+    await a.release(d)
+    d = await claim_one(b)
+    await b.dead_letter(d, "x")
+    assert await a.requeue("j") is True
+    assert (await claim_one(b)).attempt == 1
