@@ -161,7 +161,8 @@ def decide(delivery: Delivery, outcome: Outcome, backoff: Backoff, now: float) -
                 return _dead(FailureKind.TIMEOUT, message, "TimeoutError", attempt)
             return _retry(backoff.delay(attempt, delivery.id), now, True, message)
         case Raised(error):
-            message, error_type = describe(error), qualified_name(type(error))
+            reported = reported_error(error)
+            message, error_type = describe(reported), qualified_name(type(reported))
             if isinstance(error, PermanentError):
                 return _dead(_permanent_kind(error), message, error_type, attempt)
             if isinstance(error, RetryLater):
@@ -193,6 +194,16 @@ def _retry(delay: float, now: float, count: bool, message: str) -> Retry:
 
 
 # -- describing errors safely ------------------------------------------------
+
+
+def reported_error(error: BaseException) -> BaseException:
+    """The error to report: a PermanentError that only classifies another
+    error (it has an ``original``, like the workflow layer's
+    ClassifiedPermanent) is reported as the error it wraps."""
+    original = getattr(error, "original", None)
+    if isinstance(error, PermanentError) and isinstance(original, BaseException):
+        return original
+    return error
 
 
 def describe(error: BaseException) -> str:

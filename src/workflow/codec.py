@@ -1,0 +1,130 @@
+"""How inputs, step results and job results become bytes, and back, typed.
+
+Inputs are canonical JSON (pydantic's, with keys sorted), so one input always
+hashes the same and a record stays readable in ``stepstone show``. Results
+are MessagePack: msgpack-native values as they are, anything else (pydantic
+models, dataclasses, datetimes) through the pydantic TypeAdapter of the
+function's return annotation, which also brings the type back on replay.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import inspect
+import json
+import typing
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any
+
+import msgpack
+from pydantic import BaseModel, TypeAdapter
+
+_NATIVE = (type(None), bool, int, float, str, bytes)
+
+
+def sha256_hex(*parts: bytes) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(len(part).to_bytes(8, "big"))
+        digest.update(part)
+    return digest.hexdigest()
+
+
+def canonical_input(model: BaseModel) -> bytes:
+    """The model as JSON with sorted keys: the same input, the same bytes."""
+    raw = model.model_dump_json()
+    return json.dumps(
+        json.loads(raw), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    ).encode()
+
+
+def pack(value: object) -> bytes:
+    return msgpack.packb(value, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def unpack(data: bytes) -> Any:
+    return msgpack.unpackb(data, raw=False, strict_map_key=False)
+
+
+def is_native(value: object) -> bool:
+    """True if msgpack stores the value as it is (tuples come back as lists)."""
+    if isinstance(value, _NATIVE):
+        return not isinstance(value, int) or -(2**63) <= value < 2**64
+    if isinstance(value, list | tuple):
+        return all(is_native(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str | int) and is_native(v) for k, v in value.items())
+    return False
+
+
+class ResultCodec:
+    """Encodes and decodes the results of one function, by its return annotation."""
+
+    def __init__(self, annotation: Any) -> None:
+        self.annotation = annotation
+        self.adapter: TypeAdapter[Any] | None = (
+            None if annotation in (inspect.Signature.empty, Any, object) else _adapter(annotation)
+        )
+
+    def encode(self, value: object) -> bytes:
+        """Raises TypeError/ValueError with a message naming the value's type."""
+        if self.adapter is not None and not is_native(value):
+            # Python mode keeps bytes as bytes; JSON mode turns datetimes,
+            # UUIDs and the like into strings the adapter parses back.
+            dumped = self.adapter.dump_python(value, mode="python")
+            value = dumped if is_native(dumped) else self.adapter.dump_python(value, mode="json")
+        elif not is_native(value):
+            raise TypeError(
+                f"a {type(value).__name__} is not a MessagePack value; annotate the "
+                "function's return type so it can be stored and rebuilt"
+            )
+        try:
+            return pack(value)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise TypeError(f"cannot encode a {type(value).__name__}: {exc}") from exc
+
+    def decode(self, data: bytes) -> Any:
+        value = unpack(data)
+        if self.adapter is not None:
+            return self.adapter.validate_python(value)
+        return value
+
+
+@lru_cache(maxsize=1024)
+def _adapter(annotation: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(annotation)
+
+
+_codecs: dict[object, ResultCodec] = {}
+
+
+def codec_for(fn: Callable[..., object]) -> ResultCodec:
+    """The codec for ``fn``'s results, from its return annotation (cached)."""
+    key = getattr(fn, "__func__", fn)
+    try:
+        return _codecs[key]
+    except (KeyError, TypeError):
+        pass
+    codec = ResultCodec(return_annotation(fn))
+    with contextlib.suppress(TypeError):  # an unhashable callable is not cached
+        _codecs[key] = codec
+    return codec
+
+
+def return_annotation(fn: Callable[..., object]) -> Any:
+    target = fn
+    while hasattr(target, "func") and not inspect.isfunction(target):  # functools.partial
+        target = target.func
+    try:
+        hints = typing.get_type_hints(target)
+    except Exception:
+        hints = {}
+    if "return" in hints:
+        ret = hints["return"]
+        origin = typing.get_origin(ret)
+        if origin is not None and origin in (typing.Awaitable, typing.Coroutine):
+            ret = typing.get_args(ret)[-1]
+        return ret
+    return inspect.Signature.empty

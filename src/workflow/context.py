@@ -1,0 +1,291 @@
+"""JobContext: what a running job sees, and memoized steps.
+
+``ctx.step(name, fn, ...)`` is the heart of the engine. A step runs once per
+run: its result is written create-if-absent under the run's incarnation, so
+the first writer wins (a zombie's late write cannot replace it) and a retry
+reads it back instead of running ``fn`` again.
+
+Memos are looked for only when an earlier claim of this run could have left
+some (``Delivery.claims > 1``): a first attempt does no reads at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
+
+from runtime.worker import Attempt
+from store import AlreadyExists, ObjectStore
+
+from .codec import codec_for, pack
+from .errors import EncodingError
+from .layout import Layout, step_key
+
+if TYPE_CHECKING:
+    from .handle import JobHandle
+    from .job import Job
+    from .runner import JobRunner, SubmitOptions
+
+P = ParamSpec("P")
+R = TypeVar("R")
+S = TypeVar("S")
+Out = TypeVar("Out")
+
+log = logging.getLogger("workflow")
+
+PROGRESS_INTERVAL = 1.0
+"""At most one progress write per run per this many seconds; the last value is
+always written before the run settles."""
+
+
+class _Run:
+    """One attempt's bookkeeping, shared by its JobContext and the executor."""
+
+    def __init__(
+        self,
+        *,
+        runner: JobRunner,
+        store: ObjectStore,
+        layout: Layout,
+        attempt: Attempt,
+        name: str,
+        incarnation: str,
+        memo_keys: set[str] | None,
+        headers: Mapping[str, str],
+    ) -> None:
+        self.runner = runner
+        self.store = store
+        self.layout = layout
+        self.attempt = attempt
+        self.name = name
+        self.incarnation = incarnation
+        self.memo_keys = memo_keys
+        self.headers = headers
+        self.occurrences: dict[str, int] = {}
+        self.children = 0
+        self.progress: Any = None
+        self.progress_written: Any = None
+        self.progress_at = 0.0
+        self.progress_task: asyncio.Task[None] | None = None
+        self.replayed: list[str] = []
+        self.executed: list[str] = []
+
+    @property
+    def run_id(self) -> str:
+        return self.attempt.delivery.id
+
+    async def flush_progress(self) -> None:
+        if self.progress_task is not None:
+            await asyncio.shield(self.progress_task)
+        if self.progress is not None and self.progress != self.progress_written:
+            value = self.progress
+            await self.store.put(self.layout.progress(self.run_id), pack(value))
+            self.progress_written = value
+
+
+class LeaseControl:
+    """The job's lease, for a handler that knows it needs longer."""
+
+    def __init__(self, attempt: Attempt) -> None:
+        self._attempt = attempt
+
+    @property
+    def expires_at(self) -> float:
+        return self._attempt.lease.expires_at
+
+    async def ensure_at_least(self, seconds: float) -> None:
+        """Make sure at least ``seconds`` remain on the lease, renewing now if not.
+
+        Raises ``runtime.errors.LeaseLost`` when another worker has the job."""
+        await self._attempt.lease.ensure_at_least(seconds)
+
+
+class JobContext:
+    """Handed to ``Job.run``: steps, child jobs, state, progress, the lease."""
+
+    def __init__(self, run: _Run) -> None:
+        self._run = run
+        self._loop = asyncio.get_running_loop()
+        self.lease = LeaseControl(run.attempt)
+
+    @property
+    def attempt(self) -> int:
+        """1 on the first attempt; counted attempts so far, this one included."""
+        return self._run.attempt.delivery.attempt
+
+    @property
+    def job_id(self) -> str:
+        return self._run.run_id
+
+    @property
+    def job_name(self) -> str:
+        return self._run.name
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        return self._run.headers
+
+    def state(self, kind: type[S]) -> S:
+        """The application state of type ``kind`` registered on the runner."""
+        return self._run.runner.state_of(kind)
+
+    async def step(
+        self,
+        name: str,
+        fn: Callable[P, Awaitable[R]] | Callable[P, R],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> R:
+        """Run ``fn(*args, **kwargs)`` once for this run and return its result.
+
+        On a retry, a step that already finished returns its recorded result
+        (with its type, through ``fn``'s return annotation) without running.
+        A name used twice in one run is two steps, told apart by call order.
+        """
+        run = self._run
+        occurrence = run.occurrences.get(name, 0) + 1
+        run.occurrences[name] = occurrence
+        segment = step_key(name, occurrence)
+        key = run.layout.memo(run.run_id, run.incarnation, segment)
+        codec = codec_for(fn)
+
+        if run.memo_keys is not None and segment in run.memo_keys:
+            recorded = await run.store.get(key)
+            run.replayed.append(segment)
+            log.debug(
+                "job %s (%s) attempt %d: step %r replayed from its memo",
+                run.run_id,
+                run.name,
+                self.attempt,
+                name,
+                extra=_extra(run),
+            )
+            return cast(R, codec.decode(recorded.data))
+
+        if inspect.iscoroutinefunction(fn) or _returns_awaitable(fn):
+            value = await cast(Callable[P, Awaitable[R]], fn)(*args, **kwargs)
+        else:
+            value = await asyncio.to_thread(cast(Callable[P, R], fn), *args, **kwargs)
+            if inspect.isawaitable(value):
+                value = await value
+        run.executed.append(segment)
+        try:
+            data = codec.encode(value)
+        except (TypeError, ValueError) as exc:
+            raise EncodingError(
+                f"the result cannot be stored: {exc}", job=run.name, step=name
+            ) from exc
+        try:
+            await run.store.put_if_absent(key, data)
+        except AlreadyExists:
+            # Another attempt of this run (a zombie, or the attempt this one
+            # replaced) recorded the step first: its value is the step's value.
+            data = (await run.store.get(key)).data
+            log.info(
+                "job %s (%s) attempt %d: step %r was recorded by another attempt; "
+                "continuing with the recorded value",
+                run.run_id,
+                run.name,
+                self.attempt,
+                name,
+                extra=_extra(run),
+            )
+        return cast(R, codec.decode(data))
+
+    async def submit(self, job: Job[Out], options: SubmitOptions | None = None) -> JobHandle[Out]:
+        """Submit a child job, once per parent run.
+
+        A child without an idempotency key gets an id derived from this run and
+        the call's position, so a parent that retries finds the child it already
+        submitted instead of starting another.
+        """
+        run = self._run
+        run.children += 1
+        derived = None
+        if job.idempotency_key() is None:
+            seed = f"{run.run_id}/{run.incarnation}/child/{run.children}"
+            derived = hashlib.sha256(seed.encode()).hexdigest()
+        return await run.runner._submit(job, options, run_id=derived)
+
+    def progress(self, value: Any) -> None:
+        """Report progress (any MessagePack value); readable through
+        ``handle.status()`` and ``stepstone show``. Cheap to call often: writes
+        are debounced, and the last value is written before the run settles."""
+        run = self._run
+        try:
+            pack(value)
+        except (TypeError, ValueError) as exc:
+            raise EncodingError(f"progress value cannot be stored: {exc}", job=run.name) from exc
+        run.progress = value
+        now = time.monotonic()
+        if now - run.progress_at >= PROGRESS_INTERVAL and (
+            run.progress_task is None or run.progress_task.done()
+        ):
+            run.progress_at = now
+            run.progress_task = asyncio.get_running_loop().create_task(_write_progress(run))
+
+    @property
+    def sync(self) -> SyncContext:
+        """The same context for a synchronous ``run`` (which runs in a thread)."""
+        return SyncContext(self, self._loop)
+
+
+class SyncContext:
+    """Blocking forms of the context's async methods, for a ``def run`` job."""
+
+    def __init__(self, ctx: JobContext, loop: asyncio.AbstractEventLoop) -> None:
+        self._ctx = ctx
+        self._loop = loop
+
+    def _call(self, coro: Awaitable[R]) -> R:
+        if _in_loop():
+            raise RuntimeError("ctx.sync is for synchronous jobs; in async code use await ctx.step")
+        return asyncio.run_coroutine_threadsafe(_as_coro(coro), self._loop).result()
+
+    def step(self, name: str, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self._call(self._ctx.step(name, fn, *args, **kwargs))
+
+    def submit(self, job: Job[Out], options: SubmitOptions | None = None) -> JobHandle[Out]:
+        return self._call(self._ctx.submit(job, options))
+
+    def progress(self, value: Any) -> None:
+        self._loop.call_soon_threadsafe(self._ctx.progress, value)
+
+    def ensure_lease(self, seconds: float) -> None:
+        self._call(self._ctx.lease.ensure_at_least(seconds))
+
+
+async def _as_coro(awaitable: Awaitable[R]) -> R:
+    return await awaitable
+
+
+async def _write_progress(run: _Run) -> None:
+    value = run.progress
+    try:
+        await run.store.put(run.layout.progress(run.run_id), pack(value))
+        run.progress_written = value
+    except Exception as exc:  # progress is best-effort until the final flush
+        log.warning("job %s: progress not written: %s", run.run_id, exc, extra=_extra(run))
+
+
+def _in_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _returns_awaitable(fn: Callable[..., object]) -> bool:
+    call = getattr(fn, "__call__", None)  # noqa: B004 - async callable objects
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+def _extra(run: _Run) -> dict[str, object]:
+    return {"job_id": run.run_id, "job_name": run.name, "attempt": run.attempt.delivery.attempt}

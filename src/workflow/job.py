@@ -1,0 +1,105 @@
+"""Job: a typed input with a ``run`` method, and what the runner reads off it.
+
+A job type is a pydantic model, so its input is validated when it is built
+and stored as canonical JSON; generic over its output type, so
+``await handle`` is typed. Everything else a runner needs (its NAME, its
+idempotency key, how it classifies errors) is a class attribute or method
+with a sensible default.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import typing
+from collections.abc import Awaitable
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+from .codec import canonical_input
+from .errors import Permanent
+
+if TYPE_CHECKING:
+    from .context import JobContext
+
+Out = TypeVar("Out")
+
+
+class ErrorClass(StrEnum):
+    PERMANENT = "permanent"
+    TRANSIENT = "transient"
+
+
+class Job(BaseModel, Generic[Out]):
+    """Subclass with fields for the input and a ``run`` method.
+
+    >>> class Add(Job[int]):
+    ...     a: int
+    ...     b: int
+    ...     async def run(self, ctx: JobContext) -> int:
+    ...         return self.a + self.b
+    """
+
+    # Bytes fields travel as base64 in the canonical JSON, so any bytes survive.
+    model_config = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64", frozen=False)
+
+    NAME: ClassVar[str]
+    """The name the job is stored and routed under. Defaults to ``module.QualName``;
+    set it explicitly so renaming or moving the class does not orphan queued jobs."""
+
+    max_attempts: ClassVar[int | None] = None
+    """Attempts in total, the first included; None takes the runner's default."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "NAME" not in cls.__dict__:
+            cls.NAME = f"{cls.__module__}.{cls.__qualname__}"
+
+    def idempotency_key(self) -> str | None:
+        """A key naming the one run this input stands for; None (the default)
+        makes every submit a new run. See :func:`payload_idempotency_key`."""
+        return None
+
+    def classify(self, error: BaseException) -> ErrorClass:
+        """Permanent errors go to dead at once; transient ones are retried."""
+        if isinstance(error, Permanent):
+            return ErrorClass.PERMANENT
+        return ErrorClass.TRANSIENT
+
+    def run(self, ctx: JobContext) -> Out | Awaitable[Out]:
+        """The job's work. Define it ``async``; a plain ``def`` runs in a thread
+        and uses ``ctx.sync`` for steps."""
+        raise NotImplementedError(f"{type(self).__name__} must define run(self, ctx)")
+
+    @classmethod
+    def output_type(cls) -> Any:
+        """The declared output type: ``run``'s return annotation, else ``Out``."""
+        try:
+            hints = typing.get_type_hints(cls.run)
+        except Exception:
+            hints = {}
+        ret = hints.get("return", inspect.Signature.empty)
+        if ret is not inspect.Signature.empty and typing.get_origin(ret) is not typing.Union:
+            return ret
+        for klass in cls.__mro__:
+            meta = getattr(klass, "__pydantic_generic_metadata__", None)
+            if meta and meta.get("origin") is Job and meta.get("args"):
+                return meta["args"][0]
+        return Any
+
+    @classmethod
+    def is_async(cls) -> bool:
+        return inspect.iscoroutinefunction(cls.run)
+
+
+def payload_idempotency_key(job: Job[Any]) -> str:
+    """``"{NAME}:{sha256 of the canonical input}"``: the same input, the same key.
+
+    For jobs whose input alone identifies the work (content-addressed dedup)::
+
+        def idempotency_key(self) -> str:
+            return payload_idempotency_key(self)
+    """
+    return f"{job.NAME}:{hashlib.sha256(canonical_input(job)).hexdigest()}"

@@ -1,0 +1,89 @@
+"""Where the workflow layer keeps its objects in the store.
+
+```
+outcomes/<run_id>                       the outcome record (create-if-absent)
+memos/<run_id>/<incarnation>/<step>     one memoized step (create-if-absent)
+progress/<run_id>                       the last progress value a run reported
+```
+
+Run ids are hex digests or hex tokens and incarnations are hex tokens, so
+the only user text in a key is a step name, which is percent-encoded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from urllib.parse import quote, unquote
+
+from store.keys import join
+
+_HEX_ID = re.compile(r"^[0-9a-f]{8,64}$")
+MAX_STEP_NAME = 200
+
+
+def run_id_for_key(idempotency_key: str) -> str:
+    """The run id of a keyed job: the hex SHA-256 of its key."""
+    return hashlib.sha256(idempotency_key.encode()).hexdigest()
+
+
+def fresh_run_id() -> str:
+    return secrets.token_hex(16)
+
+
+def fresh_incarnation() -> str:
+    return secrets.token_hex(8)
+
+
+def check_run_id(run_id: str) -> str:
+    if not isinstance(run_id, str) or not _HEX_ID.match(run_id):
+        raise ValueError(f"not a job id: {run_id!r} (expected 8 to 64 lowercase hex digits)")
+    return run_id
+
+
+class Layout:
+    """Key builders under one prefix (the runner's ``prefix``, often empty)."""
+
+    def __init__(self, prefix: str = "") -> None:
+        self.prefix = prefix.strip("/")
+
+    def outcome(self, run_id: str) -> str:
+        return join(self.prefix, "outcomes", run_id)
+
+    def outcomes(self) -> str:
+        return join(self.prefix, "outcomes") + "/"
+
+    def memos(self, run_id: str, incarnation: str | None = None) -> str:
+        return join(self.prefix, "memos", run_id, incarnation or "") + "/"
+
+    def memo(self, run_id: str, incarnation: str, step_key: str) -> str:
+        return join(self.prefix, "memos", run_id, incarnation, step_key)
+
+    def progress(self, run_id: str) -> str:
+        return join(self.prefix, "progress", run_id)
+
+    def run_id_of_outcome(self, key: str) -> str:
+        return key.rsplit("/", 1)[-1]
+
+
+def step_key(name: str, occurrence: int) -> str:
+    """The key segment of a step: its name percent-encoded, and ``@n`` for the
+    n-th call of one name in a run (n > 1). ``@`` is always encoded in names,
+    so a suffix never collides with a name."""
+    if not isinstance(name, str) or not name:
+        raise ValueError("a step name must be a non-empty str")
+    if len(name) > MAX_STEP_NAME:
+        raise ValueError(
+            f"a step name must be at most {MAX_STEP_NAME} characters: {name[:40]!r}..."
+        )
+    encoded = quote(name, safe="")
+    if encoded in (".", ".."):
+        encoded = encoded.replace(".", "%2E")
+    return encoded if occurrence == 1 else f"{encoded}@{occurrence}"
+
+
+def step_name(key: str) -> str:
+    """The readable name of a step key (``charge@2`` -> ``charge #2``)."""
+    base, _, n = key.partition("@")
+    return unquote(base) + (f" #{n}" if n else "")

@@ -1,0 +1,117 @@
+"""Outcome records: the one durable answer for each run.
+
+Written create-if-absent before the queue entry is acked, so the first
+writer's answer is the answer: a zombie that finishes late, a duplicate
+delivery, a resubmission, all read the same record. It outlives the queue
+entry (which the ack removes) until retention sweeps it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Generic, TypeVar
+
+from .codec import pack, unpack
+from .errors import JobCancelled, JobFailed
+
+T = TypeVar("T")
+
+RECORD_VERSION = 1
+
+
+class OutcomeStatus(StrEnum):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class JobError:
+    """Why a run failed: the kind of stop, the last error's message and class."""
+
+    kind: str
+    message: str
+    error_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeRecord:
+    """The stored form: the result stays encoded until someone asks for it typed."""
+
+    run_id: str
+    name: str
+    status: OutcomeStatus
+    input_hash: str
+    incarnation: str
+    attempts: int
+    finished_at: float
+    result: bytes | None = None
+    error: JobError | None = None
+    progress: Any = None
+
+    def encode(self) -> bytes:
+        return pack(
+            {
+                "v": RECORD_VERSION,
+                "run_id": self.run_id,
+                "name": self.name,
+                "status": self.status.value,
+                "input_hash": self.input_hash,
+                "incarnation": self.incarnation,
+                "attempts": self.attempts,
+                "finished_at": self.finished_at,
+                "result": self.result,
+                "error": None
+                if self.error is None
+                else [self.error.kind, self.error.message, self.error.error_type],
+                "progress": self.progress,
+            }
+        )
+
+    @classmethod
+    def decode(cls, data: bytes) -> OutcomeRecord:
+        raw = unpack(data)
+        if not isinstance(raw, dict) or raw.get("v") != RECORD_VERSION:
+            raise ValueError("not an outcome record of a version this library reads")
+        error = raw.get("error")
+        return cls(
+            run_id=raw["run_id"],
+            name=raw["name"],
+            status=OutcomeStatus(raw["status"]),
+            input_hash=raw["input_hash"],
+            incarnation=raw.get("incarnation", ""),
+            attempts=int(raw["attempts"]),
+            finished_at=float(raw["finished_at"]),
+            result=raw.get("result"),
+            error=None if error is None else JobError(*error),
+            progress=raw.get("progress"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome(Generic[T]):
+    """How a run ended, with its typed result when it succeeded.
+
+    ``join()`` returns one without raising; ``unwrap()`` gives the result or
+    raises :class:`JobFailed` (:class:`JobCancelled` for a cancelled run).
+    """
+
+    id: str
+    status: OutcomeStatus
+    attempts: int
+    finished_at: float
+    result: T | None = None
+    error: JobError | None = None
+    progress: Any = field(default=None, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.status is OutcomeStatus.SUCCEEDED
+
+    def unwrap(self) -> T:
+        if self.status is OutcomeStatus.SUCCEEDED:
+            return self.result  # type: ignore[return-value]
+        error = self.error or JobError("failed", "no error recorded")
+        exc = JobCancelled if self.status is OutcomeStatus.CANCELLED else JobFailed
+        raise exc(self.id, error.kind, error.message, error.error_type)

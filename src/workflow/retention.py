@@ -1,0 +1,90 @@
+"""The retention sweep: a finished run's records go after the window.
+
+It walks ``outcomes/`` (a LIST per thousand runs) and takes the objects'
+own modification time from the listing, so deciding costs no GET. For each
+run past the window it deletes the memos of every incarnation, the progress
+record, and last the outcome: a sweep cut short leaves the outcome, so a
+resubmission still answers from it, and the next sweep finishes the job.
+
+A sweep runs in each worker process every ``interval`` (by the runner's
+clock; a FakeClock moving past it wakes the sweeper). Several processes
+sweeping at once is harmless: every delete is idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from runtime.clock import subscribe
+
+if TYPE_CHECKING:
+    from .runner import JobRunner
+
+log = logging.getLogger("workflow.retention")
+
+
+class Sweeper:
+    def __init__(
+        self, runner: JobRunner, retention: float, *, interval: float | None = None
+    ) -> None:
+        if retention <= 0:
+            raise ValueError(f"retention must be positive seconds, got {retention}")
+        self.runner = runner
+        self.retention = retention
+        self.interval = interval if interval is not None else min(max(retention / 10, 1.0), 300.0)
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._unsubscribe: Callable[[], None] = lambda: None
+
+    def start(self) -> None:
+        self._wake = asyncio.Event()
+        self._unsubscribe = subscribe(self.runner.clock, self._wake.set)
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name="stepstone-sweeper")
+
+    async def stop(self) -> None:
+        self._unsubscribe()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _loop(self) -> None:
+        clock = self.runner.clock
+        next_at = clock.now()
+        while True:
+            if clock.now() >= next_at:
+                try:
+                    swept = await sweep(self.runner, self.retention)
+                    if swept:
+                        log.info("retention sweep removed %d finished run(s)", swept)
+                except Exception as exc:
+                    log.warning("retention sweep failed (will try again): %s", exc)
+                next_at = clock.now() + self.interval
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), max(0.01, next_at - clock.now()))
+
+
+async def sweep(runner: JobRunner, retention: float) -> int:
+    """Remove every run that finished more than ``retention`` seconds ago; returns how many."""
+    store, layout = runner.store, runner.layout
+    cutoff = runner.clock.now() - retention
+    expired = [info async for info in store.scan(layout.outcomes()) if info.modified <= cutoff]
+    for info in expired:
+        run_id = layout.run_id_of_outcome(info.key)
+        await remove_run(runner, run_id)
+    return len(expired)
+
+
+async def remove_run(runner: JobRunner, run_id: str) -> None:
+    """Delete a run's memos, progress and outcome, in that order."""
+    store, layout = runner.store, runner.layout
+    keys = [info.key async for info in store.scan(layout.memos(run_id))]
+    await asyncio.gather(*(store.delete(key) for key in keys))
+    await store.delete(layout.progress(run_id))
+    await store.delete(layout.outcome(run_id))

@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from wf_jobs import Counters
+
+from runtime import FakeClock, MemoryQueue
+from store import MemoryStore
+from workflow import JobRunner
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def counters() -> Counters:
+    return Counters()
+
+
+@pytest.fixture
+def store(clock: FakeClock) -> MemoryStore:
+    return MemoryStore(clock=clock.now)
+
+
+@pytest.fixture(params=["memory-queue", "store-queue"])
+def make_runner(
+    request: pytest.FixtureRequest, store: MemoryStore, clock: FakeClock, counters: Counters
+) -> Callable[..., JobRunner]:
+    """A runner factory on one store and clock: call it again for a 'restart'.
+
+    Parametrized over the two queues a single process can use, so every
+    scenario holds on the MemoryQueue and on the default StoreQueue.
+    """
+    shared_memory_queue = MemoryQueue(clock=clock)
+
+    def make(**kwargs: Any) -> JobRunner:
+        kwargs.setdefault("state", [counters])
+        kwargs.setdefault("retry_backoff", 0.0)
+        kwargs.setdefault("poll_interval", 0.05)
+        if request.param == "memory-queue":
+            kwargs.setdefault("queue", shared_memory_queue)
+        return JobRunner(store, clock=clock, **kwargs)
+
+    return make
+
+
+@pytest.fixture
+async def runner(make_runner: Callable[..., JobRunner]) -> AsyncIterator[JobRunner]:
+    from wf_jobs import (
+        Adder,
+        AlwaysFlaky,
+        Coordinator,
+        ExtendsLease,
+        FixedKey,
+        GatedKeyed,
+        Increment,
+        Keyed,
+        KeyedFailure,
+        KeyedStep,
+        MemoThenFail,
+        Progressing,
+        RepeatedSteps,
+        SyncJob,
+        TypedSteps,
+        Unserializable,
+    )
+
+    r = make_runner(
+        jobs=[
+            Adder,
+            AlwaysFlaky,
+            Coordinator,
+            ExtendsLease,
+            FixedKey,
+            GatedKeyed,
+            Increment,
+            Keyed,
+            KeyedFailure,
+            KeyedStep,
+            MemoThenFail,
+            Progressing,
+            RepeatedSteps,
+            SyncJob,
+            TypedSteps,
+            Unserializable,
+        ]
+    )
+    async with r:
+        yield r

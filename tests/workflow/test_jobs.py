@@ -1,0 +1,377 @@
+"""The job API's behaviour, scenario by scenario (the taquba-workflow jobs
+tests, and what the engine promises beyond them)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+import pytest
+from pydantic import ConfigDict
+from wf_jobs import (
+    Adder,
+    AlwaysFlaky,
+    Coordinator,
+    Counters,
+    ExtendsLease,
+    FixedKey,
+    GatedKeyed,
+    Increment,
+    Keyed,
+    KeyedFailure,
+    KeyedStep,
+    MemoThenFail,
+    Progressing,
+    Reclaimable,
+    RepeatedSteps,
+    SyncJob,
+    TypedSteps,
+    Unserializable,
+)
+from wf_support import wait_until
+
+from runtime import FakeClock, JobStatus
+from store import MemoryStore
+from workflow import (
+    DuplicateJobName,
+    EncodingError,
+    InputMismatch,
+    Job,
+    JobCancelled,
+    JobContext,
+    JobFailed,
+    JobRunner,
+    OutcomeStatus,
+    SubmitOptions,
+    payload_idempotency_key,
+)
+from workflow.codec import pack
+from workflow.layout import run_id_for_key
+from workflow.retention import remove_run
+
+MakeRunner = Callable[..., JobRunner]
+
+
+async def test_unkeyed_submits_are_always_new(runner: JobRunner) -> None:
+    first = await runner.submit(Adder(a=1, b=2))
+    second = await runner.submit(Adder(a=1, b=2))
+    assert first.newly_submitted and second.newly_submitted
+    assert first.id != second.id
+    assert await first == 3 and await second == 3
+
+
+async def test_submit_run_await(runner: JobRunner) -> None:
+    handle = await runner.submit(Adder(a=20, b=22))
+    assert await handle == 42
+    outcome = await handle.join()
+    assert outcome.ok and outcome.result == 42 and outcome.attempts == 1
+
+
+async def test_a_memo_survives_a_retry(runner: JobRunner, counters: Counters) -> None:
+    handle = await runner.submit(MemoThenFail(seed=4))
+    assert await handle == 41
+    assert counters.counts["expensive"] == 1, "the memoized step ran again on the retry"
+    assert (await handle.join()).attempts == 2
+
+
+async def test_lease_extension_from_the_handler_reaches_the_queue(
+    runner: JobRunner, clock: FakeClock
+) -> None:
+    expires_at = await (await runner.submit(ExtendsLease()))
+    assert expires_at >= clock.now() + 3600
+
+
+async def test_permanent_failure_is_dead_with_the_error_recorded(runner: JobRunner) -> None:
+    handle = await runner.submit(KeyedFailure(n=7))
+    with pytest.raises(JobFailed) as failed:
+        await handle
+    assert failed.value.kind == "permanent"
+    assert "refusing 7" in failed.value.message
+    assert (await handle.join()).attempts == 1
+    record = await runner.queue.get(handle.id)
+    assert record is not None and record.status is JobStatus.DEAD
+
+
+async def test_keyed_duplicates_collapse_while_pending(
+    make_runner: MakeRunner, counters: Counters
+) -> None:
+    runner = make_runner(jobs=[Keyed])
+    first = await runner.submit(Keyed(n=3))
+    second = await runner.submit(Keyed(n=3))
+    assert first.newly_submitted and not second.newly_submitted
+    assert first.id == second.id == run_id_for_key("keyed:3")
+    async with runner:
+        assert await second == 3
+        assert await first == 3
+    assert counters.counts["keyed"] == 1
+
+
+async def test_a_duplicate_joins_the_in_flight_run(runner: JobRunner, counters: Counters) -> None:
+    first = await runner.submit(GatedKeyed(n=5))
+    await wait_until(counters.started.is_set)
+    second = await runner.submit(GatedKeyed(n=5))
+    assert not second.newly_submitted and second.id == first.id
+    counters.gate.set()
+    assert await second == 5 and await first == 5
+    assert counters.counts["gated"] == 1
+
+
+async def test_input_mismatch_on_the_same_key(make_runner: MakeRunner) -> None:
+    runner = make_runner()
+    await runner.submit(FixedKey(content="alpha"))
+    with pytest.raises(InputMismatch) as mismatch:
+        await runner.submit(FixedKey(content="beta"))
+    assert mismatch.value.job_id == run_id_for_key("fixed")
+    # And after a restart: a new runner on the same store and queue.
+    with pytest.raises(InputMismatch):
+        await make_runner().submit(FixedKey(content="beta"))
+
+
+async def test_input_mismatch_against_a_finished_run(runner: JobRunner) -> None:
+    assert await (await runner.submit(FixedKey(content="alpha"))) == "alpha"
+    with pytest.raises(InputMismatch):
+        await runner.submit(FixedKey(content="beta"))
+
+
+async def test_cached_success_after_completion_and_after_restart(
+    make_runner: MakeRunner, counters: Counters
+) -> None:
+    async with make_runner(jobs=[Keyed]) as runner:
+        first = await runner.submit(Keyed(n=42))
+        assert first.newly_submitted
+        assert await first == 42
+        second = await runner.submit(Keyed(n=42))
+        assert not second.newly_submitted and second.id == first.id
+        assert await second == 42
+    # A new runner that does not even run a worker answers from the record.
+    restarted = make_runner()
+    third = await restarted.submit(Keyed(n=42))
+    assert not third.newly_submitted and third.id == first.id
+    cached = await third.fetch_result()
+    assert cached is not None and cached.result == 42
+    assert await third == 42
+    assert counters.counts["keyed"] == 1
+
+
+async def test_cached_failure_after_completion_and_after_restart(make_runner: MakeRunner) -> None:
+    async with make_runner(jobs=[KeyedFailure]) as runner:
+        first = await runner.submit(KeyedFailure(n=7))
+        with pytest.raises(JobFailed):
+            await first
+        second = await runner.submit(KeyedFailure(n=7))
+        assert not second.newly_submitted and second.id == first.id
+        with pytest.raises(JobFailed) as failed:
+            await second
+        assert failed.value.kind == "permanent"
+    third = await make_runner().submit(KeyedFailure(n=7))
+    assert not third.newly_submitted
+    outcome = await third.join()
+    assert outcome.status is OutcomeStatus.FAILED
+    assert outcome.error is not None and "refusing 7" in outcome.error.message
+
+
+async def test_resubmit_after_the_records_were_swept_runs_again_under_the_same_id(
+    runner: JobRunner, counters: Counters, store: MemoryStore
+) -> None:
+    first = await runner.submit(KeyedStep(n=1))
+    assert await first == 1
+    old = await runner._read_outcome_record(first.id)
+    assert old is not None
+
+    await remove_run(runner, first.id)
+    assert await first.fetch_result() is None
+    # A zombie of the swept run writes its memo late: the next run must not see it.
+    await store.put(runner.layout.memo(first.id, old.incarnation, "count"), pack(999))
+
+    second = await runner.submit(KeyedStep(n=1))
+    assert second.newly_submitted and second.id == first.id
+    assert await second == 2, "the new run replayed a memo of the swept run"
+    assert counters.counts["keyed-step"] == 2
+
+
+async def test_retention_removes_the_outcome(make_runner: MakeRunner, clock: FakeClock) -> None:
+    async with make_runner(jobs=[Adder, MemoThenFail], retention=60) as runner:
+        handle = await runner.submit(MemoThenFail(seed=1))
+        assert await handle == 11
+        memos = runner.layout.memos(handle.id)
+        assert [i async for i in runner.store.scan(memos)], "the run left no memo to sweep"
+        keep = await runner.submit(Adder(a=1, b=1))
+        clock.advance(30)
+        assert await keep == 2
+        clock.advance(31)
+
+        async def swept() -> bool:
+            return await handle.fetch_result() is None
+
+        await wait_until(swept)
+        assert [i async for i in runner.store.scan(memos)] == []
+        assert await keep.fetch_result() is not None, "a run inside the window was swept"
+
+
+async def test_an_unknown_job_type_is_dead_with_no_handler_registered(
+    make_runner: MakeRunner,
+) -> None:
+    async with make_runner() as runner:
+        handle = await runner.submit(Keyed(n=9))
+        outcome = await handle.join()
+        assert outcome.status is OutcomeStatus.FAILED
+        assert outcome.error is not None
+        assert "no handler registered" in outcome.error.message
+        assert outcome.error.kind == "unknown"
+        record = await runner.queue.get(handle.id)
+        assert record is not None and record.status is JobStatus.DEAD
+
+
+async def test_transient_failures_exhaust_and_dead_letter(
+    make_runner: MakeRunner, counters: Counters
+) -> None:
+    async with make_runner(jobs=[AlwaysFlaky], max_attempts=2) as runner:
+        handle = await runner.submit(AlwaysFlaky())
+        with pytest.raises(JobFailed) as failed:
+            await handle
+        assert failed.value.kind == "exhausted"
+        assert "flaky on attempt 2" in failed.value.message
+        assert failed.value.error_type == "RuntimeError"
+        assert counters.counts["flaky"] == 2
+        record = await runner.queue.get(handle.id)
+        assert record is not None and record.status is JobStatus.DEAD
+
+
+async def test_awaiting_after_the_run_finished_reads_the_outcome_record(
+    runner: JobRunner,
+) -> None:
+    handle = await runner.submit(Adder(a=11, b=31))
+
+    async def recorded() -> bool:
+        return await handle.fetch_result() is not None
+
+    await wait_until(recorded)
+    assert await runner.queue.get(handle.id) is None, "the queue entry outlived the outcome"
+    assert await runner.handle(handle.id, Adder) == 42
+
+
+async def test_fan_out_from_a_handler_runs_each_child_once(
+    make_runner: MakeRunner, counters: Counters
+) -> None:
+
+    async with make_runner(jobs=[Coordinator, Increment], max_attempts=2) as runner:
+        assert await (await runner.submit(Coordinator(children=3))) == 0 + 1 + 2
+    assert counters.counts["coordinator"] == 2, "the parent was meant to retry once"
+    assert counters.counts["increment"] == 3, "a retried parent submitted its children again"
+
+
+async def test_a_scheduled_job_runs_when_the_clock_passes_run_at(
+    runner: JobRunner, clock: FakeClock
+) -> None:
+    run_at = datetime.fromtimestamp(clock.now() + 60, tz=UTC)
+    handle = await runner.submit(Adder(a=5, b=7), SubmitOptions(run_at=run_at))
+    state = await handle.status()
+    assert state is not None and state.state == "scheduled"
+    clock.advance(30)
+    assert await handle.fetch_result() is None
+    clock.advance(90)
+    assert await handle.result(timeout=5) == 12
+
+
+async def test_lease_expiry_leads_to_a_reclaim_and_the_second_attempts_result(
+    make_runner: MakeRunner, clock: FakeClock, counters: Counters
+) -> None:
+    runner = make_runner(jobs=[Reclaimable], lease=10, heartbeat=0, drain_timeout=0.05)
+    async with runner:
+        handle = await runner.submit(Reclaimable())
+        await wait_until(counters.started.is_set)
+        assert counters.counts["reclaimable"] == 1
+        clock.advance(30)
+        assert await handle.result(timeout=5) == 2
+        assert counters.counts["reclaimable"] == 2
+
+
+# -- beyond the seed ---------------------------------------------------------
+
+
+async def test_typed_replay_of_a_pydantic_step_result(
+    runner: JobRunner, counters: Counters
+) -> None:
+    assert await (await runner.submit(TypedSteps(order="o-1"))) == "500 EUR (1, 2)"
+    assert counters.counts["quote"] == 1 and counters.counts["pair"] == 1
+
+
+async def test_a_name_used_again_is_numbered_by_call_order(
+    runner: JobRunner, counters: Counters
+) -> None:
+    assert await (await runner.submit(RepeatedSteps())) == [1, 2, 3]
+    assert counters.counts["tick"] == 3, "a replayed step ran again"
+
+
+async def test_a_synchronous_job_runs_in_a_thread_with_sync_steps(runner: JobRunner) -> None:
+    handle = await runner.submit(SyncJob(n=20))
+    assert await handle == 41
+    assert (await handle.join()).progress == {"done": 1}
+
+
+async def test_progress_is_readable_through_status(runner: JobRunner) -> None:
+    handle = await runner.submit(Progressing())
+    assert await handle == 5
+    state = await handle.status()
+    assert state is not None and state.state == "succeeded"
+    assert state.progress == {"done": 5, "of": 5}
+
+
+async def test_a_step_result_that_cannot_be_stored_fails_permanently_naming_the_step(
+    runner: JobRunner,
+) -> None:
+    with pytest.raises(JobFailed) as failed:
+        await (await runner.submit(Unserializable()))
+    assert failed.value.kind == "permanent"
+    assert "test.unserializable-step" in failed.value.message
+    assert "'bad'" in failed.value.message
+    assert failed.value.error_type == "workflow.errors.EncodingError"
+
+
+class Opaque:
+    pass
+
+
+class BadInput(Job[int]):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    NAME: ClassVar[str] = "test.bad-input"
+    thing: Any
+
+    async def run(self, ctx: JobContext) -> int:
+        return 1
+
+
+async def test_an_input_that_cannot_be_encoded_is_refused_at_submit(runner: JobRunner) -> None:
+    with pytest.raises(EncodingError, match="test.bad-input"):
+        await runner.submit(BadInput(thing=Opaque()))
+    assert (await runner.queue.counts())[JobStatus.READY] == 0
+
+
+def test_two_job_types_with_one_name_are_refused(store: MemoryStore) -> None:
+    class Other(Job[int]):
+        NAME: ClassVar[str] = Adder.NAME
+
+        async def run(self, ctx: JobContext) -> int:
+            return 0
+
+    with pytest.raises(DuplicateJobName, match="test.adder"):
+        JobRunner(store, jobs=[Adder, Other])
+
+
+def test_payload_idempotency_key_is_stable_and_distinguishes_payloads() -> None:
+    a = payload_idempotency_key(Keyed(n=7))
+    assert a == payload_idempotency_key(Keyed(n=7))
+    assert a != payload_idempotency_key(Keyed(n=8))
+    name, digest = a.split(":", 1)
+    assert name == Keyed.NAME and len(digest) == 64 and int(digest, 16) >= 0
+
+
+async def test_cancel_a_pending_job(make_runner: MakeRunner) -> None:
+    runner = make_runner(jobs=[Adder])
+    handle = await runner.submit(Adder(a=1, b=1))
+    assert await handle.cancel()
+    assert not await handle.cancel(), "a second cancel reported success"
+    with pytest.raises(JobCancelled):
+        await handle
+    assert await runner.queue.get(handle.id) is None

@@ -1,0 +1,21 @@
+"""Helpers shared by the workflow tests."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+
+async def wait_until(cond: Callable[[], bool | Awaitable[bool]], timeout: float = 5.0) -> None:
+    """Poll ``cond`` until true; fail the test with a clear message at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = cond()
+        if not isinstance(result, bool):
+            result = await result
+        if result:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(0.005)
