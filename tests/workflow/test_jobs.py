@@ -343,7 +343,7 @@ class BadInput(Job[int]):
 
 
 async def test_an_input_that_cannot_be_encoded_is_refused_at_submit(runner: JobRunner) -> None:
-    with pytest.raises(EncodingError, match="test.bad-input"):
+    with pytest.raises(EncodingError, match=r"test\.bad-input"):
         await runner.submit(BadInput(thing=Opaque()))
     assert (await runner.queue.counts())[JobStatus.READY] == 0
 
@@ -355,7 +355,7 @@ def test_two_job_types_with_one_name_are_refused(store: MemoryStore) -> None:
         async def run(self, ctx: JobContext) -> int:
             return 0
 
-    with pytest.raises(DuplicateJobName, match="test.adder"):
+    with pytest.raises(DuplicateJobName, match=r"test\.adder"):
         JobRunner(store, jobs=[Adder, Other])
 
 

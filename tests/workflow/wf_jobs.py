@@ -240,9 +240,14 @@ class Pid(Job[int]):
     async def run(self, ctx: JobContext) -> int:
         log = os.environ.get("STEPSTONE_TEST_LOG")
         if log:
-            with open(log, "a") as f:
-                f.write(f"{ctx.job_id} {os.getpid()}\n")
+            line = f"{ctx.job_id} {os.getpid()}\n"
+            await asyncio.to_thread(_append, log, line)
         return os.getpid()
+
+
+def _append(path: str, line: str) -> None:
+    with open(path, "a") as f:
+        f.write(line)
 
 
 class KeyedStep(Job[int]):

@@ -7,7 +7,10 @@ import time
 from collections.abc import Awaitable, Callable
 
 
-async def wait_until(cond: Callable[[], bool | Awaitable[bool]], timeout: float = 5.0) -> None:
+async def wait_until(
+    cond: Callable[[], bool | Awaitable[bool]],
+    timeout: float = 5.0,  # noqa: ASYNC109 - a deadline that fails the test
+) -> None:
     """Poll ``cond`` until true; fail the test with a clear message at the deadline."""
     deadline = time.monotonic() + timeout
     while True:
