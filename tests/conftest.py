@@ -91,14 +91,19 @@ def moto_server() -> Iterator[str]:
                 os.environ[name] = value
 
 
-@pytest.fixture
-def s3_bucket(moto_server: str) -> str:
-    """A fresh, uniquely named, empty bucket on the moto server."""
+@pytest.fixture(scope="session")
+def s3_admin(moto_server: str) -> Any:
+    """A synchronous boto3 S3 client on the moto server, for setting up and inspecting."""
     import boto3
 
+    return boto3.client("s3", endpoint_url=moto_server, region_name="us-east-1")
+
+
+@pytest.fixture
+def s3_bucket(s3_admin: Any) -> str:
+    """A fresh, uniquely named, empty bucket on the moto server."""
     name = f"stepstone-test-{uuid.uuid4().hex[:16]}"
-    client = boto3.client("s3", endpoint_url=moto_server, region_name="us-east-1")
-    client.create_bucket(Bucket=name)
+    s3_admin.create_bucket(Bucket=name)
     return name
 
 

@@ -1,8 +1,13 @@
 """Object storage for the engine: one async contract, three backends.
 
+``S3Store`` is imported on first use (aiobotocore is heavy), so ``import store``
+stays fast for code that only needs files or memory.
+
 >>> from store import open_store
 >>> store = open_store("memory://")
 """
+
+from typing import TYPE_CHECKING, Any
 
 from .base import DEFAULT_PAGE_SIZE, ObjectInfo, ObjectStore, StoredObject
 from .errors import (
@@ -17,6 +22,8 @@ from .errors import (
 from .file import FileStore
 from .keys import validate_key
 from .memory import MemoryStore
+from .retry import RetryPolicy
+from .url import open_store
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
@@ -28,9 +35,23 @@ __all__ = [
     "ObjectInfo",
     "ObjectStore",
     "PreconditionFailed",
+    "RetryPolicy",
+    "S3Store",
     "StoreConfigError",
     "StoreError",
     "StoreUnavailable",
     "StoredObject",
+    "open_store",
     "validate_key",
 ]
+
+if TYPE_CHECKING:
+    from .s3 import S3Store
+
+
+def __getattr__(name: str) -> Any:
+    if name == "S3Store":
+        from .s3 import S3Store
+
+        return S3Store
+    raise AttributeError(f"module 'store' has no attribute {name!r}")

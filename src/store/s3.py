@@ -1,0 +1,461 @@
+"""S3Store: the contract on an S3-compatible bucket, over aiobotocore's async client.
+
+Why it is built the way it is:
+
+- **Conditional writes are S3's own**: create-if-absent is ``PutObject`` with
+  ``If-None-Match: *``, compare-and-swap is ``PutObject`` with ``If-Match``,
+  a fenced delete is ``DeleteObject`` with ``If-Match``. Every object is one
+  ``PutObject`` (good to 5 GiB); multipart uploads are never used, because
+  their completion is not a single conditional write.
+- **Errors are classified once, here.** A 412 is an answer
+  (PreconditionFailed, or AlreadyExists for a create) and is never retried;
+  a 404 is NotFound; a missing bucket, refused credentials or a wrong region
+  is one StoreConfigError naming the bucket; throttling, 5xx, timeouts and
+  connection failures are retried with :class:`store.retry.RetryPolicy` and
+  then become StoreUnavailable. botocore's own retries are switched off so
+  the policy is the only one.
+- **A retried write may already have landed.** If a try timed out or got a
+  5xx after the request was sent, a later 412 may be our own earlier write.
+  The store then reads the object back: if it holds exactly our bytes, the
+  write is reported as done. See docs/storage.md for what that means.
+- **One client per event loop, created lazily inside it.** aiohttp sessions
+  belong to the loop that made them; tests and CLIs run several loops one
+  after another, so the client is looked up by the running loop.
+
+aiobotocore is imported on first use so ``import store`` stays fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
+from .base import DEFAULT_PAGE_SIZE, ObjectInfo, ObjectStore, StoredObject
+from .errors import (
+    AlreadyExists,
+    InvalidKey,
+    NotFound,
+    PreconditionFailed,
+    StoreConfigError,
+    StoreError,
+    StoreUnavailable,
+)
+from .keys import validate_key, validate_prefix
+from .retry import RetryPolicy
+
+T = TypeVar("T")
+
+_TRANSIENT_CODES = {
+    "SlowDown",
+    "Throttling",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "TooManyRequests",
+    "RequestTimeout",
+    "RequestTimeoutException",
+    "InternalError",
+    "ServiceUnavailable",
+    "ConditionalRequestConflict",  # a concurrent conditional write is in flight: retry
+}
+_CREDENTIAL_CODES = {
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "ExpiredToken",
+    "InvalidToken",
+    "TokenRefreshRequired",
+    "InvalidSecurity",
+}
+_REGION_CODES = {"PermanentRedirect", "AuthorizationHeaderMalformed", "IllegalLocationConstraint"}
+
+
+class _Ambiguous:
+    """Whether an earlier try of this call may have been applied by S3."""
+
+    def __init__(self) -> None:
+        self.maybe_applied = False
+
+
+class S3Store(ObjectStore):
+    """An object store in an S3 bucket under ``prefix``; see the module docstring.
+
+    ``endpoint_url`` points at an S3-compatible service (MinIO, R2, moto);
+    ``region`` defaults to the usual AWS configuration. Credentials come from
+    the usual AWS sources (environment, shared config/profile, instance role),
+    or ``profile``. ``retry`` bounds the retries of transient failures.
+    """
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        profile: str | None = None,
+        retry: RetryPolicy | None = None,
+        connect_timeout: float = 5.0,
+        read_timeout: float = 30.0,
+        max_connections: int = 32,
+    ) -> None:
+        if not bucket or "/" in bucket:
+            raise StoreConfigError(f"invalid bucket name {bucket!r}", location=f"s3://{bucket}")
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.location = f"s3://{bucket}" + (f"/{self.prefix}" if self.prefix else "")
+        if self.prefix:
+            try:
+                validate_key(self.prefix)
+            except InvalidKey as exc:
+                raise StoreConfigError(
+                    f"invalid prefix {prefix!r}: {exc.message}", location=self.location
+                ) from exc
+        self.endpoint_url = endpoint_url
+        self.region = region
+        self.profile = profile
+        self.retry = retry or RetryPolicy()
+        self._connect_timeout = connect_timeout
+        self._read_timeout = read_timeout
+        self._max_connections = max_connections
+        self._clients: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, asyncio.Task[tuple[Any, Any]]
+        ] = weakref.WeakKeyDictionary()
+        self._bucket_seen = False
+
+    # -- the client -----------------------------------------------------------
+
+    async def _client(self) -> Any:
+        loop = asyncio.get_running_loop()
+        task = self._clients.get(loop)
+        if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
+            task = loop.create_task(self._create_client())
+            self._clients[loop] = task
+        _, client = await asyncio.shield(task)
+        return client
+
+    async def _create_client(self) -> tuple[Any, Any]:
+        from aiobotocore.config import AioConfig
+        from aiobotocore.session import AioSession
+
+        try:
+            session = AioSession(profile=self.profile)
+            config = AioConfig(
+                connect_timeout=self._connect_timeout,
+                read_timeout=self._read_timeout,
+                retries={"total_max_attempts": 1},  # our RetryPolicy is the only retry loop
+                max_pool_connections=self._max_connections,
+            )
+            context = session.create_client(
+                "s3", endpoint_url=self.endpoint_url, region_name=self.region, config=config
+            )
+            client = await context.__aenter__()
+        except Exception as exc:
+            raise StoreConfigError(
+                f"cannot create an S3 client for bucket {self.bucket!r}: {exc}",
+                location=self.location,
+            ) from exc
+        return context, client
+
+    async def close(self) -> None:
+        """Close the client of the running loop; forget clients of other loops."""
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        tasks = dict(self._clients)
+        self._clients.clear()
+        for owner, task in tasks.items():
+            if owner is not loop or not task.done() or task.cancelled() or task.exception():
+                if not task.done():
+                    task.cancel()
+                continue
+            context, _ = task.result()
+            await context.__aexit__(None, None, None)
+
+    # -- keys and errors --------------------------------------------------------
+
+    def _full(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _relative(self, full: str) -> str:
+        return full[len(self.prefix) + 1 :] if self.prefix else full
+
+    @staticmethod
+    def _quoted(etag: str) -> str:
+        return etag if etag.startswith('"') else f'"{etag}"'
+
+    def _classify(self, exc: Exception, key: str | None, conditional: str = "") -> Exception:
+        """Turn a botocore/aiohttp failure into the StoreError the contract promises."""
+        from botocore.exceptions import (
+            BotoCoreError,
+            ClientError,
+            HTTPClientError,
+            NoCredentialsError,
+            ParamValidationError,
+            PartialCredentialsError,
+            ReadTimeoutError,
+        )
+        from botocore.exceptions import (
+            ConnectionError as BotoConnectionError,
+        )
+
+        loc = self.location
+        if isinstance(exc, ClientError):
+            error = exc.response.get("Error", {})
+            code = str(error.get("Code", ""))
+            status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+            detail = error.get("Message") or code or f"HTTP {status}"
+            if status == 412 or code == "PreconditionFailed":
+                if conditional == "absent":
+                    return AlreadyExists("object already exists", location=loc, key=key)
+                return PreconditionFailed(f"etag mismatch: {detail}", location=loc, key=key)
+            if code == "NoSuchBucket":
+                return self._no_bucket()
+            if code in ("NoSuchKey", "404") or status == 404:
+                return NotFound("no such object", location=loc, key=key)
+            if code in _CREDENTIAL_CODES:
+                return StoreConfigError(
+                    f"S3 refused the credentials for bucket {self.bucket!r} ({code}): "
+                    "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or the profile",
+                    location=loc,
+                    key=key,
+                )
+            if code in ("AccessDenied", "AllAccessDisabled", "403") or status == 403:
+                return StoreConfigError(
+                    f"access denied to bucket {self.bucket!r}: the credentials lack permission "
+                    f"for this operation ({detail})",
+                    location=loc,
+                    key=key,
+                )
+            if code in _REGION_CODES or status == 301:
+                return StoreConfigError(
+                    f"bucket {self.bucket!r} is in another region than {self.region!r}: "
+                    f"set region= in the store URL ({detail})",
+                    location=loc,
+                    key=key,
+                )
+            if code in _TRANSIENT_CODES or status == 429 or status >= 500:
+                return StoreUnavailable(
+                    f"S3 error {code or status}: {detail}", location=loc, key=key
+                )
+            return StoreError(f"S3 error {code or status}: {detail}", location=loc, key=key)
+        if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
+            return StoreConfigError(
+                f"no usable AWS credentials for bucket {self.bucket!r}: {exc}",
+                location=loc,
+                key=key,
+            )
+        if isinstance(exc, ParamValidationError):
+            return StoreConfigError(
+                f"S3 rejected the request for bucket {self.bucket!r}: {exc}", location=loc, key=key
+            )
+        if isinstance(exc, (BotoConnectionError, HTTPClientError, ReadTimeoutError)):
+            return StoreUnavailable(f"cannot reach S3: {exc}", location=loc, key=key)
+        if isinstance(exc, (OSError, asyncio.TimeoutError)):
+            return StoreUnavailable(f"cannot reach S3: {exc!r}", location=loc, key=key)
+        if isinstance(exc, BotoCoreError):
+            return StoreError(f"S3 client error: {exc}", location=loc, key=key)
+        try:
+            import aiohttp
+
+            if isinstance(exc, aiohttp.ClientError):
+                return StoreUnavailable(f"cannot reach S3: {exc!r}", location=loc, key=key)
+        except ImportError:  # pragma: no cover - aiobotocore depends on aiohttp
+            pass
+        return exc
+
+    def _no_bucket(self) -> StoreConfigError:
+        where = f" at {self.endpoint_url}" if self.endpoint_url else ""
+        return StoreConfigError(
+            f"bucket {self.bucket!r} does not exist{where}", location=self.location
+        )
+
+    @staticmethod
+    def _maybe_applied(exc: BaseException) -> bool:
+        """Could the failed try have reached S3 and been applied?
+
+        A refused connection never sent the request; a timeout while reading
+        the answer, a dropped connection or a 5xx might have been applied.
+        """
+        from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError
+
+        cause = exc.__cause__
+        return not isinstance(cause, (EndpointConnectionError, ConnectTimeoutError))
+
+    async def _call(
+        self,
+        key: str | None,
+        request: Callable[[Any], Awaitable[T]],
+        *,
+        conditional: str = "",
+        state: _Ambiguous | None = None,
+    ) -> T:
+        """Run one S3 request under the retry policy, with errors classified."""
+
+        async def attempt() -> T:
+            client = await self._client()
+            try:
+                result = await request(client)
+            except Exception as exc:
+                classified = self._classify(exc, key, conditional)
+                if classified is exc:
+                    raise
+                raise classified from exc
+            self._bucket_seen = True
+            return result
+
+        def note(_: int, exc: BaseException) -> None:
+            if state is not None and self._maybe_applied(exc):
+                state.maybe_applied = True
+
+        try:
+            return await self.retry.run(attempt, on_retry=note)
+        except StoreUnavailable as exc:
+            if self.retry.attempts == 1:
+                raise
+            raise StoreUnavailable(
+                f"{exc.message}; gave up after {self.retry.attempts} attempts",
+                location=self.location,
+                key=key,
+            ) from exc
+
+    async def _check_bucket(self, key: str) -> NotFound:
+        """A HEAD's bare 404 cannot tell a missing key from a missing bucket; ask once."""
+        if not self._bucket_seen:
+
+            async def head_bucket(client: Any) -> None:
+                await client.head_bucket(Bucket=self.bucket)
+
+            try:
+                await self._call(None, head_bucket)
+            except NotFound as exc:
+                raise self._no_bucket() from exc
+        return NotFound("no such object", location=self.location, key=key)
+
+    # -- the contract -------------------------------------------------------------
+
+    async def get(self, key: str) -> StoredObject:
+        validate_key(key, location=self.location)
+
+        async def request(client: Any) -> StoredObject:
+            response = await client.get_object(Bucket=self.bucket, Key=self._full(key))
+            async with response["Body"] as body:
+                data = await body.read()
+            return StoredObject(key, data, self._quoted(response["ETag"]))
+
+        try:
+            return await self._call(key, request)
+        except NotFound as exc:
+            raise await self._check_bucket(key) from exc
+
+    async def head(self, key: str) -> ObjectInfo:
+        validate_key(key, location=self.location)
+
+        async def request(client: Any) -> ObjectInfo:
+            r = await client.head_object(Bucket=self.bucket, Key=self._full(key))
+            modified: datetime = r["LastModified"]
+            return ObjectInfo(
+                key, self._quoted(r["ETag"]), int(r["ContentLength"]), modified.timestamp()
+            )
+
+        try:
+            return await self._call(key, request)
+        except NotFound as exc:
+            raise await self._check_bucket(key) from exc
+
+    async def _put(self, key: str, data: bytes, conditional: str, **condition: str) -> str:
+        validate_key(key, location=self.location)
+        data = bytes(data)
+        state = _Ambiguous()
+
+        async def request(client: Any) -> str:
+            r = await client.put_object(
+                Bucket=self.bucket, Key=self._full(key), Body=data, **condition
+            )
+            return self._quoted(r["ETag"])
+
+        try:
+            return await self._call(key, request, conditional=conditional, state=state)
+        except PreconditionFailed:
+            if state.maybe_applied:
+                etag = await self._ours(key, data)
+                if etag is not None:
+                    return etag
+            raise
+        except NotFound as exc:
+            raise await self._check_bucket(key) from exc
+
+    async def _ours(self, key: str, data: bytes) -> str | None:
+        """After an ambiguous retry lost: the etag if the object holds exactly ``data``."""
+        try:
+            current = await self.get(key)
+        except NotFound:
+            return None
+        return current.etag if current.data == data else None
+
+    async def put(self, key: str, data: bytes) -> str:
+        return await self._put(key, data, "")
+
+    async def put_if_absent(self, key: str, data: bytes) -> str:
+        return await self._put(key, data, "absent", IfNoneMatch="*")
+
+    async def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        return await self._put(key, data, "match", IfMatch=etag)
+
+    async def delete(self, key: str, *, if_match: str | None = None) -> None:
+        validate_key(key, location=self.location)
+        condition = {"IfMatch": if_match} if if_match is not None else {}
+        state = _Ambiguous()
+
+        async def request(client: Any) -> None:
+            await client.delete_object(Bucket=self.bucket, Key=self._full(key), **condition)
+
+        try:
+            await self._call(key, request, conditional="match", state=state)
+        except NotFound as exc:
+            if state.maybe_applied:
+                return  # an earlier try deleted it; the object at our etag is gone
+            raise await self._check_bucket(key) from exc
+
+    async def list(
+        self,
+        prefix: str = "",
+        *,
+        start_after: str | None = None,
+        limit: int = DEFAULT_PAGE_SIZE,
+    ) -> list[ObjectInfo]:
+        validate_prefix(prefix, location=self.location)
+        out: list[ObjectInfo] = []
+        base = f"{self.prefix}/" if self.prefix else ""
+        token: str | None = None
+        while len(out) < limit:
+            params: dict[str, Any] = {
+                "Bucket": self.bucket,
+                "Prefix": base + prefix,
+                "MaxKeys": min(DEFAULT_PAGE_SIZE, limit - len(out)),
+            }
+            if token is not None:
+                params["ContinuationToken"] = token
+            elif start_after is not None:
+                params["StartAfter"] = base + start_after
+
+            async def request(client: Any, params: dict[str, Any] = params) -> Any:
+                return await client.list_objects_v2(**params)
+
+            page = await self._call(None, request)
+            for item in page.get("Contents", []):
+                modified: datetime = item["LastModified"]
+                out.append(
+                    ObjectInfo(
+                        self._relative(item["Key"]),
+                        self._quoted(item["ETag"]),
+                        int(item["Size"]),
+                        modified.timestamp(),
+                    )
+                )
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or token is None:
+                break
+        return out[: max(0, limit)]

@@ -1,0 +1,104 @@
+"""open_store: one string picks the backend, so configuration is a URL, not code.
+
+    memory://            a fresh in-process store (``memory://name`` labels it)
+    ./jobs, /srv/jobs    a FileStore on that directory (relative to the cwd)
+    file:///srv/jobs     the same, as a URL
+    s3://bucket/prefix?endpoint_url=http://localhost:9000&region=eu-west-1
+
+S3 credentials come from the usual AWS sources (environment, shared config,
+``profile=``, instance role), never from the URL, so a URL can be logged.
+Unknown query parameters are refused rather than ignored: a typo in
+``endpont_url`` would otherwise silently send requests to AWS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from .base import ObjectStore
+from .errors import StoreConfigError
+from .file import FileStore
+from .memory import MemoryStore
+from .retry import RetryPolicy
+
+
+class _HasNow(Protocol):
+    def now(self) -> float: ...
+
+
+_S3_PARAMS = {
+    "endpoint_url": str,
+    "region": str,
+    "profile": str,
+    "connect_timeout": float,
+    "read_timeout": float,
+    "max_connections": int,
+}
+_RETRY_PARAMS = {"retry_attempts": int, "retry_base": float, "retry_cap": float}
+
+
+def open_store(url: str, *, clock: Callable[[], float] | _HasNow | None = None) -> ObjectStore:
+    """The store a URL names. ``clock`` sets a MemoryStore's ``modified`` times
+    (a callable or anything with ``now()``); durable stores use their own clock.
+
+    Raises StoreConfigError naming the URL when it is malformed.
+    """
+    if not isinstance(url, str) or not url.strip():
+        raise StoreConfigError(f"empty store URL {url!r}", location=str(url))
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme == "memory":
+        if parts.path.strip("/") or parts.query:
+            raise _bad(url, "a memory URL is memory:// or memory://name")
+        now = clock.now if clock is not None and hasattr(clock, "now") else clock
+        return MemoryStore(clock=now, name=parts.netloc)
+    if scheme == "file":
+        if parts.netloc not in ("", "localhost") or not parts.path or parts.query:
+            raise _bad(url, "a file URL is file:///absolute/path")
+        return FileStore(unquote(parts.path))
+    if scheme == "s3":
+        return _s3(url, parts.netloc, unquote(parts.path), parts.query)
+    if scheme == "":
+        return FileStore(Path(url).expanduser().resolve())
+    raise _bad(url, f"unknown scheme {parts.scheme!r}; use memory://, file://, s3:// or a path")
+
+
+def _s3(url: str, bucket: str, path: str, query: str) -> ObjectStore:
+    from .s3 import S3Store
+
+    if not bucket:
+        raise _bad(url, "no bucket: use s3://bucket/prefix")
+    try:
+        params = parse_qs(query, keep_blank_values=True, strict_parsing=bool(query))
+    except ValueError as exc:
+        raise _bad(url, f"malformed query: {exc}") from exc
+    kwargs: dict[str, Any] = {}
+    retry: dict[str, Any] = {}
+    for name, values in params.items():
+        if len(values) != 1:
+            raise _bad(url, f"{name} given more than once")
+        convert = _S3_PARAMS.get(name) or _RETRY_PARAMS.get(name)
+        if convert is None:
+            known = ", ".join(sorted(_S3_PARAMS | _RETRY_PARAMS))
+            raise _bad(url, f"unknown parameter {name!r} (known: {known})")
+        try:
+            value = convert(values[0])
+        except ValueError as exc:
+            raise _bad(url, f"{name}={values[0]!r} is not a {convert.__name__}") from exc
+        (kwargs if name in _S3_PARAMS else retry)[name] = value
+    if retry:
+        try:
+            kwargs["retry"] = RetryPolicy(**{k.removeprefix("retry_"): v for k, v in retry.items()})
+        except ValueError as exc:
+            raise _bad(url, str(exc)) from exc
+    try:
+        return S3Store(bucket, path.strip("/"), **kwargs)
+    except StoreConfigError as exc:
+        raise _bad(url, exc.message) from exc
+
+
+def _bad(url: str, why: str) -> StoreConfigError:
+    return StoreConfigError(f"bad store URL {url!r}: {why}")
