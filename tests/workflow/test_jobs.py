@@ -28,6 +28,7 @@ from wf_jobs import (
     SyncJob,
     TypedSteps,
     Unserializable,
+    ZombieStep,
 )
 from wf_support import wait_until
 
@@ -46,7 +47,7 @@ from workflow import (
     SubmitOptions,
     payload_idempotency_key,
 )
-from workflow.codec import pack
+from workflow.codec import pack, unpack
 from workflow.layout import run_id_for_key
 from workflow.retention import remove_run
 
@@ -375,3 +376,30 @@ async def test_cancel_a_pending_job(make_runner: MakeRunner) -> None:
     with pytest.raises(JobCancelled):
         await handle
     assert await runner.queue.get(handle.id) is None
+
+
+async def test_first_writer_wins_against_a_zombie(
+    make_runner: MakeRunner, clock: FakeClock, counters: Counters
+) -> None:
+    """Attempt 1 stalls inside its step past its lease; attempt 2 (another
+    worker) finishes the run. When the zombie wakes, its memo write, its
+    outcome and its ack change nothing."""
+    zombie = make_runner(jobs=[ZombieStep], concurrency=1, lease=10, heartbeat=0, drain_timeout=5)
+    owner = make_runner(jobs=[ZombieStep], lease=10, heartbeat=0)
+    async with zombie:
+        handle = await zombie.submit(ZombieStep())
+        await wait_until(counters.started.is_set)
+        clock.advance(30)
+        async with owner:
+            assert await handle.result(timeout=5) == "written by attempt 2"
+        counters.gate.set()  # the zombie wakes up and finishes its step
+        await wait_until(lambda: counters.counts["attempt 1 saw: written by attempt 2"] == 1)
+        await wait_until(lambda: zombie.worker.stats.lost == 1)
+    assert counters.counts["zombie-step"] == 2
+    outcome = await handle.fetch_result()
+    assert outcome is not None and outcome.result == "written by attempt 2"
+    assert outcome.attempts == 2
+    record = await owner._read_outcome_record(handle.id)
+    assert record is not None
+    memo = await owner.store.get(owner.layout.memo(handle.id, record.incarnation, "work"))
+    assert unpack(memo.data) == "written by attempt 2"

@@ -266,3 +266,24 @@ class KeyedStep(Job[int]):
             return counters.hit("keyed-step")
 
         return await ctx.step("count", count)
+
+
+class ZombieStep(Job[str]):
+    """Its step blocks on the Counters gate on attempt 1 (a stalled worker)."""
+
+    NAME: ClassVar[str] = "test.zombie-step"
+
+    async def run(self, ctx: JobContext) -> str:
+        counters = ctx.state(Counters)
+        attempt = ctx.attempt
+
+        async def work() -> str:
+            counters.hit("zombie-step")
+            if attempt == 1:
+                counters.started.set()
+                await counters.gate.wait()
+            return f"written by attempt {attempt}"
+
+        value = await ctx.step("work", work)
+        counters.counts[f"attempt {attempt} saw: {value}"] += 1
+        return value
