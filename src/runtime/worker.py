@@ -96,6 +96,8 @@ kind is at its cap) cannot spin the loop."""
 SETTLE_GRACE = 5.0
 """After the drain window, how long (at least) settlements already under way
 get before stop gives up on them."""
+SETTLE_TRIES = 3
+"""Tries of one settlement call that raises before leaving the job to its lease."""
 QUEUE_ERROR_BACKOFF = 0.1
 """First pause after a queue error; doubles per consecutive error."""
 QUEUE_ERROR_BACKOFF_POLLS = 10.0
@@ -699,20 +701,49 @@ class Worker:
                 decision.delay,
                 "" if decision.count else " (attempt not counted)",
             )
-            settled = await self.queue.nack(
-                delivery, delay=decision.delay, count=decision.count, error=decision.error
+            await self._settle(
+                job,
+                "nack",
+                lambda: self.queue.nack(
+                    delivery, delay=decision.delay, count=decision.count, error=decision.error
+                ),
             )
-            self._count(job, settled, "nack")
             return
         if not await self._report(job, decision.terminal):
             return
         if isinstance(decision, Ack):
-            settled = await self.queue.ack(delivery)
-            self._count(job, settled, "ack")
+            await self._settle(job, "ack", lambda: self.queue.ack(delivery))
         else:
             self._log(job, logging.WARNING, "failed for good: %s", decision.reason)
-            settled = await self.queue.dead_letter(delivery, decision.reason)
-            self._count(job, settled, "dead_letter")
+            reason = decision.reason
+            await self._settle(job, "dead_letter", lambda: self.queue.dead_letter(delivery, reason))
+
+    async def _settle(
+        self, job: _Job, operation: str, call: Callable[[], Awaitable[Settlement]]
+    ) -> None:
+        """Run one settlement, retrying a queue error a few times (the heartbeat
+        keeps the lease meanwhile). If it never lands, the job stays claimed
+        and comes back when its lease lapses, which is the honest outcome for
+        "we could not say how it ended"."""
+        for attempt in range(SETTLE_TRIES):
+            try:
+                settled = await call()
+            except Exception as error:
+                self.stats.queue_errors += 1
+                last = attempt == SETTLE_TRIES - 1
+                self._log(
+                    job,
+                    logging.ERROR if last else logging.WARNING,
+                    "%s failed (%s)%s",
+                    operation,
+                    describe(error),
+                    "; the job returns when its lease expires" if last else "; retrying",
+                )
+                if not last:
+                    await asyncio.sleep(min(QUEUE_ERROR_BACKOFF, self.poll_interval) * 2**attempt)
+                continue
+            self._count(job, settled, operation)
+            return
 
     async def _report(self, job: _Job, terminal: Terminal) -> bool:
         """Hand the terminal result to on_terminal. If it raises, the result was
@@ -720,14 +751,29 @@ class Worker:
         run again later. Returns whether to go on and settle."""
         if self.on_terminal is None:
             return True
+        if self.clock.now() >= job.lease.expires_at:
+            # Our lease ran out while the handler ran: the job may be another
+            # worker's now. Check before reporting a result nobody waits for.
+            try:
+                ours = await job.lease.renew(self.lease)
+            except Exception:
+                ours = True  # cannot tell; the settlement below is fenced anyway
+            if not ours:
+                self.stats.lost += 1
+                self._log(job, logging.WARNING, "lease lost before the result was reported")
+                return False
         try:
             await self.on_terminal(job.delivery, terminal)
         except Exception as error:
             delay = self.backoff.delay(job.delivery.attempt, job.delivery.id)
             message = truncate(f"on_terminal failed: {describe(error)}")
             self._log(job, logging.ERROR, "%s; retrying in %.3gs", message, delay, exc_info=True)
-            settled = await self.queue.nack(job.delivery, delay=delay, count=False, error=message)
-            self._count(job, settled, "nack")
+            delivery = job.delivery
+            await self._settle(
+                job,
+                "nack",
+                lambda: self.queue.nack(delivery, delay=delay, count=False, error=message),
+            )
             return False
         return True
 

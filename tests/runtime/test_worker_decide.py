@@ -1,0 +1,151 @@
+"""decide: the pure rules that turn how an attempt ended into what happens next."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from runtime.backoff import Backoff
+from runtime.decide import (
+    MAX_MESSAGE_CHARS,
+    Ack,
+    Dead,
+    Expired,
+    FailureKind,
+    NoHandler,
+    Raised,
+    Retry,
+    Returned,
+    Success,
+    TimedOut,
+    decide,
+    describe,
+    qualified_name,
+)
+from runtime.errors import MalformedPayload, PermanentError, RetryLater, UnknownKind
+from runtime.queue import Delivery
+
+NOW = 1_000.0
+BACKOFF = Backoff(base=10.0, cap=1000.0, jitter=0.0)
+
+
+def delivery(attempt: int = 1, max_attempts: int = 3, kind: str = "k") -> Delivery:
+    return Delivery(
+        id="job-1",
+        kind=kind,
+        payload=b"",
+        attempt=attempt,
+        max_attempts=max_attempts,
+        token="t",
+        lease_expires_at=NOW + 60,
+    )
+
+
+def test_a_returned_value_is_acked_with_the_value() -> None:
+    assert decide(delivery(), Returned({"x": 1}), BACKOFF, NOW) == Ack(Success({"x": 1}))
+
+
+def test_a_transient_error_with_attempts_left_retries_after_the_backoff() -> None:
+    decision = decide(delivery(attempt=2), Raised(ValueError("flaky")), BACKOFF, NOW)
+    assert decision == Retry(delay=20.0, run_at=NOW + 20.0, count=True, error="ValueError: flaky")
+
+
+def test_a_transient_error_on_the_last_attempt_is_exhausted_with_that_error() -> None:
+    decision = decide(delivery(attempt=3), Raised(ValueError("third")), BACKOFF, NOW)
+    assert isinstance(decision, Dead)
+    failure = decision.terminal
+    assert failure.kind is FailureKind.EXHAUSTED
+    assert failure.message == "ValueError: third"
+    assert failure.error_type == "ValueError"
+    assert failure.attempt == 3
+    assert decision.reason == "exhausted: ValueError: third"
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        (PermanentError("card declined"), FailureKind.PERMANENT),
+        (MalformedPayload("bad msgpack"), FailureKind.MALFORMED),
+        (UnknownKind("who?"), FailureKind.UNKNOWN),
+    ],
+)
+def test_permanent_errors_die_on_the_first_attempt(error: Exception, kind: FailureKind) -> None:
+    decision = decide(delivery(attempt=1), Raised(error), BACKOFF, NOW)
+    assert isinstance(decision, Dead)
+    assert decision.terminal.kind is kind
+    assert decision.terminal.attempt == 1
+    assert decision.terminal.error_type == qualified_name(type(error))
+
+
+def test_a_timeout_retries_then_dies_as_a_timeout() -> None:
+    first = decide(delivery(attempt=1), TimedOut(5.0), BACKOFF, NOW)
+    assert isinstance(first, Retry) and first.count and first.delay == 10.0
+    assert "timed out after 5s" in first.error
+    last = decide(delivery(attempt=3), TimedOut(5.0), BACKOFF, NOW)
+    assert isinstance(last, Dead)
+    assert last.terminal.kind is FailureKind.TIMEOUT
+
+
+def test_retry_later_waits_its_own_delay_and_spends_no_attempt() -> None:
+    """Even on the last attempt: a rate limit is not a failure."""
+    decision = decide(delivery(attempt=3), Raised(RetryLater(42.0)), BACKOFF, NOW)
+    assert decision == Retry(42.0, NOW + 42.0, count=False, error="RetryLater: retry in 42s")
+
+
+def test_a_counted_retry_later_on_the_last_attempt_is_exhausted() -> None:
+    decision = decide(delivery(attempt=3), Raised(RetryLater(5.0, count=True)), BACKOFF, NOW)
+    assert isinstance(decision, Dead)
+    assert decision.terminal.kind is FailureKind.EXHAUSTED
+
+
+def test_a_cancelled_error_from_the_handler_is_an_ordinary_failure() -> None:
+    decision = decide(delivery(attempt=1), Raised(asyncio.CancelledError()), BACKOFF, NOW)
+    assert isinstance(decision, Retry) and decision.count
+
+
+def test_no_handler_is_unknown_and_names_the_kind() -> None:
+    decision = decide(delivery(kind="mail.send"), NoHandler(), BACKOFF, NOW)
+    assert isinstance(decision, Dead)
+    assert decision.terminal.kind is FailureKind.UNKNOWN
+    assert decision.terminal.message == "no handler registered for job type `mail.send`"
+
+
+def test_a_delivery_past_its_last_attempt_is_expired() -> None:
+    decision = decide(delivery(attempt=4, max_attempts=3), Expired(), BACKOFF, NOW)
+    assert isinstance(decision, Dead)
+    assert decision.terminal.kind is FailureKind.EXPIRED
+    assert decision.terminal.message == "lease expired on attempt 3, the last of 3"
+    assert decision.terminal.attempt == 3
+
+
+def test_describe_survives_an_exception_whose_str_raises() -> None:
+    class Nasty(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no")
+
+    assert describe(Nasty()) == "<unprintable Nasty>"
+    decision = decide(delivery(attempt=3), Raised(Nasty()), BACKOFF, NOW)
+    assert isinstance(decision, Dead)
+    assert decision.terminal.message == "<unprintable Nasty>"
+    assert decision.terminal.error_type is not None
+    assert decision.terminal.error_type.endswith("Nasty")
+
+
+def test_messages_are_truncated_and_empty_ones_are_just_the_type() -> None:
+    assert len(describe(ValueError("x" * 100_000))) == MAX_MESSAGE_CHARS
+    assert describe(KeyError()) == "KeyError"
+    decision = decide(delivery(attempt=3), Raised(ValueError("y" * 100_000)), BACKOFF, NOW)
+    assert isinstance(decision, Dead)
+    assert len(decision.reason) <= MAX_MESSAGE_CHARS
+
+
+def test_qualified_name_keeps_the_module_except_for_builtins() -> None:
+    assert qualified_name(ValueError) == "ValueError"
+    assert qualified_name(PermanentError) == "runtime.errors.PermanentError"
+
+
+def test_decide_reads_no_clock_and_does_no_io() -> None:
+    """The same inputs give the same decision: it is a function, not a process."""
+    args = (delivery(attempt=1), Raised(OSError("reset")), Backoff(jitter=0.5), NOW)
+    assert decide(*args) == decide(*args)
