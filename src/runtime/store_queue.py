@@ -11,15 +11,18 @@ Requests are what S3 bills, so each instance keeps a *view*: id -> (etag,
 decoded record), learned from its own writes and from the GETs it had to
 make. A job this process enqueued is claimed, renewed and settled without a
 single GET. Listing is the expensive way to learn about other processes'
-work, so ``claim`` lists only when the view cannot satisfy it: when it holds
-no due job at all, or fewer than asked and the last listing is older than
-``scan_interval`` seconds. A listing returns every key's etag, so only the
-records whose etag moved are fetched. docs/queue.md tabulates the requests.
+work, so ``claim`` lists only when the view holds fewer due jobs than asked,
+and then at most once per ``scan_interval`` seconds per page listed. A
+listing returns every key's etag and size, so only records that moved are
+fetched, and not even those when the move looks like another holder's lease
+renewal (same size, lease not yet lapsed): those are read when the lease
+they were seen with would have lapsed. docs/queue.md tabulates the requests.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import secrets
@@ -27,7 +30,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from store.base import DEFAULT_PAGE_SIZE, ObjectInfo, ObjectStore
+from store.base import DEFAULT_PAGE_SIZE, ObjectInfo, ObjectStore, StoredObject
 from store.errors import AlreadyExists, NotFound, PreconditionFailed
 from store.keys import validate_key
 
@@ -67,6 +70,7 @@ class _Seen:
 
     etag: str
     job: StoredJob | None
+    size: int
 
 
 @dataclass(slots=True)
@@ -87,10 +91,14 @@ class StoreQueueStats:
 class StoreQueue(LeaseQueue):
     """A LeaseQueue whose state lives entirely in an ObjectStore.
 
-    ``scan_interval`` (real seconds, not the injected clock's) bounds how often
-    a busy instance lists the store to find other processes' work; an instance
-    whose view holds nothing due lists on every claim, so its caller's poll
-    interval bounds that. ``fetch_concurrency`` bounds GETs in flight.
+    ``scan_interval`` (real seconds, not the injected clock's: it is about
+    request cost, not job semantics) spaces the listings that find other
+    processes' work: after a listing of ``p`` pages the next waits
+    ``p * scan_interval``, so a big backlog is not re-listed every second.
+    The first claim always lists; ``scan_interval=0`` lists on every claim
+    the view cannot fill. ``fetch_limit`` bounds the records one listing
+    reads (the rest are read by later ones); ``fetch_concurrency`` bounds
+    GETs in flight.
     """
 
     def __init__(
@@ -104,11 +112,12 @@ class StoreQueue(LeaseQueue):
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         scan_interval: float = 1.0,
         fetch_concurrency: int = 16,
+        fetch_limit: int = 1000,
     ) -> None:
         if default_max_attempts < 1:
             raise ValueError(f"default_max_attempts must be at least 1, got {default_max_attempts}")
-        if scan_interval < 0 or fetch_concurrency < 1:
-            raise ValueError("scan_interval must be >= 0 and fetch_concurrency >= 1")
+        if scan_interval < 0 or fetch_concurrency < 1 or fetch_limit < 1:
+            raise ValueError("scan_interval must be >= 0, fetch_concurrency and fetch_limit >= 1")
         prefix = prefix.strip("/")
         validate_key(prefix + "/jobs/x", location=getattr(store, "location", ""))
         self.store = store
@@ -118,11 +127,12 @@ class StoreQueue(LeaseQueue):
         self.priority_aging = priority_aging
         self.max_payload_bytes = max_payload_bytes
         self.scan_interval = scan_interval
+        self.fetch_limit = fetch_limit
         self.stats = StoreQueueStats()
         self._jobs = f"{prefix}/jobs/"
         self._view: dict[str, _Seen] = {}
         self._claiming: set[str] = set()
-        self._last_scan = -math.inf
+        self._next_scan = -math.inf
         self._scan_lock = asyncio.Lock()
         self._scan_epoch = 0
         self._fetch_slots = asyncio.Semaphore(fetch_concurrency)
@@ -136,15 +146,16 @@ class StoreQueue(LeaseQueue):
     def _key(self, job_id: str) -> str:
         return self._jobs + job_id
 
-    def _learn(self, job_id: str, etag: str, job: StoredJob) -> None:
-        """Remember a version this instance wrote or read. A dead record, or
-        one another process holds, keeps no payload: nothing here will need it
-        before it changes, and a change means a fresh GET anyway."""
-        self._view[job_id] = _Seen(etag, job.stripped() if job.dead else job)
+    def _learn(self, job_id: str, etag: str, job: StoredJob, size: int) -> None:
+        """Remember a version this instance wrote. A dead one keeps no payload."""
+        self._view[job_id] = _Seen(etag, job.stripped() if job.dead else job, size)
 
-    def _learn_foreign(self, job_id: str, etag: str, job: StoredJob) -> None:
-        held_elsewhere = job.token is not None or job.dead
-        self._view[job_id] = _Seen(etag, job.stripped() if held_elsewhere else job)
+    def _learn_read(self, job_id: str, etag: str, job: StoredJob, size: int) -> None:
+        """Remember a version this instance read. One that is held (by some
+        other token, as far as this instance knows) or dead keeps no payload:
+        nothing here needs it before it changes, and a change means a GET."""
+        held = job.token is not None or job.dead
+        self._view[job_id] = _Seen(etag, job.stripped() if held else job, size)
 
     def _forget(self, job_id: str, etag: str | None = None) -> None:
         """Drop an entry, but only the version ``etag`` if given, so a newer
@@ -153,23 +164,48 @@ class StoreQueue(LeaseQueue):
         if seen is not None and (etag is None or seen.etag == etag):
             del self._view[job_id]
 
-    async def _fetch(self, job_id: str) -> tuple[str, StoredJob] | None:
-        """GET one record and learn it; None when it is gone. Raises CorruptRecord."""
+    def _decode(self, job_id: str, etag: str, data: bytes, *, learn: bool = True) -> StoredJob:
+        """Decode a record read from the store and (if ``learn``) remember it.
+        An undecodable one is counted and logged once per version, remembered
+        by etag so listings do not fetch it again, and raised as CorruptRecord."""
         key = self._key(job_id)
+        try:
+            job = decode(data, key=key)
+            if job.id != job_id:
+                raise CorruptRecord(f"holds job id {job.id!r}", key=key)
+        except CorruptRecord as exc:
+            seen = self._view.get(job_id)
+            if seen is None or seen.etag != etag:
+                self.stats.corrupt_records += 1
+                self.stats.corrupt_keys.add(key)
+                log.warning("skipping an undecodable queue record: %s", exc)
+            if learn:
+                self._view[job_id] = _Seen(etag, None, len(data))
+            raise
+        if learn:
+            self._learn_read(job_id, etag, job, len(data))
+        return job
+
+    def _etag(self, job_id: str) -> str | None:
+        seen = self._view.get(job_id)
+        return None if seen is None else seen.etag
+
+    async def _get(self, job_id: str) -> StoredObject | None:
         async with self._fetch_slots:
             try:
-                obj = await self.store.get(key)
+                obj = await self.store.get(self._key(job_id))
             except NotFound:
-                self._forget(job_id)
                 return None
         self.stats.fetches += 1
-        try:
-            job = decode(obj.data, key=key)
-        except CorruptRecord:
-            self._view[job_id] = _Seen(obj.etag, None)
-            raise
-        self._learn_foreign(job_id, obj.etag, job)
-        return obj.etag, job
+        return obj
+
+    async def _fetch(self, job_id: str) -> tuple[str, StoredJob] | None:
+        """GET one record and learn it; None when it is gone. Raises CorruptRecord."""
+        obj = await self._get(job_id)
+        if obj is None:
+            self._forget(job_id)
+            return None
+        return obj.etag, self._decode(job_id, obj.etag, obj.data)
 
     def _claimable(self, job: StoredJob, now: float) -> bool:
         if job.dead:
@@ -191,59 +227,71 @@ class StoreQueue(LeaseQueue):
         due.sort()
         return [job_id for _, job_id in due]
 
+    def _renewed_elsewhere(self, seen: _Seen, info: ObjectInfo, now: float) -> bool:
+        """Whether a listed change is most likely another holder renewing its
+        lease, so reading it can wait until the lease it was seen with lapses.
+
+        A renewal rewrites the same fields with the same sizes; every other
+        transition of a held record (settling, releasing, a reclaim after
+        a lapse is fine either way) adds or drops the token, the lease or an
+        error and so changes the size, or deletes the record.
+        """
+        job = seen.job
+        return (
+            job is not None
+            and job.partial
+            and job.token is not None
+            and job.lease_expires_at is not None
+            and job.lease_expires_at > now
+            and info.size == seen.size
+        )
+
     async def _scan(self) -> None:
-        """List the jobs prefix; GET each record whose etag the view does not
-        know; drop entries whose objects are gone. Concurrent callers share one
-        listing."""
+        """List the jobs prefix; read the records whose etag the view does not
+        know (at most ``fetch_limit``); drop entries whose objects are gone.
+        Concurrent callers share one listing."""
         epoch = self._scan_epoch
         async with self._scan_lock:
             if self._scan_epoch != epoch:
                 return  # someone listed while we waited: their view is ours
+            now = self.clock.now()
             before = {job_id: seen.etag for job_id, seen in self._view.items()}
             listed: set[str] = set()
             stale: list[tuple[str, str | None]] = []
+            count = 0
             async for info in self.store.scan(self._jobs):
+                count += 1
                 job_id = info.key[len(self._jobs) :]
                 listed.add(job_id)
                 seen = self._view.get(job_id)
-                if seen is None or seen.etag != info.etag:
-                    stale.append((job_id, None if seen is None else seen.etag))
+                if seen is None:
+                    stale.append((job_id, None))
+                elif seen.etag != info.etag and not self._renewed_elsewhere(seen, info, now):
+                    stale.append((job_id, seen.etag))
             for job_id, etag in before.items():
                 if job_id not in listed:
                     self._forget(job_id, etag)
-            await asyncio.gather(*(self._refresh(job_id, etag) for job_id, etag in stale))
+            await asyncio.gather(
+                *(self._refresh(job_id, etag) for job_id, etag in stale[: self.fetch_limit])
+            )
+            pages = max(1, math.ceil(count / DEFAULT_PAGE_SIZE))
             self.stats.scans += 1
             self._scan_epoch += 1
-            self._last_scan = time.monotonic()
+            self._next_scan = time.monotonic() + pages * self.scan_interval
 
     async def _refresh(self, job_id: str, known: str | None) -> None:
-        """Fetch a record a listing showed had moved on, unless this instance
-        wrote a newer version of it meanwhile."""
-        key = self._key(job_id)
-        async with self._fetch_slots:
-            current = self._view.get(job_id)
-            if (None if current is None else current.etag) != known:
-                return
-            try:
-                obj = await self.store.get(key)
-            except NotFound:
-                self._forget(job_id, known)
-                return
-        self.stats.fetches += 1
-        current = self._view.get(job_id)
-        if (None if current is None else current.etag) != known:
+        """Read a record a listing showed had moved on from etag ``known``,
+        unless this instance wrote it meanwhile (its answer would be older)."""
+        if self._etag(job_id) != known:
             return
-        try:
-            job = decode(obj.data, key=key)
-            if job.id != job_id:
-                raise CorruptRecord(f"holds job id {job.id!r}", key=key)
-        except CorruptRecord as exc:
-            self._view[job_id] = _Seen(obj.etag, None)
-            self.stats.corrupt_records += 1
-            self.stats.corrupt_keys.add(key)
-            log.warning("skipping an undecodable queue record: %s", exc)
+        obj = await self._get(job_id)
+        if self._etag(job_id) != known:
             return
-        self._learn_foreign(job_id, obj.etag, job)
+        if obj is None:
+            self._forget(job_id, known)
+            return
+        with contextlib.suppress(CorruptRecord):
+            self._decode(job_id, obj.etag, obj.data)
 
     def _notify(self) -> None:
         for listener in list(self._listeners):
@@ -330,11 +378,12 @@ class StoreQueue(LeaseQueue):
             nonce=secrets.token_hex(8),
             headers=dict(headers or {}),
         )
+        data = encode(job)
         try:
-            etag = await self.store.put_if_absent(self._key(job_id), encode(job))
+            etag = await self.store.put_if_absent(self._key(job_id), data)
         except AlreadyExists:
             return Enqueued(job_id, created=False)
-        self._learn(job_id, etag, job)
+        self._learn(job_id, etag, job, len(data))
         self._notify()
         return Enqueued(job_id, created=True)
 
@@ -346,9 +395,7 @@ class StoreQueue(LeaseQueue):
         wanted = None if kinds is None else frozenset(kinds)
         now = self.clock.now()
         candidates = self._candidates(now, wanted)
-        if len(candidates) < n and (
-            not candidates or time.monotonic() - self._last_scan >= self.scan_interval
-        ):
+        if len(candidates) < n and time.monotonic() >= self._next_scan:
             await self._scan()
             now = self.clock.now()
             candidates = self._candidates(now, wanted)
@@ -384,16 +431,22 @@ class StoreQueue(LeaseQueue):
                 lease_expires_at=now + lease,
             )
             try:
-                new_etag = await self.store.put_if_match(self._key(job_id), encode(new), etag)
+                await self._swap(job_id, new, etag)
             except (PreconditionFailed, NotFound):
                 # Someone else moved it first; the next listing shows what to.
                 self.stats.lost_races += 1
                 self._forget(job_id, etag)
                 return None
-            self._learn(job_id, new_etag, new)
             return self._delivery(new)
         finally:
             self._claiming.discard(job_id)
+
+    async def _swap(self, job_id: str, new: StoredJob, etag: str) -> None:
+        """Write ``new`` over version ``etag`` and learn it. Raises
+        PreconditionFailed or NotFound when the record moved on or went."""
+        data = encode(new)
+        new_etag = await self.store.put_if_match(self._key(job_id), data, etag)
+        self._learn(job_id, new_etag, new, len(data))
 
     async def _settle(
         self,
@@ -439,7 +492,7 @@ class StoreQueue(LeaseQueue):
                     if (await self.store.head(key)).etag != etag:
                         raise PreconditionFailed("moved on", key=key)
                 else:
-                    self._learn(job_id, await self.store.put_if_match(key, encode(new), etag), new)
+                    await self._swap(job_id, new, etag)
                 return new
             except PreconditionFailed:
                 known = None
@@ -539,7 +592,6 @@ class StoreQueue(LeaseQueue):
     async def requeue(self, id: str) -> bool:
         if not _valid_id(id):
             return False
-        key = self._key(id)
         for _ in range(_SETTLE_TRIES):
             fetched = await self._fetch(id)
             if fetched is None or not fetched[1].dead:
@@ -548,7 +600,7 @@ class StoreQueue(LeaseQueue):
             now = self.clock.now()
             new = job.next(now, dead=False, dead_reason=None, attempts=0, run_at=now)
             try:
-                self._learn(id, await self.store.put_if_match(key, encode(new), etag), new)
+                await self._swap(id, new, etag)
             except (PreconditionFailed, NotFound):
                 continue
             self._notify()
@@ -578,18 +630,14 @@ class StoreQueue(LeaseQueue):
                     return job_id, None
                 if not (payload and seen.job.partial):
                     return job_id, seen.job
-            async with self._fetch_slots:
-                try:
-                    obj = await self.store.get(info.key)
-                except NotFound:
-                    return job_id, None
-            self.stats.fetches += 1
-            try:
-                job = decode(obj.data, key=info.key)
-            except CorruptRecord as exc:
-                log.warning("skipping an undecodable queue record: %s", exc)
+            before = self._etag(job_id)
+            obj = await self._get(job_id)
+            if obj is None:
                 return job_id, None
-            self._learn_foreign(job_id, obj.etag, job)
+            try:
+                job = self._decode(job_id, obj.etag, obj.data, learn=self._etag(job_id) == before)
+            except CorruptRecord:
+                return job_id, None
             return job_id, job
 
         return list(await asyncio.gather(*(one(info) for info in infos)))
