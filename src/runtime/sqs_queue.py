@@ -51,6 +51,8 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import dataclasses
+import functools
 import json
 import math
 import re
@@ -309,6 +311,10 @@ class SqsQueue(LeaseQueue):
         self._wrr = [0] * len(self.tiers)
         self._listeners: list[Callable[[], None]] = []
         self._deleter = _Batcher(self, "delete_message_batch", batch_window)
+        self._polls: dict[int, asyncio.Task[list[Delivery]]] = {}
+        """Background long polls by tier index (see :meth:`_long_poll`)."""
+        self._prefetched: list[Delivery] = []
+        self._poll_error: BaseException | None = None
         self._sender = _Batcher(self, "send_message_batch", batch_window)
 
     def __repr__(self) -> str:
@@ -478,6 +484,11 @@ class SqsQueue(LeaseQueue):
         if held is not None:
             self._live.pop(held.job_id, None)
 
+    def _margin(self, visibility: float) -> float:
+        """What a lease of ``visibility`` seconds loses to the fence: the margin,
+        but at most a fifth of it, so one-second test leases stay usable."""
+        return min(self.fence_margin, visibility * 0.2)
+
     def _prune(self) -> None:
         now = time.monotonic()
         for receipt in [r for r, h in self._held.items() if h.deadline < now]:
@@ -600,8 +611,7 @@ class SqsQueue(LeaseQueue):
             await self._send(url, dict(body, a=attempt - 1, c=claims - 1), run_at)
             await self._delete(url, receipt)
             return None
-        margin = min(self.fence_margin, lease * 0.2)
-        deadline = started + lease - margin
+        deadline = started + lease - self._margin(lease)
         message_id: str = message["MessageId"]
         old = self._latest.get(message_id)
         if old is not None:
@@ -645,7 +655,7 @@ class SqsQueue(LeaseQueue):
             return []
         self._prune()
         visibility = max(1, min(math.ceil(lease), SQS_MAX_VISIBILITY_SECONDS))
-        out: list[Delivery] = []
+        out = await self._take_prefetched(n, lease)
         order = self._tier_order()
         full = True
         while full and len(out) < n:
@@ -658,33 +668,73 @@ class SqsQueue(LeaseQueue):
                 out.extend(got)
                 full = full or len(got) == want
         if not out and self.wait_time_seconds > 0:
-            # Every tier is empty (or short polling sampled servers that were):
-            # long-poll as many tiers at once as ``n`` allows, heaviest first,
-            # splitting ``n`` between them so the answers never exceed it.
-            by_weight = sorted(order, key=lambda i: -self.tiers[i].weight)[:n]
-            quotas = _split(n, [self.tiers[i].weight for i in by_weight])
-            results = await asyncio.gather(
-                *(
-                    self._receive(i, q, visibility, self.wait_time_seconds)
-                    for i, q in zip(by_weight, quotas, strict=True)
-                )
-            )
-            for got in results:
-                out.extend(got)
+            await self._long_poll(n, visibility, order)
+            out = await self._take_prefetched(n, lease)
         if kinds is None:
             return out
         wanted = set(kinds)
         keep = [d for d in out if d.kind in wanted]
         for d in out:
             if d.kind not in wanted:
-                await self._resend_uncounted(d)
+                await self._resend_uncounted(d, claimed=False)
         return keep
 
-    async def _resend_uncounted(self, delivery: Delivery) -> bool:
+    async def _long_poll(self, n: int, visibility: int, order: list[int]) -> None:
+        """Every tier came back empty (or short polling sampled servers that
+        were): long-poll as many tiers at once as ``n`` allows, heaviest first,
+        splitting ``n`` between them, and return as soon as any answers.
+
+        The polls still waiting keep running in the background (a long poll
+        cannot be withdrawn: cancelling the request could lose messages SQS
+        already hid for it); whatever they bring is kept for the next claim,
+        which renews each lease before handing it out. A tier with a poll
+        still out gets no second one."""
+        by_weight = sorted(order, key=lambda i: -self.tiers[i].weight)[:n]
+        idle = [i for i in by_weight if i not in self._polls]
+        quotas = _split(n, [self.tiers[i].weight for i in idle]) if idle else []
+        for tier, quota in zip(idle, quotas, strict=True):
+            task = asyncio.get_running_loop().create_task(
+                self._receive(tier, quota, visibility, self.wait_time_seconds)
+            )
+            self._polls[tier] = task
+            task.add_done_callback(functools.partial(self._poll_done, tier))
+        while not self._prefetched and self._polls and self._poll_error is None:
+            await asyncio.wait(set(self._polls.values()), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.sleep(0)  # let the done callbacks run
+        if self._poll_error is not None:
+            error, self._poll_error = self._poll_error, None
+            raise error
+
+    def _poll_done(self, tier: int, task: asyncio.Task[list[Delivery]]) -> None:
+        if self._polls.get(tier) is task:
+            del self._polls[tier]
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            self._poll_error = error
+            return
+        self._prefetched.extend(task.result())
+
+    async def _take_prefetched(self, n: int, lease: float) -> list[Delivery]:
+        """Hand out up to ``n`` deliveries a background long poll brought in,
+        each renewed to ``lease`` (one request only if it has less left)."""
+        out: list[Delivery] = []
+        while self._prefetched and len(out) < n:
+            delivery = self._prefetched.pop(0)
+            expires = await self.renew(delivery, lease)
+            if expires is not None:
+                out.append(dataclasses.replace(delivery, lease_expires_at=expires))
+        return out
+
+    async def _resend_uncounted(self, delivery: Delivery, *, claimed: bool) -> bool:
+        """Put a delivery back with its attempt handed back. ``claimed``: a
+        handler had it (a release), so Delivery.claims keeps this claim; a
+        message of an unwanted kind was never handed out, so it does not."""
         held = self._owned(delivery)
         if held is None:
             return False
-        body = dict(held.body, a=held.attempt - 1, c=held.claims - 1)
+        body = dict(held.body, a=held.attempt - 1, c=held.claims if claimed else held.claims - 1)
         await self._send(held.url, body, 0.0)
         self._drop(delivery.token)
         await self._delete(held.url, delivery.token)
@@ -714,7 +764,7 @@ class SqsQueue(LeaseQueue):
                     self._drop(delivery.token)
                     return None
                 raise
-            held.deadline = max(held.deadline, now + visibility - self.fence_margin)
+            held.deadline = max(held.deadline, now + visibility - self._margin(visibility))
         return self.clock.now() + (held.deadline - time.monotonic())
 
     async def ack(self, delivery: Delivery) -> Settlement:
@@ -795,7 +845,7 @@ class SqsQueue(LeaseQueue):
     async def release(self, delivery: Delivery) -> Settlement:
         """Re-send with the attempt handed back, and delete the received copy:
         a visibility change to 0 would make the next receive count an attempt."""
-        if not await self._resend_uncounted(delivery):
+        if not await self._resend_uncounted(delivery, claimed=True):
             return Settlement.LOST
         self._notify()
         return Settlement.RELEASED
@@ -966,10 +1016,19 @@ class SqsQueue(LeaseQueue):
         await self._deleter.drain()
 
     async def close(self) -> None:
-        """Flush pending batches and close the SQS client."""
+        """Wait out background long polls (at most ``wait_time_seconds``), put
+        back what they brought uncounted, flush pending batches and close the
+        SQS client."""
         if self._client_obj is None:
             return
         try:
+            if self._polls:
+                await asyncio.wait(set(self._polls.values()))
+                await asyncio.sleep(0)
+            for delivery in self._prefetched:
+                await self._resend_uncounted(delivery, claimed=False)
+            self._prefetched.clear()
+            self._poll_error = None
             await self.flush()
         finally:
             stack, self._stack, self._client_obj = self._stack, None, None

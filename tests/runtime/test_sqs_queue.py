@@ -1,0 +1,375 @@
+"""SqsQueue against moto's SQS server (a real HTTP endpoint, real visibility timeouts).
+
+SQS's visibility is real time, so the lease tests use one-second leases and
+wait on conditions with deadlines (:func:`claim_until`); the run-at tests move
+a FakeClock and lower the 15-minute delay cap to one second instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from runtime import FakeClock, PayloadTooLarge, Settlement
+from runtime.queue import Delivery, JobStatus
+from runtime.sqs_queue import SqsQueue, SqsUnsupported, Tier
+
+Factory = Callable[..., Awaitable[SqsQueue]]
+
+
+@pytest.fixture
+async def make_queue(moto_server: str) -> AsyncIterator[Factory]:
+    """SqsQueues on fresh SQS queues. ``peer=q`` gives a second SqsQueue on the
+    same SQS queues: another process, as far as fencing and dedup can tell."""
+    made: list[SqsQueue] = []
+
+    async def factory(*, peer: SqsQueue | None = None, **kwargs: Any) -> SqsQueue:
+        kwargs.setdefault("wait_time_seconds", 0)
+        kwargs.setdefault("endpoint_url", moto_server)
+        kwargs.setdefault("region", "us-east-1")
+        if peer is not None:
+            queue = SqsQueue(peer.name, **kwargs)
+        else:
+            queue = await SqsQueue.create(f"t-{uuid.uuid4().hex[:16]}", **kwargs)
+        made.append(queue)
+        return queue
+
+    yield factory
+    for queue in made:
+        await queue.close()
+
+
+async def claim_until(
+    queue: SqsQueue, n: int = 1, *, lease: float = 30, within: float = 10.0, **kw: Any
+) -> list[Delivery]:
+    """Claim until ``n`` deliveries arrived or ``within`` seconds passed."""
+    got: list[Delivery] = []
+    deadline = time.monotonic() + within
+    while len(got) < n and time.monotonic() < deadline:
+        got.extend(await queue.claim(n - len(got), lease=lease, **kw))
+        if len(got) < n:
+            await asyncio.sleep(0.05)
+    return got
+
+
+def dead_bodies(moto_server: str, queue: SqsQueue) -> list[dict[str, Any]]:
+    """Read the dead-letter queue with a plain boto3 client (hides them for 1 s)."""
+    import boto3
+
+    client = boto3.client("sqs", endpoint_url=moto_server, region_name="us-east-1")
+    url = client.get_queue_url(QueueName=queue.dead_queue_name)["QueueUrl"]
+    messages = client.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=1)
+    return [json.loads(m["Body"]) for m in messages.get("Messages", [])]
+
+
+async def test_enqueue_claim_ack(make_queue: Factory) -> None:
+    q = await make_queue()
+    done = await q.enqueue(b"\x00\xffbinary", kind="k", headers={"trace": "t1"}, priority=2)
+    assert done.created
+    [d] = await claim_until(q)
+    assert (d.id, d.kind, d.payload, d.attempt, d.claims) == (done.id, "k", b"\x00\xffbinary", 1, 1)
+    assert d.headers == {"trace": "t1"} and d.priority == 2 and d.max_attempts == 5
+    assert d.lease_expires_at > q.clock.now()
+    assert await q.claim(5, lease=30) == []
+    assert await q.ack(d) == Settlement.ACKED
+    assert await q.ack(d) == Settlement.LOST
+    assert await q.counts() == dict.fromkeys(JobStatus, 0)
+
+
+async def test_lapsed_lease_is_reclaimed_counted_and_the_stale_token_is_fenced(
+    make_queue: Factory,
+) -> None:
+    a = await make_queue()
+    b = await make_queue(peer=a)
+    await a.enqueue(b"x", id="job-1")
+    [first] = await claim_until(a, lease=1)
+    # Another process picks it up once the visibility timeout runs out.
+    [second] = await claim_until(b, lease=30)
+    assert second.id == "job-1" and second.attempt == 2 and second.claims == 2
+    assert second.token != first.token
+    # moto (like SQS for deletes) would accept the old receipt handle; the
+    # local fence answers LOST without touching the message.
+    assert await a.renew(first, 10) is None
+    assert await a.ack(first) == Settlement.LOST
+    assert await a.nack(first, delay=0) == Settlement.LOST
+    assert await a.dead_letter(first, "zombie") == Settlement.LOST
+    assert await a.release(first) == Settlement.LOST
+    # The message is still b's: a visibility change with b's handle works
+    # (moto rejects it for a deleted message), and b's ack settles it.
+    assert await b.renew(second, 60) is not None
+    assert await b.ack(second) == Settlement.ACKED
+    assert await b.counts() == dict.fromkeys(JobStatus, 0)
+
+
+async def test_renew_extends_the_visibility(make_queue: Factory) -> None:
+    a = await make_queue()
+    b = await make_queue(peer=a)
+    await a.enqueue(b"x")
+    [d] = await claim_until(a, lease=1)
+    expires = await a.renew(d, 4)
+    assert expires is not None and expires >= a.clock.now() + 3
+    # Well past the original one-second lease, no one else can receive it.
+    assert await claim_until(b, within=2.0) == []
+    assert await a.ack(d) == Settlement.ACKED
+
+
+async def test_renew_with_time_to_spare_makes_no_request(make_queue: Factory) -> None:
+    q = await make_queue()
+    await q.enqueue(b"x")
+    [d] = await claim_until(q, lease=60)
+    before = q.requests["change_message_visibility"]
+    expires = await q.renew(d, 10)
+    assert expires is not None and expires > q.clock.now() + 50
+    assert q.requests["change_message_visibility"] == before
+
+
+async def test_nack_with_delay_is_not_delivered_early(make_queue: Factory) -> None:
+    q = await make_queue()
+    await q.enqueue(b"x")
+    [d] = await claim_until(q)
+    start = time.monotonic()
+    assert await q.nack(d, delay=2, error="boom") == Settlement.RETRIED
+    assert await q.claim(1, lease=30) == []
+    [again] = await claim_until(q, within=8)
+    assert time.monotonic() - start >= 1.9
+    assert again.attempt == 2 and again.claims == 2
+
+
+async def test_uncounted_nack_and_release_hand_the_attempt_back(make_queue: Factory) -> None:
+    q = await make_queue()
+    await q.enqueue(b"x", id="j")
+    [d1] = await claim_until(q)
+    assert d1.attempt == 1
+    assert await q.release(d1) == Settlement.RELEASED
+    [d2] = await claim_until(q)
+    assert (d2.attempt, d2.claims) == (1, 2)
+    assert await q.nack(d2, delay=0, count=False) == Settlement.RETRIED
+    [d3] = await claim_until(q)
+    assert (d3.attempt, d3.claims) == (1, 3)
+    assert await q.nack(d3, delay=0) == Settlement.RETRIED
+    [d4] = await claim_until(q)
+    assert (d4.attempt, d4.claims) == (2, 4)
+    assert await q.release(d1) == Settlement.LOST
+
+
+async def test_long_backoff_is_re_sent_and_keeps_the_error(make_queue: Factory) -> None:
+    """A delay too long for the visibility window goes out as a new message
+    (here the window is lowered to 0 to force it) with the attempt carried."""
+    clock = FakeClock()
+    q = await make_queue(clock=clock, max_visibility_backoff=0, max_delay_seconds=1)
+    await q.enqueue(b"x", id="j")
+    [d] = await claim_until(q)
+    assert await q.nack(d, delay=3600, error="later") == Settlement.RETRIED
+    assert await claim_until(q, within=1.5) == []  # re-deferred: not due on the fake clock
+    clock.advance(3600)
+    [again] = await claim_until(q)
+    assert (again.attempt, again.claims) == (2, 2)
+
+
+async def test_last_counted_attempt_goes_dead_and_requeue_brings_it_back(
+    make_queue: Factory, moto_server: str
+) -> None:
+    q = await make_queue()
+    await q.enqueue(b"keep", id="other", max_attempts=3)
+    await q.enqueue(b"x", id="j", kind="k", max_attempts=1, priority=8)
+    got = await claim_until(q, 2)
+    d = next(g for g in got if g.id == "j")
+    other = next(g for g in got if g.id == "other")
+    assert await q.dead_letter(other, "bad input") == Settlement.DEAD
+    assert await q.nack(d, delay=0, error="ValueError: nope") == Settlement.DEAD
+    bodies = {b["id"]: b for b in dead_bodies(moto_server, q)}
+    assert bodies["j"]["dead"] == "ValueError: nope" and bodies["j"]["a"] == 1
+    assert bodies["other"]["dead"] == "bad input"
+    assert (await q.counts())[JobStatus.DEAD] == 2
+    assert await q.requeue("missing") is False
+    assert await q.requeue("j") is True
+    [back] = await claim_until(q)
+    assert (back.id, back.kind, back.payload, back.priority) == ("j", "k", b"x", 8)
+    assert back.attempt == 1 and back.claims >= 2
+    # The job not asked for stayed dead.
+    assert (await q.counts())[JobStatus.DEAD] == 1
+    assert await q.requeue_all() == 1
+    [also] = await claim_until(q)
+    assert also.id == "other" and also.payload == b"keep"
+
+
+async def test_redrive_policy_is_the_safety_net(make_queue: Factory) -> None:
+    """A message received max_receive_count times unsettled lands in the DLQ
+    by SQS's own redrive, and requeue finds it there like any other."""
+    q = await make_queue(max_receive_count=2)
+    await q.enqueue(b"x", id="stuck")
+    for _ in range(2):
+        assert len(await claim_until(q, lease=1)) == 1
+    deadline = time.monotonic() + 10
+    while (await q.counts())[JobStatus.DEAD] == 0 and time.monotonic() < deadline:
+        assert await q.claim(1, lease=1) == []  # moto moves it on this receive
+        await asyncio.sleep(0.2)
+    assert (await q.counts())[JobStatus.DEAD] == 1
+    assert await q.requeue("stuck")
+    [d] = await claim_until(q)
+    assert d.attempt == 1 and d.claims >= 3
+
+
+async def test_priorities_are_polled_by_weight(make_queue: Factory) -> None:
+    q = await make_queue()
+    for priority in (0, 5, 9):
+        await asyncio.gather(*(q.enqueue(b"", priority=priority) for _ in range(10)))
+    seen = []
+    for _ in range(14):
+        [d] = await claim_until(q)
+        seen.append(d.priority)
+    # 4:2:1 over two rounds of 7 claims; no tier is starved.
+    assert (seen.count(0), seen.count(5), seen.count(9)) == (8, 4, 2)
+
+
+async def test_custom_tiers_are_validated() -> None:
+    with pytest.raises(ValueError):
+        SqsQueue("x", tiers=[Tier("a", 0, 4, 1)])
+    with pytest.raises(ValueError):
+        SqsQueue("bad name!")
+
+
+async def test_run_at_beyond_the_delay_cap_is_re_deferred(make_queue: Factory) -> None:
+    """DelaySeconds stops at the cap (15 minutes on SQS, 1 s here): a job that
+    arrives before its run-at is sent again, not delivered."""
+    clock = FakeClock()
+    q = await make_queue(clock=clock, max_delay_seconds=1)
+    await q.enqueue(b"later", id="j", run_at=clock.now() + 3600)
+    assert (await q.counts())[JobStatus.SCHEDULED] == 1
+    sends = q.requests["send_message_batch"]
+    deadline = time.monotonic() + 10
+    while q.requests["send_message_batch"] == sends and time.monotonic() < deadline:
+        assert await q.claim(1, lease=30) == []
+        await asyncio.sleep(0.1)
+    assert q.requests["send_message_batch"] == sends + 1, "never re-deferred"
+    assert q.requests["delete_message_batch"] >= 1
+    assert (await q.counts())[JobStatus.SCHEDULED] == 1
+    clock.advance(3600)
+    [d] = await claim_until(q)
+    assert (d.id, d.payload, d.attempt, d.claims) == ("j", b"later", 1, 1)
+
+
+async def test_payload_over_the_limit_is_refused(make_queue: Factory) -> None:
+    q = await make_queue()
+    with pytest.raises(PayloadTooLarge):
+        await q.enqueue(b"x" * (256 * 1024 + 1))
+    big = bytes(range(256)) * 1024  # exactly 256 KiB: fits SQS's 1 MiB once base64'd
+    await q.enqueue(big, id="big")
+    [d] = await claim_until(q)
+    assert d.payload == big
+    small = await make_queue(max_message_bytes=4096)
+    with pytest.raises(PayloadTooLarge):
+        await small.enqueue(b"y" * 4000)
+    assert await small.counts() == dict.fromkeys(JobStatus, 0)
+
+
+async def test_dedup_is_per_process(make_queue: Factory) -> None:
+    a = await make_queue()
+    b = await make_queue(peer=a)
+    assert (await a.enqueue(b"1", id="same")).created
+    assert not (await a.enqueue(b"2", id="same")).created
+    # Another process cannot know: SQS standard queues do not deduplicate.
+    assert (await b.enqueue(b"3", id="same")).created
+    got = await claim_until(a, 2)
+    assert sorted(d.payload for d in got) == [b"1", b"3"]
+    for d in got:
+        assert await a.ack(d) == Settlement.ACKED
+    assert (await a.enqueue(b"4", id="same")).created
+
+
+async def test_cancel_in_this_process(make_queue: Factory) -> None:
+    q = await make_queue()
+    await q.enqueue(b"x", id="waiting")
+    await q.enqueue(b"y", id="held")
+    assert await q.cancel("waiting")
+    [d] = await claim_until(q, 1)
+    assert d.id == "held"
+    assert await q.cancel("held")
+    assert await q.ack(d) == Settlement.LOST
+    assert await q.renew(d, 5) is None
+    assert await q.counts() == dict.fromkeys(JobStatus, 0)
+    assert not await q.cancel("never-seen")
+
+
+async def test_get_and_list_answer_honestly(make_queue: Factory) -> None:
+    q = await make_queue()
+    await q.enqueue(b"x", id="held", kind="k")
+    await q.enqueue(b"y", id="waiting", run_at=q.clock.now() + 60)
+    with pytest.raises(SqsUnsupported):
+        await q.list()
+    with pytest.raises(SqsUnsupported):
+        await q.get("waiting")
+    [d] = await claim_until(q)
+    record = await q.get("held")
+    assert record is not None
+    assert (record.status, record.kind, record.attempts, record.payload) == (
+        JobStatus.CLAIMED,
+        "k",
+        1,
+        b"x",
+    )
+    counts = await q.counts()
+    assert counts[JobStatus.CLAIMED] == 1 and counts[JobStatus.SCHEDULED] == 1
+    assert d.id == "held"
+
+
+async def test_kinds_filter_does_not_burn_attempts(make_queue: Factory) -> None:
+    q = await make_queue()
+    await q.enqueue(b"", kind="a", id="a1")
+    await q.enqueue(b"", kind="b", id="b1")
+    got = await claim_until(q, 1, kinds={"a"})
+    assert [d.id for d in got] == ["a1"]
+    [b] = await claim_until(q, kinds={"b"})
+    assert (b.id, b.attempt) == ("b1", 1)
+
+
+async def test_wakes_listeners_on_enqueue(make_queue: Factory) -> None:
+    q = await make_queue()
+    woken: list[int] = []
+    unsubscribe = q.subscribe(lambda: woken.append(1))
+    await q.enqueue(b"")
+    unsubscribe()
+    await q.enqueue(b"")
+    assert woken == [1]
+
+
+async def test_long_poll_waits_for_work(make_queue: Factory) -> None:
+    q = await make_queue(wait_time_seconds=3)
+    producer = await make_queue(peer=q)
+
+    async def later() -> None:
+        await asyncio.sleep(0.5)
+        await producer.enqueue(b"late", priority=9)
+
+    task = asyncio.create_task(later())
+    start = time.monotonic()
+    got = await q.claim(4, lease=30)
+    await task
+    assert [d.payload for d in got] == [b"late"]
+    assert time.monotonic() - start < 2.9
+
+
+async def test_requests_per_job(make_queue: Factory) -> None:
+    """The figure docs/scaling.md prices: a burst of jobs enqueued at once,
+    claimed 10 at a time and acked at once, costs well under one SQS request
+    per job thanks to batch send, batch receive and batch delete."""
+    q = await make_queue()
+    jobs = 100
+    await asyncio.gather(*(q.enqueue(b"p" * 100) for _ in range(jobs)))
+    done = 0
+    while done < jobs:
+        got = await q.claim(10, lease=30)
+        results = await asyncio.gather(*(q.ack(d) for d in got))
+        assert all(r == Settlement.ACKED for r in results)
+        done += len(got)
+    per_job = {op: count / jobs for op, count in q.requests.items() if "queue" not in op}
+    print("SQS requests per job:", per_job, "total", sum(per_job.values()))
+    assert per_job["send_message_batch"] <= 0.15
+    assert per_job["delete_message_batch"] <= 0.15
+    assert sum(per_job.values()) <= 0.6
