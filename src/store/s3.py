@@ -71,6 +71,21 @@ _CREDENTIAL_CODES = {
 _REGION_CODES = {"PermanentRedirect", "AuthorizationHeaderMalformed", "IllegalLocationConstraint"}
 
 
+_SESSIONS: dict[str | None, Any] = {}
+"""One botocore session per profile, shared by every S3Store in the process:
+a session loads the service model and resolves credentials once (a few hundred
+ms); clients, which belong to an event loop, are made from it per loop."""
+
+
+def _session(profile: str | None) -> Any:
+    from aiobotocore.session import AioSession
+
+    session = _SESSIONS.get(profile)
+    if session is None:
+        session = _SESSIONS[profile] = AioSession(profile=profile)
+    return session
+
+
 class _Ambiguous:
     """Whether an earlier try of this call may have been applied by S3."""
 
@@ -123,6 +138,8 @@ class S3Store(ObjectStore):
             asyncio.AbstractEventLoop, asyncio.Task[tuple[Any, Any]]
         ] = weakref.WeakKeyDictionary()
         self._bucket_seen = False
+        self.max_page = DEFAULT_PAGE_SIZE
+        """The most keys one ListObjectsV2 request asks for (S3 answers at most 1000)."""
 
     # -- the client -----------------------------------------------------------
 
@@ -137,10 +154,9 @@ class S3Store(ObjectStore):
 
     async def _create_client(self) -> tuple[Any, Any]:
         from aiobotocore.config import AioConfig
-        from aiobotocore.session import AioSession
 
         try:
-            session = AioSession(profile=self.profile)
+            session = _session(self.profile)
             config = AioConfig(
                 connect_timeout=self._connect_timeout,
                 read_timeout=self._read_timeout,
@@ -434,7 +450,7 @@ class S3Store(ObjectStore):
             params: dict[str, Any] = {
                 "Bucket": self.bucket,
                 "Prefix": base + prefix,
-                "MaxKeys": min(DEFAULT_PAGE_SIZE, limit - len(out)),
+                "MaxKeys": min(self.max_page, limit - len(out)),
             }
             if token is not None:
                 params["ContinuationToken"] = token

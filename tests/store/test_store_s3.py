@@ -1,0 +1,361 @@
+"""S3Store beyond the shared contract: error classification, retries, lost answers.
+
+Faults come from a real HTTP hop: a small aiohttp proxy in front of the moto
+server that, request by request, forwards, answers with an S3 error instead,
+forwards and then "loses" the answer (the write landed, the client sees a
+500), or holds the answer past the client's read timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from store import (
+    AlreadyExists,
+    NotFound,
+    PreconditionFailed,
+    RetryPolicy,
+    StoreConfigError,
+    StoreUnavailable,
+    open_store,
+)
+from store.s3 import S3Store
+
+FAST_RETRY = RetryPolicy(attempts=4, base=0.001, cap=0.005)
+
+_DROP_REQUEST = {"host", "content-length", "transfer-encoding", "connection", "expect"}
+_DROP_RESPONSE = {"content-length", "transfer-encoding", "connection", "content-encoding", "date"}
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    headers: dict[str, str]
+
+
+@dataclass
+class FaultProxy:
+    """An HTTP proxy to moto that misbehaves on cue.
+
+    ``plan`` holds one action per coming request (then requests are forwarded):
+    ``("error", status, code)`` answers with an S3 error without forwarding;
+    ``("lose", status, code)`` forwards (S3 applies it) and answers an error;
+    ``("hold",)`` forwards and withholds the answer until ``release`` is set.
+    """
+
+    upstream: str
+    plan: list[tuple[Any, ...]] = field(default_factory=list)
+    seen: list[Seen] = field(default_factory=list)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+    url: str = ""
+
+    def count(self, method: str | None = None) -> int:
+        return sum(1 for s in self.seen if method is None or s.method == method)
+
+    @staticmethod
+    def error(status: int, code: str) -> web.Response:
+        body = (
+            '<?xml version="1.0" encoding="UTF-8"?>'
+            f"<Error><Code>{code}</Code><Message>injected {code}</Message></Error>"
+        )
+        return web.Response(status=status, body=body.encode(), content_type="application/xml")
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        self.seen.append(Seen(request.method, request.path_qs, dict(request.headers)))
+        action = self.plan.pop(0) if self.plan else ("forward",)
+        if action[0] == "error":
+            return self.error(action[1], action[2])
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROP_REQUEST}
+        async with self.session.request(
+            request.method, self.upstream + request.path_qs, headers=headers, data=body
+        ) as upstream:
+            payload = await upstream.read()
+            status = upstream.status
+            out = {k: v for k, v in upstream.headers.items() if k.lower() not in _DROP_RESPONSE}
+        if action[0] == "lose":
+            return self.error(action[1], action[2])
+        if action[0] == "hold":
+            await asyncio.wait_for(self.release.wait(), timeout=30)
+        return web.Response(status=status, body=payload, headers=out)
+
+    async def start(self) -> None:
+        self.session = aiohttp.ClientSession(auto_decompress=False)
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        self.runner = web.AppRunner(app, handle_signals=False)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        port = self.runner.addresses[0][1]
+        self.url = f"http://127.0.0.1:{port}"
+
+    async def stop(self) -> None:
+        self.release.set()
+        await self.runner.cleanup()
+        await self.session.close()
+
+
+@pytest.fixture
+async def proxy(moto_server: str) -> AsyncIterator[FaultProxy]:
+    p = FaultProxy(moto_server)
+    await p.start()
+    yield p
+    await p.stop()
+
+
+@pytest.fixture
+async def faulty(proxy: FaultProxy, s3_bucket: str) -> AsyncIterator[S3Store]:
+    store = S3Store(
+        s3_bucket,
+        "t",
+        endpoint_url=proxy.url,
+        region="us-east-1",
+        retry=FAST_RETRY,
+        read_timeout=0.5,
+    )
+    yield store
+    await store.close()
+
+
+# -- the wire ------------------------------------------------------------------------
+
+
+async def test_conditional_writes_are_sent_as_s3_conditions(
+    faulty: S3Store, proxy: FaultProxy
+) -> None:
+    etag = await faulty.put_if_absent("k", b"1")
+    new = await faulty.put_if_match("k", b"2", etag)
+    await faulty.delete("k", if_match=new)
+    puts = [s for s in proxy.seen if s.method in ("PUT", "DELETE")]
+    assert [s.method for s in puts] == ["PUT", "PUT", "DELETE"]
+    assert puts[0].headers.get("If-None-Match") == "*"
+    assert puts[1].headers.get("If-Match") == etag
+    assert puts[2].headers.get("If-Match") == new
+    assert all(s.path.startswith(f"/{faulty.bucket}/t/k") for s in puts)
+
+
+async def test_keys_live_under_the_prefix(s3_store: Any, s3_admin: Any, s3_bucket: str) -> None:
+    await s3_store.put("outcomes/r1", b"x")
+    listed = s3_admin.list_objects_v2(Bucket=s3_bucket)["Contents"]
+    assert [o["Key"] for o in listed] == ["t/outcomes/r1"]
+    s3_admin.put_object(Bucket=s3_bucket, Key="elsewhere", Body=b"y")
+    assert [i.key for i in await s3_store.list()] == ["outcomes/r1"]
+
+
+async def test_etags_are_the_same_format_everywhere(s3_store: Any) -> None:
+    etag = await s3_store.put("k", b"x")
+    assert etag.startswith('"') and etag.endswith('"')
+    assert (await s3_store.get("k")).etag == etag
+    assert (await s3_store.head("k")).etag == etag
+    assert [i.etag for i in await s3_store.list()] == [etag]
+
+
+async def test_listing_follows_continuation_pages(s3_store: Any) -> None:
+    keys = [f"p/{n:02d}" for n in range(7)]
+    for k in keys:
+        await s3_store.put(k, b"x")
+    s3_store.max_page = 3  # as if S3 had answered 3 keys at a time instead of 1000
+    assert [i.key for i in await s3_store.list(limit=100)] == keys
+    assert [i.key for i in await s3_store.list(limit=5)] == keys[:5]
+    assert [i.key for i in await s3_store.list(start_after="p/01", limit=100)] == keys[2:]
+
+
+# -- configuration errors -------------------------------------------------------------------
+
+
+async def test_a_missing_bucket_is_one_clear_config_error(moto_server: str) -> None:
+    store = open_store(f"s3://no-such-bucket-here/x?endpoint_url={moto_server}&region=us-east-1")
+    calls = [
+        store.get("k"),
+        store.head("k"),
+        store.put("k", b"x"),
+        store.put_if_absent("k", b"x"),
+        store.put_if_match("k", b"x", '"e"'),
+        store.delete("k"),
+        store.delete("k", if_match='"e"'),
+        store.list(),
+    ]
+    for call in calls:
+        with pytest.raises(StoreConfigError) as caught:
+            await call
+        assert "bucket 'no-such-bucket-here' does not exist" in str(caught.value)
+        assert "botocore" not in str(caught.value)
+    await store.close()
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "words"),
+    [
+        (403, "AccessDenied", "access denied to bucket"),
+        (403, "InvalidAccessKeyId", "refused the credentials"),
+        (403, "SignatureDoesNotMatch", "refused the credentials"),
+        (403, "ExpiredToken", "refused the credentials"),
+    ],
+)
+async def test_refusals_are_config_errors_and_not_retried(
+    faulty: S3Store, proxy: FaultProxy, status: int, code: str, words: str
+) -> None:
+    proxy.plan = [("error", status, code)] * 10
+    with pytest.raises(StoreConfigError) as caught:
+        await faulty.put("k", b"x")
+    assert words in str(caught.value)
+    assert repr(faulty.bucket) in str(caught.value)
+    assert proxy.count() == 1
+
+
+async def test_an_unreachable_endpoint_fails_fast_after_bounded_retries(s3_bucket: str) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    store = S3Store(
+        s3_bucket, endpoint_url=f"http://127.0.0.1:{port}", region="us-east-1", retry=FAST_RETRY
+    )
+    start = time.monotonic()
+    with pytest.raises(StoreUnavailable, match="gave up after 4 attempts"):
+        await store.get("k")
+    assert time.monotonic() - start < 5
+    await store.close()
+
+
+# -- transient failures ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [(503, "SlowDown"), (500, "InternalError"), (503, "ServiceUnavailable"), (429, "Throttling")],
+)
+async def test_transient_errors_are_retried(
+    faulty: S3Store, proxy: FaultProxy, status: int, code: str
+) -> None:
+    proxy.plan = [("error", status, code)] * 2
+    etag = await faulty.put("k", b"x")
+    assert proxy.count("PUT") == 3
+    proxy.plan = [("error", status, code)] * 2
+    got = await faulty.get("k")
+    assert (got.data, got.etag) == (b"x", etag)
+    assert proxy.count("GET") == 3
+
+
+async def test_persistent_failure_becomes_unavailable_after_the_attempts(
+    faulty: S3Store, proxy: FaultProxy
+) -> None:
+    proxy.plan = [("error", 503, "SlowDown")] * 10
+    with pytest.raises(StoreUnavailable, match="gave up after 4 attempts") as caught:
+        await faulty.put("k", b"x")
+    assert "SlowDown" in str(caught.value)
+    assert proxy.count() == FAST_RETRY.attempts
+
+
+async def test_a_412_is_an_answer_and_never_retried(faulty: S3Store, proxy: FaultProxy) -> None:
+    stale = await faulty.put("k", b"1")
+    await faulty.put("k", b"2")
+    proxy.seen.clear()
+    with pytest.raises(AlreadyExists):
+        await faulty.put_if_absent("k", b"3")
+    with pytest.raises(PreconditionFailed):
+        await faulty.put_if_match("k", b"3", stale)
+    with pytest.raises(PreconditionFailed):
+        await faulty.delete("k", if_match=stale)
+    assert proxy.count() == 3
+
+
+async def test_a_held_answer_times_out_and_is_retried(faulty: S3Store, proxy: FaultProxy) -> None:
+    await faulty.put("k", b"x")
+    proxy.plan = [("hold",)]
+    assert (await faulty.get("k")).data == b"x"
+    assert proxy.count("GET") == 2
+
+
+# -- lost answers: the write landed, the client saw an error --------------------------------
+
+
+async def test_put_if_absent_whose_answer_was_lost_reports_success(
+    faulty: S3Store, proxy: FaultProxy
+) -> None:
+    proxy.plan = [("lose", 500, "InternalError")]
+    etag = await faulty.put_if_absent("outcomes/r1", b"ours")
+    got = await faulty.get("outcomes/r1")
+    assert (got.data, got.etag) == (b"ours", etag)
+    # PUT (landed, answer lost), PUT (412: it's there), GET (it is ours), GET (the check above)
+    assert [s.method for s in proxy.seen] == ["PUT", "PUT", "GET", "GET"]
+
+
+async def test_put_if_absent_after_a_timeout_that_landed_reports_success(
+    faulty: S3Store, proxy: FaultProxy
+) -> None:
+    proxy.plan = [("hold",)]
+    etag = await faulty.put_if_absent("outcomes/r1", b"ours")
+    assert (await faulty.get("outcomes/r1")).etag == etag
+
+
+async def test_put_if_absent_after_a_lost_answer_still_loses_to_another_writer(
+    faulty: S3Store, proxy: FaultProxy, s3_admin: Any
+) -> None:
+    s3_admin.put_object(Bucket=faulty.bucket, Key="t/outcomes/r1", Body=b"theirs")
+    proxy.plan = [("error", 500, "InternalError")]
+    with pytest.raises(AlreadyExists):
+        await faulty.put_if_absent("outcomes/r1", b"ours")
+    assert (await faulty.get("outcomes/r1")).data == b"theirs"
+
+
+async def test_equal_bytes_without_an_ambiguous_try_still_already_exist(
+    faulty: S3Store, proxy: FaultProxy, s3_admin: Any
+) -> None:
+    # Only a retry after an answer that may have been applied reads the object
+    # back; a first-try 412 is reported as it is, even if the bytes are equal.
+    s3_admin.put_object(Bucket=faulty.bucket, Key="t/k", Body=b"same")
+    with pytest.raises(AlreadyExists):
+        await faulty.put_if_absent("k", b"same")
+    assert [s.method for s in proxy.seen] == ["PUT"]
+
+
+async def test_put_if_match_whose_answer_was_lost_reports_success(
+    faulty: S3Store, proxy: FaultProxy
+) -> None:
+    etag = await faulty.put("lease", b"v1")
+    proxy.plan = [("lose", 503, "SlowDown")]
+    new = await faulty.put_if_match("lease", b"v2", etag)
+    got = await faulty.get("lease")
+    assert (got.data, got.etag) == (b"v2", new)
+
+
+async def test_delete_if_match_whose_answer_was_lost_reports_success(
+    faulty: S3Store, proxy: FaultProxy
+) -> None:
+    etag = await faulty.put("lease", b"v1")
+    proxy.plan = [("lose", 500, "InternalError")]
+    await faulty.delete("lease", if_match=etag)
+    with pytest.raises(NotFound):
+        await faulty.head("lease")
+
+
+# -- event loops -------------------------------------------------------------------------------
+
+
+def test_one_store_across_sequential_event_loops(s3_url: str) -> None:
+    store = open_store(s3_url)
+
+    async def write(n: int) -> bytes:
+        await store.put("k", b"%d" % n)
+        return (await store.get("k")).data
+
+    assert asyncio.run(write(1)) == b"1"
+    assert asyncio.run(write(2)) == b"2"  # a new loop: a new client, not the dead one
+    asyncio.run(store.close())
+
+
+async def test_concurrent_first_calls_share_one_client(s3_store: Any) -> None:
+    await asyncio.gather(*(s3_store.put(f"k{n}", b"x") for n in range(10)))
+    assert len(s3_store._clients) == 1
