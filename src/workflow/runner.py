@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar, cast
@@ -27,8 +27,9 @@ from runtime.backoff import Backoff
 from runtime.clock import Clock, SystemClock
 from runtime.errors import MalformedPayload, PermanentError
 from runtime.queue import Delivery, JobStatus, LeaseQueue
+from runtime.store_queue import StoreQueue
 from runtime.worker import Attempt, Failure, Success, Terminal, Worker
-from store import AlreadyExists, MemoryStore, NotFound, ObjectStore
+from store import AlreadyExists, NotFound, ObjectStore, open_store
 
 from .codec import ResultCodec, canonical_input, pack, sha256_hex, unpack
 from .context import JobContext, _Run
@@ -158,7 +159,7 @@ class JobRunner:
         self.clock: Clock = clock or SystemClock()
         self._owns_store = isinstance(store, str)
         self.store: ObjectStore = (
-            _open_store(store, self.clock) if isinstance(store, str) else store
+            open_store(store, clock=self.clock) if isinstance(store, str) else store
         )
         self.layout = Layout(prefix)
         self.queue: LeaseQueue = (
@@ -526,7 +527,7 @@ class JobRunner:
         )
         try:
             if job_type.is_async():
-                result = await job.run(ctx)  # type: ignore[misc]
+                result = await cast(Awaitable[Any], job.run(ctx))
             else:
                 result = await asyncio.to_thread(job.run, ctx)
         except (PermanentError, EncodingError) as exc:
@@ -626,21 +627,6 @@ async def _flush(run: _Run) -> None:
         log.warning("job %s: final progress not written: %s", run.run_id, exc)
 
 
-def _open_store(url: str, clock: Clock) -> ObjectStore:
-    if url.startswith("memory://"):
-        return MemoryStore(clock=clock.now, name=url[len("memory://") :])
-    from store import open_store
-
-    return open_store(url)
-
-
 def _default_queue(store: ObjectStore, layout: Layout, clock: Clock) -> LeaseQueue:
-    try:
-        from runtime.store_queue import StoreQueue
-    except ImportError:  # pragma: no cover - until the StoreQueue lands
-        from runtime import MemoryQueue
-
-        return MemoryQueue(clock=clock)
-    return StoreQueue(
-        store, prefix=layout.prefix + "/queue" if layout.prefix else "queue", clock=clock
-    )
+    prefix = f"{layout.prefix}/queue" if layout.prefix else "queue"
+    return StoreQueue(store, prefix=prefix, clock=clock)
