@@ -1,0 +1,1 @@
+"""stepstone's benchmark harness. Run ``python -m benchmarks.run`` (see run.py)."""

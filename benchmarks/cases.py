@@ -1,0 +1,323 @@
+"""The benchmark cases. Each runs in its own process (see run.py) so peak RSS
+is the case's own; each returns one flat dict of figures.
+
+Cases
+-----
+w3        N jobs of ``steps`` memoized async steps, all submitted at once
+          (``asyncio.gather`` of the submits), ``concurrency`` handlers,
+          one process that submits and runs. Then, if ``resubmit``, R: the N
+          finished keys submitted again; each answers from its outcome record.
+latency   one job at a time: submit, await the result, repeat.
+scale     one FileStore, ``processes`` worker processes (``async with
+          JobRunner(...)`` in each); the parent submits all N first, then
+          lets the workers go and times until every job is acked.
+
+Backends: ``memory`` (MemoryStore + MemoryQueue), ``memory-sq`` (MemoryStore +
+StoreQueue: the StoreQueue's request pattern without I/O), ``file``
+(FileStore + StoreQueue, durable: fsync on every write), ``s3`` (moto's S3
+server in a child process + StoreQueue).
+
+Every store is wrapped in a CountingStore, so the figures include its (tiny)
+cost; requests are reported per job by operation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import math
+import multiprocessing
+import os
+import resource
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from runtime import MemoryQueue
+from store import FileStore, MemoryStore, ObjectStore
+from workflow import JobRunner
+
+from .counting import OPERATIONS, CountingStore
+from .jobs import W3
+
+try:  # the shared one, once it lands
+    from store.counting import CountingStore as _Shared  # type: ignore[import-not-found]
+
+    del _Shared
+except ImportError:
+    pass
+
+
+@dataclass
+class Spec:
+    case: str = "w3"
+    backend: str = "memory"
+    n: int = 1000
+    steps: int = 3
+    concurrency: int = 64
+    keyed: bool = True
+    resubmit: bool = True
+    processes: int = 1
+    label: str = ""
+    workdir: str = ""
+
+    def name(self) -> str:
+        if self.label:
+            return self.label
+        extra = f" x{self.processes}proc" if self.case == "scale" else ""
+        return f"{self.case} {self.backend} n={self.n} steps={self.steps}{extra}"
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of a non-empty list."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def per_job(counts: dict[str, int], n: int) -> dict[str, float]:
+    return {op: round(counts[op] / n, 3) for op in OPERATIONS}
+
+
+@contextlib.asynccontextmanager
+async def open_backend(spec: Spec) -> AsyncIterator[tuple[CountingStore, JobRunner]]:
+    """The counted store and a (not started) runner on it, per the spec's backend."""
+    tmp: str | None = None
+    moto = None
+    inner: ObjectStore
+    queue = None
+    if spec.backend == "memory":
+        inner = MemoryStore()
+        queue = MemoryQueue()
+    elif spec.backend == "memory-sq":
+        inner = MemoryStore()
+    elif spec.backend == "file":
+        tmp = tempfile.mkdtemp(prefix="stepstone-bench-", dir=spec.workdir or None)
+        inner = FileStore(tmp)
+    elif spec.backend == "s3":
+        from store import S3Store
+
+        from .moto_server import MotoServer
+
+        moto = MotoServer()
+        url = moto.__enter__()
+        bucket = f"bench-{uuid.uuid4().hex[:12]}"
+        moto.create_bucket(bucket)
+        inner = S3Store(bucket, "b", endpoint_url=url, region="us-east-1")
+    else:
+        raise ValueError(f"unknown backend {spec.backend!r}")
+    store = CountingStore(inner)
+    runner = JobRunner(
+        store, queue=queue, jobs=[W3], concurrency=spec.concurrency, retry_backoff=0.0
+    )
+    try:
+        yield store, runner
+    finally:
+        await runner.close()
+        await store.close()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if moto is not None:
+            moto.__exit__(None, None, None)
+
+
+async def _submit_and_wait(
+    runner: JobRunner, jobs: list[W3]
+) -> tuple[float, list[float], list[Any]]:
+    """Submit all jobs at once and await every result; (seconds, latencies, results)."""
+    latencies: list[float] = [0.0] * len(jobs)
+    results: list[Any] = [None] * len(jobs)
+
+    async def one(i: int, job: W3) -> None:
+        start = time.perf_counter()
+        handle = await runner.submit(job)
+        results[i] = await handle
+        latencies[i] = time.perf_counter() - start
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one(i, job) for i, job in enumerate(jobs)))
+    return time.perf_counter() - t0, latencies, results
+
+
+async def w3(spec: Spec) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    async with open_backend(spec) as (store, runner):
+        tag = uuid.uuid4().hex[:8]
+        jobs = [W3(n=i, steps=spec.steps, tag=tag, keyed=spec.keyed) for i in range(spec.n)]
+        async with runner:
+            gc.collect()
+            store.reset()
+            seconds, latencies, results = await _submit_and_wait(runner, jobs)
+            assert results == [i + spec.steps for i in range(spec.n)], "wrong results"
+            counts = store.snapshot()
+            out.update(
+                seconds=round(seconds, 4),
+                jobs_per_s=round(spec.n / seconds, 1),
+                steps_per_s=round(spec.n * spec.steps / seconds, 1),
+                p50_ms=round(percentile(latencies, 50) * 1e3, 3),
+                p99_ms=round(percentile(latencies, 99) * 1e3, 3),
+                requests_per_job=per_job(counts, spec.n),
+            )
+            if spec.resubmit and spec.keyed:
+                store.reset()
+                t0 = time.perf_counter()
+                handles = await asyncio.gather(*(runner.submit(job) for job in jobs))
+                again = await asyncio.gather(*handles)
+                r_seconds = time.perf_counter() - t0
+                assert again == results, "resubmission answered differently"
+                assert not any(h.newly_submitted for h in handles), "a resubmit ran again"
+                out.update(
+                    r_jobs_per_s=round(spec.n / r_seconds, 1),
+                    r_requests_per_job=per_job(store.snapshot(), spec.n),
+                )
+        out["worker"] = asdict(runner.worker.stats)
+        stats = getattr(runner.queue, "stats", None)
+        if stats is not None:
+            out["queue"] = {k: v for k, v in asdict(stats).items() if k != "corrupt_keys"}
+    return out
+
+
+async def latency(spec: Spec) -> dict[str, Any]:
+    async with open_backend(spec) as (store, runner):
+        tag = uuid.uuid4().hex[:8]
+        async with runner:
+            # Warm up: imports, codecs, the first listing of a StoreQueue.
+            for i in range(20):
+                await (await runner.submit(W3(n=-1 - i, steps=spec.steps, tag=tag)))
+            gc.collect()
+            store.reset()
+            latencies = []
+            t0 = time.perf_counter()
+            for i in range(spec.n):
+                start = time.perf_counter()
+                handle = await runner.submit(W3(n=i, steps=spec.steps, tag=tag, keyed=spec.keyed))
+                await handle
+                latencies.append(time.perf_counter() - start)
+            seconds = time.perf_counter() - t0
+        return {
+            "seconds": round(seconds, 4),
+            "jobs_per_s": round(spec.n / seconds, 1),
+            "p50_ms": round(percentile(latencies, 50) * 1e3, 3),
+            "p99_ms": round(percentile(latencies, 99) * 1e3, 3),
+            "requests_per_job": per_job(store.snapshot(), spec.n),
+        }
+
+
+# -- several worker processes on one FileStore ---------------------------------
+
+
+def _worker_process(
+    root: str, concurrency: int, go: Any, stop: Any, done: Any, slot: int, results: Any
+) -> None:
+    asyncio.run(_worker_main(root, concurrency, go, stop, done, slot, results))
+
+
+async def _worker_main(
+    root: str, concurrency: int, go: Any, stop: Any, done: Any, slot: int, results: Any
+) -> None:
+    store = CountingStore(FileStore(root))
+    runner = JobRunner(store, jobs=[W3], concurrency=concurrency, retry_backoff=0.0)
+    while not go.is_set():
+        await asyncio.sleep(0.001)
+    async with runner:
+        while not stop.is_set():
+            done[slot] = runner.worker.stats.succeeded
+            await asyncio.sleep(0.002)
+    done[slot] = runner.worker.stats.succeeded
+    stats = getattr(runner.queue, "stats", None)
+    results.put(
+        {
+            "slot": slot,
+            "counts": store.snapshot(),
+            "worker": asdict(runner.worker.stats),
+            "queue": {}
+            if stats is None
+            else {k: v for k, v in asdict(stats).items() if k != "corrupt_keys"},
+            "peak_rss_mb": round(peak_rss_mb(), 1),
+        }
+    )
+    await store.close()
+
+
+async def scale(spec: Spec) -> dict[str, Any]:
+    root = tempfile.mkdtemp(prefix="stepstone-bench-", dir=spec.workdir or None)
+    ctx = multiprocessing.get_context("spawn")
+    go, stop = ctx.Event(), ctx.Event()
+    done = ctx.Array("q", spec.processes)
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(
+            target=_worker_process,
+            args=(root, spec.concurrency, go, stop, done, i, results),
+            daemon=True,
+        )
+        for i in range(spec.processes)
+    ]
+    try:
+        for p in procs:
+            p.start()
+        store = CountingStore(FileStore(root))
+        submitter = JobRunner(store, jobs=[W3])
+        tag = uuid.uuid4().hex[:8]
+        jobs = [W3(n=i, steps=spec.steps, tag=tag, keyed=spec.keyed) for i in range(spec.n)]
+        t0 = time.perf_counter()
+        handles = await asyncio.gather(*(submitter.submit(job) for job in jobs))
+        submit_seconds = time.perf_counter() - t0
+        submit_counts = store.snapshot()
+        t0 = time.perf_counter()
+        go.set()
+        while sum(done[:]) < spec.n:
+            if not all(p.is_alive() for p in procs):
+                raise RuntimeError("a worker process died")
+            await asyncio.sleep(0.001)
+        seconds = time.perf_counter() - t0
+        stop.set()
+        reports = [results.get(timeout=60) for _ in procs]
+        for p in procs:
+            p.join(30)
+        values = await asyncio.gather(*handles)
+        assert values == [i + spec.steps for i in range(spec.n)], "wrong results"
+        await store.close()
+    finally:
+        stop.set()
+        go.set()
+        for p in procs:
+            if p.is_alive():
+                p.join(10)
+            if p.is_alive():
+                p.kill()
+        shutil.rmtree(root, ignore_errors=True)
+    counts = {op: sum(r["counts"][op] for r in reports) for op in OPERATIONS}
+    for op in OPERATIONS:
+        counts[op] += submit_counts[op]
+    return {
+        "seconds": round(seconds, 4),
+        "jobs_per_s": round(spec.n / seconds, 1),
+        "steps_per_s": round(spec.n * spec.steps / seconds, 1),
+        "submit_jobs_per_s": round(spec.n / submit_seconds, 1),
+        "requests_per_job": per_job(counts, spec.n),
+        "per_process_jobs": [
+            r["worker"]["succeeded"] for r in sorted(reports, key=lambda r: r["slot"])
+        ],
+        "lost_races": sum(r["queue"].get("lost_races", 0) for r in reports),
+        "scans": sum(r["queue"].get("scans", 0) for r in reports),
+        "worker_peak_rss_mb": max(r["peak_rss_mb"] for r in reports),
+    }
+
+
+CASES = {"w3": w3, "latency": latency, "scale": scale}
+
+
+def run_one(spec: Spec) -> dict[str, Any]:
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    figures = asyncio.run(CASES[spec.case](spec))
+    return {"name": spec.name(), **asdict(spec), **figures, "peak_rss_mb": round(peak_rss_mb(), 1)}

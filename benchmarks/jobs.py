@@ -1,0 +1,38 @@
+"""The benchmark's job type (importable by worker processes)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from workflow import Job, JobContext
+
+
+async def bump(x: int) -> int:
+    """A step: async, returns a small value."""
+    return x + 1
+
+
+STEP_NAMES = tuple(f"s{i}" for i in range(100))
+
+
+class W3(Job[int]):
+    """``steps`` memoized async steps, each returning a small int.
+
+    Keyed by default (``w3:<tag>:<n>``) so the R case can resubmit the same
+    keys; ``keyed=False`` gives every submit a fresh run id.
+    """
+
+    NAME: ClassVar[str] = "bench.w3"
+    n: int
+    steps: int = 3
+    tag: str = ""
+    keyed: bool = True
+
+    def idempotency_key(self) -> str | None:
+        return f"w3:{self.tag}:{self.n}" if self.keyed else None
+
+    async def run(self, ctx: JobContext) -> int:
+        value = self.n
+        for i in range(self.steps):
+            value = await ctx.step(STEP_NAMES[i], bump, value)
+        return value

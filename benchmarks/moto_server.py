@@ -1,0 +1,90 @@
+"""moto's S3 server in a child process, so its request handling does not
+share the benchmark's GIL. Object writes (PUT, DELETE) are serialised, as in
+tests/conftest.py, so moto applies a conditional write atomically like S3.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+FAKE_AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+}
+
+
+class _WriteLock:
+    def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
+        self.app = app
+        self.lock = threading.Lock()
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        if environ.get("REQUEST_METHOD") not in ("PUT", "DELETE"):
+            return self.app(environ, start_response)
+        with self.lock:
+            return list(self.app(environ, start_response))
+
+
+def _serve(port: int) -> None:
+    os.environ.update(FAKE_AWS_ENV)
+    from moto.moto_server.werkzeug_app import (
+        DomainDispatcherApplication,
+        MotoRequestHandler,
+        create_backend_app,
+    )
+    from werkzeug.serving import make_server
+
+    app = _WriteLock(DomainDispatcherApplication(create_backend_app))
+    server = make_server("127.0.0.1", port, app, True, request_handler=MotoRequestHandler)
+    server.serve_forever()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class MotoServer:
+    """``with MotoServer() as url:`` a fresh moto S3 on a local port."""
+
+    def __init__(self) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._process: multiprocessing.process.BaseProcess | None = None
+
+    def __enter__(self) -> str:
+        os.environ.update(FAKE_AWS_ENV)
+        ctx = multiprocessing.get_context("spawn")
+        self._process = ctx.Process(target=_serve, args=(self.port,), daemon=True)
+        self._process.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return self.url
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("moto server did not start")
+
+    def __exit__(self, *exc: object) -> None:
+        if self._process is not None:
+            self._process.terminate()
+            self._process.join(5)
+
+    def create_bucket(self, name: str) -> None:
+        import boto3
+
+        boto3.client("s3", endpoint_url=self.url, region_name="us-east-1").create_bucket(
+            Bucket=name
+        )

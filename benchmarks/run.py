@@ -1,0 +1,153 @@
+"""Run the benchmarks: ``python -m benchmarks.run [--quick] [--only a,b] [--out FILE] [--plots]``.
+
+Every case runs in a fresh interpreter (so peak RSS is the case's own), prints
+one JSON line as it finishes, and at the end a Markdown table. ``--out``
+also writes the list of results as JSON; ``--plots`` draws docs/img/*.png
+from them (needs the ``bench`` extra: matplotlib). See docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, fields
+from typing import Any
+
+from .cases import Spec, run_one
+from .counting import OPERATIONS
+
+
+def plan(quick: bool) -> dict[str, Spec]:
+    """Every case by id. ``--quick`` shrinks N so the lot runs in well under a minute."""
+    q = quick
+    n_mem, n_file, n_s3, n_scale = (200, 100, 10, 200) if q else (1000, 1000, 50, 1000)
+    cases: dict[str, Spec] = {
+        "w3-memory": Spec("w3", "memory", n_mem),
+        "w3-memory-sq": Spec("w3", "memory-sq", n_mem),
+        "w3-file": Spec("w3", "file", n_file),
+        "w3-s3": Spec("w3", "s3", n_s3),
+        "w3-s3-unkeyed": Spec("w3", "s3", n_s3, keyed=False, resubmit=False),
+        "latency-memory": Spec("latency", "memory", 50 if q else 1000),
+        "latency-file": Spec("latency", "file", 20 if q else 200),
+        "scale-1": Spec("scale", "file", n_scale, processes=1),
+        "scale-2": Spec("scale", "file", n_scale, processes=2),
+        "scale-4": Spec("scale", "file", n_scale, processes=4),
+        "steps1-memory": Spec("w3", "memory", n_mem, steps=1, resubmit=False),
+        "steps10-memory": Spec("w3", "memory", n_mem, steps=10, resubmit=False),
+        "n10k-memory": Spec("w3", "memory", 2000 if q else 10000, resubmit=False),
+        "steps1-file": Spec("w3", "file", n_file, steps=1, resubmit=False),
+        "steps10-file": Spec("w3", "file", n_file, steps=10, resubmit=False),
+        "n10k-file": Spec("w3", "file", 300 if q else 10000, resubmit=False),
+        "steps1-s3": Spec("w3", "s3", n_s3, steps=1, resubmit=False),
+        "steps10-s3": Spec("w3", "s3", n_s3, steps=10, resubmit=False),
+    }
+    for case_id, spec in cases.items():
+        spec.label = case_id
+    return cases
+
+
+def run_in_subprocess(spec: Spec) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "benchmarks.run", "--one", json.dumps(asdict(spec))]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        return {"name": spec.name(), "error": proc.stderr.strip()[-2000:]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+    return str(value)
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    head = ["case", "N", "steps", "jobs/s", "steps/s", "p50 ms", "p99 ms", "RSS MB"]
+    head += [f"{op}/job" for op in OPERATIONS] + ["R jobs/s", "R req/job"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results:
+        if "error" in r:
+            lines.append(f"| {r['name']} | error: {r['error'].splitlines()[-1][:80]} |")
+            continue
+        req = r.get("requests_per_job", {})
+        rreq = r.get("r_requests_per_job")
+        row = [
+            r["name"],
+            r["n"],
+            r["steps"],
+            r.get("jobs_per_s"),
+            r.get("steps_per_s"),
+            r.get("p50_ms"),
+            r.get("p99_ms"),
+            r.get("peak_rss_mb") if r["case"] != "scale" else r.get("worker_peak_rss_mb"),
+        ]
+        row += [req.get(op) for op in OPERATIONS]
+        row += [r.get("r_jobs_per_s"), None if rreq is None else round(sum(rreq.values()), 3)]
+        lines.append("| " + " | ".join(_fmt(v) for v in row) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small N: a smoke run")
+    parser.add_argument("--only", default="", help="comma-separated case ids (default: all)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per case; the median is kept")
+    parser.add_argument("--out", default="", help="write the results as JSON here")
+    parser.add_argument("--plots", action="store_true", help="draw docs/img/*.png")
+    parser.add_argument("--workdir", default="", help="where file stores go (default: $TMPDIR)")
+    parser.add_argument("--list", action="store_true", help="list the case ids and exit")
+    parser.add_argument("--one", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.one:
+        known = {f.name for f in fields(Spec)}
+        spec = Spec(**{k: v for k, v in json.loads(args.one).items() if k in known})
+        print(json.dumps(run_one(spec)), flush=True)
+        return 0
+
+    cases = plan(args.quick)
+    if args.list:
+        print("\n".join(cases))
+        return 0
+    wanted = [c for c in args.only.split(",") if c] or list(cases)
+    unknown = [c for c in wanted if c not in cases]
+    if unknown:
+        parser.error(f"unknown case(s): {', '.join(unknown)}; --list shows them")
+    results: list[dict[str, Any]] = []
+    started = time.monotonic()
+    for case_id in wanted:
+        spec = cases[case_id]
+        spec.workdir = args.workdir
+        runs = [run_in_subprocess(spec) for _ in range(max(1, args.repeat))]
+        good = [r for r in runs if "error" not in r]
+        if good:
+            median = statistics.median_low(r["jobs_per_s"] for r in good)
+            result = next(r for r in good if r["jobs_per_s"] == median)
+            if len(good) > 1:
+                result["jobs_per_s_runs"] = [r["jobs_per_s"] for r in good]
+        else:
+            result = runs[0]
+        results.append(result)
+        print(json.dumps(result), flush=True)
+    print()
+    print(table(results))
+    print(f"\n({len(results)} cases in {time.monotonic() - started:.0f}s)", file=sys.stderr)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
+    if args.plots:
+        from .plots import draw
+
+        for path in draw(results, os.path.join(os.path.dirname(__file__), "..", "docs", "img")):
+            print(f"wrote {path}", file=sys.stderr)
+    return 1 if any("error" in r for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
