@@ -40,11 +40,14 @@ are real seconds, because they are about this process's liveness.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import functools
 import inspect
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import Enum
 from types import TracebackType
@@ -336,6 +339,7 @@ class Worker:
         self._claim_errors = 0
         self._claim_not_before = 0.0
         self._last_claim_at = float("-inf")
+        self._threads: ThreadPoolExecutor | None = None
 
     # -- configuration -------------------------------------------------------
 
@@ -423,7 +427,8 @@ class Worker:
         if running is loop:
             event.set()
         else:
-            loop.call_soon_threadsafe(event.set)
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(event.set)
 
     # -- the loop --------------------------------------------------------------
 
@@ -456,10 +461,11 @@ class Worker:
         now_real = asyncio.get_running_loop().time()
         now = self.clock.now()
         for job in list(self._jobs):
-            handler = job.handler_task
-            if handler is None or job.stop is not None:
+            if job.stop is not None:
                 continue
-            if job.deadline is not None and now >= job.deadline and not handler.done():
+            handler = job.handler_task
+            late = job.deadline is not None and now >= job.deadline
+            if late and handler is not None and not handler.done():
                 self._cancel(job, _Stop.TIMEOUT)
                 continue
             # Beats go on after the handler returns, while on_terminal and the
@@ -549,14 +555,21 @@ class Worker:
             # kind is at its cap): claiming again at once would not either.
             if due is not None and due > self._last_claim_at:
                 wait = min(wait, due - now)
+        return max(MIN_SLEEP, min(wait, self._watch_pause()))
+
+    def _watch_pause(self) -> float:
+        """Real seconds until :meth:`_watch` next has something to do (inf: nothing)."""
+        now_real, now = asyncio.get_running_loop().time(), self.clock.now()
+        wait = float("inf")
         for job in self._jobs:
-            if job.handler_task is None or job.stop is not None:
+            if job.stop is not None:
                 continue
-            if job.deadline is not None and not job.handler_task.done():
+            handler = job.handler_task
+            if job.deadline is not None and handler is not None and not handler.done():
                 wait = min(wait, job.deadline - now)
             if self.heartbeat > 0 and not job.renewing:
                 wait = min(wait, job.next_beat - now_real)
-        return max(MIN_SLEEP, wait)
+        return wait
 
     async def _sleep(self, seconds: float) -> None:
         assert self._wakeup is not None
@@ -618,12 +631,17 @@ class Worker:
         job.task = asyncio.create_task(self._execute(job), name=f"job {delivery.id}")
         self._log(job, logging.DEBUG, "claimed")
 
-    @staticmethod
-    async def _call(registration: _Registration, attempt: Attempt) -> object:
+    async def _call(self, registration: _Registration, attempt: Attempt) -> object:
         if registration.is_async:
             result = registration.handler(attempt)
             return await result if inspect.isawaitable(result) else result
-        result = await asyncio.to_thread(registration.handler, attempt)
+        # What asyncio.to_thread does, on the worker's own pool: the default
+        # executor has min(32, cores + 4) threads, which would quietly cap
+        # sync handlers below ``concurrency`` on a small machine.
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(self.concurrency, thread_name_prefix=self.name)
+        call = functools.partial(contextvars.copy_context().run, registration.handler, attempt)
+        result = await asyncio.get_running_loop().run_in_executor(self._threads, call)
         # A sync callable that hands back an awaitable (a lambda around an
         # async function) still gets it run.
         return await result if inspect.isawaitable(result) else result
@@ -651,6 +669,8 @@ class Worker:
         except Exception:
             self._log(job, logging.ERROR, "settling failed", exc_info=True)
         finally:
+            if job.beat_task is not None and not job.beat_task.done():
+                job.beat_task.cancel()
             self._jobs.discard(job)
             left = self._by_kind.get(job.delivery.kind, 1) - 1
             if left > 0:
@@ -815,27 +835,46 @@ class Worker:
     # -- shutdown ------------------------------------------------------------------
 
     async def _drain(self) -> None:
-        """Give in-flight jobs the drain window, then cancel and release the rest."""
-        window = self.drain_timeout if self._drain_window is None else self._drain_window
-        tasks = [job.task for job in self._jobs if job.task is not None]
-        if tasks:
-            logger.info("%s draining %d job(s) for up to %gs", self.name, len(tasks), window)
-            await asyncio.wait(tasks, timeout=max(0.0, window))
+        """Give in-flight jobs the drain window, then cancel and release the rest.
+
+        Heartbeats and attempt timeouts keep running meanwhile: a drain
+        window longer than the lease must not cost a job its lease.
+        """
+        loop = asyncio.get_running_loop()
+        window = max(0.0, self.drain_timeout if self._drain_window is None else self._drain_window)
+        if self._jobs:
+            logger.info("%s draining %d job(s) for up to %gs", self.name, len(self._jobs), window)
+        await self._tend(loop.time() + window)
         for job in list(self._jobs):
             self._cancel(job, _Stop.DRAIN)
         # What is left: released stragglers, and settlements of handlers that
-        # finished in time. Both are short queue calls; wait for them.
-        rest = [job.task for job in self._jobs if job.task is not None]
-        if not rest:
-            return
-        _, stuck = await asyncio.wait(rest, timeout=max(window, SETTLE_GRACE))
+        # finished in time. Both are short queue calls, unless on_terminal or
+        # the queue hangs; bound the wait.
+        await self._tend(loop.time() + max(window, SETTLE_GRACE))
+        stuck = [job.task for job in self._jobs if job.task is not None]
         for task in stuck:
-            # Stuck in on_terminal or a queue call: give up on it. The job is
-            # still claimed by us, so it comes back when its lease lapses.
+            # Still claimed by us: the job comes back when its lease lapses.
             logger.error("%s: %s did not settle after the drain; abandoning it", self.name, task)
             task.cancel()
         if stuck:
             await asyncio.wait(stuck)
+        if self._threads is not None:
+            # Threads of drained or timed-out sync handlers cannot be stopped;
+            # don't wait for them (they finish on their own, unobserved).
+            self._threads.shutdown(wait=False, cancel_futures=True)
+            self._threads = None
+
+    async def _tend(self, deadline: float) -> None:
+        """Keep heartbeats and timeouts going until no job is left or ``deadline`` (loop time)."""
+        loop = asyncio.get_running_loop()
+        assert self._wakeup is not None
+        while self._jobs:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            self._wakeup.clear()
+            self._watch()
+            await self._sleep(min(remaining, max(MIN_SLEEP, self._watch_pause())))
 
     # -- logging ---------------------------------------------------------------------
 

@@ -855,6 +855,49 @@ async def test_a_drained_sync_handler_is_released_though_its_thread_runs_on(env:
     assert record is not None and record.status is JobStatus.READY and record.attempts == 0
 
 
+async def test_heartbeats_go_on_during_a_drain_longer_than_the_lease(env: Env) -> None:
+    release = asyncio.Event()
+
+    async def handler(attempt: Attempt) -> str:
+        await release.wait()
+        return "finished while draining"
+
+    await env.queue.enqueue(b"", kind="k", id="j")
+    worker = env.worker(lease=10.0, heartbeat=0.01)
+    worker.register("k", handler)
+    await worker.start()
+    await until(lambda: worker.in_flight == 1, "it runs")
+    stopping = asyncio.create_task(worker.stop(drain_timeout=5.0))
+    for _ in range(3):
+        env.clock.advance(6.0)
+
+        async def renewed() -> bool:
+            record = await env.record("j")
+            assert record is not None and record.lease_expires_at is not None
+            return record.lease_expires_at == env.clock.now() + 10.0
+
+        await until(renewed, "the lease was renewed during the drain")
+    release.set()
+    await stopping
+    assert worker.stats.succeeded == 1 and worker.stats.lost == 0
+
+
+async def test_sync_handlers_get_as_many_threads_as_the_concurrency(env: Env) -> None:
+    """All eight must be inside at once to pass the barrier; asyncio's default
+    executor has only cores + 4 threads (6 on a 2-core machine)."""
+    barrier = threading.Barrier(8, timeout=3.0)
+
+    def handler(attempt: Attempt) -> int:
+        return barrier.wait()
+
+    for i in range(8):
+        await env.queue.enqueue(b"", kind="k", id=f"j{i}")
+    worker = env.worker(concurrency=8)
+    worker.register("k", handler)
+    await worker.start()
+    await until(lambda: worker.stats.succeeded == 8, "all eight met at the barrier", within=5.0)
+
+
 async def test_the_worker_as_a_context_manager_starts_and_drains(env: Env) -> None:
     await env.queue.enqueue(b"", kind="k", id="j")
     worker = env.worker()

@@ -149,3 +149,19 @@ def test_decide_reads_no_clock_and_does_no_io() -> None:
     """The same inputs give the same decision: it is a function, not a process."""
     args = (delivery(attempt=1), Raised(OSError("reset")), Backoff(jitter=0.5), NOW)
     assert decide(*args) == decide(*args)
+
+
+def test_a_permanent_wrapper_reports_the_error_it_wraps() -> None:
+    """A layer that classifies an application error as permanent wraps it; the
+    failure names what the application raised."""
+
+    class Classified(PermanentError):
+        def __init__(self, original: BaseException) -> None:
+            self.original = original
+            super().__init__(str(original))
+
+    decision = decide(delivery(attempt=1), Raised(Classified(KeyError("sku-9"))), BACKOFF, NOW)
+    assert isinstance(decision, Dead)
+    assert decision.terminal.kind is FailureKind.PERMANENT
+    assert decision.terminal.message == "KeyError: 'sku-9'"
+    assert decision.terminal.error_type == "KeyError"
