@@ -310,8 +310,9 @@ class Worker:
             raise ValueError(f"lease must be positive, got {lease}")
         if poll_interval <= 0:
             raise ValueError(f"poll_interval must be positive, got {poll_interval}")
-        if heartbeat is not None and heartbeat < 0:
-            raise ValueError(f"heartbeat must be >= 0, got {heartbeat}")
+        if heartbeat is not None and not 0 <= heartbeat < lease:
+            # A beat as long as the lease would renew only after it lapsed.
+            raise ValueError(f"heartbeat must be >= 0 and shorter than the lease, got {heartbeat}")
         if attempt_timeout is not None and attempt_timeout <= 0:
             raise ValueError(f"attempt_timeout must be positive, got {attempt_timeout}")
         self.queue = queue
@@ -694,6 +695,8 @@ class Worker:
             self._log(job, logging.WARNING, "lease lost while running; not settled")
             return None
         if not handler.cancelled() and handler.exception() is None:
+            # It returned: the work is done, even if a timeout or the drain
+            # asked it to stop a moment too late (or it ignored the request).
             return Returned(handler.result())
         if job.stop is _Stop.DRAIN:
             await self._release(job)

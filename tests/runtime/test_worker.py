@@ -928,3 +928,37 @@ async def test_log_records_about_a_job_carry_its_id_kind_and_attempt(
         extra: Mapping[str, object] = record.__dict__
         assert (extra["job_id"], extra["job_kind"], extra["attempt"]) == ("job-77", "k", 1)
         assert "attempt 1/5" in record.getMessage()
+
+
+# -- configuration ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"concurrency": 0},
+        {"lease": 0.0},
+        {"poll_interval": 0.0},
+        {"lease": 10.0, "heartbeat": 10.0},
+        {"heartbeat": -1.0},
+        {"attempt_timeout": 0.0},
+    ],
+)
+def test_settings_that_cannot_work_are_refused(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        Worker(MemoryQueue(), **kwargs)
+
+
+async def test_registration_mistakes_are_refused_and_lifecycle_misuse_is_harmless() -> None:
+    worker = Worker(MemoryQueue())
+    worker.register("k", lambda attempt: None)
+    with pytest.raises(ValueError, match="already registered"):
+        worker.register("k", lambda attempt: None)
+    with pytest.raises(ValueError):
+        worker.register("other", lambda attempt: None, max_in_flight=0)
+    await worker.stop()  # never started: nothing to do
+    await worker.start()
+    with pytest.raises(RuntimeError):
+        await worker.start()
+    await worker.stop()
+    await worker.stop()  # twice: still fine
