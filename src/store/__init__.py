@@ -10,6 +10,7 @@ stays fast for code that only needs files or memory.
 from typing import TYPE_CHECKING, Any
 
 from .base import DEFAULT_PAGE_SIZE, ObjectInfo, ObjectStore, StoredObject
+from .counting import CountingStore
 from .errors import (
     AlreadyExists,
     InvalidKey,
@@ -19,6 +20,7 @@ from .errors import (
     StoreError,
     StoreUnavailable,
 )
+from .faults import FaultyStore
 from .file import FileStore
 from .keys import validate_key
 from .memory import MemoryStore
@@ -28,6 +30,8 @@ from .url import open_store
 __all__ = [
     "DEFAULT_PAGE_SIZE",
     "AlreadyExists",
+    "CountingStore",
+    "FaultyStore",
     "FileStore",
     "InvalidKey",
     "MemoryStore",

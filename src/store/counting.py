@@ -1,0 +1,83 @@
+"""CountingStore: how many store requests the engine makes, by kind.
+
+On S3 the bill (and the latency) is per request, and the kinds are priced
+differently: PUT, COPY, POST and LIST cost roughly ten times a GET or HEAD,
+and DELETE is free. Benchmarks wrap the store in this to report requests per
+job, so a change that adds a LIST to every claim shows up as a number.
+
+Each call to the contract is counted once, whether it succeeds or fails (a
+failed request is still a request). One ``list`` call is one LIST even though
+S3Store pages beyond 1000 keys internally; the engine never asks for more.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from .base import DEFAULT_PAGE_SIZE, ObjectInfo, ObjectStore, StoredObject
+
+GET = "GET"
+HEAD = "HEAD"
+PUT = "PUT"
+CONDITIONAL_PUT = "CONDITIONAL_PUT"
+LIST = "LIST"
+DELETE = "DELETE"
+
+KINDS = (GET, HEAD, PUT, CONDITIONAL_PUT, LIST, DELETE)
+"""Every kind counted; ``counts`` holds zero for the ones not seen yet."""
+
+
+class CountingStore(ObjectStore):
+    """Forwards every call to ``inner`` and counts it in ``counts`` by kind."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+        self.location = inner.location
+        self.counts: Counter[str] = Counter()
+        self.reset()
+
+    def reset(self) -> None:
+        """Zero every count (e.g. after a benchmark's setup)."""
+        self.counts.clear()
+        self.counts.update(dict.fromkeys(KINDS, 0))
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    async def get(self, key: str) -> StoredObject:
+        self.counts[GET] += 1
+        return await self.inner.get(key)
+
+    async def head(self, key: str) -> ObjectInfo:
+        self.counts[HEAD] += 1
+        return await self.inner.head(key)
+
+    async def put(self, key: str, data: bytes) -> str:
+        self.counts[PUT] += 1
+        return await self.inner.put(key, data)
+
+    async def put_if_absent(self, key: str, data: bytes) -> str:
+        self.counts[CONDITIONAL_PUT] += 1
+        return await self.inner.put_if_absent(key, data)
+
+    async def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        self.counts[CONDITIONAL_PUT] += 1
+        return await self.inner.put_if_match(key, data, etag)
+
+    async def delete(self, key: str, *, if_match: str | None = None) -> None:
+        self.counts[DELETE] += 1
+        await self.inner.delete(key, if_match=if_match)
+
+    async def list(
+        self,
+        prefix: str = "",
+        *,
+        start_after: str | None = None,
+        limit: int = DEFAULT_PAGE_SIZE,
+    ) -> list[ObjectInfo]:
+        self.counts[LIST] += 1
+        return await self.inner.list(prefix, start_after=start_after, limit=limit)
+
+    async def close(self) -> None:
+        await self.inner.close()

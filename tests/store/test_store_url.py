@@ -1,0 +1,91 @@
+"""open_store: every URL form, and a clear StoreConfigError for every bad one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from store import FileStore, MemoryStore, StoreConfigError, open_store
+from store.s3 import S3Store
+
+
+async def test_memory_urls() -> None:
+    store = open_store("memory://")
+    assert isinstance(store, MemoryStore)
+    assert store.location == "memory://"
+    named = open_store("memory://jobs")
+    assert named.location == "memory://jobs"
+    assert open_store("memory://") is not store  # each call opens a fresh store
+
+
+async def test_memory_clock_as_callable_or_clock_object() -> None:
+    class Clock:
+        def now(self) -> float:
+            return 1234.0
+
+    for clock in (Clock(), lambda: 1234.0):
+        store = open_store("memory://", clock=clock)
+        await store.put("k", b"x")
+        assert (await store.head("k")).modified == 1234.0
+
+
+def test_paths_and_file_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    relative = open_store("data/jobs")
+    assert isinstance(relative, FileStore)
+    assert relative.root == str((tmp_path / "data" / "jobs").resolve())
+    absolute = open_store(str(tmp_path / "abs"))
+    assert isinstance(absolute, FileStore)
+    assert absolute.location == f"file://{(tmp_path / 'abs').resolve()}"
+    url = open_store(f"file://{tmp_path}/as%20url")
+    assert isinstance(url, FileStore)
+    assert url.root == str((tmp_path / "as url").resolve())
+    assert (tmp_path / "as url").is_dir()
+
+
+def test_s3_urls() -> None:
+    store = open_store(
+        "s3://bucket/some/prefix/?endpoint_url=http://localhost:9000&region=eu-west-1"
+        "&retry_attempts=2&retry_base=0.5&retry_cap=3&connect_timeout=1.5"
+    )
+    assert isinstance(store, S3Store)
+    assert (store.bucket, store.prefix) == ("bucket", "some/prefix")
+    assert store.location == "s3://bucket/some/prefix"
+    assert (store.endpoint_url, store.region) == ("http://localhost:9000", "eu-west-1")
+    assert (store.retry.attempts, store.retry.base, store.retry.cap) == (2, 0.5, 3.0)
+    bare = open_store("s3://bucket")
+    assert isinstance(bare, S3Store)
+    assert (bare.prefix, bare.location, bare.endpoint_url) == ("", "s3://bucket", None)
+
+
+BAD_URLS = [
+    "",
+    "   ",
+    "ftp://host/x",
+    "s3://",
+    "s3:///prefix",
+    "s3://bucket?endpont_url=http://x",
+    "s3://bucket?retry_attempts=many",
+    "s3://bucket?retry_attempts=0",
+    "s3://bucket?region=a&region=b",
+    "s3://bucket/../up",
+    "file://otherhost/x",
+    "file://",
+    "memory://name/with/path",
+    "memory://?x=1",
+]
+
+
+@pytest.mark.parametrize("url", BAD_URLS)
+def test_bad_urls_are_config_errors_naming_the_url(url: str) -> None:
+    with pytest.raises(StoreConfigError) as caught:
+        open_store(url)
+    assert repr(url) in str(caught.value)
+
+
+async def test_s3_url_opens_a_working_store(s3_url: str) -> None:
+    store = open_store(s3_url)
+    await store.put("k", b"x")
+    assert (await store.get("k")).data == b"x"
+    await store.close()
