@@ -25,6 +25,7 @@ from store import AlreadyExists, ObjectStore
 from .codec import codec_for, pack
 from .errors import EncodingError
 from .layout import Layout, step_key
+from .observability import step_scope
 
 if TYPE_CHECKING:
     from .handle import JobHandle
@@ -148,6 +149,17 @@ class JobContext:
         (with its type, through ``fn``'s return annotation) without running.
         A name used twice in one run is two steps, told apart by call order.
         """
+        with step_scope(self._run, name):  # a span with otel; nothing without
+            return await self._step(name, fn, *args, **kwargs)
+
+    async def _step(
+        self,
+        name: str,
+        fn: Callable[P, Awaitable[R]] | Callable[P, R],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> R:
         run = self._run
         occurrence = run.occurrences.get(name, 0) + 1
         run.occurrences[name] = occurrence

@@ -32,7 +32,7 @@ from runtime.worker import Attempt, Failure, Success, Terminal, Worker
 from store import AlreadyExists, NotFound, ObjectStore, open_store
 
 from .codec import ResultCodec, canonical_input, pack, sha256_hex, unpack
-from .context import JobContext, _Run
+from .context import JobContext, _extra, _Run
 from .errors import (
     ClassifiedPermanent,
     DuplicateJobName,
@@ -43,6 +43,7 @@ from .errors import (
 from .handle import JobHandle, JobState
 from .job import ErrorClass, Job
 from .layout import Layout, check_run_id, fresh_incarnation, fresh_run_id, run_id_for_key
+from .observability import job_scope
 from .outcome import JobError, Outcome, OutcomeRecord, OutcomeStatus
 from .retention import Sweeper
 
@@ -475,7 +476,8 @@ class JobRunner:
 
     def _handler_for(self, job_type: type[Job[Any]]) -> Any:
         async def handle(attempt: Attempt) -> _Finished:
-            return await self._execute(job_type, attempt)
+            with job_scope(job_type.NAME, attempt):  # log context, and a span with otel
+                return await self._execute(job_type, attempt)
 
         return handle
 
@@ -624,7 +626,7 @@ async def _flush(run: _Run) -> None:
     try:
         await run.flush_progress()
     except Exception as exc:
-        log.warning("job %s: final progress not written: %s", run.run_id, exc)
+        log.warning("job %s: final progress not written: %s", run.run_id, exc, extra=_extra(run))
 
 
 def _default_queue(store: ObjectStore, layout: Layout, clock: Clock) -> LeaseQueue:

@@ -1,0 +1,422 @@
+"""Read-side helpers over a runner's store and queue: what ``stepstone`` shows.
+
+These read the same objects the engine writes (see :mod:`workflow.layout`)
+without knowing any job type, so an operator's shell, which imports none of
+the application's code, can list, show, retry and purge runs. Results and
+memos are shown as their MessagePack values (a pydantic model appears as
+the dict it was dumped to).
+
+Kept out of :mod:`workflow.runner` on purpose: the runner is the write path
+and these are tools around it; nothing here is needed to run a job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from runtime.errors import MalformedPayload
+from runtime.queue import JobRecord, JobStatus
+from store import NotFound, ObjectInfo
+
+from .codec import unpack
+from .layout import check_run_id, step_name
+from .outcome import OutcomeRecord, OutcomeStatus
+from .retention import remove_run
+
+if TYPE_CHECKING:
+    from .runner import JobRunner
+
+READ_CONCURRENCY = 16
+"""GETs in flight at once when a command has to read many records."""
+
+QUEUE_STATES: dict[str, JobStatus] = {
+    "scheduled": JobStatus.SCHEDULED,
+    "ready": JobStatus.READY,
+    "running": JobStatus.CLAIMED,
+    "claimed": JobStatus.CLAIMED,
+    "dead": JobStatus.DEAD,
+}
+"""The queue's statuses by the names ``stepstone`` and ``JobState`` use
+(``running`` is the queue's ``claimed``; both are accepted)."""
+
+OUTCOME_STATES: dict[str, OutcomeStatus] = {s.value: s for s in OutcomeStatus}
+
+STATE_NAMES: tuple[str, ...] = (
+    "scheduled",
+    "ready",
+    "running",
+    "dead",
+    "succeeded",
+    "failed",
+    "cancelled",
+)
+
+
+def queue_state(status: JobStatus) -> str:
+    """The user-facing name of a queue status (``claimed`` reads as ``running``)."""
+    return "running" if status is JobStatus.CLAIMED else status.value
+
+
+class InspectError(Exception):
+    """A request an operator made that cannot be done, with the reason to show."""
+
+
+@dataclass(frozen=True, slots=True)
+class Memo:
+    """One memoized step of a run, as stored."""
+
+    incarnation: str
+    step_key: str
+    size: int
+    modified: float
+    value: Any = None
+    undecodable: bool = False
+
+    @property
+    def step(self) -> str:
+        """The step's readable name (``charge #2`` for the second ``charge``)."""
+        return step_name(self.step_key)
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """One row of ``stepstone ls``: a job by its id, from the queue and/or its outcome."""
+
+    id: str
+    name: str
+    state: str
+    attempts: int
+    updated: float
+    source: str
+    """``queue``, ``outcome``, or ``queue+outcome`` (a dead job keeps both)."""
+    last_error: str | None = None
+
+
+@dataclass(slots=True)
+class Detail:
+    """Everything stored about one job: ``stepstone show``."""
+
+    id: str
+    queued: JobRecord | None
+    outcome: OutcomeRecord | None
+    progress: Any
+    memos: list[Memo] = field(default_factory=list)
+    incarnation: str | None = None
+    """The incarnation of the live or recorded run; memos of others are leftovers."""
+    input: Any = None
+
+    @property
+    def state(self) -> str:
+        if self.queued is not None and self.queued.status is JobStatus.DEAD:
+            return "dead"
+        if self.outcome is not None:
+            return self.outcome.status.value
+        if self.queued is not None:
+            return queue_state(self.queued.status)
+        return "unknown"
+
+    @property
+    def name(self) -> str:
+        if self.outcome is not None:
+            return self.outcome.name
+        if self.queued is not None:
+            return self.queued.kind
+        return ""
+
+
+def decode_value(data: bytes | None) -> Any:
+    """A stored MessagePack value, or a short note when it is not one."""
+    if data is None:
+        return None
+    try:
+        return unpack(data)
+    except Exception:
+        return f"<{len(data)} undecodable bytes>"
+
+
+async def read_outcome(runner: JobRunner, job_id: str) -> OutcomeRecord | None:
+    try:
+        stored = await runner.store.get(runner.layout.outcome(job_id))
+    except NotFound:
+        return None
+    return OutcomeRecord.decode(stored.data)
+
+
+async def read_progress(runner: JobRunner, job_id: str) -> Any:
+    try:
+        stored = await runner.store.get(runner.layout.progress(job_id))
+    except NotFound:
+        return None
+    return decode_value(stored.data)
+
+
+async def list_memos(runner: JobRunner, job_id: str, *, values: bool = True) -> list[Memo]:
+    """Every memo of every incarnation of the run, in key order."""
+    prefix = runner.layout.memos(job_id)
+    infos = [info async for info in runner.store.scan(prefix)]
+
+    async def one(info: ObjectInfo) -> Memo:
+        incarnation, _, key = info.key[len(prefix) :].partition("/")
+        value: Any = None
+        bad = False
+        if values:
+            try:
+                value = unpack((await runner.store.get(info.key)).data)
+            except NotFound:
+                value = None
+            except Exception:
+                bad = True
+        return Memo(incarnation, key, info.size, info.modified, value, bad)
+
+    return await _bounded(one(info) for info in infos)
+
+
+async def detail(runner: JobRunner, job_id: str) -> Detail:
+    """The job's queue record, outcome, progress and memos. Raises
+    InspectError when the store knows nothing of the id."""
+    _check_id(job_id)
+    queued, outcome, progress, memos = await asyncio.gather(
+        runner.queue.get(job_id),
+        read_outcome(runner, job_id),
+        read_progress(runner, job_id),
+        list_memos(runner, job_id),
+    )
+    if queued is None and outcome is None and progress is None and not memos:
+        raise InspectError(f"no job {job_id} in {runner.store.location}")
+    found = Detail(job_id, queued, outcome, progress, memos)
+    if queued is not None:
+        from .runner import Envelope
+
+        with contextlib.suppress(MalformedPayload):
+            envelope = Envelope.decode(queued.payload)
+            found.incarnation = envelope.incarnation
+            with contextlib.suppress(ValueError):
+                found.input = json.loads(envelope.input)
+    if found.incarnation is None and outcome is not None:
+        found.incarnation = outcome.incarnation or None
+    return found
+
+
+async def iter_outcomes(
+    runner: JobRunner, *, older_than: float | None = None
+) -> AsyncIterator[ObjectInfo]:
+    """The outcome objects, in key order (one LIST per thousand); with
+    ``older_than``, only those last modified before that epoch time."""
+    async for info in runner.store.scan(runner.layout.outcomes()):
+        if older_than is None or info.modified <= older_than:
+            yield info
+
+
+async def read_outcomes(runner: JobRunner, infos: Iterable[ObjectInfo]) -> list[OutcomeRecord]:
+    """The records behind listed outcome objects (gone or unreadable ones skipped)."""
+
+    async def one(info: ObjectInfo) -> OutcomeRecord | None:
+        try:
+            return OutcomeRecord.decode((await runner.store.get(info.key)).data)
+        except NotFound:
+            return None
+        except Exception:
+            return None
+
+    return [r for r in await _bounded(one(info) for info in infos) if r is not None]
+
+
+async def list_jobs(
+    runner: JobRunner, state: str | None = None, *, limit: int = 100
+) -> list[Listed]:
+    """Up to ``limit`` jobs, one row per id.
+
+    A queue state (scheduled, ready, running, dead) lists queue records only; an
+    outcome state (succeeded, failed, cancelled) lists outcome records only,
+    which is where finished runs live; no state lists both, live jobs first.
+    Reading outcomes costs a GET each, so they are read a page at a time and
+    reading stops at ``limit``.
+    """
+    if limit < 1:
+        raise InspectError(f"--limit must be at least 1, got {limit}")
+    if state is not None and state not in QUEUE_STATES and state not in OUTCOME_STATES:
+        raise InspectError(f"unknown status {state!r} (one of: {', '.join(STATE_NAMES)})")
+    rows: dict[str, Listed] = {}
+    if state is None or state in QUEUE_STATES:
+        status = None if state is None else QUEUE_STATES[state]
+        cursor: str | None = None
+        while len(rows) < limit:
+            page = await runner.queue.list(status, cursor=cursor, limit=limit - len(rows))
+            for record in page.records:
+                rows[record.id] = Listed(
+                    id=record.id,
+                    name=record.kind,
+                    state=queue_state(record.status),
+                    attempts=record.attempts,
+                    updated=record.updated_at,
+                    source="queue",
+                    last_error=record.last_error or record.dead_reason,
+                )
+            if page.cursor is None:
+                break
+            cursor = page.cursor
+    dead = [row.id for row in rows.values() if row.state == "dead"]
+    for job_id, outcome in zip(
+        dead, await _bounded(read_outcome(runner, job_id) for job_id in dead), strict=True
+    ):
+        if outcome is not None:
+            rows[job_id] = dataclasses.replace(rows[job_id], source="queue+outcome")
+    if (state is None or state in OUTCOME_STATES) and len(rows) < limit:
+        wanted = None if state is None else OUTCOME_STATES[state]
+        batch: list[ObjectInfo] = []
+
+        async def flush() -> None:
+            for record in await read_outcomes(runner, batch):
+                if wanted is not None and record.status is not wanted:
+                    continue
+                if record.run_id in rows or len(rows) >= limit:
+                    continue
+                rows[record.run_id] = Listed(
+                    id=record.run_id,
+                    name=record.name,
+                    state=record.status.value,
+                    attempts=record.attempts,
+                    updated=record.finished_at,
+                    source="outcome",
+                    last_error=None if record.error is None else record.error.message,
+                )
+            batch.clear()
+
+        async for info in iter_outcomes(runner):
+            batch.append(info)
+            if len(batch) >= 100:
+                await flush()
+                if len(rows) >= limit:
+                    break
+        if batch:
+            await flush()
+    return list(rows.values())[:limit]
+
+
+async def stats(runner: JobRunner) -> dict[str, dict[str, int]]:
+    """Queue records by status, and outcome records by status (a GET each)."""
+    counts = await runner.queue.counts()
+    queue = {queue_state(status): n for status, n in counts.items()}
+    outcomes = dict.fromkeys((s.value for s in OutcomeStatus), 0)
+    batch: list[ObjectInfo] = []
+    async for info in iter_outcomes(runner):
+        batch.append(info)
+        if len(batch) >= 1000:
+            for record in await read_outcomes(runner, batch):
+                outcomes[record.status.value] += 1
+            batch.clear()
+    for record in await read_outcomes(runner, batch):
+        outcomes[record.status.value] += 1
+    return {"queue": queue, "outcomes": outcomes}
+
+
+async def retry(runner: JobRunner, job_id: str) -> None:
+    """Run a dead job again: remove its failed outcome, then requeue it.
+
+    The outcome goes first because it is the run's answer: a worker that
+    claims a keyed job (or a job claimed before) and finds an outcome settles
+    without running, and a submit of the same key answers from it. Cut short
+    between the two, the job is dead with no outcome; retrying again finishes
+    the job. The requeued job keeps its incarnation, so the steps it finished
+    before it died replay from their memos instead of running again.
+    """
+    _check_id(job_id)
+    queued = await runner.queue.get(job_id)
+    if queued is None:
+        outcome = await read_outcome(runner, job_id)
+        if outcome is None:
+            raise InspectError(f"no job {job_id} in {runner.store.location}")
+        raise InspectError(
+            f"job {job_id} has finished ({outcome.status.value}) and left the queue; "
+            "only a dead job can be retried (submit it again instead)"
+        )
+    if queued.status is not JobStatus.DEAD:
+        raise InspectError(
+            f"job {job_id} is {queue_state(queued.status)}, not dead; "
+            "only a dead job can be retried"
+        )
+    outcome = await read_outcome(runner, job_id)
+    if outcome is not None and outcome.status is OutcomeStatus.SUCCEEDED:
+        raise InspectError(f"job {job_id} succeeded; its outcome is kept and it is not retried")
+    if outcome is not None:
+        await runner.store.delete(runner.layout.outcome(job_id))
+    if not await runner.queue.requeue(job_id):
+        raise InspectError(f"job {job_id} is no longer dead; it was not requeued")
+
+
+async def cancel(runner: JobRunner, job_id: str) -> str:
+    """Cancel a live job, or discard a dead one from the queue; returns what was done."""
+    _check_id(job_id)
+    if await runner.cancel(job_id):
+        return "cancelled"
+    queued = await runner.queue.get(job_id)
+    if queued is not None and queued.status is JobStatus.DEAD:
+        await runner.queue.cancel(job_id)
+        return "discarded"
+    outcome = await read_outcome(runner, job_id)
+    if outcome is not None:
+        raise InspectError(f"job {job_id} has already finished ({outcome.status.value})")
+    raise InspectError(f"no job {job_id} in {runner.store.location}")
+
+
+async def purge(
+    runner: JobRunner,
+    older_than: float,
+    *,
+    dry_run: bool = False,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> list[str]:
+    """Remove finished runs (outcome, memos, progress) whose outcome is more
+    than ``older_than`` seconds old by the runner's clock; returns their ids.
+
+    Uses :func:`workflow.retention.remove_run`, which deletes the outcome last,
+    so a purge cut short leaves runs that still answer and a rerun finishes it.
+    """
+    if older_than < 0:
+        raise InspectError("the age must not be negative")
+    cutoff = runner.clock.now() - older_than
+    run_ids = [
+        runner.layout.run_id_of_outcome(info.key)
+        async for info in iter_outcomes(runner, older_than=cutoff)
+    ]
+    total = len(run_ids)
+    if on_progress is not None:
+        on_progress(0, total)
+    if dry_run:
+        return run_ids
+    done = 0
+    semaphore = asyncio.Semaphore(READ_CONCURRENCY)
+
+    async def one(run_id: str) -> None:
+        nonlocal done
+        async with semaphore:
+            await remove_run(runner, run_id)
+        done += 1
+        if on_progress is not None:
+            on_progress(done, total)
+
+    await asyncio.gather(*(one(run_id) for run_id in run_ids))
+    return run_ids
+
+
+def _check_id(job_id: str) -> None:
+    try:
+        check_run_id(job_id)
+    except ValueError as exc:
+        raise InspectError(str(exc)) from None
+
+
+async def _bounded(coros: Iterable[Any]) -> list[Any]:
+    semaphore = asyncio.Semaphore(READ_CONCURRENCY)
+
+    async def guarded(coro: Any) -> Any:
+        async with semaphore:
+            return await coro
+
+    return list(await asyncio.gather(*(guarded(c) for c in coros)))

@@ -1,0 +1,180 @@
+"""Logs and traces that say which job they are about.
+
+**Logging.** The engine's records carry ``job_id``, ``job_name`` (the
+runtime's say ``job_kind``; it is the same NAME) and ``attempt`` as record
+attributes. While a job's handler runs, the same three are also held in a
+context variable, so :class:`JobLogFilter` can stamp them onto *any* record
+logged inside the job, the application's own included, without the job
+passing them around. Install the filter on a handler (``configure_logging``
+does, and ``stepstone worker`` calls that); a logger's own filters do not see
+records propagated from child loggers, a handler's do.
+
+**Tracing.** With the ``otel`` extra installed, every attempt of a job is a
+span (``stepstone.job <NAME>``) and every step inside it a child span
+(``stepstone.step <name>``), on the globally configured TracerProvider or the
+one given to :func:`use_tracer_provider`. Without opentelemetry the hooks cost
+one failed import, once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from runtime.worker import Attempt
+
+    from .context import _Run
+
+JOB_FIELDS = ("job_id", "job_name", "attempt")
+
+
+@dataclass(frozen=True, slots=True)
+class JobLogContext:
+    job_id: str
+    job_name: str
+    attempt: int
+
+
+_current: contextvars.ContextVar[JobLogContext | None] = contextvars.ContextVar(
+    "stepstone_job", default=None
+)
+
+
+def current_job() -> JobLogContext | None:
+    """The job whose handler is running in this task (or thread it started), if any."""
+    return _current.get()
+
+
+class JobLogFilter(logging.Filter):
+    """Gives every record ``job_id``, ``job_name`` and ``attempt`` attributes.
+
+    From the record's own ``extra`` when the engine passed them (``job_kind``
+    counts as ``job_name``), else from the job running in the current context,
+    else None, so a format string like ``%(job_id)s`` never fails. Never drops
+    a record.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        job = _current.get()
+        if getattr(record, "job_name", None) is None and getattr(record, "job_kind", None):
+            record.job_name = record.job_kind  # type: ignore[attr-defined]
+        if getattr(record, "job_id", None) is None:
+            record.job_id = job.job_id if job is not None else None
+            if job is not None:
+                record.job_name = getattr(record, "job_name", None) or job.job_name
+                if getattr(record, "attempt", None) is None:
+                    record.attempt = job.attempt
+        for name in JOB_FIELDS:
+            if not hasattr(record, name):
+                setattr(record, name, None)
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, the job fields, and
+    the traceback when there is one. For log pipelines that index fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, Any] = {
+            "time": record.created,
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for name in JOB_FIELDS:
+            value = getattr(record, name, None)
+            if value is not None:
+                doc[name] = value
+        if record.exc_info:
+            doc["exc"] = self.formatException(record.exc_info)
+        return json.dumps(doc, default=str)
+
+
+TEXT_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+
+
+def configure_logging(level: str | int = "INFO", *, json_lines: bool = False) -> logging.Handler:
+    """A stderr handler on the root logger with :class:`JobLogFilter`, text or JSON lines.
+
+    Returns the handler so a caller can remove it again.
+    """
+    handler = logging.StreamHandler()
+    handler.addFilter(JobLogFilter())
+    handler.setFormatter(JsonFormatter() if json_lines else logging.Formatter(TEXT_FORMAT))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(level.upper() if isinstance(level, str) else level)
+    return handler
+
+
+# -- tracing ----------------------------------------------------------------------------
+
+_UNSET: Any = object()
+_tracer: Any = _UNSET
+_provider: Any = None
+
+
+def use_tracer_provider(provider: Any) -> None:
+    """Trace stepstone's spans on ``provider`` (an opentelemetry TracerProvider)
+    instead of the global one; None goes back to the global one."""
+    global _tracer, _provider
+    _provider = provider
+    _tracer = _UNSET
+
+
+def _get_tracer() -> Any:
+    global _tracer
+    if _tracer is _UNSET:
+        try:
+            from opentelemetry import trace
+        except ImportError:
+            _tracer = None
+        else:
+            _tracer = trace.get_tracer("stepstone", tracer_provider=_provider)
+    return _tracer
+
+
+@contextlib.contextmanager
+def job_scope(name: str, attempt: Attempt) -> Iterator[None]:
+    """Around one attempt of a job: the log context, and a span when tracing is on.
+
+    The span records the exception a failed attempt raises (OpenTelemetry's
+    ``start_as_current_span`` does so and sets the status to ERROR).
+    """
+    delivery = attempt.delivery
+    token = _current.set(JobLogContext(delivery.id, name, delivery.attempt))
+    try:
+        tracer = _get_tracer()
+        if tracer is None:
+            yield
+            return
+        attributes = {
+            "stepstone.job.id": delivery.id,
+            "stepstone.job.name": name,
+            "stepstone.job.attempt": delivery.attempt,
+            "stepstone.job.max_attempts": delivery.max_attempts,
+        }
+        with tracer.start_as_current_span(f"stepstone.job {name}", attributes=attributes):
+            yield
+    finally:
+        _current.reset(token)
+
+
+@contextlib.contextmanager
+def step_scope(run: _Run, name: str) -> Iterator[None]:
+    """Around one ``ctx.step``: a child span saying whether it ran or replayed."""
+    tracer = _get_tracer()
+    if tracer is None:
+        yield
+        return
+    replayed_before = len(run.replayed)
+    attributes = {"stepstone.step.name": name, "stepstone.job.id": run.run_id}
+    with tracer.start_as_current_span(f"stepstone.step {name}", attributes=attributes) as span:
+        yield
+        span.set_attribute("stepstone.step.replayed", len(run.replayed) > replayed_before)
