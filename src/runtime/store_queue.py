@@ -71,6 +71,8 @@ class _Seen:
     etag: str
     job: StoredJob | None
     size: int
+    confirmed: float = field(default_factory=time.monotonic)
+    """When (monotonic) this instance last wrote, read or listed this version."""
 
 
 @dataclass(slots=True)
@@ -119,7 +121,10 @@ class StoreQueue(LeaseQueue):
         if scan_interval < 0 or fetch_concurrency < 1 or fetch_limit < 1:
             raise ValueError("scan_interval must be >= 0, fetch_concurrency and fetch_limit >= 1")
         prefix = prefix.strip("/")
-        validate_key(prefix + "/jobs/x", location=getattr(store, "location", ""))
+        try:
+            validate_key(prefix + "/jobs/x")
+        except ValueError as exc:
+            raise ValueError(f"invalid queue prefix {prefix!r}: {exc}") from None
         self.store = store
         self.prefix = prefix
         self.clock = clock or SystemClock()
@@ -266,7 +271,9 @@ class StoreQueue(LeaseQueue):
                 seen = self._view.get(job_id)
                 if seen is None:
                     stale.append((job_id, None))
-                elif seen.etag != info.etag and not self._renewed_elsewhere(seen, info, now):
+                elif seen.etag == info.etag:
+                    seen.confirmed = time.monotonic()
+                elif not self._renewed_elsewhere(seen, info, now):
                     stale.append((job_id, seen.etag))
             for job_id, etag in before.items():
                 if job_id not in listed:
@@ -395,7 +402,11 @@ class StoreQueue(LeaseQueue):
         wanted = None if kinds is None else frozenset(kinds)
         now = self.clock.now()
         candidates = self._candidates(now, wanted)
-        if len(candidates) < n and time.monotonic() >= self._next_scan:
+        mono = time.monotonic()
+        if mono >= self._next_scan and (
+            len(candidates) < n
+            or any(self._view[i].confirmed < mono - self.scan_interval for i in candidates[:n])
+        ):
             await self._scan()
             now = self.clock.now()
             candidates = self._candidates(now, wanted)
@@ -410,7 +421,15 @@ class StoreQueue(LeaseQueue):
 
     async def _claim_one(self, job_id: str, now: float, lease: float) -> Delivery | None:
         seen = self._view.get(job_id)
-        if seen is None or seen.job is None or job_id in self._claiming:
+        # Checked again here, not only when the candidates were picked: a
+        # concurrent claim in this process may have taken it since, and its
+        # etag in the view is then the one our swap would match.
+        if (
+            seen is None
+            or seen.job is None
+            or job_id in self._claiming
+            or not self._claimable(seen.job, now)
+        ):
             return None
         self._claiming.add(job_id)
         try:
