@@ -667,6 +667,7 @@ class FlakyQueue(LeaseQueue):
         self.inner = inner
         self.down = False
         self.failed_claims = 0
+        self.failing_acks = 0
 
     async def claim(
         self, n: int, *, lease: float, kinds: Collection[str] | None = None
@@ -683,6 +684,9 @@ class FlakyQueue(LeaseQueue):
         return await self.inner.renew(delivery, at_least)
 
     async def ack(self, delivery: Delivery) -> Settlement:
+        if self.failing_acks:
+            self.failing_acks -= 1
+            raise StoreError("ack timed out")
         return await self.inner.ack(delivery)
 
     async def nack(
@@ -962,3 +966,43 @@ async def test_registration_mistakes_are_refused_and_lifecycle_misuse_is_harmles
         await worker.start()
     await worker.stop()
     await worker.stop()  # twice: still fine
+
+
+async def test_a_settlement_that_raises_is_tried_again(env: Env) -> None:
+    flaky = FlakyQueue(env.queue)
+    flaky.failing_acks = 2
+    worker = env.worker(queue=flaky, poll_interval=0.01)
+    worker.register("k", lambda attempt: "ok")
+    await worker.start()
+    await env.queue.enqueue(b"", kind="k", id="j")
+    await until(lambda: worker.stats.succeeded == 1, "the third ack landed")
+    assert worker.stats.queue_errors == 2
+    assert await env.record("j") is None
+    assert len(env.reported.of("j")) == 1, "the result was reported more than once"
+
+
+async def test_a_lost_settlement_is_logged_and_counted_never_raised(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The job is cancelled under a running handler (no heartbeat to notice):
+    its ack finds the job gone."""
+    release = asyncio.Event()
+
+    async def handler(attempt: Attempt) -> str:
+        await release.wait()
+        return "nobody wants this"
+
+    await env.queue.enqueue(b"", kind="k", id="j")
+    worker = env.worker(heartbeat=0, on_terminal=None)
+    worker.register("k", handler)
+    with caplog.at_level(logging.WARNING, logger="runtime.worker"):
+        await worker.start()
+        await until(lambda: worker.in_flight == 1, "it runs")
+        assert await env.queue.cancel("j")
+        release.set()
+        await until(lambda: worker.in_flight == 0, "it was settled")
+    assert worker.stats.lost == 1 and worker.stats.succeeded == 0
+    [warning] = [r for r in caplog.records if "no longer ours" in r.getMessage()]
+    assert warning.levelno == logging.WARNING and warning.__dict__["job_id"] == "j"
+    await env.queue.enqueue(b"", kind="k", id="next")
+    await until(lambda: worker.stats.succeeded == 1, "the loop carries on")
