@@ -53,6 +53,7 @@ import binascii
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import json
 import math
 import re
@@ -62,6 +63,8 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from store import AlreadyExists, NotFound, ObjectStore
 
 from .clock import Clock, SystemClock
 from .errors import PayloadTooLarge, QueueError
@@ -271,7 +274,10 @@ class SqsQueue(LeaseQueue):
         fence_margin: float = 1.0,
         batch_window: float = 0.01,
         dead_scan_visibility: int = 30,
-        remember_ids: int = 100_000,
+        remember_ids: int = 10_000,
+        remember_bytes: int = 64 * 1024 * 1024,
+        id_store: ObjectStore | None = None,
+        id_prefix: str = "sqs-ids",
     ) -> None:
         if not _NAME_RE.match(name):
             raise ValueError(
@@ -304,8 +310,13 @@ class SqsQueue(LeaseQueue):
         self._held: dict[str, _Held] = {}
         self._latest: dict[str, str] = {}
         """message id -> newest receipt handle this process saw."""
-        self._live: OrderedDict[str, None] = OrderedDict()
-        """Ids this process enqueued or holds and has not seen settled."""
+        self._live: OrderedDict[str, dict[str, Any] | None] = OrderedDict()
+        """Ids this process enqueued (with the message body) or holds, and
+        has not seen settled: per-process dedup and get() without an id store."""
+        self._live_bytes = 0
+        self._remember_bytes = remember_bytes
+        self.id_store = id_store
+        self.id_prefix = id_prefix.rstrip("/")
         self._cancelled: OrderedDict[str, None] = OrderedDict()
         self._remember = remember_ids
         self._wrr = [0] * len(self.tiers)
@@ -412,11 +423,42 @@ class SqsQueue(LeaseQueue):
     async def _dead_url(self) -> str:
         return await self._url(self.dead_queue_name)
 
-    def _remember_live(self, job_id: str) -> None:
-        self._live[job_id] = None
-        self._live.move_to_end(job_id)
-        while len(self._live) > self._remember:
-            self._live.popitem(last=False)
+    def _remember_live(self, job_id: str, body: dict[str, Any] | None = None) -> None:
+        if job_id in self._live:
+            if body is None:
+                self._live.move_to_end(job_id)
+                return
+            self._forget_live(job_id)
+        self._live[job_id] = body
+        self._live_bytes += 0 if body is None else len(body.get("p", ""))
+        while self._live and (
+            len(self._live) > self._remember or self._live_bytes > self._remember_bytes
+        ):
+            self._forget_live(next(iter(self._live)))
+
+    def _forget_live(self, job_id: str) -> None:
+        body = self._live.pop(job_id, None)
+        if body is not None:
+            self._live_bytes -= len(body.get("p", ""))
+
+    def _marker_key(self, job_id: str) -> str:
+        """Where the id store keeps the job's marker: job ids are any text, so
+        the key is their SHA-256."""
+        return f"{self.id_prefix}/{hashlib.sha256(job_id.encode()).hexdigest()}"
+
+    async def _marker(self, job_id: str) -> dict[str, Any] | None:
+        assert self.id_store is not None
+        try:
+            found = await self.id_store.get(self._marker_key(job_id))
+        except NotFound:
+            return None
+        marker: dict[str, Any] = json.loads(found.data)
+        return marker
+
+    async def _drop_marker(self, job_id: str) -> None:
+        if self.id_store is not None:
+            with contextlib.suppress(NotFound):
+                await self.id_store.delete(self._marker_key(job_id))
 
     def _notify(self) -> None:
         for listener in list(self._listeners):
@@ -482,7 +524,7 @@ class SqsQueue(LeaseQueue):
     def _settled(self, receipt: str) -> None:
         held = self._drop(receipt)
         if held is not None:
-            self._live.pop(held.job_id, None)
+            self._forget_live(held.job_id)
 
     def _margin(self, visibility: float) -> float:
         """What a lease of ``visibility`` seconds loses to the fence: the margin,
@@ -525,6 +567,11 @@ class SqsQueue(LeaseQueue):
         job_id = id if id is not None else secrets.token_hex(16)
         if job_id in self._live:
             return Enqueued(job_id, created=False)
+        if len(payload) * 4 // 3 + 1024 > self.max_message_bytes:
+            raise PayloadTooLarge(
+                f"payload of {len(payload)} bytes is over what one SQS message of "
+                f"{self.max_message_bytes} bytes carries once base64-encoded"
+            )
         now = self.clock.now()
         due = now if run_at is None else run_at
         body: dict[str, Any] = {
@@ -540,12 +587,23 @@ class SqsQueue(LeaseQueue):
             "h": dict(headers or {}),
             "p": base64.b64encode(payload).decode("ascii"),
         }
+        if self.id_store is not None:
+            body["tok"] = secrets.token_hex(8)
+            try:
+                await self.id_store.put_if_absent(
+                    self._marker_key(job_id), self._encode(body).encode()
+                )
+            except AlreadyExists:
+                return Enqueued(job_id, created=False)
         self._cancelled.pop(job_id, None)
-        self._remember_live(job_id)
+        self._remember_live(job_id, body)
         try:
             await self._send(await self._tier_url(priority), body, due)
         except BaseException:
-            self._live.pop(job_id, None)
+            self._forget_live(job_id)
+            if self.id_store is not None:
+                with contextlib.suppress(Exception):
+                    await self._drop_marker(job_id)
             raise
         self._notify()
         return Enqueued(job_id, created=True)
@@ -604,6 +662,13 @@ class SqsQueue(LeaseQueue):
         if job_id in self._cancelled:
             await self._delete(url, receipt)
             return None
+        if self.id_store is not None and "tok" in body:
+            marker = await self._marker(job_id)
+            if marker is None or marker.get("tok") != body["tok"] or "dead" in marker:
+                # Acked, cancelled or dead-lettered already: this is a
+                # duplicate (SQS delivers at least once) or a cancelled job.
+                await self._delete(url, receipt)
+                return None
         run_at = float(body.get("run_at", 0.0))
         if run_at > self.clock.now():
             # Arrived before its run-at (DelaySeconds stops at 15 minutes):
@@ -773,7 +838,10 @@ class SqsQueue(LeaseQueue):
             return Settlement.LOST
         self._settled(delivery.token)
         deleted = await self._delete(held.url, delivery.token)
-        return Settlement.ACKED if deleted else Settlement.LOST
+        if not deleted:
+            return Settlement.LOST
+        await self._drop_marker(held.job_id)
+        return Settlement.ACKED
 
     async def nack(
         self, delivery: Delivery, *, delay: float, count: bool = True, error: str | None = None
@@ -838,6 +906,8 @@ class SqsQueue(LeaseQueue):
         if error is not None:
             body["err"] = error
         await self._send(await self._dead_url(), body, 0.0)
+        if self.id_store is not None:
+            await self.id_store.put(self._marker_key(held.job_id), self._encode(body).encode())
         self._settled(delivery.token)
         await self._delete(held.url, delivery.token)
         return Settlement.DEAD
@@ -851,22 +921,33 @@ class SqsQueue(LeaseQueue):
         return Settlement.RELEASED
 
     async def cancel(self, id: str) -> bool:
-        """Cancel as far as this process can: a delivery held here is deleted
-        (its holder's next renew or settlement answers LOST) and the id is
-        remembered, so a claim here drops its message when it shows up.
-        Another process does not see the cancel (SQS cannot find a message by
-        id); use the workflow layer's outcome record to stop a job fleet-wide.
+        """Cancel the job.
+
+        With an id store, the job's marker is deleted: every process's claim
+        then drops the message when it turns up (a GET per delivery pays for
+        that check), so the cancel holds fleet-wide; True if there was a
+        marker. A worker elsewhere that already holds the job is not told
+        until it settles (its ack then finds nothing to undo); the workflow
+        layer's CANCELLED outcome record, written first, is what stops it.
+
+        Without one, only this process can tell: a delivery held here is
+        deleted (its holder's next renew or settlement answers LOST) and the id
+        is remembered, so a claim here drops its message when it shows up.
         True when this process knew the job as live."""
         known = id in self._live
         self._cancelled[id] = None
         while len(self._cancelled) > self._remember:
             self._cancelled.popitem(last=False)
-        self._live.pop(id, None)
+        self._forget_live(id)
         for receipt, held in list(self._held.items()):
             if held.job_id == id:
                 self._drop(receipt)
                 await self._delete(held.url, receipt)
                 known = True
+        if self.id_store is not None:
+            if await self._marker(id) is not None:
+                known = True
+            await self._drop_marker(id)
         return known
 
     async def requeue(self, id: str) -> bool:
@@ -910,12 +991,21 @@ class SqsQueue(LeaseQueue):
                     if not isinstance(body, dict) or not match(body) or "id" not in body:
                         skipped.append(message["ReceiptHandle"])
                         continue
+                    if self.id_store is not None and "tok" in body:
+                        marker = await self._marker(str(body["id"]))
+                        if marker is None or marker.get("tok") != body["tok"]:
+                            # Cancelled while dead: nothing to bring back.
+                            await self._delete(dead_url, message["ReceiptHandle"])
+                            continue
                     received = int(message.get("Attributes", {}).get("ApproximateReceiveCount", 1))
                     # Claims keep counting (over-counting is safe: it only
                     # makes the workflow layer look for memos).
                     fresh = {k: v for k, v in body.items() if k not in ("dead", "died", "err")}
                     fresh.update(a=0, c=int(body.get("c", 0)) + received, run_at=self.clock.now())
                     priority = int(fresh.get("prio", _PRIORITY_NORMAL))
+                    if self.id_store is not None and "tok" in fresh:
+                        key = self._marker_key(str(fresh["id"]))
+                        await self.id_store.put(key, self._encode(fresh).encode())
                     await self._send(await self._tier_url(priority), fresh, 0.0)
                     await self._delete(dead_url, message["ReceiptHandle"])
                     self._cancelled.pop(str(body["id"]), None)
@@ -937,34 +1027,69 @@ class SqsQueue(LeaseQueue):
                 )
 
     async def get(self, id: str) -> JobRecord | None:
-        """The record of a job this process holds right now (CLAIMED, exact).
+        """What can honestly be said about the job.
 
-        SQS cannot look a message up by id, so for any other job this raises
+        Held by this process: its record, CLAIMED, exact. Otherwise, with an
+        id store: None when it has no marker (acked, cancelled, never
+        enqueued), DEAD when it was dead-lettered, else READY or SCHEDULED by
+        its run-at: the job is live but SQS cannot say whether it is waiting
+        or running elsewhere. Without an id store, a job this process enqueued
+        is answered the same way from memory; for any other this raises
         :class:`SqsUnsupported` rather than answer None (which would claim the
-        job is gone). The workflow layer's outcome record is the status source
-        on SQS."""
+        job is gone). SQS has no lookup by id."""
+        now = self.clock.now()
         for held in self._held.values():
             if held.job_id == id and time.monotonic() < held.deadline:
-                body = held.body
-                now = self.clock.now()
-                return JobRecord(
-                    id=id,
-                    kind=str(body.get("kind", "")),
-                    status=JobStatus.CLAIMED,
-                    priority=int(body.get("prio", _PRIORITY_NORMAL)),
+                return self._record(
+                    held.body,
+                    JobStatus.CLAIMED,
                     attempts=held.attempt,
-                    max_attempts=int(body.get("max", self.default_max_attempts)),
-                    run_at=float(body.get("run_at", 0.0)),
-                    created_at=float(body.get("enq", 0.0)),
-                    updated_at=now,
-                    payload=base64.b64decode(body.get("p", "")),
-                    headers=dict(body.get("h", {})),
                     lease_expires_at=now + (held.deadline - time.monotonic()),
-                    last_error=body.get("err"),
                 )
-        raise SqsUnsupported(
-            f"SqsQueue cannot look up job {id!r}: SQS has no lookup by id and this "
-            "process does not hold it; read the job's outcome record instead"
+        body: dict[str, Any] | None
+        if self.id_store is not None:
+            body = await self._marker(id)
+            if body is None:
+                return None
+        else:
+            body = self._live.get(id)
+            if body is None:
+                raise SqsUnsupported(
+                    f"SqsQueue cannot look up job {id!r}: SQS has no lookup by id, this "
+                    "process does not hold it and no id store was given; read the job's "
+                    "outcome record instead"
+                )
+        if "dead" in body:
+            status = JobStatus.DEAD
+        elif float(body.get("run_at", 0.0)) > now:
+            status = JobStatus.SCHEDULED
+        else:
+            status = JobStatus.READY
+        return self._record(body, status, attempts=int(body.get("a", 0)))
+
+    def _record(
+        self,
+        body: dict[str, Any],
+        status: JobStatus,
+        *,
+        attempts: int,
+        lease_expires_at: float | None = None,
+    ) -> JobRecord:
+        return JobRecord(
+            id=str(body["id"]),
+            kind=str(body.get("kind", "")),
+            status=status,
+            priority=int(body.get("prio", _PRIORITY_NORMAL)),
+            attempts=attempts,
+            max_attempts=int(body.get("max", self.default_max_attempts)),
+            run_at=float(body.get("run_at", 0.0)),
+            created_at=float(body.get("enq", 0.0)),
+            updated_at=float(body.get("died", body.get("enq", 0.0))),
+            payload=base64.b64decode(body.get("p", "")),
+            headers=dict(body.get("h", {})),
+            lease_expires_at=lease_expires_at,
+            last_error=body.get("err"),
+            dead_reason=body.get("dead"),
         )
 
     async def list(

@@ -19,6 +19,7 @@ import pytest
 from runtime import FakeClock, PayloadTooLarge, Settlement
 from runtime.queue import Delivery, JobStatus
 from runtime.sqs_queue import SqsQueue, SqsUnsupported, Tier
+from store import ObjectStore
 
 Factory = Callable[..., Awaitable[SqsQueue]]
 
@@ -299,12 +300,18 @@ async def test_cancel_in_this_process(make_queue: Factory) -> None:
 
 async def test_get_and_list_answer_honestly(make_queue: Factory) -> None:
     q = await make_queue()
+    other = await make_queue(peer=q)
     await q.enqueue(b"x", id="held", kind="k")
     await q.enqueue(b"y", id="waiting", run_at=q.clock.now() + 60)
     with pytest.raises(SqsUnsupported):
         await q.list()
+    # Another process has no lookup by id to offer, and says so.
     with pytest.raises(SqsUnsupported):
-        await q.get("waiting")
+        await other.get("waiting")
+    # This process enqueued it: it answers from memory, as enqueued.
+    waiting = await q.get("waiting")
+    assert waiting is not None and waiting.status == JobStatus.SCHEDULED
+    assert waiting.payload == b"y"
     [d] = await claim_until(q)
     record = await q.get("held")
     assert record is not None
@@ -317,6 +324,69 @@ async def test_get_and_list_answer_honestly(make_queue: Factory) -> None:
     counts = await q.counts()
     assert counts[JobStatus.CLAIMED] == 1 and counts[JobStatus.SCHEDULED] == 1
     assert d.id == "held"
+
+
+async def test_id_store_dedups_across_processes_and_answers_get(
+    make_queue: Factory, s3_store: ObjectStore
+) -> None:
+    """With an id store (S3 here) enqueue-with-id is create-if-absent fleet-wide,
+    get answers for any live job, and a job's marker goes with its ack."""
+    a = await make_queue(id_store=s3_store)
+    b = await make_queue(peer=a, id_store=s3_store)
+    assert (await a.enqueue(b"1", id="same", kind="k")).created
+    assert not (await b.enqueue(b"2", id="same")).created
+    seen = await b.get("same")
+    assert seen is not None and (seen.status, seen.payload) == (JobStatus.READY, b"1")
+    [d] = await claim_until(b)
+    assert await b.claim(5, lease=30) == []  # one message, not two
+    assert await a.get("missing") is None
+    assert await b.ack(d) == Settlement.ACKED
+    assert await a.get("same") is None
+    assert (await b.enqueue(b"3", id="same")).created
+
+
+async def test_id_store_drops_duplicates_and_cancels_fleet_wide(
+    make_queue: Factory, s3_store: ObjectStore, moto_server: str
+) -> None:
+    import boto3
+
+    a = await make_queue(id_store=s3_store)
+    b = await make_queue(peer=a, id_store=s3_store)
+    await a.enqueue(b"x", id="j")
+    [d] = await claim_until(a)
+    # SQS may deliver a message again after its delete: replay the same body.
+    client = boto3.client("sqs", endpoint_url=moto_server, region_name="us-east-1")
+    url = client.get_queue_url(QueueName=f"{a.name}-normal")["QueueUrl"]
+    raw = client.receive_message(QueueUrl=url, MaxNumberOfMessages=1)  # nothing visible
+    assert "Messages" not in raw
+    held = next(iter(a._held.values()))
+    body = json.dumps(held.body)
+    assert await a.ack(d) == Settlement.ACKED
+    client.send_message(QueueUrl=url, MessageBody=body)
+    assert await claim_until(b, within=1.0) == []
+    assert (await b.counts())[JobStatus.READY] == 0  # dropped, not left waiting
+    # A cancel in one process stops the job in every other.
+    await a.enqueue(b"y", id="c")
+    assert await b.cancel("c")
+    assert await claim_until(a, within=1.0) == []
+    assert await a.get("c") is None
+    assert not await b.cancel("c")
+
+
+async def test_id_store_keeps_dead_jobs_visible(make_queue: Factory, s3_store: ObjectStore) -> None:
+    q = await make_queue(id_store=s3_store)
+    await q.enqueue(b"x", id="d")
+    [d] = await claim_until(q)
+    assert await q.dead_letter(d, "no such customer") == Settlement.DEAD
+    record = await q.get("d")
+    assert record is not None and record.status == JobStatus.DEAD
+    assert record.dead_reason == "no such customer"
+    assert await q.requeue("d")
+    record = await q.get("d")
+    assert record is not None and record.status == JobStatus.READY
+    [again] = await claim_until(q)
+    assert again.attempt == 1
+    assert await q.ack(again) == Settlement.ACKED
 
 
 async def test_kinds_filter_does_not_burn_attempts(make_queue: Factory) -> None:
