@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sized
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +58,10 @@ async def until(
         if loop.time() > deadline:
             raise AssertionError(f"timed out waiting until {what}")
         await asyncio.sleep(0.002)
+
+
+def has_length(items: Sized, n: int) -> Callable[[], bool]:
+    return lambda: len(items) == n
 
 
 @dataclass
@@ -215,14 +219,19 @@ async def test_retries_wait_exactly_the_backoff_when_jitter_is_zero(env: Env) ->
     """Each nack's run_at is now + base * 2**(attempt-1), capped; the job is not
     claimed again until the clock gets there."""
     attempts: list[int] = []
+    markers: list[str] = []
 
     async def handler(attempt: Attempt) -> None:
         attempts.append(attempt.attempt)
         raise TimeoutError("upstream slow")
 
+    async def marker(attempt: Attempt) -> None:
+        markers.append(attempt.job_id)
+
     await env.queue.enqueue(b"", kind="k", id="j", max_attempts=4)
     worker = env.worker(backoff=Backoff(base=10.0, cap=25.0, jitter=0.0))
     worker.register("k", handler)
+    worker.register("marker", marker)
     await worker.start()
     for attempt, delay in [(1, 10.0), (2, 20.0), (3, 25.0)]:
 
@@ -234,10 +243,12 @@ async def test_retries_wait_exactly_the_backoff_when_jitter_is_zero(env: Env) ->
         record = await env.record("j")
         assert record is not None and record.status is JobStatus.SCHEDULED
         assert record.run_at == env.clock.now() + delay
-        env.clock.advance(delay - 0.001)
-        await until(lambda: worker.in_flight == 0, "the worker has looked again")
+        env.clock.advance(delay - 0.5)
+        # A marker job claimed after the advance proves the worker looked.
+        await env.queue.enqueue(b"", kind="marker", id=f"m{attempt}")
+        await until(has_length(markers, attempt), "the worker looked again")
         assert attempts == list(range(1, attempt + 1)), "claimed before its run-at"
-        env.clock.advance(0.001)
+        env.clock.advance(0.5)
     await until(lambda: worker.stats.dead == 1, "the fourth attempt failed for good")
     assert attempts == [1, 2, 3, 4]
 
