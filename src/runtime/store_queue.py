@@ -138,6 +138,8 @@ class StoreQueue(LeaseQueue):
         self._view: dict[str, _Seen] = {}
         self._claiming: set[str] = set()
         self._next_scan = -math.inf
+        self._lease_hint = 60.0
+        """The last lease this instance claimed with: the guess for others' leases."""
         self._scan_lock = asyncio.Lock()
         self._scan_epoch = 0
         self._fetch_slots = asyncio.Semaphore(fetch_concurrency)
@@ -251,6 +253,33 @@ class StoreQueue(LeaseQueue):
             and info.size == seen.size
         )
 
+    def _claimed_elsewhere(self, seen: _Seen, info: ObjectInfo, now: float) -> _Seen | None:
+        """If a listed change of a record this instance knew as waiting has
+        exactly the size a claim of it would produce, someone claimed it:
+        return a placeholder saying so, to stand until about one lease from
+        now, instead of reading it. Short jobs are acked (and vanish from the
+        listing) before then, so this instance never reads them at all.
+
+        The placeholder keeps no token of ours and no payload (``partial``),
+        so nothing is ever written from it: a claim reads the record first.
+        A guess that is wrong (another change of the same size) only delays
+        when this instance looks again; it cannot hand the job to two holders.
+        """
+        job = seen.job
+        if job is None or job.partial or job.dead or job.token is not None:
+            return None
+        claimed = job.next(
+            job.updated_at,
+            attempts=job.attempts + 1,
+            claims=job.claims + 1,
+            token=_TOKEN_SHAPE,
+            lease_expires_at=0.0,
+        )
+        if len(encode(claimed)) != info.size:
+            return None
+        claimed.lease_expires_at = now + self._lease_hint
+        return _Seen(info.etag, claimed.stripped(), info.size)
+
     async def _scan(self) -> None:
         """List the jobs prefix; read the records whose etag the view does not
         know (at most ``fetch_limit``); drop entries whose objects are gone.
@@ -273,7 +302,11 @@ class StoreQueue(LeaseQueue):
                     stale.append((job_id, None))
                 elif seen.etag == info.etag:
                     seen.confirmed = time.monotonic()
-                elif not self._renewed_elsewhere(seen, info, now):
+                elif self._renewed_elsewhere(seen, info, now):
+                    pass
+                elif (guess := self._claimed_elsewhere(seen, info, now)) is not None:
+                    self._view[job_id] = guess
+                else:
                     stale.append((job_id, seen.etag))
             for job_id, etag in before.items():
                 if job_id not in listed:
@@ -399,6 +432,7 @@ class StoreQueue(LeaseQueue):
     ) -> list[Delivery]:
         if n <= 0:
             return []
+        self._lease_hint = lease
         wanted = None if kinds is None else frozenset(kinds)
         now = self.clock.now()
         candidates = self._candidates(now, wanted)
@@ -446,7 +480,7 @@ class StoreQueue(LeaseQueue):
                 now,
                 attempts=job.attempts + 1,
                 claims=job.claims + 1,
-                token=secrets.token_hex(12),
+                token=_new_token(),
                 lease_expires_at=now + lease,
             )
             try:
@@ -729,6 +763,16 @@ class StoreQueue(LeaseQueue):
     async def close(self) -> None:
         """Forget the view. The store is the caller's: it is not closed here."""
         self._view.clear()
+
+
+_TOKEN_SHAPE = "0" * 24
+"""What every token looks like to the encoder (see :meth:`StoreQueue._claimed_elsewhere`)."""
+
+
+def _new_token() -> str:
+    token = secrets.token_hex(12)
+    assert len(token) == len(_TOKEN_SHAPE)
+    return token
 
 
 def _killed(job: StoredJob, now: float, reason: str, last_error: str | None) -> StoredJob:

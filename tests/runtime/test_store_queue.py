@@ -362,3 +362,37 @@ async def test_concurrent_claims_in_one_process_share_one_listing(
     ids = [d.id for batch in got for d in batch]
     assert sorted(ids) == [f"j{i}" for i in range(6)]
     assert b_store.requests["LIST"] == 1
+
+
+async def test_a_claim_elsewhere_of_a_job_seen_waiting_is_inferred_not_read(
+    backing: MemoryStore, clock: FakeClock
+) -> None:
+    a, a_store = make(backing, clock, scan_interval=0.0)
+    b, _ = make(backing, clock, scan_interval=0.0)
+    for i in range(5):
+        await a.enqueue(b"", id=f"j{i}")
+    got = await b.claim(5, lease=30)
+    a_store.take()
+    assert await a.claim(5, lease=30) == []
+    assert a_store.take() == {"LIST": 1}  # each new size is exactly a claim's: no GETs
+    record = await a.get("j1")
+    assert record is not None and record.status is JobStatus.CLAIMED
+    a_store.take()
+
+    assert await b.release(got[0]) is Settlement.RELEASED  # a different size: read at once
+    for d in got[1:4]:
+        assert await b.ack(d) is Settlement.ACKED  # gone from the listing: never read
+    [d] = await a.claim(5, lease=30)
+    assert d.id == "j0"
+    assert await a.ack(d) is Settlement.ACKED
+    assert a_store.take() == {"LIST": 1, "GET": 1, "PUT": 1, "DELETE": 1}
+
+    # b's holder of j4 dies. a guessed its lease from its own (30 s); after
+    # that it reads the record once and, the lease having lapsed, takes it.
+    clock.advance(29)
+    assert await a.claim(5, lease=30) == []
+    assert a_store.take() == {"LIST": 1}
+    clock.advance(2)
+    [d] = await a.claim(5, lease=30)
+    assert (d.id, d.attempt) == ("j4", 2)
+    assert a_store.take() == {"LIST": 1, "GET": 1, "PUT": 1}
