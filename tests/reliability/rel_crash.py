@@ -1,0 +1,252 @@
+"""The crash run: worker processes SIGKILLed at random moments, restarted
+until every job has finished, then an audit of what the store and the event
+log say happened. Used by test_crash.py (CI size) and benchmarks/soak.py
+(bigger, longer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgpack
+from rel_jobs import STEPS, ThreeSteps, read_events
+from rel_support import Workers
+
+from workflow.outcome import OutcomeRecord, OutcomeStatus
+
+DEFAULT_KILLS = (
+    "in_step=0.01,before_memo=0.01,after_memo=0.01,"
+    "before_outcome=0.01,after_outcome=0.02,after_claim=0.005"
+)
+
+
+@dataclass
+class CrashReport:
+    jobs: int
+    workers: int
+    lease: float
+    kill_spec: str
+    seed: int
+    elapsed: float = 0.0
+    kills: int = 0
+    """Worker processes that died by SIGKILL (their own hooks and the parent's)."""
+    self_kills: Counter[str] = field(default_factory=Counter)
+    parent_kills: int = 0
+    executions: int = 0
+    repeats: int = 0
+    """Step executions beyond the first of the same step of the same run."""
+    repeats_after_death: int = 0
+    """Repeats whose earlier execution's process was killed before its memo landed."""
+    repeats_overlap: int = 0
+    """Repeats whose earlier execution was still alive (a lease lapsed under it)."""
+    outcomes: int = 0
+    succeeded: int = 0
+    lost: int = 0
+    """Jobs with no outcome record."""
+    queue_left: int = 0
+    max_attempts_seen: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def figures(self) -> str:
+        points = ", ".join(f"{p} {n}" for p, n in sorted(self.self_kills.items())) or "none"
+        return (
+            f"jobs {self.jobs} (3 steps each), workers {self.workers}, lease {self.lease:g}s: "
+            f"kills {self.kills} (self {sum(self.self_kills.values())}: {points}; "
+            f"parent {self.parent_kills}), step executions {self.executions}, "
+            f"repeats {self.repeats} (after a kill {self.repeats_after_death}, "
+            f"overlapping a live holder {self.repeats_overlap}), outcomes {self.outcomes} "
+            f"(succeeded {self.succeeded}), lost {self.lost}, queue left {self.queue_left}, "
+            f"most attempts {self.max_attempts_seen}, problems {len(self.problems)}, "
+            f"{self.elapsed:.1f}s"
+        )
+
+
+def _count(directory: Path) -> int:
+    try:
+        return len(os.listdir(directory))
+    except FileNotFoundError:
+        return 0
+
+
+async def run_crash(
+    base: Path,
+    *,
+    jobs: int = 300,
+    workers: int = 4,
+    concurrency: int = 8,
+    lease: float = 2.0,
+    kill_spec: str = DEFAULT_KILLS,
+    parent_kill_every: tuple[float, float] = (0.5, 2.0),
+    seed: int = 1,
+    deadline: float = 150.0,
+) -> CrashReport:
+    """Run ``jobs`` ThreeSteps jobs over ``workers`` killable worker processes."""
+    from rel_support import submitter
+
+    root, events = base / "store", base / "events.log"
+    report = CrashReport(jobs, workers, lease, kill_spec, seed)
+    pool = Workers(
+        root,
+        events,
+        base / "logs",
+        REL_KILL=kill_spec,
+        REL_SEED=str(seed),
+        REL_LEASE=str(lease),
+        REL_CONCURRENCY=str(concurrency),
+    )
+    rng = random.Random(seed)
+    started = time.monotonic()
+    runner = submitter(root)
+    try:
+        for _ in range(workers):
+            pool.start()
+        handles = await asyncio.gather(*(runner.submit(ThreeSteps(n=i)) for i in range(jobs)))
+        expected = {h.id for h in handles}
+        if len(expected) != jobs:
+            report.problems.append(f"{jobs} submits gave {len(expected)} distinct run ids")
+
+        next_kill = time.monotonic() + rng.uniform(*parent_kill_every)
+        outcomes_dir, queue_dir = root / "outcomes", root / "queue" / "jobs"
+        while True:
+            for proc in pool.dead():
+                if proc.returncode == -9:
+                    report.kills += 1
+                pool.restart(proc)
+            done = _count(outcomes_dir) >= jobs and _count(queue_dir) == 0
+            if done:
+                break
+            now = time.monotonic()
+            if now > started + deadline:
+                report.problems.append(
+                    f"not finished after {deadline:g}s: {_count(outcomes_dir)} outcomes, "
+                    f"{_count(queue_dir)} queue records\n{pool.log_tail()}"
+                )
+                break
+            if now >= next_kill and pool.alive():
+                victim = rng.choice(pool.alive())
+                pool.kill(victim)
+                report.parent_kills += 1
+                next_kill = now + rng.uniform(*parent_kill_every)
+            await asyncio.sleep(0.05)
+        report.elapsed = time.monotonic() - started
+        await pool.stop_all()
+        for proc in pool.procs:
+            if proc.returncode == -9:
+                report.kills += 1
+    finally:
+        pool.kill_all()
+        await runner.store.close()
+    audit(report, root, events, expected)
+    return report
+
+
+def audit(report: CrashReport, root: Path, events_path: Path, expected: set[str]) -> None:
+    """Check the store and the event log against the guarantees; fill in the figures."""
+    problems = report.problems
+    events = read_events(str(events_path))
+
+    execs: dict[tuple[str, str], list[tuple[int, str, str]]] = defaultdict(list)
+    wrote: dict[tuple[str, str], list[tuple[int, str]]] = defaultdict(list)
+    exists: set[str] = set()
+    claims: dict[tuple[str, str], list[int]] = defaultdict(list)
+    deaths: dict[str, int] = {}
+    outcome_writes: Counter[str] = Counter()
+    for i, e in enumerate(events):
+        match e:
+            case ["EXEC", run, step, pid, token]:
+                execs[(run, step)].append((i, pid, token))
+            case ["MEMO-WROTE", run, step, pid, token]:
+                wrote[(run, step)].append((i, token))
+            case ["MEMO-EXISTS", _run, _step, _pid, token]:
+                exists.add(token)
+            case ["CLAIM", run, pid, _claims]:
+                claims[(run, pid)].append(i)
+            case ["KILL", point, pid, _detail]:
+                report.self_kills[point] += 1
+                deaths.setdefault(pid, i)
+            case ["PKILL", pid]:
+                deaths.setdefault(pid, i)
+            case ["OUTCOME-WROTE", run, _pid]:
+                outcome_writes[run] += 1
+
+    # Outcomes: one per run, every run, all succeeded, each the memos' values.
+    outcome_files = set(os.listdir(root / "outcomes")) if (root / "outcomes").is_dir() else set()
+    report.outcomes = len(outcome_files & expected)
+    report.lost = len(expected - outcome_files)
+    if outcome_files - expected:
+        problems.append(f"outcomes for runs never submitted: {sorted(outcome_files - expected)}")
+    queue_dir = root / "queue" / "jobs"
+    report.queue_left = len(os.listdir(queue_dir)) if queue_dir.is_dir() else 0
+    for run, n in outcome_writes.items():
+        if n > 1:
+            problems.append(f"run {run}: its outcome was written {n} times")
+
+    for run in sorted(expected & outcome_files):
+        record = OutcomeRecord.decode((root / "outcomes" / run).read_bytes())
+        report.max_attempts_seen = max(report.max_attempts_seen, record.attempts)
+        if record.status is not OutcomeStatus.SUCCEEDED or record.result is None:
+            problems.append(f"run {run}: {record.status.value}: {record.error}")
+            continue
+        report.succeeded += 1
+        result = msgpack.unpackb(record.result, raw=False)
+        incarnations = os.listdir(root / "memos" / run)
+        if len(incarnations) != 1:
+            problems.append(f"run {run}: memos under {len(incarnations)} incarnations")
+            continue
+        memo_dir = root / "memos" / run / incarnations[0]
+        if sorted(os.listdir(memo_dir)) != sorted(STEPS):
+            problems.append(f"run {run}: memo keys {sorted(os.listdir(memo_dir))}")
+            continue
+        memos = [msgpack.unpackb((memo_dir / s).read_bytes(), raw=False) for s in STEPS]
+        if result != memos:
+            problems.append(f"run {run}: result {result} is not its memos {memos}")
+        for step, memo in zip(STEPS, memos, strict=True):
+            _check_step(report, run, step, memo, execs, wrote, exists, claims, deaths)
+
+
+def _check_step(
+    report: CrashReport,
+    run: str,
+    step: str,
+    memo: str,
+    execs: dict[tuple[str, str], list[tuple[int, str, str]]],
+    wrote: dict[tuple[str, str], list[tuple[int, str]]],
+    exists: set[str],
+    claims: dict[tuple[str, str], list[int]],
+    deaths: dict[str, int],
+) -> None:
+    problems = report.problems
+    done = execs.get((run, step), [])
+    report.executions += len(done)
+    winner_pid, winner_token = memo.split(":")[1:]
+    winners = [i for i, _, token in done if token == winner_token]
+    if len(winners) != 1:
+        problems.append(f"run {run} step {step}: the memo {memo} is no logged execution")
+        return
+    landed = wrote.get((run, step), [])
+    if len(landed) > 1 or any(token != winner_token for _, token in landed):
+        problems.append(f"run {run} step {step}: memo writes {landed}, memo {memo}")
+    # When the memo landed, as a position in the log: its MEMO-WROTE line, or
+    # (killed between the write and the line) the writer's death.
+    landed_at = landed[0][0] if landed else deaths.get(winner_pid, winners[0])
+    report.repeats += len(done) - 1
+    for i, pid, token in done:
+        if token == winner_token:
+            continue
+        claimed = [c for c in claims.get((run, pid), []) if c < i]
+        if claimed and claimed[-1] > landed_at:
+            problems.append(
+                f"run {run} step {step}: executed again by {pid} under a claim made after "
+                "its memo had landed (a replay should have returned the memo)"
+            )
+        died = deaths.get(pid)
+        if token in exists or died is None or died < i:
+            report.repeats_overlap += 1
+        else:
+            report.repeats_after_death += 1
