@@ -1,0 +1,166 @@
+"""Many processes on one SQS queue + S3 id store (moto): every job done once, none lost.
+
+The parent enqueues the jobs, starts a process that claims a batch and is
+SIGKILLed holding it, then starts worker processes (runtime.Worker over
+SqsQueue). Each ACKED settlement is appended to a log; the test reads it.
+This file is also the child processes' script (``python this_file mode ...``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+JOBS = 100
+WORKERS = 3
+VICTIM_CLAIMS = 10
+VICTIM_LEASE = 2.0
+
+
+def _append(path: str, text: str) -> None:
+    """One write with O_APPEND: lines from several processes never interleave."""
+    with open(path, "a") as f:
+        f.write(text)
+
+
+def _queue(endpoint: str, name: str, s3_url: str, log: str | None = None) -> tuple[Any, Any]:
+    from runtime import Settlement
+    from runtime.queue import Delivery
+    from runtime.sqs_queue import SqsQueue
+    from store import open_store
+
+    class RecordingQueue(SqsQueue):
+        async def ack(self, delivery: Delivery) -> Settlement:
+            settled = await super().ack(delivery)
+            if settled == Settlement.ACKED and log is not None:
+                _append(log, f"{os.getpid()} {delivery.id} {delivery.attempt}\n")
+            return settled
+
+    store = open_store(s3_url)
+    queue = RecordingQueue(
+        name, endpoint_url=endpoint, region="us-east-1", id_store=store, wait_time_seconds=1
+    )
+    return queue, store
+
+
+async def _work(endpoint: str, name: str, s3_url: str, log: str) -> None:
+    from runtime.worker import Attempt, Worker
+
+    queue, store = _queue(endpoint, name, s3_url, log)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+
+    async def handle(attempt: Attempt) -> None:
+        await asyncio.sleep(0.01)
+
+    worker = Worker(queue, concurrency=8, lease=20, poll_interval=0.2)
+    worker.register("work", handle)
+    async with worker:
+        await stop.wait()
+    await queue.close()
+    await store.close()
+
+
+async def _claim_and_hang(endpoint: str, name: str, s3_url: str, log: str) -> None:
+    """Claim a batch with a short lease, say which, and hang until killed."""
+    queue, _ = _queue(endpoint, name, s3_url)
+    held: list[str] = []
+    while len(held) < VICTIM_CLAIMS:
+        got = await queue.claim(VICTIM_CLAIMS - len(held), lease=VICTIM_LEASE)
+        held.extend(d.id for d in got)
+    _append(log, "".join(f"{i}\n" for i in held))
+    await asyncio.sleep(3600)
+
+
+async def _wait_for(predicate: Callable[[], bool], within: float, what: str) -> None:
+    deadline = time.monotonic() + within
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+def _spawn(mode: str, *args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, __file__, mode, *args])
+
+
+async def test_jobs_on_sqs_are_each_completed_once_by_many_processes(
+    moto_server: str, s3_url: str, s3_store: object, tmp_path: Path
+) -> None:
+    from runtime import JobStatus
+    from runtime.sqs_queue import SqsQueue
+    from store import ObjectStore
+
+    assert isinstance(s3_store, ObjectStore)
+    name = f"mp-{uuid.uuid4().hex[:12]}"
+    queue = await SqsQueue.create(
+        name, endpoint_url=moto_server, region="us-east-1", id_store=s3_store
+    )
+    ids = [f"job-{i:03d}" for i in range(JOBS)]
+    made = await asyncio.gather(*(queue.enqueue(b"", kind="work", id=i) for i in ids))
+    assert all(e.created for e in made)
+
+    acks = tmp_path / "acks.log"
+    victim_log = tmp_path / "victim.log"
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        victim = _spawn("hang", moto_server, name, s3_url, str(victim_log))
+        procs.append(victim)
+
+        def claimed() -> bool:
+            return victim_log.exists() and len(victim_log.read_text().split()) == VICTIM_CLAIMS
+
+        await _wait_for(claimed, 30, "the victim's claims")
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(10)
+        stranded = victim_log.read_text().split()
+        assert len(stranded) == VICTIM_CLAIMS
+
+        for _ in range(WORKERS):
+            procs.append(_spawn("work", moto_server, name, s3_url, str(acks)))
+
+        def done() -> bool:
+            return acks.exists() and len(acks.read_text().splitlines()) >= JOBS
+
+        started = time.monotonic()
+        await _wait_for(done, 45, f"{JOBS} acks")
+        print(f"{JOBS} jobs acked {time.monotonic() - started:.1f}s after the workers started")
+        for p in procs[1:]:
+            p.send_signal(signal.SIGTERM)
+        for p in procs[1:]:
+            assert p.wait(30) == 0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+    lines = [line.split() for line in acks.read_text().splitlines()]
+    acked = Counter(job_id for _, job_id, _ in lines)
+    assert sorted(acked) == ids, "a job was lost"
+    assert max(acked.values()) == 1, f"acked twice: {[i for i, c in acked.items() if c > 1]}"
+    attempts = {job_id: int(attempt) for _, job_id, attempt in lines}
+    assert all(attempts[i] == 2 for i in stranded), "the killed process's jobs were redelivered"
+    assert len({pid for pid, _, _ in lines}) > 1, "the work was shared"
+    assert await queue.counts() == dict.fromkeys(JobStatus, 0)
+    assert await s3_store.list(queue.id_prefix + "/") == [], "markers outlived their acks"
+    await queue.close()
+
+
+if __name__ == "__main__":
+    mode, endpoint, queue_name, url, log_path = sys.argv[1:6]
+    main = _work if mode == "work" else _claim_and_hang
+    asyncio.run(main(endpoint, queue_name, url, log_path))
