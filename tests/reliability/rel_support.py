@@ -10,9 +10,11 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from rel_jobs import ALL_JOBS, emit, read_events
 
+from runtime.clock import Clock
 from runtime.store_queue import StoreQueue
 from store import FileStore
 from workflow import JobRunner
@@ -146,12 +148,12 @@ def emit_to(path: Path, *words: object) -> None:
         os.close(fd)
 
 
-def submitter(root: Path, **kwargs: object) -> JobRunner:
+def submitter(root: Path, clock: Clock | None = None, **kwargs: Any) -> JobRunner:
     """A runner that only submits and reads answers (no worker loop), on the
     same store layout as the workers."""
     store = FileStore(root)
-    queue = StoreQueue(store, prefix="queue")
-    return JobRunner(store, queue=queue, jobs=ALL_JOBS, **kwargs)  # type: ignore[arg-type]
+    queue = StoreQueue(store, prefix="queue", clock=clock)
+    return JobRunner(store, queue=queue, jobs=ALL_JOBS, clock=clock, **kwargs)
 
 
 def stats_of(events: list[list[str]], pid: int) -> Mapping[str, int] | None:

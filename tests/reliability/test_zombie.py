@@ -1,0 +1,128 @@
+"""Zombies (guarantees 2 and 4): a worker frozen with SIGSTOP past its lease
+while another worker takes the job over and finishes it; then SIGCONT. What
+the frozen worker does afterwards changes nothing: the outcome is the second
+worker's, the memos are the ones it wrote, the queue stays empty, and the
+zombie's settlement comes back LOST.
+
+Two zombies:
+
+- ``heartbeat``: an ordinary worker. Its first heartbeat after SIGCONT finds
+  the lease gone and cancels the handler before it writes anything.
+- ``blind``: a worker that cannot tell: no heartbeat, and its clock 60 s
+  slow, so by its own clock its 60 s lease still holds (while the record's
+  expiry, written on that clock, has long passed for everyone else). It runs
+  to the end: every memo write finds the first writer's memo, the outcome
+  write finds the second worker's outcome, and the fenced ack answers LOST.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from rel_jobs import Gated, SkewedClock, read_events
+from rel_support import Workers, stats_of, submitter, wait_for
+
+from workflow import OutcomeStatus
+
+pytestmark = pytest.mark.slow
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    """Every object in the store (outside the store's own temp dir) with its bytes."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if path.is_file() and not rel.startswith(".stepstone-tmp"):
+            out[rel] = path.read_bytes()
+    return out
+
+
+@pytest.mark.parametrize("zombie", ["heartbeat", "blind"])
+async def test_a_zombie_changes_nothing(tmp_path: Path, zombie: str) -> None:
+    root, events = tmp_path / "store", tmp_path / "events.log"
+    gate = tmp_path / "gate"
+    pool = Workers(root, events, tmp_path / "logs", REL_GATE=str(gate))
+    # The blind zombie's clock is 60 s slow; submit on that clock, or the job
+    # would not be due for it for a minute.
+    runner = submitter(root, clock=SkewedClock(0 if zombie == "heartbeat" else -60))
+    try:
+        if zombie == "heartbeat":
+            first = pool.start(REL_LEASE="2")
+        else:
+            first = pool.start(REL_LEASE="60", REL_HEARTBEAT="0", REL_CLOCK_OFFSET="-60")
+        await pool.ready(first)
+        handle = await runner.submit(Gated(n=1))
+        run = handle.id
+
+        def in_step_a(pid: int) -> bool:
+            return any(e[:4] == ["EXEC", run, "a", str(pid)] for e in read_events(str(events)))
+
+        await wait_for(lambda: in_step_a(first.pid), 15, "the first worker to enter step a")
+        os.kill(first.pid, signal.SIGSTOP)
+
+        second = pool.start(REL_LEASE="2")
+        outcome = await handle.join(timeout=30)
+        assert outcome.status is OutcomeStatus.SUCCEEDED and outcome.attempts == 2
+        await wait_for(lambda: not os.listdir(root / "queue" / "jobs"), 10, "the ack")
+        result = outcome.result
+        assert result is not None
+        assert [value.split(":")[1] for value in result] == [str(second.pid)] * 3
+        before = _snapshot(root)
+
+        def warned(pid: int, text: str) -> bool:
+            return any(
+                e[:2] == ["WARN", str(pid)] and text in " ".join(e)
+                for e in read_events(str(events))
+            )
+
+        if zombie == "heartbeat":
+            os.kill(first.pid, signal.SIGCONT)
+            await wait_for(lambda: warned(first.pid, "lease lost"), 15, "the zombie to notice")
+            gate.touch()
+        else:
+            gate.touch()
+            os.kill(first.pid, signal.SIGCONT)
+            await wait_for(
+                lambda: warned(first.pid, "ack found the job no longer ours"),
+                15,
+                "the zombie's ack to come back LOST",
+            )
+        assert first.poll() is None, "the zombie worker died"
+        assert await pool.stop(first) == 0
+        assert await pool.stop(second) == 0
+
+        after = _snapshot(root)
+        assert after == before, "the zombie changed the store"
+        assert [k for k in after if k.startswith("outcomes/")] == [f"outcomes/{run}"]
+        assert not [k for k in after if k.startswith("queue/")]
+
+        log = read_events(str(events))
+        mine = [e for e in log if len(e) > 3 and e[1] == run and str(first.pid) in e]
+        stats = stats_of(log, first.pid)
+        assert stats is not None
+        assert stats["succeeded"] == 0 and stats["lost"] >= 1, stats
+        if zombie == "heartbeat":
+            # Cancelled at its first heartbeat: it wrote nothing at all.
+            assert [e[0] for e in mine] == ["CLAIM", "EXEC"], mine
+        else:
+            writes = [(e[0], e[2]) for e in mine if e[0].startswith("MEMO-")]
+            assert writes == [
+                ("MEMO-WRITING", "a"),
+                ("MEMO-EXISTS", "a"),
+                ("MEMO-WRITING", "b"),
+                ("MEMO-EXISTS", "b"),
+                ("MEMO-WRITING", "c"),
+                ("MEMO-EXISTS", "c"),
+            ], mine
+            assert ["OUTCOME-EXISTS", run, str(first.pid)] in log
+            assert ["OUTCOME-WROTE", run, str(first.pid)] not in log
+        print(f"\nzombie ({zombie}): {len(mine)} events, all refused; stats {stats}")
+    finally:
+        for proc in pool.procs:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGCONT)
+        pool.kill_all()
+        await runner.store.close()
