@@ -77,10 +77,15 @@ async def test_a_memo_survives_a_retry(runner: JobRunner, counters: Counters) ->
 
 
 async def test_lease_extension_from_the_handler_reaches_the_queue(
-    runner: JobRunner, clock: FakeClock
+    runner: JobRunner, clock: FakeClock, counters: Counters
 ) -> None:
-    expires_at = await (await runner.submit(ExtendsLease()))
-    assert expires_at >= clock.now() + 3600
+    handle = await runner.submit(ExtendsLease())
+    await wait_until(counters.started.is_set)
+    record = await runner.queue.get(handle.id)
+    assert record is not None and record.lease_expires_at is not None
+    assert record.lease_expires_at >= clock.now() + 3600, "the queue's lease was not extended"
+    counters.gate.set()
+    assert await handle >= clock.now() + 3600
 
 
 async def test_permanent_failure_is_dead_with_the_error_recorded(runner: JobRunner) -> None:

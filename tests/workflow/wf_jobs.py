@@ -199,6 +199,9 @@ class ExtendsLease(Job[float]):
 
     async def run(self, ctx: JobContext) -> float:
         await ctx.lease.ensure_at_least(3600)
+        counters = ctx.state(Counters)
+        counters.started.set()
+        await counters.gate.wait()
         return ctx.lease.expires_at
 
 
