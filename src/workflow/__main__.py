@@ -1,0 +1,5 @@
+"""``python -m workflow``: the same as the ``stepstone`` command."""
+
+from .cli import run
+
+run()

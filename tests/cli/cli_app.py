@@ -1,0 +1,97 @@
+"""The application the CLI tests point ``stepstone worker`` and ``--app`` at.
+
+Its jobs coordinate with the test through files in ``CLI_TEST_DIR`` (a real
+directory shared by the test and the worker process), never through timing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import ClassVar
+
+from workflow import Job, JobContext, JobRunner, Permanent
+
+DEADLINE_NOTE = "not a runner"
+
+
+def _dir() -> Path:
+    return Path(os.environ["CLI_TEST_DIR"])
+
+
+def _bump(name: str) -> None:
+    """Count an execution in a file (one line per run), visible across processes."""
+    with (_dir() / f"count-{name}").open("a") as f:
+        f.write("x\n")
+
+
+def count(name: str) -> int:
+    path = _dir() / f"count-{name}"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+class Greet(Job[str]):
+    NAME: ClassVar[str] = "cli.greet"
+    name: str
+
+    async def run(self, ctx: JobContext) -> str:
+        async def lookup(who: str) -> dict[str, str]:
+            return {"who": who, "lang": "en"}
+
+        async def compose(info: dict[str, str]) -> str:
+            return f"hello {info['who']}"
+
+        info = await ctx.step("lookup", lookup, self.name)
+        ctx.progress({"done": 1, "of": 2})
+        text = await ctx.step("compose", compose, info)
+        ctx.progress({"done": 2, "of": 2})
+        return text
+
+
+class Boom(Job[int]):
+    """Records a step, then fails permanently unless ``allow-boom`` exists."""
+
+    NAME: ClassVar[str] = "cli.boom"
+    n: int
+
+    def idempotency_key(self) -> str:
+        return f"boom:{self.n}"
+
+    async def run(self, ctx: JobContext) -> int:
+        async def prepare(n: int) -> int:
+            _bump("prepare")
+            return n * 2
+
+        doubled = await ctx.step("prepare", prepare, self.n)
+        if not (_dir() / "allow-boom").exists():
+            raise Permanent(f"boom {self.n}")
+        return doubled
+
+
+class Gated(Job[int]):
+    """Says it started, then waits for ``release-<n>``: lets a test signal a
+    worker while the job is in flight."""
+
+    NAME: ClassVar[str] = "cli.gated"
+    n: int
+
+    async def run(self, ctx: JobContext) -> int:
+        (_dir() / f"started-{self.n}").touch()
+        while not (_dir() / f"release-{self.n}").exists():  # noqa: ASYNC110 - another process makes it
+            await asyncio.sleep(0.01)
+        return self.n
+
+
+def make_runner() -> JobRunner:
+    """The factory ``stepstone worker cli_app:make_runner`` calls."""
+    return JobRunner(
+        os.environ["STEPSTONE_STORE"],
+        jobs=[Greet, Boom, Gated],
+        poll_interval=0.05,
+        retry_backoff=0.0,
+        drain_timeout=30.0,
+    )
+
+
+runner = make_runner() if "STEPSTONE_STORE" in os.environ and "CLI_TEST_DIR" in os.environ else None

@@ -1,0 +1,295 @@
+"""``stepstone`` end to end: real subprocesses on a real directory (and moto S3).
+
+The state each command reads is made by a real JobRunner in the test process
+on the same store, so the CLI is checked against what the engine writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from cli_app import Boom, Gated, Greet, count
+
+from conftest import Cli, Result
+from workflow import JobFailed, JobRunner, SubmitOptions
+from workflow.cli import CliError, main, parse_duration
+
+DEADLINE = 30.0
+
+
+def file_runner(store_dir: Path) -> JobRunner:
+    return JobRunner(
+        str(store_dir), jobs=[Greet, Boom, Gated], poll_interval=0.05, retry_backoff=0.0
+    )
+
+
+def wait_for(cond: object, what: str, timeout: float = DEADLINE) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.01)
+
+
+def one_line_error(result: object, *fragments: str) -> None:
+    """A failure is exit 1 or 2 and exactly one line on stderr naming the problem."""
+    assert result.status in (1, 2), result  # type: ignore[attr-defined]
+    lines = result.err.strip().splitlines()  # type: ignore[attr-defined]
+    assert len(lines) == 1, f"expected one line on stderr, got:\n{result.err}"  # type: ignore[attr-defined]
+    assert lines[0].startswith("stepstone: error: ")
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+# -- the worker ------------------------------------------------------------------------
+
+
+async def test_worker_runs_jobs_then_drains_on_sigterm(
+    store_dir: Path, cli_dir: Path, cli_env: dict[str, str]
+) -> None:
+    log_path = cli_dir / "worker.log"
+    with log_path.open("w") as log_file:
+        proc = subprocess.Popen(  # noqa: ASYNC220 - returns at once
+            [
+                sys.executable,
+                "-m",
+                "workflow",
+                "worker",
+                "cli_app:make_runner",
+                "--concurrency",
+                "3",
+                "--log-format",
+                "json",
+            ],
+            env={**cli_env, "STEPSTONE_STORE": str(store_dir)},
+            stdout=subprocess.DEVNULL,
+            stderr=log_file,
+        )
+    try:
+        runner = file_runner(store_dir)  # submits only: no worker in this process
+        greet = await runner.submit(Greet(name="ada"))
+        assert await greet.result(timeout=DEADLINE) == "hello ada"
+
+        gated = await runner.submit(Gated(n=1))
+        wait_for((cli_dir / "started-1").exists, "the gated job to start")
+        proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: "draining" in log_path.read_text(), "the worker to start draining")
+        assert proc.poll() is None, "the worker left without waiting for its in-flight job"
+        (cli_dir / "release-1").touch()
+        assert proc.wait(timeout=DEADLINE) == 0
+        outcome = await gated.join(timeout=5)
+        assert outcome.ok and outcome.result == 1 and outcome.attempts == 1
+        await runner.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    records = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+    messages = [r["message"] for r in records]
+    assert any("concurrency 3" in m for m in messages), messages
+    assert any("drained" in m for m in messages), messages
+    about_greet = [r for r in records if r.get("job_id") == greet.id]
+    assert about_greet, "no log record carried the job's id"
+    for record in about_greet:
+        assert record.get("job_name") == "cli.greet" and record.get("attempt") == 1, record
+
+
+def test_worker_refuses_a_bad_target(
+    cli: Cli, store_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = {"STEPSTONE_STORE": str(store_dir)}
+    one_line_error(cli("worker", "no_such_module:runner", env=env), "no_such_module")
+    # The rest in-process: the same main(), without paying for an interpreter each.
+    monkeypatch.setenv("STEPSTONE_STORE", str(store_dir))
+    for target, fragment in [
+        ("cli_app:nothing_here", "nothing_here"),
+        ("cli_app:count", "needs arguments"),
+        ("cli_app:DEADLINE_NOTE", "not a JobRunner"),
+        ("cli_app", "APP:RUNNER"),
+    ]:
+        status = main(["worker", target])
+        one_line_error(Result(status, "", capsys.readouterr().err), fragment)
+
+
+# -- inspecting and operating on jobs -----------------------------------------------------
+
+
+async def test_ls_show_stats_cancel_retry_on_a_file_store(
+    cli: Cli, store_dir: Path, cli_dir: Path
+) -> None:
+    runner = file_runner(store_dir)
+    async with runner:
+        greet = await runner.submit(Greet(name="bob"))
+        assert await greet.result(timeout=DEADLINE) == "hello bob"
+        boom = await runner.submit(Boom(n=4))
+        with pytest.raises(JobFailed):
+            await boom.result(timeout=DEADLINE)
+        later = await runner.submit(
+            Greet(name="later"), SubmitOptions(run_at=datetime.now(UTC) + timedelta(hours=1))
+        )
+    assert count("prepare") == 1
+    store = ["--store", str(store_dir)]
+
+    # ls: everything, one row per id, and where each row came from.
+    listed = cli("ls", "--json", *store)
+    assert listed.status == 0, listed.err
+    rows = {row["id"]: row for row in listed.json()["jobs"]}
+    assert set(rows) == {greet.id, boom.id, later.id}
+    assert (rows[greet.id]["state"], rows[greet.id]["source"]) == ("succeeded", "outcome")
+    assert (rows[boom.id]["state"], rows[boom.id]["source"]) == ("dead", "queue+outcome")
+    assert "boom 4" in rows[boom.id]["last_error"]
+    assert (rows[later.id]["state"], rows[later.id]["source"]) == ("scheduled", "queue")
+
+    # Options go after the command or before it; the table says what it read.
+    table = cli(*store, "ls", "--status", "succeeded")
+    assert table.status == 0, table.err
+    assert greet.id in table.out and boom.id not in table.out
+    assert "1 job(s) from outcomes/ (finished runs)" in table.out
+    dead = cli("ls", "--status", "dead", "--json", env={"STEPSTONE_STORE": str(store_dir)})
+    assert [row["id"] for row in dead.json()["jobs"]] == [boom.id]
+
+    # show: outcome, progress and memos by step name.
+    shown = cli("show", greet.id, "--json", *store).json()
+    assert shown["state"] == "succeeded" and shown["outcome"]["result"] == "hello bob"
+    assert shown["progress"] == {"done": 2, "of": 2}
+    assert [(m["step"], m["current"]) for m in shown["memos"]] == [
+        ("compose", True),
+        ("lookup", True),
+    ]
+    assert shown["memos"][1]["value"] == {"who": "bob", "lang": "en"}
+    text = cli("show", boom.id, *store)
+    assert text.status == 0, text.err
+    expected = ["state        dead", "queue:", "outcome:", "error        permanent: ", "prepare  8"]
+    for fragment in expected:
+        assert fragment in text.out, text.out
+
+    stats = cli("stats", "--json", *store).json()
+    assert stats["queue"] == {"scheduled": 1, "ready": 0, "running": 0, "dead": 1}
+    assert stats["outcomes"] == {"succeeded": 1, "failed": 1, "cancelled": 0}
+
+    # cancel: a live job is cancelled once; a finished one is refused.
+    assert cli("show", later.id, "--json", *store).json()["input"] == {"name": "later"}
+    cancelled = cli("cancel", later.id, *store)
+    assert (cancelled.status, cancelled.out.strip()) == (0, f"cancelled {later.id}"), cancelled.err
+    assert cli("show", later.id, "--json", *store).json()["state"] == "cancelled"
+    one_line_error(cli("cancel", later.id, *store), "already finished (cancelled)")
+
+    # retry: only a dead job; its failed outcome goes first, and the rerun
+    # replays the step the failed run recorded.
+    one_line_error(cli("retry", greet.id, *store), "only a dead job can be retried")
+    (cli_dir / "allow-boom").touch()
+    retried = cli("retry", boom.id, *store)
+    assert retried.status == 0, retried.err
+    assert "failed outcome was removed" in retried.out
+    async with file_runner(store_dir) as runner:
+        assert await runner.handle(boom.id, Boom).result(timeout=DEADLINE) == 8
+    assert count("prepare") == 1, "the retried run executed a step that had a memo"
+    assert cli("show", boom.id, "--json", *store).json()["state"] == "succeeded"
+
+
+async def test_purge_removes_only_runs_older_than_the_age(
+    cli: Cli, store_dir: Path, cli_env: dict[str, str]
+) -> None:
+    async with file_runner(store_dir) as runner:
+        handles = [await runner.submit(Greet(name=n)) for n in ("old-1", "old-2", "new")]
+        for handle in handles:
+            await handle.result(timeout=DEADLINE)
+    ten_days_ago = time.time() - 10 * 86400
+    for handle in handles[:2]:
+        os.utime(store_dir / "outcomes" / handle.id, (ten_days_ago, ten_days_ago))
+
+    store = ["--store", str(store_dir)]
+    dry = cli("purge", "--older-than", "7d", "--dry-run", *store)
+    assert dry.status == 0, dry.err
+    assert sorted(dry.out.split()[:2]) == sorted(h.id for h in handles[:2])
+    assert "would purge 2 finished run(s) older than 7d" in dry.out
+    assert all((store_dir / "outcomes" / h.id).exists() for h in handles)
+
+    # The console script, not just python -m.
+    script = shutil.which("stepstone", path=os.path.dirname(sys.executable))
+    assert script is not None, "the stepstone console script is not installed"
+    done = subprocess.run(  # noqa: ASYNC221 - nothing else runs in this loop meanwhile
+        [script, "purge", "--older-than", "1w", "--json", *store],
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert sorted(json.loads(done.stdout)["ids"]) == sorted(h.id for h in handles[:2])
+    for handle in handles[:2]:
+        assert not (store_dir / "outcomes" / handle.id).exists()
+        assert not (store_dir / "progress" / handle.id).exists()
+        assert not list((store_dir / "memos").glob(f"{handle.id}/*/*"))
+    assert (store_dir / "outcomes" / handles[2].id).exists()
+    assert list((store_dir / "memos").glob(f"{handles[2].id}/*/*"))
+
+
+def test_errors_are_one_line(
+    cli: Cli, store_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = ["--store", str(store_dir)]
+    one_line_error(cli("show", "ab" * 16, *store), "no job " + "ab" * 16)
+    one_line_error(cli("ls", "--store", "ftp://host/x"), "unknown scheme")
+    # The rest in-process: the same main(), without paying for an interpreter each.
+    for argv, fragments in [
+        (["show", "not-an-id", *store], ["not a job id"]),
+        (["retry", "cd" * 16, *store], ["no job"]),
+        (["cancel", "ef" * 16, *store], ["no job"]),
+        (["ls"], ["--store", "STEPSTONE_STORE"]),
+        (["ls", "--store", str(tmp_path / "typo")], ["does not exist"]),
+        (["ls", "--store", "s3:///no-bucket"], ["no bucket"]),
+        (["ls", "--store", "memory://"], ["memory://"]),
+        (["purge", "--older-than", "7 days", *store], ["duration"]),
+    ]:
+        status = main(argv)
+        captured = capsys.readouterr()
+        assert captured.out == "", argv
+        one_line_error(Result(status, captured.out, captured.err), *fragments)
+    with pytest.raises(SystemExit) as usage:
+        main(["ls", "--status", "sleeping", *store])  # argparse's choices
+    assert usage.value.code == 2
+
+
+def test_durations() -> None:
+    assert parse_duration("90") == 90
+    assert parse_duration("30m") == 1800
+    assert parse_duration("12h") == 43200
+    assert parse_duration("7d") == 7 * 86400
+    assert parse_duration("1h30m") == 5400
+    assert parse_duration("0s") == 0
+    for bad in ("", "d", "7 days", "-1d", "1y"):
+        with pytest.raises(CliError):
+            parse_duration(bad)
+
+
+# -- S3 (moto): few cases, moto is slow -----------------------------------------------------
+
+
+@pytest.mark.slow
+async def test_s3_show_and_missing_bucket(
+    cli: Cli, s3_url: str, moto_server: str, cli_env: dict[str, str]
+) -> None:
+    async with JobRunner(s3_url, jobs=[Greet], poll_interval=0.05) as runner:
+        handle = await runner.submit(Greet(name="s3"))
+        assert await handle.result(timeout=DEADLINE) == "hello s3"
+        await runner.close()
+    aws = {k: os.environ[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    shown = cli("show", handle.id, "--json", "--store", s3_url, env=aws)
+    assert shown.status == 0, shown.err
+    found = shown.json()
+    assert found["outcome"]["result"] == "hello s3"
+    assert {m["step"] for m in found["memos"]} == {"lookup", "compose"}
+
+    missing = f"s3://no-such-bucket-here/x?endpoint_url={moto_server}&region=us-east-1"
+    one_line_error(cli("ls", "--store", missing, env=aws), "no-such-bucket-here")
