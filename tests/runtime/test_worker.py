@@ -805,7 +805,12 @@ async def test_a_handler_finishing_exactly_at_the_deadline_is_settled_not_releas
     env: Env,
 ) -> None:
     """The handler's last await resolves, then stop(drain_timeout=0) runs at
-    once: its task is done before anyone looks, so it must be settled."""
+    once: the handler completes before the loop looks, but before its job
+    task has settled it. It must be settled, not released.
+
+    A long poll interval keeps the loop asleep until stop wakes it, so the
+    order is fixed: the handler's wake-up is queued before the loop's.
+    """
     release = asyncio.Event()
 
     async def handler(attempt: Attempt) -> str:
@@ -813,7 +818,7 @@ async def test_a_handler_finishing_exactly_at_the_deadline_is_settled_not_releas
         return "just made it"
 
     await env.queue.enqueue(b"", kind="k", id="j")
-    worker = env.worker()
+    worker = env.worker(poll_interval=60.0)
     worker.register("k", handler)
     await worker.start()
     await until(lambda: worker.in_flight == 1, "it runs")
