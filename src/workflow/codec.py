@@ -113,6 +113,22 @@ def codec_for(fn: Callable[..., object]) -> ResultCodec:
     return codec
 
 
+_type_codecs: dict[object, ResultCodec] = {}
+
+
+def codec_for_type(annotation: Any) -> ResultCodec:
+    """The codec for values of ``annotation`` (cached: building one costs a
+    TypeAdapter lookup, and a job's result is encoded and decoded per run)."""
+    try:
+        return _type_codecs[annotation]
+    except (KeyError, TypeError):
+        pass
+    codec = ResultCodec(annotation)
+    with contextlib.suppress(TypeError):  # an unhashable annotation is not cached
+        _type_codecs[annotation] = codec
+    return codec
+
+
 def return_annotation(fn: Callable[..., object]) -> Any:
     target = fn
     while hasattr(target, "func") and not inspect.isfunction(target):  # functools.partial

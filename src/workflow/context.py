@@ -106,6 +106,63 @@ class LeaseControl:
         await self._attempt.lease.ensure_at_least(seconds)
 
 
+class _Memo:
+    """One step call: where its memo lives, and the two halves of memoizing it
+    (look for a recorded value; record a new one, first writer wins). Split so
+    a synchronous job can run the function itself in its own thread between them."""
+
+    def __init__(self, run: _Run, name: str, fn: Callable[..., object]) -> None:
+        occurrence = run.occurrences.get(name, 0) + 1
+        run.occurrences[name] = occurrence
+        self.run = run
+        self.name = name
+        self.segment = step_key(name, occurrence)
+        self.key = run.layout.memo(run.run_id, run.incarnation, self.segment)
+        self.codec = codec_for(fn)
+
+    async def lookup(self) -> tuple[bool, Any]:
+        run = self.run
+        if run.memo_keys is None or self.segment not in run.memo_keys:
+            return False, None
+        recorded = await run.store.get(self.key)
+        run.replayed.append(self.segment)
+        log.debug(
+            "job %s (%s) attempt %d: step %r replayed from its memo",
+            run.run_id,
+            run.name,
+            run.attempt.delivery.attempt,
+            self.name,
+            extra=_extra(run),
+        )
+        return True, self.codec.decode(recorded.data)
+
+    async def record(self, value: object) -> Any:
+        run = self.run
+        run.executed.append(self.segment)
+        try:
+            data = self.codec.encode(value)
+        except (TypeError, ValueError) as exc:
+            raise EncodingError(
+                f"the result cannot be stored: {exc}", job=run.name, step=self.name
+            ) from exc
+        try:
+            await run.store.put_if_absent(self.key, data)
+        except AlreadyExists:
+            # Another attempt of this run (a zombie, or the attempt this one
+            # replaced) recorded the step first: its value is the step's value.
+            data = (await run.store.get(self.key)).data
+            log.info(
+                "job %s (%s) attempt %d: step %r was recorded by another attempt; "
+                "continuing with the recorded value",
+                run.run_id,
+                run.name,
+                run.attempt.delivery.attempt,
+                self.name,
+                extra=_extra(run),
+            )
+        return self.codec.decode(data)
+
+
 class JobContext:
     """Handed to ``Job.run``: steps, child jobs, state, progress, the lease."""
 
@@ -160,55 +217,17 @@ class JobContext:
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> R:
-        run = self._run
-        occurrence = run.occurrences.get(name, 0) + 1
-        run.occurrences[name] = occurrence
-        segment = step_key(name, occurrence)
-        key = run.layout.memo(run.run_id, run.incarnation, segment)
-        codec = codec_for(fn)
-
-        if run.memo_keys is not None and segment in run.memo_keys:
-            recorded = await run.store.get(key)
-            run.replayed.append(segment)
-            log.debug(
-                "job %s (%s) attempt %d: step %r replayed from its memo",
-                run.run_id,
-                run.name,
-                self.attempt,
-                name,
-                extra=_extra(run),
-            )
-            return cast(R, codec.decode(recorded.data))
-
+        memo = _Memo(self._run, name, fn)
+        found, value = await memo.lookup()
+        if found:
+            return cast(R, value)
         if inspect.iscoroutinefunction(fn) or _returns_awaitable(fn):
-            value = await cast(Callable[P, Awaitable[R]], fn)(*args, **kwargs)
+            result = await cast(Callable[P, Awaitable[R]], fn)(*args, **kwargs)
         else:
-            value = await asyncio.to_thread(cast(Callable[P, R], fn), *args, **kwargs)
-            if inspect.isawaitable(value):
-                value = await value
-        run.executed.append(segment)
-        try:
-            data = codec.encode(value)
-        except (TypeError, ValueError) as exc:
-            raise EncodingError(
-                f"the result cannot be stored: {exc}", job=run.name, step=name
-            ) from exc
-        try:
-            await run.store.put_if_absent(key, data)
-        except AlreadyExists:
-            # Another attempt of this run (a zombie, or the attempt this one
-            # replaced) recorded the step first: its value is the step's value.
-            data = (await run.store.get(key)).data
-            log.info(
-                "job %s (%s) attempt %d: step %r was recorded by another attempt; "
-                "continuing with the recorded value",
-                run.run_id,
-                run.name,
-                self.attempt,
-                name,
-                extra=_extra(run),
-            )
-        return cast(R, codec.decode(data))
+            result = await asyncio.to_thread(cast(Callable[P, R], fn), *args, **kwargs)
+            if inspect.isawaitable(result):
+                result = await result
+        return cast(R, await memo.record(result))
 
     async def submit(self, job: Job[Out], options: SubmitOptions | None = None) -> JobHandle[Out]:
         """Submit a child job, once per parent run.
@@ -261,7 +280,12 @@ class SyncContext:
         return asyncio.run_coroutine_threadsafe(_as_coro(coro), self._loop).result()
 
     def step(self, name: str, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return self._call(self._ctx.step(name, fn, *args, **kwargs))
+        """Run ``fn`` in this (the job's) thread, once per run; see JobContext.step."""
+        memo = _Memo(self._ctx._run, name, fn)
+        found, value = self._call(memo.lookup())
+        if found:
+            return cast(R, value)
+        return cast(R, self._call(memo.record(fn(*args, **kwargs))))
 
     def submit(self, job: Job[Out], options: SubmitOptions | None = None) -> JobHandle[Out]:
         return self._call(self._ctx.submit(job, options))

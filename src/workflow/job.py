@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import typing
+import weakref
 from collections.abc import Awaitable
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
@@ -77,21 +78,35 @@ class Job(BaseModel, Generic[Out]):
     def output_type(cls) -> Any:
         """The declared output type: ``run``'s return annotation, else ``Out``."""
         try:
+            return _output_types[cls]
+        except KeyError:
+            pass
+        try:
             hints = typing.get_type_hints(cls.run)
         except Exception:
-            hints = {}
-        ret = hints.get("return", inspect.Signature.empty)
+            hints = None  # not resolvable yet (a forward reference): do not cache
+        ret = (hints or {}).get("return", inspect.Signature.empty)
         if ret is not inspect.Signature.empty and typing.get_origin(ret) is not typing.Union:
-            return ret
-        for klass in cls.__mro__:
-            meta = getattr(klass, "__pydantic_generic_metadata__", None)
-            if meta and meta.get("origin") is Job and meta.get("args"):
-                return meta["args"][0]
-        return Any
+            output = ret
+        else:
+            output = Any
+            for klass in cls.__mro__:
+                meta = getattr(klass, "__pydantic_generic_metadata__", None)
+                if meta and meta.get("origin") is Job and meta.get("args"):
+                    output = meta["args"][0]
+                    break
+        if hints is not None:
+            _output_types[cls] = output
+        return output
 
     @classmethod
     def is_async(cls) -> bool:
         return inspect.iscoroutinefunction(cls.run)
+
+
+_output_types: weakref.WeakKeyDictionary[type, Any] = weakref.WeakKeyDictionary()
+"""Job.output_type per class: reading type hints evaluates string annotations,
+which cost more than the rest of a submit."""
 
 
 def payload_idempotency_key(job: Job[Any]) -> str:

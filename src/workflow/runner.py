@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar, cast
@@ -31,7 +32,7 @@ from runtime.store_queue import StoreQueue
 from runtime.worker import Attempt, Failure, Success, Terminal, Worker
 from store import AlreadyExists, NotFound, ObjectStore, open_store
 
-from .codec import ResultCodec, canonical_input, pack, sha256_hex, unpack
+from .codec import canonical_input, codec_for_type, pack, sha256_hex, unpack
 from .context import JobContext, _extra, _Run
 from .errors import (
     ClassifiedPermanent,
@@ -39,6 +40,7 @@ from .errors import (
     EncodingError,
     InputMismatch,
     UnknownJob,
+    WorkflowError,
 )
 from .handle import JobHandle, JobState
 from .job import ErrorClass, Job
@@ -168,6 +170,8 @@ class JobRunner:
         )
         self.max_attempts = max_attempts
         self.retention = retention
+        self.concurrency = concurrency
+        self._threads: ThreadPoolExecutor | None = None
         self._jobs: dict[str, type[Job[Any]]] = {}
         self._state: dict[type, object] = {}
         self._waiters: dict[str, list[asyncio.Future[OutcomeRecord]]] = {}
@@ -273,7 +277,12 @@ class JobRunner:
         return await self._submit(job, options)
 
     async def _submit(
-        self, job: Job[Out], options: SubmitOptions | None, *, run_id: str | None = None
+        self,
+        job: Job[Out],
+        options: SubmitOptions | None,
+        *,
+        run_id: str | None = None,
+        _retries: int = 0,
     ) -> JobHandle[Out]:
         if not isinstance(job, Job):
             raise TypeError(f"submit() takes a Job instance, not {type(job).__name__}")
@@ -341,7 +350,12 @@ class JobRunner:
         cached = await self._read_outcome_record(run_id)
         if cached is not None:
             return self._answer_from(cached, digest, job, output)
-        return await self._submit(job, options, run_id=run_id)
+        if _retries >= 3:
+            raise WorkflowError(
+                f"job {name!r} ({run_id}): the queue refused a new run but holds none and "
+                "no outcome is recorded; is another process purging it right now?"
+            )
+        return await self._submit(job, options, run_id=run_id, _retries=_retries + 1)
 
     def _answer_from(
         self, record: OutcomeRecord, digest: str, job: Job[Out], output: Any
@@ -372,7 +386,7 @@ class JobRunner:
     def _typed(self, record: OutcomeRecord, output: Any) -> Outcome[Any]:
         result = None
         if record.status is OutcomeStatus.SUCCEEDED and record.result is not None:
-            result = ResultCodec(output).decode(record.result)
+            result = codec_for_type(output).decode(record.result)
         return Outcome(
             id=record.run_id,
             status=record.status,
@@ -395,10 +409,11 @@ class JobRunner:
                 record = await self._read_outcome_record(run_id)
                 if record is None:
                     wait = delay if not self._running else max(delay, 0.25)
-                    try:
-                        record = await asyncio.wait_for(asyncio.shield(future), wait)
-                    except TimeoutError:
-                        record = None
+                    # asyncio.wait leaves the future alone on a timeout and,
+                    # unlike wait_for(shield(...)), starts no task per wait.
+                    await asyncio.wait((future,), timeout=wait)
+                    if future.done() and not future.cancelled():
+                        record = future.result()
                 if record is not None:
                     return self._typed(record, output)
             finally:
@@ -531,7 +546,7 @@ class JobRunner:
             if job_type.is_async():
                 result = await cast(Awaitable[Any], job.run(ctx))
             else:
-                result = await asyncio.to_thread(job.run, ctx)
+                result = await self._run_in_thread(job, ctx)
         except (PermanentError, EncodingError) as exc:
             await _flush(run)
             if isinstance(exc, EncodingError):
@@ -544,7 +559,7 @@ class JobRunner:
             raise
         await run.flush_progress()
         try:
-            encoded = ResultCodec(job_type.output_type()).encode(result)
+            encoded = codec_for_type(job_type.output_type()).encode(result)
         except (TypeError, ValueError) as exc:
             error = EncodingError(f"the job's result cannot be stored: {exc}", job=envelope.name)
             raise ClassifiedPermanent(error) from exc
@@ -560,6 +575,13 @@ class JobRunner:
             progress=run.progress,
         )
         return _Finished(record)
+
+    async def _run_in_thread(self, job: Job[Any], ctx: JobContext) -> Any:
+        """A synchronous ``run`` gets a thread of the runner's own pool, one per
+        concurrent job, so sync jobs never wait on each other for threads."""
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(self.concurrency, thread_name_prefix="stepstone-job")
+        return await asyncio.get_running_loop().run_in_executor(self._threads, job.run, ctx)
 
     async def _on_terminal(self, delivery: Delivery, terminal: Terminal) -> None:
         """Record the outcome, create-if-absent, before the worker acks or
