@@ -8,6 +8,8 @@ before any backend sees it.
 
 from __future__ import annotations
 
+import re
+
 from .errors import InvalidKey
 
 MAX_KEY_LENGTH = 1024
@@ -42,6 +44,9 @@ def validate_prefix(prefix: str, *, location: str = "") -> str:
     return prefix
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
 def _problem(key: str) -> str:
     if len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_LENGTH:
         return f"longer than {MAX_KEY_LENGTH} bytes"
@@ -49,7 +54,7 @@ def _problem(key: str) -> str:
         return "it must not start with '/'"
     if "\\" in key:
         return "it must not contain a backslash"
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in key):
+    if _CONTROL.search(key):
         return "it must not contain NUL or control characters"
     try:
         key.encode("utf-8")
