@@ -882,6 +882,8 @@ class Worker:
     # -- logging ---------------------------------------------------------------------
 
     def _log(self, job: _Job, level: int, message: str, *args: Any, exc_info: bool = False) -> None:
+        if not logger.isEnabledFor(level):
+            return  # skip building the prefix and extra: twice per job at DEBUG
         d = job.delivery
         logger.log(
             level,
