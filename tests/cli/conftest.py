@@ -2,32 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 HERE = Path(__file__).parent
-sys.path.insert(0, str(HERE))  # cli_app, for the test process too
+sys.path.insert(0, str(HERE))  # cli_app and cli_support, for the test process too
 
-
-@dataclass
-class Result:
-    status: int
-    out: str
-    err: str
-
-    def json(self) -> Any:
-        return json.loads(self.out)
-
-
-Cli = Callable[..., Result]
+from cli_support import Cli, Result  # noqa: E402
 
 
 @pytest.fixture

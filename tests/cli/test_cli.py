@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 from cli_app import Boom, Gated, Greet, count
+from cli_support import Cli, Result
 
-from conftest import Cli, Result
 from workflow import JobFailed, JobRunner, SubmitOptions
 from workflow.cli import CliError, main, parse_duration
 
