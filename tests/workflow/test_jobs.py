@@ -408,3 +408,14 @@ async def test_first_writer_wins_against_a_zombie(
     assert record is not None
     memo = await owner.store.get(owner.layout.memo(handle.id, record.incarnation, "work"))
     assert unpack(memo.data) == "written by attempt 2"
+
+
+async def test_many_synchronous_jobs_at_once_do_not_starve_each_other_of_threads(
+    make_runner: MakeRunner,
+) -> None:
+    """More sync jobs in flight than the default executor has threads, each
+    taking a sync step: the steps run in the jobs' own threads."""
+    async with make_runner(jobs=[SyncJob], concurrency=24) as runner:
+        handles = [await runner.submit(SyncJob(n=i)) for i in range(24)]
+        results = [await h.result(timeout=20) for h in handles]
+    assert results == [2 * i + 1 for i in range(24)]
