@@ -128,15 +128,29 @@ def use_tracer_provider(provider: Any) -> None:
     _tracer = _UNSET
 
 
+_trace: Any = None
+
+
 def _get_tracer() -> Any:
-    global _tracer
+    """The tracer, or None when spans would go nowhere: opentelemetry is not
+    installed, or no TracerProvider is configured (neither given to
+    :func:`use_tracer_provider` nor set globally). A no-op span still costs
+    several microseconds a step; a provider set later is picked up at once."""
+    global _tracer, _trace
     if _tracer is _UNSET:
         try:
             from opentelemetry import trace
         except ImportError:
             _tracer = None
         else:
+            _trace = trace
             _tracer = trace.get_tracer("stepstone", tracer_provider=_provider)
+    if (
+        _tracer is not None
+        and _provider is None
+        and isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider)
+    ):
+        return None
     return _tracer
 
 
