@@ -3,10 +3,11 @@
 Names here are used across the suite (store, runtime, workflow); keep them.
 
 moto's server answers on a thread pool and checks a conditional write's
-precondition and applies it in two steps, so two racing conditional PUTs can
-both pass; real S3 applies them atomically. The server here therefore takes a
-lock around object writes (PUT and DELETE), which makes moto hold S3's
-guarantee without serialising reads or SQS (whose long polls would block).
+precondition and applies it in two steps, so in principle two racing
+conditional PUTs could both pass; real S3 applies them atomically. The server
+here therefore takes a lock around object writes (PUT and DELETE), which makes
+moto hold S3's guarantee by construction rather than by the GIL's luck,
+without serialising reads or SQS (whose long polls would block).
 """
 
 from __future__ import annotations
