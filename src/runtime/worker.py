@@ -286,7 +286,12 @@ class Worker:
     seconds (default lease/3; 0 disables renewal). ``attempt_timeout`` bounds
     one attempt (``register(timeout=)`` overrides it per kind). ``backoff``
     spaces retries. ``on_terminal`` hears every job's final result before the
-    queue lets go of it.
+    queue lets go of it. ``clock`` defaults to the queue's own (``queue.clock``)
+    so both judge lease expiry and run-at by the same time.
+
+    With a FakeClock, heartbeats still tick in real seconds: advancing the
+    clock past a lease between two beats lapses it, as a process that stalled
+    that long would in production.
     """
 
     def __init__(
