@@ -49,6 +49,10 @@ class OutcomeRecord:
     result: bytes | None = None
     error: JobError | None = None
     progress: Any = None
+    submitted_at: float | None = None
+    """When the run was enqueued (the queue's clock)."""
+    started_at: float | None = None
+    """When the attempt that recorded this outcome started."""
 
     def encode(self) -> bytes:
         return pack(
@@ -66,6 +70,8 @@ class OutcomeRecord:
                 if self.error is None
                 else [self.error.kind, self.error.message, self.error.error_type],
                 "progress": self.progress,
+                "submitted_at": self.submitted_at,
+                "started_at": self.started_at,
             }
         )
 
@@ -86,6 +92,8 @@ class OutcomeRecord:
             result=raw.get("result"),
             error=None if error is None else JobError(*error),
             progress=raw.get("progress"),
+            submitted_at=raw.get("submitted_at"),
+            started_at=raw.get("started_at"),
         )
 
 
@@ -104,6 +112,8 @@ class Outcome(Generic[T]):
     result: T | None = None
     error: JobError | None = None
     progress: Any = field(default=None, repr=False)
+    submitted_at: float | None = None
+    started_at: float | None = None
 
     @property
     def ok(self) -> bool:

@@ -331,6 +331,14 @@ class JobRunner:
             **kwargs,
         )
         if enqueued.created:
+            if keyed:
+                # The run this key names may have ended between the outcome read
+                # above and this enqueue (its ack removed the record, so ours was
+                # created): then its outcome is the answer, not a new run. The
+                # record just written is settled without running (see _execute).
+                cached = await self._read_outcome_record(run_id)
+                if cached is not None and cached.incarnation != envelope.incarnation:
+                    return self._answer_from(cached, digest, job, output)
             log.debug(
                 "job %s (%s) submitted", run_id, name, extra={"job_id": run_id, "job_name": name}
             )
@@ -395,6 +403,8 @@ class JobRunner:
             result=result,
             error=record.error,
             progress=record.progress,
+            submitted_at=record.submitted_at,
+            started_at=record.started_at,
         )
 
     async def _wait_for(self, run_id: str, output: Any) -> Outcome[Any]:
@@ -538,6 +548,7 @@ class JobRunner:
             memo_keys=memo_keys,
             headers=delivery.headers,
         )
+        started_at = self.clock.now()
         ctx = JobContext(run)
         log.info(
             "job %s (%s) attempt %d started", run_id, envelope.name, delivery.attempt, extra=extra
@@ -573,6 +584,8 @@ class JobRunner:
             finished_at=self.clock.now(),
             result=encoded,
             progress=run.progress,
+            submitted_at=delivery.enqueued_at or None,
+            started_at=started_at,
         )
         return _Finished(record)
 
@@ -636,6 +649,7 @@ class JobRunner:
             attempts=failure.attempt,
             finished_at=self.clock.now(),
             error=JobError(failure.kind.value, failure.message, failure.error_type),
+            submitted_at=delivery.enqueued_at or None,
         )
 
     def _wake_waiters(self, record: OutcomeRecord) -> None:

@@ -12,6 +12,7 @@ from pydantic import ConfigDict
 from wf_jobs import (
     Adder,
     AlwaysFlaky,
+    BadResult,
     Coordinator,
     Counters,
     ExtendsLease,
@@ -49,7 +50,9 @@ from workflow import (
 )
 from workflow.codec import pack, unpack
 from workflow.layout import run_id_for_key
+from workflow.outcome import OutcomeRecord
 from workflow.retention import remove_run
+from workflow.runner import Envelope
 
 MakeRunner = Callable[..., JobRunner]
 
@@ -419,3 +422,48 @@ async def test_many_synchronous_jobs_at_once_do_not_starve_each_other_of_threads
         handles = [await runner.submit(SyncJob(n=i)) for i in range(24)]
         results = [await h.result(timeout=20) for h in handles]
     assert results == [2 * i + 1 for i in range(24)]
+
+
+async def test_a_job_result_that_cannot_be_stored_fails_permanently_naming_the_job(
+    make_runner: MakeRunner,
+) -> None:
+    async with make_runner(jobs=[BadResult]) as runner:
+        with pytest.raises(JobFailed) as failed:
+            await (await runner.submit(BadResult()))
+    assert failed.value.kind == "permanent"
+    assert "test.bad-result" in failed.value.message and "result" in failed.value.message
+
+
+async def test_a_worker_that_finds_the_outcome_recorded_settles_without_running(
+    make_runner: MakeRunner, counters: Counters, clock: FakeClock
+) -> None:
+    """As after a crash between the outcome write and the ack."""
+    runner = make_runner(jobs=[Keyed])
+    handle = await runner.submit(Keyed(n=5))
+    record = OutcomeRecord(
+        run_id=handle.id,
+        name=Keyed.NAME,
+        status=OutcomeStatus.SUCCEEDED,
+        input_hash=Envelope.decode((await runner.queue.get(handle.id)).payload).input_hash,  # type: ignore[union-attr]
+        incarnation="",
+        attempts=1,
+        finished_at=clock.now(),
+        result=pack(5),
+    )
+    await runner.store.put(runner.layout.outcome(handle.id), record.encode())
+    async with runner:
+        assert await handle == 5
+        await wait_until(lambda: runner.worker.stats.succeeded == 1)
+    assert counters.counts["keyed"] == 0, "the job ran although its outcome was recorded"
+    assert await runner.queue.get(handle.id) is None, "the queue entry was not settled"
+
+
+async def test_the_outcome_records_when_the_run_was_submitted_started_and_finished(
+    runner: JobRunner, clock: FakeClock
+) -> None:
+    submitted = clock.now()
+    handle = await runner.submit(Adder(a=1, b=2))
+    outcome = await handle.join()
+    assert outcome.submitted_at == submitted
+    assert outcome.started_at is not None and outcome.started_at >= submitted
+    assert outcome.finished_at >= outcome.started_at

@@ -6,7 +6,7 @@ import asyncio
 import os
 import threading
 from collections import Counter
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
@@ -290,3 +290,10 @@ class ZombieStep(Job[str]):
         value = await ctx.step("work", work)
         counters.counts[f"attempt {attempt} saw: {value}"] += 1
         return value
+
+
+class BadResult(Job[Any]):
+    NAME: ClassVar[str] = "test.bad-result"
+
+    async def run(self, ctx: JobContext) -> Any:
+        return object()
