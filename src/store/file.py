@@ -67,6 +67,8 @@ each other for the few milliseconds of a write."""
 MAX_WORKERS = 8
 """Threads doing blocking file I/O for one store."""
 
+STALE_TEMP_SECONDS = 3600
+
 _CONFIG_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS}
 _CONFLICT_ERRNOS = {errno.ENOTDIR, errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST}
 
@@ -87,6 +89,19 @@ class FileStore(ObjectStore):
             raise StoreConfigError(
                 f"cannot create the store directory: {exc.strerror}", location=self.location
             ) from exc
+        self._sweep_temp()
+
+    def _sweep_temp(self) -> None:
+        """Remove temp files a crashed writer left behind (older than an hour:
+        a live writer's temp file lives for milliseconds)."""
+        cutoff = time.time() - STALE_TEMP_SECONDS
+        try:
+            with os.scandir(self._tmp) as entries:
+                for entry in entries:
+                    if entry.name.endswith(".tmp") and entry.stat().st_mtime < cutoff:
+                        os.unlink(entry.path)
+        except OSError:
+            pass  # best effort: a leftover temp file is never listed
 
     # -- plumbing ---------------------------------------------------------
 
@@ -162,8 +177,18 @@ class FileStore(ObjectStore):
         finally:
             os.close(fd)
 
+    def _inside(self, directory: str, key: str) -> None:
+        """Refuse a directory that resolves (through symlinks) outside the root."""
+        real = os.path.realpath(directory)
+        if real != self.root and not real.startswith(self.root + os.sep):
+            raise InvalidKey(f"key {key!r} would leave the root", location=self.location)
+
     def _makedirs(self, directory: str, key: str) -> None:
-        """Create ``directory`` and any missing parents durably (fsync each new one's parent)."""
+        """Create ``directory`` and any missing parents durably (fsync each new one's parent).
+
+        The deepest existing ancestor is checked to lie inside the root before
+        anything is created, so a symlink in the root cannot lead a write out.
+        """
         missing: list[str] = []
         d = directory
         while not os.path.isdir(d):
@@ -171,6 +196,7 @@ class FileStore(ObjectStore):
                 raise self._conflict(key)
             missing.append(d)
             d = os.path.dirname(d)
+        self._inside(d, key)
         for d in reversed(missing):
             try:
                 os.mkdir(d)
@@ -178,9 +204,8 @@ class FileStore(ObjectStore):
                 if not os.path.isdir(d):
                     raise self._conflict(key) from None
             self._fsync_dir(os.path.dirname(d))
-        real = os.path.realpath(directory)
-        if real != self.root and not real.startswith(self.root + os.sep):
-            raise InvalidKey(f"key {key!r} would leave the root", location=self.location)
+        if missing:
+            self._inside(directory, key)
 
     def _write_temp(self, data: bytes, not_before_ns: int) -> tuple[str, os.stat_result]:
         """Write ``data`` to a fresh fsynced temp file with a unique mtime."""
@@ -307,6 +332,7 @@ class FileStore(ObjectStore):
                     self._check_etag(key, current, if_match)
                 if current is None:
                     return
+                self._inside(os.path.dirname(path), key)
                 os.unlink(path)
                 self._fsync_dir(os.path.dirname(path))
             finally:

@@ -163,12 +163,33 @@ async def test_a_symlink_out_of_the_root_is_not_written_through(tmp_path: Path) 
     outside = tmp_path / "outside"
     outside.mkdir()
     store = FileStore(root)
+    (outside / "victim").write_bytes(b"keep me")
     (root / "link").symlink_to(outside, target_is_directory=True)
-    with pytest.raises(InvalidKey):
-        await store.put("link/x", b"x")
-    assert list(outside.iterdir()) == []
+    for call in (
+        store.put("link/x", b"x"),
+        store.put_if_absent("link/new/dir/x", b"x"),  # must not even create new/dir out there
+        store.delete("link/victim"),
+    ):
+        with pytest.raises(InvalidKey):
+            await call
+    assert sorted(p.name for p in outside.iterdir()) == ["victim"]
+    assert (outside / "victim").read_bytes() == b"keep me"
     assert await store.list() == []  # symlinks are not objects
     await store.close()
+
+
+async def test_stale_temp_files_are_swept_on_open(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    FileStore(root)
+    tmp = root / RESERVED_SEGMENT
+    stale, fresh = tmp / "dead.tmp", tmp / "live.tmp"
+    stale.write_bytes(b"crashed writer")
+    fresh.write_bytes(b"writing right now")
+    old = time.time() - 2 * 3600
+    os.utime(stale, (old, old))
+    FileStore(root)
+    assert not stale.exists()
+    assert fresh.exists()
 
 
 # -- on disk ------------------------------------------------------------------------------
