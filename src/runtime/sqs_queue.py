@@ -68,6 +68,7 @@ from store import AlreadyExists, NotFound, ObjectStore
 
 from .clock import Clock, SystemClock
 from .errors import PayloadTooLarge, QueueError
+from .job_id import check_job_id
 from .queue import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -147,6 +148,8 @@ class _Held:
     """time.monotonic() just before the receive that produced it."""
     deadline: float
     """time.monotonic() past which the lease may have lapsed at SQS."""
+    expires: float
+    """The same deadline on the injected clock, as Delivery.lease_expires_at says."""
     payload: bytes = b""
 
 
@@ -515,6 +518,19 @@ class SqsQueue(LeaseQueue):
             return None
         return held
 
+    async def _owns(self, delivery: Delivery) -> _Held | None:
+        """:meth:`_owned`, and with an id store, the job's marker still names
+        this enqueue (one GET): a cancel or a settlement in another process
+        deleted or replaced it, and then this delivery has lost the job."""
+        held = self._owned(delivery)
+        if held is None or self.id_store is None or "tok" not in held.body:
+            return held
+        marker = await self._marker(held.job_id)
+        if marker is None or marker.get("tok") != held.body["tok"] or "dead" in marker:
+            self._drop(delivery.token)
+            return None
+        return held
+
     def _drop(self, receipt: str) -> _Held | None:
         held = self._held.pop(receipt, None)
         if held is not None and self._latest.get(held.message_id) == receipt:
@@ -564,8 +580,8 @@ class SqsQueue(LeaseQueue):
             )
         if max_attempts is not None and max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
-        job_id = id if id is not None else secrets.token_hex(16)
-        if job_id in self._live:
+        job_id = check_job_id(id) if id is not None else secrets.token_hex(16)
+        if self.id_store is None and job_id in self._live:
             return Enqueued(job_id, created=False)
         if len(payload) * 4 // 3 + 1024 > self.max_message_bytes:
             raise PayloadTooLarge(
@@ -620,6 +636,13 @@ class SqsQueue(LeaseQueue):
         return [first] + [i for i in range(len(self.tiers)) if i != first]
 
     async def _receive(self, tier: int, n: int, lease: int, wait: int) -> list[Delivery]:
+        return (await self._receive_counted(tier, n, lease, wait))[0]
+
+    async def _receive_counted(
+        self, tier: int, n: int, lease: int, wait: int
+    ) -> tuple[list[Delivery], int]:
+        """Receive up to ``n`` from a tier: the deliveries, and how many
+        messages came (some are dealt with here: early, cancelled, duplicate)."""
         url = await self._url(f"{self.name}-{self.tiers[tier].suffix}")
         started = time.monotonic()
         response = await self._call(
@@ -635,7 +658,7 @@ class SqsQueue(LeaseQueue):
             delivery = await self._accept(url, message, started, lease)
             if delivery is not None:
                 out.append(delivery)
-        return out
+        return out, len(response.get("Messages", []))
 
     async def _accept(
         self, url: str, message: dict[str, Any], started: float, lease: int
@@ -691,6 +714,7 @@ class SqsQueue(LeaseQueue):
             claims=claims,
             received=started,
             deadline=deadline,
+            expires=self.clock.now() + lease - self._margin(lease),
         )
         self._remember_live(job_id)
         return Delivery(
@@ -700,7 +724,7 @@ class SqsQueue(LeaseQueue):
             attempt=attempt,
             max_attempts=int(body.get("max", self.default_max_attempts)),
             token=receipt,
-            lease_expires_at=self.clock.now() + (deadline - time.monotonic()),
+            lease_expires_at=self._held[receipt].expires,
             priority=int(body.get("prio", _PRIORITY_NORMAL)),
             headers=dict(body.get("h", {})),
             enqueued_at=float(body.get("enq", 0.0)),
@@ -729,12 +753,15 @@ class SqsQueue(LeaseQueue):
                 want = min(SQS_MAX_BATCH, n - len(out))
                 if want <= 0:
                     break
-                got = await self._receive(tier, want, visibility, 0)
+                got, came = await self._receive_counted(tier, want, visibility, 0)
                 out.extend(got)
-                full = full or len(got) == want
+                full = full or came == want
         if not out and self.wait_time_seconds > 0:
             await self._long_poll(n, visibility, order)
             out = await self._take_prefetched(n, lease)
+        # Within one batch, hand out the most urgent first (the worker starts
+        # them in this order); across batches the tier weights decide.
+        out.sort(key=lambda d: d.priority)
         if kinds is None:
             return out
         wanted = set(kinds)
@@ -796,7 +823,7 @@ class SqsQueue(LeaseQueue):
         """Put a delivery back with its attempt handed back. ``claimed``: a
         handler had it (a release), so Delivery.claims keeps this claim; a
         message of an unwanted kind was never handed out, so it does not."""
-        held = self._owned(delivery)
+        held = await self._owns(delivery) if claimed else self._owned(delivery)
         if held is None:
             return False
         body = dict(held.body, a=held.attempt - 1, c=held.claims if claimed else held.claims - 1)
@@ -810,7 +837,7 @@ class SqsQueue(LeaseQueue):
         end sooner than ``at_least`` from now. SQS caps a message's visibility
         at 12 hours from its receive: past that the lease cannot grow, and the
         expiry returned says so (it is earlier than asked)."""
-        held = self._owned(delivery)
+        held = await self._owns(delivery)
         if held is None:
             return None
         now = time.monotonic()
@@ -830,10 +857,13 @@ class SqsQueue(LeaseQueue):
                     return None
                 raise
             held.deadline = max(held.deadline, now + visibility - self._margin(visibility))
-        return self.clock.now() + (held.deadline - time.monotonic())
+            held.expires = max(
+                held.expires, self.clock.now() + visibility - self._margin(visibility)
+            )
+        return held.expires
 
     async def ack(self, delivery: Delivery) -> Settlement:
-        held = self._owned(delivery)
+        held = await self._owns(delivery)
         if held is None:
             return Settlement.LOST
         self._settled(delivery.token)
@@ -850,7 +880,7 @@ class SqsQueue(LeaseQueue):
         window is one ChangeMessageVisibility (the next receive counts the
         attempt by itself); anything else re-sends the message with the attempt
         base it needs and deletes the received copy."""
-        held = self._owned(delivery)
+        held = await self._owns(delivery)
         if held is None:
             return Settlement.LOST
         max_attempts = int(held.body.get("max", self.default_max_attempts))
@@ -894,7 +924,7 @@ class SqsQueue(LeaseQueue):
         return Settlement.RETRIED
 
     async def dead_letter(self, delivery: Delivery, reason: str) -> Settlement:
-        held = self._owned(delivery)
+        held = await self._owns(delivery)
         if held is None:
             return Settlement.LOST
         return await self._kill(delivery, held, reason, None)
@@ -909,6 +939,9 @@ class SqsQueue(LeaseQueue):
         if self.id_store is not None:
             await self.id_store.put(self._marker_key(held.job_id), self._encode(body).encode())
         self._settled(delivery.token)
+        # A dead id is still taken (until requeued or cancelled): remember it
+        # here too, so this process's get() and enqueue() say so.
+        self._remember_live(held.job_id, body)
         await self._delete(held.url, delivery.token)
         return Settlement.DEAD
 
@@ -1009,6 +1042,8 @@ class SqsQueue(LeaseQueue):
                     await self._send(await self._tier_url(priority), fresh, 0.0)
                     await self._delete(dead_url, message["ReceiptHandle"])
                     self._cancelled.pop(str(body["id"]), None)
+                    if str(body["id"]) in self._live:
+                        self._remember_live(str(body["id"]), fresh)
                     moved += 1
                     if stop_at_first:
                         return moved
@@ -1044,7 +1079,7 @@ class SqsQueue(LeaseQueue):
                     held.body,
                     JobStatus.CLAIMED,
                     attempts=held.attempt,
-                    lease_expires_at=now + (held.deadline - time.monotonic()),
+                    lease_expires_at=held.expires,
                 )
         body: dict[str, Any] | None
         if self.id_store is not None:
