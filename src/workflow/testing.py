@@ -200,25 +200,19 @@ async def run_job_outcome(
 ) -> Outcome[Out]:
     """Submit ``job`` and wait for its outcome, success or failure.
 
-    A runner that is not running is started for the call and stopped after,
-    so ``await run_job(JobRunner("memory://", jobs=[MyJob]), MyJob(...))``
-    works on its own. After ``timeout`` seconds it fails with where the job
-    is (still scheduled? never claimed? how many attempts, and the last
-    error), which is usually the reason.
+    Something must be running the job: the runner itself (``async with
+    runner``, or the runner fixtures, which are started for the test) or a
+    worker in another process on the same store. After ``timeout`` seconds it
+    fails the test saying where the job is (scheduled and waiting for the
+    clock? ready and never claimed? how many attempts, and the last error),
+    which is usually the reason.
     """
-    started = not runner._running
-    if started:
-        await runner.start()
+    handle = await runner.submit(job, options)
     try:
-        handle = await runner.submit(job, options)
-        try:
-            return await handle.join(timeout=timeout)
-        except TimeoutError:
-            state = await runner.status(handle.id)
-            raise AssertionError(_stuck(job, handle.id, timeout, state)) from None
-    finally:
-        if started:
-            await runner.stop()
+        return await handle.join(timeout=timeout)
+    except TimeoutError:
+        state = await runner.status(handle.id)
+        raise AssertionError(_stuck(job, handle.id, timeout, state)) from None
 
 
 async def run_job(
@@ -244,7 +238,7 @@ def _stuck(job: Job[Any], job_id: str, timeout: float, state: JobState | None) -
     if state.state == "scheduled" and state.run_at is not None:
         detail += f" (due at {state.run_at}: move the clock with advance())"
     elif state.state == "ready":
-        detail += " (is the runner started, and is the job type registered on it?)"
+        detail += " (is a runner started, with the job type registered on it?)"
     return detail
 
 
