@@ -25,13 +25,14 @@ import asyncio
 import contextlib
 import logging
 import math
+import random
 import secrets
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from store.base import DEFAULT_PAGE_SIZE, ObjectInfo, ObjectStore, StoredObject
-from store.errors import AlreadyExists, NotFound, PreconditionFailed
+from store.errors import AlreadyExists, NotFound, PreconditionFailed, StoreUnavailable
 from store.keys import validate_key
 
 from .clock import Clock, SystemClock
@@ -140,6 +141,13 @@ class StoreQueue(LeaseQueue):
         self._next_scan = -math.inf
         self._lease_hint = 60.0
         """The last lease this instance claimed with: the guess for others' leases."""
+        self._spread = 1
+        """How many times ``n`` of the due jobs a claim picks from at random:
+        1 (strict order) until claims lose races, doubled per claim that does."""
+        self._wasted = 0
+        """Swaps refused (lost races, records gone) since the last listing."""
+        self._wasted_total = 0
+        self._scan_pages = 1
         self._scan_lock = asyncio.Lock()
         self._scan_epoch = 0
         self._fetch_slots = asyncio.Semaphore(fetch_concurrency)
@@ -268,17 +276,22 @@ class StoreQueue(LeaseQueue):
         job = seen.job
         if job is None or job.partial or job.dead or job.token is not None:
             return None
+        guess = self._held_elsewhere(job, info.etag, now)
+        return guess if guess.size == info.size else None
+
+    def _held_elsewhere(self, job: StoredJob, etag: str, now: float) -> _Seen:
+        """A placeholder for a waiting record someone else has just claimed:
+        the size that claim wrote (every claim of one version has the same
+        size: same fields, a token of fixed length, a float lease) and a lease
+        guessed from this instance's own. Never written; a claim reads first."""
         claimed = job.next(
             job.updated_at,
             attempts=job.attempts + 1,
             claims=job.claims + 1,
             token=_TOKEN_SHAPE,
-            lease_expires_at=0.0,
+            lease_expires_at=now + self._lease_hint,
         )
-        if len(encode(claimed)) != info.size:
-            return None
-        claimed.lease_expires_at = now + self._lease_hint
-        return _Seen(info.etag, claimed.stripped(), info.size)
+        return _Seen(etag, claimed.stripped(), len(encode(claimed)))
 
     async def _scan(self) -> None:
         """List the jobs prefix; read the records whose etag the view does not
@@ -315,6 +328,8 @@ class StoreQueue(LeaseQueue):
                 *(self._refresh(job_id, etag) for job_id, etag in stale[: self.fetch_limit])
             )
             pages = max(1, math.ceil(count / DEFAULT_PAGE_SIZE))
+            self._scan_pages = pages
+            self._wasted = 0
             self.stats.scans += 1
             self._scan_epoch += 1
             self._next_scan = time.monotonic() + pages * self.scan_interval
@@ -437,21 +452,47 @@ class StoreQueue(LeaseQueue):
         now = self.clock.now()
         candidates = self._candidates(now, wanted)
         mono = time.monotonic()
-        if mono >= self._next_scan and (
-            len(candidates) < n
-            or any(self._view[i].confirmed < mono - self.scan_interval for i in candidates[:n])
+        if self._view_is_stale() or (
+            mono >= self._next_scan
+            and (
+                len(candidates) < n
+                or any(self._view[i].confirmed < mono - self.scan_interval for i in candidates[:n])
+            )
         ):
             await self._scan()
             now = self.clock.now()
-            candidates = self._candidates(now, wanted)
         out: list[Delivery] = []
-        start = 0
-        while len(out) < n and start < len(candidates):
-            batch = candidates[start : start + n - len(out)]
-            start += len(batch)
+        tried: set[str] = set()
+        lost_before = self._wasted_total
+        for _ in range(_CLAIM_ROUNDS):
+            candidates = [i for i in self._candidates(now, wanted) if i not in tried]
+            if not candidates:
+                break
+            if self._spread > 1:
+                # Other processes hold the same view in the same order and
+                # race for its head; take ours from a wider, shuffled head.
+                head = candidates[: n * self._spread]
+                random.shuffle(head)
+                candidates = head + candidates[n * self._spread :]
+            batch = candidates[: n - len(out)]
+            tried.update(batch)
             won = await asyncio.gather(*(self._claim_one(i, now, lease) for i in batch))
             out.extend(d for d in won if d is not None)
+            if len(out) >= n:
+                break
+            if self._view_is_stale():
+                await self._scan()  # cheaper than more swaps against a stale view
+                now = self.clock.now()
+        if self._wasted_total > lost_before:
+            self._spread = min(self._spread * 2, _MAX_SPREAD)
+        else:
+            self._spread = max(1, self._spread // 2)
         return out
+
+    def _view_is_stale(self) -> bool:
+        """Whether swaps refused since the last listing have cost as many
+        requests as listing again would: then a listing is the cheaper way on."""
+        return self._wasted >= max(1, self._scan_pages)
 
     async def _claim_one(self, job_id: str, now: float, lease: float) -> Delivery | None:
         seen = self._view.get(job_id)
@@ -471,7 +512,7 @@ class StoreQueue(LeaseQueue):
             if job.partial:  # a lapsed lease of another process: its payload is not here
                 try:
                     fetched = await self._fetch(job_id)
-                except CorruptRecord:
+                except (CorruptRecord, StoreUnavailable):
                     return None
                 if fetched is None or not self._claimable(fetched[1], now):
                     return None
@@ -485,11 +526,33 @@ class StoreQueue(LeaseQueue):
             )
             try:
                 await self._swap(job_id, new, etag)
-            except (PreconditionFailed, NotFound):
-                # Someone else moved it first; the next listing shows what to.
-                self.stats.lost_races += 1
+            except NotFound:
+                self._wasted += 1
+                self._wasted_total += 1
                 self._forget(job_id, etag)
                 return None
+            except PreconditionFailed:
+                # Someone else moved it first, most likely by claiming it. Say
+                # so (keeping the stale etag): the next listing then reads it
+                # only if its size says otherwise.
+                self.stats.lost_races += 1
+                self._wasted += 1
+                self._wasted_total += 1
+                current = self._view.get(job_id)
+                if current is not None and current.etag == etag:
+                    self._view[job_id] = self._held_elsewhere(job, etag, now)
+                return None
+            except StoreUnavailable:
+                # Not raised: the other claims of this batch landed, and failing
+                # the batch would strand them. The write itself may have landed
+                # with only its answer lost: then the record holds our token.
+                try:
+                    fetched = await self._fetch(job_id)
+                except (CorruptRecord, StoreUnavailable):
+                    return None
+                if fetched is None or fetched[1].token != new.token:
+                    return None
+                return self._delivery(fetched[1])
             return self._delivery(new)
         finally:
             self._claiming.discard(job_id)
@@ -764,6 +827,12 @@ class StoreQueue(LeaseQueue):
         """Forget the view. The store is the caller's: it is not closed here."""
         self._view.clear()
 
+
+_CLAIM_ROUNDS = 8
+"""Bound on the rounds of swaps (and re-listings between them) of one claim."""
+
+_MAX_SPREAD = 16
+"""Bound on the claim window's widening under contention (see ``_spread``)."""
 
 _TOKEN_SHAPE = "0" * 24
 """What every token looks like to the encoder (see :meth:`StoreQueue._claimed_elsewhere`)."""

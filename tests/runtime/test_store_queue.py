@@ -194,7 +194,7 @@ async def test_another_process_reads_each_record_once_per_change_it_sees(
     assert a.stats.lost_races == 0
 
 
-async def test_a_lost_race_costs_one_refused_put_and_moves_on(
+async def test_a_lost_race_costs_one_refused_put_and_a_listing(
     backing: MemoryStore, clock: FakeClock
 ) -> None:
     a, a_store = make(backing, clock, scan_interval=3600.0)
@@ -204,9 +204,12 @@ async def test_a_lost_race_costs_one_refused_put_and_moves_on(
     [first] = await b.claim(1, lease=30)
     assert first.id == "taken"
     a_store.take()
-    [d] = await a.claim(1, lease=30)  # tries "taken" from its stale view, then "free"
+    # a tries "taken" from its stale view and loses; a refused swap costs
+    # what a listing does, so it lists (learning, from the size alone, that
+    # "taken" was claimed: no GET) before it swaps "free".
+    [d] = await a.claim(1, lease=30)
     assert d.id == "free"
-    assert a_store.take() == {"PUT": 2}
+    assert a_store.take() == {"PUT": 2, "LIST": 1}
     assert a.stats.lost_races == 1
 
 

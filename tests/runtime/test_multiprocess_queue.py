@@ -1,0 +1,233 @@
+"""StoreQueue across real processes: the claim races are real, not interleaved.
+
+Worker processes (multiprocessing, spawn) each run the real Worker over
+their own StoreQueue on one shared store: a FileStore directory, or S3 on
+the moto server this test process runs. Each process appends every
+execution it starts to its own file; the parent enqueues, waits (with a
+deadline) until every job has been executed and the queue is empty, tells the
+workers to stop, and then checks:
+
+- every job was executed, and acked exactly once (the workers' ACKED counts
+  sum to the job count, none reports LOST, and the queue is empty);
+- no job ran twice unless a lease lapsed, which shows as a later execution
+  with a higher attempt number; with leases far longer than the run, none
+  ran twice at all;
+- what it cost, in store requests per job (printed; docs/queue.md quotes it).
+
+The crash test SIGKILLs one worker while it holds jobs: the others take them
+over when the leases lapse.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from test_store_queue import CountingStore
+
+from runtime import Attempt, Worker
+from runtime.store_queue import StoreQueue
+from store import open_store
+
+pytestmark = pytest.mark.slow
+
+KIND = "work"
+
+
+# -- the worker process -----------------------------------------------------------
+
+
+def worker_process(url: str, out: str, name: str, lease: float, hang: bool) -> None:
+    """A worker process's entry point (module-level, so spawn can import it)."""
+    asyncio.run(_work(url, Path(out), name, lease, hang))
+
+
+async def _work(url: str, out: Path, name: str, lease: float, hang: bool) -> None:
+    store = CountingStore(open_store(url))
+    queue = StoreQueue(store)
+    worker = Worker(queue, concurrency=8, lease=lease, poll_interval=0.2, name=name)
+    log = (out / f"{name}.log").open("a", buffering=1)
+
+    async def handle(attempt: Attempt) -> None:
+        log.write(f"{attempt.job_id} {attempt.attempt}\n")
+        if hang:  # a worker that wedges holding its jobs, until it is killed
+            await asyncio.Event().wait()
+        await asyncio.sleep(0.005)
+
+    worker.register(KIND, handle)
+    deadline = time.monotonic() + 120
+    async with worker:
+        (out / f"{name}.ready").touch()
+        # The parent says stop with a file (no pipe survives a SIGKILL test
+        # cleanly); polled, with a deadline so a lost parent cannot strand us.
+        while not (out / "stop").exists() and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+    result = {
+        "worker": vars(worker.stats),
+        "requests": dict(store.requests),
+        "queue": {
+            "scans": queue.stats.scans,
+            "fetches": queue.stats.fetches,
+            "lost_races": queue.stats.lost_races,
+        },
+    }
+    (out / f"{name}.json").write_text(json.dumps(result))
+    log.close()
+    await store.close()
+
+
+# -- the parent -----------------------------------------------------------------
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def executions(out: Path) -> list[tuple[str, str, int]]:
+    """(worker, job id, attempt) for every execution any worker started."""
+    found = []
+    for path in sorted(out.glob("*.log")):
+        for line in path.read_text().splitlines():
+            job_id, attempt = line.split()
+            found.append((path.stem, job_id, int(attempt)))
+    return found
+
+
+async def run_fleet(
+    url: str, out: Path, *, workers: int, jobs: int, lease: float, victim: int = 0
+) -> dict[str, dict[str, dict[str, int]]]:
+    """Run ``workers`` processes over ``jobs`` jobs until all are executed and
+    the queue is empty, stop them, and return each one's results.
+
+    With ``victim``, a wedging worker runs first, alone, claims the first
+    ``victim`` jobs and is SIGKILLed holding them; then the fleet starts.
+    """
+    context = multiprocessing.get_context("spawn")
+
+    def spawn(name: str, hang: bool) -> multiprocessing.process.BaseProcess:
+        proc = context.Process(target=worker_process, args=(url, str(out), name, lease, hang))
+        proc.start()
+        return proc
+
+    def ready(*names: str) -> Callable[[], bool]:
+        return lambda: all((out / f"{n}.ready").exists() for n in names)
+
+    store = open_store(url)
+    queue = StoreQueue(store)
+    ids = [f"job-{i:04}" for i in range(jobs)]
+
+    async def enqueue(batch: list[str]) -> None:
+        for start in range(0, len(batch), 50):
+            chunk = batch[start : start + 50]
+            made = await asyncio.gather(
+                *(queue.enqueue(i.encode(), kind=KIND, id=i) for i in chunk)
+            )
+            assert all(m.created for m in made)
+
+    names = [f"w{i}" for i in range(workers)]
+    procs: dict[str, multiprocessing.process.BaseProcess] = {}
+    try:
+        if victim:
+            procs["victim"] = spawn("victim", True)
+            wait_for(ready("victim"), 60, "the victim ready")
+            await enqueue(ids[:victim])
+            wait_for(lambda: len(executions(out)) == victim, 30, "the victim holding its jobs")
+            os.kill(procs["victim"].pid or 0, signal.SIGKILL)
+            procs["victim"].join(10)
+        for name in names:
+            procs[name] = spawn(name, False)
+        wait_for(ready(*names), 60, "workers ready")
+        await enqueue(ids[victim:])
+
+        def all_executed() -> bool:
+            return {j for _, j, _ in executions(out)} == set(ids)
+
+        wait_for(all_executed, 60, "every job executed")
+        deadline = time.monotonic() + 30
+        while (await queue.list(limit=1)).records:  # executed; now wait for the acks
+            assert time.monotonic() < deadline, "jobs executed but not all acked"
+            await asyncio.sleep(0.05)
+    finally:
+        (out / "stop").touch()
+        for proc in procs.values():
+            proc.join(30)
+            if proc.is_alive():
+                proc.kill()
+        await store.close()
+    for name in names:
+        assert procs[name].exitcode == 0, f"{name} exited with {procs[name].exitcode}"
+    return {n: json.loads((out / f"{n}.json").read_text()) for n in names}
+
+
+def check(
+    out: Path, results: dict[str, dict[str, dict[str, int]]], jobs: int, *, label: str
+) -> None:
+    runs = executions(out)
+    per_job: dict[str, list[tuple[str, int]]] = {}
+    for who, job_id, attempt in runs:
+        per_job.setdefault(job_id, []).append((who, attempt))
+    assert len(per_job) == jobs
+    for job_id, seen in per_job.items():
+        attempts = [a for _, a in seen]
+        # A second execution only after a lapsed lease, as a new attempt:
+        # never two executions of one claim.
+        assert len(set(attempts)) == len(attempts), (job_id, seen)
+        survivors = [who for who, _ in seen if who != "victim"]
+        assert len(survivors) == 1, (job_id, seen)
+    acked = sum(r["worker"]["succeeded"] for r in results.values())
+    assert acked == jobs
+    assert sum(r["worker"]["lost"] for r in results.values()) == 0
+    assert all(r["worker"]["succeeded"] > 0 for r in results.values()), "a worker did nothing"
+
+    totals: Counter[str] = Counter()
+    for r in results.values():
+        totals.update(r["requests"])
+    per = {verb: round(n / jobs, 3) for verb, n in sorted(totals.items())}
+    races = sum(r["queue"]["lost_races"] for r in results.values())
+    print(f"\n{label}: worker requests per job {per} (+1 PUT to enqueue); lost races {races}")
+    print({n: (r["requests"], r["worker"], r["queue"]) for n, r in results.items()})
+    assert totals["DELETE"] == jobs  # one ack each, no more
+    assert totals["LIST"] / jobs < 0.5
+
+
+async def test_four_processes_over_a_file_store_run_500_jobs_once_each(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    url = f"file://{tmp_path / 'store'}"
+    results = await run_fleet(url, out, workers=4, jobs=500, lease=60)
+    check(out, results, 500, label="file, 4 processes")
+    assert len(executions(out)) == 500  # no lease lapsed: nothing ran twice
+
+
+async def test_two_processes_over_s3_run_60_jobs_once_each(tmp_path: Path, s3_url: str) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    results = await run_fleet(s3_url, out, workers=2, jobs=60, lease=60)
+    check(out, results, 60, label="s3, 2 processes")
+    assert len(executions(out)) == 60
+
+
+async def test_a_killed_worker_jobs_are_taken_over_when_their_leases_lapse(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    url = f"file://{tmp_path / 'store'}"
+    results = await run_fleet(url, out, workers=3, jobs=100, lease=3, victim=8)
+    check(out, results, 100, label="file, 3 processes + 1 killed")
+    taken_over = {j for w, j, a in executions(out) if w != "victim" and a > 1}
+    victims = {j for w, j, _ in executions(out) if w == "victim"}
+    assert victims
+    assert victims <= taken_over
