@@ -193,6 +193,8 @@ class FileStore(ObjectStore):
         d = directory
         while not os.path.isdir(d):
             if os.path.lexists(d):
+                if os.path.isdir(d):
+                    break  # another writer created it between our two looks
                 raise self._conflict(key)
             missing.append(d)
             d = os.path.dirname(d)

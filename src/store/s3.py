@@ -28,6 +28,7 @@ aiobotocore is imported on first use so ``import store`` stays fast.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import weakref
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -60,6 +61,16 @@ _TRANSIENT_CODES = {
     "ServiceUnavailable",
     "ConditionalRequestConflict",  # a concurrent conditional write is in flight: retry
 }
+_REFUSED_CODES = {
+    "SlowDown",
+    "Throttling",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "TooManyRequests",
+    "ConditionalRequestConflict",
+}
+"""Transient answers S3 gives before doing any work: a retry after one of
+these cannot meet its own earlier write."""
 _CREDENTIAL_CODES = {
     "InvalidAccessKeyId",
     "SignatureDoesNotMatch",
@@ -185,7 +196,8 @@ class S3Store(ObjectStore):
         for owner, task in tasks.items():
             if owner is not loop or not task.done() or task.cancelled() or task.exception():
                 if not task.done():
-                    task.cancel()
+                    with contextlib.suppress(RuntimeError):  # its loop may be closed
+                        task.cancel()
                 continue
             context, _ = task.result()
             await context.__aexit__(None, None, None)
@@ -292,13 +304,21 @@ class S3Store(ObjectStore):
     def _maybe_applied(exc: BaseException) -> bool:
         """Could the failed try have reached S3 and been applied?
 
-        A refused connection never sent the request; a timeout while reading
-        the answer, a dropped connection or a 5xx might have been applied.
+        A refused connection never sent the request, and throttling (SlowDown,
+        429) or a conditional-write conflict (409) is refused before any work;
+        a timeout while reading the answer, a dropped connection or another
+        5xx might have been applied.
         """
-        from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError
+        from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnectionError
 
         cause = exc.__cause__
-        return not isinstance(cause, (EndpointConnectionError, ConnectTimeoutError))
+        if isinstance(cause, (EndpointConnectionError, ConnectTimeoutError)):
+            return False
+        if isinstance(cause, ClientError):
+            code = cause.response.get("Error", {}).get("Code", "")
+            status = cause.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+            return code not in _REFUSED_CODES and status not in (409, 429)
+        return True
 
     async def _call(
         self,

@@ -336,11 +336,23 @@ async def test_equal_bytes_without_an_ambiguous_try_still_already_exist(
     assert [s.method for s in proxy.seen] == ["PUT"]
 
 
+async def test_throttling_is_not_taken_for_a_landed_write(
+    faulty: S3Store, proxy: FaultProxy, s3_admin: Any
+) -> None:
+    # SlowDown is refused before any work, so a 412 after it is another
+    # writer's, even one that wrote the same bytes: no read-back, no claim.
+    s3_admin.put_object(Bucket=faulty.bucket, Key="t/k", Body=b"same")
+    proxy.plan = [("error", 503, "SlowDown")]
+    with pytest.raises(AlreadyExists):
+        await faulty.put_if_absent("k", b"same")
+    assert [s.method for s in proxy.seen] == ["PUT", "PUT"]
+
+
 async def test_put_if_match_whose_answer_was_lost_reports_success(
     faulty: S3Store, proxy: FaultProxy
 ) -> None:
     etag = await faulty.put("lease", b"v1")
-    proxy.plan = [("lose", 503, "SlowDown")]
+    proxy.plan = [("lose", 503, "ServiceUnavailable")]
     new = await faulty.put_if_match("lease", b"v2", etag)
     got = await faulty.get("lease")
     assert (got.data, got.etag) == (b"v2", new)
