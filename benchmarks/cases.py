@@ -45,13 +45,6 @@ from workflow import JobRunner
 from .counting import OPERATIONS, CountingStore
 from .jobs import W3
 
-try:  # the shared one, once it lands
-    from store.counting import CountingStore as _Shared  # type: ignore[import-not-found]
-
-    del _Shared
-except ImportError:
-    pass
-
 
 @dataclass
 class Spec:
@@ -84,8 +77,19 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def per_area(counts: dict[str, int], n: int) -> dict[str, float]:
+    return {area: round(count / n, 3) for area, count in counts.items()}
+
+
 def per_job(counts: dict[str, int], n: int) -> dict[str, float]:
     return {op: round(counts[op] / n, 3) for op in OPERATIONS}
+
+
+def _file_options() -> dict[str, Any]:
+    """FileStore keyword arguments from the environment, for experiments
+    (``STEPSTONE_BENCH_FILE_THREADS=32``); empty means the defaults."""
+    threads = os.environ.get("STEPSTONE_BENCH_FILE_THREADS")
+    return {"max_workers": int(threads)} if threads else {}
 
 
 @contextlib.asynccontextmanager
@@ -102,7 +106,7 @@ async def open_backend(spec: Spec) -> AsyncIterator[tuple[CountingStore, JobRunn
         inner = MemoryStore()
     elif spec.backend == "file":
         tmp = tempfile.mkdtemp(prefix="stepstone-bench-", dir=spec.workdir or None)
-        inner = FileStore(tmp)
+        inner = FileStore(tmp, **_file_options())
     elif spec.backend == "s3":
         from store import S3Store
 
@@ -148,6 +152,19 @@ async def _submit_and_wait(
     return time.perf_counter() - t0, latencies, results
 
 
+class CpuTimer:
+    """This process's CPU seconds (all threads) over a block: on a shared,
+    busy machine, jobs per CPU-second moves far less than jobs per second."""
+
+    def __enter__(self) -> CpuTimer:
+        self.start = time.process_time()
+        self.seconds = 0.0
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.process_time() - self.start
+
+
 async def w3(spec: Spec) -> dict[str, Any]:
     out: dict[str, Any] = {}
     async with open_backend(spec) as (store, runner):
@@ -156,16 +173,19 @@ async def w3(spec: Spec) -> dict[str, Any]:
         async with runner:
             gc.collect()
             store.reset()
-            seconds, latencies, results = await _submit_and_wait(runner, jobs)
+            with CpuTimer() as cpu:
+                seconds, latencies, results = await _submit_and_wait(runner, jobs)
             assert results == [i + spec.steps for i in range(spec.n)], "wrong results"
             counts = store.snapshot()
             out.update(
                 seconds=round(seconds, 4),
                 jobs_per_s=round(spec.n / seconds, 1),
                 steps_per_s=round(spec.n * spec.steps / seconds, 1),
+                jobs_per_cpu_s=round(spec.n / cpu.seconds, 1),
                 p50_ms=round(percentile(latencies, 50) * 1e3, 3),
                 p99_ms=round(percentile(latencies, 99) * 1e3, 3),
                 requests_per_job=per_job(counts, spec.n),
+                requests_by_area=per_area(store.areas(), spec.n),
             )
             if spec.resubmit and spec.keyed:
                 store.reset()
@@ -178,6 +198,7 @@ async def w3(spec: Spec) -> dict[str, Any]:
                 out.update(
                     r_jobs_per_s=round(spec.n / r_seconds, 1),
                     r_requests_per_job=per_job(store.snapshot(), spec.n),
+                    r_requests_by_area=per_area(store.areas(), spec.n),
                 )
         out["worker"] = asdict(runner.worker.stats)
         stats = getattr(runner.queue, "stats", None)
@@ -209,6 +230,7 @@ async def latency(spec: Spec) -> dict[str, Any]:
             "p50_ms": round(percentile(latencies, 50) * 1e3, 3),
             "p99_ms": round(percentile(latencies, 99) * 1e3, 3),
             "requests_per_job": per_job(store.snapshot(), spec.n),
+            "requests_by_area": per_area(store.areas(), spec.n),
         }
 
 
@@ -224,9 +246,9 @@ def _worker_process(
 async def _worker_main(
     root: str, concurrency: int, go: Any, stop: Any, done: Any, slot: int, results: Any
 ) -> None:
-    store = CountingStore(FileStore(root))
+    store = CountingStore(FileStore(root, **_file_options()))
     runner = JobRunner(store, jobs=[W3], concurrency=concurrency, retry_backoff=0.0)
-    while not go.is_set():
+    while not go.is_set():  # noqa: ASYNC110 - a multiprocessing Event, not an asyncio one
         await asyncio.sleep(0.001)
     async with runner:
         while not stop.is_set():
@@ -319,5 +341,12 @@ CASES = {"w3": w3, "latency": latency, "scale": scale}
 
 def run_one(spec: Spec) -> dict[str, Any]:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    load = os.getloadavg()[0]
     figures = asyncio.run(CASES[spec.case](spec))
-    return {"name": spec.name(), **asdict(spec), **figures, "peak_rss_mb": round(peak_rss_mb(), 1)}
+    return {
+        "name": spec.name(),
+        **asdict(spec),
+        **figures,
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "load_before": round(load, 2),
+    }

@@ -1,58 +1,73 @@
-"""CountingStore: an ObjectStore wrapper that counts requests by operation.
+"""Request accounting for the harness: store.counting.CountingStore, plus a
+breakdown by area (the key's first segment under the runner's prefix:
+``queue``, ``memos``, ``outcomes``, ``progress``), so a figure like "3 GETs per
+job" says whose GETs they are.
 
-Used by the harness when ``store.counting`` has not landed. The categories are
-what S3 bills: GET (and HEAD, billed alike), PUT (unconditional), CPUT
-(conditional PUT: create-if-absent or compare-and-swap), LIST (one per page),
-DELETE (not billed). A request that fails (404, 412) is counted all the same,
-because S3 bills it.
+Kinds, as S3 bills them: GET and HEAD (read class), PUT and CPUT (a
+conditional PUT: create-if-absent or compare-and-swap; write class), LIST
+(write class, one per page), DELETE (free). A request that fails (404, 412)
+is counted: S3 bills it.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
-from store.base import DEFAULT_PAGE_SIZE, ObjectInfo, ObjectStore, StoredObject
+from store.base import DEFAULT_PAGE_SIZE, ObjectInfo, StoredObject
+from store.counting import CONDITIONAL_PUT, DELETE, GET, HEAD, LIST, PUT
+from store.counting import CountingStore as _CountingStore
 
 OPERATIONS = ("GET", "HEAD", "PUT", "CPUT", "LIST", "DELETE")
+_SHORT = {
+    GET: "GET",
+    HEAD: "HEAD",
+    PUT: "PUT",
+    CONDITIONAL_PUT: "CPUT",
+    LIST: "LIST",
+    DELETE: "DELETE",
+}
 
 
-class CountingStore(ObjectStore):
-    """Passes every call to ``inner`` and counts it in ``counts``."""
+def _area(key: str) -> str:
+    return key.split("/", 1)[0] or "root"
 
-    def __init__(self, inner: ObjectStore) -> None:
-        self.inner = inner
-        self.location = inner.location
-        self.counts: Counter[str] = Counter()
+
+class CountingStore(_CountingStore):
+    """store.counting.CountingStore that also counts by (operation, area)."""
 
     def reset(self) -> None:
-        self.counts.clear()
+        super().reset()
+        self.by_area: Counter[str] = Counter()
 
     def snapshot(self) -> dict[str, int]:
-        return {op: self.counts[op] for op in OPERATIONS}
+        return {_SHORT[kind]: self.counts[kind] for kind in _SHORT}
+
+    def areas(self) -> dict[str, int]:
+        return dict(sorted(self.by_area.items()))
 
     async def get(self, key: str) -> StoredObject:
-        self.counts["GET"] += 1
-        return await self.inner.get(key)
+        self.by_area[f"GET {_area(key)}"] += 1
+        return await super().get(key)
 
     async def head(self, key: str) -> ObjectInfo:
-        self.counts["HEAD"] += 1
-        return await self.inner.head(key)
+        self.by_area[f"HEAD {_area(key)}"] += 1
+        return await super().head(key)
 
     async def put(self, key: str, data: bytes) -> str:
-        self.counts["PUT"] += 1
-        return await self.inner.put(key, data)
+        self.by_area[f"PUT {_area(key)}"] += 1
+        return await super().put(key, data)
 
     async def put_if_absent(self, key: str, data: bytes) -> str:
-        self.counts["CPUT"] += 1
-        return await self.inner.put_if_absent(key, data)
+        self.by_area[f"CPUT {_area(key)}"] += 1
+        return await super().put_if_absent(key, data)
 
     async def put_if_match(self, key: str, data: bytes, etag: str) -> str:
-        self.counts["CPUT"] += 1
-        return await self.inner.put_if_match(key, data, etag)
+        self.by_area[f"CPUT {_area(key)}"] += 1
+        return await super().put_if_match(key, data, etag)
 
     async def delete(self, key: str, *, if_match: str | None = None) -> None:
-        self.counts["DELETE"] += 1
-        await self.inner.delete(key, if_match=if_match)
+        self.by_area[f"DELETE {_area(key)}"] += 1
+        await super().delete(key, if_match=if_match)
 
     async def list(
         self,
@@ -61,8 +76,5 @@ class CountingStore(ObjectStore):
         start_after: str | None = None,
         limit: int = DEFAULT_PAGE_SIZE,
     ) -> list[ObjectInfo]:
-        self.counts["LIST"] += 1
-        return await self.inner.list(prefix, start_after=start_after, limit=limit)
-
-    async def close(self) -> None:
-        await self.inner.close()
+        self.by_area[f"LIST {_area(prefix)}"] += 1
+        return await super().list(prefix, start_after=start_after, limit=limit)

@@ -68,8 +68,8 @@ def _fmt(value: Any) -> str:
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    head = ["case", "N", "steps", "jobs/s", "steps/s", "p50 ms", "p99 ms", "RSS MB"]
-    head += [f"{op}/job" for op in OPERATIONS] + ["R jobs/s", "R req/job"]
+    head = ["case", "N", "steps", "jobs/s", "jobs/CPU-s", "steps/s", "p50 ms", "p99 ms", "RSS MB"]
+    head += [f"{op}/job" for op in OPERATIONS] + ["R jobs/s", "R req/job", "load"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
         if "error" in r:
@@ -82,6 +82,7 @@ def table(results: list[dict[str, Any]]) -> str:
             r["n"],
             r["steps"],
             r.get("jobs_per_s"),
+            r.get("jobs_per_cpu_s"),
             r.get("steps_per_s"),
             r.get("p50_ms"),
             r.get("p99_ms"),
@@ -89,6 +90,7 @@ def table(results: list[dict[str, Any]]) -> str:
         ]
         row += [req.get(op) for op in OPERATIONS]
         row += [r.get("r_jobs_per_s"), None if rreq is None else round(sum(rreq.values()), 3)]
+        row += [r.get("load_before")]
         lines.append("| " + " | ".join(_fmt(v) for v in row) + " |")
     return "\n".join(lines)
 
