@@ -249,6 +249,17 @@ class SqsQueue(LeaseQueue):
     """The lease queue on SQS standard queues: one per priority tier plus a
     dead-letter queue, named ``<name>-<tier suffix>`` and ``<name>-dead``.
 
+    ``id_store`` must be chosen, not defaulted. An ObjectStore (the bucket the
+    workflow layer already uses) keeps one marker per live job under
+    ``id_prefix``: enqueue-with-id becomes create-if-absent fleet-wide, get()
+    and cancel() work from any process, and duplicates SQS delivers after an
+    ack are dropped. It costs a PUT per job and a GET per delivery and per
+    settlement (docs/scaling.md prices it). ``None`` keeps all of that to
+    this process, and then two processes submitting the same idempotency key
+    at once make two runs, with two incarnations, whose steps both execute:
+    pass None only when every job id is enqueued from one process, or jobs
+    have no idempotency keys.
+
     ``clock`` decides run-at times only; leases are SQS's own (real) time.
     ``fence_margin`` is taken off every lease this process measures, so its
     deadline ends before SQS's even with a slow request in between.
@@ -264,6 +275,7 @@ class SqsQueue(LeaseQueue):
         self,
         name: str,
         *,
+        id_store: ObjectStore | None,
         endpoint_url: str | None = None,
         region: str | None = None,
         tiers: Sequence[Tier] = DEFAULT_TIERS,
@@ -279,7 +291,6 @@ class SqsQueue(LeaseQueue):
         dead_scan_visibility: int = 30,
         remember_ids: int = 10_000,
         remember_bytes: int = 64 * 1024 * 1024,
-        id_store: ObjectStore | None = None,
         id_prefix: str = "sqs-ids",
     ) -> None:
         if not _NAME_RE.match(name):

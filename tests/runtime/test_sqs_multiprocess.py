@@ -160,7 +160,103 @@ async def test_jobs_on_sqs_are_each_completed_once_by_many_processes(
     await queue.close()
 
 
+# -- the whole engine: JobRunner processes over SQS + S3 ---------------------
+
+
+def _double_job() -> Any:
+    """The job type, built on demand so importing this module stays cheap."""
+    from typing import ClassVar
+
+    from workflow import Job, JobContext
+
+    def record(step: str, n: int) -> int:
+        _append(os.environ["SQS_STEP_LOG"], f"{os.getpid()} {n} {step}\n")
+        return n
+
+    class Double(Job[int]):
+        NAME: ClassVar[str] = "sqs.double"
+        n: int
+
+        def idempotency_key(self) -> str:
+            return f"sqs-double:{self.n}"
+
+        async def run(self, ctx: JobContext) -> int:
+            first = await ctx.step("first", record, "first", self.n)
+            second = await ctx.step("second", record, "second", first)
+            return first + second
+
+    return Double
+
+
+def _runner(endpoint: str, name: str, s3_url: str, **kwargs: Any) -> Any:
+    from runtime.sqs_queue import SqsQueue
+    from store import open_store
+    from workflow import JobRunner
+
+    store = open_store(s3_url)
+    queue = SqsQueue(
+        name, endpoint_url=endpoint, region="us-east-1", id_store=store, wait_time_seconds=1
+    )
+    return JobRunner(store, queue=queue, jobs=[_double_job()], **kwargs)
+
+
+async def _run_jobs(endpoint: str, name: str, s3_url: str, log: str) -> None:
+    os.environ["SQS_STEP_LOG"] = log
+    runner = _runner(endpoint, name, s3_url, concurrency=8, poll_interval=0.2)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    async with runner:
+        await stop.wait()
+    await runner.queue.close()
+    await runner.store.close()
+
+
+async def test_job_runners_on_sqs_and_s3_run_each_keyed_job_once(
+    moto_server: str, s3_url: str, tmp_path: Path
+) -> None:
+    """Submitters and JobRunner workers in separate processes, on SQS + S3:
+    every job submitted twice (two API processes' worth) runs once, each step
+    once, and every handle gets its result."""
+    from runtime.sqs_queue import SqsQueue
+
+    name = f"jr-{uuid.uuid4().hex[:12]}"
+    made = await SqsQueue.create(name, id_store=None, endpoint_url=moto_server, region="us-east-1")
+    await made.close()
+    steps = tmp_path / "steps.log"
+    double = _double_job()
+    api_a = _runner(moto_server, name, s3_url)
+    api_b = _runner(moto_server, name, s3_url)
+    count = 40
+    procs = [_spawn("runner", moto_server, name, s3_url, str(steps)) for _ in range(WORKERS)]
+    try:
+        first, second = await asyncio.gather(
+            asyncio.gather(*(api_a.submit(double(n=n)) for n in range(count))),
+            asyncio.gather(*(api_b.submit(double(n=n)) for n in range(count))),
+        )
+        for a, b in zip(first, second, strict=True):
+            assert a.id == b.id
+            assert a.newly_submitted != b.newly_submitted, "one submit makes the run"
+        results = await asyncio.gather(*(h.result(timeout=60) for h in first))
+        assert results == [2 * n for n in range(count)]
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            assert p.wait(30) == 0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for api in (api_a, api_b):
+            await api.queue.close()
+            await api.store.close()
+    ran = Counter(tuple(line.split()[1:]) for line in steps.read_text().splitlines())
+    assert set(ran) == {(str(n), step) for n in range(count) for step in ("first", "second")}
+    assert max(ran.values()) == 1, "a step ran twice"
+    assert len({line.split()[0] for line in steps.read_text().splitlines()}) > 1
+
+
 if __name__ == "__main__":
     mode, endpoint, queue_name, url, log_path = sys.argv[1:6]
-    main = _work if mode == "work" else _claim_and_hang
+    main = {"work": _work, "hang": _claim_and_hang, "runner": _run_jobs}[mode]
     asyncio.run(main(endpoint, queue_name, url, log_path))

@@ -32,6 +32,7 @@ async def make_queue(moto_server: str) -> AsyncIterator[Factory]:
 
     async def factory(*, peer: SqsQueue | None = None, **kwargs: Any) -> SqsQueue:
         kwargs.setdefault("wait_time_seconds", 0)
+        kwargs.setdefault("id_store", None)
         kwargs.setdefault("endpoint_url", moto_server)
         kwargs.setdefault("region", "us-east-1")
         if peer is not None:
@@ -231,9 +232,9 @@ async def test_priorities_are_polled_by_weight(make_queue: Factory) -> None:
 
 async def test_custom_tiers_are_validated() -> None:
     with pytest.raises(ValueError):
-        SqsQueue("x", tiers=[Tier("a", 0, 4, 1)])
+        SqsQueue("x", id_store=None, tiers=[Tier("a", 0, 4, 1)])
     with pytest.raises(ValueError):
-        SqsQueue("bad name!")
+        SqsQueue("bad name!", id_store=None)
 
 
 async def test_run_at_beyond_the_delay_cap_is_re_deferred(make_queue: Factory) -> None:
@@ -371,6 +372,19 @@ async def test_id_store_drops_duplicates_and_cancels_fleet_wide(
     assert await claim_until(a, within=1.0) == []
     assert await a.get("c") is None
     assert not await b.cancel("c")
+
+
+async def test_id_store_cancel_fences_the_holder_in_another_process(
+    make_queue: Factory, s3_store: ObjectStore
+) -> None:
+    a = await make_queue(id_store=s3_store)
+    b = await make_queue(peer=a, id_store=s3_store)
+    await a.enqueue(b"", id="j")
+    [d] = await claim_until(a)
+    assert await b.cancel("j")
+    assert await a.renew(d, 60) is None
+    assert await a.ack(d) == Settlement.LOST
+    assert (await a.enqueue(b"", id="j")).created
 
 
 async def test_id_store_keeps_dead_jobs_visible(make_queue: Factory, s3_store: ObjectStore) -> None:
