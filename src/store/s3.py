@@ -381,10 +381,8 @@ class S3Store(ObjectStore):
                 data = await body.read()
             return StoredObject(key, data, self._quoted(response["ETag"]))
 
-        try:
-            return await self._call(key, request)
-        except NotFound as exc:
-            raise await self._check_bucket(key) from exc
+        # A GET's 404 says NoSuchKey or NoSuchBucket in its body: no guessing needed.
+        return await self._call(key, request)
 
     async def head(self, key: str) -> ObjectInfo:
         validate_key(key, location=self.location)
@@ -420,8 +418,6 @@ class S3Store(ObjectStore):
                 if etag is not None:
                     return etag
             raise
-        except NotFound as exc:
-            raise await self._check_bucket(key) from exc
 
     async def _ours(self, key: str, data: bytes) -> str | None:
         """After an ambiguous retry lost: the etag if the object holds exactly ``data``."""
@@ -450,10 +446,10 @@ class S3Store(ObjectStore):
 
         try:
             await self._call(key, request, conditional="match", state=state)
-        except NotFound as exc:
+        except NotFound:
             if state.maybe_applied:
                 return  # an earlier try deleted it; the object at our etag is gone
-            raise await self._check_bucket(key) from exc
+            raise
 
     async def list(
         self,
