@@ -289,6 +289,12 @@ class Worker:
     queue lets go of it. ``clock`` defaults to the queue's own (``queue.clock``)
     so both judge lease expiry and run-at by the same time.
 
+    By default a job of a kind nobody registered is claimed and dead-lettered
+    (``FailureKind.UNKNOWN``), so a typo'd or retired job type fails loudly
+    instead of waiting forever. A fleet in which different workers run
+    different kinds over one queue must pass ``only_registered=True``, or
+    each worker would dead-letter the others' jobs.
+
     With a FakeClock, heartbeats still tick in real seconds: advancing the
     clock past a lease between two beats lapses it, as a process that stalled
     that long would in production.
@@ -308,6 +314,7 @@ class Worker:
         clock: Clock | None = None,
         on_terminal: OnTerminal | None = None,
         name: str | None = None,
+        only_registered: bool = False,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -331,6 +338,7 @@ class Worker:
         self.clock: Clock = clock or getattr(queue, "clock", None) or SystemClock()
         self.on_terminal = on_terminal
         self.name = name or f"worker-{secrets.token_hex(3)}"
+        self.only_registered = only_registered
         self.stats = WorkerStats()
 
         self._handlers: dict[str, _Registration] = {}
@@ -513,28 +521,59 @@ class Worker:
                 return
             self._claim_errors = 0
             self._last_claim_at = claimed_at
-            for delivery in deliveries:
+            for delivery in deliveries[:n]:
                 self._begin(delivery)
+            if len(deliveries) > n:
+                await self._give_back(deliveries[n:], n)
             if len(deliveries) < n:
                 return
+
+    async def _give_back(self, surplus: list[Delivery], asked: int) -> None:
+        """Release deliveries beyond what we asked for: the queue broke its
+        contract, and running them would break the concurrency bound."""
+        logger.warning(
+            "%s: the queue returned %d deliveries for a claim of %d; releasing the extra",
+            self.name,
+            asked + len(surplus),
+            asked,
+        )
+        for delivery in surplus:
+            try:
+                await self.queue.release(delivery)
+            except Exception as error:
+                self.stats.queue_errors += 1
+                logger.warning(
+                    "%s: releasing job %s failed (%s); it returns when its lease expires",
+                    self.name,
+                    delivery.id,
+                    describe(error),
+                    extra={
+                        "job_id": delivery.id,
+                        "job_kind": delivery.kind,
+                        "attempt": delivery.attempt,
+                    },
+                )
 
     def _claim_plan(self, free: int) -> tuple[Collection[str] | None, int]:
         """Which kinds to claim and how many.
 
         No cap hit: every kind (``None``, so a job of a kind nobody registered
-        is claimed and dead-lettered rather than left to sit forever). Some
-        kind at its cap: only the registered kinds below theirs. Either way the
+        is claimed and dead-lettered rather than left to sit forever), unless
+        ``only_registered``. Some kind at its cap: only the registered kinds
+        below theirs. Either way the
         batch is no bigger than the smallest remaining cap among kinds it may
         return, so one claim can never overshoot a cap.
         """
-        if free <= 0:
+        if free <= 0 or not self._handlers:
+            # With nothing registered, every job would be "unknown": claiming
+            # would dead-letter the whole queue. Claim nothing instead.
             return None, 0
         room = {
             kind: reg.max_in_flight - self._by_kind.get(kind, 0)
             for kind, reg in self._handlers.items()
             if reg.max_in_flight is not None
         }
-        if any(left <= 0 for left in room.values()):
+        if self.only_registered or any(left <= 0 for left in room.values()):
             kinds = [k for k in self._handlers if room.get(k, 1) > 0]
             if not kinds:
                 return kinds, 0

@@ -679,14 +679,18 @@ class FlakyQueue(LeaseQueue):
         self.down = False
         self.failed_claims = 0
         self.failing_acks = 0
+        self.claims = 0
+        self.next_due_calls = 0
+        self.overdeliver = False
 
     async def claim(
         self, n: int, *, lease: float, kinds: Collection[str] | None = None
     ) -> list[Delivery]:
+        self.claims += 1
         if self.down:
             self.failed_claims += 1
             raise StoreError("bucket unreachable")
-        return await self.inner.claim(n, lease=lease, kinds=kinds)
+        return await self.inner.claim(n + self.overdeliver, lease=lease, kinds=kinds)
 
     async def enqueue(self, payload: bytes, **kwargs: Any) -> Enqueued:
         return await self.inner.enqueue(payload, **kwargs)
@@ -726,6 +730,7 @@ class FlakyQueue(LeaseQueue):
         return await self.inner.list(status, cursor=cursor, limit=limit)
 
     async def next_due(self) -> float | None:
+        self.next_due_calls += 1
         return await self.inner.next_due()
 
     def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
@@ -1022,3 +1027,48 @@ async def test_a_lost_settlement_is_logged_and_counted_never_raised(
     assert warning.levelno == logging.WARNING and warning.__dict__["job_id"] == "j"
     await env.queue.enqueue(b"", kind="k", id="next")
     await until(lambda: worker.stats.succeeded == 1, "the loop carries on")
+
+
+async def test_only_registered_leaves_other_kinds_for_other_workers(env: Env) -> None:
+    await env.queue.enqueue(b"", kind="theirs", id="theirs")
+    await env.queue.enqueue(b"", kind="mine", id="mine")
+    worker = env.worker(only_registered=True)
+    worker.register("mine", lambda attempt: "ok")
+    await worker.start()
+    await until(lambda: worker.stats.succeeded == 1, "my job ran")
+    record = await env.record("theirs")
+    assert record is not None and record.status is JobStatus.READY and record.attempts == 0
+    assert worker.stats.dead == 0
+
+
+async def test_a_worker_with_nothing_registered_claims_nothing(env: Env) -> None:
+    """Else it would dead-letter the whole queue as unknown kinds."""
+    flaky = FlakyQueue(env.queue)
+    worker = env.worker(queue=flaky, poll_interval=0.01)
+    await worker.start()
+    await env.queue.enqueue(b"", kind="k", id="j")
+    await until(lambda: flaky.next_due_calls >= 3, "the loop turned a few times")
+    assert flaky.claims == 0
+    assert await env.status("j") is JobStatus.READY
+
+
+async def test_deliveries_beyond_the_claim_are_released_not_run(env: Env) -> None:
+    """A queue that breaks the contract must not break the concurrency bound."""
+    flaky = FlakyQueue(env.queue)
+    flaky.overdeliver = True
+    for i in range(3):
+        await env.queue.enqueue(b"", kind="k", id=f"j{i}")
+    worker = env.worker(queue=flaky, concurrency=1)
+
+    async def forever(attempt: Attempt) -> None:
+        await asyncio.Event().wait()
+
+    worker.register("k", forever)
+    await worker.start()
+
+    async def one_claimed_two_ready() -> bool:
+        counts = await env.queue.counts()
+        return counts[JobStatus.CLAIMED] == 1 and counts[JobStatus.READY] == 2
+
+    await until(one_claimed_two_ready, "the surplus went back")
+    assert worker.in_flight == 1 and worker.stats.peak_in_flight == 1
