@@ -268,3 +268,49 @@ async def test_durable_write_latency(file_store: FileStore) -> None:
     per_write = (time.perf_counter() - start) / n
     print(f"durable 1 KiB FileStore.put: {per_write * 1000:.2f} ms")
     assert per_write < 1.0
+
+
+def test_directory_fsyncs_are_shared_but_always_start_after_the_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Group commit: every sync() returns only after an fsync that began after it was called."""
+    import itertools
+    import threading
+
+    import store.file as file_module
+
+    clock = itertools.count()
+    fsyncs: list[tuple[int, int]] = []
+    real = file_module._fsync_directory
+
+    def spy(path: str) -> None:
+        start = next(clock)
+        real(path)
+        fsyncs.append((start, next(clock)))
+
+    monkeypatch.setattr(file_module, "_fsync_directory", spy)
+    syncer = file_module._DirSync()
+    violations: list[int] = []
+    calls = 0
+    lock = threading.Lock()
+
+    def writer() -> None:
+        nonlocal calls
+        for _ in range(25):
+            before = next(clock)
+            syncer.sync(str(tmp_path))
+            after = next(clock)
+            if not any(before < s and e < after for s, e in list(fsyncs)):
+                violations.append(before)
+            with lock:
+                calls += 1
+
+    threads = [threading.Thread(target=writer) for _ in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(DEADLINE)
+    assert not any(t.is_alive() for t in threads)
+    assert calls == 12 * 25
+    assert violations == []
+    assert len(fsyncs) <= calls
