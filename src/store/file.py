@@ -134,10 +134,9 @@ class _DirSync:
                 state.cond.notify_all()
             idle = not state.running and state.done == state.requested
         if idle:
-            with self._lock:
-                with state.cond:
-                    if not state.running and state.done == state.requested:
-                        self._dirs.pop(path, None)
+            with self._lock, state.cond:
+                if not state.running and state.done == state.requested:
+                    self._dirs.pop(path, None)
 
 
 class FileStore(ObjectStore):
