@@ -31,6 +31,8 @@ from .queue import (
     Page,
     Settlement,
 )
+from .store_queue import StoreQueue, StoreQueueStats
+from .store_records import CorruptRecord
 from .worker import Attempt, Handler, Lease, OnTerminal, Worker, WorkerStats
 
 __all__ = [
@@ -41,6 +43,7 @@ __all__ = [
     "Attempt",
     "Backoff",
     "Clock",
+    "CorruptRecord",
     "Delivery",
     "Enqueued",
     "Failure",
@@ -62,6 +65,8 @@ __all__ = [
     "QueueError",
     "RetryLater",
     "Settlement",
+    "StoreQueue",
+    "StoreQueueStats",
     "Success",
     "SystemClock",
     "Terminal",

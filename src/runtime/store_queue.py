@@ -8,15 +8,19 @@ live in the records, so a lease that lapses is taken over by whichever
 process next looks, with nothing running beside the workers.
 
 Requests are what S3 bills, so each instance keeps a *view*: id -> (etag,
-decoded record), learned from its own writes and from the GETs it had to
-make. A job this process enqueued is claimed, renewed and settled without a
-single GET. Listing is the expensive way to learn about other processes'
-work, so ``claim`` lists only when the view holds fewer due jobs than asked,
-and then at most once per ``scan_interval`` seconds per page listed. A
-listing returns every key's etag and size, so only records that moved are
-fetched, and not even those when the move looks like another holder's lease
-renewal (same size, lease not yet lapsed): those are read when the lease
-they were seen with would have lapsed. docs/queue.md tabulates the requests.
+size, decoded record), learned from its own writes and from what it read. A
+job this process enqueued is claimed, renewed and settled without a GET.
+``claim`` lists the prefix only when the view cannot serve it (fewer due
+jobs than asked, or due jobs not confirmed within ``scan_interval``), at
+most once per ``scan_interval`` per page listed, or sooner when refused swaps
+(a stale view) have already cost what a listing would. A listing returns
+every key's etag and size, so only records that moved are read, and not even
+all of those: a record seen waiting whose new size is exactly what a claim
+writes was claimed elsewhere, and one seen held whose size did not change
+was renewed; both are read only when the lease they are guessed to hold
+lapses. Under contention a claim picks from a shuffled head of the line so
+processes stop racing for the same jobs. docs/queue.md tabulates the
+requests and explains each choice.
 """
 
 from __future__ import annotations
