@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,9 @@ pytest.importorskip(
     "httpx", reason="FastAPI's TestClient needs the examples extra: pip install -e '.[examples]'"
 )
 
-from fastapi.testclient import TestClient
+with warnings.catch_warnings():  # starlette's notice about httpx's successor, not ours
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "examples"))
 
