@@ -438,10 +438,18 @@ class StoreQueue(LeaseQueue):
             headers=dict(headers or {}),
         )
         data = encode(job)
+        key = self._key(job_id)
         try:
-            etag = await self.store.put_if_absent(self._key(job_id), data)
+            etag = await self.store.put_if_absent(key, data)
         except AlreadyExists:
             return Enqueued(job_id, created=False)
+        except StoreUnavailable as error:
+            # The create may have landed with only its answer lost. The nonce
+            # makes our bytes unique: if the record holds them, it is ours.
+            try:
+                etag = await self._landed(key, data, None, error)
+            except PreconditionFailed:
+                return Enqueued(job_id, created=False)
         self._learn(job_id, etag, job, len(data))
         self._notify()
         return Enqueued(job_id, created=True)
@@ -563,10 +571,55 @@ class StoreQueue(LeaseQueue):
 
     async def _swap(self, job_id: str, new: StoredJob, etag: str) -> None:
         """Write ``new`` over version ``etag`` and learn it. Raises
-        PreconditionFailed or NotFound when the record moved on or went."""
+        PreconditionFailed or NotFound when the record moved on or went, and
+        StoreUnavailable only when the write certainly did not land."""
         data = encode(new)
-        new_etag = await self.store.put_if_match(self._key(job_id), data, etag)
+        key = self._key(job_id)
+        try:
+            new_etag = await self.store.put_if_match(key, data, etag)
+        except StoreUnavailable as error:
+            new_etag = await self._landed(key, data, etag, error)
         self._learn(job_id, new_etag, new, len(data))
+
+    async def _remove(self, job_id: str, etag: str) -> None:
+        """Delete version ``etag``; like :meth:`_swap` for a delete."""
+        key = self._key(job_id)
+        try:
+            await self.store.delete(key, if_match=etag)
+        except StoreUnavailable as error:
+            await self._landed(key, None, etag, error)
+        self._forget(job_id)
+
+    async def _landed(
+        self, key: str, data: bytes | None, old: str | None, error: StoreUnavailable
+    ) -> str:
+        """After a write failed with no answer, find out whether it happened.
+
+        Our bytes are unique (``rev`` and ``nonce``), so a record holding
+        exactly ``data`` is our write, and an absent one is our delete
+        (``data`` None): return the etag (or ""). A record still at ``old``
+        (absent, for a create) means nothing happened: raise ``error``, the
+        caller may try again. Anything else is another writer's version:
+        PreconditionFailed, as if our write had been refused (had it landed
+        first, that writer has replaced it anyway). If the read fails too,
+        ``error`` is raised: the caller cannot know, and must treat it as a
+        failure that may have happened.
+        """
+        try:
+            obj = await self.store.get(key)
+        except NotFound:
+            if data is None:
+                return ""
+            if old is None:
+                raise error from None
+            raise NotFound("gone", key=key) from error
+        except StoreUnavailable:
+            raise error from None
+        if data is not None and obj.data == data:
+            return obj.etag
+        if obj.etag == old:
+            raise error
+        raise PreconditionFailed("changed by another writer", key=key) from error
 
     async def _settle(
         self,
@@ -606,8 +659,7 @@ class StoreQueue(LeaseQueue):
             new = change(job, self.clock.now())
             try:
                 if new is None:
-                    await self.store.delete(key, if_match=etag)
-                    self._forget(job_id)
+                    await self._remove(job_id, etag)
                 elif new is job:
                     if (await self.store.head(key)).etag != etag:
                         raise PreconditionFailed("moved on", key=key)

@@ -31,11 +31,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from test_store_queue import CountingStore
 
 from runtime import Attempt, Worker
 from runtime.store_queue import StoreQueue
 from store import open_store
+from store.counting import CONDITIONAL_PUT, CountingStore
 
 pytestmark = pytest.mark.slow
 
@@ -72,7 +72,7 @@ async def _work(url: str, out: Path, name: str, lease: float, hang: bool) -> Non
             await asyncio.sleep(0.05)
     result = {
         "worker": vars(worker.stats),
-        "requests": dict(store.requests),
+        "requests": dict(store.counts),
         "queue": {
             "scans": queue.stats.scans,
             "fetches": queue.stats.fetches,
@@ -193,8 +193,9 @@ def check(
 
     totals: Counter[str] = Counter()
     for r in results.values():
-        totals.update(r["requests"])
-    per = {verb: round(n / jobs, 3) for verb, n in sorted(totals.items())}
+        for kind, n in r["requests"].items():
+            totals["PUT" if kind == CONDITIONAL_PUT else kind] += n
+    per = {verb: round(n / jobs, 3) for verb, n in sorted(totals.items()) if n}
     races = sum(r["queue"]["lost_races"] for r in results.values())
     print(f"\n{label}: worker requests per job {per} (+1 PUT to enqueue); lost races {races}")
     print({n: (r["requests"], r["worker"], r["queue"]) for n, r in results.items()})

@@ -2,14 +2,16 @@
 how it treats records it cannot read, and how its view stays small and right.
 
 Request counts are the product here (on S3 they are the bill), so they are
-asserted exactly for one process and bounded for several. docs/queue.md
-quotes these numbers; ``test_print_request_table`` prints them.
+asserted exactly, through ``store.counting.CountingStore``; docs/queue.md
+quotes them. test_multiprocess_queue.py measures several processes.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import pytest
 from hypothesis import given, settings
@@ -18,63 +20,22 @@ from hypothesis import strategies as st
 from runtime import FakeClock, JobStatus, Settlement
 from runtime.store_queue import StoreQueue
 from runtime.store_records import CorruptRecord, StoredJob, decode, encode
-from store import MemoryStore, ObjectInfo, ObjectStore, StoredObject
+from store import MemoryStore, ObjectStore
+from store.counting import CONDITIONAL_PUT, CountingStore
+from store.errors import StoreUnavailable
+from store.faults import WRITES, FaultyStore
+
+T = TypeVar("T")
 
 
-class CountingStore(ObjectStore):
-    """Counts the requests that reach ``inner``, by S3 verb.
-
-    ``put``, ``put_if_absent`` and ``put_if_match`` are all one PUT on S3, and
-    ``scan`` is one LIST per page (the base class pages through ``list``).
-    """
-
-    def __init__(self, inner: ObjectStore) -> None:
-        self.inner = inner
-        self.location = inner.location
-        self.requests: Counter[str] = Counter()
-        self.yields = False
-        """Let other tasks run before each request, as a networked store would."""
-
-    def take(self) -> dict[str, int]:
-        """The counts since the last take, without zeros."""
-        out = {verb: n for verb, n in self.requests.items() if n}
-        self.requests.clear()
-        return out
-
-    async def _count(self, verb: str) -> None:
-        self.requests[verb] += 1
-        if self.yields:
-            await asyncio.sleep(0)
-
-    async def get(self, key: str) -> StoredObject:
-        await self._count("GET")
-        return await self.inner.get(key)
-
-    async def head(self, key: str) -> ObjectInfo:
-        await self._count("HEAD")
-        return await self.inner.head(key)
-
-    async def put(self, key: str, data: bytes) -> str:
-        await self._count("PUT")
-        return await self.inner.put(key, data)
-
-    async def put_if_absent(self, key: str, data: bytes) -> str:
-        await self._count("PUT")
-        return await self.inner.put_if_absent(key, data)
-
-    async def put_if_match(self, key: str, data: bytes, etag: str) -> str:
-        await self._count("PUT")
-        return await self.inner.put_if_match(key, data, etag)
-
-    async def delete(self, key: str, *, if_match: str | None = None) -> None:
-        await self._count("DELETE")
-        await self.inner.delete(key, if_match=if_match)
-
-    async def list(
-        self, prefix: str = "", *, start_after: str | None = None, limit: int = 1000
-    ) -> list[ObjectInfo]:
-        await self._count("LIST")
-        return await self.inner.list(prefix, start_after=start_after, limit=limit)
+def take(store: CountingStore) -> dict[str, int]:
+    """The requests since the last take, by S3 verb (a conditional PUT is a
+    PUT; ``scan`` is one LIST per page), without zeros."""
+    out: Counter[str] = Counter()
+    for kind, n in store.counts.items():
+        out["PUT" if kind == CONDITIONAL_PUT else kind] += n
+    store.reset()
+    return {kind: n for kind, n in out.items() if n}
 
 
 @pytest.fixture
@@ -102,36 +63,36 @@ async def test_each_operation_costs_one_request_for_a_process_own_jobs(
 ) -> None:
     q, store = make(backing, clock)
     assert (await q.enqueue(b"p", id="a")).created
-    assert store.take() == {"PUT": 1}
+    assert take(store) == {"PUT": 1}
     assert not (await q.enqueue(b"p", id="a")).created
-    assert store.take() == {"PUT": 1}  # the refused create-if-absent
+    assert take(store) == {"PUT": 1}  # the refused create-if-absent
     await q.enqueue(b"p", id="b")
-    store.take()
+    take(store)
 
     [d] = await q.claim(1, lease=30)
-    assert store.take() == {"PUT": 1}  # from the view: no LIST, no GET
+    assert take(store) == {"PUT": 1}  # from the view: no LIST, no GET
     assert await q.renew(d, 60) is not None
-    assert store.take() == {"PUT": 1}
+    assert take(store) == {"PUT": 1}
     assert await q.renew(d, 1) is not None  # would not extend: a HEAD confirms the token
-    assert store.take() == {"HEAD": 1}
+    assert take(store) == {"HEAD": 1}
     assert await q.nack(d, delay=0) is Settlement.RETRIED
-    assert store.take() == {"PUT": 1}
+    assert take(store) == {"PUT": 1}
     [d] = await q.claim(1, lease=30)
     assert await q.release(d) is Settlement.RELEASED
-    assert store.take() == {"PUT": 2}
+    assert take(store) == {"PUT": 2}
     [d] = await q.claim(1, lease=30)
     assert await q.ack(d) is Settlement.ACKED
-    assert store.take() == {"PUT": 1, "DELETE": 1}
+    assert take(store) == {"PUT": 1, "DELETE": 1}
 
     [d] = await q.claim(1, lease=30)
     assert await q.dead_letter(d, "x") is Settlement.DEAD
-    assert store.take() == {"PUT": 2}
+    assert take(store) == {"PUT": 2}
     assert await q.requeue("b")
-    assert store.take() == {"GET": 1, "PUT": 1}
+    assert take(store) == {"GET": 1, "PUT": 1}
     assert await q.cancel("b")
-    assert store.take() == {"DELETE": 1}  # the view knows its etag
+    assert take(store) == {"DELETE": 1}  # the view knows its etag
     assert not await q.cancel("b")
-    assert store.take() == {"HEAD": 1}
+    assert take(store) == {"HEAD": 1}
 
 
 async def test_a_process_working_its_own_jobs_lists_rarely_and_never_gets(
@@ -140,7 +101,7 @@ async def test_a_process_working_its_own_jobs_lists_rarely_and_never_gets(
     q, store = make(backing, clock, scan_interval=3600.0)
     for i in range(200):
         await q.enqueue(b"x" * 100, id=f"j{i:03}")
-    assert store.take() == {"PUT": 200}
+    assert take(store) == {"PUT": 200}
     done = 0
     while done < 200:
         batch = await q.claim(8, lease=30)
@@ -149,11 +110,11 @@ async def test_a_process_working_its_own_jobs_lists_rarely_and_never_gets(
             assert await q.ack(d) is Settlement.ACKED
             done += 1
     # The view served every claim: no listing, no read.
-    assert store.take() == {"PUT": 200, "DELETE": 200}
+    assert take(store) == {"PUT": 200, "DELETE": 200}
     assert await q.claim(8, lease=30) == []  # an empty view: this one lists
-    assert store.take() == {"LIST": 1}
+    assert take(store) == {"LIST": 1}
     assert await q.claim(8, lease=30) == []  # inside scan_interval: no LIST
-    assert store.take() == {}
+    assert take(store) == {}
 
 
 async def test_an_empty_queue_lists_once_per_scan_interval(
@@ -161,13 +122,13 @@ async def test_an_empty_queue_lists_once_per_scan_interval(
 ) -> None:
     q, store = make(backing, clock, scan_interval=0.2)
     assert await q.claim(4, lease=30) == []
-    assert store.take() == {"LIST": 1}
+    assert take(store) == {"LIST": 1}
     for _ in range(20):
         assert await q.claim(4, lease=30) == []
-    assert store.take() == {}
+    assert take(store) == {}
     await asyncio.sleep(0.25)  # the interval is real time: request cost, not job time
     assert await q.claim(4, lease=30) == []
-    assert store.take() == {"LIST": 1}
+    assert take(store) == {"LIST": 1}
 
 
 # -- requests, several processes ---------------------------------------------
@@ -180,17 +141,17 @@ async def test_another_process_reads_each_record_once_per_change_it_sees(
     b, b_store = make(backing, clock, scan_interval=0.0)
     for i in range(10):
         await a.enqueue(b"", id=f"j{i}")
-    assert a_store.take() == {"PUT": 10}
+    assert take(a_store) == {"PUT": 10}
     got = await b.claim(10, lease=30)
     assert len(got) == 10
-    assert b_store.take() == {"LIST": 1, "GET": 10, "PUT": 10}
+    assert take(b_store) == {"LIST": 1, "GET": 10, "PUT": 10}
     for d in got:
         await b.ack(d)
-    assert b_store.take() == {"DELETE": 10}
+    assert take(b_store) == {"DELETE": 10}
     # a's view still holds them as ready, but not confirmed within
     # scan_interval: it lists before swapping, and sees them gone.
     assert await a.claim(10, lease=30) == []
-    assert a_store.take() == {"LIST": 1}
+    assert take(a_store) == {"LIST": 1}
     assert a.stats.lost_races == 0
 
 
@@ -203,13 +164,13 @@ async def test_a_lost_race_costs_one_refused_put_and_a_listing(
     await a.enqueue(b"", id="free", priority=9)
     [first] = await b.claim(1, lease=30)
     assert first.id == "taken"
-    a_store.take()
+    take(a_store)
     # a tries "taken" from its stale view and loses; a refused swap costs
     # what a listing does, so it lists (learning, from the size alone, that
     # "taken" was claimed: no GET) before it swaps "free".
     [d] = await a.claim(1, lease=30)
     assert d.id == "free"
-    assert a_store.take() == {"PUT": 2, "LIST": 1}
+    assert take(a_store) == {"PUT": 2, "LIST": 1}
     assert a.stats.lost_races == 1
 
 
@@ -221,22 +182,22 @@ async def test_another_holder_renewing_is_not_reread_until_its_lease_would_lapse
     await a.enqueue(b"", id="long")
     [d] = await a.claim(1, lease=30)
     assert await b.claim(1, lease=30) == []
-    assert b_store.take() == {"LIST": 1, "GET": 1}
+    assert take(b_store) == {"LIST": 1, "GET": 1}
     for _ in range(2):
         clock.advance(10)
         assert await a.renew(d, 30) is not None
         assert await b.claim(1, lease=30) == []
-        assert b_store.take() == {"LIST": 1}  # a renewal: same size, lease not lapsed
+        assert take(b_store) == {"LIST": 1}  # a renewal: same size, lease not lapsed
     clock.advance(15)  # past the lease b saw (but a renewed it): b reads it once
     assert await b.claim(1, lease=30) == []
-    assert b_store.take() == {"LIST": 1, "GET": 1}
+    assert take(b_store) == {"LIST": 1, "GET": 1}
     assert await b.claim(1, lease=30) == []
-    assert b_store.take() == {"LIST": 1}
+    assert take(b_store) == {"LIST": 1}
     # A settlement changes the size: b reads it at once.
     assert await a.nack(d, delay=0) is Settlement.RETRIED
     [again] = await b.claim(1, lease=30)
     assert again.attempt == 2
-    assert b_store.take() == {"LIST": 1, "GET": 1, "PUT": 1}
+    assert take(b_store) == {"LIST": 1, "GET": 1, "PUT": 1}
 
 
 async def test_records_held_elsewhere_or_dead_keep_no_payload_in_the_view(
@@ -281,9 +242,9 @@ async def test_a_garbage_record_is_skipped_counted_and_named(
         "queue/jobs/wrong-id",
     }
     assert "queue/jobs/garbage" in caplog.text
-    store.take()
+    take(store)
     assert await q.claim(5, lease=30) == []
-    assert store.take() == {"LIST": 1}  # known-bad versions are not fetched again
+    assert take(store) == {"LIST": 1}  # known-bad versions are not fetched again
     assert q.stats.corrupt_records == 3
     with pytest.raises(CorruptRecord, match="queue/jobs/garbage"):
         await q.get("garbage")
@@ -357,14 +318,14 @@ async def test_concurrent_claims_in_one_process_share_one_listing(
     backing: MemoryStore, clock: FakeClock
 ) -> None:
     a, _ = make(backing, clock)
-    b, b_store = make(backing, clock, scan_interval=0.0)
-    b_store.yields = True
+    # A little latency, so the three claims really interleave, as on a network.
+    b, b_store = make(FaultyStore(backing, latency=0.001), clock, scan_interval=0.0)
     for i in range(6):
         await a.enqueue(b"", id=f"j{i}")
     got = await asyncio.gather(*(b.claim(2, lease=30) for _ in range(3)))
     ids = [d.id for batch in got for d in batch]
     assert sorted(ids) == [f"j{i}" for i in range(6)]
-    assert b_store.requests["LIST"] == 1
+    assert b_store.counts["LIST"] == 1
 
 
 async def test_a_claim_elsewhere_of_a_job_seen_waiting_is_inferred_not_read(
@@ -375,12 +336,12 @@ async def test_a_claim_elsewhere_of_a_job_seen_waiting_is_inferred_not_read(
     for i in range(5):
         await a.enqueue(b"", id=f"j{i}")
     got = await b.claim(5, lease=30)
-    a_store.take()
+    take(a_store)
     assert await a.claim(5, lease=30) == []
-    assert a_store.take() == {"LIST": 1}  # each new size is exactly a claim's: no GETs
+    assert take(a_store) == {"LIST": 1}  # each new size is exactly a claim's: no GETs
     record = await a.get("j1")
     assert record is not None and record.status is JobStatus.CLAIMED
-    a_store.take()
+    take(a_store)
 
     assert await b.release(got[0]) is Settlement.RELEASED  # a different size: read at once
     for d in got[1:4]:
@@ -388,14 +349,90 @@ async def test_a_claim_elsewhere_of_a_job_seen_waiting_is_inferred_not_read(
     [d] = await a.claim(5, lease=30)
     assert d.id == "j0"
     assert await a.ack(d) is Settlement.ACKED
-    assert a_store.take() == {"LIST": 1, "GET": 1, "PUT": 1, "DELETE": 1}
+    assert take(a_store) == {"LIST": 1, "GET": 1, "PUT": 1, "DELETE": 1}
 
     # b's holder of j4 dies. a guessed its lease from its own (30 s); after
     # that it reads the record once and, the lease having lapsed, takes it.
     clock.advance(29)
     assert await a.claim(5, lease=30) == []
-    assert a_store.take() == {"LIST": 1}
+    assert take(a_store) == {"LIST": 1}
     clock.advance(2)
     [d] = await a.claim(5, lease=30)
     assert (d.id, d.attempt) == ("j4", 2)
-    assert a_store.take() == {"LIST": 1, "GET": 1, "PUT": 1}
+    assert take(a_store) == {"LIST": 1, "GET": 1, "PUT": 1}
+
+
+# -- writes whose answer is lost ---------------------------------------------------
+
+
+def faulty(backing: MemoryStore, clock: FakeClock) -> tuple[StoreQueue, FaultyStore]:
+    store = FaultyStore(backing, operations=WRITES)
+    return StoreQueue(store, clock=clock, scan_interval=0.0), store
+
+
+async def test_a_create_whose_answer_was_lost_is_still_ours(
+    backing: MemoryStore, clock: FakeClock
+) -> None:
+    q, store = faulty(backing, clock)
+    store.fail_next(1, after=True)
+    made = await q.enqueue(b"p", id="j")
+    assert made.created  # read back: the record holds our (unique) bytes
+    assert not (await q.enqueue(b"p", id="j")).created
+    store.fail_next(1, after=False)
+    with pytest.raises(StoreUnavailable):
+        await q.enqueue(b"p", id="k")  # it never landed: the caller may retry
+    assert await q.get("k") is None
+    assert (await q.enqueue(b"p", id="k")).created
+
+
+async def test_transitions_whose_answer_was_lost_are_settled_not_lost(
+    backing: MemoryStore, clock: FakeClock
+) -> None:
+    q, store = faulty(backing, clock)
+    await q.enqueue(b"", id="j")
+    store.fail_next(1, after=True)
+    [d] = await q.claim(1, lease=30)
+    record = await q.get("j")
+    assert record is not None and record.status is JobStatus.CLAIMED
+    store.fail_next(1, after=True)
+    assert await q.renew(d, 60) == clock.now() + 60
+    store.fail_next(1, after=True)
+    assert await q.nack(d, delay=0) is Settlement.RETRIED
+    [d] = await q.claim(1, lease=30)
+    assert d.attempt == 2
+    store.fail_next(1, after=False)
+    with pytest.raises(StoreUnavailable):
+        await q.ack(d)  # nothing happened; the worker retries the settlement
+    store.fail_next(1, after=True)
+    assert await q.ack(d) is Settlement.ACKED
+    assert await q.get("j") is None
+
+
+async def test_a_queue_on_a_store_that_loses_answers_still_runs_each_job_once(
+    backing: MemoryStore, clock: FakeClock
+) -> None:
+    """Writes fail at random, half of them after landing; every call is retried
+    until it answers, as the worker does. Nothing is lost, run twice or mis-settled."""
+    q = StoreQueue(
+        FaultyStore(backing, operations=WRITES, error_rate=0.3, seed=7),
+        clock=clock,
+        scan_interval=0.0,
+    )
+
+    async def retried(call: Callable[[], Awaitable[T]]) -> T:
+        for _ in range(50):
+            try:
+                return await call()
+            except StoreUnavailable:
+                continue
+        raise AssertionError("the store never answered")
+
+    for i in range(40):
+        made = await retried(lambda i=i: q.enqueue(b"", id=f"j{i:02}"))  # type: ignore[misc]
+        assert made.created
+    delivered: Counter[str] = Counter()
+    while await q.counts() != dict.fromkeys(JobStatus, 0):
+        for d in await retried(lambda: q.claim(7, lease=30)):
+            delivered[d.id] += 1
+            assert await retried(lambda d=d: q.ack(d)) is Settlement.ACKED  # type: ignore[misc]
+    assert delivered == Counter({f"j{i:02}": 1 for i in range(40)})
