@@ -152,6 +152,29 @@ async def _submit_and_wait(
     return time.perf_counter() - t0, latencies, results
 
 
+class FsyncCounter:
+    """Counts os.fsync calls (file and directory) in this process: the cost
+    that bounds a durable FileStore, and a figure that does not depend on
+    how busy the machine is."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self._real = os.fsync
+
+    def install(self) -> FsyncCounter:
+        real = self._real
+
+        def fsync(fd: int) -> None:
+            self.calls += 1  # a race between threads can lose a count: close enough
+            real(fd)
+
+        os.fsync = fsync
+        return self
+
+
+FSYNCS = FsyncCounter().install()
+
+
 class CpuTimer:
     """This process's CPU seconds (all threads) over a block: on a shared,
     busy machine, jobs per CPU-second moves far less than jobs per second."""
@@ -173,8 +196,10 @@ async def w3(spec: Spec) -> dict[str, Any]:
         async with runner:
             gc.collect()
             store.reset()
+            fsyncs = FSYNCS.calls
             with CpuTimer() as cpu:
                 seconds, latencies, results = await _submit_and_wait(runner, jobs)
+            fsyncs = FSYNCS.calls - fsyncs
             assert results == [i + spec.steps for i in range(spec.n)], "wrong results"
             counts = store.snapshot()
             out.update(
@@ -182,6 +207,7 @@ async def w3(spec: Spec) -> dict[str, Any]:
                 jobs_per_s=round(spec.n / seconds, 1),
                 steps_per_s=round(spec.n * spec.steps / seconds, 1),
                 jobs_per_cpu_s=round(spec.n / cpu.seconds, 1),
+                fsyncs_per_job=round(fsyncs / spec.n, 2),
                 p50_ms=round(percentile(latencies, 50) * 1e3, 3),
                 p99_ms=round(percentile(latencies, 99) * 1e3, 3),
                 requests_per_job=per_job(counts, spec.n),

@@ -1,0 +1,61 @@
+"""The two figures of docs/performance.md, drawn from ``benchmarks.run --out`` results."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+def draw(results: list[dict[str, Any]], directory: str) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(directory, exist_ok=True)
+    by_label = {r.get("label"): r for r in results if "error" not in r}
+    written: list[str] = []
+
+    scale = sorted(
+        (r for r in by_label.values() if r["case"] == "scale"), key=lambda r: r["processes"]
+    )
+    if scale:
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        procs = [r["processes"] for r in scale]
+        rates = [r["jobs_per_s"] for r in scale]
+        ax.plot(procs, rates, "o-", label="measured")
+        ax.plot(procs, [rates[0] * p for p in procs], ":", color="grey", label="linear")
+        ax.set_xlabel("worker processes (one FileStore)")
+        ax.set_ylabel("W3 jobs/s")
+        ax.set_xticks(procs)
+        ax.set_title(f"W3, N={scale[0]['n']}, durable FileStore + StoreQueue")
+        ax.legend()
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        path = os.path.join(directory, "jobs_per_s_vs_processes.png")
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        written.append(path)
+
+    series: dict[str, list[tuple[int, float]]] = {}
+    for r in by_label.values():
+        if r["case"] != "w3" or r.get("keyed") is False or r["backend"] not in ("s3", "file"):
+            continue
+        total = sum(v for k, v in r["requests_per_job"].items())
+        series.setdefault(r["backend"], []).append((r["steps"], total))
+    if series:
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        for backend, points in sorted(series.items()):
+            points.sort()
+            ax.plot([p[0] for p in points], [p[1] for p in points], "o-", label=backend)
+        ax.set_xlabel("memoized steps per job")
+        ax.set_ylabel("store requests per job (all kinds)")
+        ax.set_title("W3 request cost grows linearly with steps")
+        ax.legend()
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        path = os.path.join(directory, "requests_per_job_vs_steps.png")
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        written.append(path)
+    return written

@@ -1,0 +1,40 @@
+"""A tiny run of the benchmark harness, so it cannot rot. No timing is asserted:
+only that each case runs, answers correctly and counts requests."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from benchmarks.cases import Spec, run_one
+from benchmarks.run import plan, table
+
+
+def test_w3_on_memory_and_files(tmp_path: object) -> None:
+    results = [
+        run_one(Spec("w3", "memory", n=20, label="m")),
+        run_one(Spec("w3", "memory-sq", n=10, label="sq")),
+        run_one(Spec("w3", "file", n=5, label="f", workdir=str(tmp_path))),
+        run_one(Spec("latency", "memory", n=5, label="lat")),
+    ]
+    for r in results:
+        assert r["jobs_per_s"] > 0
+    memory = results[0]
+    assert memory["requests_per_job"]["CPUT"] == 4  # 3 memos and the outcome
+    assert memory["r_requests_per_job"]["GET"] == 1  # a cached resubmission: one read
+    queue = results[1]["requests_by_area"]
+    assert queue["CPUT queue"] == 2  # the enqueue and the claim
+    assert queue["DELETE queue"] == 1  # the ack
+    assert "| m |" in table(results)
+
+
+def test_plan_names_every_case() -> None:
+    quick = plan(quick=True)
+    assert {"w3-memory", "w3-file", "w3-s3", "scale-4", "latency-memory"} <= set(quick)
+
+
+def test_scale_case_runs(tmp_path: object) -> None:
+    r = run_one(Spec("scale", "file", n=20, processes=2, label="s", workdir=str(tmp_path)))
+    assert sum(r["per_process_jobs"]) == 20
