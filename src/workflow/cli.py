@@ -493,8 +493,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     from .observability import configure_logging
 
-    configure_logging(args.log_level, json_lines=args.log_format == "json")
-    return asyncio.run(_serve(args))
+    handler = configure_logging(args.log_level, json_lines=args.log_format == "json")
+    try:
+        return asyncio.run(_serve(args))
+    finally:
+        logging.getLogger().removeHandler(handler)
 
 
 async def _serve(args: argparse.Namespace) -> int:
@@ -590,7 +593,11 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("app", metavar="APP:RUNNER", help="e.g. myapp.jobs:runner")
     worker.add_argument("--concurrency", type=int, help="override the runner's concurrency")
     worker.add_argument(
-        "--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)"
+        "--log-level",
+        default="INFO",
+        type=str.upper,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="default INFO",
     )
     worker.add_argument(
         "--log-format",

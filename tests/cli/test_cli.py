@@ -7,6 +7,7 @@ on the same store, so the CLI is checked against what the engine writes.
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import shutil
@@ -22,7 +23,7 @@ from cli_app import Boom, Gated, Greet, count
 from cli_support import Cli, Result
 
 from workflow import JobFailed, JobRunner, SubmitOptions
-from workflow.cli import CliError, main, parse_duration
+from workflow.cli import CliError, _Progress, main, parse_duration
 
 DEADLINE = 30.0
 
@@ -174,7 +175,10 @@ async def test_ls_show_stats_cancel_retry_on_a_file_store(
     for fragment in expected:
         assert fragment in text.out, text.out
 
-    stats = cli("stats", "--json", *store).json()
+    # --app: the store (and queue and prefix) of the application's runner.
+    stats = cli(
+        "stats", "--json", "--app", "cli_app:make_runner", env={"STEPSTONE_STORE": str(store_dir)}
+    ).json()
     assert stats["queue"] == {"scheduled": 1, "ready": 0, "running": 0, "dead": 1}
     assert stats["outcomes"] == {"succeeded": 1, "failed": 1, "cancelled": 0}
 
@@ -298,3 +302,18 @@ async def test_s3_show_and_missing_bucket(
     status = await asyncio.to_thread(main, ["ls", "--store", missing])
     captured = capsys.readouterr()
     one_line_error(Result(status, captured.out, captured.err), "no-such-bucket-here")
+
+
+def test_purge_progress_is_drawn_on_a_terminal_only() -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    tty, pipe = Terminal(), io.StringIO()
+    for stream in (tty, pipe):
+        progress = _Progress(stream, "purging")
+        for done in range(3):
+            progress(done, 2)
+        progress.close()
+    assert tty.getvalue() == "\rpurging 0/2\rpurging 1/2\rpurging 2/2\n"
+    assert pipe.getvalue() == ""

@@ -3,6 +3,9 @@ a reused key, status/progress/result on GET, across a restart, and on S3."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
 import time
 import warnings
@@ -22,11 +25,12 @@ with warnings.catch_warnings():  # starlette's notice about httpx's successor, n
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
 
-sys.path.insert(0, str(Path(__file__).parents[2] / "examples"))
+REPO = Path(__file__).parents[2]
+sys.path.insert(0, str(REPO / "examples"))
 
-from api_server import PaymentGateway, create_app, make_runner
+from api_server import PaymentGateway, create_app, make_runner  # noqa: E402
 
-from workflow.testing import fail_once
+from workflow.testing import fail_once  # noqa: E402
 
 ORDER = {
     "customer": "ada",
@@ -112,3 +116,33 @@ def test_orders_on_s3(stepstone_s3_url: str) -> None:
         assert post(client, "s3-order").json()["job_id"] == job_id
         done = until_finished(client, job_id)
         assert done["state"] == "succeeded" and done["result"]["total_cents"] == TOTAL
+
+
+def test_the_api_submits_and_a_separate_worker_process_runs(tmp_path: Path) -> None:
+    """The production shape from the module's docstring: the API with
+    RUN_WORKER=0, ``stepstone worker examples.api_server:make_runner`` elsewhere."""
+    store = str(tmp_path / "orders")
+    Path(store).mkdir()
+    log = tmp_path / "worker.log"
+    with log.open("w") as err:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "workflow", "worker", "examples.api_server:make_runner"],
+            cwd=REPO,
+            env={**os.environ, "STEPSTONE_STORE": store},
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    try:
+        app = create_app(make_runner(store), run_worker=False)
+        with TestClient(app) as client:
+            job_id = post(client, "split-1").json()["job_id"]
+            done = until_finished(client, job_id)
+            assert done["state"] == "succeeded", done
+            assert done["result"]["total_cents"] == TOTAL
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=DEADLINE) == 0, log.read_text()
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert job_id in log.read_text(), "the worker process did not run the job"
