@@ -216,13 +216,15 @@ async def w3(spec: Spec) -> dict[str, Any]:
             if spec.resubmit and spec.keyed:
                 store.reset()
                 t0 = time.perf_counter()
-                handles = await asyncio.gather(*(runner.submit(job) for job in jobs))
-                again = await asyncio.gather(*handles)
+                with CpuTimer() as r_cpu:
+                    handles = await asyncio.gather(*(runner.submit(job) for job in jobs))
+                    again = await asyncio.gather(*handles)
                 r_seconds = time.perf_counter() - t0
                 assert again == results, "resubmission answered differently"
                 assert not any(h.newly_submitted for h in handles), "a resubmit ran again"
                 out.update(
                     r_jobs_per_s=round(spec.n / r_seconds, 1),
+                    r_jobs_per_cpu_s=round(spec.n / r_cpu.seconds, 1),
                     r_requests_per_job=per_job(store.snapshot(), spec.n),
                     r_requests_by_area=per_area(store.areas(), spec.n),
                 )
@@ -276,6 +278,7 @@ async def _worker_main(
     runner = JobRunner(store, jobs=[W3], concurrency=concurrency, retry_backoff=0.0)
     while not go.is_set():  # noqa: ASYNC110 - a multiprocessing Event, not an asyncio one
         await asyncio.sleep(0.001)
+    cpu_start = time.process_time()
     async with runner:
         while not stop.is_set():
             done[slot] = runner.worker.stats.succeeded
@@ -291,6 +294,7 @@ async def _worker_main(
             if stats is None
             else {k: v for k, v in asdict(stats).items() if k != "corrupt_keys"},
             "peak_rss_mb": round(peak_rss_mb(), 1),
+            "cpu_seconds": time.process_time() - cpu_start,
         }
     )
     await store.close()
@@ -353,6 +357,7 @@ async def scale(spec: Spec) -> dict[str, Any]:
         "steps_per_s": round(spec.n * spec.steps / seconds, 1),
         "submit_jobs_per_s": round(spec.n / submit_seconds, 1),
         "requests_per_job": per_job(counts, spec.n),
+        "jobs_per_cpu_s": round(spec.n / sum(r["cpu_seconds"] for r in reports), 1),
         "per_process_jobs": [
             r["worker"]["succeeded"] for r in sorted(reports, key=lambda r: r["slot"])
         ],
