@@ -825,6 +825,10 @@ class SqsQueue(LeaseQueue):
         out: list[Delivery] = []
         while self._prefetched and len(out) < n:
             delivery = self._prefetched.pop(0)
+            held = self._owned(delivery)
+            if held is not None and held.deadline - time.monotonic() >= lease / 2:
+                out.append(dataclasses.replace(delivery, lease_expires_at=held.expires))
+                continue
             expires = await self.renew(delivery, lease)
             if expires is not None:
                 out.append(dataclasses.replace(delivery, lease_expires_at=expires))

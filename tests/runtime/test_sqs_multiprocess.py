@@ -256,6 +256,48 @@ async def test_job_runners_on_sqs_and_s3_run_each_keyed_job_once(
     assert len({line.split()[0] for line in steps.read_text().splitlines()}) > 1
 
 
+async def test_requests_per_job_through_the_whole_engine(
+    moto_server: str, s3_store: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The figures docs/scaling.md prices: keyed jobs of two memoized steps,
+    submitted at once and run by one JobRunner on SqsQueue + S3 (id store on),
+    every SQS request and every S3 request counted."""
+    from runtime.sqs_queue import SqsQueue
+    from store.counting import CountingStore
+    from workflow import JobRunner
+
+    monkeypatch.setenv("SQS_STEP_LOG", str(tmp_path / "steps.log"))
+    store = CountingStore(s3_store)
+    name = f"rq-{uuid.uuid4().hex[:12]}"
+    queue = await SqsQueue.create(
+        name, id_store=store, endpoint_url=moto_server, region="us-east-1", wait_time_seconds=1
+    )
+    queue.requests.clear()
+    store.reset()
+    count = 100
+    double = _double_job()
+    async with JobRunner(
+        store, queue=queue, jobs=[double], concurrency=32, poll_interval=0.2
+    ) as runner:
+        handles = await asyncio.gather(*(runner.submit(double(n=n)) for n in range(count)))
+        # Wait on the worker's own count, not on the handles: 100 handles
+        # polling their outcome records would be most of the S3 GETs.
+        await _wait_for(lambda: runner.worker.stats.succeeded >= count, 60, "the jobs")
+        sqs_counts, s3_counts = dict(queue.requests), dict(store.counts)
+        outcomes = [await h.fetch_result() for h in handles]
+    assert [o.result if o else None for o in outcomes] == [2 * n for n in range(count)]
+    await queue.close()
+    sqs = {op: round(c / count, 3) for op, c in sorted(sqs_counts.items())}
+    s3 = {kind: round(c / count, 3) for kind, c in s3_counts.items() if c}
+    print(f"\nper job, {count} jobs x 2 steps: SQS {sqs} (total {sum(sqs.values()):.2f}); S3 {s3}")
+    # SQS: one batched send, receive and delete each carry up to 10 jobs; the
+    # idle polls at the end are what is left.
+    assert sum(sqs.values()) < 1.5
+    # S3: marker + outcome + 2 memos are the conditional PUTs.
+    assert s3_counts["CONDITIONAL_PUT"] == 4 * count
+    assert s3_counts["PUT"] == 0
+
+
 if __name__ == "__main__":
     mode, endpoint, queue_name, url, log_path = sys.argv[1:6]
     main = {"work": _work, "hang": _claim_and_hang, "runner": _run_jobs}[mode]
