@@ -31,6 +31,7 @@ from .queue import (
     Page,
     Settlement,
 )
+from .sqs_queue import SqsQueue, SqsUnsupported  # aiobotocore loads on first use
 from .store_queue import StoreQueue, StoreQueueStats
 from .store_records import CorruptRecord
 from .worker import Attempt, Handler, Lease, OnTerminal, Worker, WorkerStats
@@ -65,6 +66,8 @@ __all__ = [
     "QueueError",
     "RetryLater",
     "Settlement",
+    "SqsQueue",
+    "SqsUnsupported",
     "StoreQueue",
     "StoreQueueStats",
     "Success",
