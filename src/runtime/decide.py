@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from store.errors import StoreUnavailable
+
 from .backoff import Backoff
 from .errors import MalformedPayload, PermanentError, RetryLater, UnknownKind
 from .queue import Delivery
@@ -141,7 +143,8 @@ def decide(delivery: Delivery, outcome: Outcome, backoff: Backoff, now: float) -
     MalformedPayload) die at once. Any other error, and a timeout, retries
     with ``backoff`` while attempts remain, and dies on the last one carrying
     that last error. RetryLater retries after its own delay, spending no
-    attempt unless it asks to.
+    attempt unless it asks to. StoreUnavailable (the store failed, not the
+    job) retries with ``backoff`` without spending an attempt.
     """
     attempt, last = delivery.attempt, delivery.attempt >= delivery.max_attempts
 
@@ -169,6 +172,10 @@ def decide(delivery: Delivery, outcome: Outcome, backoff: Backoff, now: float) -
                 if error.count and last:
                     return _dead(FailureKind.EXHAUSTED, message, error_type, attempt)
                 return _retry(error.delay, now, error.count, message)
+            if isinstance(error, StoreUnavailable):
+                # The store failed, not the job: try again without spending
+                # an attempt, or an outage would exhaust every job it touched.
+                return _retry(backoff.delay(attempt, delivery.id), now, False, message)
             if last:
                 return _dead(FailureKind.EXHAUSTED, message, error_type, attempt)
             return _retry(backoff.delay(attempt, delivery.id), now, True, message)

@@ -391,3 +391,20 @@ ALL_JOBS: tuple[type[Job[Any]], ...] = (
 def env_float(env: Mapping[str, str], name: str, default: float) -> float:
     value = env.get(name, "")
     return float(value) if value else default
+
+
+class Plain3(Job[list[str]]):
+    """ThreeSteps with the runner's default max_attempts: for the store-fault
+    runs, where a transient store error must not burn the job's attempts."""
+
+    NAME: ClassVar[str] = "rel.plain3"
+    n: int
+
+    def idempotency_key(self) -> str:
+        return f"rel-plain3:{self.n}"
+
+    async def run(self, ctx: JobContext) -> list[str]:
+        return [await ctx.step(step, effect, ctx.job_id, step) for step in STEPS]
+
+
+ALL_JOBS = (*ALL_JOBS, Plain3)
