@@ -36,10 +36,16 @@ long form):
 - **Priorities = one SQS queue per tier**, polled by weight (4:2:1 by default)
   so lower tiers are never starved; long polling only when every tier came
   back empty.
+- **Ids live in an id store, or in this process only.** SQS standard queues
+  do not deduplicate. With ``id_store`` (an ObjectStore: the bucket) each job
+  has a create-if-absent marker, so dedup by id, ``get``, ``cancel`` and
+  dropping SQS's duplicate deliveries work fleet-wide; without it they work
+  within this process only.
 - **What SQS cannot do is refused, not faked.** ``list`` raises
-  :class:`SqsUnsupported`; ``get`` answers for jobs this process holds and
-  raises for the rest; ``counts`` is SQS's approximate numbers; ``created``
-  and ``cancel`` are exact only within this process.
+  :class:`SqsUnsupported`; ``get`` is exact for jobs this process holds and
+  says "live" (READY/SCHEDULED) or DEAD from the marker for the rest (or
+  raises, without an id store, for jobs this process never saw); ``counts``
+  is SQS's approximate numbers; ``next_due`` is None.
 
 aiobotocore is imported when the first request is made, so ``import runtime``
 stays cheap for users who never touch SQS.
@@ -150,7 +156,6 @@ class _Held:
     """time.monotonic() past which the lease may have lapsed at SQS."""
     expires: float
     """The same deadline on the injected clock, as Delivery.lease_expires_at says."""
-    payload: bytes = b""
 
 
 @dataclass(slots=True)
@@ -578,11 +583,13 @@ class SqsQueue(LeaseQueue):
     ) -> Enqueued:
         """Send the job to its tier's queue.
 
-        ``created`` is False only when *this process* enqueued (or holds) the
-        same id and has not seen it settled: SQS standard queues do not
-        deduplicate, so a second process enqueueing the same id adds a second
-        message. The workflow layer's create-if-absent run records make that
-        duplicate harmless (its run finds the first one's outcome)."""
+        With an id store, the job's marker is written first, create-if-absent:
+        ``created`` is False when any process holds a live job of this id.
+        Without one, ``created`` is False only when *this process* enqueued (or
+        holds) the id and has not seen it settled: SQS standard queues do not
+        deduplicate, so another process's enqueue of the same id adds a second
+        message, and the workflow layer would run it as a second incarnation
+        (see the class docstring)."""
         check_priority(priority)
         if len(payload) > self.max_payload_bytes:
             raise PayloadTooLarge(
@@ -757,16 +764,19 @@ class SqsQueue(LeaseQueue):
         visibility = max(1, min(math.ceil(lease), SQS_MAX_VISIBILITY_SECONDS))
         out = await self._take_prefetched(n, lease)
         order = self._tier_order()
-        full = True
-        while full and len(out) < n:
-            full = False
-            for tier in order:
+        # Look at every tier once; go back only to tiers that filled a batch.
+        looking = order
+        while looking and len(out) < n:
+            full: list[int] = []
+            for tier in looking:
                 want = min(SQS_MAX_BATCH, n - len(out))
                 if want <= 0:
                     break
                 got, came = await self._receive_counted(tier, want, visibility, 0)
                 out.extend(got)
-                full = full or came == want
+                if came == want:
+                    full.append(tier)
+            looking = full
         if not out and self.wait_time_seconds > 0:
             await self._long_poll(n, visibility, order)
             out = await self._take_prefetched(n, lease)
