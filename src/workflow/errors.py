@@ -85,4 +85,10 @@ class ClassifiedPermanent(PermanentError):
 
     def __init__(self, original: BaseException) -> None:
         self.original = original
-        super().__init__(str(original))
+        try:
+            text = str(original)
+        except Exception:
+            # Wrapping must not fail: the job's own verdict (permanent) would
+            # be lost with it, and the __str__'s error recorded instead.
+            text = f"<unprintable {type(original).__name__}>"
+        super().__init__(text)
