@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import itertools
 import logging
 import math
 import random
@@ -78,6 +80,8 @@ class _Seen:
     size: int
     confirmed: float = field(default_factory=time.monotonic)
     """When (monotonic) this instance last wrote, read or listed this version."""
+    stamp: int = 0
+    """Set when filed in the view; heap entries with another stamp are stale."""
 
 
 @dataclass(slots=True)
@@ -141,6 +145,9 @@ class StoreQueue(LeaseQueue):
         self.stats = StoreQueueStats()
         self._jobs = f"{prefix}/jobs/"
         self._view: dict[str, _Seen] = {}
+        self._timed: list[tuple[float, int, str]] = []
+        self._line: list[tuple[float, str, int]] = []
+        self._stamps = itertools.count(1)
         self._claiming: set[str] = set()
         self._next_scan = -math.inf
         self._lease_hint = 60.0
@@ -167,14 +174,14 @@ class StoreQueue(LeaseQueue):
 
     def _learn(self, job_id: str, etag: str, job: StoredJob, size: int) -> None:
         """Remember a version this instance wrote. A dead one keeps no payload."""
-        self._view[job_id] = _Seen(etag, job.stripped() if job.dead else job, size)
+        self._file(job_id, _Seen(etag, job.stripped() if job.dead else job, size))
 
     def _learn_read(self, job_id: str, etag: str, job: StoredJob, size: int) -> None:
         """Remember a version this instance read. One that is held (by some
         other token, as far as this instance knows) or dead keeps no payload:
         nothing here needs it before it changes, and a change means a GET."""
         held = job.token is not None or job.dead
-        self._view[job_id] = _Seen(etag, job.stripped() if held else job, size)
+        self._file(job_id, _Seen(etag, job.stripped() if held else job, size))
 
     def _forget(self, job_id: str, etag: str | None = None) -> None:
         """Drop an entry, but only the version ``etag`` if given, so a newer
@@ -199,7 +206,7 @@ class StoreQueue(LeaseQueue):
                 self.stats.corrupt_keys.add(key)
                 log.warning("skipping an undecodable queue record: %s", exc)
             if learn:
-                self._view[job_id] = _Seen(etag, None, len(data))
+                self._file(job_id, _Seen(etag, None, len(data)))
             raise
         if learn:
             self._learn_read(job_id, etag, job, len(data))
@@ -233,18 +240,84 @@ class StoreQueue(LeaseQueue):
             return job.run_at <= now
         return job.lease_expires_at is not None and job.lease_expires_at <= now
 
-    def _candidates(self, now: float, kinds: frozenset[str] | None) -> list[str]:
-        """Ids in the view that are due now, in line order (see queue.sort_key)."""
-        due: list[tuple[float, str]] = []
+    def _file(self, job_id: str, seen: _Seen) -> None:
+        """Put an entry in the view and in the heap its state belongs to.
+
+        Like MemoryQueue: ``_timed`` orders entries by when they become
+        claimable (run-at, lease expiry), ``_line`` orders the claimable ones
+        by place in line. Entries are never removed from a heap when the
+        view changes; a popped one whose stamp is not the view's is skipped.
+        So a claim costs O(k log n) for the k jobs it looks at, not O(view).
+        """
+        seen.stamp = next(self._stamps)
+        self._view[job_id] = seen
+        job = seen.job
+        if job is None or job.dead:
+            return
+        due = job.run_at if job.token is None else job.lease_expires_at
+        assert due is not None
+        heapq.heappush(self._timed, (due, seen.stamp, job_id))
+        if len(self._timed) + len(self._line) > 2 * len(self._view) + 1024:
+            self._reindex()
+
+    def _reindex(self) -> None:
+        """Rebuild both heaps from the view, dropping stale entries."""
+        self._timed = []
+        self._line = []
         for job_id, seen in self._view.items():
             job = seen.job
-            if job is None or job_id in self._claiming or not self._claimable(job, now):
+            if job is not None and not job.dead:
+                due = job.run_at if job.token is None else job.lease_expires_at
+                assert due is not None
+                self._timed.append((due, seen.stamp, job_id))
+        heapq.heapify(self._timed)
+
+    def _current(self, job_id: str, stamp: int) -> StoredJob | None:
+        seen = self._view.get(job_id)
+        if seen is None or seen.stamp != stamp:
+            return None
+        return seen.job
+
+    def _promote(self, now: float) -> None:
+        """Move entries that have become claimable from ``_timed`` to ``_line``."""
+        while self._timed and self._timed[0][0] <= now:
+            _, stamp, job_id = heapq.heappop(self._timed)
+            job = self._current(job_id, stamp)
+            if job is not None:
+                key = sort_key(job.run_at, job.priority, self.priority_aging)
+                heapq.heappush(self._line, (key, job_id, stamp))
+
+    def _candidates(
+        self,
+        now: float,
+        kinds: frozenset[str] | None,
+        limit: int,
+        skip: Collection[str] = (),
+    ) -> list[str]:
+        """Up to ``limit`` ids due now, in line order (see queue.sort_key),
+        of ``kinds`` if given, not in ``skip`` or being claimed."""
+        self._promote(now)
+        out: list[str] = []
+        keep: list[tuple[float, str, int]] = []
+        while self._line and len(out) < limit:
+            entry = heapq.heappop(self._line)
+            _, job_id, stamp = entry
+            job = self._current(job_id, stamp)
+            if job is None:
+                continue  # stale: the view has moved on, and refiled it
+            if not self._claimable(job, now):  # only if the clock went back
+                due = job.run_at if job.token is None else job.lease_expires_at
+                heapq.heappush(self._timed, (due or now, stamp, job_id))
+                continue
+            keep.append(entry)
+            if job_id in self._claiming or job_id in skip:
                 continue
             if kinds is not None and job.kind not in kinds:
                 continue
-            due.append((sort_key(job.run_at, job.priority, self.priority_aging), job_id))
-        due.sort()
-        return [job_id for _, job_id in due]
+            out.append(job_id)
+        for entry in keep:  # still due: they stay in line until claimed
+            heapq.heappush(self._line, entry)
+        return out
 
     def _renewed_elsewhere(self, seen: _Seen, info: ObjectInfo, now: float) -> bool:
         """Whether a listed change is most likely another holder renewing its
@@ -322,7 +395,7 @@ class StoreQueue(LeaseQueue):
                 elif self._renewed_elsewhere(seen, info, now):
                     pass
                 elif (guess := self._claimed_elsewhere(seen, info, now)) is not None:
-                    self._view[job_id] = guess
+                    self._file(job_id, guess)
                 else:
                     stale.append((job_id, seen.etag))
             for job_id, etag in before.items():
@@ -462,13 +535,13 @@ class StoreQueue(LeaseQueue):
         self._lease_hint = lease
         wanted = None if kinds is None else frozenset(kinds)
         now = self.clock.now()
-        candidates = self._candidates(now, wanted)
+        candidates = self._candidates(now, wanted, n)
         mono = time.monotonic()
         if self._view_is_stale() or (
             mono >= self._next_scan
             and (
                 len(candidates) < n
-                or any(self._view[i].confirmed < mono - self.scan_interval for i in candidates[:n])
+                or any(self._view[i].confirmed < mono - self.scan_interval for i in candidates)
             )
         ):
             await self._scan()
@@ -477,16 +550,14 @@ class StoreQueue(LeaseQueue):
         tried: set[str] = set()
         lost_before = self._wasted_total
         for _ in range(_CLAIM_ROUNDS):
-            candidates = [i for i in self._candidates(now, wanted) if i not in tried]
+            need = n - len(out)
+            # Under contention other processes hold the same view in the same
+            # order and race for its head: take ours from a wider, shuffled head.
+            candidates = self._candidates(now, wanted, need * self._spread, tried)
             if not candidates:
                 break
-            if self._spread > 1:
-                # Other processes hold the same view in the same order and
-                # race for its head; take ours from a wider, shuffled head.
-                head = candidates[: n * self._spread]
-                random.shuffle(head)
-                candidates = head + candidates[n * self._spread :]
-            batch = candidates[: n - len(out)]
+            picked = sorted(random.sample(range(len(candidates)), min(need, len(candidates))))
+            batch = [candidates[i] for i in picked]
             tried.update(batch)
             won = await asyncio.gather(*(self._claim_one(i, now, lease) for i in batch))
             out.extend(d for d in won if d is not None)
@@ -552,7 +623,7 @@ class StoreQueue(LeaseQueue):
                 self._wasted_total += 1
                 current = self._view.get(job_id)
                 if current is not None and current.etag == etag:
-                    self._view[job_id] = self._held_elsewhere(job, etag, now)
+                    self._file(job_id, self._held_elsewhere(job, etag, now))
                 return None
             except StoreUnavailable:
                 # Not raised: the other claims of this batch landed, and failing
@@ -857,18 +928,14 @@ class StoreQueue(LeaseQueue):
             after = page[-1].key
 
     async def next_due(self) -> float | None:
-        now = self.clock.now()
-        times: list[float] = []
-        for seen in self._view.values():
-            job = seen.job
-            if job is None or job.dead:
-                continue
-            if job.token is not None:
-                assert job.lease_expires_at is not None
-                times.append(job.lease_expires_at)
-            elif job.run_at > now:
-                times.append(job.run_at)
-        return min(times, default=None)
+        """The earliest run-at or lease expiry in the view not yet seen due by
+        a claim (as MemoryQueue: its timed heap's head)."""
+        while self._timed:
+            due, stamp, job_id = self._timed[0]
+            if self._current(job_id, stamp) is not None:
+                return due
+            heapq.heappop(self._timed)
+        return None
 
     def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
         self._listeners.append(listener)
@@ -882,6 +949,8 @@ class StoreQueue(LeaseQueue):
     async def close(self) -> None:
         """Forget the view. The store is the caller's: it is not closed here."""
         self._view.clear()
+        self._timed.clear()
+        self._line.clear()
 
 
 _CLAIM_ROUNDS = 8

@@ -172,8 +172,15 @@ async def run_fleet(
 
 
 def check(
-    out: Path, results: dict[str, dict[str, dict[str, int]]], jobs: int, *, label: str
+    out: Path,
+    results: dict[str, dict[str, dict[str, int]]],
+    jobs: int,
+    *,
+    label: str,
+    lapses: bool = False,
 ) -> None:
+    """The invariants; ``lapses``: leases are short enough that a busy machine
+    may let a live worker's lapse, so a survivor may legitimately rerun a job."""
     runs = executions(out)
     per_job: dict[str, list[tuple[str, int]]] = {}
     for who, job_id, attempt in runs:
@@ -185,10 +192,13 @@ def check(
         # never two executions of one claim.
         assert len(set(attempts)) == len(attempts), (job_id, seen)
         survivors = [who for who, _ in seen if who != "victim"]
-        assert len(survivors) == 1, (job_id, seen)
+        assert len(survivors) == 1 or (lapses and survivors), (job_id, seen)
     acked = sum(r["worker"]["succeeded"] for r in results.values())
     assert acked == jobs
-    assert sum(r["worker"]["lost"] for r in results.values()) == 0
+    reruns = sum(len(seen) - 1 for seen in per_job.values())
+    lost = sum(r["worker"]["lost"] for r in results.values())
+    # A LOST settlement only for a rerun's first holder, whose lease lapsed.
+    assert lost == 0 or (lapses and lost <= reruns), (lost, reruns)
     assert all(r["worker"]["succeeded"] > 0 for r in results.values()), "a worker did nothing"
 
     totals: Counter[str] = Counter()
@@ -227,7 +237,7 @@ async def test_a_killed_worker_jobs_are_taken_over_when_their_leases_lapse(
     out.mkdir()
     url = f"file://{tmp_path / 'store'}"
     results = await run_fleet(url, out, workers=3, jobs=100, lease=3, victim=8)
-    check(out, results, 100, label="file, 3 processes + 1 killed")
+    check(out, results, 100, label="file, 3 processes + 1 killed", lapses=True)
     taken_over = {j for w, j, a in executions(out) if w != "victim" and a > 1}
     victims = {j for w, j, _ in executions(out) if w == "victim"}
     assert victims
