@@ -51,6 +51,9 @@ class CrashReport:
     """Jobs with no outcome record."""
     queue_left: int = 0
     max_attempts_seen: int = 0
+    claims: int = 0
+    """Claims that landed (CLAIM lines): ``jobs`` when every job ran once."""
+    runs_claimed_twice: int = 0
     problems: list[str] = field(default_factory=list)
 
     def figures(self) -> str:
@@ -62,6 +65,7 @@ class CrashReport:
             f"repeats {self.repeats} (after a kill {self.repeats_after_death}, "
             f"overlapping a live holder {self.repeats_overlap}), outcomes {self.outcomes} "
             f"(succeeded {self.succeeded}), lost {self.lost}, queue left {self.queue_left}, "
+            f"claims {self.claims} (runs claimed more than once {self.runs_claimed_twice}), "
             f"most attempts {self.max_attempts_seen}, problems {len(self.problems)}, "
             f"{self.elapsed:.1f}s"
         )
@@ -82,11 +86,17 @@ async def run_crash(
     concurrency: int = 8,
     lease: float = 2.0,
     kill_spec: str = DEFAULT_KILLS,
-    parent_kill_every: tuple[float, float] = (0.5, 2.0),
+    parent_kill_every: tuple[float, float] | None = (0.5, 2.0),
     seed: int = 1,
     deadline: float = 150.0,
+    per_worker: list[dict[str, str]] | None = None,
+    **env: str,
 ) -> CrashReport:
-    """Run ``jobs`` ThreeSteps jobs over ``workers`` killable worker processes."""
+    """Run ``jobs`` ThreeSteps jobs over ``workers`` killable worker processes.
+
+    ``per_worker`` gives each worker its own environment overrides (a clock
+    offset, say); ``env`` applies to all. ``parent_kill_every=None``: the
+    parent kills nobody."""
     from rel_support import submitter
 
     root, events = base / "store", base / "events.log"
@@ -99,19 +109,20 @@ async def run_crash(
         REL_SEED=str(seed),
         REL_LEASE=str(lease),
         REL_CONCURRENCY=str(concurrency),
+        **env,
     )
     rng = random.Random(seed)
     started = time.monotonic()
     runner = submitter(root)
     try:
-        for _ in range(workers):
-            pool.start()
+        for i in range(workers):
+            pool.start(**(per_worker[i] if per_worker else {}))
         handles = await asyncio.gather(*(runner.submit(ThreeSteps(n=i)) for i in range(jobs)))
         expected = {h.id for h in handles}
         if len(expected) != jobs:
             report.problems.append(f"{jobs} submits gave {len(expected)} distinct run ids")
 
-        next_kill = time.monotonic() + rng.uniform(*parent_kill_every)
+        next_kill = time.monotonic() + rng.uniform(*(parent_kill_every or (0, 0)))
         outcomes_dir, queue_dir = root / "outcomes", root / "queue" / "jobs"
         while True:
             for proc in pool.dead():
@@ -128,7 +139,7 @@ async def run_crash(
                     f"{_count(queue_dir)} queue records\n{pool.log_tail()}"
                 )
                 break
-            if now >= next_kill and pool.alive():
+            if parent_kill_every and now >= next_kill and pool.alive():
                 victim = rng.choice(pool.alive())
                 pool.kill(victim)
                 report.parent_kills += 1
@@ -174,6 +185,12 @@ def audit(report: CrashReport, root: Path, events_path: Path, expected: set[str]
                 deaths.setdefault(pid, i)
             case ["OUTCOME-WROTE", run, _pid]:
                 outcome_writes[run] += 1
+
+    claimed: Counter[str] = Counter()
+    for (run, _pid), positions in claims.items():
+        claimed[run] += len(positions)
+    report.claims = sum(claimed.values())
+    report.runs_claimed_twice = sum(1 for n in claimed.values() if n > 1)
 
     # Outcomes: one per run, every run, all succeeded, each the memos' values.
     outcome_files = set(os.listdir(root / "outcomes")) if (root / "outcomes").is_dir() else set()
