@@ -30,7 +30,7 @@ from runtime.errors import MalformedPayload, PermanentError
 from runtime.queue import Delivery, JobStatus, LeaseQueue
 from runtime.store_queue import StoreQueue
 from runtime.worker import Attempt, Failure, Success, Terminal, Worker
-from store import AlreadyExists, NotFound, ObjectStore, open_store
+from store import AlreadyExists, NotFound, ObjectStore, StoreUnavailable, open_store
 
 from .codec import canonical_input, codec_for_type, pack, sha256_hex, unpack
 from .context import JobContext, _extra, _Run
@@ -416,7 +416,13 @@ class JobRunner:
             future: asyncio.Future[OutcomeRecord] = loop.create_future()
             self._waiters.setdefault(run_id, []).append(future)
             try:
-                record = await self._read_outcome_record(run_id)
+                try:
+                    record = await self._read_outcome_record(run_id)
+                except StoreUnavailable as exc:
+                    # Waiting is polling: a read the store failed is one more
+                    # poll that learned nothing (the caller's timeout bounds it).
+                    log.debug("job %s: outcome not readable yet: %s", run_id, exc)
+                    record = None
                 if record is None:
                     wait = delay if not self._running else max(delay, 0.25)
                     # asyncio.wait leaves the future alone on a timeout and,
