@@ -82,6 +82,8 @@ class _Seen:
     """When (monotonic) this instance last wrote, read or listed this version."""
     stamp: int = 0
     """Set when filed in the view; heap entries with another stamp are stale."""
+    guessed: bool = False
+    """``job`` is inferred (a claim elsewhere), not read: see ``_held_elsewhere``."""
 
 
 @dataclass(slots=True)
@@ -368,7 +370,7 @@ class StoreQueue(LeaseQueue):
             token=_TOKEN_SHAPE,
             lease_expires_at=now + self._lease_hint,
         )
-        return _Seen(etag, claimed.stripped(), len(encode(claimed)))
+        return _Seen(etag, claimed.stripped(), len(encode(claimed)), guessed=True)
 
     async def _scan(self) -> None:
         """List the jobs prefix; read the records whose etag the view does not

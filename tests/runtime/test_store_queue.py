@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime import FakeClock, JobStatus, Settlement
+from runtime import Delivery, FakeClock, JobRecord, JobStatus, Settlement
 from runtime.store_queue import StoreQueue
 from runtime.store_records import CorruptRecord, StoredJob, decode, encode
 from store import MemoryStore, ObjectStore
@@ -436,3 +436,127 @@ async def test_a_queue_on_a_store_that_loses_answers_still_runs_each_job_once(
             delivered[d.id] += 1
             assert await retried(lambda d=d: q.ack(d)) is Settlement.ACKED  # type: ignore[misc]
     assert delivered == Counter({f"j{i:02}": 1 for i in range(40)})
+
+
+# -- the view and its index against the store's truth -----------------------------
+
+Op = tuple[Any, Any, Any, Any]
+"""One random operation: a name and up to three arguments."""
+
+_op = st.one_of(
+    st.tuples(
+        st.just("enqueue"), st.integers(0, 7), st.integers(0, 9), st.sampled_from([0, 0, 5, 20])
+    ),
+    st.tuples(
+        st.just("claim"),
+        st.integers(1, 4),
+        st.sampled_from([5, 30]),
+        st.sampled_from(["", "a", "*"]),
+    ),
+    st.tuples(st.just("claim-b"), st.integers(1, 4), st.sampled_from([5, 30]), st.just("*")),
+    st.tuples(st.just("advance"), st.sampled_from([1, 5, 12, 40]), st.just(0), st.just(0)),
+    st.tuples(
+        st.just("settle"),
+        st.integers(0, 20),
+        st.sampled_from(["ack", "nack", "nack-later", "uncounted", "release", "dead", "renew"]),
+        st.just(0),
+    ),
+    st.tuples(st.sampled_from(["cancel", "requeue"]), st.integers(0, 7), st.just(0), st.just(0)),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_op, max_size=40))
+def test_claims_follow_the_store_truth_under_any_sequence(ops: list[Op]) -> None:
+    """Drive one StoreQueue at random; before each claim, work out from the
+    store alone (via a second instance's ``list``) which jobs are due and in
+    what order, and check the claim took the first of them; check every
+    settlement's answer against whether its token is still current."""
+    asyncio.run(_drive(ops))
+
+
+async def _drive(ops: list[Op]) -> None:
+    clock = FakeClock()
+    backing = MemoryStore(clock=clock.now)
+    q = StoreQueue(backing, clock=clock, scan_interval=0, priority_aging=10)
+    b = StoreQueue(backing, clock=clock, scan_interval=0, priority_aging=10)
+    truth = StoreQueue(backing, clock=clock, scan_interval=0, priority_aging=10)
+    b_active = False
+    held: list[Delivery] = []
+    current: dict[str, str] = {}  # id -> the token that owns it now
+    for op, x, y, z in ops:
+        now = clock.now()
+        if op == "enqueue":
+            kind = "a" if x % 2 else "b"
+            await q.enqueue(b"p", id=f"j{x}", kind=kind, priority=int(y), run_at=now + int(z))
+        elif op == "advance":
+            clock.advance(int(x))
+        elif op in ("claim", "claim-b"):
+            kinds = None if z == "*" else [str(z) or "b"]
+            records = (await truth.list(limit=1000)).records
+            due = sorted(
+                r.run_at + r.priority * 10
+                for r in records
+                if (kinds is None or r.kind in kinds)
+                and (
+                    r.status is JobStatus.READY
+                    or (r.status is JobStatus.CLAIMED and (r.lease_expires_at or 0) <= now)
+                )
+            )
+            claimer = q if op == "claim" else b
+            got = await claimer.claim(int(x), lease=float(y), kinds=kinds)
+            keys = sorted(d.priority * 10 + _run_at(records, d.id) for d in got)
+            if op == "claim" and not b_active:
+                assert keys == due[: int(x)]  # what it knows is all there is: exact order
+            else:
+                # Views that b changed under q are stale and guessed: q may
+                # claim fewer, or other due jobs, but never one not due.
+                assert len(got) <= int(x) and all(k in due for k in keys)
+            b_active = b_active or op == "claim-b"
+            for d in got:
+                before = next(r for r in records if r.id == d.id)
+                assert d.attempt == before.attempts + 1
+                current[d.id] = d.token
+            held += got
+        elif op == "settle" and held:
+            d = held[int(x) % len(held)]
+            owned = current.get(d.id) == d.token
+            record = await truth.get(d.id)
+            if y == "renew":
+                assert (await q.renew(d, 50) is not None) == owned
+                continue
+            if y == "ack":
+                result = await q.ack(d)
+            elif y in ("nack", "nack-later", "uncounted"):
+                result = await q.nack(d, delay=0 if y == "nack" else 7, count=y != "uncounted")
+            elif y == "release":
+                result = await q.release(d)
+            else:
+                result = await q.dead_letter(d, "x")
+            assert (result is not Settlement.LOST) == owned, (op, y, d.id)
+            if owned:
+                del current[d.id]
+                assert record is not None
+                if y == "nack" and record.attempts >= record.max_attempts:
+                    assert result is Settlement.DEAD
+            else:
+                assert await truth.get(d.id) == record  # a stale token changes nothing
+        elif op in ("cancel", "requeue"):
+            job_id = f"j{x}"
+            if op == "cancel":
+                await q.cancel(job_id)
+                current.pop(job_id, None)
+            else:
+                await q.requeue(job_id)
+        # Where a view holds the store's current version, it holds it exactly.
+        for info in await backing.list("queue/jobs/"):
+            stored = decode((await backing.get(info.key)).data, key=info.key)
+            for queue in (q, b):
+                seen = queue._view.get(stored.id)
+                if seen and seen.etag == info.etag and seen.job and not seen.guessed:
+                    expected = stored.stripped() if seen.job.partial else stored
+                    assert seen.job == expected
+
+
+def _run_at(records: list[JobRecord], job_id: str) -> float:
+    return next(r.run_at for r in records if r.id == job_id)
