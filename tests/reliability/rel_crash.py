@@ -7,6 +7,7 @@ log say happened. Used by test_crash.py (CI size) and benchmarks/soak.py
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import random
 import time
@@ -166,6 +167,7 @@ def audit(report: CrashReport, root: Path, events_path: Path, expected: set[str]
     wrote: dict[tuple[str, str], list[tuple[int, str]]] = defaultdict(list)
     exists: set[str] = set()
     claims: dict[tuple[str, str], list[int]] = defaultdict(list)
+    claiming: dict[tuple[str, str], list[int]] = defaultdict(list)
     deaths: dict[str, int] = {}
     outcome_writes: Counter[str] = Counter()
     for i, e in enumerate(events):
@@ -176,6 +178,8 @@ def audit(report: CrashReport, root: Path, events_path: Path, expected: set[str]
                 wrote[(run, step)].append((i, token))
             case ["MEMO-EXISTS", _run, _step, _pid, token]:
                 exists.add(token)
+            case ["CLAIMING", run, pid, _claims]:
+                claiming[(run, pid)].append(i)
             case ["CLAIM", run, pid, _claims]:
                 claims[(run, pid)].append(i)
             case ["KILL", point, pid, _detail]:
@@ -224,7 +228,7 @@ def audit(report: CrashReport, root: Path, events_path: Path, expected: set[str]
         if result != memos:
             problems.append(f"run {run}: result {result} is not its memos {memos}")
         for step, memo in zip(STEPS, memos, strict=True):
-            _check_step(report, run, step, memo, execs, wrote, exists, claims, deaths)
+            _check_step(report, run, step, memo, execs, wrote, exists, claiming, deaths)
 
 
 def _check_step(
@@ -235,7 +239,7 @@ def _check_step(
     execs: dict[tuple[str, str], list[tuple[int, str, str]]],
     wrote: dict[tuple[str, str], list[tuple[int, str]]],
     exists: set[str],
-    claims: dict[tuple[str, str], list[int]],
+    claiming: dict[tuple[str, str], list[int]],
     deaths: dict[str, int],
 ) -> None:
     problems = report.problems
@@ -249,14 +253,18 @@ def _check_step(
     landed = wrote.get((run, step), [])
     if len(landed) > 1 or any(token != winner_token for _, token in landed):
         problems.append(f"run {run} step {step}: memo writes {landed}, memo {memo}")
-    # When the memo landed, as a position in the log: its MEMO-WROTE line, or
-    # (killed between the write and the line) the writer's death.
-    landed_at = landed[0][0] if landed else deaths.get(winner_pid, winners[0])
+    # When the memo had certainly landed, as a position in the log: its
+    # MEMO-WROTE line, or (killed between the write and the line) the
+    # writer's death; with neither (a writer cancelled mid-write), unknown.
+    landed_at = landed[0][0] if landed else deaths.get(winner_pid, math.inf)
     report.repeats += len(done) - 1
     for i, pid, token in done:
         if token == winner_token:
             continue
-        claimed = [c for c in claims.get((run, pid), []) if c < i]
+        # The claim this execution ran under began (its CLAIMING line is
+        # written before the claim's write) after the memo had landed: its
+        # memo scan, which follows the claim, must have found it.
+        claimed = [c for c in claiming.get((run, pid), []) if c < i]
         if claimed and claimed[-1] > landed_at:
             problems.append(
                 f"run {run} step {step}: executed again by {pid} under a claim made after "

@@ -19,7 +19,7 @@ Event lines (space separated, first word the event):
 ``EXEC run step pid token``             a step function ran (its side effect)
 ``MEMO-WRITING|MEMO-WROTE|MEMO-EXISTS run step pid token``  a memo write
 ``OUTCOME-WRITING|OUTCOME-WROTE|OUTCOME-EXISTS run pid``    an outcome write
-``CLAIM run pid claims``                a claim landed in the queue record
+``CLAIMING|CLAIM run pid claims``      a claim is about to be written / landed
 ``KILL point pid key``                  a worker about to SIGKILL itself
 ``PKILL pid``                           the parent SIGKILLed a worker
 """
@@ -27,6 +27,7 @@ Event lines (space separated, first word the event):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import secrets
@@ -179,15 +180,23 @@ class TapStore(ObjectStore):
         return await self.inner.put_if_absent(key, data)
 
     async def put_if_match(self, key: str, data: bytes, etag: str) -> str:
-        new = await self.inner.put_if_match(key, data, etag)
+        job = None
         if "/jobs/" in key:
-            try:
+            with contextlib.suppress(CorruptRecord):
                 job = decode(data, key=key)
-            except CorruptRecord:
-                return new
-            if _is_claim(job.id, job.token):
-                emit("CLAIM", job.id, self.pid, job.claims)
-                self.kill.maybe("after_claim", key)
+        # A claim writes a token this process has not written for the job
+        # before (a renewal keeps it; a settlement drops it).
+        claim = job is not None and job.token is not None and _tokens.get(job.id) != job.token
+        if claim:
+            assert job is not None
+            emit("CLAIMING", job.id, self.pid, job.claims)
+        new = await self.inner.put_if_match(key, data, etag)
+        if job is not None:
+            _tokens[job.id] = job.token
+        if claim:
+            assert job is not None
+            emit("CLAIM", job.id, self.pid, job.claims)
+            self.kill.maybe("after_claim", key)
         return new
 
     async def delete(self, key: str, *, if_match: str | None = None) -> None:
@@ -203,14 +212,7 @@ class TapStore(ObjectStore):
 
 
 _tokens: dict[str, str | None] = {}
-
-
-def _is_claim(job_id: str, token: str | None) -> bool:
-    """Whether a queue write by this process is a claim: it carries a token
-    this process has not written for the job before (a renewal keeps the token)."""
-    previous = _tokens.get(job_id)
-    _tokens[job_id] = token
-    return token is not None and token != previous
+"""The token this process last wrote into each job's record."""
 
 
 class SkewedClock:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from rel_crash import run_crash
+from rel_crash import CrashReport, run_crash
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +27,7 @@ SKEWS = [{"REL_CLOCK_OFFSET": "-5"}, {"REL_CLOCK_OFFSET": "0"}, {"REL_CLOCK_OFFS
 JOBS = 30
 
 
-async def run(tmp_path: Path, lease: float):
+async def run(tmp_path: Path, lease: float) -> CrashReport:
     return await run_crash(
         tmp_path,
         jobs=JOBS,
