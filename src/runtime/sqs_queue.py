@@ -61,6 +61,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import logging
 import math
 import re
 import secrets
@@ -108,6 +109,8 @@ writes a failed outcome); SQS's redrive catches only a message received this
 many times without ever being settled or re-sent."""
 RETENTION_SECONDS = 1_209_600
 """14 days, SQS's maximum, set on every queue :meth:`SqsQueue.create_queues` makes."""
+
+logger = logging.getLogger("runtime.sqs_queue")
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,70}$")
 _VISIBILITY_SAFETY = 60.0
@@ -297,6 +300,7 @@ class SqsQueue(LeaseQueue):
         remember_ids: int = 10_000,
         remember_bytes: int = 64 * 1024 * 1024,
         id_prefix: str = "sqs-ids",
+        spill_bytes: int = 60 * 1024,
     ) -> None:
         if not _NAME_RE.match(name):
             raise ValueError(
@@ -336,6 +340,7 @@ class SqsQueue(LeaseQueue):
         self._remember_bytes = remember_bytes
         self.id_store = id_store
         self.id_prefix = id_prefix.rstrip("/")
+        self.spill_bytes = spill_bytes
         self._cancelled: OrderedDict[str, None] = OrderedDict()
         self._remember = remember_ids
         self._wrr = [0] * len(self.tiers)
@@ -493,6 +498,10 @@ class SqsQueue(LeaseQueue):
         return min(math.ceil(remaining), self.max_delay_seconds)
 
     async def _send(self, url: str, body: dict[str, Any], run_at: float) -> None:
+        """Send one message (batched). A spilled job's payload stays in its
+        marker: the message carries everything else."""
+        if body.get("sp"):
+            body = {k: v for k, v in body.items() if k != "p"}
         text = self._encode(body)
         size = len(text.encode())
         if size > self.max_message_bytes:
@@ -601,10 +610,11 @@ class SqsQueue(LeaseQueue):
         job_id = check_job_id(id) if id is not None else secrets.token_hex(16)
         if self.id_store is None and job_id in self._live:
             return Enqueued(job_id, created=False)
-        if len(payload) * 4 // 3 + 1024 > self.max_message_bytes:
+        if self.id_store is None and len(payload) * 4 // 3 + 1024 > self.max_message_bytes:
             raise PayloadTooLarge(
                 f"payload of {len(payload)} bytes is over what one SQS message of "
-                f"{self.max_message_bytes} bytes carries once base64-encoded"
+                f"{self.max_message_bytes} bytes carries once base64-encoded (an id "
+                "store would keep it on S3)"
             )
         now = self.clock.now()
         due = now if run_at is None else run_at
@@ -623,6 +633,10 @@ class SqsQueue(LeaseQueue):
         }
         if self.id_store is not None:
             body["tok"] = secrets.token_hex(8)
+            if len(body["p"]) > self.spill_bytes:
+                # Kept in the marker, which every claim reads anyway: the
+                # message stays small (SQS bills each 64 KiB as a request).
+                body["sp"] = 1
             try:
                 await self.id_store.put_if_absent(
                     self._marker_key(job_id), self._encode(body).encode()
@@ -688,7 +702,8 @@ class SqsQueue(LeaseQueue):
         try:
             body = json.loads(message["Body"])
             job_id = str(body["id"])
-            payload = base64.b64decode(body["p"], validate=True)
+            if not body.get("sp"):
+                base64.b64decode(body["p"], validate=True)
         except (ValueError, KeyError, TypeError, binascii.Error):
             await self._send(
                 await self._dead_url(),
@@ -710,6 +725,14 @@ class SqsQueue(LeaseQueue):
                 # duplicate (SQS delivers at least once) or a cancelled job.
                 await self._delete(url, receipt)
                 return None
+            if body.get("sp"):
+                body["p"] = marker["p"]
+        elif body.get("sp"):
+            # Sent by a process with an id store: this one, without, cannot
+            # read the payload. Leave it to them (it shows again after the lease).
+            logger.warning("%r: job %s keeps its payload in an id store", self, job_id)
+            return None
+        payload = base64.b64decode(body["p"])
         run_at = float(body.get("run_at", 0.0))
         if run_at > self.clock.now():
             # Arrived before its run-at (DelaySeconds stops at 15 minutes):
@@ -1055,6 +1078,8 @@ class SqsQueue(LeaseQueue):
                             # Cancelled while dead: nothing to bring back.
                             await self._delete(dead_url, message["ReceiptHandle"])
                             continue
+                        if body.get("sp"):
+                            body["p"] = marker["p"]
                     received = int(message.get("Attributes", {}).get("ApproximateReceiveCount", 1))
                     # Claims keep counting (over-counting is safe: it only
                     # makes the workflow layer look for memos).

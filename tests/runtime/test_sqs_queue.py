@@ -271,6 +271,39 @@ async def test_payload_over_the_limit_is_refused(make_queue: Factory) -> None:
     assert await small.counts() == dict.fromkeys(JobStatus, 0)
 
 
+async def test_payload_over_the_message_limit_is_kept_on_s3(
+    make_queue: Factory, s3_store: ObjectStore, moto_server: str
+) -> None:
+    """With an id store, a payload over ``spill_bytes`` travels in the job's
+    marker (read at every claim anyway); the message stays small, through
+    release, dead-letter and requeue."""
+    import boto3
+
+    q = await make_queue(id_store=s3_store, max_message_bytes=4096, max_payload_bytes=300_000)
+    big = bytes(range(256)) * 1100  # 281,600 bytes: over 256 KiB and over the 4 KiB message cap
+    await q.enqueue(big, id="big")
+    await q.enqueue(b"small", id="small")
+    client = boto3.client("sqs", endpoint_url=moto_server, region_name="us-east-1")
+    url = client.get_queue_url(QueueName=f"{q.name}-normal")["QueueUrl"]
+    peek = client.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=0)
+    sizes = sorted(len(m["Body"]) for m in peek["Messages"])
+    assert len(sizes) == 2 and sizes[-1] < 1024
+    got = {d.id: d for d in await claim_until(q, 2)}
+    assert got["big"].payload == big and got["small"].payload == b"small"
+    assert await q.release(got["big"]) == Settlement.RELEASED
+    [again] = await claim_until(q)
+    assert again.payload == big
+    assert await q.dead_letter(again, "too big to live") == Settlement.DEAD
+    assert await q.requeue("big")
+    [back] = await claim_until(q)
+    assert (back.payload, back.attempt) == (big, 1)
+    assert await q.ack(back) == Settlement.ACKED
+    # Without an id store there is nowhere to keep it.
+    plain = await make_queue(max_message_bytes=4096, max_payload_bytes=300_000)
+    with pytest.raises(PayloadTooLarge, match="id store"):
+        await plain.enqueue(big)
+
+
 async def test_dedup_is_per_process(make_queue: Factory) -> None:
     a = await make_queue()
     b = await make_queue(peer=a)
