@@ -40,7 +40,9 @@ long form):
   do not deduplicate. With ``id_store`` (an ObjectStore: the bucket) each job
   has a create-if-absent marker, so dedup by id, ``get``, ``cancel`` and
   dropping SQS's duplicate deliveries work fleet-wide; without it they work
-  within this process only.
+  within this process only. The marker also holds the payload, so a payload
+  over ``spill_bytes`` is left out of the message (kept on S3, read back by
+  the claim's marker check at no extra request).
 - **What SQS cannot do is refused, not faked.** ``list`` raises
   :class:`SqsUnsupported`; ``get`` is exact for jobs this process holds and
   says "live" (READY/SCHEDULED) or DEAD from the marker for the rest (or
@@ -277,6 +279,8 @@ class SqsQueue(LeaseQueue):
     is the longest counted-nack delay carried on the visibility timeout (one
     request, but the message counts as in flight meanwhile); longer delays
     re-send the message with DelaySeconds (two requests, not in flight).
+    ``spill_bytes``: with an id store, a base64 payload longer than this stays
+    in the marker, not the message (SQS bills each 64 KiB as one request).
     """
 
     def __init__(
