@@ -334,7 +334,7 @@ async def retry(runner: JobRunner, job_id: str) -> None:
             raise InspectError(f"no job {job_id} in {runner.store.location}")
         raise InspectError(
             f"job {job_id} has finished ({outcome.status.value}) and left the queue; "
-            "only a dead job can be retried (submit it again instead)"
+            "only a dead job can be retried"
         )
     if queued.status is not JobStatus.DEAD:
         raise InspectError(
