@@ -564,9 +564,7 @@ class Worker:
         batch is no bigger than the smallest remaining cap among kinds it may
         return, so one claim can never overshoot a cap.
         """
-        if free <= 0 or not self._handlers:
-            # With nothing registered, every job would be "unknown": claiming
-            # would dead-letter the whole queue. Claim nothing instead.
+        if free <= 0:
             return None, 0
         room = {
             kind: reg.max_in_flight - self._by_kind.get(kind, 0)

@@ -1041,17 +1041,6 @@ async def test_only_registered_leaves_other_kinds_for_other_workers(env: Env) ->
     assert worker.stats.dead == 0
 
 
-async def test_a_worker_with_nothing_registered_claims_nothing(env: Env) -> None:
-    """Else it would dead-letter the whole queue as unknown kinds."""
-    flaky = FlakyQueue(env.queue)
-    worker = env.worker(queue=flaky, poll_interval=0.01)
-    await worker.start()
-    await env.queue.enqueue(b"", kind="k", id="j")
-    await until(lambda: flaky.next_due_calls >= 3, "the loop turned a few times")
-    assert flaky.claims == 0
-    assert await env.status("j") is JobStatus.READY
-
-
 async def test_deliveries_beyond_the_claim_are_released_not_run(env: Env) -> None:
     """A queue that breaks the contract must not break the concurrency bound."""
     flaky = FlakyQueue(env.queue)
