@@ -55,6 +55,9 @@ Out = TypeVar("Out")
 S = TypeVar("S")
 
 ENVELOPE_VERSION = 1
+RUNNING_POLL_BUDGET = 200.0
+"""Outcome polls a second, about, across all the handles waiting in a runner
+whose worker runs (see ``_wait_for``)."""
 RESERVED_HEADER_PREFIX = "stepstone."
 
 
@@ -424,7 +427,14 @@ class JobRunner:
                     log.debug("job %s: outcome not readable yet: %s", run_id, exc)
                     record = None
                 if record is None:
-                    wait = delay if not self._running else max(delay, 0.25)
+                    wait = delay
+                    if self._running:
+                        # Our worker wakes us for runs it settles; polling only
+                        # finds runs other processes settled. Spread it so all
+                        # handles together read about RUNNING_POLL_BUDGET
+                        # outcomes a second: N handles waiting T seconds cost
+                        # O(N) reads, not O(N * T).
+                        wait = max(delay, 0.25, len(self._waiters) / RUNNING_POLL_BUDGET)
                     # asyncio.wait leaves the future alone on a timeout and,
                     # unlike wait_for(shield(...)), starts no task per wait.
                     await asyncio.wait((future,), timeout=wait)
