@@ -47,8 +47,14 @@ class Layout:
 
     def __init__(self, prefix: str = "") -> None:
         self.prefix = prefix.strip("/")
+        # Built once: keys are built several times per job, and join's
+        # generator costs more than the rest of building one.
+        self._outcomes = join(self.prefix, "outcomes") + "/"
+        self._memos = join(self.prefix, "memos") + "/"
 
     def outcome(self, run_id: str) -> str:
+        if _plain(run_id):
+            return self._outcomes + run_id
         return join(self.prefix, "outcomes", run_id)
 
     def outcomes(self) -> str:
@@ -58,6 +64,8 @@ class Layout:
         return join(self.prefix, "memos", run_id, incarnation or "") + "/"
 
     def memo(self, run_id: str, incarnation: str, step_key: str) -> str:
+        if _plain(run_id) and _plain(incarnation) and _plain(step_key):
+            return f"{self._memos}{run_id}/{incarnation}/{step_key}"
         return join(self.prefix, "memos", run_id, incarnation, step_key)
 
     def progress(self, run_id: str) -> str:
@@ -65,6 +73,11 @@ class Layout:
 
     def run_id_of_outcome(self, key: str) -> str:
         return key.rsplit("/", 1)[-1]
+
+
+def _plain(part: str) -> bool:
+    """A part that ``join`` would keep as it is: non-empty, no '/' at either end."""
+    return bool(part) and part[0] != "/" and part[-1] != "/"
 
 
 def step_key(name: str, occurrence: int) -> str:

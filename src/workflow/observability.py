@@ -180,13 +180,22 @@ def job_scope(name: str, attempt: Attempt) -> Iterator[None]:
         _current.reset(token)
 
 
-@contextlib.contextmanager
-def step_scope(run: _Run, name: str) -> Iterator[None]:
-    """Around one ``ctx.step``: a child span saying whether it ran or replayed."""
+_NO_SPAN: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+
+
+def step_scope(run: _Run, name: str) -> contextlib.AbstractContextManager[None]:
+    """Around one ``ctx.step``: a child span saying whether it ran or replayed.
+
+    Without a tracer this is a shared no-op (a generator-based context
+    manager per step would cost more than the rest of the step's bookkeeping)."""
     tracer = _get_tracer()
     if tracer is None:
-        yield
-        return
+        return _NO_SPAN
+    return _step_span(tracer, run, name)
+
+
+@contextlib.contextmanager
+def _step_span(tracer: Any, run: _Run, name: str) -> Iterator[None]:
     replayed_before = len(run.replayed)
     attributes = {"stepstone.step.name": name, "stepstone.job.id": run.run_id}
     with tracer.start_as_current_span(f"stepstone.step {name}", attributes=attributes) as span:
