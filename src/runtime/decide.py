@@ -175,7 +175,10 @@ def decide(delivery: Delivery, outcome: Outcome, backoff: Backoff, now: float) -
             if isinstance(error, StoreUnavailable):
                 # The store failed, not the job: try again without spending
                 # an attempt, or an outage would exhaust every job it touched.
-                return _retry(backoff.delay(attempt, delivery.id), now, False, message)
+                # The attempt number stands still, so the backoff grows with
+                # the claims instead: a long outage is not retried every second.
+                delay = backoff.delay(uncounted_step(delivery), delivery.id)
+                return _retry(delay, now, False, message)
             if last:
                 return _dead(FailureKind.EXHAUSTED, message, error_type, attempt)
             return _retry(backoff.delay(attempt, delivery.id), now, True, message)
@@ -201,6 +204,12 @@ def _retry(delay: float, now: float, count: bool, message: str) -> Retry:
 
 
 # -- describing errors safely ------------------------------------------------
+
+
+def uncounted_step(delivery: Delivery) -> int:
+    """The backoff step for a retry that does not spend an attempt: the claims
+    so far (counted or not), so repeated uncounted retries still back off."""
+    return max(delivery.attempt, delivery.claims)
 
 
 def reported_error(error: BaseException) -> BaseException:

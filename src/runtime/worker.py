@@ -73,6 +73,7 @@ from .decide import (
     decide,
     describe,
     truncate,
+    uncounted_step,
 )
 from .errors import LeaseLost
 from .queue import Delivery, LeaseQueue, Settlement
@@ -830,7 +831,7 @@ class Worker:
         try:
             await self.on_terminal(job.delivery, terminal)
         except Exception as error:
-            delay = self.backoff.delay(job.delivery.attempt, job.delivery.id)
+            delay = self.backoff.delay(uncounted_step(job.delivery), job.delivery.id)
             message = truncate(f"on_terminal failed: {describe(error)}")
             self._log(job, logging.ERROR, "%s; retrying in %.3gs", message, delay, exc_info=True)
             delivery = job.delivery

@@ -25,12 +25,13 @@ from runtime.decide import (
 )
 from runtime.errors import MalformedPayload, PermanentError, RetryLater, UnknownKind
 from runtime.queue import Delivery
+from store.errors import StoreUnavailable
 
 NOW = 1_000.0
 BACKOFF = Backoff(base=10.0, cap=1000.0, jitter=0.0)
 
 
-def delivery(attempt: int = 1, max_attempts: int = 3, kind: str = "k") -> Delivery:
+def delivery(attempt: int = 1, max_attempts: int = 3, kind: str = "k", claims: int = 1) -> Delivery:
     return Delivery(
         id="job-1",
         kind=kind,
@@ -39,6 +40,7 @@ def delivery(attempt: int = 1, max_attempts: int = 3, kind: str = "k") -> Delive
         max_attempts=max_attempts,
         token="t",
         lease_expires_at=NOW + 60,
+        claims=claims,
     )
 
 
@@ -165,3 +167,14 @@ def test_a_permanent_wrapper_reports_the_error_it_wraps() -> None:
     assert decision.terminal.kind is FailureKind.PERMANENT
     assert decision.terminal.message == "KeyError: 'sku-9'"
     assert decision.terminal.error_type == "KeyError"
+
+
+def test_a_store_outage_retries_without_spending_an_attempt_backing_off_by_claims() -> None:
+    """The store failed, not the job: even the last attempt is handed back,
+    and the delay grows with the claims since the attempt number stands still."""
+    outage = StoreUnavailable("bucket down")
+    first = decide(delivery(attempt=3, claims=3), Raised(outage), BACKOFF, NOW)
+    later = decide(delivery(attempt=3, claims=6), Raised(outage), BACKOFF, NOW)
+    assert isinstance(first, Retry) and isinstance(later, Retry)
+    assert not first.count and not later.count
+    assert (first.delay, later.delay) == (40.0, 320.0)
