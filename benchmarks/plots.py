@@ -59,3 +59,21 @@ def draw(results: list[dict[str, Any]], directory: str) -> list[str]:
         plt.close(fig)
         written.append(path)
     return written
+
+
+def main() -> None:
+    """``python -m benchmarks.plots results.json [more.json ...]``: draw docs/img/*.png."""
+    import json
+    import sys
+
+    results: list[dict[str, Any]] = []
+    for path in sys.argv[1:]:
+        with open(path) as f:
+            results.extend(json.load(f))
+    here = os.path.dirname(os.path.abspath(__file__))
+    for path in draw(results, os.path.join(here, "..", "docs", "img")):
+        print(f"wrote {os.path.normpath(path)}")
+
+
+if __name__ == "__main__":
+    main()
