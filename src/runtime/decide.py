@@ -144,7 +144,7 @@ def decide(delivery: Delivery, outcome: Outcome, backoff: Backoff, now: float) -
     with ``backoff`` while attempts remain, and dies on the last one carrying
     that last error. RetryLater retries after its own delay, spending no
     attempt unless it asks to. StoreUnavailable (the store failed, not the
-    job) retries with ``backoff`` without spending an attempt.
+    job) retries without spending an attempt, backing off by the claims so far.
     """
     attempt, last = delivery.attempt, delivery.attempt >= delivery.max_attempts
 
@@ -203,13 +203,13 @@ def _retry(delay: float, now: float, count: bool, message: str) -> Retry:
     return Retry(delay=delay, run_at=now + delay, count=count, error=message)
 
 
-# -- describing errors safely ------------------------------------------------
-
-
 def uncounted_step(delivery: Delivery) -> int:
     """The backoff step for a retry that does not spend an attempt: the claims
     so far (counted or not), so repeated uncounted retries still back off."""
     return max(delivery.attempt, delivery.claims)
+
+
+# -- describing errors safely ------------------------------------------------
 
 
 def reported_error(error: BaseException) -> BaseException:
