@@ -157,6 +157,7 @@ class JobRunner:
         sweep_interval: float | None = None,
         drain_timeout: float = 30.0,
         poll_interval: float = 1.0,
+        only_registered: bool = False,
         clock: Clock | None = None,
         prefix: str = "",
     ) -> None:
@@ -189,6 +190,7 @@ class JobRunner:
             drain_timeout=drain_timeout,
             clock=self.clock,
             on_terminal=self._on_terminal,
+            only_registered=only_registered,
         )
         self._sweeper: Sweeper | None = (
             None if retention is None else Sweeper(self, retention, interval=sweep_interval)

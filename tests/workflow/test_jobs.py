@@ -467,3 +467,13 @@ async def test_the_outcome_records_when_the_run_was_submitted_started_and_finish
     assert outcome.submitted_at == submitted
     assert outcome.started_at is not None and outcome.started_at >= submitted
     assert outcome.finished_at >= outcome.started_at
+
+
+async def test_a_worker_with_only_registered_leaves_other_job_types_waiting(
+    make_runner: MakeRunner,
+) -> None:
+    async with make_runner(jobs=[Adder], only_registered=True) as runner:
+        other = await runner.submit(Keyed(n=1))
+        assert await (await runner.submit(Adder(a=1, b=1))) == 2
+        state = await other.status()
+        assert state is not None and state.state == "ready", state
