@@ -111,7 +111,9 @@ class StoreQueue(LeaseQueue):
     The first claim always lists; ``scan_interval=0`` lists on every claim
     the view cannot fill. ``fetch_limit`` bounds the records one listing
     reads (the rest are read by later ones); ``fetch_concurrency`` bounds
-    GETs in flight.
+    GETs in flight. ``max_view_entries`` and ``max_view_bytes`` (payload
+    held) bound the view's memory; past them the least recently touched
+    entries are forgotten (and read again if needed).
     """
 
     def __init__(
@@ -126,6 +128,8 @@ class StoreQueue(LeaseQueue):
         scan_interval: float = 1.0,
         fetch_concurrency: int = 16,
         fetch_limit: int = 1000,
+        max_view_entries: int = 100_000,
+        max_view_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         if default_max_attempts < 1:
             raise ValueError(f"default_max_attempts must be at least 1, got {default_max_attempts}")
@@ -144,6 +148,9 @@ class StoreQueue(LeaseQueue):
         self.max_payload_bytes = max_payload_bytes
         self.scan_interval = scan_interval
         self.fetch_limit = fetch_limit
+        self.max_view_entries = max(1, max_view_entries)
+        self.max_view_bytes = max_view_bytes
+        self._view_bytes = 0
         self.stats = StoreQueueStats()
         self._jobs = f"{prefix}/jobs/"
         self._view: dict[str, _Seen] = {}
@@ -191,6 +198,17 @@ class StoreQueue(LeaseQueue):
         seen = self._view.get(job_id)
         if seen is not None and (etag is None or seen.etag == etag):
             del self._view[job_id]
+            self._view_bytes -= _payload_size(seen)
+
+    def _bound_view(self) -> None:
+        """Evict the least recently filed entries past ``max_view_entries`` or
+        ``max_view_bytes`` of payload. A process that only enqueues (a web
+        app submitting jobs) would otherwise remember every job forever; an
+        evicted entry costs one GET if this process needs it again."""
+        while len(self._view) > self.max_view_entries or (
+            self._view_bytes > self.max_view_bytes and len(self._view) > 1
+        ):
+            self._forget(next(iter(self._view)))
 
     def _decode(self, job_id: str, etag: str, data: bytes, *, learn: bool = True) -> StoredJob:
         """Decode a record read from the store and (if ``learn``) remember it.
@@ -252,7 +270,10 @@ class StoreQueue(LeaseQueue):
         So a claim costs O(k log n) for the k jobs it looks at, not O(view).
         """
         seen.stamp = next(self._stamps)
+        old = self._view.pop(job_id, None)  # re-inserted last: the view is in filing order
+        self._view_bytes += _payload_size(seen) - _payload_size(old)
         self._view[job_id] = seen
+        self._bound_view()
         job = seen.job
         if job is None or job.dead:
             return
@@ -951,6 +972,7 @@ class StoreQueue(LeaseQueue):
     async def close(self) -> None:
         """Forget the view. The store is the caller's: it is not closed here."""
         self._view.clear()
+        self._view_bytes = 0
         self._timed.clear()
         self._line.clear()
 
@@ -969,6 +991,12 @@ def _new_token() -> str:
     token = secrets.token_hex(12)
     assert len(token) == len(_TOKEN_SHAPE)
     return token
+
+
+def _payload_size(seen: _Seen | None) -> int:
+    if seen is None or seen.job is None:
+        return 0
+    return len(seen.job.payload)
 
 
 def _killed(job: StoredJob, now: float, reason: str, last_error: str | None) -> StoredJob:

@@ -560,3 +560,26 @@ async def _drive(ops: list[Op]) -> None:
 
 def _run_at(records: list[JobRecord], job_id: str) -> float:
     return next(r.run_at for r in records if r.id == job_id)
+
+
+async def test_a_process_that_only_enqueues_does_not_remember_every_job(
+    backing: MemoryStore, clock: FakeClock
+) -> None:
+    producer = StoreQueue(
+        backing, clock=clock, max_view_entries=10, max_view_bytes=2000, scan_interval=0
+    )
+    for i in range(50):
+        await producer.enqueue(b"x" * 100, id=f"j{i:02}")
+    assert len(producer._view) == 10
+    assert producer._view_bytes == sum(len(s.job.payload) for s in producer._view.values() if s.job)
+    small = StoreQueue(backing, clock=clock, max_view_bytes=450)
+    for i in range(10):
+        await small.enqueue(b"y" * 100, id=f"k{i}")
+    assert small._view_bytes <= 450
+    # What it forgot it reads again when it needs it: nothing is lost.
+    seen: set[str] = set()
+    while batch := await producer.claim(16, lease=30):
+        for d in batch:
+            seen.add(d.id)
+            assert await producer.ack(d) is Settlement.ACKED
+    assert len(seen) == 60
