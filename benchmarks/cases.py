@@ -194,6 +194,10 @@ async def w3(spec: Spec) -> dict[str, Any]:
         tag = uuid.uuid4().hex[:8]
         jobs = [W3(n=i, steps=spec.steps, tag=tag, keyed=spec.keyed) for i in range(spec.n)]
         async with runner:
+            # Warm up (first-use costs: pydantic schemas, codecs, a StoreQueue's
+            # first listing), then measure the steady state.
+            warm = [W3(n=-1 - i, steps=spec.steps, tag=tag) for i in range(min(64, spec.n))]
+            await _submit_and_wait(runner, warm)
             gc.collect()
             store.reset()
             fsyncs = FSYNCS.calls
