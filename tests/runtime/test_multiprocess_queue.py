@@ -45,12 +45,14 @@ KIND = "work"
 # -- the worker process -----------------------------------------------------------
 
 
-def worker_process(url: str, out: str, name: str, lease: float, hang: bool) -> None:
+def worker_process(
+    url: str, out: str, name: str, lease: float, hang: bool, work: float = 0.005
+) -> None:
     """A worker process's entry point (module-level, so spawn can import it)."""
-    asyncio.run(_work(url, Path(out), name, lease, hang))
+    asyncio.run(_work(url, Path(out), name, lease, hang, work))
 
 
-async def _work(url: str, out: Path, name: str, lease: float, hang: bool) -> None:
+async def _work(url: str, out: Path, name: str, lease: float, hang: bool, work: float) -> None:
     store = CountingStore(open_store(url))
     queue = StoreQueue(store)
     worker = Worker(queue, concurrency=8, lease=lease, poll_interval=0.2, name=name)
@@ -60,7 +62,7 @@ async def _work(url: str, out: Path, name: str, lease: float, hang: bool) -> Non
         log.write(f"{attempt.job_id} {attempt.attempt}\n")
         if hang:  # a worker that wedges holding its jobs, until it is killed
             await asyncio.Event().wait()
-        await asyncio.sleep(0.005)
+        await asyncio.sleep(work)
 
     worker.register(KIND, handle)
     deadline = time.monotonic() + 120
@@ -106,7 +108,14 @@ def executions(out: Path) -> list[tuple[str, str, int]]:
 
 
 async def run_fleet(
-    url: str, out: Path, *, workers: int, jobs: int, lease: float, victim: int = 0
+    url: str,
+    out: Path,
+    *,
+    workers: int,
+    jobs: int,
+    lease: float,
+    victim: int = 0,
+    work: float = 0.005,
 ) -> dict[str, dict[str, dict[str, int]]]:
     """Run ``workers`` processes over ``jobs`` jobs until all are executed and
     the queue is empty, stop them, and return each one's results.
@@ -117,7 +126,7 @@ async def run_fleet(
     context = multiprocessing.get_context("spawn")
 
     def spawn(name: str, hang: bool) -> multiprocessing.process.BaseProcess:
-        proc = context.Process(target=worker_process, args=(url, str(out), name, lease, hang))
+        proc = context.Process(target=worker_process, args=(url, str(out), name, lease, hang, work))
         proc.start()
         return proc
 
