@@ -493,11 +493,14 @@ def cmd_stats(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     from .observability import configure_logging
 
+    root = logging.getLogger()
+    level = root.level
     handler = configure_logging(args.log_level, json_lines=args.log_format == "json")
     try:
         return asyncio.run(_serve(args))
-    finally:
-        logging.getLogger().removeHandler(handler)
+    finally:  # as it was: main() is also called in-process (tests, embedding)
+        root.removeHandler(handler)
+        root.setLevel(level)
 
 
 async def _serve(args: argparse.Namespace) -> int:
