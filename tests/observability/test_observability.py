@@ -228,3 +228,15 @@ async def test_a_span_per_attempt_and_per_step(
             for s in steps
         ]
         assert got == expected, (job_span.attributes["stepstone.job.attempt"], got)
+
+
+def test_no_spans_when_no_provider_is_configured() -> None:
+    """With opentelemetry installed but no TracerProvider set up, steps pay for
+    no spans at all (a no-op span per step is measurable)."""
+    trace = pytest.importorskip("opentelemetry.trace", reason="needs the otel extra")
+    from workflow import observability
+
+    if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        pytest.skip("a global TracerProvider is configured in this process")
+    use_tracer_provider(None)
+    assert observability._get_tracer() is None
