@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import heapq
 import itertools
 import logging
@@ -84,6 +85,8 @@ class _Seen:
     """Set when filed in the view; heap entries with another stamp are stale."""
     guessed: bool = False
     """``job`` is inferred (a claim elsewhere), not read: see ``_held_elsewhere``."""
+    own: bool = False
+    """This instance wrote this version (so no other process has listed it yet)."""
 
 
 @dataclass(slots=True)
@@ -130,6 +133,7 @@ class StoreQueue(LeaseQueue):
         fetch_limit: int = 1000,
         max_view_entries: int = 100_000,
         max_view_bytes: int = 64 * 1024 * 1024,
+        claim_jitter: float = 0.5,
     ) -> None:
         if default_max_attempts < 1:
             raise ValueError(f"default_max_attempts must be at least 1, got {default_max_attempts}")
@@ -150,6 +154,8 @@ class StoreQueue(LeaseQueue):
         self.fetch_limit = fetch_limit
         self.max_view_entries = max(1, max_view_entries)
         self.max_view_bytes = max_view_bytes
+        self.claim_jitter = max(0.0, claim_jitter)
+        self._salt = secrets.token_bytes(16)
         self._view_bytes = 0
         self.stats = StoreQueueStats()
         self._jobs = f"{prefix}/jobs/"
@@ -183,7 +189,7 @@ class StoreQueue(LeaseQueue):
 
     def _learn(self, job_id: str, etag: str, job: StoredJob, size: int) -> None:
         """Remember a version this instance wrote. A dead one keeps no payload."""
-        self._file(job_id, _Seen(etag, job.stripped() if job.dead else job, size))
+        self._file(job_id, _Seen(etag, job.stripped() if job.dead else job, size, own=True))
 
     def _learn_read(self, job_id: str, etag: str, job: StoredJob, size: int) -> None:
         """Remember a version this instance read. One that is held (by some
@@ -308,7 +314,25 @@ class StoreQueue(LeaseQueue):
             job = self._current(job_id, stamp)
             if job is not None:
                 key = sort_key(job.run_at, job.priority, self.priority_aging)
+                if not self._view[job_id].own:
+                    key += self._jitter(job_id)
                 heapq.heappush(self._line, (key, job_id, stamp))
+
+    def _jitter(self, job_id: str) -> float:
+        """This instance's own offset for a job, in ``[0, claim_jitter)`` seconds.
+
+        Processes that list the same burst of jobs would otherwise all walk
+        it in the same order and race for the same job at every claim. A
+        per-instance pseudo-random offset, stable for the job, gives each
+        process its own order among jobs due within ``claim_jitter`` of each
+        other (and leaves jobs further apart, and priorities, in order).
+        Only jobs this instance learned by reading get one: its own writes
+        keep exact order, so a single process is strictly FIFO per priority.
+        """
+        if not self.claim_jitter:
+            return 0.0
+        digest = hashlib.blake2b(job_id.encode(), digest_size=8, key=self._salt).digest()
+        return int.from_bytes(digest, "big") / 2**64 * self.claim_jitter
 
     def _candidates(
         self,
