@@ -18,9 +18,10 @@ every key's etag and size, so only records that moved are read, and not even
 all of those: a record seen waiting whose new size is exactly what a claim
 writes was claimed elsewhere, and one seen held whose size did not change
 was renewed; both are read only when the lease they are guessed to hold
-lapses. Under contention a claim picks from a shuffled head of the line so
-processes stop racing for the same jobs. docs/queue.md tabulates the
-requests and explains each choice.
+lapses. So that processes do not race for the same jobs, each orders the
+jobs it read with its own small jitter, and picks from a wider, shuffled head
+of the line after losing a race. docs/queue.md tabulates the requests and
+explains each choice.
 """
 
 from __future__ import annotations
