@@ -583,3 +583,22 @@ async def test_a_process_that_only_enqueues_does_not_remember_every_job(
             seen.add(d.id)
             assert await producer.ack(d) is Settlement.ACKED
     assert len(seen) == 60
+
+
+async def test_processes_walk_a_burst_they_read_in_different_orders(
+    backing: MemoryStore, clock: FakeClock
+) -> None:
+    """So that they do not race for the same job at every claim; the writer
+    itself, and priorities, keep exact order."""
+    a = StoreQueue(backing, clock=clock, scan_interval=0)
+    for i in range(20):
+        await a.enqueue(b"", id=f"j{i:02}")
+    await a.enqueue(b"", id="urgent", priority=0)
+    orders = []
+    for q in (StoreQueue(backing, clock=clock, scan_interval=0) for _ in range(2)):
+        assert await q.claim(1, lease=30, kinds=["nothing"]) == []  # lists and reads all
+        orders.append(q._candidates(clock.now(), None, 100))
+    assert a._candidates(clock.now(), None, 100) == ["urgent"] + [f"j{i:02}" for i in range(20)]
+    assert orders[0][0] == orders[1][0] == "urgent"
+    assert orders[0] != orders[1]
+    assert sorted(orders[0]) == sorted(orders[1])
