@@ -37,21 +37,32 @@ def draw(results: list[dict[str, Any]], directory: str) -> list[str]:
         plt.close(fig)
         written.append(path)
 
-    series: dict[str, list[tuple[int, float]]] = {}
-    for r in by_label.values():
-        if r["case"] != "w3" or r.get("keyed") is False or r["backend"] not in ("s3", "file"):
-            continue
-        total = sum(v for k, v in r["requests_per_job"].items())
-        series.setdefault(r["backend"], []).append((r["steps"], total))
-    if series:
-        fig, ax = plt.subplots(figsize=(5, 3.5))
-        for backend, points in sorted(series.items()):
-            points.sort()
-            ax.plot([p[0] for p in points], [p[1] for p in points], "o-", label=backend)
+    rows = [
+        r
+        for r in by_label.values()
+        if r["case"] == "w3"
+        and r.get("keyed") is not False
+        and r["backend"] in ("s3", "file")
+        and str(r.get("label", "")).startswith(("w3-", "steps"))
+    ]
+    if rows:
+        fig, ax = plt.subplots(figsize=(5.5, 3.8))
+        for backend, style in (("s3", "-"), ("file", "--")):
+            points = sorted(
+                (r["steps"], r["requests_per_job"]) for r in rows if r["backend"] == backend
+            )
+            if not points:
+                continue
+            steps = [p[0] for p in points]
+            writes = [p[1]["PUT"] + p[1]["CPUT"] + p[1]["LIST"] for p in points]
+            reads = [p[1]["GET"] + p[1]["HEAD"] for p in points]
+            ax.plot(steps, writes, "o" + style, label=f"{backend}: PUT-class (PUT, CPUT, LIST)")
+            ax.plot(steps, reads, "s" + style, label=f"{backend}: GET-class (GET, HEAD)")
         ax.set_xlabel("memoized steps per job")
-        ax.set_ylabel("store requests per job (all kinds)")
-        ax.set_title("W3 request cost grows linearly with steps")
-        ax.legend()
+        ax.set_ylabel("store requests per job")
+        ax.set_title("W3 requests per job against steps per job")
+        ax.set_xticks([1, 3, 10])
+        ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
         fig.tight_layout()
         path = os.path.join(directory, "requests_per_job_vs_steps.png")
