@@ -51,11 +51,55 @@ def probe(directory: str, threads: int, total: int = 1200) -> dict[str, float]:
     }
 
 
+def filestore_cost(directory: str, n: int = 300) -> list[dict[str, object]]:
+    """CPU per FileStore.put_if_absent: called directly (blocking, this
+    thread) and through the async API (its thread pool), one at a time."""
+    import asyncio
+
+    from store import FileStore
+
+    def usage() -> tuple[float, float, float]:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime, r.ru_stime, time.perf_counter()
+
+    def row(
+        how: str, a: tuple[float, float, float], b: tuple[float, float, float]
+    ) -> dict[str, object]:
+        return {
+            "filestore_write": how,
+            "wall_us": round((b[2] - a[2]) / n * 1e6),
+            "user_us": round((b[0] - a[0]) / n * 1e6),
+            "sys_us": round((b[1] - a[1]) / n * 1e6),
+        }
+
+    root = tempfile.mkdtemp(prefix="stepstone-disk-", dir=directory)
+    store = FileStore(root)
+    store._put_if_absent("warm/x", b"x")
+    rows = []
+    a = usage()
+    for i in range(n):
+        store._put_if_absent(f"direct/{i:08d}", b"y" * 60)
+    rows.append(row("direct (blocking)", a, usage()))
+
+    async def through_api() -> None:
+        for i in range(n):
+            await store.put_if_absent(f"api/{i:08d}", b"y" * 60)
+        await store.close()
+
+    a = usage()
+    asyncio.run(through_api())
+    rows.append(row("async API (thread pool)", a, usage()))
+    shutil.rmtree(root, ignore_errors=True)
+    return rows
+
+
 def main() -> None:
     directory = sys.argv[1] if len(sys.argv) > 1 else tempfile.gettempdir()
     print(f"load average before: {os.getloadavg()[0]:.2f}")
     for threads in (1, 8, 32):
         print(probe(directory, threads))
+    for row in filestore_cost(directory):
+        print(row)
 
 
 if __name__ == "__main__":
