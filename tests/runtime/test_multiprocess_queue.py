@@ -208,7 +208,8 @@ def check(
     lost = sum(r["worker"]["lost"] for r in results.values())
     # A LOST settlement only for a rerun's first holder, whose lease lapsed.
     assert lost == 0 or (lapses and lost <= reruns), (lost, reruns)
-    assert all(r["worker"]["succeeded"] > 0 for r in results.values()), "a worker did nothing"
+    if not lapses:  # (the crash test's 92 short jobs may all go to the first to look)
+        assert all(r["worker"]["succeeded"] > 0 for r in results.values()), "a worker idled"
 
     totals: Counter[str] = Counter()
     for r in results.values():
