@@ -17,7 +17,7 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast, overload
 
 from runtime.worker import Attempt
 from store import AlreadyExists, ObjectStore
@@ -191,6 +191,26 @@ class JobContext:
     def state(self, kind: type[S]) -> S:
         """The application state of type ``kind`` registered on the runner."""
         return self._run.runner.state_of(kind)
+
+    @overload
+    async def step(  # an async fn matches both overloads; the first wins
+        self,
+        name: str,
+        fn: Callable[P, Awaitable[R]],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> R: ...
+
+    @overload
+    async def step(
+        self,
+        name: str,
+        fn: Callable[P, R],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> R: ...
 
     async def step(
         self,

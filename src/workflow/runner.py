@@ -457,19 +457,20 @@ class JobRunner:
         """Where the job is: its outcome if it has one, else its queue record."""
         record = await self._read_outcome_record(job_id)
         if record is not None:
+            progress = record.progress
+            if progress is None and record.status is not OutcomeStatus.SUCCEEDED:
+                progress = await self._read_progress(job_id)  # a failed run's last report
             return JobState(
                 id=job_id,
                 state=record.status.value,
                 attempts=record.attempts,
-                progress=record.progress,
+                progress=progress,
                 last_error=None if record.error is None else record.error.message,
             )
         queued = await self.queue.get(job_id)
         if queued is None:
             return None
-        progress = None
-        with contextlib.suppress(NotFound):
-            progress = unpack((await self.store.get(self.layout.progress(job_id))).data)
+        progress = await self._read_progress(job_id)
         state = {
             JobStatus.SCHEDULED: "scheduled",
             JobStatus.READY: "ready",
@@ -485,6 +486,11 @@ class JobRunner:
             run_at=queued.run_at,
             lease_expires_at=queued.lease_expires_at,
         )
+
+    async def _read_progress(self, job_id: str) -> Any:
+        with contextlib.suppress(NotFound):
+            return unpack((await self.store.get(self.layout.progress(job_id))).data)
+        return None
 
     async def cancel(self, job_id: str) -> bool:
         """Cancel a job that has not finished: record it cancelled, drop it from

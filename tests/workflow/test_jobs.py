@@ -24,6 +24,7 @@ from wf_jobs import (
     KeyedStep,
     MemoThenFail,
     Progressing,
+    ProgressThenFail,
     Reclaimable,
     RepeatedSteps,
     SyncJob,
@@ -477,3 +478,15 @@ async def test_a_worker_with_only_registered_leaves_other_job_types_waiting(
         assert await (await runner.submit(Adder(a=1, b=1))) == 2
         state = await other.status()
         assert state is not None and state.state == "ready", state
+
+
+async def test_a_failed_runs_last_progress_is_readable_through_status(
+    make_runner: MakeRunner,
+) -> None:
+    async with make_runner(jobs=[ProgressThenFail]) as runner:
+        handle = await runner.submit(ProgressThenFail())
+        with pytest.raises(JobFailed):
+            await handle
+    state = await handle.status()
+    assert state is not None and state.state == "failed"
+    assert state.progress == {"done": 3, "of": 10}

@@ -297,3 +297,11 @@ class BadResult(Job[Any]):
 
     async def run(self, ctx: JobContext) -> Any:
         return object()
+
+
+class ProgressThenFail(Job[int]):
+    NAME: ClassVar[str] = "test.progress-then-fail"
+
+    async def run(self, ctx: JobContext) -> int:
+        ctx.progress({"done": 3, "of": 10})
+        raise Permanent("gave up at 3")
