@@ -37,6 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
+from runtime.errors import QueueError
 from store import StoreError
 from store.errors import StoreConfigError
 
@@ -688,6 +689,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InspectError as exc:
         return _fail(str(exc))
     except StoreError as exc:
+        return _fail(str(exc))
+    except QueueError as exc:  # e.g. SqsUnsupported: `ls` on a queue that cannot list
         return _fail(str(exc))
     except KeyboardInterrupt:
         return _fail("interrupted", 130)
