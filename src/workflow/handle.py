@@ -76,7 +76,9 @@ class JobHandle(Generic[T]):
         if self._outcome is not None:
             return self._outcome
         async with asyncio.timeout(timeout):
-            outcome = await self._runner._wait_for(self.id, self._output_type)
+            outcome = await self._runner._wait_for(
+                self.id, self._output_type, fresh=self.newly_submitted
+            )
         self._outcome = outcome
         return outcome
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -54,6 +55,9 @@ log = logging.getLogger("workflow")
 Out = TypeVar("Out")
 S = TypeVar("S")
 
+RECENT_OUTCOMES = 10_000
+"""Outcomes this process's worker recorded that no handle has asked for yet,
+kept (newest last) so a handle awaited a moment later needs no read."""
 ENVELOPE_VERSION = 1
 RUNNING_POLL_BUDGET = 200.0
 """Outcome polls a second, about, across all the handles waiting in a runner
@@ -179,6 +183,7 @@ class JobRunner:
         self._jobs: dict[str, type[Job[Any]]] = {}
         self._state: dict[type, object] = {}
         self._waiters: dict[str, list[asyncio.Future[OutcomeRecord]]] = {}
+        self._recent: OrderedDict[str, OutcomeRecord] = OrderedDict()
         self.worker = Worker(
             self.queue,
             concurrency=concurrency,
@@ -412,22 +417,32 @@ class JobRunner:
             started_at=record.started_at,
         )
 
-    async def _wait_for(self, run_id: str, output: Any) -> Outcome[Any]:
+    async def _wait_for(self, run_id: str, output: Any, *, fresh: bool = False) -> Outcome[Any]:
         """The outcome, as soon as there is one: woken by this process's worker,
-        else polling the record with backoff."""
+        else polling the record with backoff.
+
+        ``fresh``: the run was just created by this runner's submit, so the
+        record cannot exist yet; with a worker running here, the first look
+        waits for it instead of reading (one GET fewer per job)."""
         loop = asyncio.get_running_loop()
         delay = 0.02
+        recent = self._recent.pop(run_id, None)
+        if recent is not None:
+            return self._typed(recent, output)
+        skip_read = fresh and self._running
         while True:
             future: asyncio.Future[OutcomeRecord] = loop.create_future()
             self._waiters.setdefault(run_id, []).append(future)
             try:
-                try:
-                    record = await self._read_outcome_record(run_id)
-                except StoreUnavailable as exc:
-                    # Waiting is polling: a read the store failed is one more
-                    # poll that learned nothing (the caller's timeout bounds it).
-                    log.debug("job %s: outcome not readable yet: %s", run_id, exc)
-                    record = None
+                record = None
+                if not skip_read:
+                    try:
+                        record = await self._read_outcome_record(run_id)
+                    except StoreUnavailable as exc:
+                        # Waiting is polling: a read the store failed is one more
+                        # poll that learned nothing (the caller's timeout bounds it).
+                        log.debug("job %s: outcome not readable yet: %s", run_id, exc)
+                skip_read = False
                 if record is None:
                     wait = delay
                     if self._running:
@@ -677,7 +692,15 @@ class JobRunner:
         )
 
     def _wake_waiters(self, record: OutcomeRecord) -> None:
-        for future in self._waiters.pop(record.run_id, []):
+        waiters = self._waiters.pop(record.run_id, None)
+        if not waiters:
+            # Nobody waits yet: keep it for a handle that asks soon (a batch of
+            # submits awaited one by one), so it neither reads nor waits.
+            self._recent[record.run_id] = record
+            if len(self._recent) > RECENT_OUTCOMES:
+                self._recent.popitem(last=False)
+            return
+        for future in waiters:
             if not future.done():
                 future.set_result(record)
 
