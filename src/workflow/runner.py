@@ -184,6 +184,7 @@ class JobRunner:
         self._state: dict[type, object] = {}
         self._waiters: dict[str, list[asyncio.Future[OutcomeRecord]]] = {}
         self._recent: OrderedDict[str, OutcomeRecord] = OrderedDict()
+        self._verified_new: OrderedDict[str, str] = OrderedDict()
         self.worker = Worker(
             self.queue,
             concurrency=concurrency,
@@ -349,6 +350,11 @@ class JobRunner:
                 cached = await self._read_outcome_record(run_id)
                 if cached is not None and cached.incarnation != envelope.incarnation:
                     return self._answer_from(cached, digest, job, output)
+                # Nothing ended before our record existed: this worker, if it
+                # claims the record first time round, need not look again.
+                self._verified_new[run_id] = envelope.incarnation
+                if len(self._verified_new) > RECENT_OUTCOMES:
+                    self._verified_new.popitem(last=False)
             log.debug(
                 "job %s (%s) submitted", run_id, name, extra={"job_id": run_id, "job_name": name}
             )
@@ -553,8 +559,12 @@ class JobRunner:
 
         # An outcome can already exist for a keyed run (a resubmit raced the
         # end of the previous run) or after an earlier claim (a crash between
-        # the outcome write and the ack): then there is nothing to run.
-        if envelope.keyed or delivery.claims > 1:
+        # the outcome write and the ack): then there is nothing to run. A
+        # keyed run this process's submit created, and checked after creating
+        # it, cannot have one on its first claim (the previous run's outcome
+        # was written before its ack, which came before our create).
+        verified = self._verified_new.pop(run_id, None) == envelope.incarnation
+        if delivery.claims > 1 or (envelope.keyed and not verified):
             existing = await self._read_outcome_record(run_id)
             if existing is not None:
                 log.info(

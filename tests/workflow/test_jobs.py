@@ -438,25 +438,29 @@ async def test_a_job_result_that_cannot_be_stored_fails_permanently_naming_the_j
 async def test_a_worker_that_finds_the_outcome_recorded_settles_without_running(
     make_runner: MakeRunner, counters: Counters, clock: FakeClock
 ) -> None:
-    """As after a crash between the outcome write and the ack."""
-    runner = make_runner(jobs=[Keyed])
-    handle = await runner.submit(Keyed(n=5))
+    """A keyed run submitted by another process (an API runner) whose outcome is
+    already recorded when a worker claims it, as when that submit raced the end
+    of the previous run: the worker settles it without running the job."""
+    api = make_runner()
+    handle = await api.submit(Keyed(n=5))
+    queued = await api.queue.get(handle.id)
+    assert queued is not None
     record = OutcomeRecord(
         run_id=handle.id,
         name=Keyed.NAME,
         status=OutcomeStatus.SUCCEEDED,
-        input_hash=Envelope.decode((await runner.queue.get(handle.id)).payload).input_hash,  # type: ignore[union-attr]
-        incarnation="",
+        input_hash=Envelope.decode(queued.payload).input_hash,
+        incarnation="an-earlier-run",
         attempts=1,
         finished_at=clock.now(),
         result=pack(5),
     )
-    await runner.store.put(runner.layout.outcome(handle.id), record.encode())
-    async with runner:
+    await api.store.put(api.layout.outcome(handle.id), record.encode())
+    async with make_runner(jobs=[Keyed]) as worker:
         assert await handle == 5
-        await wait_until(lambda: runner.worker.stats.succeeded == 1)
+        await wait_until(lambda: worker.worker.stats.succeeded == 1)
     assert counters.counts["keyed"] == 0, "the job ran although its outcome was recorded"
-    assert await runner.queue.get(handle.id) is None, "the queue entry was not settled"
+    assert await api.queue.get(handle.id) is None, "the queue entry was not settled"
 
 
 async def test_the_outcome_records_when_the_run_was_submitted_started_and_finished(
