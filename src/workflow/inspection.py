@@ -191,7 +191,7 @@ async def detail(runner: JobRunner, job_id: str) -> Detail:
         raise InspectError(f"no job {job_id} in {runner.store.location}")
     found = Detail(job_id, queued, outcome, progress, memos)
     if queued is not None:
-        from .runner import Envelope
+        from .envelope import Envelope
 
         with contextlib.suppress(MalformedPayload):
             envelope = Envelope.decode(queued.payload)

@@ -33,8 +33,9 @@ from runtime.store_queue import StoreQueue
 from runtime.worker import Attempt, Failure, Success, Terminal, Worker
 from store import AlreadyExists, NotFound, ObjectStore, StoreUnavailable, open_store
 
-from .codec import canonical_input, codec_for_type, pack, sha256_hex, unpack
+from .codec import canonical_input, codec_for_type, unpack
 from .context import JobContext, _extra, _Run
+from .envelope import Envelope, input_hash
 from .errors import (
     ClassifiedPermanent,
     DuplicateJobName,
@@ -58,7 +59,6 @@ S = TypeVar("S")
 RECENT_OUTCOMES = 10_000
 """Outcomes this process's worker recorded that no handle has asked for yet,
 kept (newest last) so a handle awaited a moment later needs no read."""
-ENVELOPE_VERSION = 1
 RUNNING_POLL_BUDGET = 200.0
 """Outcome polls a second, about, across all the handles waiting in a runner
 whose worker runs (see ``_wait_for``)."""
@@ -77,53 +77,6 @@ class SubmitOptions:
     """Overrides the job type's and the runner's max_attempts."""
     headers: Mapping[str, str] = field(default_factory=dict)
     """Metadata carried to ``ctx.headers``; keys starting ``stepstone.`` are reserved."""
-
-
-@dataclass(frozen=True, slots=True)
-class Envelope:
-    """A queued job's payload: which job type, its canonical input, and which
-    incarnation of its run id this enqueue started."""
-
-    name: str
-    input: bytes
-    incarnation: str
-    input_hash: str
-    keyed: bool
-
-    def encode(self) -> bytes:
-        return pack(
-            {
-                "v": ENVELOPE_VERSION,
-                "name": self.name,
-                "input": self.input,
-                "inc": self.incarnation,
-                "ih": self.input_hash,
-                "keyed": self.keyed,
-            }
-        )
-
-    @classmethod
-    def decode(cls, data: bytes) -> Envelope:
-        try:
-            raw = unpack(data)
-            if not isinstance(raw, dict) or raw.get("v") != ENVELOPE_VERSION:
-                raise ValueError("not a stepstone job envelope")
-            envelope = cls(
-                name=raw["name"],
-                input=raw["input"],
-                incarnation=raw["inc"],
-                input_hash=raw["ih"],
-                keyed=bool(raw["keyed"]),
-            )
-            if not isinstance(envelope.name, str) or not isinstance(envelope.input, bytes):
-                raise ValueError("name or input has the wrong type")
-            return envelope
-        except Exception as exc:
-            raise MalformedPayload(f"the job's payload could not be decoded: {exc}") from exc
-
-
-def input_hash(name: str, data: bytes) -> str:
-    return sha256_hex(name.encode(), data)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from runtime.queue import JobRecord, JobStatus
 from runtime.store_records import CorruptRecord, StoredJob, encode
 from store import FileStore, InvalidKey
 from workflow import EncodingError, Job, JobContext, JobFailed, JobRunner, OutcomeStatus
-from workflow.runner import Envelope, input_hash
+from workflow.envelope import Envelope, input_hash
 
 pytestmark = pytest.mark.slow
 

@@ -50,10 +50,10 @@ from workflow import (
     payload_idempotency_key,
 )
 from workflow.codec import pack, unpack
+from workflow.envelope import Envelope
 from workflow.layout import run_id_for_key
 from workflow.outcome import OutcomeRecord
 from workflow.retention import remove_run
-from workflow.runner import Envelope
 
 MakeRunner = Callable[..., JobRunner]
 

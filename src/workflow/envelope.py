@@ -1,0 +1,67 @@
+"""The payload a job travels in through the queue.
+
+The queue moves opaque bytes; this is what the workflow layer puts in them:
+which job type, its canonical input, the hash an idempotent resubmit is
+compared against, and which incarnation of its run id this enqueue started
+(memos are keyed by it, so a later incarnation never replays an earlier
+one's steps).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runtime.errors import MalformedPayload
+
+from .codec import pack, sha256_hex, unpack
+
+ENVELOPE_VERSION = 1
+
+
+def input_hash(name: str, data: bytes) -> str:
+    """What "the same input" means for an idempotency key: the job type's
+    NAME and its canonical input bytes."""
+    return sha256_hex(name.encode(), data)
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A queued job's payload: which job type, its canonical input, and which
+    incarnation of its run id this enqueue started."""
+
+    name: str
+    input: bytes
+    incarnation: str
+    input_hash: str
+    keyed: bool
+
+    def encode(self) -> bytes:
+        return pack(
+            {
+                "v": ENVELOPE_VERSION,
+                "name": self.name,
+                "input": self.input,
+                "inc": self.incarnation,
+                "ih": self.input_hash,
+                "keyed": self.keyed,
+            }
+        )
+
+    @classmethod
+    def decode(cls, data: bytes) -> Envelope:
+        try:
+            raw = unpack(data)
+            if not isinstance(raw, dict) or raw.get("v") != ENVELOPE_VERSION:
+                raise ValueError("not a stepstone job envelope")
+            envelope = cls(
+                name=raw["name"],
+                input=raw["input"],
+                incarnation=raw["inc"],
+                input_hash=raw["ih"],
+                keyed=bool(raw["keyed"]),
+            )
+            if not isinstance(envelope.name, str) or not isinstance(envelope.input, bytes):
+                raise ValueError("name or input has the wrong type")
+            return envelope
+        except Exception as exc:
+            raise MalformedPayload(f"the job's payload could not be decoded: {exc}") from exc
