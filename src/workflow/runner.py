@@ -219,6 +219,10 @@ class JobRunner:
         if self._sweeper is not None:
             await self._sweeper.stop()
         await self.worker.stop(drain_timeout)
+        if self._threads is not None:
+            # A drained sync job's thread cannot be stopped; let it finish alone.
+            self._threads.shutdown(wait=False)
+            self._threads = None
 
     async def close(self) -> None:
         await self.stop()
