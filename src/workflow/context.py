@@ -6,7 +6,7 @@ the first writer wins (a zombie's late write cannot replace it) and a retry
 reads it back instead of running ``fn`` again.
 
 Memos are looked for only when an earlier claim of this run could have left
-some (``Delivery.claims > 1``): a first attempt does no reads at all.
+some (``Delivery.claims > 1``): a first claim reads no memos, it only writes them.
 """
 
 from __future__ import annotations
@@ -74,7 +74,6 @@ class _Run:
         self.progress_at = 0.0
         self.progress_task: asyncio.Task[None] | None = None
         self.replayed: list[str] = []
-        self.executed: list[str] = []
 
     @property
     def run_id(self) -> str:
@@ -138,7 +137,6 @@ class _Memo:
 
     async def record(self, value: object) -> Any:
         run = self.run
-        run.executed.append(self.segment)
         try:
             data = self.codec.encode(value)
         except (TypeError, ValueError) as exc:
