@@ -53,6 +53,14 @@ class Job(BaseModel, Generic[Out]):
     max_attempts: ClassVar[int | None] = None
     """Attempts in total, the first included; None takes the runner's default."""
 
+    attempt_timeout: ClassVar[float | None] = None
+    """Seconds one attempt may run before it is cancelled and counted as failed
+    (kind ``timeout`` on the last attempt); None takes the runner's default."""
+
+    max_in_flight: ClassVar[int | None] = None
+    """At most this many runs of this job type at once in one worker process
+    (say, for a small connection pool); None: only the runner's concurrency."""
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "NAME" not in cls.__dict__:

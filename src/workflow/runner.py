@@ -175,7 +175,12 @@ class JobRunner:
                 "give one of them its own NAME"
             )
         self._jobs[name] = job_type
-        self.worker.register(name, self._handler_for(job_type))
+        self.worker.register(
+            name,
+            self._handler_for(job_type),
+            max_in_flight=job_type.max_in_flight,
+            timeout=job_type.attempt_timeout,
+        )
 
     def add_state(self, value: object) -> None:
         """Make ``value`` available to jobs as ``ctx.state(type(value))``."""

@@ -13,6 +13,7 @@ from wf_jobs import (
     Adder,
     AlwaysFlaky,
     BadResult,
+    Capped,
     Coordinator,
     Counters,
     ExtendsLease,
@@ -27,6 +28,7 @@ from wf_jobs import (
     ProgressThenFail,
     Reclaimable,
     RepeatedSteps,
+    SlowWithTimeout,
     SyncJob,
     TypedSteps,
     Unserializable,
@@ -494,3 +496,24 @@ async def test_a_failed_runs_last_progress_is_readable_through_status(
     state = await handle.status()
     assert state is not None and state.state == "failed"
     assert state.progress == {"done": 3, "of": 10}
+
+
+async def test_a_job_types_max_in_flight_caps_it_within_the_runners_concurrency(
+    make_runner: MakeRunner, counters: Counters
+) -> None:
+    async with make_runner(jobs=[Capped], concurrency=16) as runner:
+        handles = [await runner.submit(Capped(i=i)) for i in range(12)]
+        assert [await h for h in handles] == list(range(12))
+    assert counters.counts["capped-peak"] == 2
+
+
+async def test_a_job_types_attempt_timeout_fails_the_attempt(
+    make_runner: MakeRunner, counters: Counters, clock: FakeClock
+) -> None:
+    async with make_runner(jobs=[SlowWithTimeout], drain_timeout=0.05) as runner:
+        handle = await runner.submit(SlowWithTimeout())
+        await wait_until(counters.started.is_set)
+        clock.advance(6)
+        with pytest.raises(JobFailed) as failed:
+            await handle.result(timeout=5)
+    assert failed.value.kind == "timeout"

@@ -305,3 +305,30 @@ class ProgressThenFail(Job[int]):
     async def run(self, ctx: JobContext) -> int:
         ctx.progress({"done": 3, "of": 10})
         raise Permanent("gave up at 3")
+
+
+class Capped(Job[int]):
+    """At most two at once per worker; records the peak it saw."""
+
+    NAME: ClassVar[str] = "test.capped"
+    max_in_flight: ClassVar[int | None] = 2
+    i: int
+
+    async def run(self, ctx: JobContext) -> int:
+        counters = ctx.state(Counters)
+        now = counters.hit("capped-in-flight") - counters.counts["capped-done"]
+        counters.counts["capped-peak"] = max(counters.counts["capped-peak"], now)
+        await asyncio.sleep(0.01)
+        counters.hit("capped-done")
+        return self.i
+
+
+class SlowWithTimeout(Job[int]):
+    NAME: ClassVar[str] = "test.slow-timeout"
+    attempt_timeout: ClassVar[float | None] = 5.0
+    max_attempts: ClassVar[int | None] = 1
+
+    async def run(self, ctx: JobContext) -> int:
+        ctx.state(Counters).started.set()
+        await asyncio.Event().wait()
+        return 0
