@@ -602,3 +602,31 @@ async def test_processes_walk_a_burst_they_read_in_different_orders(
     assert orders[0][0] == orders[1][0] == "urgent"
     assert orders[0] != orders[1]
     assert sorted(orders[0]) == sorted(orders[1])
+
+
+async def test_an_idle_queue_lists_less_often_until_work_appears(
+    backing: MemoryStore, clock: FakeClock
+) -> None:
+    """Empty listings in a row double the wait (up to idle_scan_max); work made
+    here, or found by a listing, brings back the usual pace."""
+    q, store = make(backing, clock, scan_interval=0.01, idle_scan_max=0.16)
+    lists = 0
+    deadline = asyncio.get_running_loop().time() + 0.6
+    while asyncio.get_running_loop().time() < deadline:
+        assert await q.claim(4, lease=30) == []
+        lists += take(store).get("LIST", 0)
+        await asyncio.sleep(0.002)
+    # Without the backoff: ~60 listings (one per 10 ms). With it, the waits
+    # go 10, 20, 40, 80, 160, 160... ms: about 7.
+    assert 3 <= lists <= 12, lists
+
+    other, _ = make(backing, clock, scan_interval=0.01)
+    await other.enqueue(b"from another process", id="remote")
+
+    async def found() -> bool:
+        return len(await q.claim(1, lease=30)) == 1
+
+    deadline = asyncio.get_running_loop().time() + 5
+    while not await found():
+        assert asyncio.get_running_loop().time() < deadline, "the idle queue never looked again"
+        await asyncio.sleep(0.005)
