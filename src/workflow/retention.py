@@ -74,11 +74,14 @@ async def sweep(runner: JobRunner, retention: float) -> int:
     """Remove every run that finished more than ``retention`` seconds ago; returns how many."""
     store, layout = runner.store, runner.layout
     cutoff = runner.clock.now() - retention
-    expired = [info async for info in store.scan(layout.outcomes()) if info.modified <= cutoff]
-    for info in expired:
-        run_id = layout.run_id_of_outcome(info.key)
-        await remove_run(runner, run_id)
-    return len(expired)
+    swept = 0
+    # Removing as it goes keeps memory flat however many runs expire; it is
+    # safe because the listing pages by start-after on keys, not by offset.
+    async for info in store.scan(layout.outcomes()):
+        if info.modified <= cutoff:
+            await remove_run(runner, layout.run_id_of_outcome(info.key))
+            swept += 1
+    return swept
 
 
 async def remove_run(runner: JobRunner, run_id: str) -> None:
