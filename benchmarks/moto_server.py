@@ -1,6 +1,7 @@
 """moto's S3 server in a child process, so its request handling does not
 share the benchmark's GIL. Object writes (PUT, DELETE) are serialised, as in
-tests/conftest.py, so moto applies a conditional write atomically like S3.
+the test kit's server (workflow.testing.moto_server), so moto applies a
+conditional write atomically, like S3.
 """
 
 from __future__ import annotations
@@ -8,30 +9,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import socket
-import threading
 import time
-from collections.abc import Callable, Iterable
-from typing import Any
 
-FAKE_AWS_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_REGION": "us-east-1",
-}
-
-
-class _WriteLock:
-    def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
-        self.app = app
-        self.lock = threading.Lock()
-
-    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
-        if environ.get("REQUEST_METHOD") not in ("PUT", "DELETE"):
-            return self.app(environ, start_response)
-        with self.lock:
-            return list(self.app(environ, start_response))
+from workflow.testing import FAKE_AWS_ENV, WriteLock
 
 
 def _serve(port: int) -> None:
@@ -43,7 +23,7 @@ def _serve(port: int) -> None:
     )
     from werkzeug.serving import make_server
 
-    app = _WriteLock(DomainDispatcherApplication(create_backend_app))
+    app = WriteLock(DomainDispatcherApplication(create_backend_app))
     server = make_server("127.0.0.1", port, app, True, request_handler=MotoRequestHandler)
     server.serve_forever()
 

@@ -12,84 +12,27 @@ without serialising reads or SQS (whose long polls would block).
 
 from __future__ import annotations
 
-import os
-import socket
-import threading
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from store import FileStore, MemoryStore, ObjectStore
-
-FAKE_AWS_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_REGION": "us-east-1",
-}
-
-
-class _WriteLock:
-    """WSGI middleware: one object write at a time, as S3 applies conditional writes."""
-
-    def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
-        self.app = app
-        self.lock = threading.Lock()
-
-    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
-        if environ.get("REQUEST_METHOD") not in ("PUT", "DELETE"):
-            return self.app(environ, start_response)
-        with self.lock:
-            # Drain the response inside the lock: moto does its work lazily
-            # for some responses.
-            return list(self.app(environ, start_response))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from workflow.testing import moto_server as run_moto_server
 
 
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[str]:
-    """moto's S3/SQS server on a free local port for the whole session; yields its URL."""
-    from moto.moto_server.threaded_moto_server import ThreadedMotoServer
-    from moto.moto_server.werkzeug_app import (
-        DomainDispatcherApplication,
-        MotoRequestHandler,
-        create_backend_app,
-    )
-    from werkzeug.serving import make_server
+    """moto's S3/SQS server on a free local port for the whole session; yields its URL.
 
-    class Server(ThreadedMotoServer):
-        def _server_entry(self) -> None:
-            app = _WriteLock(DomainDispatcherApplication(create_backend_app))
-            self._server = make_server(
-                self._ip_address, self._port, app, True, request_handler=MotoRequestHandler
-            )
-            self._server_ready_event.set()
-            self._server.serve_forever()
-
-    saved = {name: os.environ.get(name) for name in FAKE_AWS_ENV}
-    os.environ.update(FAKE_AWS_ENV)
-    server = Server(ip_address="127.0.0.1", port=_free_port(), verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    The same server the user-facing test kit starts (workflow.testing.moto_server):
+    fake credentials in the environment, object writes serialised as S3 applies
+    conditional writes.
+    """
+    with run_moto_server() as endpoint:
+        yield endpoint
 
 
 @pytest.fixture(scope="session")

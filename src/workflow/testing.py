@@ -32,6 +32,7 @@ tests that use it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import os
@@ -75,11 +76,14 @@ R_co = TypeVar("R_co", covariant=True)
 Out = TypeVar("Out")
 
 __all__ = [
+    "FAKE_AWS_ENV",
     "TEST_RUNNER_DEFAULTS",
     "Flaky",
     "InjectedFailure",
+    "WriteLock",
     "advance",
     "fail_once",
+    "moto_server",
     "run_job",
     "run_job_outcome",
     "wait_until",
@@ -96,7 +100,7 @@ and ``stepstone_runner_options`` override these."""
 
 MARKER = "stepstone"
 
-_FAKE_AWS_ENV = {
+FAKE_AWS_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing",
     "AWS_SESSION_TOKEN": "testing",
@@ -354,37 +358,34 @@ async def stepstone_memory_runner(
 # -- fixtures: S3 on moto ------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def stepstone_moto_server() -> Iterator[str]:
-    """moto's S3 on a free local port for the session; yields its endpoint URL.
+@contextlib.contextmanager
+def moto_server() -> Iterator[str]:
+    """Run moto's S3 and SQS server on a free local port; yields its endpoint URL.
 
     Sets fake AWS credentials in the environment while it runs (and restores
     the old ones after), so no test can reach a real account. moto applies a
     conditional write's check and its write in two steps; the server here
     takes a lock around object writes so they are atomic, as on S3.
     """
-    try:
-        from moto.moto_server.threaded_moto_server import ThreadedMotoServer
-        from moto.moto_server.werkzeug_app import (
-            DomainDispatcherApplication,
-            MotoRequestHandler,
-            create_backend_app,
-        )
-        from werkzeug.serving import make_server
-    except ImportError as exc:
-        pytest.skip(f"stepstone's S3 fixtures need moto[server,s3] ({exc})")
+    from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+    from moto.moto_server.werkzeug_app import (
+        DomainDispatcherApplication,
+        MotoRequestHandler,
+        create_backend_app,
+    )
+    from werkzeug.serving import make_server
 
     class _Server(ThreadedMotoServer):
         def _server_entry(self) -> None:
-            app = _WriteLock(DomainDispatcherApplication(create_backend_app))
+            app = WriteLock(DomainDispatcherApplication(create_backend_app))
             self._server = make_server(
                 self._ip_address, self._port, app, True, request_handler=MotoRequestHandler
             )
             self._server_ready_event.set()
             self._server.serve_forever()
 
-    saved = {name: os.environ.get(name) for name in _FAKE_AWS_ENV}
-    os.environ.update(_FAKE_AWS_ENV)
+    saved = {name: os.environ.get(name) for name in FAKE_AWS_ENV}
+    os.environ.update(FAKE_AWS_ENV)
     server = _Server(ip_address="127.0.0.1", port=_free_port(), verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -397,6 +398,17 @@ def stepstone_moto_server() -> Iterator[str]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+@pytest.fixture(scope="session")
+def stepstone_moto_server() -> Iterator[str]:
+    """moto's S3 on a free local port for the session (see :func:`moto_server`)."""
+    try:
+        import moto.moto_server.threaded_moto_server  # noqa: F401
+    except ImportError as exc:
+        pytest.skip(f"stepstone's S3 fixtures need moto[server,s3] ({exc})")
+    with moto_server() as endpoint:
+        yield endpoint
 
 
 @pytest.fixture
@@ -447,7 +459,7 @@ async def stepstone_runner(
     await runner.queue.close()
 
 
-class _WriteLock:
+class WriteLock:
     """WSGI middleware: one object write at a time, as S3 applies conditional writes."""
 
     def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
