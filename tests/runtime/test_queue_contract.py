@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-import store as store_package
 from runtime import (
     Delivery,
     FakeClock,
@@ -117,10 +116,7 @@ def backend(request: pytest.FixtureRequest) -> Backend:
         asyncio.run(_create_sqs_queues(name, endpoint))
         return Backend(request.param, clock, MemoryStore(), {"name": name, "endpoint": endpoint})
     if request.param != "memory_queue":
-        fixture = request.param.removeprefix("store_") + "_store"
-        if fixture == "s3_store" and not hasattr(store_package, "open_store"):
-            pytest.skip("the S3 store has not landed yet")
-        store = request.getfixturevalue(fixture)
+        store = request.getfixturevalue(request.param.removeprefix("store_") + "_store")
     return Backend(request.param, clock, store)
 
 

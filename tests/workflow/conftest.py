@@ -4,7 +4,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from wf_jobs import Counters
+from wf_jobs import RUNNER_JOBS, Counters
 
 from runtime import FakeClock, MemoryQueue
 from store import MemoryStore
@@ -50,44 +50,6 @@ def make_runner(
 
 @pytest.fixture
 async def runner(make_runner: Callable[..., JobRunner]) -> AsyncIterator[JobRunner]:
-    from wf_jobs import (
-        Adder,
-        AlwaysFlaky,
-        Coordinator,
-        ExtendsLease,
-        FixedKey,
-        GatedKeyed,
-        Increment,
-        Keyed,
-        KeyedFailure,
-        KeyedStep,
-        MemoThenFail,
-        Progressing,
-        RepeatedSteps,
-        SyncJob,
-        TypedSteps,
-        Unserializable,
-    )
-
-    r = make_runner(
-        jobs=[
-            Adder,
-            AlwaysFlaky,
-            Coordinator,
-            ExtendsLease,
-            FixedKey,
-            GatedKeyed,
-            Increment,
-            Keyed,
-            KeyedFailure,
-            KeyedStep,
-            MemoThenFail,
-            Progressing,
-            RepeatedSteps,
-            SyncJob,
-            TypedSteps,
-            Unserializable,
-        ]
-    )
+    r = make_runner(jobs=RUNNER_JOBS)
     async with r:
         yield r

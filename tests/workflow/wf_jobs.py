@@ -332,3 +332,24 @@ class SlowWithTimeout(Job[int]):
         ctx.state(Counters).started.set()
         await asyncio.Event().wait()
         return 0
+
+
+RUNNER_JOBS: list[type[Job[Any]]] = [
+    Adder,
+    AlwaysFlaky,
+    Coordinator,
+    ExtendsLease,
+    FixedKey,
+    GatedKeyed,
+    Increment,
+    Keyed,
+    KeyedFailure,
+    KeyedStep,
+    MemoThenFail,
+    Progressing,
+    RepeatedSteps,
+    SyncJob,
+    TypedSteps,
+    Unserializable,
+]
+"""The job types the shared ``runner`` fixture registers."""
