@@ -4,9 +4,17 @@ Why it is built the way it is:
 
 - **Durable when a write returns.** Bytes go to a temp file in
   ``<root>/.stepstone-tmp/`` (same filesystem, so a rename is atomic), which is
-  fsynced, moved into place with ``rename`` (or ``link`` for create-if-absent,
-  which fails with EEXIST atomically), and then the directory is fsynced. A
-  crash leaves either the old object or the new one, never a torn one.
+  made durable, moved into place with ``rename`` (or ``link`` for
+  create-if-absent, which fails with EEXIST atomically), and then the new name
+  is made durable. A crash leaves either the old object or the new one, never
+  a torn one.
+- **Durability is group-committed** (``file_commit``): writes queue, and one
+  thread commits everything queued as a batch. On Linux both "made durable"
+  steps are then one ``syncfs`` of the store's filesystem for the whole
+  batch, so N concurrent writes cost two flushes, not 2N fsyncs; a flush on
+  the disks measured here costs about the same for one file as for a
+  hundred. Elsewhere, or with ``sync="fsync"``, each temp file is fsynced
+  and each directory touched by the batch is fsynced once.
 - **Conditional writes hold across processes.** Every mutation of a key runs
   under an exclusive ``flock`` on one of a fixed set of lock files (striped by
   a hash of the key), so a compare-and-swap in one process cannot interleave
@@ -17,8 +25,8 @@ Why it is built the way it is:
   filesystem reuses an inode and the kernel's timestamps are coarse, the
   writer sets the mtime itself from ``time.time_ns()``, strictly after the
   replaced file's mtime, while holding the key's lock.
-- **Blocking I/O runs on a small thread pool**, so concurrent writes (each
-  waiting on an fsync) proceed in parallel without stalling the event loop.
+- **Blocking I/O runs on a small thread pool** (reads, listing, and the one
+  committing thread), so the event loop never waits on the disk.
 - **Nothing lands outside the root.** Keys are validated (no ``..``, no
   absolute paths), the reserved temp directory cannot be named by a key, and
   every path is checked to be under the root after normalisation (and, for
@@ -32,6 +40,7 @@ refused with InvalidKey. The engine's key layout never does this.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import fcntl
 import functools
@@ -39,12 +48,12 @@ import hashlib
 import os
 import secrets
 import stat
-import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from .base import DEFAULT_PAGE_SIZE, ObjectInfo, ObjectStore, StoredObject
 from .errors import (
@@ -56,6 +65,7 @@ from .errors import (
     StoreError,
     StoreUnavailable,
 )
+from .file_commit import HAVE_SYNCFS, Batcher, Write, fsync_directory, syncfs
 from .keys import RESERVED_SEGMENT, validate_key, validate_prefix
 
 T = TypeVar("T")
@@ -66,7 +76,10 @@ also hold millions of lock files; two keys sharing a stripe only wait on
 each other for the few milliseconds of a write."""
 
 MAX_WORKERS = 8
-"""Threads doing blocking file I/O for one store."""
+"""Threads doing blocking file I/O for one store: reads and listings, and the
+one thread committing writes."""
+
+SyncMode = Literal["auto", "syncfs", "fsync"]
 
 STALE_TEMP_SECONDS = 3600
 
@@ -74,88 +87,46 @@ _CONFIG_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS}
 _CONFLICT_ERRNOS = {errno.ENOTDIR, errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST}
 
 
-def _fsync_directory(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-class _DirState:
-    __slots__ = ("cond", "done", "requested", "running")
-
-    def __init__(self) -> None:
-        self.cond = threading.Condition()
-        self.requested = 0
-        self.done = 0
-        self.running = False
-
-
-class _DirSync:
-    """Group commit for directory fsyncs.
-
-    Writers into one directory (``queue/jobs``, ``outcomes``) each need an
-    fsync of it *started after* their rename, not one of their own: a caller
-    takes a ticket after its change; if an fsync is running it waits for the
-    next, which one waiter starts for every ticket taken so far. Under load one
-    fsync then covers many writes; alone, a writer pays exactly one, as before.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._dirs: dict[str, _DirState] = {}
-
-    def sync(self, path: str) -> None:
-        with self._lock:
-            state = self._dirs.get(path)
-            if state is None:
-                state = self._dirs[path] = _DirState()
-        with state.cond:
-            state.requested += 1
-            ticket = state.requested
-            while state.done < ticket:
-                if state.running:
-                    state.cond.wait()
-                    continue
-                state.running = True
-                target = state.requested
-                state.cond.release()
-                try:
-                    _fsync_directory(path)
-                except BaseException:
-                    state.cond.acquire()
-                    state.running = False
-                    state.cond.notify_all()
-                    raise
-                state.cond.acquire()
-                state.done = target
-                state.running = False
-                state.cond.notify_all()
-            idle = not state.running and state.done == state.requested
-        if idle:
-            with self._lock, state.cond:
-                if not state.running and state.done == state.requested:
-                    self._dirs.pop(path, None)
-
-
 class FileStore(ObjectStore):
     """An object store in a local directory; see the module docstring."""
 
-    def __init__(self, root: str | Path, *, max_workers: int = MAX_WORKERS) -> None:
+    def __init__(
+        self, root: str | Path, *, max_workers: int = MAX_WORKERS, sync: SyncMode = "auto"
+    ) -> None:
+        """``sync`` picks how a batch of writes is made durable: ``"syncfs"``
+        (two syncs of the store's filesystem per batch; Linux only), ``"fsync"``
+        (each file, then each directory it went into), or ``"auto"``: syncfs
+        where the platform has it. Both are equally durable; see docs/storage.md
+        for when ``fsync`` is the better choice."""
         self.root = os.path.realpath(os.fspath(root))
         self.location = f"file://{self.root}"
         self._tmp = os.path.join(self.root, RESERVED_SEGMENT)
         self._locks = os.path.join(self._tmp, "locks")
-        self._max_workers = max_workers
+        self._max_workers = max(2, max_workers)
         self._pool: ThreadPoolExecutor | None = None
-        self._dir_sync = _DirSync()
+        if sync not in ("auto", "syncfs", "fsync"):
+            raise StoreConfigError(
+                f"sync={sync!r}: use 'auto', 'syncfs' or 'fsync'", location=self.location
+            )
+        if sync == "syncfs" and not HAVE_SYNCFS:
+            raise StoreConfigError(
+                "sync='syncfs': this platform has no syncfs; use 'fsync'", location=self.location
+            )
+        self.sync_mode: SyncMode = "syncfs" if sync != "fsync" and HAVE_SYNCFS else "fsync"
         try:
             os.makedirs(self._locks, exist_ok=True)
         except OSError as exc:
             raise StoreConfigError(
                 f"cannot create the store directory: {exc.strerror}", location=self.location
             ) from exc
+        self._root_fd = -1
+        if self.sync_mode == "syncfs":
+            # Held for the store's life: syncfs reports the writeback errors
+            # seen since this descriptor was opened, so a fresh one per sync
+            # would miss an error the kernel's flusher hit in between.
+            self._root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+            weakref.finalize(self, os.close, self._root_fd)
+        self._batcher = Batcher(self._commit, self._start)
         self._sweep_temp()
 
     def _sweep_temp(self) -> None:
@@ -172,13 +143,27 @@ class FileStore(ObjectStore):
 
     # -- plumbing ---------------------------------------------------------
 
-    async def _run(self, fn: Callable[..., T], *args: object) -> T:
+    def _executor(self) -> ThreadPoolExecutor:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self._max_workers, thread_name_prefix="stepstone-file")
+        return self._pool
+
+    def _start(self, fn: Callable[[], None]) -> None:
+        self._executor().submit(fn)
+
+    async def _run(self, fn: Callable[..., T], *args: object) -> T:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, functools.partial(fn, *args))
+        return await loop.run_in_executor(self._executor(), functools.partial(fn, *args))
+
+    async def _write(self, write: Write) -> str | None:
+        await self._batcher.run(write)
+        if write.error is not None:
+            raise write.error
+        return write.result
 
     async def close(self) -> None:
+        """Release the thread pool (a batch being committed finishes first in
+        the background). The store can be used again; a new pool starts."""
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False)
@@ -215,17 +200,27 @@ class FileStore(ObjectStore):
     def _info(self, key: str, st: os.stat_result) -> ObjectInfo:
         return ObjectInfo(key, self._etag(st), st.st_size, st.st_mtime_ns / 1e9)
 
-    def _lock(self, key: str) -> int:
-        """Take the key's stripe lock; returns the fd whose close releases it."""
+    @staticmethod
+    def _stripe(key: str) -> int:
         digest = hashlib.blake2b(key.encode(), digest_size=4).digest()
-        stripe = int.from_bytes(digest, "big") % LOCK_STRIPES
-        fd = os.open(os.path.join(self._locks, f"{stripe:03d}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        return int.from_bytes(digest, "big") % LOCK_STRIPES
+
+    def _lock_stripes(self, stripes: list[int]) -> list[int]:
+        """Take the stripe locks in ascending order (so two processes' batches
+        cannot deadlock); returns the fds whose closing releases them."""
+        fds: list[int] = []
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            for stripe in sorted(stripes):
+                fd = os.open(
+                    os.path.join(self._locks, f"{stripe:03d}.lock"), os.O_RDWR | os.O_CREAT, 0o644
+                )
+                fds.append(fd)
+                fcntl.flock(fd, fcntl.LOCK_EX)
         except BaseException:
-            os.close(fd)
+            for fd in fds:
+                os.close(fd)
             raise
-        return fd
+        return fds
 
     @staticmethod
     def _stat_file(path: str) -> os.stat_result | None:
@@ -236,10 +231,6 @@ class FileStore(ObjectStore):
             return None
         return st if stat.S_ISREG(st.st_mode) else None
 
-    def _fsync_dir(self, path: str) -> None:
-        """Make the entries changed in ``path`` so far durable (group commit, see _DirSync)."""
-        self._dir_sync.sync(path)
-
     def _inside(self, directory: str, key: str) -> None:
         """Refuse a directory that resolves (through symlinks) outside the root."""
         real = os.path.realpath(directory)
@@ -247,10 +238,12 @@ class FileStore(ObjectStore):
             raise InvalidKey(f"key {key!r} would leave the root", location=self.location)
 
     def _makedirs(self, directory: str, key: str) -> None:
-        """Create ``directory`` and any missing parents durably (fsync each new one's parent).
+        """Create ``directory`` and any missing parents.
 
         The deepest existing ancestor is checked to lie inside the root before
         anything is created, so a symlink in the root cannot lead a write out.
+        With fsync, each new directory is fsynced into its parent here; with
+        syncfs, the batch's second sync covers them with the entries in them.
         """
         missing: list[str] = []
         d = directory
@@ -268,12 +261,14 @@ class FileStore(ObjectStore):
             except FileExistsError:
                 if not os.path.isdir(d):
                     raise self._conflict(key) from None
-            self._fsync_dir(os.path.dirname(d))
+            if self.sync_mode == "fsync":
+                fsync_directory(os.path.dirname(d))
         if missing:
             self._inside(directory, key)
 
     def _write_temp(self, data: bytes, not_before_ns: int) -> tuple[str, os.stat_result]:
-        """Write ``data`` to a fresh fsynced temp file with a unique mtime."""
+        """Write ``data`` to a fresh temp file with a unique mtime (fsynced in
+        fsync mode; in syncfs mode the batch's first sync makes it durable)."""
         tmp = os.path.join(self._tmp, secrets.token_hex(8) + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
@@ -282,7 +277,8 @@ class FileStore(ObjectStore):
                 view = view[os.write(fd, view) :]
             now = max(time.time_ns(), not_before_ns + 1)
             os.utime(fd, ns=(now, now))
-            os.fsync(fd)
+            if self.sync_mode == "fsync":
+                os.fsync(fd)
             st = os.fstat(fd)
         except BaseException:
             os.close(fd)
@@ -291,44 +287,131 @@ class FileStore(ObjectStore):
         os.close(fd)
         return tmp, st
 
-    def _replace(
-        self,
-        key: str,
-        data: bytes,
-        check: Callable[[os.stat_result | None], None],
-        exclusive: bool = False,
-    ) -> str:
-        """Under the key's lock: check the current object, then write ``data`` durably."""
-        path = self._path(key)
-        try:
-            fd = self._lock(key)
+    # -- committing a batch of writes ---------------------------------------
+
+    def _commit(self, writes: list[Write]) -> None:
+        """Apply ``writes`` (distinct keys) with every key's lock held, durably.
+
+        1. check each write's condition and stage it: its bytes in a temp file;
+        2. make the temp files durable (one syncfs; fsync mode did each file);
+        3. move each into place (rename, or link for create-if-absent), or unlink;
+        4. make the new names durable (one syncfs, or one fsync per directory);
+        and only then release the locks and answer. A write that fails at any
+        step gets its own error; the others go on.
+        """
+        for write in writes:
             try:
-                current = self._stat_file(path)
-                check(current)
-                if current is None and os.path.isdir(path):
-                    raise self._conflict(key)
-                parent = os.path.dirname(path)
-                self._makedirs(parent, key)
-                tmp, st = self._write_temp(data, current.st_mtime_ns if current else 0)
-                try:
-                    if exclusive:
-                        os.link(tmp, path)
-                        os.unlink(tmp)
-                    else:
-                        os.rename(tmp, path)
-                except OSError:
-                    os.unlink(tmp)
-                    raise
-                self._fsync_dir(parent)
-                return self._etag(st)
-            finally:
+                write.path = self._path(write.key)
+            except StoreError as exc:
+                write.error = exc
+        live = [w for w in writes if w.error is None]
+        if not live:
+            return
+        fds = self._lock_stripes(list({self._stripe(w.key) for w in live}))
+        try:
+            for write in live:
+                self._attempt(write, self._stage, "cannot write")
+            staged = [w for w in live if w.error is None]
+            if self.sync_mode == "syncfs" and any(w.tmp for w in staged):
+                self._sync(staged, None, "cannot write")
+            placed = [w for w in staged if w.error is None]
+            for write in placed:
+                self._attempt(write, self._place, "cannot write")
+            done = [w for w in placed if w.error is None]
+            self._sync(done, {os.path.dirname(w.path) for w in done}, "cannot write")
+        finally:
+            for fd in fds:
                 os.close(fd)
-        except StoreError:
-            raise
+            for write in live:
+                if write.tmp is not None:
+                    with contextlib.suppress(OSError):
+                        os.unlink(write.tmp)
+
+    def _attempt(self, write: Write, step: Callable[[Write], None], doing: str) -> None:
+        """Run one write's step, turning an OSError into the write's StoreError."""
+        try:
+            step(write)
+        except StoreError as exc:
+            write.error = exc
         except OSError as exc:
             if exc.errno in _CONFLICT_ERRNOS:
-                raise self._conflict(key) from exc
-            raise self._error(exc, key, "cannot write") from exc
+                write.error = self._conflict(write.key)
+            else:
+                write.error = self._error(exc, write.key, doing)
+            write.error.__cause__ = exc
+
+    def _sync(self, writes: list[Write], directories: set[str] | None, doing: str) -> None:
+        """Make the batch's changes so far durable; on failure, fail every write in it.
+
+        ``directories`` None means the temp files (syncfs mode only); else the
+        directories whose entries changed.
+        """
+        if not writes:
+            return
+        try:
+            if self.sync_mode == "syncfs":
+                syncfs(self._root_fd)
+            else:
+                for directory in sorted(directories or ()):
+                    fsync_directory(directory)
+        except OSError as exc:
+            for write in writes:
+                write.error = self._error(exc, write.key, doing)
+                write.error.__cause__ = exc
+                write.result = None
+
+    def _stage(self, write: Write) -> None:
+        """Check the write's condition against the current object; write its temp file."""
+        current = write.current = self._stat_file(write.path)
+        if write.condition == "absent" and current is not None:
+            raise AlreadyExists("object already exists", location=self.location, key=write.key)
+        if write.condition == "match":
+            self._check_etag(write.key, current, write.etag or "")
+        if write.data is None:
+            return  # a delete: nothing to stage
+        if current is None and os.path.isdir(write.path):
+            raise self._conflict(write.key)
+        self._makedirs(os.path.dirname(write.path), write.key)
+        write.tmp, write.stat = self._write_temp(write.data, current.st_mtime_ns if current else 0)
+
+    def _place(self, write: Write) -> None:
+        """Move a staged write's temp file into place, or unlink a deleted key."""
+        if write.data is None:
+            if write.current is not None:
+                self._inside(os.path.dirname(write.path), write.key)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(write.path)
+            return
+        assert write.tmp is not None and write.stat is not None
+        if write.condition == "absent":
+            try:
+                os.link(write.tmp, write.path)
+            except FileExistsError:
+                # something at the path that the check did not see: only a
+                # writer ignoring our locks could do that; report who won.
+                raise AlreadyExists(
+                    "object already exists", location=self.location, key=write.key
+                ) from None
+        else:
+            os.rename(write.tmp, write.path)
+            write.tmp = None
+        write.result = self._etag(write.stat)
+
+    def _check_etag(self, key: str, current: os.stat_result | None, etag: str) -> None:
+        if current is None:
+            raise NotFound("no such object", location=self.location, key=key)
+        actual = self._etag(current)
+        if actual != etag:
+            raise PreconditionFailed(
+                f"etag is {actual}, not {etag}", location=self.location, key=key
+            )
+
+    def _commit_one(self, write: Write) -> str | None:
+        """Commit a batch of one, in this thread (the blocking API, for tools)."""
+        self._commit([write])
+        if write.error is not None:
+            raise write.error
+        return write.result
 
     # -- blocking operations ----------------------------------------------
 
@@ -356,58 +439,11 @@ class FileStore(ObjectStore):
             raise NotFound("no such object", location=self.location, key=key)
         return self._info(key, st)
 
-    def _put(self, key: str, data: bytes) -> str:
-        return self._replace(key, data, lambda current: None)
-
     def _put_if_absent(self, key: str, data: bytes) -> str:
-        def check(current: os.stat_result | None) -> None:
-            if current is not None:
-                raise AlreadyExists("object already exists", location=self.location, key=key)
-
-        try:
-            return self._replace(key, data, check, exclusive=True)
-        except InvalidKey as exc:
-            # link() found something at the path that the check did not: only
-            # a writer ignoring our locks could do that; report who won.
-            if isinstance(exc.__cause__, FileExistsError):
-                raise AlreadyExists(
-                    "object already exists", location=self.location, key=key
-                ) from exc
-            raise
-
-    def _check_etag(self, key: str, current: os.stat_result | None, etag: str) -> None:
-        if current is None:
-            raise NotFound("no such object", location=self.location, key=key)
-        actual = self._etag(current)
-        if actual != etag:
-            raise PreconditionFailed(
-                f"etag is {actual}, not {etag}", location=self.location, key=key
-            )
-
-    def _put_if_match(self, key: str, data: bytes, etag: str) -> str:
-        return self._replace(key, data, lambda current: self._check_etag(key, current, etag))
-
-    def _delete(self, key: str, if_match: str | None) -> None:
-        path = self._path(key)
-        try:
-            fd = self._lock(key)
-            try:
-                current = self._stat_file(path)
-                if if_match is not None:
-                    self._check_etag(key, current, if_match)
-                if current is None:
-                    return
-                self._inside(os.path.dirname(path), key)
-                os.unlink(path)
-                self._fsync_dir(os.path.dirname(path))
-            finally:
-                os.close(fd)
-        except StoreError:
-            raise
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            raise self._error(exc, key, "cannot delete") from exc
+        """Blocking create-if-absent in the calling thread (for tools and probes)."""
+        result = self._commit_one(Write(key, bytes(data), "absent"))
+        assert result is not None
+        return result
 
     def _list(self, prefix: str, start_after: str | None, limit: int) -> list[ObjectInfo]:
         validate_prefix(prefix, location=self.location)
@@ -481,16 +517,19 @@ class FileStore(ObjectStore):
         return await self._run(self._head, key)
 
     async def put(self, key: str, data: bytes) -> str:
-        return await self._run(self._put, key, bytes(data))
+        return _etag_of(await self._write(Write(key, bytes(data))))
 
     async def put_if_absent(self, key: str, data: bytes) -> str:
-        return await self._run(self._put_if_absent, key, bytes(data))
+        return _etag_of(await self._write(Write(key, bytes(data), "absent")))
 
     async def put_if_match(self, key: str, data: bytes, etag: str) -> str:
-        return await self._run(self._put_if_match, key, bytes(data), etag)
+        return _etag_of(await self._write(Write(key, bytes(data), "match", etag)))
 
     async def delete(self, key: str, *, if_match: str | None = None) -> None:
-        await self._run(self._delete, key, if_match)
+        if if_match is None:
+            await self._write(Write(key, None))
+        else:
+            await self._write(Write(key, None, "match", if_match))
 
     async def list(
         self,
@@ -500,3 +539,8 @@ class FileStore(ObjectStore):
         limit: int = DEFAULT_PAGE_SIZE,
     ) -> list[ObjectInfo]:
         return await self._run(self._list, prefix, start_after, limit)
+
+
+def _etag_of(result: str | None) -> str:
+    assert result is not None, "a committed put has an etag"
+    return result

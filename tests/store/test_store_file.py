@@ -12,7 +12,15 @@ from typing import Any
 
 import pytest
 
-from store import AlreadyExists, FileStore, InvalidKey, NotFound, PreconditionFailed
+from store import (
+    AlreadyExists,
+    FileStore,
+    InvalidKey,
+    NotFound,
+    PreconditionFailed,
+    StoreConfigError,
+)
+from store.file_commit import HAVE_SYNCFS
 from store.keys import RESERVED_SEGMENT
 
 PROCESSES = 4
@@ -270,47 +278,145 @@ async def test_durable_write_latency(file_store: FileStore) -> None:
     assert per_write < 1.0
 
 
-def test_directory_fsyncs_are_shared_but_always_start_after_the_change(
+# -- the group commit ----------------------------------------------------------------
+# A write is durable when it returns: its bytes were flushed before its name
+# appeared, and its name was flushed before the caller heard back. These tests
+# watch the real syscalls (wrapped, still performed) on a timeline.
+
+needs_syncfs = pytest.mark.skipif(not HAVE_SYNCFS, reason="this platform has no syncfs")
+
+
+class _Timeline:
+    """Orders syscalls from every thread: utime on a temp file (its bytes are
+    written), link/rename into place, and syncfs (start, end)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import itertools
+        import threading
+
+        import store.file as file_module
+
+        self._tick = itertools.count()
+        self._lock = threading.Lock()
+        self.written: dict[int, int] = {}  # inode -> when its bytes were last written
+        self.placed: dict[str, tuple[int, int]] = {}  # path -> (when, inode)
+        self.syncs: list[tuple[int, int]] = []
+        real_utime, real_link, real_rename = os.utime, os.link, os.rename
+        real_syncfs = file_module.syncfs
+
+        def utime(fd: Any, *args: Any, **kwargs: Any) -> None:
+            real_utime(fd, *args, **kwargs)
+            if isinstance(fd, int):
+                self.written[os.fstat(fd).st_ino] = self.now()
+
+        def place(real: Any) -> Any:
+            def wrapper(src: str, dst: str) -> None:
+                ino = os.stat(src).st_ino
+                real(src, dst)
+                self.placed[os.fspath(dst)] = (self.now(), ino)
+
+            return wrapper
+
+        def syncfs(fd: int) -> None:
+            start = self.now()
+            real_syncfs(fd)
+            self.syncs.append((start, self.now()))
+
+        monkeypatch.setattr(os, "utime", utime)
+        monkeypatch.setattr(os, "link", place(real_link))
+        monkeypatch.setattr(os, "rename", place(real_rename))
+        monkeypatch.setattr(file_module, "syncfs", syncfs)
+
+    def now(self) -> int:
+        with self._lock:
+            return next(self._tick)
+
+    def synced_between(self, after: int, before: int) -> bool:
+        return any(after < start and end < before for start, end in self.syncs)
+
+
+@needs_syncfs
+async def test_a_write_returns_only_after_its_bytes_and_then_its_name_were_synced(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Group commit: every sync() returns only after an fsync that began after it was called."""
-    import itertools
-    import threading
+    timeline = _Timeline(monkeypatch)
+    async with FileStore(tmp_path / "s", sync="syncfs") as store:
+        etag = await store.put("k/replaced", b"old")
 
-    import store.file as file_module
+        async def write(i: int) -> tuple[str, int, int]:
+            asked = timeline.now()
+            if i == 0:
+                await store.put_if_match("k/replaced", b"new", etag)
+                key = "k/replaced"
+            else:
+                key = f"k/{i:02d}"
+                await (store.put if i % 2 else store.put_if_absent)(key, b"%d" % i)
+            return key, asked, timeline.now()
 
-    clock = itertools.count()
-    fsyncs: list[tuple[int, int]] = []
-    real = file_module._fsync_directory
+        results = await asyncio.gather(*(write(i) for i in range(40)))
+    for key, asked, answered in results:
+        placed_at, ino = timeline.placed[str(tmp_path / "s" / key)]
+        written_at = timeline.written[ino]
+        assert asked < written_at < placed_at < answered
+        assert timeline.synced_between(written_at, placed_at), f"{key}: named before its bytes"
+        assert timeline.synced_between(placed_at, answered), f"{key}: answered before its name"
+    # ...and the 41 writes shared their syncs (each alone would take two).
+    assert len(timeline.syncs) < 41
 
-    def spy(path: str) -> None:
-        start = next(clock)
-        real(path)
-        fsyncs.append((start, next(clock)))
 
-    monkeypatch.setattr(file_module, "_fsync_directory", spy)
-    syncer = file_module._DirSync()
-    violations: list[int] = []
-    calls = 0
-    lock = threading.Lock()
+async def test_one_failing_write_in_a_batch_fails_alone(tmp_path: Path) -> None:
+    async with FileStore(tmp_path / "s") as store:
+        await store.put("exists", b"x")
+        outcomes = await asyncio.gather(
+            store.put_if_absent("exists", b"again"),
+            store.put_if_match("missing", b"y", '"stale"'),
+            store.put_if_match("exists", b"y", '"stale"'),
+            store.delete("exists", if_match='"stale"'),
+            store.put("../escape", b"z"),
+            *(store.put_if_absent(f"ok/{i}", b"%d" % i) for i in range(10)),
+            return_exceptions=True,
+        )
+        assert [type(o) for o in outcomes[:5]] == [
+            AlreadyExists,
+            NotFound,
+            PreconditionFailed,
+            PreconditionFailed,
+            InvalidKey,
+        ]
+        assert all(isinstance(o, str) for o in outcomes[5:])
+        assert (await store.get("exists")).data == b"x"
+        assert [(await store.get(f"ok/{i}")).data for i in range(10)] == [
+            b"%d" % i for i in range(10)
+        ]
 
-    def writer() -> None:
-        nonlocal calls
-        for _ in range(25):
-            before = next(clock)
-            syncer.sync(str(tmp_path))
-            after = next(clock)
-            if not any(before < s and e < after for s, e in list(fsyncs)):
-                violations.append(before)
-            with lock:
-                calls += 1
 
-    threads = [threading.Thread(target=writer) for _ in range(12)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(DEADLINE)
-    assert not any(t.is_alive() for t in threads)
-    assert calls == 12 * 25
-    assert violations == []
-    assert len(fsyncs) <= calls
+async def test_writes_to_one_key_in_one_batch_apply_in_order(tmp_path: Path) -> None:
+    """Queued together, two creates of one key have one winner, and a put
+    queued after a delete of the same key leaves the put's bytes."""
+    async with FileStore(tmp_path / "s") as store:
+        first, second = await asyncio.gather(
+            store.put_if_absent("one", b"a"),
+            store.put_if_absent("one", b"b"),
+            return_exceptions=True,
+        )
+        assert isinstance(first, str) and isinstance(second, AlreadyExists)
+        await asyncio.gather(store.delete("one"), store.put("one", b"c"))
+        assert (await store.get("one")).data == b"c"
+
+
+@pytest.mark.parametrize("mode", ["fsync", "syncfs"])
+async def test_both_sync_modes_keep_the_contract(tmp_path: Path, mode: str) -> None:
+    if mode == "syncfs" and not HAVE_SYNCFS:
+        pytest.skip("this platform has no syncfs")
+    async with FileStore(tmp_path / "s", sync=mode) as store:  # type: ignore[arg-type]
+        assert store.sync_mode == mode
+        etag = await store.put_if_absent("a/b/c", b"1")
+        etag = await store.put_if_match("a/b/c", b"2", etag)
+        await store.delete("a/b/c", if_match=etag)
+        with pytest.raises(NotFound):
+            await store.get("a/b/c")
+
+
+def test_an_unknown_sync_mode_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(StoreConfigError, match="sync="):
+        FileStore(tmp_path, sync="sometimes")  # type: ignore[arg-type]
