@@ -14,7 +14,7 @@ scale     one FileStore, ``processes`` worker processes (``async with
 
 Backends: ``memory`` (MemoryStore + MemoryQueue), ``memory-sq`` (MemoryStore +
 StoreQueue: the StoreQueue's request pattern without I/O), ``file``
-(FileStore + StoreQueue, durable: fsync on every write), ``s3`` (moto's S3
+(FileStore + StoreQueue, durable: every write synced before it returns), ``s3`` (moto's S3
 server in a child process + StoreQueue).
 
 Every store is wrapped in a CountingStore, so the figures include its (tiny)
@@ -87,9 +87,35 @@ def per_job(counts: dict[str, int], n: int) -> dict[str, float]:
 
 def _file_options() -> dict[str, Any]:
     """FileStore keyword arguments from the environment, for experiments
-    (``STEPSTONE_BENCH_FILE_THREADS=32``); empty means the defaults."""
-    threads = os.environ.get("STEPSTONE_BENCH_FILE_THREADS")
-    return {"max_workers": int(threads)} if threads else {}
+    (``STEPSTONE_BENCH_FILE_THREADS=32``, ``STEPSTONE_BENCH_FILE_SYNC=fsync``);
+    empty means the defaults."""
+    options: dict[str, Any] = {}
+    if threads := os.environ.get("STEPSTONE_BENCH_FILE_THREADS"):
+        options["max_workers"] = int(threads)
+    if sync := os.environ.get("STEPSTONE_BENCH_FILE_SYNC"):
+        options["sync"] = sync
+    return options
+
+
+TRASH = "stepstone-bench-trash"
+
+
+def discard(path: str) -> None:
+    """Set a case's store directory aside, to be deleted after the last case.
+
+    Deleting a store is deleting thousands of files, and on ext4 without a
+    journal (this project's VMs) every file created in the next minute
+    first scans past the inodes just freed: deleting here would slow the
+    next case down by a factor of two or more. ``empty_trash`` runs when the
+    whole run is over.
+    """
+    trash = os.path.join(os.path.dirname(path), TRASH)
+    os.makedirs(trash, exist_ok=True)
+    os.rename(path, os.path.join(trash, os.path.basename(path)))
+
+
+def empty_trash(workdir: str = "") -> None:
+    shutil.rmtree(os.path.join(workdir or tempfile.gettempdir(), TRASH), ignore_errors=True)
 
 
 @contextlib.asynccontextmanager
@@ -129,7 +155,7 @@ async def open_backend(spec: Spec) -> AsyncIterator[tuple[CountingStore, JobRunn
         await runner.close()
         await store.close()
         if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+            discard(tmp)
         if moto is not None:
             moto.__exit__(None, None, None)
 
@@ -351,7 +377,7 @@ async def scale(spec: Spec) -> dict[str, Any]:
                 p.join(10)
             if p.is_alive():
                 p.kill()
-        shutil.rmtree(root, ignore_errors=True)
+        discard(root)
     counts = {op: sum(r["counts"][op] for r in reports) for op in OPERATIONS}
     for op in OPERATIONS:
         counts[op] += submit_counts[op]

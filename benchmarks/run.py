@@ -18,7 +18,7 @@ import time
 from dataclasses import asdict, fields
 from typing import Any
 
-from .cases import Spec, run_one
+from .cases import Spec, empty_trash, run_one
 from .counting import OPERATIONS
 
 
@@ -137,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             result = runs[0]
         results.append(result)
         print(json.dumps(result), flush=True)
+    empty_trash(args.workdir)
     print()
     print(table(results))
     print(f"\n({len(results)} cases in {time.monotonic() - started:.0f}s)", file=sys.stderr)

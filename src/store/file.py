@@ -25,6 +25,12 @@ Why it is built the way it is:
   filesystem reuses an inode and the kernel's timestamps are coarse, the
   writer sets the mtime itself from ``time.time_ns()``, strictly after the
   replaced file's mtime, while holding the key's lock.
+- **Inodes are recycled** (``file_spares``): a deleted or replaced object's
+  inode is kept and rewritten as a later object instead of being freed,
+  because freeing and allocating inodes at a high rate is what a busy store
+  on ext4 without a journal spends most of its CPU on. Reads check that the
+  file they read was the object throughout, so recycling cannot show them
+  another object's bytes.
 - **Blocking I/O runs on a small thread pool** (reads, listing, and the one
   committing thread), so the event loop never waits on the disk.
 - **Nothing lands outside the root.** Keys are validated (no ``..``, no
@@ -46,7 +52,6 @@ import fcntl
 import functools
 import hashlib
 import os
-import secrets
 import stat
 import time
 import weakref
@@ -65,7 +70,8 @@ from .errors import (
     StoreError,
     StoreUnavailable,
 )
-from .file_commit import HAVE_SYNCFS, Batcher, Write, fsync_directory, syncfs
+from .file_commit import HAVE_SYNCFS, Batcher, Read, Write, fsync_directory, syncfs
+from .file_spares import SPARE_SUFFIX, SparePool
 from .keys import RESERVED_SEGMENT, validate_key, validate_prefix
 
 T = TypeVar("T")
@@ -82,6 +88,9 @@ one thread committing writes."""
 SyncMode = Literal["auto", "syncfs", "fsync"]
 
 STALE_TEMP_SECONDS = 3600
+
+READ_ATTEMPTS = 16
+"""Reads of an object that keeps changing under the reader before giving up."""
 
 _CONFIG_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS}
 _CONFLICT_ERRNOS = {errno.ENOTDIR, errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST}
@@ -126,20 +135,33 @@ class FileStore(ObjectStore):
             # would miss an error the kernel's flusher hit in between.
             self._root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
             weakref.finalize(self, os.close, self._root_fd)
-        self._batcher = Batcher(self._commit, self._start)
+        self._writes = Batcher(self._commit, self._start, distinct_keys=True)
+        self._reads = Batcher(self._serve_reads, self._start, distinct_keys=False)
+        self._spares = SparePool(self._tmp)
         self._sweep_temp()
 
     def _sweep_temp(self) -> None:
-        """Remove temp files a crashed writer left behind (older than an hour:
-        a live writer's temp file lives for milliseconds)."""
+        """Remove temp files and spares a crashed or exited writer left behind.
+
+        Only those untouched for an hour: a live writer's temp file lives for
+        milliseconds, and its spares are rewritten or unlinked when it
+        closes. A spare's mtime is that of the object it was, so its age is
+        its ctime, which retiring it set (and which nobody can set back).
+        """
         cutoff = time.time() - STALE_TEMP_SECONDS
         try:
             with os.scandir(self._tmp) as entries:
                 for entry in entries:
-                    if entry.name.endswith(".tmp") and entry.stat().st_mtime < cutoff:
+                    if entry.name.endswith(".tmp"):
+                        age = entry.stat(follow_symlinks=False).st_mtime
+                    elif entry.name.endswith(SPARE_SUFFIX):
+                        age = entry.stat(follow_symlinks=False).st_ctime
+                    else:
+                        continue
+                    if age < cutoff:
                         os.unlink(entry.path)
         except OSError:
-            pass  # best effort: a leftover temp file is never listed
+            pass  # best effort: leftovers in the temp directory are never listed
 
     # -- plumbing ---------------------------------------------------------
 
@@ -156,17 +178,25 @@ class FileStore(ObjectStore):
         return await loop.run_in_executor(self._executor(), functools.partial(fn, *args))
 
     async def _write(self, write: Write) -> str | None:
-        await self._batcher.run(write)
+        await self._writes.run(write)
         if write.error is not None:
             raise write.error
         return write.result
 
+    def _serve_reads(self, reads: list[Read]) -> None:
+        for read in reads:
+            try:
+                read.result = self._get(read.key)
+            except StoreError as exc:
+                read.error = exc
+
     async def close(self) -> None:
         """Release the thread pool (a batch being committed finishes first in
-        the background). The store can be used again; a new pool starts."""
+        the background) and the spare inodes. The store can be used again."""
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False)
+        self._spares.clear()
 
     def _path(self, key: str) -> str:
         validate_key(key, location=self.location)
@@ -200,27 +230,17 @@ class FileStore(ObjectStore):
     def _info(self, key: str, st: os.stat_result) -> ObjectInfo:
         return ObjectInfo(key, self._etag(st), st.st_size, st.st_mtime_ns / 1e9)
 
-    @staticmethod
-    def _stripe(key: str) -> int:
+    def _lock(self, key: str) -> int:
+        """Take the key's stripe lock; returns the fd whose close releases it."""
         digest = hashlib.blake2b(key.encode(), digest_size=4).digest()
-        return int.from_bytes(digest, "big") % LOCK_STRIPES
-
-    def _lock_stripes(self, stripes: list[int]) -> list[int]:
-        """Take the stripe locks in ascending order (so two processes' batches
-        cannot deadlock); returns the fds whose closing releases them."""
-        fds: list[int] = []
+        stripe = int.from_bytes(digest, "big") % LOCK_STRIPES
+        fd = os.open(os.path.join(self._locks, f"{stripe:03d}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            for stripe in sorted(stripes):
-                fd = os.open(
-                    os.path.join(self._locks, f"{stripe:03d}.lock"), os.O_RDWR | os.O_CREAT, 0o644
-                )
-                fds.append(fd)
-                fcntl.flock(fd, fcntl.LOCK_EX)
+            fcntl.flock(fd, fcntl.LOCK_EX)
         except BaseException:
-            for fd in fds:
-                os.close(fd)
+            os.close(fd)
             raise
-        return fds
+        return fd
 
     @staticmethod
     def _stat_file(path: str) -> os.stat_result | None:
@@ -255,22 +275,46 @@ class FileStore(ObjectStore):
             missing.append(d)
             d = os.path.dirname(d)
         self._inside(d, key)
+        raced = False
         for d in reversed(missing):
             try:
                 os.mkdir(d)
             except FileExistsError:
                 if not os.path.isdir(d):
                     raise self._conflict(key) from None
+                raced = True  # another writer made it: perhaps a symlink
             if self.sync_mode == "fsync":
                 fsync_directory(os.path.dirname(d))
-        if missing:
+        if raced:
             self._inside(directory, key)
 
+    def _open_temp(self) -> tuple[str, int, int]:
+        """A temp file to write: a spare inode emptied, else a new file.
+
+        Returns its path, an open fd, and the mtime the spare last had (0 for
+        a new file): its new mtime must be later, so that no etag it had in
+        an earlier life can come back.
+        """
+        while (spare := self._spares.take()) is not None:
+            try:
+                fd = os.open(spare, os.O_WRONLY)
+            except FileNotFoundError:
+                continue  # swept by a store opened elsewhere after an idle hour
+            try:
+                last = os.fstat(fd).st_mtime_ns
+                os.ftruncate(fd, 0)
+            except BaseException:
+                os.close(fd)
+                raise
+            return spare, fd, last
+        tmp = self._spares.temp_name()
+        return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), 0
+
     def _write_temp(self, data: bytes, not_before_ns: int) -> tuple[str, os.stat_result]:
-        """Write ``data`` to a fresh temp file with a unique mtime (fsynced in
-        fsync mode; in syncfs mode the batch's first sync makes it durable)."""
-        tmp = os.path.join(self._tmp, secrets.token_hex(8) + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        """Write ``data`` to a temp file with a unique mtime (fsynced in fsync
+        mode; in syncfs mode the batch's first sync makes it durable)."""
+        tmp, fd, last = self._open_temp()
+        not_before_ns = max(not_before_ns, last)
         try:
             view = memoryview(data)
             while view:
@@ -290,14 +334,21 @@ class FileStore(ObjectStore):
     # -- committing a batch of writes ---------------------------------------
 
     def _commit(self, writes: list[Write]) -> None:
-        """Apply ``writes`` (distinct keys) with every key's lock held, durably.
+        """Apply ``writes`` (distinct keys) durably, with two syncs in all.
 
-        1. check each write's condition and stage it: its bytes in a temp file;
+        1. stage each write: its bytes in a temp file (no lock needed);
         2. make the temp files durable (one syncfs; fsync mode did each file);
-        3. move each into place (rename, or link for create-if-absent), or unlink;
-        4. make the new names durable (one syncfs, or one fsync per directory);
-        and only then release the locks and answer. A write that fails at any
-        step gets its own error; the others go on.
+        3. for each write, under its key's lock: check its condition against
+           the current object and move the temp file into place (rename, or
+           link for create-if-absent), or remove the key;
+        4. make the new names durable (one syncfs, or one fsync per
+           directory), and only then answer.
+        A key's lock is held only for its own step 3 (microseconds), not
+        across the syncs, so batches in other processes do not queue behind
+        this one. That is safe because a writer that then changes the same
+        key answers only after a sync that started after its own change, and
+        so covers ours. A write that fails at any step gets its own error;
+        the others go on.
         """
         for write in writes:
             try:
@@ -305,27 +356,29 @@ class FileStore(ObjectStore):
             except StoreError as exc:
                 write.error = exc
         live = [w for w in writes if w.error is None]
-        if not live:
-            return
-        fds = self._lock_stripes(list({self._stripe(w.key) for w in live}))
         try:
             for write in live:
                 self._attempt(write, self._stage, "cannot write")
             staged = [w for w in live if w.error is None]
             if self.sync_mode == "syncfs" and any(w.tmp for w in staged):
                 self._sync(staged, None, "cannot write")
-            placed = [w for w in staged if w.error is None]
-            for write in placed:
-                self._attempt(write, self._place, "cannot write")
-            done = [w for w in placed if w.error is None]
+            for write in staged:
+                if write.error is None:
+                    self._attempt(write, self._apply, "cannot write")
+            done = [w for w in staged if w.error is None]
             self._sync(done, {os.path.dirname(w.path) for w in done}, "cannot write")
         finally:
-            for fd in fds:
-                os.close(fd)
             for write in live:
                 if write.tmp is not None:
-                    with contextlib.suppress(OSError):
-                        os.unlink(write.tmp)
+                    self._discard_temp(write.tmp, keep=write.error is not None)
+
+    def _discard_temp(self, tmp: str, keep: bool) -> None:
+        """A temp file no write needs: back to the spares if it is one and
+        ``keep``, else unlinked (after a link, that only drops the temp name)."""
+        if keep and self._spares.add(tmp):
+            return
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
     def _attempt(self, write: Write, step: Callable[[Write], None], doing: str) -> None:
         """Run one write's step, turning an OSError into the write's StoreError."""
@@ -361,12 +414,13 @@ class FileStore(ObjectStore):
                 write.result = None
 
     def _stage(self, write: Write) -> None:
-        """Check the write's condition against the current object; write its temp file."""
-        current = write.current = self._stat_file(write.path)
-        if write.condition == "absent" and current is not None:
-            raise AlreadyExists("object already exists", location=self.location, key=write.key)
-        if write.condition == "match":
-            self._check_etag(write.key, current, write.etag or "")
+        """Write a put's bytes to a temp file, making the directories it goes into.
+
+        The condition is checked here too, without the lock, so a write that
+        is bound to fail costs no temp file; step 3 checks it again.
+        """
+        current = self._stat_file(write.path)
+        self._check(write, current)
         if write.data is None:
             return  # a delete: nothing to stage
         if current is None and os.path.isdir(write.path):
@@ -374,28 +428,63 @@ class FileStore(ObjectStore):
         self._makedirs(os.path.dirname(write.path), write.key)
         write.tmp, write.stat = self._write_temp(write.data, current.st_mtime_ns if current else 0)
 
-    def _place(self, write: Write) -> None:
-        """Move a staged write's temp file into place, or unlink a deleted key."""
-        if write.data is None:
-            if write.current is not None:
-                self._inside(os.path.dirname(write.path), write.key)
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(write.path)
+    def _check(self, write: Write, current: os.stat_result | None) -> None:
+        if write.condition == "absent" and current is not None:
+            raise AlreadyExists("object already exists", location=self.location, key=write.key)
+        if write.condition == "match":
+            self._check_etag(write.key, current, write.etag or "")
+
+    def _apply(self, write: Write) -> None:
+        """Under the key's lock: check the condition, then place the temp file
+        or remove the key. The inode a write replaces or deletes is retired
+        to the spares, not freed."""
+        fd = self._lock(write.key)
+        try:
+            current = self._stat_file(write.path)
+            self._check(write, current)
+            if write.data is None:
+                if current is not None:
+                    self._inside(os.path.dirname(write.path), write.key)
+                    self._retire(write.path, move=True)
+                return
+            assert write.tmp is not None and write.stat is not None
+            if current is None and os.path.isdir(write.path):
+                raise self._conflict(write.key)
+            if current is not None and current.st_mtime_ns >= write.stat.st_mtime_ns:
+                # replaced since staging by a write with a later mtime: ours
+                # must be later still, or its etag could repeat an old one
+                now = current.st_mtime_ns + 1
+                os.utime(write.tmp, ns=(now, now))
+                write.stat = os.stat(write.tmp)
+            if current is not None:
+                self._retire(write.path, move=False)
+            if write.condition == "absent":
+                try:
+                    os.link(write.tmp, write.path)
+                except FileExistsError:
+                    # something at the path that the check did not see: only
+                    # a writer ignoring our locks could do that; it won.
+                    raise AlreadyExists(
+                        "object already exists", location=self.location, key=write.key
+                    ) from None
+            else:
+                os.rename(write.tmp, write.path)
+                write.tmp = None
+            write.result = self._etag(write.stat)
+        finally:
+            os.close(fd)
+
+    def _retire(self, path: str, move: bool) -> None:
+        """Keep the inode at ``path`` as a spare: ``move`` it there (a delete),
+        or give it a second name (it is about to be replaced). With the
+        spares full, a delete unlinks and a replaced inode is freed."""
+        spare = self._spares.reserve()
+        if spare is None:
+            if move:
+                os.unlink(path)
             return
-        assert write.tmp is not None and write.stat is not None
-        if write.condition == "absent":
-            try:
-                os.link(write.tmp, write.path)
-            except FileExistsError:
-                # something at the path that the check did not see: only a
-                # writer ignoring our locks could do that; report who won.
-                raise AlreadyExists(
-                    "object already exists", location=self.location, key=write.key
-                ) from None
-        else:
-            os.rename(write.tmp, write.path)
-            write.tmp = None
-        write.result = self._etag(write.stat)
+        (os.rename if move else os.link)(path, spare)
+        self._spares.add(spare)
 
     def _check_etag(self, key: str, current: os.stat_result | None, etag: str) -> None:
         if current is None:
@@ -416,18 +505,34 @@ class FileStore(ObjectStore):
     # -- blocking operations ----------------------------------------------
 
     def _get(self, key: str) -> StoredObject:
+        """Read an object, checking it stayed the object while it was read.
+
+        Reads take no lock. If the file read was retired and rewritten as
+        another object meanwhile (see file_spares), the key no longer names
+        that inode with that mtime (a rewrite always sets a later one), so
+        the read is retried on what the key names now.
+        """
         path = self._path(key)
-        try:
-            with open(path, "rb") as f:
-                st = os.fstat(f.fileno())
-                if not stat.S_ISREG(st.st_mode):
-                    raise NotFound("no such object", location=self.location, key=key)
-                data = f.read()
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError) as exc:
-            raise NotFound("no such object", location=self.location, key=key) from exc
-        except OSError as exc:
-            raise self._error(exc, key, "cannot read") from exc
-        return StoredObject(key, data, self._etag(st))
+        for _ in range(READ_ATTEMPTS):
+            try:
+                with open(path, "rb") as f:
+                    st = os.fstat(f.fileno())
+                    if not stat.S_ISREG(st.st_mode):
+                        raise NotFound("no such object", location=self.location, key=key)
+                    data = f.read()
+                now = self._stat_file(path)
+            except (FileNotFoundError, NotADirectoryError, IsADirectoryError) as exc:
+                raise NotFound("no such object", location=self.location, key=key) from exc
+            except OSError as exc:
+                raise self._error(exc, key, "cannot read") from exc
+            etag = self._etag(st)
+            if now is not None and self._etag(now) == etag:
+                return StoredObject(key, data, etag)
+        raise StoreUnavailable(
+            f"cannot read: the object changed {READ_ATTEMPTS} times while being read",
+            location=self.location,
+            key=key,
+        )
 
     def _head(self, key: str) -> ObjectInfo:
         path = self._path(key)
@@ -511,7 +616,12 @@ class FileStore(ObjectStore):
     # -- the contract -----------------------------------------------------
 
     async def get(self, key: str) -> StoredObject:
-        return await self._run(self._get, key)
+        read = Read(key)
+        await self._reads.run(read)
+        if read.error is not None:
+            raise read.error
+        assert read.result is not None
+        return read.result
 
     async def head(self, key: str) -> ObjectInfo:
         return await self._run(self._head, key)

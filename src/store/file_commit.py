@@ -9,8 +9,14 @@ While a batch is on the disk the next one gathers, so the batch size follows
 the load by itself: a lone write pays for its own flush, as before; under
 load a flush covers as many writes as arrived during the previous one.
 
-This module holds the queue (``Batcher``), what is queued (``Write``), and
-the ``syncfs`` call; what a commit does to the files is the FileStore's.
+Reads go through a queue of their own, served one batch at a time by one
+thread, for the same reason in the other direction: handing each small read
+to a thread pool and back costs the event loop more than the read does, and
+a batch wakes the loop once.
+
+This module holds the queue (``Batcher``), what is queued (``Write``,
+``Read``), and the ``syncfs`` call; what a commit does to the files is the
+FileStore's.
 """
 
 from __future__ import annotations
@@ -23,17 +29,31 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Generic, Literal, TypeVar
+
+from .base import StoredObject
 
 MAX_BATCH = 256
-"""Writes committed together at most: bounds how long a batch holds its locks."""
+"""Requests served together at most: bounds how long one batch takes."""
 
 
 @dataclass(eq=False, slots=True)
-class Write:
-    """One mutation of one key, and, once committed, what became of it."""
+class Request:
+    """One queued operation on one key; the batch sets ``error`` if it failed."""
 
     key: str
+    error: BaseException | None = field(default=None, repr=False, kw_only=True)
+
+
+@dataclass(eq=False, slots=True)
+class Read(Request):
+    result: StoredObject | None = None
+
+
+@dataclass(eq=False, slots=True)
+class Write(Request):
+    """One mutation of one key, and, once committed, what became of it."""
+
     data: bytes | None  # None: delete the key
     condition: Literal["none", "absent", "match"] = "none"
     etag: str | None = None
@@ -42,8 +62,7 @@ class Write:
     current: os.stat_result | None = None
     tmp: str | None = None
     stat: os.stat_result | None = None
-    result: str | None = None
-    error: BaseException | None = field(default=None, repr=False)
+    result: str | None = None  # the new etag
 
 
 # -- syncfs -----------------------------------------------------------------
@@ -91,36 +110,40 @@ def fsync_directory(path: str) -> None:
 
 # -- the queue ----------------------------------------------------------------
 
-_Waiter = tuple[Write, "asyncio.Future[None]", asyncio.AbstractEventLoop]
+R = TypeVar("R", bound=Request)
 
 
-class Batcher:
-    """Queues writes from any event loop (or thread) and commits them in batches.
+class Batcher(Generic[R]):
+    """Queues requests from any event loop (or thread) and serves them in batches.
 
-    At most one batch is committed at a time per store, on a pool thread
-    started when the first write arrives and ending when the queue is empty.
-    Two writes to one key never share a batch: the later one waits for the
-    next, so it sees the first one's result (as it would have in sequence).
+    At most one batch is served at a time per queue, on a pool thread started
+    when the first request arrives and ending when the queue is empty. With
+    ``distinct_keys``, two requests for one key never share a batch: the later
+    one waits for the next, so it sees the first one's effect (as it would
+    have in sequence).
     """
 
     def __init__(
         self,
-        commit: Callable[[list[Write]], None],
+        serve: Callable[[list[R]], None],
         start: Callable[[Callable[[], None]], object],
+        *,
+        distinct_keys: bool,
     ) -> None:
-        self._commit = commit
+        self._serve = serve
         self._start = start
+        self._distinct = distinct_keys
         self._lock = threading.Lock()
-        self._queue: list[_Waiter] = []
+        self._queue: list[tuple[R, asyncio.Future[None], asyncio.AbstractEventLoop]] = []
         self._draining = False
 
-    async def run(self, write: Write) -> None:
-        """Queue ``write`` and return once its batch is committed (its result or
+    async def run(self, request: R) -> None:
+        """Queue ``request`` and return once its batch is served (its result or
         error is then on it). Cancelling the caller does not unqueue it."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
         with self._lock:
-            self._queue.append((write, done, loop))
+            self._queue.append((request, done, loop))
             start, self._draining = not self._draining, True
         if start:
             try:
@@ -129,34 +152,35 @@ class Batcher:
                 with self._lock:
                     self._draining = False
                 raise
-        await asyncio.shield(done)
+        await done  # (cancelling the caller cancels ``done``; the request goes ahead)
 
-    def _take(self) -> list[_Waiter]:
+    def _take(self) -> list[tuple[R, asyncio.Future[None], asyncio.AbstractEventLoop]]:
         with self._lock:
-            batch: list[_Waiter] = []
-            later: list[_Waiter] = []
-            keys: set[str] = set()
-            for item in self._queue:
-                key = item[0].key
-                if key in keys or len(batch) >= MAX_BATCH:
-                    later.append(item)
-                else:
-                    keys.add(key)
-                    batch.append(item)
-            self._queue = later
+            if not self._distinct:
+                batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+            else:
+                batch, later, keys = [], [], set()
+                for item in self._queue:
+                    key = item[0].key
+                    if key in keys or len(batch) >= MAX_BATCH:
+                        later.append(item)
+                    else:
+                        keys.add(key)
+                        batch.append(item)
+                self._queue = later
             if not batch:
                 self._draining = False
             return batch
 
     def _drain(self) -> None:
         while batch := self._take():
-            writes = [write for write, _, _ in batch]
+            requests = [request for request, _, _ in batch]
             try:
-                self._commit(writes)
+                self._serve(requests)
             except BaseException as exc:  # a bug or an interrupt: fail the batch, loudly
-                for write in writes:
-                    if write.error is None and write.result is None:
-                        write.error = exc
+                for request in requests:
+                    if request.error is None:
+                        request.error = exc
             by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
             for _, done, loop in batch:
                 by_loop.setdefault(loop, []).append(done)

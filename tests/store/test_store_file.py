@@ -20,7 +20,7 @@ from store import (
     PreconditionFailed,
     StoreConfigError,
 )
-from store.file_commit import HAVE_SYNCFS
+from store.file_commit import HAVE_SYNCFS, Write
 from store.keys import RESERVED_SEGMENT
 
 PROCESSES = 4
@@ -211,10 +211,122 @@ async def test_keys_are_plain_paths_and_no_temp_files_remain(file_store: FileSto
     root = Path(file_store.root)
     assert (root / "outcomes" / "r1").read_bytes() == b"done"
     assert (root / "memos" / "r1" / "i" / "step").read_bytes() == b"memo"
-    tmp = root / RESERVED_SEGMENT
-    assert [p for p in tmp.iterdir() if p.name != "locks"] == []
     assert [i.key for i in await file_store.list()] == ["lease", "memos/r1/i/step", "outcomes/r1"]
     assert [i.key for i in await file_store.list(".step")] == []
+    # The replaced lease's inode waits as a spare; closing the store frees it.
+    tmp = root / RESERVED_SEGMENT
+    assert [p.suffix for p in tmp.iterdir() if p.name != "locks"] == [".spare"]
+    await file_store.close()
+    assert [p for p in tmp.iterdir() if p.name != "locks"] == []
+
+
+# -- recycled inodes ------------------------------------------------------------------
+
+
+async def test_a_retired_inode_becomes_a_later_object_with_a_new_etag(tmp_path: Path) -> None:
+    async with FileStore(tmp_path / "s") as store:
+        first = await store.put("a", b"first")
+        inode = os.stat(tmp_path / "s" / "a").st_ino
+        await store.delete("a")
+        # The deleted object's inode is rewritten as the next object...
+        await store.put("b", b"second")
+        assert os.stat(tmp_path / "s" / "b").st_ino == inode
+        assert (await store.get("b")).data == b"second"
+        # ...and when it comes back to its old key, its etag is not the old one.
+        await store.delete("b")
+        again = await store.put("a", b"first")
+        assert os.stat(tmp_path / "s" / "a").st_ino == inode
+        assert again != first
+        with pytest.raises(PreconditionFailed):
+            await store.put_if_match("a", b"stale writer", first)
+
+
+def _read_interrupted_by(monkeypatch: pytest.MonkeyPatch, interfere: Any) -> None:
+    """Make the next FileStore read run ``interfere()`` between opening the
+    file and reading it: a reader that lost the race to a writer."""
+    import builtins
+
+    import store.file as file_module
+
+    real_open = builtins.open
+    pending = [interfere]
+
+    class Interrupted:
+        def __init__(self, f: Any) -> None:
+            self._f = f
+
+        def __enter__(self) -> Interrupted:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self._f.close()
+
+        def fileno(self) -> int:
+            return int(self._f.fileno())
+
+        def read(self) -> bytes:
+            if pending:
+                pending.pop()()
+            return bytes(self._f.read())
+
+    def hooked(path: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        return Interrupted(real_open(path, mode, *args, **kwargs))
+
+    monkeypatch.setattr(file_module, "open", hooked, raising=False)
+
+
+async def test_a_read_never_returns_bytes_of_the_object_its_inode_became(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = FileStore(tmp_path / "s")
+    store._commit_one(Write("key", b"key's bytes"))
+
+    def replace_then_reuse() -> None:
+        # While the reader holds the old file open: the key gets new bytes
+        # (its old inode retired), and another object is written into that inode.
+        store._commit_one(Write("key", b"key's new bytes"))
+        store._commit_one(Write("other", b"OTHER OBJECT"))
+
+    _read_interrupted_by(monkeypatch, replace_then_reuse)
+    got = store._get("key")
+    assert got.data == b"key's new bytes"
+    assert got.etag == (await store.head("key")).etag
+
+    def delete_then_reuse() -> None:
+        store._commit_one(Write("key", None))
+        store._commit_one(Write("third", b"THIRD OBJECT"))
+
+    _read_interrupted_by(monkeypatch, delete_then_reuse)
+    with pytest.raises(NotFound):
+        store._get("key")
+    await store.close()
+
+
+def test_a_forked_child_does_not_use_its_parents_spares(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from store import file_spares
+
+    pool = file_spares.SparePool(str(tmp_path))
+    name = pool.reserve()
+    assert name is not None
+    (tmp_path / Path(name).name).write_bytes(b"")
+    pool.add(name)
+    assert len(pool) == 1
+    monkeypatch.setattr(file_spares.os, "getpid", lambda: -42)
+    assert pool.take() is None
+    assert pool.reserve() != name
+
+
+def test_the_spare_pool_is_bounded(tmp_path: Path) -> None:
+    from store.file_spares import SparePool
+
+    pool = SparePool(str(tmp_path), limit=2)
+    for _ in range(2):
+        name = pool.reserve()
+        assert name is not None
+        pool.add(name)
+    assert pool.reserve() is None
 
 
 async def test_etag_changes_on_every_write_even_of_equal_bytes(file_store: FileStore) -> None:
