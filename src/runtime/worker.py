@@ -344,6 +344,7 @@ class Worker:
 
         self._handlers: dict[str, _Registration] = {}
         self._jobs: set[_Job] = set()
+        self._held: dict[str, int] = {}  # job id -> deliveries of it in flight here
         self._by_kind: dict[str, int] = {}
         self._loop_task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -385,6 +386,11 @@ class Worker:
     @property
     def in_flight(self) -> int:
         return len(self._jobs)
+
+    def holds(self, job_id: str) -> bool:
+        """Whether this worker has the job claimed and in flight right now (so
+        whoever waits for its end here hears of it without asking the store)."""
+        return job_id in self._held
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -662,6 +668,7 @@ class Worker:
             next_beat=loop.time() + self.heartbeat,
         )
         self._jobs.add(job)
+        self._held[delivery.id] = self._held.get(delivery.id, 0) + 1
         self._by_kind[delivery.kind] = self._by_kind.get(delivery.kind, 0) + 1
         self.stats.claimed += 1
         self.stats.peak_in_flight = max(self.stats.peak_in_flight, len(self._jobs))
@@ -716,6 +723,10 @@ class Worker:
             if job.beat_task is not None and not job.beat_task.done():
                 job.beat_task.cancel()
             self._jobs.discard(job)
+            if (held := self._held.get(job.delivery.id, 1) - 1) > 0:
+                self._held[job.delivery.id] = held
+            else:
+                self._held.pop(job.delivery.id, None)
             left = self._by_kind.get(job.delivery.kind, 1) - 1
             if left > 0:
                 self._by_kind[job.delivery.kind] = left

@@ -389,9 +389,11 @@ class JobRunner:
         """The outcome, as soon as there is one: woken by this process's worker,
         else polling the record with backoff.
 
-        ``fresh``: the run was just created by this runner's submit, so the
-        record cannot exist yet; with a worker running here, the first look
-        waits for it instead of reading (one GET fewer per job)."""
+        No poll reads the store while this process's worker holds the run: it
+        will hand over the outcome itself, so a handle on a slow job costs no
+        reads however long the job takes. ``fresh``: the run was just created
+        by this runner's submit, so the record cannot exist yet; with a worker
+        running here, the first look waits for it instead of reading."""
         loop = asyncio.get_running_loop()
         delay = 0.02
         recent = self._recent.pop(run_id, None)
@@ -403,7 +405,8 @@ class JobRunner:
             self._waiters.setdefault(run_id, []).append(future)
             try:
                 record = None
-                if not skip_read:
+                held_here = self._running and self.worker.holds(run_id)
+                if not (skip_read or held_here):
                     try:
                         record = await self._read_outcome_record(run_id)
                     except StoreUnavailable as exc:

@@ -3,6 +3,7 @@ tests, and what the engine promises beyond them)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, ClassVar
@@ -58,6 +59,7 @@ from workflow.outcome import OutcomeRecord
 from workflow.retention import remove_run
 
 MakeRunner = Callable[..., JobRunner]
+DEADLINE = 10.0
 
 
 async def test_unkeyed_submits_are_always_new(runner: JobRunner) -> None:
@@ -517,3 +519,24 @@ async def test_a_job_types_attempt_timeout_fails_the_attempt(
         with pytest.raises(JobFailed) as failed:
             await handle.result(timeout=5)
     assert failed.value.kind == "timeout"
+
+
+async def test_a_handle_reads_nothing_while_this_process_runs_its_job(counters: Counters) -> None:
+    """However long a job takes, awaiting it where it runs costs no store reads:
+    the worker hands the outcome over (polling is for jobs run elsewhere)."""
+    from store.counting import GET, CountingStore
+
+    store = CountingStore(MemoryStore())
+    async with JobRunner(store, jobs=[GatedKeyed], state=[counters]) as runner:
+        handle = await runner.submit(GatedKeyed(n=7))
+        waiting = asyncio.ensure_future(handle.result())
+        await asyncio.wait_for(counters.started.wait(), DEADLINE)
+        assert runner.worker.holds(handle.id)
+        reads = store.counts[GET]
+        # Long enough for several polls at any cadence a waiting handle uses.
+        await asyncio.sleep(1.2)
+        assert store.counts[GET] == reads
+        counters.gate.set()
+        assert await asyncio.wait_for(waiting, DEADLINE) == 7
+        assert store.counts[GET] == reads
+        assert not runner.worker.holds(handle.id)
