@@ -388,9 +388,17 @@ class Worker:
         return len(self._jobs)
 
     def holds(self, job_id: str) -> bool:
-        """Whether this worker has the job claimed and in flight right now (so
-        whoever waits for its end here hears of it without asking the store)."""
-        return job_id in self._held
+        """Whether this worker has the job in flight under a lease that has not
+        lapsed by its clock (so whoever waits for the job's end here will hear
+        of it without asking the store). A lapsed lease may have let another
+        process take the job over and finish it."""
+        if job_id not in self._held:
+            return False
+        now = self.clock.now()
+        return any(
+            job.delivery.id == job_id and not job.lease.lost and job.lease.expires_at > now
+            for job in self._jobs
+        )
 
     # -- lifecycle -------------------------------------------------------------
 
