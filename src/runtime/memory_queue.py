@@ -326,6 +326,10 @@ class MemoryQueue(LeaseQueue):
         more = bool(ids) and last != ids[-1]
         return Page(out, last if more else None)
 
+    def pending_here(self, id: str) -> bool:
+        rec = self._records.get(id)
+        return rec is not None and not rec.dead
+
     async def next_due(self) -> float | None:
         while self._timed:
             when, _, id_, version = self._timed[0]

@@ -203,6 +203,14 @@ class LeaseQueue(abc.ABC):
         A hint for how long a worker may sleep; None when nothing is pending."""
         return None
 
+    def pending_here(self, id: str) -> bool:
+        """Whether this process knows, without asking anyone, that the job has
+        not ended: it waits unclaimed, or this process holds its lease, as of
+        this process's own write or a recent look (a few seconds at most). A
+        hint for callers polling for the job's end, who need not poll while it
+        holds; False whenever the process does not know."""
+        return False
+
     def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
         """Call ``listener`` when this process makes work available (an enqueue,
         a release, a requeue), so an idle worker wakes at once. Returns an

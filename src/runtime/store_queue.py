@@ -64,6 +64,10 @@ from .store_records import CorruptRecord, StoredJob, check_job_id, decode, encod
 
 log = logging.getLogger(__name__)
 
+PENDING_HINT_SECONDS = 5.0
+"""How long a record seen pending is taken to still be, for ``pending_here``:
+what a handle awaiting a job a peer took may lose in latency."""
+
 _SETTLE_TRIES = 3
 """A transition re-reads the record after a failed swap at most this often.
 
@@ -1000,6 +1004,22 @@ class StoreQueue(LeaseQueue):
                 return due
             heapq.heappop(self._timed)
         return None
+
+    def pending_here(self, id: str) -> bool:
+        """True for a record this instance's view holds as waiting, or as
+        claimed by this instance under a lease not yet lapsed, and that it
+        wrote, read or listed unchanged within ``PENDING_HINT_SECONDS``: a peer
+        may have taken it since, but not longer ago than that."""
+        seen = self._view.get(id)
+        if seen is None or seen.job is None or seen.guessed or seen.job.dead:
+            return False
+        if time.monotonic() - seen.confirmed >= PENDING_HINT_SECONDS:
+            return False
+        job = seen.job
+        if job.token is None:
+            return True
+        lease = job.lease_expires_at
+        return seen.own and lease is not None and lease > self.clock.now()
 
     def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
         self._listeners.append(listener)

@@ -62,6 +62,9 @@ kept (newest last) so a handle awaited a moment later needs no read."""
 RUNNING_POLL_BUDGET = 200.0
 """Outcome polls a second, about, across all the handles waiting in a runner
 whose worker runs (see ``_wait_for``)."""
+RUNNING_FIRST_POLL = 0.5
+"""Seconds before a handle's first poll, doubling to 1 s, in a runner whose
+worker runs (without one: 20 ms)."""
 RESERVED_HEADER_PREFIX = "stepstone."
 
 
@@ -389,13 +392,17 @@ class JobRunner:
         """The outcome, as soon as there is one: woken by this process's worker,
         else polling the record with backoff.
 
-        No poll reads the store while this process's worker holds the run: it
-        will hand over the outcome itself, so a handle on a slow job costs no
-        reads however long the job takes. ``fresh``: the run was just created
+        No poll reads the store while this process's worker holds the run (it
+        will hand over the outcome itself) or while this process's queue knows
+        the run still waits, so a handle on a job this process runs costs no
+        reads however long the job queues and runs. ``fresh``: the run was just created
         by this runner's submit, so the record cannot exist yet; with a worker
         running here, the first look waits for it instead of reading."""
         loop = asyncio.get_running_loop()
-        delay = 0.02
+        # Without a worker here, the run is someone else's: look soon and
+        # often. With one, most runs are this worker's (no reads needed) and
+        # polling only catches runs that peers took, so it starts slower.
+        delay = RUNNING_FIRST_POLL if self._running else 0.02
         recent = self._recent.pop(run_id, None)
         if recent is not None:
             return self._typed(recent, output)
@@ -405,8 +412,12 @@ class JobRunner:
             self._waiters.setdefault(run_id, []).append(future)
             try:
                 record = None
-                held_here = self._running and self.worker.holds(run_id)
-                if not (skip_read or held_here):
+                # While our worker holds the run, or our queue knows it still
+                # waits (for our worker, most likely), there is nothing to read.
+                quiet = self._running and (
+                    self.worker.holds(run_id) or self.queue.pending_here(run_id)
+                )
+                if not (skip_read or quiet):
                     try:
                         record = await self._read_outcome_record(run_id)
                     except StoreUnavailable as exc:
@@ -422,7 +433,7 @@ class JobRunner:
                         # handles together read about RUNNING_POLL_BUDGET
                         # outcomes a second: N handles waiting T seconds cost
                         # O(N) reads, not O(N * T).
-                        wait = max(delay, 0.25, len(self._waiters) / RUNNING_POLL_BUDGET)
+                        wait = max(delay, len(self._waiters) / RUNNING_POLL_BUDGET)
                     # asyncio.wait leaves the future alone on a timeout and,
                     # unlike wait_for(shield(...)), starts no task per wait.
                     await asyncio.wait((future,), timeout=wait)

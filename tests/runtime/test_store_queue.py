@@ -630,3 +630,52 @@ async def test_an_idle_queue_lists_less_often_until_work_appears(
     while not await found():
         assert asyncio.get_running_loop().time() < deadline, "the idle queue never looked again"
         await asyncio.sleep(0.005)
+
+
+# -- what a process knows without asking -------------------------------------------
+
+
+async def test_pending_here_follows_this_instances_own_writes(
+    backing: MemoryStore, clock: FakeClock
+) -> None:
+    """A job this instance enqueued, or holds, is known pending (so a handle
+    awaiting it need not poll); once acked, or with its lease lapsed, it is not."""
+    a, _ = make(backing, clock)
+    await a.enqueue(b"", id="mine")
+    assert a.pending_here("mine")
+    (held,) = await a.claim(1, lease=30)
+    assert a.pending_here("mine")
+    clock.advance(31)
+    assert not a.pending_here("mine"), "a lapsed lease may have let a peer finish it"
+    (held,) = await a.claim(1, lease=30)
+    await a.ack(held)
+    assert not a.pending_here("mine")
+    assert not a.pending_here("never-enqueued")
+
+
+async def test_pending_here_is_false_for_a_job_a_peer_holds(
+    backing: MemoryStore, clock: FakeClock
+) -> None:
+    a, _ = make(backing, clock, scan_interval=0.0)
+    b, _ = make(backing, clock, scan_interval=0.0)
+    await a.enqueue(b"", id="shared")
+    assert not b.pending_here("shared"), "b has not looked yet"
+    (held,) = await b.claim(1, lease=30)
+    assert b.pending_here("shared")
+    # a still remembers its own write until it looks again...
+    assert a.pending_here("shared")
+    assert await a.claim(1, lease=30) == []
+    # ...and after looking, it knows a peer has the job.
+    assert not a.pending_here("shared")
+    await b.ack(held)
+
+
+async def test_pending_here_trusts_a_look_only_for_a_few_seconds(
+    backing: MemoryStore, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import runtime.store_queue as module
+
+    a, _ = make(backing, clock)
+    await a.enqueue(b"", id="mine")
+    monkeypatch.setattr(module, "PENDING_HINT_SECONDS", 0.0)
+    assert not a.pending_here("mine")

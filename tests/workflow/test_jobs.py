@@ -521,22 +521,27 @@ async def test_a_job_types_attempt_timeout_fails_the_attempt(
     assert failed.value.kind == "timeout"
 
 
-async def test_a_handle_reads_nothing_while_this_process_runs_its_job(counters: Counters) -> None:
-    """However long a job takes, awaiting it where it runs costs no store reads:
-    the worker hands the outcome over (polling is for jobs run elsewhere)."""
+async def test_a_handle_reads_nothing_while_this_process_queues_or_runs_its_job(
+    counters: Counters,
+) -> None:
+    """However long a job queues and runs, awaiting it where it runs costs no
+    store reads: the worker hands the outcome over (polling is for jobs that
+    peers took)."""
     from store.counting import GET, CountingStore
 
     store = CountingStore(MemoryStore())
-    async with JobRunner(store, jobs=[GatedKeyed], state=[counters]) as runner:
-        handle = await runner.submit(GatedKeyed(n=7))
-        waiting = asyncio.ensure_future(handle.result())
+    async with JobRunner(store, jobs=[GatedKeyed], state=[counters], concurrency=1) as runner:
+        running = await runner.submit(GatedKeyed(n=7))
+        queued = await runner.submit(GatedKeyed(n=8))
+        waiting = asyncio.gather(running.result(), queued.result())
         await asyncio.wait_for(counters.started.wait(), DEADLINE)
-        assert runner.worker.holds(handle.id)
+        assert runner.worker.holds(running.id) and not runner.worker.holds(queued.id)
+        assert runner.queue.pending_here(queued.id)
         reads = store.counts[GET]
         # Long enough for several polls at any cadence a waiting handle uses.
         await asyncio.sleep(1.2)
         assert store.counts[GET] == reads
         counters.gate.set()
-        assert await asyncio.wait_for(waiting, DEADLINE) == 7
+        assert await asyncio.wait_for(waiting, DEADLINE) == [7, 8]
         assert store.counts[GET] == reads
-        assert not runner.worker.holds(handle.id)
+        assert not runner.worker.holds(running.id)
