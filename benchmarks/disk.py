@@ -1,105 +1,142 @@
 """How fast and how dear a durable write is here: ``python -m benchmarks.disk [DIR]``.
 
-Writes small files with fsync (the FileStore's pattern: write, fsync the file,
-then fsync the directory) from 1, 8 and 32 threads, and prints writes/s and
-the CPU (user + system) each cost this process. On a VM the system time of an
-fsync can be far from zero, and it is what a durable FileStore spends.
+Prints, for small files in DIR (default: the temp directory):
+
+- the raw patterns: each file fsynced then its directory fsynced (what a
+  store that flushes per write pays), against temp files renamed into place
+  in batches of 1, 4, 16 and 64 with one ``syncfs`` before and one after
+  (the FileStore's group commit);
+- the FileStore itself: ``put_if_absent`` one at a time, and 64 at a time,
+  in each sync mode;
+- the cost of creating a file in DIR: on ext4 without a journal it grows
+  with the files deleted nearby in the last minutes (see docs/performance.md).
+
+Each row gives writes per second and the CPU (user and system) each write
+cost this process: on a VM the system time of a flush is far from zero, and
+it is what a durable FileStore spends.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import resource
 import shutil
 import sys
 import tempfile
-import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from store import FileStore
+from store.file_commit import HAVE_SYNCFS, syncfs
+
+Usage = tuple[float, float, float]
 
 
-def probe(directory: str, threads: int, total: int = 1200) -> dict[str, float]:
-    root = tempfile.mkdtemp(prefix="stepstone-disk-", dir=directory)
-    per = max(1, total // threads)
+def usage() -> Usage:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime, r.ru_stime, time.perf_counter()
 
-    def work(t: int) -> None:
-        for i in range(per):
-            fd = os.open(os.path.join(root, f"{t}-{i}"), os.O_WRONLY | os.O_CREAT, 0o644)
-            os.write(fd, b"x" * 100)
-            os.fsync(fd)
-            os.close(fd)
-            dfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-            os.fsync(dfd)
-            os.close(dfd)
 
-    before = resource.getrusage(resource.RUSAGE_SELF)
-    start = time.perf_counter()
-    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    seconds = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_SELF)
-    shutil.rmtree(root, ignore_errors=True)
-    n = per * threads
+def row(what: str, n: int, a: Usage, b: Usage) -> dict[str, Any]:
     return {
-        "threads": threads,
-        "durable_writes_per_s": round(n / seconds),
-        "wall_us": round(seconds / n * 1e6 * threads),
-        "user_us": round((after.ru_utime - before.ru_utime) / n * 1e6),
-        "sys_us": round((after.ru_stime - before.ru_stime) / n * 1e6),
+        "what": what,
+        "writes_per_s": round(n / (b[2] - a[2])),
+        "user_us": round((b[0] - a[0]) / n * 1e6),
+        "sys_us": round((b[1] - a[1]) / n * 1e6),
     }
 
 
-def filestore_cost(directory: str, n: int = 300) -> list[dict[str, object]]:
-    """CPU per FileStore.put_if_absent: called directly (blocking, this
-    thread) and through the async API (its thread pool), one at a time."""
-    import asyncio
-
-    from store import FileStore
-
-    def usage() -> tuple[float, float, float]:
-        r = resource.getrusage(resource.RUSAGE_SELF)
-        return r.ru_utime, r.ru_stime, time.perf_counter()
-
-    def row(
-        how: str, a: tuple[float, float, float], b: tuple[float, float, float]
-    ) -> dict[str, object]:
-        return {
-            "filestore_write": how,
-            "wall_us": round((b[2] - a[2]) / n * 1e6),
-            "user_us": round((b[0] - a[0]) / n * 1e6),
-            "sys_us": round((b[1] - a[1]) / n * 1e6),
-        }
-
+@contextmanager
+def scratch(directory: str) -> Iterator[str]:
     root = tempfile.mkdtemp(prefix="stepstone-disk-", dir=directory)
-    store = FileStore(root)
-    store._put_if_absent("warm/x", b"x")
-    rows = []
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def fsync_each(root: str, n: int) -> dict[str, Any]:
+    dfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     a = usage()
     for i in range(n):
-        store._put_if_absent(f"direct/{i:08d}", b"y" * 60)
-    rows.append(row("direct (blocking)", a, usage()))
+        tmp = os.path.join(root, f"{i}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT, 0o644)
+        os.write(fd, b"x" * 100)
+        os.fsync(fd)
+        os.close(fd)
+        os.rename(tmp, os.path.join(root, str(i)))
+        os.fsync(dfd)
+    b = usage()
+    os.close(dfd)
+    return row("fsync file + directory, one write at a time", n, a, b)
 
-    async def through_api() -> None:
-        for i in range(n):
-            await store.put_if_absent(f"api/{i:08d}", b"y" * 60)
-        await store.close()
 
+def syncfs_batches(root: str, n: int, batch: int) -> dict[str, Any]:
+    dfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     a = usage()
-    asyncio.run(through_api())
-    rows.append(row("async API (thread pool)", a, usage()))
-    shutil.rmtree(root, ignore_errors=True)
-    return rows
+    for start in range(0, n, batch):
+        temps = []
+        for i in range(start, start + batch):
+            tmp = os.path.join(root, f"{batch}-{i}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT, 0o644)
+            os.write(fd, b"x" * 100)
+            os.close(fd)
+            temps.append(tmp)
+        syncfs(dfd)
+        for tmp in temps:
+            os.rename(tmp, tmp[:-4])
+        syncfs(dfd)
+    b = usage()
+    os.close(dfd)
+    return row(f"syncfs before and after, batches of {batch}", n, a, b)
+
+
+def filestore(root: str, n: int, concurrent: int, sync: str) -> dict[str, Any]:
+    async def main() -> tuple[Usage, Usage]:
+        async with FileStore(root, sync=sync) as store:  # type: ignore[arg-type]
+            await store.put_if_absent("warm", b"x")
+            gate = asyncio.Semaphore(concurrent)
+
+            async def one(i: int) -> None:
+                async with gate:
+                    await store.put_if_absent(f"d{i % 50}/k{i}", b"y" * 100)
+
+            a = usage()
+            await asyncio.gather(*(one(i) for i in range(n)))
+            return a, usage()
+
+    a, b = asyncio.run(main())
+    return row(f"FileStore.put_if_absent, {concurrent} at a time, sync={sync}", n, a, b)
+
+
+def create_cost(root: str, n: int = 2000) -> dict[str, Any]:
+    a = usage()
+    for i in range(n):
+        os.close(os.open(os.path.join(root, f"c{i}"), os.O_WRONLY | os.O_CREAT, 0o644))
+    return row("create an empty file (no flush)", n, a, usage())
 
 
 def main() -> None:
     directory = sys.argv[1] if len(sys.argv) > 1 else tempfile.gettempdir()
-    print(f"load average before: {os.getloadavg()[0]:.2f}")
-    for threads in (1, 8, 32):
-        print(probe(directory, threads))
-    for row in filestore_cost(directory):
-        print(row)
+    print(f"# {directory}, load average {os.getloadavg()[0]:.2f}")
+    probes: list[Callable[[str], dict[str, Any]]] = [
+        create_cost,
+        lambda root: fsync_each(root, 600),
+    ]
+    if HAVE_SYNCFS:
+        probes += [lambda root, b=b: syncfs_batches(root, 640, b) for b in (1, 4, 16, 64)]
+    modes = ["syncfs", "fsync"] if HAVE_SYNCFS else ["fsync"]
+    probes += [
+        lambda root, c=c, m=m: filestore(root, 300 if c == 1 else 2000, c, m)
+        for m in modes
+        for c in (1, 64)
+    ]
+    for probe in probes:
+        with scratch(directory) as root:
+            print(probe(root), flush=True)
 
 
 if __name__ == "__main__":

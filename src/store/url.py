@@ -2,7 +2,7 @@
 
     memory://            a fresh in-process store (``memory://name`` labels it)
     ./jobs, /srv/jobs    a FileStore on that directory (relative to the cwd)
-    file:///srv/jobs     the same, as a URL
+    file:///srv/jobs     the same, as a URL (``?sync=fsync`` picks the flush, see FileStore)
     s3://bucket/prefix?endpoint_url=http://localhost:9000&region=eu-west-1
 
 S3 credentials come from the usual AWS sources (environment, shared config,
@@ -56,9 +56,9 @@ def open_store(url: str, *, clock: Callable[[], float] | _HasNow | None = None) 
         now = clock.now if clock is not None and hasattr(clock, "now") else clock
         return MemoryStore(clock=now, name=parts.netloc)
     if scheme == "file":
-        if parts.netloc not in ("", "localhost") or not parts.path or parts.query:
+        if parts.netloc not in ("", "localhost") or not parts.path:
             raise _bad(url, "a file URL is file:///absolute/path")
-        return FileStore(unquote(parts.path))
+        return FileStore(unquote(parts.path), **_file_options(url, parts.query))
     if scheme == "s3":
         return _s3(url, parts.netloc, unquote(parts.path), parts.query)
     if scheme == "":
@@ -66,28 +66,44 @@ def open_store(url: str, *, clock: Callable[[], float] | _HasNow | None = None) 
     raise _bad(url, f"unknown scheme {parts.scheme!r}; use memory://, file://, s3:// or a path")
 
 
+def _file_options(url: str, query: str) -> dict[str, Any]:
+    params = _params(url, query)
+    unknown = set(params) - {"sync"}
+    if unknown:
+        raise _bad(url, f"unknown parameter {sorted(unknown)[0]!r} (known: sync)")
+    if "sync" in params and params["sync"] not in ("auto", "syncfs", "fsync"):
+        raise _bad(url, f"sync={params['sync']!r}: use auto, syncfs or fsync")
+    return params
+
+
+def _params(url: str, query: str) -> dict[str, str]:
+    """The query's parameters, each given once."""
+    try:
+        parsed = parse_qs(query, keep_blank_values=True, strict_parsing=bool(query))
+    except ValueError as exc:
+        raise _bad(url, f"malformed query: {exc}") from exc
+    for name, values in parsed.items():
+        if len(values) != 1:
+            raise _bad(url, f"{name} given more than once")
+    return {name: values[0] for name, values in parsed.items()}
+
+
 def _s3(url: str, bucket: str, path: str, query: str) -> ObjectStore:
     from .s3 import S3Store
 
     if not bucket:
         raise _bad(url, "no bucket: use s3://bucket/prefix")
-    try:
-        params = parse_qs(query, keep_blank_values=True, strict_parsing=bool(query))
-    except ValueError as exc:
-        raise _bad(url, f"malformed query: {exc}") from exc
     kwargs: dict[str, Any] = {}
     retry: dict[str, Any] = {}
-    for name, values in params.items():
-        if len(values) != 1:
-            raise _bad(url, f"{name} given more than once")
+    for name, raw in _params(url, query).items():
         convert = _S3_PARAMS.get(name) or _RETRY_PARAMS.get(name)
         if convert is None:
             known = ", ".join(sorted(_S3_PARAMS | _RETRY_PARAMS))
             raise _bad(url, f"unknown parameter {name!r} (known: {known})")
         try:
-            value = convert(values[0])
+            value = convert(raw)
         except ValueError as exc:
-            raise _bad(url, f"{name}={values[0]!r} is not a {convert.__name__}") from exc
+            raise _bad(url, f"{name}={raw!r} is not a {convert.__name__}") from exc
         (kwargs if name in _S3_PARAMS else retry)[name] = value
     if retry:
         try:

@@ -42,6 +42,8 @@ def test_paths_and_file_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert isinstance(url, FileStore)
     assert url.root == str((tmp_path / "as url").resolve())
     assert (tmp_path / "as url").is_dir()
+    flushed = open_store(f"file://{tmp_path}/f?sync=fsync")
+    assert isinstance(flushed, FileStore) and flushed.sync_mode == "fsync"
 
 
 def test_s3_urls() -> None:
@@ -72,6 +74,9 @@ BAD_URLS = [
     "s3://bucket/../up",
     "file://otherhost/x",
     "file://",
+    "file:///x?sync=sometimes",
+    "file:///x?fsync=1",
+    "file:///x?sync=fsync&sync=auto",
     "memory://name/with/path",
     "memory://?x=1",
 ]
