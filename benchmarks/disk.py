@@ -19,6 +19,7 @@ it is what a durable FileStore spends.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import resource
 import shutil
@@ -124,13 +125,13 @@ def main() -> None:
     print(f"# {directory}, load average {os.getloadavg()[0]:.2f}")
     probes: list[Callable[[str], dict[str, Any]]] = [
         create_cost,
-        lambda root: fsync_each(root, 600),
+        functools.partial(fsync_each, n=600),
     ]
     if HAVE_SYNCFS:
-        probes += [lambda root, b=b: syncfs_batches(root, 640, b) for b in (1, 4, 16, 64)]
+        probes += [functools.partial(syncfs_batches, n=640, batch=b) for b in (1, 4, 16, 64)]
     modes = ["syncfs", "fsync"] if HAVE_SYNCFS else ["fsync"]
     probes += [
-        lambda root, c=c, m=m: filestore(root, 300 if c == 1 else 2000, c, m)
+        functools.partial(filestore, n=300 if c == 1 else 2000, concurrent=c, sync=m)
         for m in modes
         for c in (1, 64)
     ]
