@@ -25,6 +25,7 @@ from store.keys import RESERVED_SEGMENT
 
 PROCESSES = 4
 RACES = 30
+CHURN_OPS = 400
 DEADLINE = 60.0
 
 
@@ -67,6 +68,50 @@ def _child_increment(root: str, n: int, times: int, barrier: Any, results: Any) 
                     continue
                 done += 1
         return conflicts
+
+    results.put((n, asyncio.run(main())))
+
+
+def _named(key: str, pad: int) -> bytes:
+    """A value that says which key it belongs to and how long it is."""
+    size = len(key) + 8 + pad
+    return f"{key}|{size:06d}|".encode() + b"x" * pad
+
+
+def _is_named(key: str, data: bytes) -> bool:
+    head = f"{key}|".encode()
+    size = data[len(head) : len(head) + 6]
+    return data.startswith(head) and size.isdigit() and int(size) == len(data)
+
+
+def _child_churn(root: str, n: int, barrier: Any, results: Any) -> None:
+    """Writes, replaces, deletes and reads a few keys at random; every value
+    names its key, so a read that returned another object's bytes shows."""
+
+    async def main() -> list[str]:
+        rng = random.Random(n)
+        wrong: list[str] = []
+        async with FileStore(root) as store:
+            barrier.wait(DEADLINE)
+            for _ in range(CHURN_OPS):
+                key = f"churn/k{rng.randrange(6)}"
+                roll = rng.random()
+                if roll < 0.4:
+                    await store.put(key, _named(key, rng.randrange(200)))
+                elif roll < 0.6:
+                    await store.delete(key)
+                else:
+                    reads = await asyncio.gather(
+                        *(store.get(key) for _ in range(3)), return_exceptions=True
+                    )
+                    for got in reads:
+                        if isinstance(got, NotFound):
+                            continue
+                        if isinstance(got, BaseException):
+                            raise got
+                        if not _is_named(key, got.data):
+                            wrong.append(f"{key} read {got.data[:40]!r}, {len(got.data)} bytes")
+        return wrong
 
     results.put((n, asyncio.run(main())))
 
@@ -532,3 +577,16 @@ async def test_both_sync_modes_keep_the_contract(tmp_path: Path, mode: str) -> N
 def test_an_unknown_sync_mode_is_refused(tmp_path: Path) -> None:
     with pytest.raises(StoreConfigError, match="sync="):
         FileStore(tmp_path, sync="sometimes")  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+async def test_reads_across_processes_never_see_a_recycled_inodes_new_object(
+    tmp_path: Path,
+) -> None:
+    """Four processes replace and delete a few keys (so their inodes are
+    retired and rewritten as other keys) while reading them: every read
+    returns bytes written to the key read, or NotFound."""
+    root = str(tmp_path / "store")
+    FileStore(root)
+    wrong = _run_children(_child_churn, [(root, n) for n in range(PROCESSES)])
+    assert {n: w for n, w in wrong.items() if w} == {}
