@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from store.base import DEFAULT_PAGE_SIZE, ObjectInfo, StoredObject
+from store.base import ObjectInfo, StoredObject
 from store.counting import CONDITIONAL_PUT, DELETE, GET, HEAD, LIST, PUT
 from store.counting import CountingStore as _CountingStore
 
@@ -69,12 +69,6 @@ class CountingStore(_CountingStore):
         self.by_area[f"DELETE {_area(key)}"] += 1
         await super().delete(key, if_match=if_match)
 
-    async def list(
-        self,
-        prefix: str = "",
-        *,
-        start_after: str | None = None,
-        limit: int = DEFAULT_PAGE_SIZE,
-    ) -> list[ObjectInfo]:
+    def _listed(self, prefix: str) -> None:
         self.by_area[f"LIST {_area(prefix)}"] += 1
-        return await super().list(prefix, start_after=start_after, limit=limit)
+        super()._listed(prefix)

@@ -13,6 +13,7 @@ S3Store pages beyond 1000 keys internally; the engine never asks for more.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import AsyncIterator
 
 from .base import DEFAULT_PAGE_SIZE, ObjectInfo, ObjectStore, StoredObject
 
@@ -69,6 +70,10 @@ class CountingStore(ObjectStore):
         self.counts[DELETE] += 1
         await self.inner.delete(key, if_match=if_match)
 
+    def _listed(self, prefix: str) -> None:
+        """One page of a listing (a LIST request on S3)."""
+        self.counts[LIST] += 1
+
     async def list(
         self,
         prefix: str = "",
@@ -76,8 +81,26 @@ class CountingStore(ObjectStore):
         start_after: str | None = None,
         limit: int = DEFAULT_PAGE_SIZE,
     ) -> list[ObjectInfo]:
-        self.counts[LIST] += 1
+        self._listed(prefix)
         return await self.inner.list(prefix, start_after=start_after, limit=limit)
+
+    async def scan(
+        self,
+        prefix: str = "",
+        *,
+        start_after: str | None = None,
+        page_size: int = DEFAULT_PAGE_SIZE,
+    ) -> AsyncIterator[ObjectInfo]:
+        """The inner store's own scan (a FileStore walks once), counted as the
+        pages a listing page by page would request: one, and one more after
+        every full page."""
+        self._listed(prefix)
+        n = 0
+        async for info in self.inner.scan(prefix, start_after=start_after, page_size=page_size):
+            yield info
+            n += 1
+            if n % page_size == 0:
+                self._listed(prefix)
 
     async def close(self) -> None:
         await self.inner.close()

@@ -46,16 +46,19 @@ refused with InvalidKey. The engine's key layout never does this.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import errno
 import fcntl
 import functools
 import hashlib
+import itertools
+import operator
 import os
 import stat
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal, TypeVar
@@ -567,14 +570,14 @@ class FileStore(ObjectStore):
 
     def _walk(
         self, directory: str, rel: str, prefix: str, after: bytes | None
-    ) -> Iterator[ObjectInfo]:
+    ) -> Generator[ObjectInfo, None, None]:
         """Objects under ``directory`` in key byte order.
 
         Sorting each directory's entries by name, with ``/`` appended to
         directory names, gives global key order: every key under ``d/``
         compares with a sibling exactly as ``d/`` does.
         """
-        entries: list[tuple[bytes, str, bool]] = []
+        entries: list[tuple[bytes, os.DirEntry[str], bool]] = []
         try:
             scan = os.scandir(directory)
         except (FileNotFoundError, NotADirectoryError):
@@ -591,9 +594,10 @@ class FileStore(ObjectStore):
                 is_dir = entry.is_dir(follow_symlinks=False)
                 if not is_dir and not entry.is_file(follow_symlinks=False):
                     continue
-                entries.append((encoded + b"/" if is_dir else encoded, name, is_dir))
-        entries.sort()
-        for _, name, is_dir in entries:
+                entries.append((encoded + b"/" if is_dir else encoded, entry, is_dir))
+        entries.sort(key=operator.itemgetter(0))
+        for _, entry, is_dir in entries:
+            name = entry.name
             key = rel + name
             if is_dir:
                 sub = key + "/"
@@ -608,7 +612,7 @@ class FileStore(ObjectStore):
                 if after is not None and key.encode() <= after:
                     continue
                 try:
-                    st = os.stat(os.path.join(directory, name))
+                    st = entry.stat(follow_symlinks=False)
                 except FileNotFoundError:
                     continue  # deleted while we listed
                 yield self._info(key, st)
@@ -649,6 +653,39 @@ class FileStore(ObjectStore):
         limit: int = DEFAULT_PAGE_SIZE,
     ) -> list[ObjectInfo]:
         return await self._run(self._list, prefix, start_after, limit)
+
+    async def scan(
+        self,
+        prefix: str = "",
+        *,
+        start_after: str | None = None,
+        page_size: int = DEFAULT_PAGE_SIZE,
+    ) -> AsyncIterator[ObjectInfo]:
+        """Every object under ``prefix`` in key order, from one walk of the
+        tree handed over a page at a time. (Listing page after page would
+        read and sort a whole directory again for every page: a scan of a
+        directory of N files would cost N * N / page_size.)"""
+        validate_prefix(prefix, location=self.location)
+        after = start_after.encode() if start_after is not None else None
+        walk = self._walk(self.root, "", prefix, after)
+        try:
+            while True:
+                page = await self._run(self._next_page, walk, max(1, page_size))
+                for info in page:
+                    yield info
+                if len(page) < page_size:
+                    return
+        finally:
+            # (still running in a pool thread if we were cancelled mid-page:
+            # then it is closed when collected)
+            with contextlib.suppress(ValueError):
+                walk.close()
+
+    def _next_page(self, walk: Iterator[ObjectInfo], size: int) -> builtins.list[ObjectInfo]:
+        try:
+            return list(itertools.islice(walk, size))
+        except OSError as exc:
+            raise self._error(exc, None, "cannot list") from exc
 
 
 def _etag_of(result: str | None) -> str:

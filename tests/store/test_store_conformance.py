@@ -227,6 +227,15 @@ async def test_list_limit_and_paging(listed: ObjectStore) -> None:
     assert scanned == ORDER
     scanned = [i.key async for i in listed.scan("queue/", page_size=1)]
     assert scanned == ["queue/ready/0001", "queue/ready/0002", "queue/ready/0010"]
+    for after in ["", "a", "a/y", "queue/ready/0001", "zzz"]:
+        scanned = [i.key async for i in listed.scan(start_after=after, page_size=2)]
+        assert scanned == [k for k in ORDER if k.encode() > after.encode()], after
+
+
+async def test_a_scan_stopped_early_leaves_the_store_usable(listed: ObjectStore) -> None:
+    async for _ in listed.scan(page_size=1):
+        break
+    assert [i.key async for i in listed.scan(page_size=3)] == ORDER
 
 
 async def test_list_of_empty_store(any_store: ObjectStore) -> None:
