@@ -373,12 +373,13 @@ class FileStore(ObjectStore):
         finally:
             for write in live:
                 if write.tmp is not None:
-                    self._discard_temp(write.tmp, keep=write.error is not None)
+                    self._discard_temp(write.tmp)
 
-    def _discard_temp(self, tmp: str, keep: bool) -> None:
-        """A temp file no write needs: back to the spares if it is one and
-        ``keep``, else unlinked (after a link, that only drops the temp name)."""
-        if keep and self._spares.add(tmp):
+    def _discard_temp(self, tmp: str) -> None:
+        """A temp file that was never placed (its write failed): back to the
+        spares if it is one of ours, else unlinked. A placed temp file is the
+        object now, and ``_apply`` has already dropped its temp name."""
+        if self._spares.add(tmp):
             return
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -470,9 +471,13 @@ class FileStore(ObjectStore):
                     raise AlreadyExists(
                         "object already exists", location=self.location, key=write.key
                     ) from None
+                # The inode is the object now: its temp name must never be
+                # taken for a spare, even if the batch then fails its sync.
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(write.tmp)
             else:
                 os.rename(write.tmp, write.path)
-                write.tmp = None
+            write.tmp = None
             write.result = self._etag(write.stat)
         finally:
             os.close(fd)

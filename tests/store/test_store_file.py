@@ -590,3 +590,34 @@ async def test_reads_across_processes_never_see_a_recycled_inodes_new_object(
     FileStore(root)
     wrong = _run_children(_child_churn, [(root, n) for n in range(PROCESSES)])
     assert {n: w for n, w in wrong.items() if w} == {}
+
+
+@needs_syncfs
+async def test_a_failed_sync_leaves_placed_objects_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk fails the flush after a create was linked into place: the
+    caller hears StoreUnavailable, and the object's inode is not mistaken for
+    a spare (rewriting it as the next object would change the first)."""
+    import errno
+
+    import store.file as file_module
+    from store import StoreUnavailable
+
+    real = file_module.syncfs
+    calls = 0
+
+    def second_sync_fails(fd: int) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # the names sync of the first batch
+            raise OSError(errno.EIO, "I/O error")
+        real(fd)
+
+    monkeypatch.setattr(file_module, "syncfs", second_sync_fails)
+    async with FileStore(tmp_path / "s", sync="syncfs") as store:
+        with pytest.raises(StoreUnavailable):
+            await store.put_if_absent("placed", b"the first object")
+        for i in range(3):
+            await store.put(f"later/{i}", b"later %d" % i)
+        assert (await store.get("placed")).data == b"the first object"
