@@ -118,7 +118,9 @@ async def run_crash(
     try:
         for i in range(workers):
             pool.start(**(per_worker[i] if per_worker else {}))
-        handles = await asyncio.gather(*(runner.submit(ThreeSteps(n=i)) for i in range(jobs)))
+        handles = await asyncio.wait_for(
+            asyncio.gather(*(runner.submit(ThreeSteps(n=i)) for i in range(jobs))), deadline
+        )
         expected = {h.id for h in handles}
         if len(expected) != jobs:
             report.problems.append(f"{jobs} submits gave {len(expected)} distinct run ids")
