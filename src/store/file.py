@@ -138,6 +138,7 @@ class FileStore(ObjectStore):
             # would miss an error the kernel's flusher hit in between.
             self._root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
             weakref.finalize(self, os.close, self._root_fd)
+        self._pid = os.getpid()
         self._writes = Batcher(self._commit, self._start, distinct_keys=True)
         self._reads = Batcher(self._serve_reads, self._start, distinct_keys=False)
         self._spares = SparePool(self._tmp)
@@ -168,7 +169,18 @@ class FileStore(ObjectStore):
 
     # -- plumbing ---------------------------------------------------------
 
+    def _forked(self) -> None:
+        """In a child forked from the process that used this store, start
+        afresh: the parent's threads did not come along, so its pool and its
+        queues (perhaps mid-batch) would wait forever."""
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._pool = None
+            self._writes = Batcher(self._commit, self._start, distinct_keys=True)
+            self._reads = Batcher(self._serve_reads, self._start, distinct_keys=False)
+
     def _executor(self) -> ThreadPoolExecutor:
+        self._forked()
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self._max_workers, thread_name_prefix="stepstone-file")
         return self._pool
@@ -181,6 +193,7 @@ class FileStore(ObjectStore):
         return await loop.run_in_executor(self._executor(), functools.partial(fn, *args))
 
     async def _write(self, write: Write) -> str | None:
+        self._forked()
         await self._writes.run(write)
         if write.error is not None:
             raise write.error
@@ -626,6 +639,7 @@ class FileStore(ObjectStore):
 
     async def get(self, key: str) -> StoredObject:
         read = Read(key)
+        self._forked()
         await self._reads.run(read)
         if read.error is not None:
             raise read.error

@@ -621,3 +621,33 @@ async def test_a_failed_sync_leaves_placed_objects_alone(
         for i in range(3):
             await store.put(f"later/{i}", b"later %d" % i)
         assert (await store.get("placed")).data == b"the first object"
+
+
+def _child_after_fork(store: FileStore, results: Any) -> None:
+    async def main() -> bytes:
+        await store.put("from-child", b"child")
+        return (await store.get("from-parent")).data
+
+    results.put(asyncio.run(main()))
+
+
+async def test_a_store_used_before_a_fork_works_in_the_child(tmp_path: Path) -> None:
+    """A preloading server (gunicorn --preload) forks after the store was
+    used: the child must not wait on the parent's threads."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork on this platform")
+    store = FileStore(tmp_path / "s")
+    await store.put("from-parent", b"parent")  # the pool and its threads exist now
+    ctx = multiprocessing.get_context("fork")
+    results = ctx.Queue()
+    child = ctx.Process(target=_child_after_fork, args=(store, results))
+    child.start()
+    try:
+        assert results.get(timeout=DEADLINE) == b"parent"
+    finally:
+        child.join(DEADLINE)
+        if child.is_alive():
+            child.kill()
+    assert child.exitcode == 0
+    assert (await store.get("from-child")).data == b"child"
+    await store.close()
