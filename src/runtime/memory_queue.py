@@ -20,8 +20,6 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from .clock import Clock, SystemClock
-from .errors import PayloadTooLarge
-from .job_id import check_job_id
 from .queue import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -34,7 +32,7 @@ from .queue import (
     LeaseQueue,
     Page,
     Settlement,
-    check_priority,
+    check_enqueue,
     sort_key,
 )
 
@@ -160,15 +158,13 @@ class MemoryQueue(LeaseQueue):
         max_attempts: int | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> Enqueued:
-        check_priority(priority)
-        if len(payload) > self.max_payload_bytes:
-            raise PayloadTooLarge(
-                f"payload of {len(payload)} bytes is over the queue's limit of "
-                f"{self.max_payload_bytes} bytes"
-            )
-        if max_attempts is not None and max_attempts < 1:
-            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
-        job_id = check_job_id(id) if id is not None else secrets.token_hex(16)
+        job_id = check_enqueue(
+            payload,
+            id=id,
+            priority=priority,
+            max_attempts=max_attempts,
+            max_payload_bytes=self.max_payload_bytes,
+        )
         if job_id in self._records:
             return Enqueued(job_id, created=False)
         now = self.clock.now()

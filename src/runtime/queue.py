@@ -17,9 +17,13 @@ jobs age; none waits forever.
 from __future__ import annotations
 
 import abc
+import secrets
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+
+from .errors import PayloadTooLarge
+from .job_id import check_job_id
 
 PRIORITY_HIGH = 0
 PRIORITY_NORMAL = 5
@@ -113,6 +117,27 @@ def check_priority(priority: int) -> int:
     if not isinstance(priority, int) or not 0 <= priority <= 9:
         raise ValueError(f"priority must be an int from 0 (first) to 9 (last), got {priority!r}")
     return priority
+
+
+def check_enqueue(
+    payload: bytes,
+    *,
+    id: str | None,
+    priority: int,
+    max_attempts: int | None,
+    max_payload_bytes: int,
+) -> str:
+    """The arguments every backend's ``enqueue`` checks, in one place; returns
+    the job id (``id``, checked, or a fresh random one)."""
+    check_priority(priority)
+    if len(payload) > max_payload_bytes:
+        raise PayloadTooLarge(
+            f"payload of {len(payload)} bytes is over the queue's limit of "
+            f"{max_payload_bytes} bytes"
+        )
+    if max_attempts is not None and max_attempts < 1:
+        raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+    return check_job_id(id) if id is not None else secrets.token_hex(16)
 
 
 class LeaseQueue(abc.ABC):

@@ -77,7 +77,6 @@ from store import AlreadyExists, NotFound, ObjectStore
 
 from .clock import Clock, SystemClock
 from .errors import PayloadTooLarge, QueueError
-from .job_id import check_job_id
 from .queue import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -88,7 +87,7 @@ from .queue import (
     LeaseQueue,
     Page,
     Settlement,
-    check_priority,
+    check_enqueue,
 )
 from .queue import PRIORITY_NORMAL as _PRIORITY_NORMAL
 
@@ -603,15 +602,13 @@ class SqsQueue(LeaseQueue):
         deduplicate, so another process's enqueue of the same id adds a second
         message, and the workflow layer would run it as a second incarnation
         (see the class docstring)."""
-        check_priority(priority)
-        if len(payload) > self.max_payload_bytes:
-            raise PayloadTooLarge(
-                f"payload of {len(payload)} bytes is over the queue's limit of "
-                f"{self.max_payload_bytes} bytes"
-            )
-        if max_attempts is not None and max_attempts < 1:
-            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
-        job_id = check_job_id(id) if id is not None else secrets.token_hex(16)
+        job_id = check_enqueue(
+            payload,
+            id=id,
+            priority=priority,
+            max_attempts=max_attempts,
+            max_payload_bytes=self.max_payload_bytes,
+        )
         if self.id_store is None and job_id in self._live:
             return Enqueued(job_id, created=False)
         if self.id_store is None and len(payload) * 4 // 3 + 1024 > self.max_message_bytes:

@@ -44,7 +44,6 @@ from store.errors import AlreadyExists, NotFound, PreconditionFailed, StoreUnava
 from store.keys import validate_key
 
 from .clock import Clock, SystemClock
-from .errors import PayloadTooLarge
 from .queue import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -57,7 +56,7 @@ from .queue import (
     LeaseQueue,
     Page,
     Settlement,
-    check_priority,
+    check_enqueue,
     sort_key,
 )
 from .store_records import CorruptRecord, StoredJob, check_job_id, decode, encode
@@ -556,15 +555,13 @@ class StoreQueue(LeaseQueue):
         max_attempts: int | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> Enqueued:
-        check_priority(priority)
-        if len(payload) > self.max_payload_bytes:
-            raise PayloadTooLarge(
-                f"payload of {len(payload)} bytes is over the queue's limit of "
-                f"{self.max_payload_bytes} bytes"
-            )
-        if max_attempts is not None and max_attempts < 1:
-            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
-        job_id = check_job_id(id) if id is not None else secrets.token_hex(16)
+        job_id = check_enqueue(
+            payload,
+            id=id,
+            priority=priority,
+            max_attempts=max_attempts,
+            max_payload_bytes=self.max_payload_bytes,
+        )
         now = self.clock.now()
         job = StoredJob(
             id=job_id,

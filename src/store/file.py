@@ -139,8 +139,7 @@ class FileStore(ObjectStore):
             self._root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
             weakref.finalize(self, os.close, self._root_fd)
         self._pid = os.getpid()
-        self._writes = Batcher(self._commit, self._start, distinct_keys=True)
-        self._reads = Batcher(self._serve_reads, self._start, distinct_keys=False)
+        self._queues()
         self._spares = SparePool(self._tmp)
         self._sweep_temp()
 
@@ -176,8 +175,12 @@ class FileStore(ObjectStore):
         if self._pid != os.getpid():
             self._pid = os.getpid()
             self._pool = None
-            self._writes = Batcher(self._commit, self._start, distinct_keys=True)
-            self._reads = Batcher(self._serve_reads, self._start, distinct_keys=False)
+            self._queues()
+
+    def _queues(self) -> None:
+        """New, empty queues for writes and reads."""
+        self._writes = Batcher(self._commit, self._start, distinct_keys=True)
+        self._reads = Batcher(self._serve_reads, self._start, distinct_keys=False)
 
     def _executor(self) -> ThreadPoolExecutor:
         self._forked()

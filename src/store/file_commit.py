@@ -59,7 +59,6 @@ class Write(Request):
     etag: str | None = None
     # What the commit found and did, and the answer for the caller:
     path: str = ""
-    current: os.stat_result | None = None
     tmp: str | None = None
     stat: os.stat_result | None = None
     result: str | None = None  # the new etag
