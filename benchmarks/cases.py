@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import cProfile
 import gc
 import math
 import multiprocessing
@@ -34,6 +35,7 @@ import shutil
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -298,36 +300,72 @@ async def latency(spec: Spec) -> dict[str, Any]:
 # -- several worker processes on one FileStore ---------------------------------
 
 
-def _worker_process(
-    root: str, concurrency: int, go: Any, stop: Any, done: Any, slot: int, results: Any
-) -> None:
-    asyncio.run(_worker_main(root, concurrency, go, stop, done, slot, results))
+@dataclass
+class _Signals:
+    """What the parent and its worker processes share."""
+
+    ready: Any  # Array: 1 once a worker has warmed up
+    go: Any  # Event: start working
+    stop: Any  # Event: stop and report
+    done: Any  # Array: jobs each worker has finished
+    results: Any  # Queue: each worker's report
 
 
-async def _worker_main(
-    root: str, concurrency: int, go: Any, stop: Any, done: Any, slot: int, results: Any
-) -> None:
+def _worker_process(root: str, concurrency: int, signals: _Signals, slot: int) -> None:
+    profile_dir = os.environ.get("STEPSTONE_BENCH_PROFILE_DIR")
+    if not profile_dir:
+        asyncio.run(_worker_main(root, concurrency, signals, slot))
+        return
+    # Where a worker's time goes, for `python -m pstats DIR/worker-<slot>.prof`.
+    profiler = cProfile.Profile()
+    profiler.runcall(asyncio.run, _worker_main(root, concurrency, signals, slot))
+    profiler.dump_stats(os.path.join(profile_dir, f"worker-{slot}.prof"))
+
+
+async def _warm_up(root: str, concurrency: int) -> None:
+    """Run a batch of W3 on a store of the worker's own, so that imports and
+    first-call costs are paid before the clock starts, as in a long-running
+    worker, and not counted against however many processes share them."""
+    store = FileStore(root, **_file_options())
+    async with JobRunner(store, jobs=[W3], concurrency=concurrency) as runner:
+        jobs = [W3(n=i, tag="warm-up") for i in range(concurrency)]
+        await asyncio.gather(*await asyncio.gather(*(runner.submit(job) for job in jobs)))
+    await store.close()
+
+
+def _discard_warm_ups(root: str, processes: int) -> None:
+    for slot in range(processes):
+        if os.path.exists(f"{root}-warm-up-{slot}"):
+            discard(f"{root}-warm-up-{slot}")
+
+
+async def _worker_main(root: str, concurrency: int, signals: _Signals, slot: int) -> None:
+    await _warm_up(f"{root}-warm-up-{slot}", concurrency)
+    signals.ready[slot] = 1
     store = CountingStore(FileStore(root, **_file_options()))
     runner = JobRunner(store, jobs=[W3], concurrency=concurrency, retry_backoff=0.0)
+    go, stop, done = signals.go, signals.stop, signals.done
     while not go.is_set():  # noqa: ASYNC110 - a multiprocessing Event, not an asyncio one
         await asyncio.sleep(0.001)
-    cpu_start = time.process_time()
+    cpu_start, flushes_start = time.process_time(), FLUSHES.calls
     async with runner:
         while not stop.is_set():
             done[slot] = runner.worker.stats.succeeded
             await asyncio.sleep(0.002)
     done[slot] = runner.worker.stats.succeeded
     stats = getattr(runner.queue, "stats", None)
-    results.put(
+    signals.results.put(
         {
             "slot": slot,
             "counts": store.snapshot(),
+            "areas": store.areas(),
             "worker": asdict(runner.worker.stats),
             "queue": {}
             if stats is None
             else {k: v for k, v in asdict(stats).items() if k != "corrupt_keys"},
             "peak_rss_mb": round(peak_rss_mb(), 1),
             "cpu_seconds": time.process_time() - cpu_start,
+            "flushes": FLUSHES.calls - flushes_start,
         }
     )
     await store.close()
@@ -336,15 +374,16 @@ async def _worker_main(
 async def scale(spec: Spec) -> dict[str, Any]:
     root = tempfile.mkdtemp(prefix="stepstone-bench-", dir=spec.workdir or None)
     ctx = multiprocessing.get_context("spawn")
-    go, stop = ctx.Event(), ctx.Event()
-    done = ctx.Array("q", spec.processes)
-    results = ctx.Queue()
+    signals = _Signals(
+        ready=ctx.Array("b", spec.processes),
+        go=ctx.Event(),
+        stop=ctx.Event(),
+        done=ctx.Array("q", spec.processes),
+        results=ctx.Queue(),
+    )
+    go, stop, done, results = signals.go, signals.stop, signals.done, signals.results
     procs = [
-        ctx.Process(
-            target=_worker_process,
-            args=(root, spec.concurrency, go, stop, done, i, results),
-            daemon=True,
-        )
+        ctx.Process(target=_worker_process, args=(root, spec.concurrency, signals, i), daemon=True)
         for i in range(spec.processes)
     ]
     try:
@@ -358,6 +397,10 @@ async def scale(spec: Spec) -> dict[str, Any]:
         handles = await asyncio.gather(*(submitter.submit(job) for job in jobs))
         submit_seconds = time.perf_counter() - t0
         submit_counts = store.snapshot()
+        while not all(signals.ready[:]):
+            if not all(p.is_alive() for p in procs):
+                raise RuntimeError("a worker process died")
+            await asyncio.sleep(0.01)
         t0 = time.perf_counter()
         go.set()
         while sum(done[:]) < spec.n:
@@ -381,6 +424,7 @@ async def scale(spec: Spec) -> dict[str, Any]:
             if p.is_alive():
                 p.kill()
         discard(root)
+        _discard_warm_ups(root, spec.processes)
     counts = {op: sum(r["counts"][op] for r in reports) for op in OPERATIONS}
     for op in OPERATIONS:
         counts[op] += submit_counts[op]
@@ -391,11 +435,16 @@ async def scale(spec: Spec) -> dict[str, Any]:
         "submit_jobs_per_s": round(spec.n / submit_seconds, 1),
         "requests_per_job": per_job(counts, spec.n),
         "jobs_per_cpu_s": round(spec.n / sum(r["cpu_seconds"] for r in reports), 1),
+        "flushes_per_job": round(sum(r["flushes"] for r in reports) / spec.n, 2),
         "per_process_jobs": [
             r["worker"]["succeeded"] for r in sorted(reports, key=lambda r: r["slot"])
         ],
         "lost_races": sum(r["queue"].get("lost_races", 0) for r in reports),
         "scans": sum(r["queue"].get("scans", 0) for r in reports),
+        "queue_reads": sum(r["queue"].get("fetches", 0) for r in reports),
+        "requests_by_area": per_area(
+            dict(sum((Counter(r["areas"]) for r in reports), Counter())), spec.n
+        ),
         "worker_peak_rss_mb": max(r["peak_rss_mb"] for r in reports),
     }
 

@@ -103,6 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="", help="write the results as JSON here")
     parser.add_argument("--plots", action="store_true", help="draw docs/img/*.png")
     parser.add_argument("--workdir", default="", help="where file stores go (default: $TMPDIR)")
+    parser.add_argument(
+        "--keep-trash",
+        action="store_true",
+        help="leave the case stores in WORKDIR/stepstone-bench-trash (delete them later:"
+        " on ext4 without a journal a mass delete slows file creation for minutes)",
+    )
     parser.add_argument("--list", action="store_true", help="list the case ids and exit")
     parser.add_argument("--one", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -137,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
             result = runs[0]
         results.append(result)
         print(json.dumps(result), flush=True)
-    empty_trash(args.workdir)
+    if not args.keep_trash:
+        empty_trash(args.workdir)
     print()
     print(table(results))
     print(f"\n({len(results)} cases in {time.monotonic() - started:.0f}s)", file=sys.stderr)

@@ -12,16 +12,20 @@ size, decoded record), learned from its own writes and from what it read. A
 job this process enqueued is claimed, renewed and settled without a GET.
 ``claim`` lists the prefix only when the view cannot serve it (fewer due
 jobs than asked, or due jobs not confirmed within ``scan_interval``), at
-most once per ``scan_interval`` per page listed, or sooner when refused swaps
-(a stale view) have already cost what a listing would. A listing returns
-every key's etag and size, so only records that moved are read, and not even
-all of those: a record seen waiting whose new size is exactly what a claim
-writes was claimed elsewhere, and one seen held whose size did not change
-was renewed; both are read only when the lease they are guessed to hold
-lapses. So that processes do not race for the same jobs, each orders the
-jobs it read with its own small jitter, and picks from a wider, shuffled head
-of the line after losing a race. docs/queue.md tabulates the requests and
-explains each choice.
+most once per ``scan_interval`` per page listed, or sooner when a stale view
+(refused swaps, reads of records already taken) has already cost what a
+listing would. A listing returns every key's etag, size and modified time,
+so only records that moved need reading, and not even all of those: a
+record seen waiting whose new size is exactly what a claim writes was
+claimed elsewhere, and one seen held whose size did not change was renewed;
+both are read only when the lease they are guessed to hold lapses. The rest
+are read only as claims need them, in the order of :mod:`runtime.read_line`
+(waiting before held, as the record's size says; oldest first; each process
+from its own point), so P processes sharing a backlog read each job about
+once between them, not P times. So that processes do not race for the same
+jobs, each orders the jobs it read with its own small jitter, and picks from
+a wider, shuffled head of the line after losing a race. docs/queue.md
+tabulates the requests and explains each choice.
 """
 
 from __future__ import annotations
@@ -59,13 +63,26 @@ from .queue import (
     check_enqueue,
     sort_key,
 )
-from .store_records import CorruptRecord, StoredJob, check_job_id, decode, encode
+from .read_line import ReadLine
+from .store_records import (
+    WAITING,
+    CorruptRecord,
+    StoredJob,
+    check_job_id,
+    decode,
+    encode,
+    listed_state,
+)
 
 log = logging.getLogger(__name__)
 
 PENDING_HINT_SECONDS = 5.0
 """How long a record seen pending is taken to still be, for ``pending_here``:
 what a handle awaiting a job a peer took may lose in latency."""
+
+READS_PER_LISTING_PAGE = 12
+"""What a listing page costs in reads: on S3 a LIST request is billed 12.5
+times a GET (and a conditional PUT is billed like a LIST)."""
 
 _SETTLE_TRIES = 3
 """A transition re-reads the record after a failed swap at most this often.
@@ -116,8 +133,9 @@ class StoreQueue(LeaseQueue):
     processes' work: after a listing of ``p`` pages the next waits
     ``p * scan_interval``, so a big backlog is not re-listed every second.
     The first claim always lists; ``scan_interval=0`` lists on every claim
-    the view cannot fill. ``fetch_limit`` bounds the records one listing
-    reads (the rest are read by later ones); ``fetch_concurrency`` bounds
+    the view cannot fill. ``fetch_limit`` bounds the records read at once
+    from what a listing showed, and sizes the chunks in which they are read
+    oldest first (:mod:`runtime.read_line`); ``fetch_concurrency`` bounds
     GETs in flight. ``max_view_entries`` and ``max_view_bytes`` (payload
     held) bound the view's memory; past them the least recently touched
     entries are forgotten (and read again if needed). An idle queue backs
@@ -188,7 +206,17 @@ class StoreQueue(LeaseQueue):
         self._wasted = 0
         """Swaps refused (lost races, records gone) since the last listing."""
         self._wasted_total = 0
+        self._wasted_reads = 0
+        """Records read from the unread line since the last listing that turned
+        out taken (claimed elsewhere or gone)."""
         self._scan_pages = 1
+        self._unread = ReadLine(fetch_limit)
+        """What the last listing showed that the view does not know, read as
+        claims need them (:meth:`_read_ahead`, :mod:`runtime.read_line`)."""
+        self._read_batch = fetch_limit
+        """The most records the next read-ahead may read (see :meth:`_read_ahead`)."""
+        self._came_up_short = False
+        """The last claim returned fewer jobs than asked (see :meth:`next_due`)."""
         self._scan_lock = asyncio.Lock()
         self._scan_epoch = 0
         self._fetch_slots = asyncio.Semaphore(fetch_concurrency)
@@ -433,9 +461,10 @@ class StoreQueue(LeaseQueue):
         return _Seen(etag, claimed.stripped(), len(encode(claimed)), guessed=True)
 
     async def _scan(self) -> None:
-        """List the jobs prefix; read the records whose etag the view does not
-        know (at most ``fetch_limit``); drop entries whose objects are gone.
-        Concurrent callers share one listing."""
+        """List the jobs prefix: confirm what the view knows, guess what it
+        can from sizes, line up the rest to be read as claims need them
+        (``_unread``), and drop entries whose objects are gone. Concurrent
+        callers share one listing."""
         epoch = self._scan_epoch
         async with self._scan_lock:
             if self._scan_epoch != epoch:
@@ -443,7 +472,8 @@ class StoreQueue(LeaseQueue):
             now = self.clock.now()
             before = {job_id: seen.etag for job_id, seen in self._view.items()}
             listed: set[str] = set()
-            stale: list[tuple[str, str | None]] = []
+            stale: list[tuple[str, str | None, float]] = []
+            held: list[tuple[str, str | None, float]] = []  # by their size: see ReadLine
             count = 0
             async for info in self.store.scan(self._jobs):
                 count += 1
@@ -451,45 +481,74 @@ class StoreQueue(LeaseQueue):
                 listed.add(job_id)
                 seen = self._view.get(job_id)
                 if seen is None:
-                    stale.append((job_id, None))
+                    unknown = stale if listed_state(info.size) == WAITING else held
+                    unknown.append((job_id, None, info.modified))
                 elif seen.etag == info.etag:
                     seen.confirmed = time.monotonic()
                 elif self._renewed_elsewhere(seen, info, now):
                     pass
                 elif (guess := self._claimed_elsewhere(seen, info, now)) is not None:
                     self._file(job_id, guess)
+                elif seen.own:
+                    # Perhaps listed before our own write landed: read it only
+                    # if the view still holds that write when its turn comes.
+                    stale.append((job_id, seen.etag, info.modified))
                 else:
-                    stale.append((job_id, seen.etag))
+                    # Moved on: no claim may swap against the old version.
+                    self._forget(job_id, seen.etag)
+                    moved = stale if listed_state(info.size) == WAITING else held
+                    moved.append((job_id, None, info.modified))
             for job_id, etag in before.items():
                 if job_id not in listed:
                     self._forget(job_id, etag)
-            await asyncio.gather(
-                *(self._refresh(job_id, etag) for job_id, etag in stale[: self.fetch_limit])
-            )
+            self._unread.reset(stale, held)
             pages = max(1, math.ceil(count / DEFAULT_PAGE_SIZE))
             self._scan_pages = pages
             self._wasted = 0
+            self._wasted_reads = 0
             self.stats.scans += 1
             self._scan_epoch += 1
-            self._idle_scans = 0 if stale or len(listed) != len(before) else self._idle_scans + 1
+            changed = stale or held or len(listed) != len(before)
+            self._idle_scans = 0 if changed else self._idle_scans + 1
             wait = pages * self.scan_interval * 2 ** min(max(0, self._idle_scans - 1), 30)
             self._next_scan = time.monotonic() + min(
                 wait, max(pages * self.scan_interval, self.idle_scan_max)
             )
 
-    async def _refresh(self, job_id: str, known: str | None) -> None:
+    async def _read_ahead(self, want: int, now: float) -> None:
+        """Read the next ``want`` records of the unread line, at most
+        ``_read_batch``. If any turned out taken since the listing (claimed
+        elsewhere, or gone), this process has run into another's stretch: it
+        jumps, and reads only a few where it lands, in case that is taken too;
+        each batch found free doubles the next (up to ``fetch_limit``)."""
+        batch = self._unread.take(min(want, self._read_batch))
+        jobs = await asyncio.gather(*(self._refresh(job_id, etag) for job_id, etag, _ in batch))
+        taken = sum(
+            1
+            for job, (_, _, listed_free) in zip(jobs, batch, strict=True)
+            if listed_free and (job is None or (job.token and not self._claimable(job, now)))
+        )
+        if taken:
+            self._wasted_reads += taken
+            self._unread.jump()
+            self._read_batch = _PROBE_READS
+        else:
+            self._read_batch = min(self._read_batch * 2, self.fetch_limit)
+
+    async def _refresh(self, job_id: str, known: str | None) -> StoredJob | None:
         """Read a record a listing showed had moved on from etag ``known``,
-        unless this instance wrote it meanwhile (its answer would be older)."""
-        if self._etag(job_id) != known:
-            return
-        obj = await self._get(job_id)
-        if self._etag(job_id) != known:
-            return
-        if obj is None:
-            self._forget(job_id, known)
-            return
-        with contextlib.suppress(CorruptRecord):
-            self._decode(job_id, obj.etag, obj.data)
+        unless this instance wrote it meanwhile (its answer would be older).
+        Returns what the view then holds for it."""
+        if self._etag(job_id) == known:
+            obj = await self._get(job_id)
+            if self._etag(job_id) == known:
+                if obj is None:
+                    self._forget(job_id, known)
+                else:
+                    with contextlib.suppress(CorruptRecord):
+                        self._decode(job_id, obj.etag, obj.data)
+        seen = self._view.get(job_id)
+        return None if seen is None else seen.job
 
     def _notify(self) -> None:
         self._idle_scans = 0  # this process made work: look for more at the usual pace
@@ -601,12 +660,12 @@ class StoreQueue(LeaseQueue):
         wanted = None if kinds is None else frozenset(kinds)
         now = self.clock.now()
         candidates = self._candidates(now, wanted, n)
-        mono = time.monotonic()
+        began = time.monotonic()
         if self._view_is_stale() or (
-            mono >= self._next_scan
+            began >= self._next_scan
             and (
                 len(candidates) < n
-                or any(self._view[i].confirmed < mono - self.scan_interval for i in candidates)
+                or any(self._view[i].confirmed < began - self.scan_interval for i in candidates)
             )
         ):
             await self._scan()
@@ -619,18 +678,24 @@ class StoreQueue(LeaseQueue):
             # Under contention other processes hold the same view in the same
             # order and race for its head: take ours from a wider, shuffled head.
             candidates = self._candidates(now, wanted, need * self._spread, tried)
-            if not candidates:
+            if len(candidates) < need and self._unread:
+                await self._read_ahead(need - len(candidates), now)
+                candidates = self._candidates(now, wanted, need * self._spread, tried)
+            if candidates:
+                picked = sorted(random.sample(range(len(candidates)), min(need, len(candidates))))
+                batch = [candidates[i] for i in picked]
+                tried.update(batch)
+                won = await asyncio.gather(*(self._claim_one(i, now, lease, began) for i in batch))
+                out.extend(d for d in won if d is not None)
+                if len(out) >= n:
+                    break
+            elif not self._unread:
                 break
-            picked = sorted(random.sample(range(len(candidates)), min(need, len(candidates))))
-            batch = [candidates[i] for i in picked]
-            tried.update(batch)
-            won = await asyncio.gather(*(self._claim_one(i, now, lease) for i in batch))
-            out.extend(d for d in won if d is not None)
-            if len(out) >= n:
-                break
+            # (else all it read was taken: read on from wherever it jumped to)
             if self._view_is_stale():
-                await self._scan()  # cheaper than more swaps against a stale view
+                await self._scan()  # cheaper than more refusals from a stale view
                 now = self.clock.now()
+        self._came_up_short = len(out) < n
         if self._wasted_total > lost_before:
             self._spread = min(self._spread * 2, _MAX_SPREAD)
         else:
@@ -638,11 +703,24 @@ class StoreQueue(LeaseQueue):
         return out
 
     def _view_is_stale(self) -> bool:
-        """Whether swaps refused since the last listing have cost as many
-        requests as listing again would: then a listing is the cheaper way on."""
-        return self._wasted >= max(1, self._scan_pages)
+        """Whether swaps refused, and records read from the unread line that
+        turned out taken, since the last listing have cost as many requests as
+        listing again would: then a listing is the cheaper way on."""
+        wasted = self._wasted + self._wasted_reads / READS_PER_LISTING_PAGE
+        return wasted >= max(1, self._scan_pages)
 
-    async def _claim_one(self, job_id: str, now: float, lease: float) -> Delivery | None:
+    def _refused(self, seen: _Seen, fresh_since: float) -> None:
+        """Count a claim's swap that was refused. Only a version the view
+        held from before the claim began says the view is stale: one read
+        or listed by the claim itself was as fresh as another listing would
+        make it, and losing it was a race no listing would have prevented."""
+        self._wasted_total += 1
+        if seen.confirmed < fresh_since:
+            self._wasted += 1
+
+    async def _claim_one(
+        self, job_id: str, now: float, lease: float, fresh_since: float
+    ) -> Delivery | None:
         seen = self._view.get(job_id)
         # Checked again here, not only when the candidates were picked: a
         # concurrent claim in this process may have taken it since, and its
@@ -675,8 +753,7 @@ class StoreQueue(LeaseQueue):
             try:
                 await self._swap(job_id, new, etag)
             except NotFound:
-                self._wasted += 1
-                self._wasted_total += 1
+                self._refused(seen, fresh_since)
                 self._forget(job_id, etag)
                 return None
             except PreconditionFailed:
@@ -684,8 +761,7 @@ class StoreQueue(LeaseQueue):
                 # so (keeping the stale etag): the next listing then reads it
                 # only if its size says otherwise.
                 self.stats.lost_races += 1
-                self._wasted += 1
-                self._wasted_total += 1
+                self._refused(seen, fresh_since)
                 current = self._view.get(job_id)
                 if current is not None and current.etag == etag:
                     self._file(job_id, self._held_elsewhere(job, etag, now))
@@ -994,7 +1070,11 @@ class StoreQueue(LeaseQueue):
 
     async def next_due(self) -> float | None:
         """The earliest run-at or lease expiry in the view not yet seen due by
-        a claim (as MemoryQueue: its timed heap's head)."""
+        a claim (as MemoryQueue: its timed heap's head); now, if the last claim
+        came up short with listed records still unread (the next would read
+        on)."""
+        if self._unread and self._came_up_short:
+            return self.clock.now()
         while self._timed:
             due, stamp, job_id = self._timed[0]
             if self._current(job_id, stamp) is not None:
@@ -1037,6 +1117,9 @@ class StoreQueue(LeaseQueue):
 
 _CLAIM_ROUNDS = 8
 """Bound on the rounds of swaps (and re-listings between them) of one claim."""
+
+_PROBE_READS = 4
+"""Records read where the unread line jumped to, to see whether it is free."""
 
 _MAX_SPREAD = 16
 """Bound on the claim window's widening under contention (see ``_spread``)."""

@@ -8,6 +8,13 @@ the body, so two writes of identical bytes would share one and a stale
 writer's swap could succeed. Every write therefore bumps ``rev``, and every
 incarnation of an id carries a random ``nonce``: no two writes of one key
 ever produce the same bytes.
+
+A listing shows each record's size and nothing else of what it holds, so the
+size is made to say the record's state: every record is padded (a ``pad``
+field of up to three bytes, ignored by readers) to a size whose remainder
+modulo 4 is :data:`WAITING`, :data:`HELD` or :data:`DEAD`. A process that
+lists the queue then reads the waiting records it does not know, and leaves
+the ones other processes hold for last (see :func:`listed_state`).
 """
 
 from __future__ import annotations
@@ -20,10 +27,29 @@ import msgpack
 from .errors import QueueError
 from .job_id import check_job_id
 
-__all__ = ["CorruptRecord", "StoredJob", "check_job_id", "decode", "encode"]
+__all__ = [
+    "DEAD",
+    "HELD",
+    "WAITING",
+    "CorruptRecord",
+    "StoredJob",
+    "check_job_id",
+    "decode",
+    "encode",
+    "listed_state",
+]
 
 FORMAT = 1
 """Bumped when the record's layout changes incompatibly; a reader refuses others."""
+
+
+WAITING, HELD, DEAD = 0, 1, 2
+"""A record's state, as the remainder of its size modulo 4 (see the module docstring)."""
+
+_PAD_FIELD = b"\xa3pad"
+"""``pad`` as msgpack: the last key of every record."""
+_EMPTY_STR = 0xA0
+"""msgpack's fixstr of length 0; ``0xA0 | n`` starts one of length n (n < 32)."""
 
 
 class CorruptRecord(QueueError):
@@ -67,6 +93,13 @@ class StoredJob:
         """The record's next version: ``changes`` applied, ``rev`` bumped."""
         return replace(self, rev=self.rev + 1, updated_at=now, **changes)
 
+    @property
+    def state(self) -> int:
+        """WAITING, HELD (claimed: a token is set) or DEAD."""
+        if self.dead:
+            return DEAD
+        return WAITING if self.token is None else HELD
+
     def stripped(self) -> StoredJob:
         """This record without its payload and headers, for the view."""
         return replace(self, payload=b"", headers={}, partial=True)
@@ -100,8 +133,22 @@ def encode(job: StoredJob) -> bytes:
     body: dict[str, Any] = {"format": FORMAT}
     for name in _FIELDS:
         body[name] = getattr(job, name)
+    body["pad"] = ""
     data: bytes = msgpack.packb(body, use_bin_type=True)
-    return data
+    # Widen the empty pad (the last byte) to reach the state's size class.
+    assert data.endswith(_PAD_FIELD + bytes([_EMPTY_STR]))
+    n = (job.state - len(data)) % 4
+    return data[:-1] + bytes([_EMPTY_STR | n]) + b"-" * n
+
+
+def listed_state(size: int) -> int:
+    """The state a record of ``size`` bytes was written in: WAITING, HELD or DEAD.
+
+    Only a hint: a record written by something else (an older version, a
+    corrupt object) has a size that means nothing. A queue uses it to choose
+    what to read first, never to decide a claim.
+    """
+    return size % 4
 
 
 def decode(data: bytes, *, key: str) -> StoredJob:

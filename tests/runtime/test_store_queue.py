@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import pytest
@@ -19,7 +20,16 @@ from hypothesis import strategies as st
 
 from runtime import Delivery, FakeClock, JobRecord, JobStatus, Settlement
 from runtime.store_queue import StoreQueue
-from runtime.store_records import CorruptRecord, StoredJob, decode, encode
+from runtime.store_records import (
+    DEAD,
+    HELD,
+    WAITING,
+    CorruptRecord,
+    StoredJob,
+    decode,
+    encode,
+    listed_state,
+)
 from store import MemoryStore, ObjectStore
 from store.counting import CONDITIONAL_PUT, CountingStore
 from store.errors import StoreUnavailable
@@ -160,9 +170,9 @@ async def test_a_lost_race_costs_one_refused_put_and_a_listing(
 ) -> None:
     a, a_store = make(backing, clock, scan_interval=3600.0)
     b, _ = make(backing, clock, scan_interval=0.0)
-    await a.enqueue(b"", id="taken")
+    await a.enqueue(b"", id="taken", kind="k")
     await a.enqueue(b"", id="free", priority=9)
-    [first] = await b.claim(1, lease=30)
+    [first] = await b.claim(1, lease=30, kinds=["k"])
     assert first.id == "taken"
     take(a_store)
     # a tries "taken" from its stale view and loses; a refused swap costs
@@ -219,6 +229,110 @@ async def test_records_held_elsewhere_or_dead_keep_no_payload_in_the_view(
         "ready": False,
     }
     assert held.payload == b"big" * 100
+
+
+async def test_a_backlog_another_process_enqueued_is_read_as_claims_need_it(
+    backing: MemoryStore, clock: FakeClock
+) -> None:
+    """One listing, then one GET per job claimed: no waiting for the next
+    listing to read more, and no reading of jobs the claim does not want."""
+    a, _ = make(backing, clock)
+    for i in range(50):
+        await a.enqueue(b"", id=f"j{i:02}")
+    b, b_store = make(backing, clock, scan_interval=3600.0)
+    claimed: list[str] = []
+    for round_ in range(5):
+        got = await b.claim(10, lease=30)
+        assert len(got) == 10
+        claimed += [d.id for d in got]
+        listing = {"LIST": 1} if round_ == 0 else {}
+        assert take(b_store) == {**listing, "GET": 10, "PUT": 10}
+    assert sorted(claimed) == [f"j{i:02}" for i in range(50)]
+    assert await b.claim(10, lease=30) == []
+
+
+async def test_fetch_limit_bounds_one_round_of_reads_not_what_a_claim_gets(
+    backing: MemoryStore, clock: FakeClock
+) -> None:
+    a, _ = make(backing, clock)
+    for i in range(30):
+        await a.enqueue(b"", id=f"j{i:02}")
+    b, b_store = make(backing, clock, scan_interval=3600.0, fetch_limit=4)
+    assert len(await b.claim(10, lease=30)) == 10
+    assert len(await b.claim(20, lease=30)) == 20
+    assert take(b_store) == {"LIST": 1, "GET": 30, "PUT": 30}
+
+
+async def test_records_enqueued_elsewhere_are_read_oldest_first(
+    backing: MemoryStore, clock: FakeClock
+) -> None:
+    """A listing shows when each record last changed, not what it holds: a
+    process reads (and so claims) others' jobs first in first out, to the
+    chunk of ``fetch_limit`` records."""
+    a, _ = make(backing, clock)
+    for name in ("old", "mid", "new"):
+        for i in range(5):
+            await a.enqueue(b"", id=f"{name}{i}")
+        clock.advance(10)
+    b, _ = make(backing, clock, fetch_limit=5)
+    for name in ("old", "mid", "new"):
+        got = await b.claim(5, lease=30)
+        assert sorted(d.id for d in got) == [f"{name}{i}" for i in range(5)]
+
+
+async def test_processes_sharing_a_backlog_read_each_record_about_once(
+    backing: MemoryStore, clock: FakeClock
+) -> None:
+    """Each reads from its own point of the key order and jumps when it runs
+    into the other's stretch, instead of both reading everything."""
+    a, _ = make(backing, clock)
+    for i in range(200):
+        await a.enqueue(b"", id=f"j{i:03}")
+    b, b_store = make(backing, clock, scan_interval=3600.0)
+    c, c_store = make(backing, clock, scan_interval=3600.0)
+    claimed: list[str] = []
+    while True:
+        got_b, got_c = await b.claim(10, lease=30), await c.claim(10, lease=30)
+        if not got_b and not got_c:
+            break
+        claimed += [d.id for d in got_b + got_c]
+        clock.advance(1)  # later than the enqueues, as claims are
+        await asyncio.gather(*(b.ack(d) for d in got_b), *(c.ack(d) for d in got_c))
+    assert sorted(claimed) == [f"j{i:03}" for i in range(200)]
+    reads = b_store.counts["GET"] + c_store.counts["GET"]
+    assert reads < 320, reads  # both reading everything: 400; 30 runs: 232 to 271
+
+
+async def test_records_another_process_holds_are_not_read_while_others_wait(
+    backing: MemoryStore, clock: FakeClock
+) -> None:
+    """Their size says they are held: a process that did not see them claimed
+    reads the waiting ones first."""
+    a, _ = make(backing, clock)
+    for i in range(20):
+        await a.enqueue(b"", id=f"j{i:02}")
+    b, _ = make(backing, clock)
+    held = {d.id for d in await b.claim(10, lease=30)}
+    c, c_store = make(backing, clock)
+    got = await c.claim(10, lease=30)
+    assert not held & {d.id for d in got} and len(got) == 10
+    assert take(c_store) == {"LIST": 1, "GET": 10, "PUT": 10}
+
+
+async def test_a_race_lost_for_a_record_just_read_does_not_list_again(
+    backing: MemoryStore, clock: FakeClock
+) -> None:
+    """The loser's view was as fresh as a listing would make it: listing
+    again would not have helped. (A view older than the claim does list:
+    test_a_lost_race_costs_one_refused_put_and_a_listing.)"""
+    a, _ = make(backing, clock)
+    await a.enqueue(b"", id="only")
+    b, b_store = make(backing, clock, scan_interval=3600.0)
+    c, c_store = make(backing, clock, scan_interval=3600.0)
+    got = await asyncio.gather(b.claim(1, lease=30), c.claim(1, lease=30))
+    assert sorted(len(g) for g in got) == [0, 1]
+    assert b.stats.lost_races + c.stats.lost_races == 1
+    assert b_store.counts["LIST"] + c_store.counts["LIST"] == 2
 
 
 # -- records that will not decode ----------------------------------------------
@@ -293,6 +407,24 @@ def test_every_write_changes_the_bytes() -> None:
     renewed = job.next(1.0)  # same time, no field changed but the version
     assert encode(renewed) != encode(job)
     assert decode(encode(renewed), key="k") == renewed
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    payload=st.binary(max_size=300),
+    kind=st.text(max_size=40),
+    error=st.none() | st.text(max_size=200),
+)
+def test_a_record_size_says_its_state(payload: bytes, kind: str, error: str | None) -> None:
+    """What a listing shows of a record is its size: waiting, held and dead
+    records fall in different classes, whatever they hold."""
+    job = replace(_job("x"), payload=payload, kind=kind, last_error=error)
+    held = job.next(2.0, token="0" * 24, lease_expires_at=32.0)
+    dead = job.next(2.0, dead=True, dead_reason="gave up")
+    for record, state in ((job, WAITING), (held, HELD), (dead, DEAD)):
+        data = encode(record)
+        assert listed_state(len(data)) == state
+        assert decode(data, key="k") == record
 
 
 # -- configuration -----------------------------------------------------------------
@@ -596,7 +728,8 @@ async def test_processes_walk_a_burst_they_read_in_different_orders(
     await a.enqueue(b"", id="urgent", priority=0)
     orders = []
     for q in (StoreQueue(backing, clock=clock, scan_interval=0) for _ in range(2)):
-        assert await q.claim(1, lease=30, kinds=["nothing"]) == []  # lists and reads all
+        # It lists, and reads all 21: a claim reads as many as it asks for.
+        assert await q.claim(100, lease=30, kinds=["nothing"]) == []
         orders.append(q._candidates(clock.now(), None, 100))
     assert a._candidates(clock.now(), None, 100) == ["urgent"] + [f"j{i:02}" for i in range(20)]
     assert orders[0][0] == orders[1][0] == "urgent"

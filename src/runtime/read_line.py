@@ -1,0 +1,95 @@
+"""The order in which a StoreQueue reads records it has only seen listed.
+
+A listing shows each key's etag, size and last-modified time, not what the
+record holds. A process that read every record a listing showed it did not
+know would read each job once per process: P processes sharing a backlog
+would pay P GETs for every job one of them runs. So a StoreQueue reads
+unknown records only as its claims need them, in this order:
+
+- **Oldest first, a chunk at a time**: the records are sorted by
+  last-modified time (for a waiting record, when it was enqueued or given
+  back) and cut into chunks of ``chunk`` records, read one after another: a
+  backlog is served first in first out, to the chunk.
+- **Within a chunk, key order from a random point of the process's own**,
+  wrapping around. Every process walks the same order, so processes that
+  start at different points read different stretches and claim from them
+  without racing for the same records; when one runs into records another
+  has taken (claimed or gone since the listing), it jumps to a new random
+  point of the chunk (:meth:`ReadLine.jump`). Picking each record at random
+  would instead collide with a probability that grows with the share of the
+  chunk in flight, and strict age order would send every process to the
+  same oldest record.
+
+Chunks are counted in records, not in time: a chunk of a few seconds' worth
+of a trickle would be too small to spread processes over.
+
+Records whose size says another process holds them, or that they are dead
+(see :func:`runtime.store_records.listed_state`), come after all of these,
+in the same way: a process reads them only once it has nothing else to
+read (a lease may have lapsed; the size is only a hint).
+
+Which record is claimed is still decided by the line order (priority, run-at)
+among the records the process has read; this only orders the reading.
+"""
+
+from __future__ import annotations
+
+import collections
+import operator
+import random
+from collections.abc import Iterable
+
+Entry = tuple[str, "str | None", bool]
+"""``(id, the etag the view held when listed, listed as waiting)``."""
+
+
+class ReadLine:
+    """Listed records to read, in chunks of ``chunk``, oldest first, the ones
+    listed as waiting before the others; see the module docstring."""
+
+    def __init__(self, chunk: int, rng: random.Random | None = None) -> None:
+        if chunk < 1:
+            raise ValueError(f"chunk must be at least 1, got {chunk}")
+        self.chunk = chunk
+        self._rng = rng or random.Random()
+        self._chunks: collections.deque[collections.deque[Entry]] = collections.deque()
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def reset(
+        self,
+        waiting: Iterable[tuple[str, str | None, float]],
+        others: Iterable[tuple[str, str | None, float]] = (),
+    ) -> None:
+        """Replace the line with ``(id, known etag, modified)`` entries: those
+        listed as ``waiting``, then the ``others``."""
+        self._chunks = collections.deque()
+        self._count = 0
+        for listed, free in ((waiting, True), (others, False)):
+            by_age = sorted(listed, key=operator.itemgetter(2))
+            for start in range(0, len(by_age), self.chunk):
+                part = sorted(by_age[start : start + self.chunk])
+                entries = collections.deque((job_id, known, free) for job_id, known, _ in part)
+                entries.rotate(-self._rng.randrange(len(entries)))
+                self._chunks.append(entries)
+            self._count += len(by_age)
+
+    def take(self, n: int) -> list[Entry]:
+        """Remove and return the next ``n`` entries (fewer if the line is shorter)."""
+        out: list[Entry] = []
+        while self._chunks and len(out) < n:
+            head = self._chunks[0]
+            while head and len(out) < n:
+                out.append(head.popleft())
+            if not head:
+                self._chunks.popleft()
+        self._count -= len(out)
+        return out
+
+    def jump(self) -> None:
+        """Go on from a random point of the current chunk."""
+        if self._chunks and len(self._chunks[0]) > 1:
+            head = self._chunks[0]
+            head.rotate(-self._rng.randrange(len(head)))
