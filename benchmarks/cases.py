@@ -351,7 +351,7 @@ async def _worker_main(root: str, concurrency: int, signals: _Signals, slot: int
     async with runner:
         while not stop.is_set():
             done[slot] = runner.worker.stats.succeeded
-            await asyncio.sleep(0.002)
+            await asyncio.sleep(0.005)
     done[slot] = runner.worker.stats.succeeded
     stats = getattr(runner.queue, "stats", None)
     signals.results.put(
@@ -406,7 +406,7 @@ async def scale(spec: Spec) -> dict[str, Any]:
         while sum(done[:]) < spec.n:
             if not all(p.is_alive() for p in procs):
                 raise RuntimeError("a worker process died")
-            await asyncio.sleep(0.001)
+            await asyncio.sleep(0.005)
         seconds = time.perf_counter() - t0
         stop.set()
         reports = [results.get(timeout=60) for _ in procs]
