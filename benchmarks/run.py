@@ -37,6 +37,11 @@ def plan(quick: bool) -> dict[str, Spec]:
         "scale-1": Spec("scale", "file", n_scale, processes=1),
         "scale-2": Spec("scale", "file", n_scale, processes=2),
         "scale-4": Spec("scale", "file", n_scale, processes=4),
+        # 4,000 jobs: 4 x 64 in flight is a quarter of 1,000, so at N=1,000
+        # the ramp up and the last batches weigh as much as the steady state.
+        "scale4k-1": Spec("scale", "file", 4 * n_scale, processes=1),
+        "scale4k-2": Spec("scale", "file", 4 * n_scale, processes=2),
+        "scale4k-4": Spec("scale", "file", 4 * n_scale, processes=4),
         "steps1-memory": Spec("w3", "memory", n_mem, steps=1, resubmit=False),
         "steps10-memory": Spec("w3", "memory", n_mem, steps=10, resubmit=False),
         "n10k-memory": Spec("w3", "memory", 2000 if q else 10000, resubmit=False),
