@@ -333,6 +333,11 @@ async def _warm_up(root: str, concurrency: int) -> None:
     await store.close()
 
 
+def _switches(usage: resource.struct_rusage) -> int:
+    """Voluntary and involuntary context switches: what threads taking turns cost."""
+    return usage.ru_nvcsw + usage.ru_nivcsw
+
+
 def _discard_warm_ups(root: str, processes: int) -> None:
     for slot in range(processes):
         if os.path.exists(f"{root}-warm-up-{slot}"):
@@ -348,6 +353,7 @@ async def _worker_main(root: str, concurrency: int, signals: _Signals, slot: int
     while not go.is_set():  # noqa: ASYNC110 - a multiprocessing Event, not an asyncio one
         await asyncio.sleep(0.001)
     cpu_start, flushes_start = time.process_time(), FLUSHES.calls
+    usage_start = resource.getrusage(resource.RUSAGE_SELF)
     async with runner:
         while not stop.is_set():
             done[slot] = runner.worker.stats.succeeded
@@ -366,6 +372,10 @@ async def _worker_main(root: str, concurrency: int, signals: _Signals, slot: int
             "peak_rss_mb": round(peak_rss_mb(), 1),
             "cpu_seconds": time.process_time() - cpu_start,
             "flushes": FLUSHES.calls - flushes_start,
+            "context_switches": _switches(resource.getrusage(resource.RUSAGE_SELF))
+            - _switches(usage_start),
+            "system_seconds": resource.getrusage(resource.RUSAGE_SELF).ru_stime
+            - usage_start.ru_stime,
         }
     )
     await store.close()
@@ -436,6 +446,12 @@ async def scale(spec: Spec) -> dict[str, Any]:
         "requests_per_job": per_job(counts, spec.n),
         "jobs_per_cpu_s": round(spec.n / sum(r["cpu_seconds"] for r in reports), 1),
         "flushes_per_job": round(sum(r["flushes"] for r in reports) / spec.n, 2),
+        "context_switches_per_job": round(
+            sum(r["context_switches"] for r in reports) / spec.n, 1
+        ),
+        "system_share": round(
+            sum(r["system_seconds"] for r in reports) / sum(r["cpu_seconds"] for r in reports), 2
+        ),
         "per_process_jobs": [
             r["worker"]["succeeded"] for r in sorted(reports, key=lambda r: r["slot"])
         ],
