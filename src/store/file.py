@@ -80,6 +80,9 @@ from .keys import RESERVED_SEGMENT, validate_key, validate_prefix
 T = TypeVar("T")
 
 LOCK_STRIPES = 256
+
+INSIDE_CACHE = 4096
+"""Directories remembered as resolving inside the root (see ``FileStore._inside``)."""
 """Lock files per store. Bounded so a store with millions of keys does not
 also hold millions of lock files; two keys sharing a stripe only wait on
 each other for the few milliseconds of a write."""
@@ -139,6 +142,7 @@ class FileStore(ObjectStore):
             self._root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
             weakref.finalize(self, os.close, self._root_fd)
         self._pid = os.getpid()
+        self._inside_ok: set[str] = set()
         self._queues()
         self._spares = SparePool(self._tmp)
         self._sweep_temp()
@@ -264,17 +268,34 @@ class FileStore(ObjectStore):
     @staticmethod
     def _stat_file(path: str) -> os.stat_result | None:
         """The file's stat, or None when there is no object (missing, or a directory)."""
+        st = FileStore._stat_any(path)
+        return st if st is not None and stat.S_ISREG(st.st_mode) else None
+
+    @staticmethod
+    def _stat_any(path: str) -> os.stat_result | None:
+        """Whatever is at ``path`` (file, directory, ...), or None."""
         try:
-            st = os.stat(path)
+            return os.stat(path)
         except (FileNotFoundError, NotADirectoryError):
             return None
-        return st if stat.S_ISREG(st.st_mode) else None
 
     def _inside(self, directory: str, key: str) -> None:
-        """Refuse a directory that resolves (through symlinks) outside the root."""
+        """Refuse a directory that resolves (through symlinks) outside the root.
+
+        A directory found inside is remembered (up to INSIDE_CACHE of them):
+        resolving its path again is a ``lstat`` per component, for every
+        write. What this guards against is a symlink put in the root by
+        mistake, and that is caught the first time the store writes under
+        it; the check was never atomic with the write that follows anyway.
+        """
+        if directory in self._inside_ok:
+            return
         real = os.path.realpath(directory)
         if real != self.root and not real.startswith(self.root + os.sep):
             raise InvalidKey(f"key {key!r} would leave the root", location=self.location)
+        if len(self._inside_ok) >= INSIDE_CACHE:
+            self._inside_ok.clear()
+        self._inside_ok.add(directory)
 
     def _makedirs(self, directory: str, key: str) -> None:
         """Create ``directory`` and any missing parents.
@@ -447,11 +468,12 @@ class FileStore(ObjectStore):
         The condition is checked here too, without the lock, so a write that
         is bound to fail costs no temp file; step 3 checks it again.
         """
-        current = self._stat_file(write.path)
+        found = self._stat_any(write.path)
+        current = found if found is not None and stat.S_ISREG(found.st_mode) else None
         self._check(write, current)
         if write.data is None:
             return  # a delete: nothing to stage
-        if current is None and os.path.isdir(write.path):
+        if found is not None and stat.S_ISDIR(found.st_mode):
             raise self._conflict(write.key)
         self._makedirs(os.path.dirname(write.path), write.key)
         write.tmp, write.stat = self._write_temp(write.data, current.st_mtime_ns if current else 0)
@@ -468,7 +490,8 @@ class FileStore(ObjectStore):
         to the spares, not freed."""
         fd = self._lock(write.key)
         try:
-            current = self._stat_file(write.path)
+            found = self._stat_any(write.path)
+            current = found if found is not None and stat.S_ISREG(found.st_mode) else None
             self._check(write, current)
             if write.data is None:
                 if current is not None:
@@ -476,7 +499,7 @@ class FileStore(ObjectStore):
                     self._retire(write.path, move=True)
                 return
             assert write.tmp is not None and write.stat is not None
-            if current is None and os.path.isdir(write.path):
+            if found is not None and stat.S_ISDIR(found.st_mode):
                 raise self._conflict(write.key)
             if current is not None and current.st_mtime_ns >= write.stat.st_mtime_ns:
                 # replaced since staging by a write with a later mtime: ours
