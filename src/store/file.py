@@ -73,7 +73,7 @@ from .errors import (
     StoreError,
     StoreUnavailable,
 )
-from .file_commit import HAVE_SYNCFS, Batcher, Read, Write, fsync_directory, syncfs
+from .file_commit import HAVE_SYNCFS, Batcher, Read, Write, forks, fsync_directory, syncfs
 from .file_spares import SPARE_SUFFIX, SparePool
 from .keys import RESERVED_SEGMENT, validate_key, validate_prefix
 
@@ -141,7 +141,7 @@ class FileStore(ObjectStore):
             # would miss an error the kernel's flusher hit in between.
             self._root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
             weakref.finalize(self, os.close, self._root_fd)
-        self._pid = os.getpid()
+        self._generation = forks()
         self._inside_ok: set[str] = set()
         self._queues()
         self._spares = SparePool(self._tmp)
@@ -176,8 +176,8 @@ class FileStore(ObjectStore):
         """In a child forked from the process that used this store, start
         afresh: the parent's threads did not come along, so its pool and its
         queues (perhaps mid-batch) would wait forever."""
-        if self._pid != os.getpid():
-            self._pid = os.getpid()
+        if self._generation != forks():
+            self._generation = forks()
             self._pool = None
             self._queues()
 

@@ -99,6 +99,24 @@ def syncfs(fd: int) -> None:
         raise OSError(err, os.strerror(err))
 
 
+_forks = 0
+
+
+def _count_fork() -> None:
+    global _forks
+    _forks += 1
+
+
+os.register_at_fork(after_in_child=_count_fork)
+
+
+def forks() -> int:
+    """How many forks lie between this process and the one this module was
+    imported in: an object that remembers the value notices it now lives in
+    a forked child without a ``getpid`` system call on every use."""
+    return _forks
+
+
 def fsync_directory(path: str) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:

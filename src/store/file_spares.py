@@ -25,6 +25,8 @@ import os
 import secrets
 import threading
 
+from .file_commit import forks
+
 SPARE_SUFFIX = ".spare"
 
 MAX_SPARES = 1024
@@ -39,15 +41,15 @@ class SparePool:
         self._limit = limit
         self._lock = threading.Lock()
         self._spares: list[str] = []
-        self._pid = -1
+        self._generation = -1
         self._names = itertools.count()
         self._prefix = ""
 
     def _own(self) -> None:
         """(Under the lock.) A new process, after a fork, must not touch the
         parent's spares: the parent may be rewriting them right now."""
-        if self._pid != os.getpid():
-            self._pid = os.getpid()
+        if self._generation != forks():
+            self._generation = forks()
             self._spares = []
             self._prefix = os.path.join(self._directory, secrets.token_hex(6) + "-")
 

@@ -22,6 +22,7 @@ import contextlib
 import contextvars
 import json
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -118,14 +119,22 @@ def configure_logging(level: str | int = "INFO", *, json_lines: bool = False) ->
 _UNSET: Any = object()
 _tracer: Any = _UNSET
 _provider: Any = None
+_untraced_until = 0.0
+"""Until when (monotonic) the last look found no global TracerProvider."""
+
+GLOBAL_PROVIDER_RECHECK = 1.0
+"""How often (seconds) to look again for a global TracerProvider set after
+start-up. Looking costs an ``os.environ`` lookup inside opentelemetry, on
+every job and step; a provider set later starts tracing within this long."""
 
 
 def use_tracer_provider(provider: Any) -> None:
     """Trace stepstone's spans on ``provider`` (an opentelemetry TracerProvider)
     instead of the global one; None goes back to the global one."""
-    global _tracer, _provider
+    global _tracer, _provider, _untraced_until
     _provider = provider
     _tracer = _UNSET
+    _untraced_until = 0.0
 
 
 _trace: Any = None
@@ -135,8 +144,10 @@ def _get_tracer() -> Any:
     """The tracer, or None when spans would go nowhere: opentelemetry is not
     installed, or no TracerProvider is configured (neither given to
     :func:`use_tracer_provider` nor set globally). A no-op span still costs
-    several microseconds a step; a provider set later is picked up at once."""
-    global _tracer, _trace
+    several microseconds a step; a global provider set later is picked up
+    within GLOBAL_PROVIDER_RECHECK seconds (one given to
+    :func:`use_tracer_provider`, at once)."""
+    global _tracer, _trace, _untraced_until
     if _tracer is _UNSET:
         try:
             from opentelemetry import trace
@@ -145,12 +156,13 @@ def _get_tracer() -> Any:
         else:
             _trace = trace
             _tracer = trace.get_tracer("stepstone", tracer_provider=_provider)
-    if (
-        _tracer is not None
-        and _provider is None
-        and isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider)
-    ):
-        return None
+    if _tracer is not None and _provider is None:
+        now = time.monotonic()
+        if now < _untraced_until:
+            return None
+        if isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider):
+            _untraced_until = now + GLOBAL_PROVIDER_RECHECK
+            return None
     return _tracer
 
 

@@ -358,7 +358,7 @@ def test_a_forked_child_does_not_use_its_parents_spares(
     (tmp_path / Path(name).name).write_bytes(b"")
     pool.add(name)
     assert len(pool) == 1
-    monkeypatch.setattr(file_spares.os, "getpid", lambda: -42)
+    monkeypatch.setattr(file_spares, "forks", lambda: 99)  # as if in a forked child
     assert pool.take() is None
     assert pool.reserve() != name
 
