@@ -446,9 +446,7 @@ async def scale(spec: Spec) -> dict[str, Any]:
         "requests_per_job": per_job(counts, spec.n),
         "jobs_per_cpu_s": round(spec.n / sum(r["cpu_seconds"] for r in reports), 1),
         "flushes_per_job": round(sum(r["flushes"] for r in reports) / spec.n, 2),
-        "context_switches_per_job": round(
-            sum(r["context_switches"] for r in reports) / spec.n, 1
-        ),
+        "context_switches_per_job": round(sum(r["context_switches"] for r in reports) / spec.n, 1),
         "system_share": round(
             sum(r["system_seconds"] for r in reports) / sum(r["cpu_seconds"] for r in reports), 2
         ),

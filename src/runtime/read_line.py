@@ -6,30 +6,34 @@ know would read each job once per process: P processes sharing a backlog
 would pay P GETs for every job one of them runs. So a StoreQueue reads
 unknown records only as its claims need them, in this order:
 
-- **Oldest first, a chunk at a time**: the records are sorted by
-  last-modified time (for a waiting record, when it was enqueued or given
-  back) and cut into chunks of ``chunk`` records, read one after another: a
-  backlog is served first in first out, to the chunk.
-- **Within a chunk, key order from a random point of the process's own**,
-  wrapping around. Every process walks the same order, so processes that
-  start at different points read different stretches and claim from them
-  without racing for the same records; when one runs into records another
-  has taken (claimed or gone since the listing), it jumps to a new random
-  point of the chunk (:meth:`ReadLine.jump`). Picking each record at random
-  would instead collide with a probability that grows with the share of the
-  chunk in flight, and strict age order would send every process to the
-  same oldest record.
-
-Chunks are counted in records, not in time: a chunk of a few seconds' worth
-of a trickle would be too small to spread processes over.
+- **In line order, as far as a listing shows it.** A record's place in line
+  is ``run_at + priority * priority_aging`` (:func:`runtime.queue.sort_key`);
+  the listing gives its last-modified time (for a waiting record, when it
+  was enqueued or given back: its run-at, unless it was scheduled later)
+  and, through its size, its priority
+  (:func:`runtime.store_records.listed_priority`). So an urgent job another
+  process enqueued is read before a backlog of ordinary ones, and a backlog
+  is read first in first out.
+- **In chunks**: records whose estimated places are within ``window`` (the
+  queue's ``claim_jitter``) of the one before form a chunk, of at most
+  ``chunk`` records. Within a chunk, every process walks the same key order
+  but from a random point of its own, wrapping around, so processes read
+  different stretches and claim from them without racing for the same
+  records; when one runs into records another has taken (claimed or gone
+  since the listing), it jumps to a new random point of the chunk
+  (:meth:`ReadLine.jump`). Picking each record at random would instead
+  collide with a probability that grows with the share of the chunk in
+  flight, and strict order would send every process to the same record.
+  This is the claim jitter's bargain again: order among jobs due within
+  ``window`` of each other is given up for fewer races.
 
 Records whose size says another process holds them, or that they are dead
-(see :func:`runtime.store_records.listed_state`), come after all of these,
-in the same way: a process reads them only once it has nothing else to
-read (a lease may have lapsed; the size is only a hint).
+(:func:`runtime.store_records.listed_state`), come after all of these, in
+the same way: a process reads them only once it has nothing else to read (a
+lease may have lapsed; the size is only a hint).
 
-Which record is claimed is still decided by the line order (priority, run-at)
-among the records the process has read; this only orders the reading.
+Which record is claimed is still decided by the line order among the
+records the process has read; this only orders the reading.
 """
 
 from __future__ import annotations
@@ -44,13 +48,14 @@ Entry = tuple[str, "str | None", bool]
 
 
 class ReadLine:
-    """Listed records to read, in chunks of ``chunk``, oldest first, the ones
+    """Listed records to read, in chunks by estimated place in line, the ones
     listed as waiting before the others; see the module docstring."""
 
-    def __init__(self, chunk: int, rng: random.Random | None = None) -> None:
+    def __init__(self, chunk: int, window: float, rng: random.Random | None = None) -> None:
         if chunk < 1:
             raise ValueError(f"chunk must be at least 1, got {chunk}")
         self.chunk = chunk
+        self.window = window
         self._rng = rng or random.Random()
         self._chunks: collections.deque[collections.deque[Entry]] = collections.deque()
         self._count = 0
@@ -63,18 +68,26 @@ class ReadLine:
         waiting: Iterable[tuple[str, str | None, float]],
         others: Iterable[tuple[str, str | None, float]] = (),
     ) -> None:
-        """Replace the line with ``(id, known etag, modified)`` entries: those
-        listed as ``waiting``, then the ``others``."""
+        """Replace the line with ``(id, known etag, estimated place)`` entries:
+        those listed as ``waiting``, then the ``others``."""
         self._chunks = collections.deque()
         self._count = 0
         for listed, free in ((waiting, True), (others, False)):
-            by_age = sorted(listed, key=operator.itemgetter(2))
-            for start in range(0, len(by_age), self.chunk):
-                part = sorted(by_age[start : start + self.chunk])
-                entries = collections.deque((job_id, known, free) for job_id, known, _ in part)
-                entries.rotate(-self._rng.randrange(len(entries)))
-                self._chunks.append(entries)
-            self._count += len(by_age)
+            in_line = sorted(listed, key=operator.itemgetter(2))
+            part: list[tuple[str, str | None, float]] = []
+            for entry in in_line:
+                if part and (len(part) >= self.chunk or entry[2] - part[-1][2] > self.window):
+                    self._add_chunk(part, free)
+                    part = []
+                part.append(entry)
+            if part:
+                self._add_chunk(part, free)
+            self._count += len(in_line)
+
+    def _add_chunk(self, part: list[tuple[str, str | None, float]], free: bool) -> None:
+        entries = collections.deque((job_id, known, free) for job_id, known, _ in sorted(part))
+        entries.rotate(-self._rng.randrange(len(entries)))
+        self._chunks.append(entries)
 
     def take(self, n: int) -> list[Entry]:
         """Remove and return the next ``n`` entries (fewer if the line is shorter)."""

@@ -20,12 +20,13 @@ record seen waiting whose new size is exactly what a claim writes was
 claimed elsewhere, and one seen held whose size did not change was renewed;
 both are read only when the lease they are guessed to hold lapses. The rest
 are read only as claims need them, in the order of :mod:`runtime.read_line`
-(waiting before held, as the record's size says; oldest first; each process
-from its own point), so P processes sharing a backlog read each job about
-once between them, not P times. So that processes do not race for the same
-jobs, each orders the jobs it read with its own small jitter, and picks from
-a wider, shuffled head of the line after losing a race. docs/queue.md
-tabulates the requests and explains each choice.
+(waiting before held, as the record's size says; in line order as the
+listing shows it; each process from its own point), so P processes sharing
+a backlog read each job about once between them, not P times. So that
+processes do not race for the same jobs, each orders the jobs it read with
+its own small jitter, and picks from a wider, shuffled head of the line
+after losing a race. docs/queue.md tabulates the requests and explains each
+choice.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ from .store_records import (
     check_job_id,
     decode,
     encode,
+    listed_priority,
     listed_state,
 )
 
@@ -134,8 +136,8 @@ class StoreQueue(LeaseQueue):
     ``p * scan_interval``, so a big backlog is not re-listed every second.
     The first claim always lists; ``scan_interval=0`` lists on every claim
     the view cannot fill. ``fetch_limit`` bounds the records read at once
-    from what a listing showed, and sizes the chunks in which they are read
-    oldest first (:mod:`runtime.read_line`); ``fetch_concurrency`` bounds
+    from what a listing showed, and the largest chunk they are read in
+    (:mod:`runtime.read_line`); ``fetch_concurrency`` bounds
     GETs in flight. ``max_view_entries`` and ``max_view_bytes`` (payload
     held) bound the view's memory; past them the least recently touched
     entries are forgotten (and read again if needed). An idle queue backs
@@ -210,7 +212,7 @@ class StoreQueue(LeaseQueue):
         """Records read from the unread line since the last listing that turned
         out taken (claimed elsewhere or gone)."""
         self._scan_pages = 1
-        self._unread = ReadLine(fetch_limit)
+        self._unread = ReadLine(fetch_limit, self.claim_jitter)
         """What the last listing showed that the view does not know, read as
         claims need them (:meth:`_read_ahead`, :mod:`runtime.read_line`)."""
         self._read_batch = fetch_limit
@@ -482,7 +484,7 @@ class StoreQueue(LeaseQueue):
                 seen = self._view.get(job_id)
                 if seen is None:
                     unknown = stale if listed_state(info.size) == WAITING else held
-                    unknown.append((job_id, None, info.modified))
+                    unknown.append((job_id, None, self._listed_place(info)))
                 elif seen.etag == info.etag:
                     seen.confirmed = time.monotonic()
                 elif self._renewed_elsewhere(seen, info, now):
@@ -492,12 +494,12 @@ class StoreQueue(LeaseQueue):
                 elif seen.own:
                     # Perhaps listed before our own write landed: read it only
                     # if the view still holds that write when its turn comes.
-                    stale.append((job_id, seen.etag, info.modified))
+                    stale.append((job_id, seen.etag, self._listed_place(info)))
                 else:
                     # Moved on: no claim may swap against the old version.
                     self._forget(job_id, seen.etag)
                     moved = stale if listed_state(info.size) == WAITING else held
-                    moved.append((job_id, None, info.modified))
+                    moved.append((job_id, None, self._listed_place(info)))
             for job_id, etag in before.items():
                 if job_id not in listed:
                     self._forget(job_id, etag)
@@ -514,6 +516,12 @@ class StoreQueue(LeaseQueue):
             self._next_scan = time.monotonic() + min(
                 wait, max(pages * self.scan_interval, self.idle_scan_max)
             )
+
+    def _listed_place(self, info: ObjectInfo) -> float:
+        """A listed record's place in line (queue.sort_key), as well as the
+        listing shows it: its last change for its run-at, its size for its
+        priority (see runtime.store_records)."""
+        return sort_key(info.modified, listed_priority(info.size), self.priority_aging)
 
     async def _read_ahead(self, want: int, now: float) -> None:
         """Read the next ``want`` records of the unread line, at most

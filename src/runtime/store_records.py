@@ -10,11 +10,13 @@ incarnation of an id carries a random ``nonce``: no two writes of one key
 ever produce the same bytes.
 
 A listing shows each record's size and nothing else of what it holds, so the
-size is made to say the record's state: every record is padded (a ``pad``
-field of up to three bytes, ignored by readers) to a size whose remainder
-modulo 4 is :data:`WAITING`, :data:`HELD` or :data:`DEAD`. A process that
-lists the queue then reads the waiting records it does not know, and leaves
-the ones other processes hold for last (see :func:`listed_state`).
+size is made to say the record's state and priority: every record is padded
+(a ``pad`` field of up to 39 bytes, ignored by readers) to a size whose
+remainder modulo 40 is ``state + 4 * priority``, the state being
+:data:`WAITING`, :data:`HELD` or :data:`DEAD`. A process that lists the
+queue then reads the waiting records it does not know in about the order it
+would claim them, and leaves the ones other processes hold for last (see
+:func:`listed_state`, :func:`listed_priority`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ __all__ = [
     "check_job_id",
     "decode",
     "encode",
+    "listed_priority",
     "listed_state",
 ]
 
@@ -46,10 +49,15 @@ FORMAT = 1
 WAITING, HELD, DEAD = 0, 1, 2
 """A record's state, as the remainder of its size modulo 4 (see the module docstring)."""
 
+_SIZE_CLASSES = 40
+"""4 states times 10 priorities: the remainder of a record's size modulo this."""
+
 _PAD_FIELD = b"\xa3pad"
 """``pad`` as msgpack: the last key of every record."""
 _EMPTY_STR = 0xA0
 """msgpack's fixstr of length 0; ``0xA0 | n`` starts one of length n (n < 32)."""
+_STR8 = 0xD9
+"""msgpack's str 8: this byte, a length byte, then the bytes."""
 
 
 class CorruptRecord(QueueError):
@@ -135,10 +143,13 @@ def encode(job: StoredJob) -> bytes:
         body[name] = getattr(job, name)
     body["pad"] = ""
     data: bytes = msgpack.packb(body, use_bin_type=True)
-    # Widen the empty pad (the last byte) to reach the state's size class.
+    # Widen the empty pad (the last byte) by n bytes, to the record's size class.
     assert data.endswith(_PAD_FIELD + bytes([_EMPTY_STR]))
-    n = (job.state - len(data)) % 4
-    return data[:-1] + bytes([_EMPTY_STR | n]) + b"-" * n
+    n = (job.state + 4 * job.priority - len(data)) % _SIZE_CLASSES
+    if n < 32:
+        return data[:-1] + bytes([_EMPTY_STR | n]) + b"-" * n
+    # too long for a fixstr: a str 8 of n - 1 bytes, which also adds n
+    return data[:-1] + bytes([_STR8, n - 1]) + b"-" * (n - 1)
 
 
 def listed_state(size: int) -> int:
@@ -149,6 +160,12 @@ def listed_state(size: int) -> int:
     what to read first, never to decide a claim.
     """
     return size % 4
+
+
+def listed_priority(size: int) -> int:
+    """The priority (0 to 9) a record of ``size`` bytes was written with; a hint,
+    like :func:`listed_state`."""
+    return (size % _SIZE_CLASSES) // 4
 
 
 def decode(data: bytes, *, key: str) -> StoredJob:

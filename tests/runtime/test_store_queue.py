@@ -28,6 +28,7 @@ from runtime.store_records import (
     StoredJob,
     decode,
     encode,
+    listed_priority,
     listed_state,
 )
 from store import MemoryStore, ObjectStore
@@ -268,16 +269,32 @@ async def test_records_enqueued_elsewhere_are_read_oldest_first(
 ) -> None:
     """A listing shows when each record last changed, not what it holds: a
     process reads (and so claims) others' jobs first in first out, to the
-    chunk of ``fetch_limit`` records."""
+    claim jitter (half a second)."""
     a, _ = make(backing, clock)
     for name in ("old", "mid", "new"):
         for i in range(5):
             await a.enqueue(b"", id=f"{name}{i}")
         clock.advance(10)
-    b, _ = make(backing, clock, fetch_limit=5)
+    b, _ = make(backing, clock)
     for name in ("old", "mid", "new"):
         got = await b.claim(5, lease=30)
         assert sorted(d.id for d in got) == [f"{name}{i}" for i in range(5)]
+
+
+async def test_an_urgent_job_enqueued_elsewhere_is_read_and_claimed_first(
+    backing: MemoryStore, clock: FakeClock
+) -> None:
+    """Its size says its priority: it is read before a backlog enqueued
+    earlier, with one GET, not after reading the backlog."""
+    a, _ = make(backing, clock)
+    for i in range(30):
+        await a.enqueue(b"", id=f"j{i:02}")
+    clock.advance(5)
+    await a.enqueue(b"", id="urgent", priority=0)
+    b, b_store = make(backing, clock)
+    [d] = await b.claim(1, lease=30)
+    assert d.id == "urgent"
+    assert take(b_store) == {"LIST": 1, "GET": 1, "PUT": 1}
 
 
 async def test_processes_sharing_a_backlog_read_each_record_about_once(
@@ -414,16 +431,20 @@ def test_every_write_changes_the_bytes() -> None:
     payload=st.binary(max_size=300),
     kind=st.text(max_size=40),
     error=st.none() | st.text(max_size=200),
+    priority=st.integers(min_value=0, max_value=9),
 )
-def test_a_record_size_says_its_state(payload: bytes, kind: str, error: str | None) -> None:
+def test_a_record_size_says_its_state_and_priority(
+    payload: bytes, kind: str, error: str | None, priority: int
+) -> None:
     """What a listing shows of a record is its size: waiting, held and dead
-    records fall in different classes, whatever they hold."""
-    job = replace(_job("x"), payload=payload, kind=kind, last_error=error)
+    records of each priority fall in different classes, whatever they hold."""
+    job = replace(_job("x"), payload=payload, kind=kind, last_error=error, priority=priority)
     held = job.next(2.0, token="0" * 24, lease_expires_at=32.0)
     dead = job.next(2.0, dead=True, dead_reason="gave up")
     for record, state in ((job, WAITING), (held, HELD), (dead, DEAD)):
         data = encode(record)
         assert listed_state(len(data)) == state
+        assert listed_priority(len(data)) == record.priority
         assert decode(data, key="k") == record
 
 
