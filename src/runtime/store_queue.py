@@ -482,24 +482,24 @@ class StoreQueue(LeaseQueue):
                 job_id = info.key[len(self._jobs) :]
                 listed.add(job_id)
                 seen = self._view.get(job_id)
-                if seen is None:
-                    unknown = stale if listed_state(info.size) == WAITING else held
-                    unknown.append((job_id, None, self._listed_place(info)))
-                elif seen.etag == info.etag:
-                    seen.confirmed = time.monotonic()
-                elif self._renewed_elsewhere(seen, info, now):
-                    pass
-                elif (guess := self._claimed_elsewhere(seen, info, now)) is not None:
-                    self._file(job_id, guess)
-                elif seen.own:
-                    # Perhaps listed before our own write landed: read it only
-                    # if the view still holds that write when its turn comes.
-                    stale.append((job_id, seen.etag, self._listed_place(info)))
-                else:
+                if seen is not None:
+                    if seen.etag == info.etag:
+                        seen.confirmed = time.monotonic()
+                        continue
+                    if self._renewed_elsewhere(seen, info, now):
+                        continue
+                    if (guess := self._claimed_elsewhere(seen, info, now)) is not None:
+                        self._file(job_id, guess)
+                        continue
+                    if seen.own:
+                        # Perhaps listed before our own write landed: read it only
+                        # if the view still holds that write when its turn comes.
+                        stale.append((job_id, seen.etag, self._listed_place(info)))
+                        continue
                     # Moved on: no claim may swap against the old version.
                     self._forget(job_id, seen.etag)
-                    moved = stale if listed_state(info.size) == WAITING else held
-                    moved.append((job_id, None, self._listed_place(info)))
+                unknown = stale if listed_state(info.size) == WAITING else held
+                unknown.append((job_id, None, self._listed_place(info)))
             for job_id, etag in before.items():
                 if job_id not in listed:
                     self._forget(job_id, etag)

@@ -268,7 +268,11 @@ class FileStore(ObjectStore):
     @staticmethod
     def _stat_file(path: str) -> os.stat_result | None:
         """The file's stat, or None when there is no object (missing, or a directory)."""
-        st = FileStore._stat_any(path)
+        return FileStore._regular(FileStore._stat_any(path))
+
+    @staticmethod
+    def _regular(st: os.stat_result | None) -> os.stat_result | None:
+        """``st`` if it is a regular file's (an object), else None."""
         return st if st is not None and stat.S_ISREG(st.st_mode) else None
 
     @staticmethod
@@ -355,7 +359,8 @@ class FileStore(ObjectStore):
 
         A spare is overwritten in place and then cut to length, not emptied
         first: emptying frees its block and the write allocates another,
-        which costs ext4 ~10x the write itself (benchmarks/disk.py).
+        74 us against 7 to 12 us a rewrite on ext4 (docs/performance.md,
+        session 4).
         """
         tmp, fd, spare = self._open_temp()
         if spare is not None:
@@ -469,7 +474,7 @@ class FileStore(ObjectStore):
         is bound to fail costs no temp file; step 3 checks it again.
         """
         found = self._stat_any(write.path)
-        current = found if found is not None and stat.S_ISREG(found.st_mode) else None
+        current = self._regular(found)
         self._check(write, current)
         if write.data is None:
             return  # a delete: nothing to stage
@@ -491,7 +496,7 @@ class FileStore(ObjectStore):
         fd = self._lock(write.key)
         try:
             found = self._stat_any(write.path)
-            current = found if found is not None and stat.S_ISREG(found.st_mode) else None
+            current = self._regular(found)
             self._check(write, current)
             if write.data is None:
                 if current is not None:
