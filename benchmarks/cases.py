@@ -40,9 +40,9 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from runtime import MemoryQueue
-from store import FileStore, MemoryStore, ObjectStore
-from workflow import JobRunner
+from stepstone import JobRunner
+from stepstone.runtime import MemoryQueue
+from stepstone.store import FileStore, MemoryStore, ObjectStore
 
 from .counting import OPERATIONS, CountingStore
 from .jobs import W3
@@ -136,7 +136,7 @@ async def open_backend(spec: Spec) -> AsyncIterator[tuple[CountingStore, JobRunn
         tmp = tempfile.mkdtemp(prefix="stepstone-bench-", dir=spec.workdir or None)
         inner = FileStore(tmp, **_file_options())
     elif spec.backend == "s3":
-        from store import S3Store
+        from stepstone.store import S3Store
 
         from .moto_server import MotoServer
 
@@ -189,7 +189,7 @@ class FlushCounter:
         self.calls = 0
 
     def install(self) -> FlushCounter:
-        import store.file as file_module
+        import stepstone.store.file as file_module
 
         def counted(real: Any) -> Any:
             def flush(fd: int) -> None:

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from store.base import ObjectInfo, StoredObject
-from store.counting import CONDITIONAL_PUT, DELETE, GET, HEAD, LIST, PUT
-from store.counting import CountingStore as _CountingStore
+from stepstone.store.base import ObjectInfo, StoredObject
+from stepstone.store.counting import CONDITIONAL_PUT, DELETE, GET, HEAD, LIST, PUT
+from stepstone.store.counting import CountingStore as _CountingStore
 
 OPERATIONS = ("GET", "HEAD", "PUT", "CPUT", "LIST", "DELETE")
 _SHORT = {

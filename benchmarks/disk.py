@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from store import FileStore
-from store.file_commit import HAVE_SYNCFS, syncfs
+from stepstone.store import FileStore
+from stepstone.store.file_commit import HAVE_SYNCFS, syncfs
 
 Usage = tuple[float, float, float]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from workflow import Job, JobContext
+from stepstone import Job, JobContext
 
 
 async def bump(x: int) -> int:

@@ -11,7 +11,7 @@ import os
 import socket
 import time
 
-from workflow.testing import FAKE_AWS_ENV, WriteLock
+from stepstone.testing import FAKE_AWS_ENV, WriteLock
 
 
 def _serve(port: int) -> None:

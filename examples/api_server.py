@@ -37,8 +37,8 @@ from typing import Annotated, Any, ClassVar
 from fastapi import FastAPI, Header, HTTPException, Request, Response, status
 from pydantic import BaseModel, Field
 
-from workflow import InputMismatch, Job, JobContext, JobRunner
-from workflow.layout import check_run_id
+from stepstone import InputMismatch, Job, JobContext, JobRunner
+from stepstone.layout import check_run_id
 
 MAX_KEY_LENGTH = 200
 

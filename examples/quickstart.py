@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel
 
-from workflow import Job, JobContext, JobRunner
+from stepstone import Job, JobContext, JobRunner
 
 
 class Quote(BaseModel):

@@ -19,15 +19,15 @@ from typing import Any
 
 import pytest
 
-from store import FileStore, MemoryStore, ObjectStore
-from workflow.testing import moto_server as run_moto_server
+from stepstone.store import FileStore, MemoryStore, ObjectStore
+from stepstone.testing import moto_server as run_moto_server
 
 
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[str]:
     """moto's S3/SQS server on a free local port for the whole session; yields its URL.
 
-    The same server the user-facing test kit starts (workflow.testing.moto_server):
+    The same server the user-facing test kit starts (stepstone.testing.moto_server):
     fake credentials in the environment, object writes serialised as S3 applies
     conditional writes.
     """
@@ -70,7 +70,7 @@ async def file_store(tmp_path: Path) -> AsyncIterator[FileStore]:
 
 @pytest.fixture
 async def s3_store(s3_url: str) -> AsyncIterator[ObjectStore]:
-    from store import open_store
+    from stepstone.store import open_store
 
     store = open_store(s3_url)
     yield store

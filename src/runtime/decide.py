@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from store.errors import StoreUnavailable
+from stepstone.store.errors import StoreUnavailable
 
 from .backoff import Backoff
 from .errors import MalformedPayload, PermanentError, RetryLater, UnknownKind

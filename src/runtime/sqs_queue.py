@@ -73,7 +73,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from store import AlreadyExists, NotFound, ObjectStore
+from stepstone.store import AlreadyExists, NotFound, ObjectStore
 
 from .clock import Clock, SystemClock
 from .errors import PayloadTooLarge, QueueError
@@ -111,7 +111,7 @@ many times without ever being settled or re-sent."""
 RETENTION_SECONDS = 1_209_600
 """14 days, SQS's maximum, set on every queue :meth:`SqsQueue.create_queues` makes."""
 
-logger = logging.getLogger("runtime.sqs_queue")
+logger = logging.getLogger("stepstone.runtime.sqs_queue")
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,70}$")
 _VISIBILITY_SAFETY = 60.0

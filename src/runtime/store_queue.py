@@ -44,9 +44,9 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from store.base import DEFAULT_PAGE_SIZE, ObjectInfo, ObjectStore, StoredObject
-from store.errors import AlreadyExists, NotFound, PreconditionFailed, StoreUnavailable
-from store.keys import validate_key
+from stepstone.store.base import DEFAULT_PAGE_SIZE, ObjectInfo, ObjectStore, StoredObject
+from stepstone.store.errors import AlreadyExists, NotFound, PreconditionFailed, StoreUnavailable
+from stepstone.store.keys import validate_key
 
 from .clock import Clock, SystemClock
 from .queue import (

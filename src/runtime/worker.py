@@ -92,7 +92,7 @@ __all__ = [
     "WorkerStats",
 ]
 
-logger = logging.getLogger("runtime.worker")
+logger = logging.getLogger("stepstone.runtime.worker")
 
 MIN_SLEEP = 0.005
 """Shortest idle sleep, so a job due 'now' that a claim did not return (its

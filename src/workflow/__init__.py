@@ -3,9 +3,9 @@
 >>> from workflow import Job, JobContext, JobRunner
 """
 
-from runtime.clock import Clock, FakeClock, SystemClock
-from runtime.errors import LeaseLost, RetryLater
-from runtime.queue import PRIORITY_HIGH, PRIORITY_LOW, PRIORITY_NORMAL
+from stepstone.runtime.clock import Clock, FakeClock, SystemClock
+from stepstone.runtime.errors import LeaseLost, RetryLater
+from stepstone.runtime.queue import PRIORITY_HIGH, PRIORITY_LOW, PRIORITY_NORMAL
 
 from .context import JobContext, SyncContext
 from .errors import (

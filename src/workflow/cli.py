@@ -37,14 +37,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from runtime.errors import QueueError
-from store import StoreError
-from store.errors import StoreConfigError
+from stepstone.runtime.errors import QueueError
+from stepstone.store import StoreError
+from stepstone.store.errors import StoreConfigError
 
 from .inspection import STATE_NAMES, Detail, InspectError, Listed
 from .runner import JobRunner
 
-log = logging.getLogger("workflow.cli")
+log = logging.getLogger("stepstone.cli")
 
 ENV_STORE = "STEPSTONE_STORE"
 ENV_PREFIX = "STEPSTONE_PREFIX"

@@ -19,8 +19,8 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast, overload
 
-from runtime.worker import Attempt
-from store import AlreadyExists, ObjectStore
+from stepstone.runtime.worker import Attempt
+from stepstone.store import AlreadyExists, ObjectStore
 
 from .codec import codec_for, pack
 from .errors import EncodingError
@@ -37,7 +37,7 @@ R = TypeVar("R")
 S = TypeVar("S")
 Out = TypeVar("Out")
 
-log = logging.getLogger("workflow")
+log = logging.getLogger("stepstone")
 
 PROGRESS_INTERVAL = 1.0
 """At most one progress write per run per this many seconds; the last value is

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runtime.errors import MalformedPayload
+from stepstone.runtime.errors import MalformedPayload
 
 from .codec import pack, sha256_hex, unpack
 

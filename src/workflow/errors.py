@@ -7,7 +7,7 @@ raises itself, to say a retry would fail the same way.
 
 from __future__ import annotations
 
-from runtime.errors import PermanentError
+from stepstone.runtime.errors import PermanentError
 
 Permanent = PermanentError
 """Raise (or subclass) this in a job to fail it at once, without retries."""

@@ -20,9 +20,9 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from runtime.errors import MalformedPayload
-from runtime.queue import JobRecord, JobStatus
-from store import NotFound, ObjectInfo
+from stepstone.runtime.errors import MalformedPayload
+from stepstone.runtime.queue import JobRecord, JobStatus
+from stepstone.store import NotFound, ObjectInfo
 
 from .codec import unpack
 from .layout import check_run_id, step_name

@@ -17,7 +17,7 @@ import re
 import secrets
 from urllib.parse import quote, unquote
 
-from store.keys import join
+from stepstone.store.keys import join
 
 _HEX_ID = re.compile(r"^[0-9a-f]{8,64}$")
 MAX_STEP_NAME = 200

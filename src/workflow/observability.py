@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from runtime.worker import Attempt
+    from stepstone.runtime.worker import Attempt
 
     from .context import _Run
 

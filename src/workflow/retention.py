@@ -19,12 +19,12 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from runtime.clock import subscribe
+from stepstone.runtime.clock import subscribe
 
 if TYPE_CHECKING:
     from .runner import JobRunner
 
-log = logging.getLogger("workflow.retention")
+log = logging.getLogger("stepstone.retention")
 
 
 class Sweeper:

@@ -25,13 +25,13 @@ from typing import Any, TypeVar, cast
 
 from pydantic import ValidationError
 
-from runtime.backoff import Backoff
-from runtime.clock import Clock, SystemClock
-from runtime.errors import MalformedPayload, PermanentError
-from runtime.queue import Delivery, JobStatus, LeaseQueue
-from runtime.store_queue import StoreQueue
-from runtime.worker import Attempt, Failure, Success, Terminal, Worker
-from store import AlreadyExists, NotFound, ObjectStore, StoreUnavailable, open_store
+from stepstone.runtime.backoff import Backoff
+from stepstone.runtime.clock import Clock, SystemClock
+from stepstone.runtime.errors import MalformedPayload, PermanentError
+from stepstone.runtime.queue import Delivery, JobStatus, LeaseQueue
+from stepstone.runtime.store_queue import StoreQueue
+from stepstone.runtime.worker import Attempt, Failure, Success, Terminal, Worker
+from stepstone.store import AlreadyExists, NotFound, ObjectStore, StoreUnavailable, open_store
 
 from .codec import canonical_input, codec_for_type, unpack
 from .context import JobContext, _extra, _Run
@@ -51,7 +51,7 @@ from .observability import job_scope
 from .outcome import JobError, Outcome, OutcomeRecord, OutcomeStatus
 from .retention import Sweeper
 
-log = logging.getLogger("workflow")
+log = logging.getLogger("stepstone")
 
 Out = TypeVar("Out")
 S = TypeVar("S")

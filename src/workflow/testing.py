@@ -45,9 +45,9 @@ from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast
 
 import pytest
 
-from runtime.clock import FakeClock
-from runtime.memory_queue import MemoryQueue
-from store import MemoryStore, ObjectStore
+from stepstone.runtime.clock import FakeClock
+from stepstone.runtime.memory_queue import MemoryQueue
+from stepstone.store import MemoryStore, ObjectStore
 
 from .job import Job
 from .outcome import Outcome
@@ -431,7 +431,7 @@ def stepstone_s3_url(stepstone_moto_server: str, stepstone_s3_bucket: str) -> st
 @_async_fixture
 async def stepstone_s3_store(stepstone_s3_url: str) -> AsyncIterator[ObjectStore]:
     """An ObjectStore on the test's bucket."""
-    from store import open_store
+    from stepstone.store import open_store
 
     store = open_store(stepstone_s3_url)
     yield store

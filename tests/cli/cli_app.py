@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import ClassVar
 
-from workflow import Job, JobContext, JobRunner, Permanent
+from stepstone import Job, JobContext, JobRunner, Permanent
 
 DEADLINE_NOTE = "not a runner"
 

@@ -48,7 +48,7 @@ def cli(cli_env: dict[str, str]) -> Cli:
 
     def run(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> Result:
         done = subprocess.run(
-            [sys.executable, "-m", "workflow", *args],
+            [sys.executable, "-m", "stepstone", *args],
             env={**cli_env, **(env or {})},
             capture_output=True,
             text=True,

@@ -22,8 +22,8 @@ import pytest
 from cli_app import Boom, Gated, Greet, count
 from cli_support import Cli, Result
 
-from workflow import JobFailed, JobRunner, SubmitOptions
-from workflow.cli import CliError, _Progress, main, parse_duration
+from stepstone import JobFailed, JobRunner, SubmitOptions
+from stepstone.cli import CliError, _Progress, main, parse_duration
 
 DEADLINE = 30.0
 
@@ -64,7 +64,7 @@ async def test_worker_runs_jobs_then_drains_on_sigterm(
             [
                 sys.executable,
                 "-m",
-                "workflow",
+                "stepstone",
                 "worker",
                 "cli_app:make_runner",
                 "--concurrency",

@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO / "examples"))
 
 from api_server import PaymentGateway, create_app, make_runner  # noqa: E402
 
-from workflow.testing import fail_once  # noqa: E402
+from stepstone.testing import fail_once  # noqa: E402
 
 ORDER = {
     "customer": "ada",
@@ -126,7 +126,7 @@ def test_the_api_submits_and_a_separate_worker_process_runs(tmp_path: Path) -> N
     log = tmp_path / "worker.log"
     with log.open("w") as err:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "workflow", "worker", "examples.api_server:make_runner"],
+            [sys.executable, "-m", "stepstone", "worker", "examples.api_server:make_runner"],
             cwd=REPO,
             env={**os.environ, "STEPSTONE_STORE": store},
             stdout=subprocess.DEVNULL,

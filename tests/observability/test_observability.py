@@ -9,9 +9,9 @@ from typing import Any, ClassVar
 
 import pytest
 
-from workflow import Job, JobContext, JobRunner, Permanent
-from workflow.observability import JobLogFilter, JsonFormatter, use_tracer_provider
-from workflow.testing import fail_once, run_job, run_job_outcome, wait_until
+from stepstone import Job, JobContext, JobRunner, Permanent
+from stepstone.observability import JobLogFilter, JsonFormatter, use_tracer_provider
+from stepstone.testing import fail_once, run_job, run_job_outcome, wait_until
 
 app_log = logging.getLogger("app.orders")
 
@@ -113,7 +113,7 @@ async def test_every_engine_record_about_a_job_names_the_job_and_attempt(
     engine = [
         raw
         for raw in captured.raw
-        if raw["name"].split(".")[0] in ("workflow", "runtime")
+        if raw["name"].split(".")[0] == "stepstone"
         and any(job_id in _text(raw) for job_id in names)
     ]
     assert len(engine) >= 6, [r["msg"] for r in captured.raw]
@@ -234,7 +234,7 @@ def test_no_spans_when_no_provider_is_configured() -> None:
     """With opentelemetry installed but no TracerProvider set up, steps pay for
     no spans at all (a no-op span per step is measurable)."""
     trace = pytest.importorskip("opentelemetry.trace", reason="needs the otel extra")
-    from workflow import observability
+    from stepstone import observability
 
     if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         pytest.skip("a global TracerProvider is configured in this process")

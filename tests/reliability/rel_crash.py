@@ -19,7 +19,7 @@ import msgpack
 from rel_jobs import STEPS, ThreeSteps, read_events
 from rel_support import Workers
 
-from workflow.outcome import OutcomeRecord, OutcomeStatus
+from stepstone.outcome import OutcomeRecord, OutcomeStatus
 
 DEFAULT_KILLS = (
     "in_step=0.01,before_memo=0.01,after_memo=0.01,"

@@ -38,10 +38,10 @@ from typing import Any, ClassVar
 
 import msgpack
 
-from runtime.store_records import CorruptRecord, decode
-from store import AlreadyExists, ObjectStore
-from store.base import DEFAULT_PAGE_SIZE, ObjectInfo, StoredObject
-from workflow import Job, JobContext, Permanent
+from stepstone import Job, JobContext, Permanent
+from stepstone.runtime.store_records import CorruptRecord, decode
+from stepstone.store import AlreadyExists, ObjectStore
+from stepstone.store.base import DEFAULT_PAGE_SIZE, ObjectInfo, StoredObject
 
 KILL_POINTS = (
     "in_step",  # inside a step, after its side effect, before it returns
@@ -333,7 +333,7 @@ class ClassifiesUnprintable(Job[int]):
     max_attempts: ClassVar[int | None] = 3
 
     def classify(self, error: BaseException) -> Any:
-        from workflow import ErrorClass
+        from stepstone import ErrorClass
 
         return ErrorClass.PERMANENT
 

@@ -14,10 +14,10 @@ from typing import Any
 
 from rel_jobs import ALL_JOBS, emit, read_events
 
-from runtime.clock import Clock
-from runtime.store_queue import StoreQueue
-from store import FileStore
-from workflow import JobRunner
+from stepstone import JobRunner
+from stepstone.runtime.clock import Clock
+from stepstone.runtime.store_queue import StoreQueue
+from stepstone.store import FileStore
 
 HERE = Path(__file__).resolve().parent
 WORKER_SCRIPT = HERE / "rel_worker.py"

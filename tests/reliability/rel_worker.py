@@ -25,9 +25,9 @@ import sys
 
 from rel_jobs import ALL_JOBS, SkewedClock, TapStore, emit, env_float
 
-from runtime.store_queue import StoreQueue
-from store import FileStore
-from workflow import JobRunner
+from stepstone import JobRunner
+from stepstone.runtime.store_queue import StoreQueue
+from stepstone.store import FileStore
 
 
 class _EventHandler(logging.Handler):
@@ -80,7 +80,7 @@ async def main() -> int:
 
 if __name__ == "__main__":
     handler = _EventHandler(level=logging.WARNING)
-    for name in ("runtime", "workflow"):
+    for name in ("stepstone",):
         logging.getLogger(name).addHandler(handler)
     logging.basicConfig(
         level=logging.WARNING,

@@ -21,12 +21,12 @@ from rel_jobs import (
 )
 from rel_support import Workers, stats_of, submitter, wait_for
 
-from runtime.errors import PayloadTooLarge
-from runtime.queue import JobRecord, JobStatus
-from runtime.store_records import CorruptRecord, StoredJob, encode
-from store import FileStore, InvalidKey
-from workflow import EncodingError, Job, JobContext, JobFailed, JobRunner, OutcomeStatus
-from workflow.envelope import Envelope, input_hash
+from stepstone import EncodingError, Job, JobContext, JobFailed, JobRunner, OutcomeStatus
+from stepstone.envelope import Envelope, input_hash
+from stepstone.runtime.errors import PayloadTooLarge
+from stepstone.runtime.queue import JobRecord, JobStatus
+from stepstone.runtime.store_records import CorruptRecord, StoredJob, encode
+from stepstone.store import FileStore, InvalidKey
 
 pytestmark = pytest.mark.slow
 
@@ -241,7 +241,7 @@ async def test_store_keys_with_dot_dot_are_invalid(tmp_path: Path) -> None:
             with pytest.raises(InvalidKey):
                 await store.get(key)
         with pytest.raises(ValueError, match="invalid job id"):
-            from runtime.store_queue import StoreQueue
+            from stepstone.runtime.store_queue import StoreQueue
 
             await StoreQueue(store).enqueue(b"x", id="../x")
     finally:

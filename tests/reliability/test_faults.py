@@ -22,10 +22,10 @@ import pytest
 from rel_jobs import STEPS, Plain3, read_events
 from rel_support import wait_for
 
-from runtime.store_queue import StoreQueue
-from store import FileStore, StoreUnavailable
-from store.faults import FaultyStore
-from workflow import JobHandle, JobRunner, OutcomeStatus
+from stepstone import JobHandle, JobRunner, OutcomeStatus
+from stepstone.runtime.store_queue import StoreQueue
+from stepstone.store import FileStore, StoreUnavailable
+from stepstone.store.faults import FaultyStore
 
 pytestmark = pytest.mark.slow
 

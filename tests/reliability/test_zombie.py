@@ -25,7 +25,7 @@ import pytest
 from rel_jobs import Gated, SkewedClock, read_events
 from rel_support import Workers, stats_of, submitter, wait_for
 
-from workflow import OutcomeStatus
+from stepstone import OutcomeStatus
 
 pytestmark = pytest.mark.slow
 

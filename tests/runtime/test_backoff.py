@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.backoff import Backoff
+from stepstone.runtime.backoff import Backoff
 
 
 def test_exponential_doubles_from_base_up_to_the_cap() -> None:

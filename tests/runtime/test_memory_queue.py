@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runtime import FakeClock, MemoryQueue
+from stepstone.runtime import FakeClock, MemoryQueue
 
 
 async def test_pending_here_is_true_from_enqueue_until_the_job_ends() -> None:

@@ -32,10 +32,10 @@ from pathlib import Path
 
 import pytest
 
-from runtime import Attempt, Worker
-from runtime.store_queue import StoreQueue
-from store import open_store
-from store.counting import CONDITIONAL_PUT, CountingStore
+from stepstone.runtime import Attempt, Worker
+from stepstone.runtime.store_queue import StoreQueue
+from stepstone.store import open_store
+from stepstone.store.counting import CONDITIONAL_PUT, CountingStore
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from runtime import (
+from stepstone.runtime import (
     Delivery,
     FakeClock,
     JobStatus,
@@ -25,8 +25,8 @@ from runtime import (
     PayloadTooLarge,
     Settlement,
 )
-from runtime.store_queue import StoreQueue
-from store import MemoryStore, ObjectStore
+from stepstone.runtime.store_queue import StoreQueue
+from stepstone.store import MemoryStore, ObjectStore
 
 LEASE = 30.0
 
@@ -44,7 +44,7 @@ class Backend:
     def make(self, **options: Any) -> LeaseQueue:
         queue: LeaseQueue
         if self.sqs is not None:
-            from runtime.sqs_queue import SqsQueue
+            from stepstone.runtime.sqs_queue import SqsQueue
 
             options.pop("priority_aging", None)
             return SqsQueue(
@@ -121,7 +121,7 @@ def backend(request: pytest.FixtureRequest) -> Backend:
 
 
 async def _create_sqs_queues(name: str, endpoint: str) -> None:
-    from runtime.sqs_queue import SqsQueue
+    from stepstone.runtime.sqs_queue import SqsQueue
 
     made = await SqsQueue.create(
         name, id_store=None, endpoint_url=endpoint, region="us-east-1", wait_time_seconds=0

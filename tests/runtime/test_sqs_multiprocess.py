@@ -37,10 +37,10 @@ def _append(path: str, text: str) -> None:
 
 
 def _queue(endpoint: str, name: str, s3_url: str, log: str | None = None) -> tuple[Any, Any]:
-    from runtime import Settlement
-    from runtime.queue import Delivery
-    from runtime.sqs_queue import SqsQueue
-    from store import open_store
+    from stepstone.runtime import Settlement
+    from stepstone.runtime.queue import Delivery
+    from stepstone.runtime.sqs_queue import SqsQueue
+    from stepstone.store import open_store
 
     class RecordingQueue(SqsQueue):
         async def ack(self, delivery: Delivery) -> Settlement:
@@ -57,7 +57,7 @@ def _queue(endpoint: str, name: str, s3_url: str, log: str | None = None) -> tup
 
 
 async def _work(endpoint: str, name: str, s3_url: str, log: str) -> None:
-    from runtime.worker import Attempt, Worker
+    from stepstone.runtime.worker import Attempt, Worker
 
     queue, store = _queue(endpoint, name, s3_url, log)
     stop = asyncio.Event()
@@ -100,9 +100,9 @@ def _spawn(mode: str, *args: str) -> subprocess.Popen[bytes]:
 async def test_jobs_on_sqs_are_each_completed_once_by_many_processes(
     moto_server: str, s3_url: str, s3_store: object, tmp_path: Path
 ) -> None:
-    from runtime import JobStatus
-    from runtime.sqs_queue import SqsQueue
-    from store import ObjectStore
+    from stepstone.runtime import JobStatus
+    from stepstone.runtime.sqs_queue import SqsQueue
+    from stepstone.store import ObjectStore
 
     assert isinstance(s3_store, ObjectStore)
     name = f"mp-{uuid.uuid4().hex[:12]}"
@@ -167,7 +167,7 @@ def _double_job() -> Any:
     """The job type, built on demand so importing this module stays cheap."""
     from typing import ClassVar
 
-    from workflow import Job, JobContext
+    from stepstone import Job, JobContext
 
     def record(step: str, n: int) -> int:
         _append(os.environ["SQS_STEP_LOG"], f"{os.getpid()} {n} {step}\n")
@@ -189,9 +189,9 @@ def _double_job() -> Any:
 
 
 def _runner(endpoint: str, name: str, s3_url: str, **kwargs: Any) -> Any:
-    from runtime.sqs_queue import SqsQueue
-    from store import open_store
-    from workflow import JobRunner
+    from stepstone import JobRunner
+    from stepstone.runtime.sqs_queue import SqsQueue
+    from stepstone.store import open_store
 
     store = open_store(s3_url)
     queue = SqsQueue(
@@ -217,7 +217,7 @@ async def test_job_runners_on_sqs_and_s3_run_each_keyed_job_once(
     """Submitters and JobRunner workers in separate processes, on SQS + S3:
     every job submitted twice (two API processes' worth) runs once, each step
     once, and every handle gets its result."""
-    from runtime.sqs_queue import SqsQueue
+    from stepstone.runtime.sqs_queue import SqsQueue
 
     name = f"jr-{uuid.uuid4().hex[:12]}"
     made = await SqsQueue.create(name, id_store=None, endpoint_url=moto_server, region="us-east-1")
@@ -262,9 +262,9 @@ async def test_requests_per_job_through_the_whole_engine(
     """The figures docs/scaling.md prices: keyed jobs of two memoized steps,
     submitted at once and run by one JobRunner on SqsQueue + S3 (id store on),
     every SQS request and every S3 request counted."""
-    from runtime.sqs_queue import SqsQueue
-    from store.counting import CountingStore
-    from workflow import JobRunner
+    from stepstone import JobRunner
+    from stepstone.runtime.sqs_queue import SqsQueue
+    from stepstone.store.counting import CountingStore
 
     monkeypatch.setenv("SQS_STEP_LOG", str(tmp_path / "steps.log"))
     store = CountingStore(s3_store)

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from runtime import FakeClock, PayloadTooLarge, Settlement
-from runtime.queue import Delivery, JobStatus
-from runtime.sqs_queue import SqsQueue, SqsUnsupported, Tier
-from store import ObjectStore
+from stepstone.runtime import FakeClock, PayloadTooLarge, Settlement
+from stepstone.runtime.queue import Delivery, JobStatus
+from stepstone.runtime.sqs_queue import SqsQueue, SqsUnsupported, Tier
+from stepstone.store import ObjectStore
 
 Factory = Callable[..., Awaitable[SqsQueue]]
 

@@ -18,9 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime import Delivery, FakeClock, JobRecord, JobStatus, Settlement
-from runtime.store_queue import StoreQueue
-from runtime.store_records import (
+from stepstone.runtime import Delivery, FakeClock, JobRecord, JobStatus, Settlement
+from stepstone.runtime.store_queue import StoreQueue
+from stepstone.runtime.store_records import (
     DEAD,
     HELD,
     WAITING,
@@ -31,10 +31,10 @@ from runtime.store_records import (
     listed_priority,
     listed_state,
 )
-from store import MemoryStore, ObjectStore
-from store.counting import CONDITIONAL_PUT, CountingStore
-from store.errors import StoreUnavailable
-from store.faults import WRITES, FaultyStore
+from stepstone.store import MemoryStore, ObjectStore
+from stepstone.store.counting import CONDITIONAL_PUT, CountingStore
+from stepstone.store.errors import StoreUnavailable
+from stepstone.store.faults import WRITES, FaultyStore
 
 T = TypeVar("T")
 
@@ -827,7 +827,7 @@ async def test_pending_here_is_false_for_a_job_a_peer_holds(
 async def test_pending_here_trusts_a_look_only_for_a_few_seconds(
     backing: MemoryStore, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import runtime.store_queue as module
+    import stepstone.runtime.store_queue as module
 
     a, _ = make(backing, clock)
     await a.enqueue(b"", id="mine")

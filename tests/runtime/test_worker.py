@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from runtime import (
+from stepstone.runtime import (
     Attempt,
     Backoff,
     Delivery,
@@ -37,8 +37,8 @@ from runtime import (
     Terminal,
     Worker,
 )
-from runtime.queue import Enqueued
-from store.errors import StoreError
+from stepstone.runtime.queue import Enqueued
+from stepstone.store.errors import StoreError
 
 NO_BACKOFF = Backoff(base=0.0, jitter=0.0)
 
@@ -189,7 +189,7 @@ async def test_a_permanent_failure_is_dead_after_one_attempt(env: Env) -> None:
     assert failure == Failure(
         FailureKind.PERMANENT,
         "PermanentError: card declined",
-        "runtime.errors.PermanentError",
+        "stepstone.runtime.errors.PermanentError",
         1,
     )
 
@@ -744,7 +744,7 @@ async def test_a_queue_outage_is_survived_and_the_worker_recovers(
     flaky.down = True
     worker = env.worker(queue=flaky, poll_interval=0.02)
     worker.register("k", lambda attempt: "ok")
-    with caplog.at_level(logging.WARNING, logger="runtime.worker"):
+    with caplog.at_level(logging.WARNING, logger="stepstone.runtime.worker"):
         await worker.start()
         await env.queue.enqueue(b"", kind="k", id="j")
         await until(lambda: flaky.failed_claims >= 3, "claims kept failing")
@@ -944,7 +944,7 @@ async def test_log_records_about_a_job_carry_its_id_kind_and_attempt(
     await env.queue.enqueue(b"", kind="k", id="job-77")
     worker = env.worker()
     worker.register("k", handler)
-    with caplog.at_level(logging.DEBUG, logger="runtime.worker"):
+    with caplog.at_level(logging.DEBUG, logger="stepstone.runtime.worker"):
         await worker.start()
         await until(lambda: worker.stats.dead == 1, "the job is dead")
     about_job = [r for r in caplog.records if "job-77" in r.getMessage()]
@@ -1016,7 +1016,7 @@ async def test_a_lost_settlement_is_logged_and_counted_never_raised(
     await env.queue.enqueue(b"", kind="k", id="j")
     worker = env.worker(heartbeat=0, on_terminal=None)
     worker.register("k", handler)
-    with caplog.at_level(logging.WARNING, logger="runtime.worker"):
+    with caplog.at_level(logging.WARNING, logger="stepstone.runtime.worker"):
         await worker.start()
         await until(lambda: worker.in_flight == 1, "it runs")
         assert await env.queue.cancel("j")

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from runtime.backoff import Backoff
-from runtime.decide import (
+from stepstone.runtime.backoff import Backoff
+from stepstone.runtime.decide import (
     MAX_MESSAGE_CHARS,
     Ack,
     Dead,
@@ -23,9 +23,9 @@ from runtime.decide import (
     describe,
     qualified_name,
 )
-from runtime.errors import MalformedPayload, PermanentError, RetryLater, UnknownKind
-from runtime.queue import Delivery
-from store.errors import StoreUnavailable
+from stepstone.runtime.errors import MalformedPayload, PermanentError, RetryLater, UnknownKind
+from stepstone.runtime.queue import Delivery
+from stepstone.store.errors import StoreUnavailable
 
 NOW = 1_000.0
 BACKOFF = Backoff(base=10.0, cap=1000.0, jitter=0.0)
@@ -144,7 +144,7 @@ def test_messages_are_truncated_and_empty_ones_are_just_the_type() -> None:
 
 def test_qualified_name_keeps_the_module_except_for_builtins() -> None:
     assert qualified_name(ValueError) == "ValueError"
-    assert qualified_name(PermanentError) == "runtime.errors.PermanentError"
+    assert qualified_name(PermanentError) == "stepstone.runtime.errors.PermanentError"
 
 
 def test_decide_reads_no_clock_and_does_no_io() -> None:

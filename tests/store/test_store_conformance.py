@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from store import (
+from stepstone.store import (
     AlreadyExists,
     InvalidKey,
     NotFound,

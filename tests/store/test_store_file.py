@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from store import (
+from stepstone.store import (
     AlreadyExists,
     FileStore,
     InvalidKey,
@@ -20,8 +20,8 @@ from store import (
     PreconditionFailed,
     StoreConfigError,
 )
-from store.file_commit import HAVE_SYNCFS, Write
-from store.keys import RESERVED_SEGMENT
+from stepstone.store.file_commit import HAVE_SYNCFS, Write
+from stepstone.store.keys import RESERVED_SEGMENT
 
 PROCESSES = 4
 RACES = 30
@@ -291,7 +291,7 @@ def _read_interrupted_by(monkeypatch: pytest.MonkeyPatch, interfere: Any) -> Non
     file and reading it: a reader that lost the race to a writer."""
     import builtins
 
-    import store.file as file_module
+    import stepstone.store.file as file_module
 
     real_open = builtins.open
     pending = [interfere]
@@ -350,7 +350,7 @@ async def test_a_read_never_returns_bytes_of_the_object_its_inode_became(
 def test_a_forked_child_does_not_use_its_parents_spares(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from store import file_spares
+    from stepstone.store import file_spares
 
     pool = file_spares.SparePool(str(tmp_path))
     name = pool.reserve()
@@ -364,7 +364,7 @@ def test_a_forked_child_does_not_use_its_parents_spares(
 
 
 def test_the_spare_pool_is_bounded(tmp_path: Path) -> None:
-    from store.file_spares import SparePool
+    from stepstone.store.file_spares import SparePool
 
     pool = SparePool(str(tmp_path), limit=2)
     for _ in range(2):
@@ -451,7 +451,7 @@ class _Timeline:
         import itertools
         import threading
 
-        import store.file as file_module
+        import stepstone.store.file as file_module
 
         self._tick = itertools.count()
         self._lock = threading.Lock()
@@ -601,8 +601,8 @@ async def test_a_failed_sync_leaves_placed_objects_alone(
     a spare (rewriting it as the next object would change the first)."""
     import errno
 
-    import store.file as file_module
-    from store import StoreUnavailable
+    import stepstone.store.file as file_module
+    from stepstone.store import StoreUnavailable
 
     real = file_module.syncfs
     calls = 0

@@ -14,7 +14,7 @@ import tempfile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store import FileStore, InvalidKey, MemoryStore, validate_key
+from stepstone.store import FileStore, InvalidKey, MemoryStore, validate_key
 
 # A small alphabet around "/" (0x2f): "-" and "." sort before it, "0" and up after.
 SEGMENT = st.text(alphabet="a-.0é😀", min_size=1, max_size=2)

@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from store import (
+from stepstone.store import (
     AlreadyExists,
     NotFound,
     PreconditionFailed,
@@ -27,7 +27,7 @@ from store import (
     StoreUnavailable,
     open_store,
 )
-from store.s3 import S3Store
+from stepstone.store.s3 import S3Store
 
 FAST_RETRY = RetryPolicy(attempts=4, base=0.001, cap=0.005)
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from store import FileStore, MemoryStore, StoreConfigError, open_store
-from store.s3 import S3Store
+from stepstone.store import FileStore, MemoryStore, StoreConfigError, open_store
+from stepstone.store.s3 import S3Store
 
 
 async def test_memory_urls() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from store import (
+from stepstone.store import (
     AlreadyExists,
     CountingStore,
     FaultyStore,
@@ -20,7 +20,7 @@ from store import (
     RetryPolicy,
     StoreUnavailable,
 )
-from store.counting import KINDS
+from stepstone.store.counting import KINDS
 
 # -- RetryPolicy -------------------------------------------------------------------
 

@@ -7,8 +7,8 @@ from typing import ClassVar
 
 from pydantic import BaseModel
 
-from workflow import Job, JobContext
-from workflow.testing import fail_once
+from stepstone import Job, JobContext
+from stepstone.testing import fail_once
 
 
 class Calls:

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from kit_jobs import Calls, Checkout, Echo, flaky_quote
 
-from runtime import FakeClock
-from store import ObjectStore
-from workflow import JobFailed, JobRunner, Permanent, SubmitOptions
-from workflow.testing import advance, fail_once, run_job, run_job_outcome, wait_until
+from stepstone import JobFailed, JobRunner, Permanent, SubmitOptions
+from stepstone.runtime import FakeClock
+from stepstone.store import ObjectStore
+from stepstone.testing import advance, fail_once, run_job, run_job_outcome, wait_until
 
 calls = Calls()
 

@@ -25,7 +25,7 @@ def stepstone_state():
 
 JOBS = """
 from typing import ClassVar
-from workflow import Job, JobContext
+from stepstone import Job, JobContext
 
 class Tally:
     def __init__(self):
@@ -43,7 +43,7 @@ class Double(Job[int]):
 TESTS = """
 import pytest
 from jobs import Double, Tally
-from workflow.testing import run_job
+from stepstone.testing import run_job
 
 async def test_conftest_registers_jobs_and_state(stepstone_memory_runner):
     assert await run_job(stepstone_memory_runner, Double(n=21)) == 42
@@ -111,7 +111,7 @@ def test_importing_the_plugin_does_not_import_moto_or_boto() -> None:
         [
             sys.executable,
             "-c",
-            "import sys, workflow.testing; "
+            "import sys, stepstone.testing; "
             f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {heavy!r}))",
         ],
         capture_output=True,

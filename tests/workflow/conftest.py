@@ -6,9 +6,9 @@ from typing import Any
 import pytest
 from wf_jobs import RUNNER_JOBS, Counters
 
-from runtime import FakeClock, MemoryQueue
-from store import MemoryStore
-from workflow import JobRunner
+from stepstone import JobRunner
+from stepstone.runtime import FakeClock, MemoryQueue
+from stepstone.store import MemoryStore
 
 
 @pytest.fixture

@@ -37,9 +37,7 @@ from wf_jobs import (
 )
 from wf_support import wait_until
 
-from runtime import FakeClock, JobStatus
-from store import MemoryStore
-from workflow import (
+from stepstone import (
     DuplicateJobName,
     EncodingError,
     InputMismatch,
@@ -52,11 +50,13 @@ from workflow import (
     SubmitOptions,
     payload_idempotency_key,
 )
-from workflow.codec import pack, unpack
-from workflow.envelope import Envelope
-from workflow.layout import run_id_for_key
-from workflow.outcome import OutcomeRecord
-from workflow.retention import remove_run
+from stepstone.codec import pack, unpack
+from stepstone.envelope import Envelope
+from stepstone.layout import run_id_for_key
+from stepstone.outcome import OutcomeRecord
+from stepstone.retention import remove_run
+from stepstone.runtime import FakeClock, JobStatus
+from stepstone.store import MemoryStore
 
 MakeRunner = Callable[..., JobRunner]
 DEADLINE = 10.0
@@ -340,7 +340,7 @@ async def test_a_step_result_that_cannot_be_stored_fails_permanently_naming_the_
     assert failed.value.kind == "permanent"
     assert "test.unserializable-step" in failed.value.message
     assert "'bad'" in failed.value.message
-    assert failed.value.error_type == "workflow.errors.EncodingError"
+    assert failed.value.error_type == "stepstone.errors.EncodingError"
 
 
 class Opaque:
@@ -527,7 +527,7 @@ async def test_a_handle_reads_nothing_while_this_process_queues_or_runs_its_job(
     """However long a job queues and runs, awaiting it where it runs costs no
     store reads: the worker hands the outcome over (polling is for jobs that
     peers took)."""
-    from store.counting import GET, CountingStore
+    from stepstone.store.counting import GET, CountingStore
 
     store = CountingStore(MemoryStore())
     async with JobRunner(store, jobs=[GatedKeyed], state=[counters], concurrency=1) as runner:

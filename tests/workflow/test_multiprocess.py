@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from wf_jobs import Adder, Pid
 
-from workflow import JobRunner
+from stepstone import JobRunner
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from workflow import Job, JobContext, Permanent
+from stepstone import Job, JobContext, Permanent
 
 
 class Counters:
