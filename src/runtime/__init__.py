@@ -28,9 +28,9 @@ from .queue import (
     JobRecord,
     JobStatus,
     LeaseQueue,
-    Page,
     Settlement,
 )
+from .queue_inspection import DeadJobRequeue, JobCounts, JobListing, Page, QueueInspection
 from .sqs_queue import SqsQueue, SqsUnsupported  # aiobotocore loads on first use
 from .store_queue import StoreQueue, StoreQueueStats
 from .store_records import CorruptRecord
@@ -45,12 +45,15 @@ __all__ = [
     "Backoff",
     "Clock",
     "CorruptRecord",
+    "DeadJobRequeue",
     "Delivery",
     "Enqueued",
     "Failure",
     "FailureKind",
     "FakeClock",
     "Handler",
+    "JobCounts",
+    "JobListing",
     "JobNotFound",
     "JobRecord",
     "JobStatus",
@@ -64,6 +67,7 @@ __all__ = [
     "PayloadTooLarge",
     "PermanentError",
     "QueueError",
+    "QueueInspection",
     "RetryLater",
     "Settlement",
     "SqsQueue",

@@ -30,11 +30,11 @@ from .queue import (
     JobRecord,
     JobStatus,
     LeaseQueue,
-    Page,
     Settlement,
     check_enqueue,
     sort_key,
 )
+from .queue_inspection import Page, QueueInspection
 
 
 @dataclass(slots=True)
@@ -58,7 +58,7 @@ class _Rec:
     dead_reason: str | None = None
 
 
-class MemoryQueue(LeaseQueue):
+class MemoryQueue(LeaseQueue, QueueInspection):
     def __init__(
         self,
         *,
@@ -67,7 +67,7 @@ class MemoryQueue(LeaseQueue):
         priority_aging: float = DEFAULT_PRIORITY_AGING,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
-        self.clock = clock or SystemClock()
+        self._clock = clock or SystemClock()
         self.default_max_attempts = default_max_attempts
         self.priority_aging = priority_aging
         self.max_payload_bytes = max_payload_bytes
@@ -78,6 +78,10 @@ class MemoryQueue(LeaseQueue):
         self._listeners: list[Callable[[], None]] = []
         self._token_prefix = secrets.token_hex(4)
         self._tokens = itertools.count(1)
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
 
     # -- bookkeeping -------------------------------------------------------
 

@@ -1,5 +1,10 @@
 """The LeaseQueue contract: how the worker gets jobs and gives them back.
 
+This is all the worker and the workflow layer's submit and await path ask
+of a queue, and every backend offers all of it. What only operators' tools
+ask (listing, counts, requeue) is in :mod:`runtime.queue_inspection`,
+offered by the backends that can.
+
 A job is enqueued once (an optional id deduplicates), claimed under a lease
 that carries a fencing token, and settled exactly once by the holder of the
 current token: ack (done, the record goes away), nack (retry later),
@@ -22,6 +27,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from .clock import Clock
 from .errors import PayloadTooLarge
 from .job_id import check_job_id
 
@@ -106,13 +112,6 @@ class JobRecord:
     dead_reason: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Page:
-    records: list[JobRecord]
-    cursor: str | None
-    """Pass back to get the next page; None when there is no more."""
-
-
 def check_priority(priority: int) -> int:
     if not isinstance(priority, int) or not 0 <= priority <= 9:
         raise ValueError(f"priority must be an int from 0 (first) to 9 (last), got {priority!r}")
@@ -141,7 +140,16 @@ def check_enqueue(
 
 
 class LeaseQueue(abc.ABC):
-    """A queue of jobs claimed under fenced leases. See the module docstring."""
+    """A queue of jobs claimed under fenced leases. See the module docstring.
+
+    The abstract methods are the contract; the others are hints a backend
+    gives where it can, with defaults that are always correct."""
+
+    @property
+    @abc.abstractmethod
+    def clock(self) -> Clock:
+        """The time run-at times and leases are read by. The worker judges
+        lease expiry by it too, so both agree on when a lease lapses."""
 
     @abc.abstractmethod
     async def enqueue(
@@ -197,30 +205,8 @@ class LeaseQueue(abc.ABC):
         it finds out at its next renew or settlement (LOST)."""
 
     @abc.abstractmethod
-    async def requeue(self, id: str) -> bool:
-        """Move a dead job back to ready with its attempts reset; True if it was dead."""
-
-    @abc.abstractmethod
     async def get(self, id: str) -> JobRecord | None:
         """The job's record, or None (never enqueued, acked or cancelled)."""
-
-    @abc.abstractmethod
-    async def list(
-        self, status: JobStatus | None = None, *, cursor: str | None = None, limit: int = 100
-    ) -> Page:
-        """Records (of ``status`` if given), a page at a time, in id order."""
-
-    async def counts(self) -> dict[JobStatus, int]:
-        """How many jobs are in each status (walks :meth:`list`)."""
-        totals = dict.fromkeys(JobStatus, 0)
-        cursor: str | None = None
-        while True:
-            page = await self.list(cursor=cursor, limit=1000)
-            for record in page.records:
-                totals[record.status] += 1
-            if page.cursor is None:
-                return totals
-            cursor = page.cursor
 
     async def next_due(self) -> float | None:
         """The earliest time something not claimable now may become claimable

@@ -43,11 +43,12 @@ long form):
   within this process only. The marker also holds the payload, so a payload
   over ``spill_bytes`` is left out of the message (kept on S3, read back by
   the claim's marker check at no extra request).
-- **What SQS cannot do is refused, not faked.** ``list`` raises
-  :class:`SqsUnsupported`; ``get`` is exact for jobs this process holds and
-  says "live" (READY/SCHEDULED) or DEAD from the marker for the rest (or
-  raises, without an id store, for jobs this process never saw); ``counts``
-  is SQS's approximate numbers; ``next_due`` is None.
+- **What SQS cannot do is left out or refused, not faked.** There is no
+  ``list`` (the queue is no :class:`runtime.queue_inspection.JobListing`);
+  ``get`` is exact for jobs this process holds and says "live"
+  (READY/SCHEDULED) or DEAD from the marker for the rest (or raises
+  :class:`SqsUnsupported`, without an id store, for jobs this process never
+  saw); ``counts`` is SQS's approximate numbers; ``next_due`` is None.
 
 aiobotocore is imported when the first request is made, so ``import runtime``
 stays cheap for users who never touch SQS.
@@ -85,11 +86,11 @@ from .queue import (
     JobRecord,
     JobStatus,
     LeaseQueue,
-    Page,
     Settlement,
     check_enqueue,
 )
 from .queue import PRIORITY_NORMAL as _PRIORITY_NORMAL
+from .queue_inspection import DeadJobRequeue, JobCounts
 
 SQS_MAX_DELAY_SECONDS = 900
 """SendMessage's DelaySeconds cap: 15 minutes."""
@@ -122,7 +123,7 @@ _LOST_CODES = ("ReceiptHandleIsInvalid", "MessageNotInflight", "InvalidParameter
 
 
 class SqsUnsupported(QueueError, NotImplementedError):
-    """SQS cannot answer this (it has no lookup by id and no listing)."""
+    """SQS cannot answer this (it has no lookup by id)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,7 +255,7 @@ def _is_lost(code: str) -> bool:
     return any(c in code for c in _LOST_CODES)
 
 
-class SqsQueue(LeaseQueue):
+class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
     """The lease queue on SQS standard queues: one per priority tier plus a
     dead-letter queue, named ``<name>-<tier suffix>`` and ``<name>-dead``.
 
@@ -318,7 +319,7 @@ class SqsQueue(LeaseQueue):
         self.endpoint_url = endpoint_url
         self.region = region
         self.tiers = tuple(tiers)
-        self.clock = clock or SystemClock()
+        self._clock = clock or SystemClock()
         self.default_max_attempts = default_max_attempts
         self.max_payload_bytes = max_payload_bytes
         self.max_message_bytes = max_message_bytes
@@ -357,6 +358,10 @@ class SqsQueue(LeaseQueue):
 
     def __repr__(self) -> str:
         return f"SqsQueue({self.name!r}, endpoint_url={self.endpoint_url!r})"
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
 
     # -- names and setup ---------------------------------------------------
 
@@ -1176,15 +1181,6 @@ class SqsQueue(LeaseQueue):
             lease_expires_at=lease_expires_at,
             last_error=body.get("err"),
             dead_reason=body.get("dead"),
-        )
-
-    async def list(
-        self, status: JobStatus | None = None, *, cursor: str | None = None, limit: int = 100
-    ) -> Page:
-        """Refused: SQS cannot list messages (see :meth:`counts` for totals)."""
-        raise SqsUnsupported(
-            "SqsQueue cannot list jobs: SQS has no listing of messages; "
-            "counts() gives SQS's approximate totals per status"
         )
 
     async def counts(self) -> dict[JobStatus, int]:

@@ -59,11 +59,11 @@ from .queue import (
     JobRecord,
     JobStatus,
     LeaseQueue,
-    Page,
     Settlement,
     check_enqueue,
     sort_key,
 )
+from .queue_inspection import Page, QueueInspection
 from .read_line import ReadLine
 from .store_records import (
     WAITING,
@@ -127,7 +127,7 @@ class StoreQueueStats:
     corrupt_keys: set[str] = field(default_factory=set)
 
 
-class StoreQueue(LeaseQueue):
+class StoreQueue(LeaseQueue, QueueInspection):
     """A LeaseQueue whose state lives entirely in an ObjectStore.
 
     ``scan_interval`` (real seconds, not the injected clock's: it is about
@@ -177,7 +177,7 @@ class StoreQueue(LeaseQueue):
             raise ValueError(f"invalid queue prefix {prefix!r}: {exc}") from None
         self.store = store
         self.prefix = prefix
-        self.clock = clock or SystemClock()
+        self._clock = clock or SystemClock()
         self.default_max_attempts = default_max_attempts
         self.priority_aging = priority_aging
         self.max_payload_bytes = max_payload_bytes
@@ -226,6 +226,10 @@ class StoreQueue(LeaseQueue):
 
     def __repr__(self) -> str:
         return f"<StoreQueue {self.store!r} prefix={self.prefix!r}>"
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
 
     # -- the view ----------------------------------------------------------
 
@@ -1063,7 +1067,7 @@ class StoreQueue(LeaseQueue):
             after = page[-1].key
 
     async def counts(self) -> dict[JobStatus, int]:
-        """Like the base, but a record whose etag the view knows costs no GET."""
+        """As QueueInspection's, but a record whose etag the view knows costs no GET."""
         totals = dict.fromkeys(JobStatus, 0)
         now = self.clock.now()
         after: str | None = None

@@ -55,7 +55,7 @@ from typing import Any
 
 from . import clock as clock_mod
 from .backoff import Backoff
-from .clock import Clock, SystemClock
+from .clock import Clock
 from .decide import (
     Ack,
     Decision,
@@ -336,7 +336,7 @@ class Worker:
         self.attempt_timeout = attempt_timeout
         self.backoff = backoff
         self.drain_timeout = drain_timeout
-        self.clock: Clock = clock or getattr(queue, "clock", None) or SystemClock()
+        self.clock: Clock = clock or queue.clock
         self.on_terminal = on_terminal
         self.name = name or f"worker-{secrets.token_hex(3)}"
         self.only_registered = only_registered

@@ -690,7 +690,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc))
     except StoreError as exc:
         return _fail(str(exc))
-    except QueueError as exc:  # e.g. SqsUnsupported: `ls` on a queue that cannot list
+    except QueueError as exc:  # e.g. SqsUnsupported: `show` of a job SQS cannot look up
         return _fail(str(exc))
     except KeyboardInterrupt:
         return _fail("interrupted", 130)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from stepstone.runtime.errors import MalformedPayload
 from stepstone.runtime.queue import JobRecord, JobStatus
+from stepstone.runtime.queue_inspection import DeadJobRequeue, JobCounts, JobListing
 from stepstone.store import NotFound, ObjectInfo
 
 from .codec import unpack
@@ -65,6 +66,12 @@ def queue_state(status: JobStatus) -> str:
 
 class InspectError(Exception):
     """A request an operator made that cannot be done, with the reason to show."""
+
+
+def _lacks(queue: object, doing: str, instead: str = "") -> InspectError:
+    """The error for a command the queue's backend does not offer (see
+    :mod:`runtime.queue_inspection`; SqsQueue cannot list, for one)."""
+    return InspectError(f"the queue cannot {doing}: {queue!r} does not offer it{instead}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,10 +251,17 @@ async def list_jobs(
         raise InspectError(f"unknown status {state!r} (one of: {', '.join(STATE_NAMES)})")
     rows: dict[str, Listed] = {}
     if state is None or state in QUEUE_STATES:
+        queue = runner.queue
+        if not isinstance(queue, JobListing):
+            raise _lacks(
+                queue,
+                "list its jobs",
+                "; `ls succeeded`, `ls failed` and `ls cancelled` list finished runs",
+            )
         status = None if state is None else QUEUE_STATES[state]
         cursor: str | None = None
         while len(rows) < limit:
-            page = await runner.queue.list(status, cursor=cursor, limit=limit - len(rows))
+            page = await queue.list(status, cursor=cursor, limit=limit - len(rows))
             for record in page.records:
                 rows[record.id] = Listed(
                     id=record.id,
@@ -301,6 +315,8 @@ async def list_jobs(
 
 async def stats(runner: JobRunner) -> dict[str, dict[str, int]]:
     """Queue records by status, and outcome records by status (a GET each)."""
+    if not isinstance(runner.queue, JobCounts):
+        raise _lacks(runner.queue, "count its jobs")
     counts = await runner.queue.counts()
     queue = {queue_state(status): n for status, n in counts.items()}
     outcomes = dict.fromkeys((s.value for s in OutcomeStatus), 0)
@@ -327,7 +343,10 @@ async def retry(runner: JobRunner, job_id: str) -> None:
     before it died replay from their memos instead of running again.
     """
     _check_id(job_id)
-    queued = await runner.queue.get(job_id)
+    queue = runner.queue
+    if not isinstance(queue, DeadJobRequeue):
+        raise _lacks(queue, "requeue a dead job")
+    queued = await queue.get(job_id)
     if queued is None:
         outcome = await read_outcome(runner, job_id)
         if outcome is None:
@@ -346,7 +365,7 @@ async def retry(runner: JobRunner, job_id: str) -> None:
         raise InspectError(f"job {job_id} succeeded; its outcome is kept and it is not retried")
     if outcome is not None:
         await runner.store.delete(runner.layout.outcome(job_id))
-    if not await runner.queue.requeue(job_id):
+    if not await queue.requeue(job_id):
         raise InspectError(f"job {job_id} is no longer dead; it was not requeued")
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from stepstone import Job, JobContext, JobRunner, Permanent
+from stepstone.runtime import SqsQueue
 
 DEADLINE_NOTE = "not a runner"
 
@@ -92,6 +93,12 @@ def make_runner() -> JobRunner:
         retry_backoff=0.0,
         drain_timeout=30.0,
     )
+
+
+def make_sqs_runner() -> JobRunner:
+    """A runner on SQS, whose queue cannot list its jobs; nothing here sends a request."""
+    queue = SqsQueue("cli-test", id_store=None, region="us-east-1")
+    return JobRunner(os.environ["STEPSTONE_STORE"], jobs=[Greet], queue=queue)
 
 
 runner = make_runner() if "STEPSTONE_STORE" in os.environ and "CLI_TEST_DIR" in os.environ else None

@@ -266,6 +266,28 @@ def test_errors_are_one_line(
     assert usage.value.code == 2
 
 
+def test_ls_says_which_queue_cannot_list(
+    store_dir: Path,
+    cli_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("STEPSTONE_STORE", str(store_dir))
+    app = ["--app", "cli_app:make_sqs_runner"]
+    for argv in (["ls", *app], ["ls", "--status", "dead", *app]):
+        status = main(argv)
+        captured = capsys.readouterr()
+        one_line_error(
+            Result(status, captured.out, captured.err),
+            "cannot list its jobs",
+            "SqsQueue('cli-test'",
+            "ls succeeded",
+        )
+    # Finished runs are outcome records, which every backend keeps.
+    assert main(["ls", "--status", "succeeded", *app]) == 0
+    assert "0 job(s) from outcomes/" in capsys.readouterr().out
+
+
 def test_durations() -> None:
     assert parse_duration("90") == 90
     assert parse_duration("30m") == 1800

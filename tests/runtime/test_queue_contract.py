@@ -1,10 +1,12 @@
 """The LeaseQueue contract, once, against every backend.
 
-Each test runs on MemoryQueue and on StoreQueue over a MemoryStore, a
-FileStore and S3 (moto). Time is a FakeClock throughout: nothing sleeps.
-The last section runs two StoreQueue instances on one store, standing in for
-two processes: each has its own view and learns the other's work only
-through the store.
+Each test runs on MemoryQueue, on StoreQueue over a MemoryStore, a FileStore
+and S3 (moto), and on SqsQueue over moto's SQS except where ``SQS_CANNOT``
+says why not. Time is a FakeClock throughout: nothing sleeps. The inspection
+section checks the capabilities of runtime.queue_inspection on the backends
+that offer them. The last section runs two StoreQueue instances on one
+store, standing in for two processes: each has its own view and learns the
+other's work only through the store.
 """
 
 from __future__ import annotations
@@ -12,23 +14,28 @@ from __future__ import annotations
 import asyncio
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from stepstone.runtime import (
+    DeadJobRequeue,
     Delivery,
     FakeClock,
+    JobCounts,
+    JobListing,
     JobStatus,
     LeaseQueue,
     MemoryQueue,
     PayloadTooLarge,
+    QueueInspection,
     Settlement,
 )
 from stepstone.runtime.store_queue import StoreQueue
 from stepstone.store import MemoryStore, ObjectStore
 
 LEASE = 30.0
+T = TypeVar("T")
 
 
 @dataclass
@@ -68,7 +75,6 @@ class Backend:
 
 BACKENDS = ["memory_queue", "store_memory", "store_file", "store_s3", "sqs"]
 
-_NO_LISTING = "it checks its result through list(), and SQS has no listing of messages"
 _REAL_TIME = (
     "leases and delays are SQS visibility timeouts and DelaySeconds, in real time, and "
     "this suite moves a FakeClock (test_sqs_queue.py checks the same in real time)"
@@ -78,10 +84,6 @@ _FENCED_SHORT = (
     "timeout, so expiries are not now + lease exactly"
 )
 SQS_CANNOT: dict[str, str] = {
-    "test_an_id_that_no_backend_can_hold_is_refused": _NO_LISTING,
-    "test_a_payload_over_the_limit_is_refused_and_nothing_is_enqueued": _NO_LISTING,
-    "test_get_of_an_unknown_id_is_none": _NO_LISTING,
-    "test_list_pages_by_status_in_id_order": "SQS has no listing of messages",
     "test_next_due_is_the_earliest_run_at_or_lease_expiry": (
         "SQS cannot say when a delayed or invisible message comes back (next_due is None)"
     ),
@@ -100,7 +102,8 @@ SQS_CANNOT: dict[str, str] = {
     "test_an_uncounted_nack_hands_the_attempt_back": _REAL_TIME,
 }
 """Contract cases SqsQueue cannot hold, each with the reason (docs/scaling.md
-says the same to users). Everything else in this module runs on moto's SQS."""
+says the same to users). Everything else in this module runs on moto's SQS,
+but for the inspection it does not offer (``requires``)."""
 
 
 @pytest.fixture(params=BACKENDS)
@@ -178,7 +181,7 @@ async def test_enqueue_with_a_live_id_is_deduplicated(queue: LeaseQueue) -> None
 async def test_an_id_that_no_backend_can_hold_is_refused(queue: LeaseQueue, bad: str) -> None:
     with pytest.raises(ValueError, match="invalid job id"):
         await queue.enqueue(b"", id=bad)
-    assert (await queue.list()).records == []
+    assert await queue.claim(1, lease=LEASE) == []
 
 
 async def test_a_payload_over_the_limit_is_refused_and_nothing_is_enqueued(
@@ -187,7 +190,8 @@ async def test_a_payload_over_the_limit_is_refused_and_nothing_is_enqueued(
     await queue.enqueue(b"x" * 1024, id="at-limit")
     with pytest.raises(PayloadTooLarge, match="1025 bytes"):
         await queue.enqueue(b"x" * 1025, id="over-limit")
-    assert [r.id for r in (await queue.list()).records] == ["at-limit"]
+    assert await queue.get("over-limit") is None
+    assert [d.id for d in await queue.claim(5, lease=LEASE)] == ["at-limit"]
 
 
 async def test_subscribe_fires_on_enqueue_until_unsubscribed(queue: LeaseQueue) -> None:
@@ -429,7 +433,7 @@ async def test_release_of_a_retry_makes_it_due_now(queue: LeaseQueue, clock: Fak
     assert (await claim_one(queue)).attempt == 2
 
 
-# -- cancel and requeue ----------------------------------------------------
+# -- cancel and get --------------------------------------------------------
 
 
 async def test_cancel_removes_a_job_in_any_state(queue: LeaseQueue, clock: FakeClock) -> None:
@@ -455,18 +459,49 @@ async def test_cancelling_a_claimed_job_fences_off_its_holder(queue: LeaseQueue)
     assert await queue.get("j") is None
 
 
+async def test_get_of_an_unknown_id_is_none(queue: LeaseQueue) -> None:
+    assert await queue.get("nope") is None
+
+
+# -- inspection (runtime.queue_inspection), where a backend offers it ------
+
+NOT_OFFERED = {
+    JobListing: "SQS has no listing of messages",
+}
+"""Why a backend lacks a capability, for the skip message."""
+
+
+def requires(capability: type[T], queue: LeaseQueue) -> T:
+    """``queue`` as ``capability``; the test is skipped, saying why, on a
+    backend that does not offer it."""
+    if not isinstance(queue, capability):
+        why = NOT_OFFERED.get(capability, "it does not offer it")
+        pytest.skip(f"{type(queue).__name__} has no {capability.__name__}: {why}")
+    return queue
+
+
+def test_each_backend_offers_the_inspection_it_can(backend: Backend) -> None:
+    queue = backend.make()
+    if backend.sqs is not None:
+        assert isinstance(queue, JobCounts | DeadJobRequeue)
+        assert not isinstance(queue, JobListing)
+    else:
+        assert isinstance(queue, QueueInspection)
+
+
 async def test_requeue_brings_a_dead_job_back_with_attempts_reset(
     queue: LeaseQueue, clock: FakeClock
 ) -> None:
+    requeue = requires(DeadJobRequeue, queue)
     await queue.enqueue(b"p", id="j", max_attempts=1)
     await queue.enqueue(b"", id="live")
     d = await claim_one(queue, kinds=[""])
     assert d.id == "j"
     assert await queue.nack(d, delay=0, error="e") is Settlement.DEAD
-    assert await queue.requeue("live") is False
-    assert await queue.requeue("never") is False
+    assert await requeue.requeue("live") is False
+    assert await requeue.requeue("never") is False
     clock.advance(5)
-    assert await queue.requeue("j") is True
+    assert await requeue.requeue("j") is True
     record = await queue.get("j")
     assert record is not None
     assert (record.status, record.attempts, record.dead_reason) == (JobStatus.READY, 0, None)
@@ -474,13 +509,11 @@ async def test_requeue_brings_a_dead_job_back_with_attempts_reset(
     assert await queue.cancel("live")
     again = await claim_one(queue)
     assert (again.id, again.attempt, again.payload) == ("j", 1, b"p")
-    assert await queue.requeue("j") is False
-
-
-# -- inspection ------------------------------------------------------------
+    assert await requeue.requeue("j") is False
 
 
 async def test_list_pages_by_status_in_id_order(queue: LeaseQueue, clock: FakeClock) -> None:
+    listing = requires(JobListing, queue)
     for i in range(7):
         await queue.enqueue(b"", id=f"j{i}", priority=i)
     await queue.enqueue(b"", id="s", run_at=clock.now() + 60)
@@ -493,7 +526,7 @@ async def test_list_pages_by_status_in_id_order(queue: LeaseQueue, clock: FakeCl
     cursor: str | None = None
     pages = 0
     while True:
-        page = await queue.list(cursor=cursor, limit=3)
+        page = await listing.list(cursor=cursor, limit=3)
         pages += 1
         assert len(page.records) <= 3
         seen += [r.id for r in page.records]
@@ -503,18 +536,27 @@ async def test_list_pages_by_status_in_id_order(queue: LeaseQueue, clock: FakeCl
     assert seen == ["j0", "j1", "j2", "j3", "j4", "j5", "j6", "s"]
     assert pages == 3
 
-    ready = await queue.list(JobStatus.READY, limit=2)
+    ready = await listing.list(JobStatus.READY, limit=2)
     assert [r.id for r in ready.records] == ["j2", "j3"]
     assert ready.cursor is not None
-    rest = await queue.list(JobStatus.READY, cursor=ready.cursor, limit=10)
+    rest = await listing.list(JobStatus.READY, cursor=ready.cursor, limit=10)
     assert [r.id for r in rest.records] == ["j4", "j5", "j6"]
     assert rest.cursor is None
-    by = {s: [r.id for r in (await queue.list(s)).records] for s in JobStatus}
+    by = {s: [r.id for r in (await listing.list(s)).records] for s in JobStatus}
     assert by[JobStatus.CLAIMED] == ["j0"]
     assert by[JobStatus.DEAD] == ["j1"]
     assert by[JobStatus.SCHEDULED] == ["s"]
-    counts = await queue.counts()
-    assert counts == {
+
+
+async def test_counts_by_status(queue: LeaseQueue, clock: FakeClock) -> None:
+    counting = requires(JobCounts, queue)
+    assert await counting.counts() == dict.fromkeys(JobStatus, 0)
+    for i in range(7):
+        await queue.enqueue(b"", id=f"j{i}", priority=i)
+    await queue.enqueue(b"", id="s", run_at=clock.now() + 60)
+    await claim_one(queue)
+    await queue.dead_letter(await claim_one(queue), "x")
+    assert await counting.counts() == {
         JobStatus.READY: 5,
         JobStatus.CLAIMED: 1,
         JobStatus.DEAD: 1,
@@ -522,10 +564,10 @@ async def test_list_pages_by_status_in_id_order(queue: LeaseQueue, clock: FakeCl
     }
 
 
-async def test_get_of_an_unknown_id_is_none(queue: LeaseQueue) -> None:
-    assert await queue.get("nope") is None
-    assert (await queue.list()).records == []
-    assert (await queue.list()).cursor is None
+async def test_an_empty_queue_lists_nothing(queue: LeaseQueue) -> None:
+    listing = requires(JobListing, queue)
+    assert (await listing.list()).records == []
+    assert (await listing.list()).cursor is None
 
 
 async def test_next_due_is_the_earliest_run_at_or_lease_expiry(

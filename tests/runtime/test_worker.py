@@ -20,6 +20,7 @@ import pytest
 from stepstone.runtime import (
     Attempt,
     Backoff,
+    Clock,
     Delivery,
     Failure,
     FailureKind,
@@ -29,7 +30,6 @@ from stepstone.runtime import (
     LeaseLost,
     LeaseQueue,
     MemoryQueue,
-    Page,
     PermanentError,
     RetryLater,
     Settlement,
@@ -683,6 +683,10 @@ class FlakyQueue(LeaseQueue):
         self.next_due_calls = 0
         self.overdeliver = False
 
+    @property
+    def clock(self) -> Clock:
+        return self.inner.clock
+
     async def claim(
         self, n: int, *, lease: float, kinds: Collection[str] | None = None
     ) -> list[Delivery]:
@@ -718,16 +722,8 @@ class FlakyQueue(LeaseQueue):
     async def cancel(self, id: str) -> bool:
         return await self.inner.cancel(id)
 
-    async def requeue(self, id: str) -> bool:
-        return await self.inner.requeue(id)
-
     async def get(self, id: str) -> JobRecord | None:
         return await self.inner.get(id)
-
-    async def list(
-        self, status: JobStatus | None = None, *, cursor: str | None = None, limit: int = 100
-    ) -> Page:
-        return await self.inner.list(status, cursor=cursor, limit=limit)
 
     async def next_due(self) -> float | None:
         self.next_due_calls += 1
