@@ -189,7 +189,7 @@ class FlushCounter:
         self.calls = 0
 
     def install(self) -> FlushCounter:
-        import stepstone.store.file as file_module
+        import stepstone.store.file.commit as file_module
 
         def counted(real: Any) -> Any:
             def flush(fd: int) -> None:

@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from stepstone.store import FileStore
-from stepstone.store.file_commit import HAVE_SYNCFS, syncfs
+from stepstone.store.file.flush import HAVE_SYNCFS, syncfs
 
 Usage = tuple[float, float, float]
 

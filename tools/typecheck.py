@@ -31,10 +31,22 @@ LINKED = (".py", ".pyi", "py.typed")
 
 
 def package_dirs() -> dict[str, Path]:
-    """``{"stepstone.store": <repo>/src/store, ...}`` from pyproject.toml."""
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    mapping = config["tool"]["setuptools"]["package-dir"]
-    return {name: ROOT / path for name, path in mapping.items()}
+    """``{"stepstone.store": <repo>/src/store, ...}`` from pyproject.toml.
+
+    Every package in ``packages``, found as setuptools finds it: under the
+    ``package-dir`` entry of its nearest listed ancestor (``stepstone.store.file``
+    in ``src/store/file``).
+    """
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    mapping = setuptools["package-dir"]
+    found: dict[str, Path] = {}
+    for name in setuptools["packages"]:
+        ancestor, below = name, []
+        while ancestor not in mapping:
+            ancestor, _, last = ancestor.rpartition(".")
+            below.insert(0, last)
+        found[name] = ROOT.joinpath(mapping[ancestor], *below)
+    return found
 
 
 def build_tree(packages: dict[str, Path]) -> dict[Path, Path]:

@@ -20,7 +20,8 @@ from stepstone.store import (
     PreconditionFailed,
     StoreConfigError,
 )
-from stepstone.store.file_commit import HAVE_SYNCFS, Write
+from stepstone.store.file.batches import Write
+from stepstone.store.file.flush import HAVE_SYNCFS
 from stepstone.store.keys import RESERVED_SEGMENT
 
 PROCESSES = 4
@@ -291,7 +292,7 @@ def _read_interrupted_by(monkeypatch: pytest.MonkeyPatch, interfere: Any) -> Non
     file and reading it: a reader that lost the race to a writer."""
     import builtins
 
-    import stepstone.store.file as file_module
+    import stepstone.store.file.reads as file_module
 
     real_open = builtins.open
     pending = [interfere]
@@ -350,7 +351,7 @@ async def test_a_read_never_returns_bytes_of_the_object_its_inode_became(
 def test_a_forked_child_does_not_use_its_parents_spares(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from stepstone.store import file_spares
+    from stepstone.store.file import spares as file_spares
 
     pool = file_spares.SparePool(str(tmp_path))
     name = pool.reserve()
@@ -364,7 +365,7 @@ def test_a_forked_child_does_not_use_its_parents_spares(
 
 
 def test_the_spare_pool_is_bounded(tmp_path: Path) -> None:
-    from stepstone.store.file_spares import SparePool
+    from stepstone.store.file.spares import SparePool
 
     pool = SparePool(str(tmp_path), limit=2)
     for _ in range(2):
@@ -451,7 +452,7 @@ class _Timeline:
         import itertools
         import threading
 
-        import stepstone.store.file as file_module
+        import stepstone.store.file.commit as file_module
 
         self._tick = itertools.count()
         self._lock = threading.Lock()
@@ -601,7 +602,7 @@ async def test_a_failed_sync_leaves_placed_objects_alone(
     a spare (rewriting it as the next object would change the first)."""
     import errno
 
-    import stepstone.store.file as file_module
+    import stepstone.store.file.commit as file_module
     from stepstone.store import StoreUnavailable
 
     real = file_module.syncfs

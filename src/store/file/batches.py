@@ -4,7 +4,7 @@ A durable write on a local disk costs one or two flushes, and on the VMs and
 SSDs this project runs on a flush costs about the same for one file as for a
 hundred. So the FileStore does not flush per write: writes queue here, and
 one thread at a time takes everything queued and commits it as a batch
-(``FileStore._commit``: two ``syncfs`` calls for the whole batch on Linux).
+(``Committer.commit``: two ``syncfs`` calls for the whole batch on Linux).
 While a batch is on the disk the next one gathers, so the batch size follows
 the load by itself: a lone write pays for its own flush, as before; under
 load a flush covers as many writes as arrived during the previous one.
@@ -14,24 +14,21 @@ thread, for the same reason in the other direction: handing each small read
 to a thread pool and back costs the event loop more than the read does, and
 a batch wakes the loop once.
 
-This module holds the queue (``Batcher``), what is queued (``Write``,
-``Read``), and the ``syncfs`` call; what a commit does to the files is the
-FileStore's.
+This module holds the queue (``Batcher``) and what is queued (``Write``,
+``Read``); what a commit does to the files is in ``commit``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
 import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
 
-from .base import StoredObject
+from ..base import StoredObject
 
 MAX_BATCH = 256
 """Requests served together at most: bounds how long one batch takes."""
@@ -62,67 +59,6 @@ class Write(Request):
     tmp: str | None = None
     stat: os.stat_result | None = None
     result: str | None = None  # the new etag
-
-
-# -- syncfs -----------------------------------------------------------------
-
-
-def _load_syncfs() -> Callable[[int], int] | None:
-    """libc's ``syncfs(fd)``, or None where there is none (not Linux)."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-        fn = libc.syncfs
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_SYNCFS = _load_syncfs()
-
-HAVE_SYNCFS = _SYNCFS is not None
-
-
-def syncfs(fd: int) -> None:
-    """Flush every file and directory of the filesystem holding ``fd``.
-
-    Linux waits for the writes to complete, which gives every file on the
-    filesystem the guarantee of an fsync (``man 2 syncfs``), and since 5.8
-    it reports the writeback errors seen since ``fd`` was opened. ctypes
-    releases the GIL for the call.
-    """
-    if _SYNCFS is None:
-        raise OSError(0, "syncfs is not available on this platform")
-    if _SYNCFS(fd) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-
-
-_forks = 0
-
-
-def _count_fork() -> None:
-    global _forks
-    _forks += 1
-
-
-os.register_at_fork(after_in_child=_count_fork)
-
-
-def forks() -> int:
-    """How many forks lie between this process and the one this module was
-    imported in: an object that remembers the value notices it now lives in
-    a forked child without a ``getpid`` system call on every use."""
-    return _forks
-
-
-def fsync_directory(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # -- the queue ----------------------------------------------------------------

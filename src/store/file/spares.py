@@ -14,7 +14,7 @@ Rewriting an inode in place is only safe if nobody else can be using it, so
 a pool is private to one FileStore object in one process: its spares carry
 a random token, nothing else ever opens them, and a forked child starts an
 empty pool of its own. A reader that opened the object before it was
-retired is protected by the store's read check (see ``FileStore._get``).
+retired is protected by the store's read check (see ``reads``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import os
 import secrets
 import threading
 
-from .file_commit import forks
+from .forks import forks
 
 SPARE_SUFFIX = ".spare"
 

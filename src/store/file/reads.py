@@ -1,0 +1,57 @@
+"""Reading an object, and making sure the bytes read were that object's.
+
+Reads take no lock. A FileStore rewrites retired inodes as later objects
+(see ``spares``), so a reader that opened a file just before it was replaced
+or deleted could otherwise return bytes of whatever object that inode became.
+A read therefore checks, after reading, that the key still names the inode
+it read with the mtime it had: a rewrite always sets a later one. If not, it
+reads again what the key names now.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from ..base import ObjectInfo, StoredObject
+from ..errors import NotFound, StoreUnavailable
+from .os_errors import store_error
+from .stats import etag, object_info, stat_file
+
+READ_ATTEMPTS = 16
+"""Reads of an object that keeps changing under the reader before giving up."""
+
+
+def read_object(path: str, key: str, location: str) -> StoredObject:
+    """The object ``key`` at ``path``, checked to have stayed the object while it was read."""
+    for _ in range(READ_ATTEMPTS):
+        try:
+            with open(path, "rb") as f:
+                st = os.fstat(f.fileno())
+                if not stat.S_ISREG(st.st_mode):
+                    raise NotFound("no such object", location=location, key=key)
+                data = f.read()
+            now = stat_file(path)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError) as exc:
+            raise NotFound("no such object", location=location, key=key) from exc
+        except OSError as exc:
+            raise store_error(exc, location, key, "cannot read") from exc
+        read_etag = etag(st)
+        if now is not None and etag(now) == read_etag:
+            return StoredObject(key, data, read_etag)
+    raise StoreUnavailable(
+        f"cannot read: the object changed {READ_ATTEMPTS} times while being read",
+        location=location,
+        key=key,
+    )
+
+
+def head_object(path: str, key: str, location: str) -> ObjectInfo:
+    """The object ``key`` at ``path``'s etag, size and time, from its stat."""
+    try:
+        st = stat_file(path)
+    except OSError as exc:
+        raise store_error(exc, location, key, "cannot stat") from exc
+    if st is None:
+        raise NotFound("no such object", location=location, key=key)
+    return object_info(key, st)

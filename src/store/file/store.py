@@ -1,0 +1,225 @@
+"""The FileStore class: the ObjectStore contract, put together from the parts beside it.
+
+What is the class's own: blocking file I/O runs on a small thread pool (reads
+and listings, and the one thread committing writes), so the event loop never
+waits on the disk; writes and reads queue in ``batches`` and are served a
+batch at a time; and a store used before a fork starts afresh in the child.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import weakref
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Literal, TypeVar
+
+from ..base import DEFAULT_PAGE_SIZE, ObjectInfo, ObjectStore, StoredObject
+from ..errors import StoreConfigError, StoreError
+from ..keys import RESERVED_SEGMENT
+from .batches import Batcher, Read, Write
+from .commit import Committer
+from .flush import HAVE_SYNCFS
+from .forks import forks
+from .listing import list_page, next_page, objects_under
+from .locks import KeyLocks
+from .paths import KeyPaths
+from .reads import head_object, read_object
+from .temp_files import TempFiles
+
+T = TypeVar("T")
+
+MAX_WORKERS = 8
+"""Threads doing blocking file I/O for one store: reads and listings, and the
+one thread committing writes."""
+
+SyncMode = Literal["auto", "syncfs", "fsync"]
+
+
+class FileStore(ObjectStore):
+    """An object store in a local directory; see the ``stepstone.store.file`` docstring."""
+
+    def __init__(
+        self, root: str | Path, *, max_workers: int = MAX_WORKERS, sync: SyncMode = "auto"
+    ) -> None:
+        """``sync`` picks how a batch of writes is made durable: ``"syncfs"``
+        (two syncs of the store's filesystem per batch; Linux only), ``"fsync"``
+        (each file, then each directory it went into), or ``"auto"``: syncfs
+        where the platform has it. Both are equally durable; see docs/storage.md
+        for when ``fsync`` is the better choice."""
+        self.root = os.path.realpath(os.fspath(root))
+        self.location = f"file://{self.root}"
+        tmp = os.path.join(self.root, RESERVED_SEGMENT)
+        locks = os.path.join(tmp, "locks")
+        self._max_workers = max(2, max_workers)
+        self._pool: ThreadPoolExecutor | None = None
+        if sync not in ("auto", "syncfs", "fsync"):
+            raise StoreConfigError(
+                f"sync={sync!r}: use 'auto', 'syncfs' or 'fsync'", location=self.location
+            )
+        if sync == "syncfs" and not HAVE_SYNCFS:
+            raise StoreConfigError(
+                "sync='syncfs': this platform has no syncfs; use 'fsync'", location=self.location
+            )
+        self.sync_mode: SyncMode = "syncfs" if sync != "fsync" and HAVE_SYNCFS else "fsync"
+        try:
+            os.makedirs(locks, exist_ok=True)
+        except OSError as exc:
+            raise StoreConfigError(
+                f"cannot create the store directory: {exc.strerror}", location=self.location
+            ) from exc
+        root_fd = None
+        if self.sync_mode == "syncfs":
+            # Held for the store's life: syncfs reports the writeback errors
+            # seen since this descriptor was opened, so a fresh one per sync
+            # would miss an error the kernel's flusher hit in between.
+            root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+            weakref.finalize(self, os.close, root_fd)
+        fsync = self.sync_mode == "fsync"
+        self._paths = KeyPaths(self.root, self.location, fsync_new_directories=fsync)
+        self._temp = TempFiles(tmp, fsync=fsync)
+        self._committer = Committer(self._paths, self._temp, KeyLocks(locks), syncfs_fd=root_fd)
+        self._generation = forks()
+        self._queues()
+        self._temp.sweep()
+
+    # -- plumbing ---------------------------------------------------------
+
+    def _forked(self) -> None:
+        """In a child forked from the process that used this store, start
+        afresh: the parent's threads did not come along, so its pool and its
+        queues (perhaps mid-batch) would wait forever."""
+        if self._generation != forks():
+            self._generation = forks()
+            self._pool = None
+            self._queues()
+
+    def _queues(self) -> None:
+        """New, empty queues for writes and reads."""
+        self._writes = Batcher(self._committer.commit, self._start, distinct_keys=True)
+        self._reads = Batcher(self._serve_reads, self._start, distinct_keys=False)
+
+    def _executor(self) -> ThreadPoolExecutor:
+        self._forked()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self._max_workers, thread_name_prefix="stepstone-file")
+        return self._pool
+
+    def _start(self, fn: Callable[[], None]) -> None:
+        self._executor().submit(fn)
+
+    async def _run(self, fn: Callable[..., T], *args: object) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor(), functools.partial(fn, *args))
+
+    async def _write(self, write: Write) -> str | None:
+        self._forked()
+        await self._writes.run(write)
+        if write.error is not None:
+            raise write.error
+        return write.result
+
+    def _serve_reads(self, reads: list[Read]) -> None:
+        for read in reads:
+            try:
+                read.result = self._get(read.key)
+            except StoreError as exc:
+                read.error = exc
+
+    async def close(self) -> None:
+        """Release the thread pool (a batch being committed finishes first in
+        the background) and the spare inodes. The store can be used again."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False)
+        self._temp.clear_spares()
+
+    # -- blocking operations ----------------------------------------------
+
+    def _commit_one(self, write: Write) -> str | None:
+        """Commit a batch of one, in this thread (the blocking API, for tools)."""
+        self._committer.commit([write])
+        if write.error is not None:
+            raise write.error
+        return write.result
+
+    def _get(self, key: str) -> StoredObject:
+        return read_object(self._paths.of(key), key, self.location)
+
+    def _head(self, key: str) -> ObjectInfo:
+        return head_object(self._paths.of(key), key, self.location)
+
+    def _list(self, prefix: str, start_after: str | None, limit: int) -> list[ObjectInfo]:
+        return list_page(self.root, self.location, prefix, start_after, limit)
+
+    # -- the contract -----------------------------------------------------
+
+    async def get(self, key: str) -> StoredObject:
+        read = Read(key)
+        self._forked()
+        await self._reads.run(read)
+        if read.error is not None:
+            raise read.error
+        assert read.result is not None
+        return read.result
+
+    async def head(self, key: str) -> ObjectInfo:
+        return await self._run(self._head, key)
+
+    async def put(self, key: str, data: bytes) -> str:
+        return _etag_of(await self._write(Write(key, bytes(data))))
+
+    async def put_if_absent(self, key: str, data: bytes) -> str:
+        return _etag_of(await self._write(Write(key, bytes(data), "absent")))
+
+    async def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        return _etag_of(await self._write(Write(key, bytes(data), "match", etag)))
+
+    async def delete(self, key: str, *, if_match: str | None = None) -> None:
+        if if_match is None:
+            await self._write(Write(key, None))
+        else:
+            await self._write(Write(key, None, "match", if_match))
+
+    async def list(
+        self,
+        prefix: str = "",
+        *,
+        start_after: str | None = None,
+        limit: int = DEFAULT_PAGE_SIZE,
+    ) -> list[ObjectInfo]:
+        return await self._run(self._list, prefix, start_after, limit)
+
+    async def scan(
+        self,
+        prefix: str = "",
+        *,
+        start_after: str | None = None,
+        page_size: int = DEFAULT_PAGE_SIZE,
+    ) -> AsyncIterator[ObjectInfo]:
+        """Every object under ``prefix`` in key order, from one walk of the
+        tree handed over a page at a time. (Listing page after page would
+        read and sort a whole directory again for every page: a scan of a
+        directory of N files would cost N * N / page_size.)"""
+        walk = objects_under(self.root, self.location, prefix, start_after)
+        try:
+            while True:
+                page = await self._run(next_page, walk, max(1, page_size), self.location)
+                for info in page:
+                    yield info
+                if len(page) < page_size:
+                    return
+        finally:
+            # (still running in a pool thread if we were cancelled mid-page:
+            # then it is closed when collected)
+            with contextlib.suppress(ValueError):
+                walk.close()
+
+
+def _etag_of(result: str | None) -> str:
+    assert result is not None, "a committed put has an etag"
+    return result
