@@ -2,8 +2,9 @@
 
 Every case runs in a fresh interpreter (so peak RSS is the case's own), prints
 one JSON line as it finishes, and at the end a Markdown table. ``--out``
-also writes the list of results as JSON; ``--plots`` draws docs/img/*.png
-from them (needs the ``bench`` extra: matplotlib). See docs/performance.md.
+also writes the list of results as JSON, each result with the commit it
+measured (``commit``); ``--plots`` draws docs/img/*.png from them (needs the
+``bench`` extra: matplotlib). See docs/performance.md.
 """
 
 from __future__ import annotations
@@ -54,6 +55,26 @@ def plan(quick: bool) -> dict[str, Spec]:
     for case_id, spec in cases.items():
         spec.label = case_id
     return cases
+
+
+def source_commit() -> str | None:
+    """The commit the harness and the engine are checked out at, ``+dirty`` if
+    either has changes not committed; None outside a git checkout."""
+    here = os.path.dirname(os.path.abspath(__file__))
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", *args], cwd=here, capture_output=True, text=True, check=True, timeout=30
+        )
+        return done.stdout.strip()
+
+    try:
+        head = git("rev-parse", "HEAD")
+        changed = git("status", "--porcelain", "--", "../src", ".")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    changed_code = [line for line in changed.splitlines() if not line.endswith(".json")]
+    return head + ("+dirty" if changed_code else "")
 
 
 def run_in_subprocess(spec: Spec) -> dict[str, Any]:
@@ -133,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown case(s): {', '.join(unknown)}; --list shows them")
     results: list[dict[str, Any]] = []
+    commit = source_commit()
     started = time.monotonic()
     for case_id in wanted:
         spec = cases[case_id]
@@ -146,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                 result["jobs_per_s_runs"] = [r["jobs_per_s"] for r in good]
         else:
             result = runs[0]
+        result["commit"] = commit
         results.append(result)
         print(json.dumps(result), flush=True)
     if not args.keep_trash:

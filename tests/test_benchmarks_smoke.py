@@ -3,13 +3,16 @@ only that each case runs, answers correctly and counts requests."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
+from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from benchmarks.cases import Spec, run_one
-from benchmarks.run import plan, table
+from benchmarks.run import main, plan, table
 
 
 def test_w3_on_memory_and_files(tmp_path: object) -> None:
@@ -38,3 +41,14 @@ def test_plan_names_every_case() -> None:
 def test_scale_case_runs(tmp_path: object) -> None:
     r = run_one(Spec("scale", "file", n=20, processes=2, label="s", workdir=str(tmp_path)))
     assert sum(r["per_process_jobs"]) == 20
+
+
+def test_saved_results_name_the_commit_they_measured(tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    args = ["--quick", "--only", "latency-memory", "--workdir", str(tmp_path), "--out", str(out)]
+    assert main(args) == 0
+    [result] = json.loads(out.read_text())
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert result["commit"] in (head, head + "+dirty")
