@@ -31,7 +31,7 @@ from .queue import (
     Settlement,
 )
 from .queue_inspection import DeadJobRequeue, JobCounts, JobListing, Page, QueueInspection
-from .sqs_queue import SqsQueue, SqsUnsupported  # aiobotocore loads on first use
+from .sqs import SqsQueue, SqsUnsupported  # aiobotocore loads on first use
 from .store_queue import StoreQueue, StoreQueueStats
 from .store_records import CorruptRecord
 from .worker import Attempt, Handler, Lease, OnTerminal, Worker, WorkerStats

@@ -51,7 +51,7 @@ class Backend:
     def make(self, **options: Any) -> LeaseQueue:
         queue: LeaseQueue
         if self.sqs is not None:
-            from stepstone.runtime.sqs_queue import SqsQueue
+            from stepstone.runtime.sqs import SqsQueue
 
             options.pop("priority_aging", None)
             return SqsQueue(
@@ -124,7 +124,7 @@ def backend(request: pytest.FixtureRequest) -> Backend:
 
 
 async def _create_sqs_queues(name: str, endpoint: str) -> None:
-    from stepstone.runtime.sqs_queue import SqsQueue
+    from stepstone.runtime.sqs import SqsQueue
 
     made = await SqsQueue.create(
         name, id_store=None, endpoint_url=endpoint, region="us-east-1", wait_time_seconds=0

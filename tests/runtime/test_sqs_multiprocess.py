@@ -39,7 +39,7 @@ def _append(path: str, text: str) -> None:
 def _queue(endpoint: str, name: str, s3_url: str, log: str | None = None) -> tuple[Any, Any]:
     from stepstone.runtime import Settlement
     from stepstone.runtime.queue import Delivery
-    from stepstone.runtime.sqs_queue import SqsQueue
+    from stepstone.runtime.sqs import SqsQueue
     from stepstone.store import open_store
 
     class RecordingQueue(SqsQueue):
@@ -101,7 +101,7 @@ async def test_jobs_on_sqs_are_each_completed_once_by_many_processes(
     moto_server: str, s3_url: str, s3_store: object, tmp_path: Path
 ) -> None:
     from stepstone.runtime import JobStatus
-    from stepstone.runtime.sqs_queue import SqsQueue
+    from stepstone.runtime.sqs import SqsQueue
     from stepstone.store import ObjectStore
 
     assert isinstance(s3_store, ObjectStore)
@@ -190,7 +190,7 @@ def _double_job() -> Any:
 
 def _runner(endpoint: str, name: str, s3_url: str, **kwargs: Any) -> Any:
     from stepstone import JobRunner
-    from stepstone.runtime.sqs_queue import SqsQueue
+    from stepstone.runtime.sqs import SqsQueue
     from stepstone.store import open_store
 
     store = open_store(s3_url)
@@ -217,7 +217,7 @@ async def test_job_runners_on_sqs_and_s3_run_each_keyed_job_once(
     """Submitters and JobRunner workers in separate processes, on SQS + S3:
     every job submitted twice (two API processes' worth) runs once, each step
     once, and every handle gets its result."""
-    from stepstone.runtime.sqs_queue import SqsQueue
+    from stepstone.runtime.sqs import SqsQueue
 
     name = f"jr-{uuid.uuid4().hex[:12]}"
     made = await SqsQueue.create(name, id_store=None, endpoint_url=moto_server, region="us-east-1")
@@ -263,7 +263,7 @@ async def test_requests_per_job_through_the_whole_engine(
     submitted at once and run by one JobRunner on SqsQueue + S3 (id store on),
     every SQS request and every S3 request counted."""
     from stepstone import JobRunner
-    from stepstone.runtime.sqs_queue import SqsQueue
+    from stepstone.runtime.sqs import SqsQueue
     from stepstone.store.counting import CountingStore
 
     monkeypatch.setenv("SQS_STEP_LOG", str(tmp_path / "steps.log"))

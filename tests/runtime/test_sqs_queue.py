@@ -18,7 +18,8 @@ import pytest
 
 from stepstone.runtime import FakeClock, JobListing, PayloadTooLarge, Settlement
 from stepstone.runtime.queue import Delivery, JobStatus
-from stepstone.runtime.sqs_queue import SqsQueue, SqsUnsupported, Tier
+from stepstone.runtime.sqs import SqsQueue, SqsUnsupported, Tier
+from stepstone.runtime.sqs.message import encode
 from stepstone.store import ObjectStore
 
 Factory = Callable[..., Awaitable[SqsQueue]]
@@ -392,8 +393,8 @@ async def test_id_store_drops_duplicates_and_cancels_fleet_wide(
     url = client.get_queue_url(QueueName=f"{a.name}-normal")["QueueUrl"]
     raw = client.receive_message(QueueUrl=url, MaxNumberOfMessages=1)  # nothing visible
     assert "Messages" not in raw
-    held = next(iter(a._held.values()))
-    body = json.dumps(held.body)
+    held = next(iter(a._fence.held.values()))
+    body = encode(held.message)
     assert await a.ack(d) == Settlement.ACKED
     client.send_message(QueueUrl=url, MessageBody=body)
     assert await claim_until(b, within=1.0) == []

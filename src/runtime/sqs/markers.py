@@ -1,0 +1,74 @@
+"""Job markers in the id store: what makes job ids fleet-wide on SQS.
+
+SQS standard queues do not deduplicate and cannot find a message by id. With
+an id store (an ObjectStore: the bucket) each live job has a marker,
+written create-if-absent at enqueue, holding the job's message in full
+(payload included) and a random token naming that enqueue. Enqueue-with-id
+is then deduplicated fleet-wide; ``get`` and ``cancel`` work from any
+process; and a delivery whose marker no longer names its enqueue (acked,
+cancelled, dead-lettered, or enqueued again since) is a duplicate SQS
+delivered, or a job this delivery lost. A payload too big to be worth
+sending stays in the marker only (a spilled job), read back by the claim's
+marker check at no extra request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+
+from stepstone.store import AlreadyExists, NotFound, ObjectStore
+
+from .message import JobMessage, MalformedMessage, decode, encode
+
+
+class IdMarkers:
+    """One marker per live job under ``prefix`` in ``store``."""
+
+    def __init__(self, store: ObjectStore, prefix: str) -> None:
+        self.store = store
+        self.prefix = prefix
+
+    def key(self, job_id: str) -> str:
+        """Where the job's marker is: job ids are any text, so the key is their SHA-256."""
+        return f"{self.prefix}/{hashlib.sha256(job_id.encode()).hexdigest()}"
+
+    async def create(self, message: JobMessage) -> bool:
+        """Write the job's marker unless one exists; False if one did (the id is live)."""
+        try:
+            await self.store.put_if_absent(self.key(message.id), encode(message).encode())
+        except AlreadyExists:
+            return False
+        return True
+
+    async def write(self, message: JobMessage) -> None:
+        """Replace the job's marker (it died, or came back from the dead)."""
+        await self.store.put(self.key(message.id), encode(message).encode())
+
+    async def read(self, job_id: str) -> JobMessage | None:
+        """The job's marker, or None when it has none. A marker that is not a
+        job's message with its payload raises MalformedMessage."""
+        key = self.key(job_id)
+        try:
+            found = await self.store.get(key)
+        except NotFound:
+            return None
+        try:
+            marker = decode(found.data)
+        except MalformedMessage as exc:
+            raise MalformedMessage(f"id-store marker {key} of job {job_id!r}: {exc}") from exc
+        if marker.payload is None:
+            raise MalformedMessage(f"id-store marker {key} of job {job_id!r} has no payload")
+        return marker
+
+    async def of(self, message: JobMessage) -> JobMessage | None:
+        """The marker of ``message``'s job if it still names the enqueue the
+        message came from (the same token), else None."""
+        marker = await self.read(message.id)
+        if marker is None or marker.token != message.token:
+            return None
+        return marker
+
+    async def drop(self, job_id: str) -> None:
+        with contextlib.suppress(NotFound):
+            await self.store.delete(self.key(job_id))
