@@ -1,4 +1,4 @@
-"""``python -m workflow``: the same as the ``stepstone`` command."""
+"""``python -m stepstone``: the same as the ``stepstone`` command."""
 
 from .cli import run
 

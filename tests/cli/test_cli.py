@@ -23,7 +23,10 @@ from cli_app import Boom, Gated, Greet, count
 from cli_support import Cli, Result
 
 from stepstone import JobFailed, JobRunner, SubmitOptions
-from stepstone.cli import CliError, _Progress, main, parse_duration
+from stepstone.cli import main
+from stepstone.cli.commands import _Progress
+from stepstone.cli.durations import parse_duration
+from stepstone.cli.errors import CliError
 
 DEADLINE = 30.0
 

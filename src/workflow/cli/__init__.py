@@ -1,0 +1,31 @@
+"""``stepstone``: run workers and look after jobs from a shell.
+
+    stepstone worker APP:RUNNER [--concurrency N]
+    stepstone ls [--status S] [--limit N]
+    stepstone show ID
+    stepstone retry ID
+    stepstone cancel ID
+    stepstone purge --older-than 7d [--dry-run]
+    stepstone stats
+
+Every command but ``worker`` reads the store named by ``--store URL`` (or
+``STEPSTONE_STORE``) under ``--prefix`` (or ``STEPSTONE_PREFIX``), or the
+store, queue and prefix of an application's runner with ``--app APP:RUNNER``.
+Tables are for people; ``--json`` prints one JSON document for scripts.
+A failure prints one line to stderr and exits 1 (2 for a usage mistake).
+
+The commands need none of the application's job types: they read the
+records the engine writes (see :mod:`stepstone.inspection`), so an operator
+can inspect a bucket from any machine that can reach it. docs/operations.md
+is the reference.
+
+The modules, in the order a command meets them: ``entry`` (``main``: parse,
+dispatch, one line per failure), ``parser`` (the commands and their
+options), ``runners`` (the JobRunner a command works on), ``commands`` (the
+commands that inspect and operate on jobs), ``worker`` (the worker command
+and its signals), ``render`` (tables and JSON), ``durations`` and ``errors``.
+"""
+
+from .entry import main, run
+
+__all__ = ["main", "run"]

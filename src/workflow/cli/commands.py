@@ -1,0 +1,170 @@
+"""The commands that inspect and operate on jobs: ls, show, retry, cancel, purge, stats.
+
+Each opens the runner the options name, does one thing through
+:mod:`stepstone.inspection`, prints it (a table or ``--json``) and closes
+the runner. Each returns the exit status; failures are raised, for
+``entry.main`` to print in one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from typing import TextIO
+
+from .. import inspection
+from ..inspection import OUTCOME_STATES
+from ..runner import JobRunner
+from .durations import parse_duration
+from .render import detail_json, emit_json, listed_json, print_detail, short, table, when
+from .runners import runner_from_args
+
+
+async def _with_runner(
+    args: argparse.Namespace, body: Callable[[JobRunner], Awaitable[int]]
+) -> int:
+    runner = await runner_from_args(args)
+    try:
+        return await body(runner)
+    finally:
+        await runner.close()
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    async def body(runner: JobRunner) -> int:
+        rows = await inspection.list_jobs(runner, args.status, limit=args.limit)
+        if args.json:
+            emit_json({"jobs": [listed_json(r) for r in rows]})
+            return 0
+        out = sys.stdout
+        if rows:
+            table(
+                out,
+                ["ID", "STATE", "NAME", "ATTEMPTS", "UPDATED", "SOURCE", "LAST ERROR"],
+                [
+                    [
+                        r.id,
+                        r.state,
+                        r.name,
+                        str(r.attempts),
+                        when(r.updated),
+                        r.source,
+                        short(r.last_error or "", 60),
+                    ]
+                    for r in rows
+                ],
+            )
+        where = _sources(args.status)
+        more = " (--limit reached)" if len(rows) >= args.limit else ""
+        out.write(f"{len(rows)} job(s) from {where}{more}\n")
+        return 0
+
+    return asyncio.run(_with_runner(args, body))
+
+
+def _sources(status: str | None) -> str:
+    if status is None:
+        return "the queue and outcomes/"
+    if status in OUTCOME_STATES:
+        return "outcomes/ (finished runs)"
+    return "the queue"
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    async def body(runner: JobRunner) -> int:
+        found = await inspection.detail(runner, args.id)
+        if args.json:
+            emit_json(detail_json(found))
+        else:
+            print_detail(sys.stdout, found)
+        return 0
+
+    return asyncio.run(_with_runner(args, body))
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    async def body(runner: JobRunner) -> int:
+        await inspection.retry(runner, args.id)
+        if args.json:
+            emit_json({"id": args.id, "requeued": True})
+        else:
+            print(f"requeued {args.id} (its failed outcome was removed; finished steps replay)")
+        return 0
+
+    return asyncio.run(_with_runner(args, body))
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    async def body(runner: JobRunner) -> int:
+        done = await inspection.cancel(runner, args.id)
+        if args.json:
+            emit_json({"id": args.id, "result": done})
+        elif done == "cancelled":
+            print(f"cancelled {args.id}")
+        else:
+            print(f"discarded dead job {args.id} from the queue (its failed outcome stays)")
+        return 0
+
+    return asyncio.run(_with_runner(args, body))
+
+
+def cmd_purge(args: argparse.Namespace) -> int:
+    age = parse_duration(args.older_than)
+
+    async def body(runner: JobRunner) -> int:
+        progress = _Progress(sys.stderr, "checking" if args.dry_run else "purging")
+        try:
+            removed = await inspection.purge(
+                runner, age, dry_run=args.dry_run, on_progress=progress
+            )
+        finally:
+            progress.close()
+        verb = "would purge" if args.dry_run else "purged"
+        if args.json:
+            emit_json({"older_than": age, "dry_run": args.dry_run, "ids": removed})
+        else:
+            if args.dry_run:
+                for run_id in removed:
+                    print(run_id)
+            print(f"{verb} {len(removed)} finished run(s) older than {args.older_than}")
+        return 0
+
+    return asyncio.run(_with_runner(args, body))
+
+
+class _Progress:
+    """``purging 12/40`` on a terminal, rewritten in place; nothing on a pipe
+    (the final summary says it all, and logs stay clean)."""
+
+    def __init__(self, stream: TextIO, verb: str) -> None:
+        self.stream = stream
+        self.verb = verb
+        self.live = stream.isatty()
+        self.shown = False
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.live and total:
+            self.stream.write(f"\r{self.verb} {done}/{total}")
+            self.stream.flush()
+            self.shown = True
+
+    def close(self) -> None:
+        if self.shown:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    async def body(runner: JobRunner) -> int:
+        counts = await inspection.stats(runner)
+        if args.json:
+            emit_json(counts)
+            return 0
+        rows = [["queue", state, str(n)] for state, n in counts["queue"].items()]
+        rows += [["outcomes", state, str(n)] for state, n in counts["outcomes"].items()]
+        table(sys.stdout, ["WHERE", "STATUS", "COUNT"], rows)
+        return 0
+
+    return asyncio.run(_with_runner(args, body))

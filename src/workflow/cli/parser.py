@@ -1,0 +1,134 @@
+"""The command line: the commands, their options, and the handler each one runs.
+
+The shared options (``--store``, ``--prefix``, ``--app``, ``--json``) are
+accepted before or after the command, so ``stepstone --json ls`` and
+``stepstone ls --json`` both work.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..inspection import STATE_NAMES
+from .commands import cmd_cancel, cmd_ls, cmd_purge, cmd_retry, cmd_show, cmd_stats
+from .runners import ENV_PREFIX, ENV_STORE
+from .worker import cmd_worker
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # Shared options are accepted before or after the command; SUPPRESS keeps a
+    # subcommand's unset option from overwriting one given before it.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--store",
+        default=argparse.SUPPRESS,
+        metavar="URL",
+        help=f"the store: a directory, file:///path or s3://bucket/prefix (default ${ENV_STORE})",
+    )
+    common.add_argument(
+        "--prefix",
+        default=argparse.SUPPRESS,
+        help=f"the runner's key prefix inside the store (default ${ENV_PREFIX} or none)",
+    )
+    common.add_argument(
+        "--app",
+        default=argparse.SUPPRESS,
+        metavar="APP:RUNNER",
+        help="take the store, queue and prefix from this runner instead of --store",
+    )
+    common.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON for scripts"
+    )
+
+    parser = argparse.ArgumentParser(
+        prog="stepstone",
+        description="Run stepstone workers and inspect, retry, cancel and purge jobs.",
+        parents=[common],
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    worker = sub.add_parser(
+        "worker",
+        help="run a JobRunner's worker until SIGTERM/SIGINT, then drain",
+        description="Import APP and run its RUNNER (a JobRunner, or a zero-argument "
+        "callable returning one) until SIGTERM or SIGINT, which drain gracefully.",
+    )
+    worker.add_argument("app", metavar="APP:RUNNER", help="e.g. myapp.jobs:runner")
+    worker.add_argument("--concurrency", type=int, help="override the runner's concurrency")
+    worker.add_argument(
+        "--log-level",
+        default="INFO",
+        type=str.upper,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="default INFO",
+    )
+    worker.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default="text",
+        help="text lines, or one JSON object per line (default text)",
+    )
+    worker.set_defaults(handler=cmd_worker)
+
+    ls = sub.add_parser(
+        "ls",
+        parents=[common],
+        help="list jobs from the queue and/or outcomes",
+        description="List jobs. A queue state (scheduled, ready, running, dead) lists "
+        "queue records; succeeded, failed or cancelled lists finished runs from "
+        "outcomes/; no --status lists both, one row per id.",
+    )
+    ls.add_argument("--status", choices=STATE_NAMES, help="only jobs in this state")
+    ls.add_argument("--limit", type=int, default=100, help="at most this many rows (default 100)")
+    ls.set_defaults(handler=cmd_ls)
+
+    show = sub.add_parser(
+        "show",
+        parents=[common],
+        help="one job: queue record, outcome, progress, memos",
+        description="Show everything stored about one job.",
+    )
+    show.add_argument("id", help="the job id")
+    show.set_defaults(handler=cmd_show)
+
+    retry = sub.add_parser(
+        "retry",
+        parents=[common],
+        help="requeue a dead job (its failed outcome is removed first)",
+        description="Requeue a dead job with its attempts reset. Its failed outcome "
+        "record is removed first so the new run can record its own; steps it "
+        "finished replay from their memos.",
+    )
+    retry.add_argument("id", help="the job id")
+    retry.set_defaults(handler=cmd_retry)
+
+    cancel = sub.add_parser(
+        "cancel",
+        parents=[common],
+        help="cancel a job that has not finished (or discard a dead one)",
+    )
+    cancel.add_argument("id", help="the job id")
+    cancel.set_defaults(handler=cmd_cancel)
+
+    purge = sub.add_parser(
+        "purge",
+        parents=[common],
+        help="remove finished runs older than a given age",
+        description="Remove the outcome, memos and progress of every finished run "
+        "whose outcome is older than --older-than.",
+    )
+    purge.add_argument(
+        "--older-than", required=True, metavar="AGE", help="e.g. 30m, 12h, 7d, 1h30m"
+    )
+    purge.add_argument("--dry-run", action="store_true", help="list what would go; remove nothing")
+    purge.set_defaults(handler=cmd_purge)
+
+    stats = sub.add_parser(
+        "stats",
+        parents=[common],
+        help="counts by status, in the queue and in outcomes/",
+        description="Count queue records by status and outcome records by status "
+        "(one GET per outcome).",
+    )
+    stats.set_defaults(handler=cmd_stats)
+    return parser

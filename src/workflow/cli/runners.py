@@ -1,0 +1,104 @@
+"""The JobRunner a command works on: an application's, or one on a store URL.
+
+``worker`` and ``--app APP:RUNNER`` import the application and take its
+runner (or call a zero-argument factory for one), so the worker runs the
+application's job types and the inspecting commands see its queue and
+prefix. Without ``--app``, a command opens a bare runner on ``--store`` (or
+``STEPSTONE_STORE``): inspecting needs no job types.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from stepstone.store.errors import StoreConfigError
+
+from ..runner import JobRunner
+from .errors import CliError
+
+ENV_STORE = "STEPSTONE_STORE"
+ENV_PREFIX = "STEPSTONE_PREFIX"
+
+
+def load_target(spec: str) -> Any:
+    """The object ``module:attr`` names (``attr`` may be dotted), importing
+    ``module`` with the current directory on the path, as ``python -m`` would."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise CliError(f"expected APP:RUNNER (a module and an attribute), got {spec!r}", 2)
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        if getattr(exc, "name", None) and module_name.startswith(str(exc.name)):
+            raise CliError(f"cannot import module {module_name!r}: {exc}") from exc
+        raise  # the module exists but an import inside it failed: show the traceback
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise CliError(f"module {module_name!r} has no attribute {attr!r}") from None
+    return target
+
+
+async def resolve_runner(spec: str) -> JobRunner:
+    """A JobRunner, or the result of calling a zero-argument factory (sync or async)."""
+    target = load_target(spec)
+    if not isinstance(target, JobRunner) and callable(target):
+        try:
+            inspect.signature(target).bind()
+        except TypeError:
+            raise CliError(
+                f"{spec} is a callable that needs arguments; it must be a JobRunner "
+                "or a zero-argument callable returning one"
+            ) from None
+        except ValueError:  # no signature to check (a builtin): just call it
+            pass
+        target = target()
+        if inspect.isawaitable(target):
+            target = await target
+    if not isinstance(target, JobRunner):
+        raise CliError(
+            f"{spec} is a {type(target).__name__}, not a JobRunner "
+            "(or a zero-argument callable returning one)"
+        )
+    return target
+
+
+async def runner_from_args(args: argparse.Namespace) -> JobRunner:
+    """The runner of ``--app``, else a runner on ``--store`` under ``--prefix``."""
+    app = getattr(args, "app", None)
+    if app:
+        return await resolve_runner(app)
+    url = getattr(args, "store", None) or os.environ.get(ENV_STORE)
+    if not url:
+        raise CliError(f"no store: pass --store URL or set {ENV_STORE}", 2)
+    prefix = getattr(args, "prefix", None)
+    if prefix is None:
+        prefix = os.environ.get(ENV_PREFIX, "")
+    if url.startswith("memory:"):
+        raise CliError(
+            "a memory:// store lives inside one process; point the CLI at a "
+            "directory, file:// or s3:// store"
+        )
+    _check_directory(url)
+    try:
+        return JobRunner(url, prefix=prefix)
+    except StoreConfigError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _check_directory(url: str) -> None:
+    """Refuse a local store that does not exist: FileStore would create it, and a
+    typo in a path would then list an empty store instead of failing."""
+    if "://" not in url or url.startswith("file://"):
+        path = Path(url.removeprefix("file://")).expanduser()
+        if not path.is_dir():
+            raise CliError(f"no store at {str(path)!r}: the directory does not exist")
