@@ -6,13 +6,12 @@ enqueue and a handler, under leases, with retries.
 
 from .backoff import Backoff
 from .clock import Clock, FakeClock, SystemClock
-from .decide import Failure, FailureKind, Success, Terminal
+from .decide import AttemptEnd, Failure, FailureKind, Success, Terminal
 from .errors import (
-    JobNotFound,
     LeaseLost,
     MalformedPayload,
     PayloadTooLarge,
-    PermanentError,
+    Permanent,
     QueueError,
     RetryLater,
     UnknownKind,
@@ -23,6 +22,7 @@ from .queue import (
     PRIORITY_HIGH,
     PRIORITY_LOW,
     PRIORITY_NORMAL,
+    QUEUE_STATUSES,
     Delivery,
     Enqueued,
     JobRecord,
@@ -41,7 +41,9 @@ __all__ = [
     "PRIORITY_HIGH",
     "PRIORITY_LOW",
     "PRIORITY_NORMAL",
+    "QUEUE_STATUSES",
     "Attempt",
+    "AttemptEnd",
     "Backoff",
     "Clock",
     "CorruptRecord",
@@ -54,7 +56,6 @@ __all__ = [
     "Handler",
     "JobCounts",
     "JobListing",
-    "JobNotFound",
     "JobRecord",
     "JobStatus",
     "Lease",
@@ -65,7 +66,7 @@ __all__ = [
     "OnTerminal",
     "Page",
     "PayloadTooLarge",
-    "PermanentError",
+    "Permanent",
     "QueueError",
     "QueueInspection",
     "RetryLater",

@@ -1,9 +1,10 @@
 """What to do with a job once its attempt is over: the pure decision.
 
-The worker runs a handler and gets an *outcome* (it returned, it raised, it
-timed out, or it never ran because no handler is registered or its last
-attempt already lapsed). :func:`decide` turns the outcome into a *decision*:
-ack it, retry it after a delay, or send it to dead with a terminal failure.
+The worker runs a handler and learns how its attempt *ended* (it returned,
+it raised, it timed out, or it never ran because no handler is registered or
+its last attempt already lapsed). :func:`decide` turns that
+:data:`AttemptEnd` into a *decision*: ack it, retry it after a delay, or send
+it to dead with a terminal failure.
 
 It does no I/O and reads no clock (``now`` is passed in), so every rule of the
 retry policy is a plain function call in a test, and the worker's own code is
@@ -18,7 +19,7 @@ from enum import StrEnum
 from stepstone.store.errors import StoreUnavailable
 
 from .backoff import Backoff
-from .errors import MalformedPayload, PermanentError, RetryLater, UnknownKind
+from .errors import MalformedPayload, Permanent, RetryLater, UnknownKind
 from .queue import Delivery
 
 MAX_MESSAGE_CHARS = 4000
@@ -34,7 +35,7 @@ class FailureKind(StrEnum):
     """Why a job failed for good."""
 
     PERMANENT = "permanent"
-    """The handler raised PermanentError: retrying would fail the same way."""
+    """The handler raised Permanent: retrying would fail the same way."""
     EXHAUSTED = "exhausted"
     """A transient error on the last allowed attempt."""
     TIMEOUT = "timeout"
@@ -45,6 +46,9 @@ class FailureKind(StrEnum):
     """The payload could not be decoded (MalformedPayload)."""
     EXPIRED = "expired"
     """The lease lapsed on the last allowed attempt (its worker died or hung)."""
+    CANCELLED = "cancelled"
+    """Someone cancelled the job before it finished (never decided here: the
+    workflow layer records it when ``cancel`` is called)."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,7 @@ class Success:
 Terminal = Success | Failure
 
 
-# -- outcomes: how an attempt ended ----------------------------------------
+# -- attempt ends: how an attempt ended ----------------------------------------
 
 
 @dataclass(frozen=True)
@@ -101,7 +105,8 @@ class Expired:
     lease lapsed and the queue handed the job out again. Nothing ran."""
 
 
-Outcome = Returned | Raised | TimedOut | NoHandler | Expired
+AttemptEnd = Returned | Raised | TimedOut | NoHandler | Expired
+"""How an attempt ended: what :func:`decide` decides on."""
 
 
 # -- decisions: what the worker does next -----------------------------------
@@ -136,8 +141,8 @@ class Dead:
 Decision = Ack | Retry | Dead
 
 
-def decide(delivery: Delivery, outcome: Outcome, backoff: Backoff, now: float) -> Decision:
-    """The decision for ``delivery`` whose attempt ended with ``outcome``.
+def decide(delivery: Delivery, ended: AttemptEnd, backoff: Backoff, now: float) -> Decision:
+    """The decision for ``delivery`` whose attempt ended as ``ended``.
 
     A success acks. Permanent errors (and their subclasses UnknownKind,
     MalformedPayload) die at once. Any other error, and a timeout, retries
@@ -148,7 +153,7 @@ def decide(delivery: Delivery, outcome: Outcome, backoff: Backoff, now: float) -
     """
     attempt, last = delivery.attempt, delivery.attempt >= delivery.max_attempts
 
-    match outcome:
+    match ended:
         case Returned(value):
             return Ack(Success(value))
         case Expired():
@@ -166,7 +171,7 @@ def decide(delivery: Delivery, outcome: Outcome, backoff: Backoff, now: float) -
         case Raised(error):
             reported = reported_error(error)
             message, error_type = describe(reported), qualified_name(type(reported))
-            if isinstance(error, PermanentError):
+            if isinstance(error, Permanent):
                 return _dead(_permanent_kind(error), message, error_type, attempt)
             if isinstance(error, RetryLater):
                 if error.count and last:
@@ -182,10 +187,10 @@ def decide(delivery: Delivery, outcome: Outcome, backoff: Backoff, now: float) -
             if last:
                 return _dead(FailureKind.EXHAUSTED, message, error_type, attempt)
             return _retry(backoff.delay(attempt, delivery.id), now, True, message)
-    raise TypeError(f"not an attempt outcome: {outcome!r}")  # pragma: no cover
+    raise TypeError(f"not an attempt end: {ended!r}")  # pragma: no cover
 
 
-def _permanent_kind(error: PermanentError) -> FailureKind:
+def _permanent_kind(error: Permanent) -> FailureKind:
     if isinstance(error, MalformedPayload):
         return FailureKind.MALFORMED
     if isinstance(error, UnknownKind):
@@ -213,11 +218,11 @@ def uncounted_step(delivery: Delivery) -> int:
 
 
 def reported_error(error: BaseException) -> BaseException:
-    """The error to report: a PermanentError that only classifies another
+    """The error to report: a Permanent that only classifies another
     error (it has an ``original``, like the workflow layer's
     ClassifiedPermanent) is reported as the error it wraps."""
     original = getattr(error, "original", None)
-    if isinstance(error, PermanentError) and isinstance(original, BaseException):
+    if isinstance(error, Permanent) and isinstance(original, BaseException):
         return original
     return error
 

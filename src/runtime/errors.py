@@ -1,13 +1,18 @@
-"""Errors of the runtime: the queue's refusals and the handler's verdicts."""
+"""Errors of the runtime: the queue's refusals, and the verdicts a handler raises.
+
+Two families live here. ``QueueError`` and its subclasses are stepstone's own
+errors (under :class:`~stepstone.store.errors.StepstoneError`, drawn in
+:mod:`stepstone.errors`). ``Permanent`` and ``RetryLater`` are not errors
+stepstone raises to its caller: a job raises them to tell the worker what to
+do with its attempt, so they stand outside the tree, as plain exceptions.
+"""
 
 from __future__ import annotations
 
-
-class RuntimeError_(Exception):
-    """Base class of the runtime's own errors (named so it does not shadow the builtin)."""
+from stepstone.store.errors import StepstoneError
 
 
-class QueueError(RuntimeError_):
+class QueueError(StepstoneError):
     """A lease queue refused an operation."""
 
 
@@ -15,27 +20,7 @@ class PayloadTooLarge(QueueError, ValueError):
     """A payload is over the queue's size limit; nothing was enqueued."""
 
 
-class JobNotFound(QueueError, LookupError):
-    """No queue record has this id."""
-
-
-class PermanentError(Exception):
-    """Raised by a handler: this job will fail the same way on every attempt.
-
-    The worker sends it to dead at once instead of spending retries. The
-    workflow layer re-exports it as ``workflow.Permanent``.
-    """
-
-
-class UnknownKind(PermanentError):
-    """No handler is registered for the delivery's kind."""
-
-
-class MalformedPayload(PermanentError):
-    """The payload could not be decoded into what its handler takes."""
-
-
-class LeaseLost(RuntimeError_):
+class LeaseLost(QueueError):
     """The worker's claim on a job is gone: its lease lapsed and another worker
     took the job over, or the job was cancelled.
 
@@ -44,8 +29,23 @@ class LeaseLost(RuntimeError_):
     """
 
 
+class Permanent(Exception):
+    """Raise (or subclass) this in a job: it will fail the same way on every attempt.
+
+    The worker sends the job to dead at once instead of spending retries.
+    """
+
+
+class UnknownKind(Permanent):
+    """No handler is registered for the delivery's kind."""
+
+
+class MalformedPayload(Permanent):
+    """The payload could not be decoded into what its handler takes."""
+
+
 class RetryLater(Exception):
-    """Raised by a handler: not now, try again in ``delay`` seconds.
+    """Raise this in a job: not now, try again in ``delay`` seconds.
 
     For rate limits and "the thing I need is not ready yet": by default the
     attempt is not spent (``count=False``), so a job that waits on a refilling

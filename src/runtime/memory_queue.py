@@ -128,7 +128,7 @@ class MemoryQueue(LeaseQueue, QueueInspection):
         if rec.dead:
             return JobStatus.DEAD
         if rec.token is not None:
-            return JobStatus.CLAIMED
+            return JobStatus.RUNNING
         return JobStatus.SCHEDULED if rec.run_at > now else JobStatus.READY
 
     def _record(self, rec: _Rec, now: float) -> JobRecord:

@@ -36,20 +36,54 @@ PRIORITY_NORMAL = 5
 PRIORITY_LOW = 9
 DEFAULT_PRIORITY_AGING = 60.0
 """Seconds of waiting worth one priority level (see the module docstring)."""
-DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_MAX_ATTEMPTS = 3
+"""Attempts a job gets, the first included, unless its type, its submit or
+the runner says otherwise. Stated once, here, for every queue and the runner."""
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
 """SQS's limit, kept on every backend so a job that runs on one runs on all."""
 
 
 class JobStatus(StrEnum):
+    """Where a job is: the one vocabulary of ``handle.status()``, outcome
+    records, queue listings and the CLI.
+
+    A queue holds a job while it is ``scheduled``, ``ready``, ``running`` or
+    ``dead``; its outcome record says how it ``succeeded``, ``failed`` or was
+    ``cancelled``.
+    """
+
     SCHEDULED = "scheduled"
     """Waiting for its run-at time (a first run or a retry's backoff)."""
     READY = "ready"
     """Due and waiting for a worker."""
-    CLAIMED = "claimed"
-    """Leased to a worker. A claimed job whose lease has expired is claimable again."""
+    RUNNING = "running"
+    """Claimed by a worker under a lease. A running job whose lease has expired
+    is claimable again."""
     DEAD = "dead"
-    """Failed for good; kept until requeued or cancelled."""
+    """Failed for good; kept in the queue until requeued or cancelled."""
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        """True for the states an outcome record holds: nothing will change."""
+        return self in _FINISHED
+
+    @property
+    def queued(self) -> bool:
+        """True for the states a queue record holds."""
+        return not self.finished
+
+
+_FINISHED = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+QUEUE_STATUSES: tuple[JobStatus, ...] = (
+    JobStatus.SCHEDULED,
+    JobStatus.READY,
+    JobStatus.RUNNING,
+    JobStatus.DEAD,
+)
+"""The statuses a queue record can have, in the order of a job's life."""
 
 
 class Settlement(StrEnum):

@@ -20,7 +20,7 @@ import abc
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from .queue import JobRecord, JobStatus
+from .queue import QUEUE_STATUSES, JobRecord, JobStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +63,7 @@ class QueueInspection(JobListing, JobCounts, DeadJobRequeue, Protocol):
     """All three; ``counts`` walks :meth:`list` unless the backend knows better."""
 
     async def counts(self) -> dict[JobStatus, int]:
-        totals = dict.fromkeys(JobStatus, 0)
+        totals = dict.fromkeys(QUEUE_STATUSES, 0)
         cursor: str | None = None
         while True:
             page = await self.list(cursor=cursor, limit=1000)

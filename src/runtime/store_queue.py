@@ -54,6 +54,7 @@ from .queue import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     DEFAULT_PRIORITY_AGING,
     PRIORITY_NORMAL,
+    QUEUE_STATUSES,
     Delivery,
     Enqueued,
     JobRecord,
@@ -576,7 +577,7 @@ class StoreQueue(LeaseQueue, QueueInspection):
         if job.dead:
             return JobStatus.DEAD
         if job.token is not None:
-            return JobStatus.CLAIMED
+            return JobStatus.RUNNING
         return JobStatus.SCHEDULED if job.run_at > now else JobStatus.READY
 
     def _record(self, job: StoredJob, now: float) -> JobRecord:
@@ -1068,7 +1069,7 @@ class StoreQueue(LeaseQueue, QueueInspection):
 
     async def counts(self) -> dict[JobStatus, int]:
         """As QueueInspection's, but a record whose etag the view knows costs no GET."""
-        totals = dict.fromkeys(JobStatus, 0)
+        totals = dict.fromkeys(QUEUE_STATUSES, 0)
         now = self.clock.now()
         after: str | None = None
         while True:

@@ -15,7 +15,7 @@ turn of the loop:
    processes enqueue without telling us).
 
 Each claimed job runs as its own task (:class:`_Job`): the handler runs in a
-child task the worker can cancel, and when it ends the outcome goes through
+child task the worker can cancel, and when it ends, how it ended goes through
 the pure :func:`runtime.decide.decide` and the decision is applied to the
 queue: on_terminal first for terminal decisions (the workflow layer writes its
 outcome record there), then ack / nack / dead_letter. Settlement runs in the
@@ -51,19 +51,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import Enum
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from . import clock as clock_mod
 from .backoff import Backoff
 from .clock import Clock
 from .decide import (
     Ack,
+    AttemptEnd,
     Decision,
     Expired,
     Failure,
     FailureKind,
     NoHandler,
-    Outcome,
     Raised,
     Retry,
     Returned,
@@ -93,6 +93,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger("stepstone.runtime.worker")
+
+R = TypeVar("R")
 
 MIN_SLEEP = 0.005
 """Shortest idle sleep, so a job due 'now' that a claim did not return (its
@@ -694,16 +696,26 @@ class Worker:
         if registration.is_async:
             result = registration.handler(attempt)
             return await result if inspect.isawaitable(result) else result
-        # What asyncio.to_thread does, on the worker's own pool: the default
-        # executor has min(32, cores + 4) threads, which would quietly cap
-        # sync handlers below ``concurrency`` on a small machine.
-        if self._threads is None:
-            self._threads = ThreadPoolExecutor(self.concurrency, thread_name_prefix=self.name)
-        call = functools.partial(contextvars.copy_context().run, registration.handler, attempt)
-        result = await asyncio.get_running_loop().run_in_executor(self._threads, call)
+        result = await self.in_thread(registration.handler, attempt)
         # A sync callable that hands back an awaitable (a lambda around an
         # async function) still gets it run.
         return await result if inspect.isawaitable(result) else result
+
+    async def in_thread(self, fn: Callable[..., R], /, *args: Any) -> R:
+        """``fn(*args)`` in the worker's thread pool, with the caller's context
+        variables: where every synchronous handler runs, and where a handler
+        runs synchronous work of its own (a job's ``def run``).
+
+        What asyncio.to_thread does, on the worker's own pool, one thread per
+        slot: the default executor has min(32, cores + 4) threads, which would
+        quietly cap synchronous work below ``concurrency`` on a small machine.
+        The pool is made on first use, so a concurrency set before then (the
+        CLI's ``--concurrency``) sizes it.
+        """
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(self.concurrency, thread_name_prefix=self.name)
+        call = functools.partial(contextvars.copy_context().run, fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(self._threads, call)
 
     def _cancel(self, job: _Job, why: _Stop) -> None:
         """Cancel a job's handler for ``why``, unless it already finished.
@@ -721,9 +733,9 @@ class Worker:
     async def _execute(self, job: _Job) -> None:
         """Wait for the handler, then settle what it did. Never raises."""
         try:
-            outcome = await self._outcome(job)
-            if outcome is not None:
-                decision = decide(job.delivery, outcome, self.backoff, self.clock.now())
+            ended = await self._ended(job)
+            if ended is not None:
+                decision = decide(job.delivery, ended, self.backoff, self.clock.now())
                 await self._apply(job, decision)
         except Exception:
             self._log(job, logging.ERROR, "settling failed", exc_info=True)
@@ -742,7 +754,7 @@ class Worker:
                 self._by_kind.pop(job.delivery.kind, None)
             self.wake()
 
-    async def _outcome(self, job: _Job) -> Outcome | None:
+    async def _ended(self, job: _Job) -> AttemptEnd | None:
         """How the attempt ended, or None when there is nothing to settle
         (the lease was lost, or the drain cut the attempt short and it was released)."""
         delivery = job.delivery

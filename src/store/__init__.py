@@ -16,6 +16,7 @@ from .errors import (
     InvalidKey,
     NotFound,
     PreconditionFailed,
+    StepstoneError,
     StoreConfigError,
     StoreError,
     StoreUnavailable,
@@ -41,6 +42,7 @@ __all__ = [
     "PreconditionFailed",
     "RetryPolicy",
     "S3Store",
+    "StepstoneError",
     "StoreConfigError",
     "StoreError",
     "StoreUnavailable",
@@ -58,4 +60,4 @@ def __getattr__(name: str) -> Any:
         from .s3 import S3Store
 
         return S3Store
-    raise AttributeError(f"module 'store' has no attribute {name!r}")
+    raise AttributeError(f"module 'stepstone.store' has no attribute {name!r}")

@@ -1,15 +1,24 @@
-"""The errors every store backend raises, whatever is underneath.
+"""The errors every store backend raises, whatever is underneath; and the root
+of all of stepstone's errors.
 
 Callers catch these, never a botocore or OSError: the runtime decides what
 to do from the class alone (retry an unavailable store, treat a failed
 precondition as an answer), and a person reading the message learns the
 store, the key and the cause without a traceback from three layers down.
+
+``StepstoneError`` is defined here, in the lowest layer, so that every layer
+above can derive its errors from it without importing upward. The whole tree
+is drawn in :mod:`stepstone.errors`.
 """
 
 from __future__ import annotations
 
 
-class StoreError(Exception):
+class StepstoneError(Exception):
+    """Base class of every error stepstone raises (see :mod:`stepstone.errors`)."""
+
+
+class StoreError(StepstoneError):
     """Base class: something went wrong talking to an object store.
 
     ``location`` names the store (``s3://bucket/prefix``, ``file:///root``,

@@ -1,38 +1,85 @@
-"""stepstone: durable background jobs on a bucket.
+"""stepstone: durable background jobs whose only required infrastructure is a bucket.
 
->>> from workflow import Job, JobContext, JobRunner
+Everything an application touches is importable from here::
+
+    from stepstone import Job, JobContext, JobRunner
+
+- the job API: :class:`Job`, :class:`JobContext`, :class:`JobRunner`,
+  :class:`JobHandle`, :class:`Outcome`, :class:`SubmitOptions`;
+- one vocabulary for where a job is (:class:`JobStatus`) and why it failed
+  (:class:`FailureKind`);
+- storage and queues to pass a runner: :func:`open_store`, and
+  :class:`StoreQueue` (the default), :class:`MemoryQueue`, :class:`SqsQueue`;
+- every error, under :class:`StepstoneError` (the tree is drawn in
+  :mod:`stepstone.errors`), and the verdicts a job raises,
+  :class:`Permanent` and :class:`RetryLater`.
+
+Test helpers (a fake clock, pytest fixtures) are in :mod:`stepstone.testing`;
+the layers underneath are :mod:`stepstone.runtime` (the lease queue and the
+worker) and :mod:`stepstone.store` (the object stores).
 """
 
-from stepstone.runtime.clock import Clock, FakeClock, SystemClock
-from stepstone.runtime.errors import LeaseLost, RetryLater
-from stepstone.runtime.queue import PRIORITY_HIGH, PRIORITY_LOW, PRIORITY_NORMAL
+from stepstone.runtime import MemoryQueue, SqsQueue, StoreQueue
+from stepstone.runtime.clock import Clock, SystemClock
+from stepstone.runtime.decide import FailureKind
+from stepstone.runtime.queue import (
+    DEFAULT_MAX_ATTEMPTS,
+    PRIORITY_HIGH,
+    PRIORITY_LOW,
+    PRIORITY_NORMAL,
+    JobStatus,
+    LeaseQueue,
+)
+from stepstone.store import ObjectStore, open_store
 
 from .context import JobContext, SyncContext
 from .errors import (
+    AlreadyExists,
+    CorruptRecord,
     DuplicateJobName,
     EncodingError,
     InputMismatch,
+    InvalidJobId,
+    InvalidKey,
     JobCancelled,
+    JobError,
     JobFailed,
+    LeaseLost,
+    NotFound,
+    PayloadTooLarge,
     Permanent,
+    PreconditionFailed,
+    QueueError,
+    RetryLater,
+    SqsUnsupported,
+    StepstoneError,
+    StoreConfigError,
+    StoreError,
+    StoreUnavailable,
     UnknownJob,
-    WorkflowError,
 )
 from .handle import JobHandle, JobState
 from .job import ErrorClass, Job, payload_idempotency_key
-from .outcome import JobError, Outcome, OutcomeStatus
-from .runner import JobRunner, SubmitOptions
+from .outcome import ErrorInfo, Outcome
+from .runner import JobRunner
+from .submitting import SubmitOptions
 
 __all__ = [
+    "DEFAULT_MAX_ATTEMPTS",
     "PRIORITY_HIGH",
     "PRIORITY_LOW",
     "PRIORITY_NORMAL",
+    "AlreadyExists",
     "Clock",
+    "CorruptRecord",
     "DuplicateJobName",
     "EncodingError",
     "ErrorClass",
-    "FakeClock",
+    "ErrorInfo",
+    "FailureKind",
     "InputMismatch",
+    "InvalidJobId",
+    "InvalidKey",
     "Job",
     "JobCancelled",
     "JobContext",
@@ -41,15 +88,29 @@ __all__ = [
     "JobHandle",
     "JobRunner",
     "JobState",
+    "JobStatus",
     "LeaseLost",
+    "LeaseQueue",
+    "MemoryQueue",
+    "NotFound",
+    "ObjectStore",
     "Outcome",
-    "OutcomeStatus",
+    "PayloadTooLarge",
     "Permanent",
+    "PreconditionFailed",
+    "QueueError",
     "RetryLater",
+    "SqsQueue",
+    "SqsUnsupported",
+    "StepstoneError",
+    "StoreConfigError",
+    "StoreError",
+    "StoreQueue",
+    "StoreUnavailable",
     "SubmitOptions",
     "SyncContext",
     "SystemClock",
     "UnknownJob",
-    "WorkflowError",
+    "open_store",
     "payload_idempotency_key",
 ]

@@ -17,20 +17,19 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast, overload
+from typing import Any, ParamSpec, TypeVar, cast, overload
 
 from stepstone.runtime.worker import Attempt
 from stepstone.store import AlreadyExists, ObjectStore
 
 from .codec import codec_for, pack
 from .errors import EncodingError
+from .handle import JobHandle
+from .job import Job
 from .layout import Layout, step_key
 from .observability import step_scope
-
-if TYPE_CHECKING:
-    from .handle import JobHandle
-    from .job import Job
-    from .runner import JobRunner, SubmitOptions
+from .records import RunRecords
+from .submitting import SubmitOptions, Submitter
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -44,24 +43,26 @@ PROGRESS_INTERVAL = 1.0
 always written before the run settles."""
 
 
-class _Run:
+class Run:
     """One attempt's bookkeeping, shared by its JobContext and the executor."""
 
     def __init__(
         self,
         *,
-        runner: JobRunner,
-        store: ObjectStore,
-        layout: Layout,
+        submitter: Submitter,
+        state_of: Callable[[type[Any]], Any],
+        records: RunRecords,
         attempt: Attempt,
         name: str,
         incarnation: str,
         memo_keys: set[str] | None,
         headers: Mapping[str, str],
     ) -> None:
-        self.runner = runner
-        self.store = store
-        self.layout = layout
+        self.submitter = submitter
+        self.state_of = state_of
+        self.records = records
+        self.store: ObjectStore = records.store
+        self.layout: Layout = records.layout
         self.attempt = attempt
         self.name = name
         self.incarnation = incarnation
@@ -84,7 +85,7 @@ class _Run:
             await asyncio.shield(self.progress_task)
         if self.progress is not None and self.progress != self.progress_written:
             value = self.progress
-            await self.store.put(self.layout.progress(self.run_id), pack(value))
+            await self.records.write_progress(self.run_id, value)
             self.progress_written = value
 
 
@@ -110,7 +111,7 @@ class _Memo:
     (look for a recorded value; record a new one, first writer wins). Split so
     a synchronous job can run the function itself in its own thread between them."""
 
-    def __init__(self, run: _Run, name: str, fn: Callable[..., object]) -> None:
+    def __init__(self, run: Run, name: str, fn: Callable[..., object]) -> None:
         occurrence = run.occurrences.get(name, 0) + 1
         run.occurrences[name] = occurrence
         self.run = run
@@ -131,7 +132,7 @@ class _Memo:
             run.name,
             run.attempt.delivery.attempt,
             self.name,
-            extra=_extra(run),
+            extra=log_extra(run),
         )
         return True, self.codec.decode(recorded.data)
 
@@ -156,7 +157,7 @@ class _Memo:
                 run.name,
                 run.attempt.delivery.attempt,
                 self.name,
-                extra=_extra(run),
+                extra=log_extra(run),
             )
         return self.codec.decode(data)
 
@@ -164,7 +165,7 @@ class _Memo:
 class JobContext:
     """Handed to ``Job.run``: steps, child jobs, state, progress, the lease."""
 
-    def __init__(self, run: _Run) -> None:
+    def __init__(self, run: Run) -> None:
         self._run = run
         self._loop = asyncio.get_running_loop()
         self.lease = LeaseControl(run.attempt)
@@ -188,7 +189,7 @@ class JobContext:
 
     def state(self, kind: type[S]) -> S:
         """The application state of type ``kind`` registered on the runner."""
-        return self._run.runner.state_of(kind)
+        return cast(S, self._run.state_of(kind))
 
     @overload
     async def step(  # an async fn matches both overloads; the first wins
@@ -224,7 +225,7 @@ class JobContext:
         (with its type, through ``fn``'s return annotation) without running.
         A name used twice in one run is two steps, told apart by call order.
         """
-        with step_scope(self._run, name):  # a span with otel; nothing without
+        with step_scope(self._run.run_id, name, self._run.replayed):  # a span with otel
             return await self._step(name, fn, *args, **kwargs)
 
     async def _step(
@@ -260,7 +261,7 @@ class JobContext:
         if job.idempotency_key() is None:
             seed = f"{run.run_id}/{run.incarnation}/child/{run.children}"
             derived = hashlib.sha256(seed.encode()).hexdigest()
-        return await run.runner._submit(job, options, run_id=derived)
+        return await run.submitter.submit(job, options, run_id=derived)
 
     def progress(self, value: Any) -> None:
         """Report progress (any MessagePack value); readable through
@@ -319,13 +320,13 @@ async def _as_coro(awaitable: Awaitable[R]) -> R:
     return await awaitable
 
 
-async def _write_progress(run: _Run) -> None:
+async def _write_progress(run: Run) -> None:
     value = run.progress
     try:
-        await run.store.put(run.layout.progress(run.run_id), pack(value))
+        await run.records.write_progress(run.run_id, value)
         run.progress_written = value
     except Exception as exc:  # progress is best-effort until the final flush
-        log.warning("job %s: progress not written: %s", run.run_id, exc, extra=_extra(run))
+        log.warning("job %s: progress not written: %s", run.run_id, exc, extra=log_extra(run))
 
 
 def _in_loop() -> bool:
@@ -341,5 +342,5 @@ def _returns_awaitable(fn: Callable[..., object]) -> bool:
     return call is not None and inspect.iscoroutinefunction(call)
 
 
-def _extra(run: _Run) -> dict[str, object]:
+def log_extra(run: Run) -> dict[str, object]:
     return {"job_id": run.run_id, "job_name": run.name, "attempt": run.attempt.delivery.attempt}

@@ -1,23 +1,92 @@
-"""The errors a user of the job API catches.
+"""Every error stepstone raises, in one tree, and the two verdicts a job raises.
 
-``JobFailed`` is what awaiting a failed job raises; the rest are refusals at
-the call site, each naming what is wrong. ``Permanent`` is the one a job
-raises itself, to say a retry would fail the same way.
+Catch ``StepstoneError`` for anything stepstone raises; catch a branch for
+one kind of trouble::
+
+    StepstoneError
+    ├── StoreError                the object store failed or refused (names the store and key)
+    │   ├── StoreUnavailable      transient: unreachable, throttled, timing out (retried)
+    │   ├── StoreConfigError      no such bucket, bad credentials, bad URL: retrying won't help
+    │   ├── NotFound              the object does not exist
+    │   ├── PreconditionFailed    a conditional write lost: an answer, never retried
+    │   │   └── AlreadyExists     a create-if-absent found the object there
+    │   └── InvalidKey            a key refused before it reached the store (a ValueError)
+    ├── QueueError                the lease queue refused an operation
+    │   ├── PayloadTooLarge       over the queue's payload limit; nothing enqueued (a ValueError)
+    │   ├── CorruptRecord         a queue record that does not decode (names its key)
+    │   ├── SqsUnsupported        an operation SQS cannot answer (listing, for one)
+    │   └── LeaseLost             raised into a job whose lease another worker took over
+    └── JobError                  the job API refused a call, or a job ended badly
+        ├── InputMismatch         an idempotency key reused with a different input
+        ├── EncodingError         an input or result that cannot be stored (a ValueError)
+        ├── InvalidJobId          not a job id (a ValueError): safe to hand user input to
+        ├── DuplicateJobName      two job types registered under one NAME (a ValueError)
+        ├── UnknownJob            no job type of that NAME is registered (a LookupError)
+        └── JobFailed             awaiting a job that failed: kind, message, error_type
+            └── JobCancelled      ... because it was cancelled
+
+A job raises these to tell the worker what to do with its attempt; they are
+not errors stepstone raises, so they stand outside the tree::
+
+    Permanent                     fail now, for good: a retry would fail the same way
+    RetryLater(delay)             not now: run again after ``delay`` seconds, attempt not spent
 """
 
 from __future__ import annotations
 
-from stepstone.runtime.errors import PermanentError
+from stepstone.runtime import (
+    CorruptRecord,
+    LeaseLost,
+    PayloadTooLarge,
+    Permanent,
+    QueueError,
+    RetryLater,
+    SqsUnsupported,
+)
+from stepstone.store import (
+    AlreadyExists,
+    InvalidKey,
+    NotFound,
+    PreconditionFailed,
+    StepstoneError,
+    StoreConfigError,
+    StoreError,
+    StoreUnavailable,
+)
 
-Permanent = PermanentError
-"""Raise (or subclass) this in a job to fail it at once, without retries."""
+__all__ = [
+    "AlreadyExists",
+    "CorruptRecord",
+    "DuplicateJobName",
+    "EncodingError",
+    "InputMismatch",
+    "InvalidJobId",
+    "InvalidKey",
+    "JobCancelled",
+    "JobError",
+    "JobFailed",
+    "LeaseLost",
+    "NotFound",
+    "PayloadTooLarge",
+    "Permanent",
+    "PreconditionFailed",
+    "QueueError",
+    "RetryLater",
+    "SqsUnsupported",
+    "StepstoneError",
+    "StoreConfigError",
+    "StoreError",
+    "StoreUnavailable",
+    "UnknownJob",
+]
 
 
-class WorkflowError(Exception):
-    """Base class of the job API's own errors."""
+class JobError(StepstoneError):
+    """Base class of the job API's errors: refusals at the call site, each
+    naming what is wrong, and :class:`JobFailed` for a job that ended badly."""
 
 
-class InputMismatch(WorkflowError):
+class InputMismatch(JobError):
     """A job was submitted with an idempotency key already used for a different input.
 
     The key names one run; a different payload under it is almost always a bug
@@ -35,7 +104,7 @@ class InputMismatch(WorkflowError):
         )
 
 
-class EncodingError(WorkflowError, ValueError):
+class EncodingError(JobError, ValueError):
     """A job input, step result or job result that cannot be stored.
 
     At submit it is raised to the caller; at run time the attempt fails
@@ -49,20 +118,29 @@ class EncodingError(WorkflowError, ValueError):
         super().__init__(f"{where}: {message}")
 
 
-class DuplicateJobName(WorkflowError, ValueError):
+class InvalidJobId(JobError, ValueError):
+    """A string that is not a job id (8 to 64 lowercase hex digits).
+
+    Raised before anything is read, so an API may pass an id from a request
+    straight to ``runner.status`` or ``runner.handle`` and answer 404 on this.
+    """
+
+
+class DuplicateJobName(JobError, ValueError):
     """Two job types registered on one runner share a NAME."""
 
 
-class UnknownJob(WorkflowError, LookupError):
+class UnknownJob(JobError, LookupError):
     """No job type with this NAME is registered on the runner."""
 
 
-class JobFailed(WorkflowError):
+class JobFailed(JobError):
     """A job's run ended in failure; raised by awaiting its handle.
 
-    ``kind`` says why it stopped (``permanent``, ``exhausted``, ``timeout``,
-    ``unknown``, ``malformed``, ``expired``, ``cancelled``), ``message`` is the
-    last error as recorded, ``error_type`` the exception's class when there was one.
+    ``kind`` says why it stopped (a :class:`~stepstone.FailureKind`:
+    ``permanent``, ``exhausted``, ``timeout``, ``unknown``, ``malformed``,
+    ``expired``, ``cancelled``), ``message`` is the last error as recorded,
+    ``error_type`` the exception's class when there was one.
     """
 
     def __init__(self, job_id: str, kind: str, message: str, error_type: str | None = None) -> None:
@@ -77,7 +155,7 @@ class JobCancelled(JobFailed):
     """The job was cancelled before it finished."""
 
 
-class ClassifiedPermanent(PermanentError):
+class ClassifiedPermanent(Permanent):
     """An application error that ``Job.classify`` called permanent.
 
     Carries the original so the recorded failure names it, not this wrapper.

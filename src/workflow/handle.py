@@ -2,7 +2,9 @@
 
 The answer is the outcome record, so a handle works from any process: one
 that runs the worker is woken the moment its worker records the outcome; any
-other polls the record with backoff.
+other polls the record with backoff. The handle holds only the job's id and
+whatever answers for it (:class:`Answers`, which the runner provides), so it
+is cheap to make and to hold.
 """
 
 from __future__ import annotations
@@ -10,17 +12,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
+
+from stepstone.runtime.queue import JobStatus
 
 from .outcome import Outcome
 
-if TYPE_CHECKING:
-    from .runner import JobRunner
-
 T = TypeVar("T")
-
-POLL_FIRST = 0.02
-POLL_MAX = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,9 +26,7 @@ class JobState:
     """A snapshot of where a job is, from its outcome record, queue record and progress."""
 
     id: str
-    state: str
-    """One of ``scheduled``, ``ready``, ``running``, ``dead`` (queue states) or
-    ``succeeded``, ``failed``, ``cancelled`` (outcomes)."""
+    state: JobStatus
     attempts: int
     progress: Any = None
     last_error: str | None = None
@@ -39,7 +35,21 @@ class JobState:
 
     @property
     def finished(self) -> bool:
-        return self.state in ("succeeded", "failed", "cancelled")
+        return self.state.finished
+
+
+class Answers(Protocol):
+    """What a handle asks about its job; the runner answers."""
+
+    async def wait(self, job_id: str, output: Any, *, fresh: bool) -> Outcome[Any]:
+        """The outcome, as soon as there is one (``fresh``: just submitted here)."""
+
+    async def outcome(self, job_id: str, output: Any) -> Outcome[Any] | None:
+        """The outcome from its record only; None while the job runs."""
+
+    async def status(self, job_id: str) -> JobState | None: ...
+
+    async def cancel(self, job_id: str) -> bool: ...
 
 
 class JobHandle(Generic[T]):
@@ -47,14 +57,14 @@ class JobHandle(Generic[T]):
 
     def __init__(
         self,
-        runner: JobRunner,
+        answers: Answers,
         job_id: str,
         output_type: Any,
         *,
         newly_submitted: bool,
         outcome: Outcome[T] | None = None,
     ) -> None:
-        self._runner = runner
+        self._answers = answers
         self._output_type = output_type
         self._outcome = outcome
         self.id = job_id
@@ -76,7 +86,7 @@ class JobHandle(Generic[T]):
         if self._outcome is not None:
             return self._outcome
         async with asyncio.timeout(timeout):
-            outcome = await self._runner._wait_for(
+            outcome = await self._answers.wait(
                 self.id, self._output_type, fresh=self.newly_submitted
             )
         self._outcome = outcome
@@ -85,15 +95,15 @@ class JobHandle(Generic[T]):
     async def fetch_result(self) -> Outcome[T] | None:
         """The outcome from the record only: None while the job runs, or after
         retention removed it."""
-        return await self._runner._read_outcome(self.id, self._output_type)
+        return await self._answers.outcome(self.id, self._output_type)
 
     async def status(self) -> JobState | None:
         """Where the job is now; None if nothing is known of it."""
-        return await self._runner.status(self.id)
+        return await self._answers.status(self.id)
 
     async def cancel(self) -> bool:
         """Cancel the job unless it has already finished; True if this call cancelled it.
 
         A running attempt learns at its next lease renewal and is stopped; its
         work so far stays memoized."""
-        return await self._runner.cancel(self.id)
+        return await self._answers.cancel(self.id)

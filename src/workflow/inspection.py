@@ -6,7 +6,7 @@ the application's code, can list, show, retry and purge runs. Results and
 memos are shown as their MessagePack values (a pydantic model appears as
 the dict it was dumped to).
 
-Kept out of :mod:`workflow.runner` on purpose: the runner is the write path
+Kept out of :mod:`stepstone.runner` on purpose: the runner is the write path
 and these are tools around it; nothing here is needed to run a job.
 """
 
@@ -18,50 +18,39 @@ import dataclasses
 import json
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from stepstone.runtime.errors import MalformedPayload
-from stepstone.runtime.queue import JobRecord, JobStatus
+from stepstone.runtime.queue import QUEUE_STATUSES, JobRecord, JobStatus, LeaseQueue
 from stepstone.runtime.queue_inspection import DeadJobRequeue, JobCounts, JobListing
 from stepstone.store import NotFound, ObjectInfo
 
 from .codec import unpack
 from .layout import check_run_id, step_name
-from .outcome import OutcomeRecord, OutcomeStatus
-from .retention import remove_run
-
-if TYPE_CHECKING:
-    from .runner import JobRunner
+from .outcome import OutcomeRecord
+from .retention import Runs, remove_run
 
 READ_CONCURRENCY = 16
 """GETs in flight at once when a command has to read many records."""
 
-QUEUE_STATES: dict[str, JobStatus] = {
-    "scheduled": JobStatus.SCHEDULED,
-    "ready": JobStatus.READY,
-    "running": JobStatus.CLAIMED,
-    "claimed": JobStatus.CLAIMED,
-    "dead": JobStatus.DEAD,
-}
-"""The queue's statuses by the names ``stepstone`` and ``JobState`` use
-(``running`` is the queue's ``claimed``; both are accepted)."""
 
-OUTCOME_STATES: dict[str, OutcomeStatus] = {s.value: s for s in OutcomeStatus}
+class Inspected(Runs, Protocol):
+    """What the tools work on: a store, a layout, a clock, the queue, and
+    cancelling a run (a JobRunner is one)."""
 
-STATE_NAMES: tuple[str, ...] = (
-    "scheduled",
-    "ready",
-    "running",
-    "dead",
-    "succeeded",
-    "failed",
-    "cancelled",
-)
+    @property
+    def queue(self) -> LeaseQueue: ...
+
+    async def cancel(self, job_id: str) -> bool: ...
 
 
-def queue_state(status: JobStatus) -> str:
-    """The user-facing name of a queue status (``claimed`` reads as ``running``)."""
-    return "running" if status is JobStatus.CLAIMED else status.value
+def parse_status(name: str) -> JobStatus:
+    """The status called ``name`` (as ``stepstone ls --status`` takes it)."""
+    try:
+        return JobStatus(name)
+    except ValueError:
+        names = ", ".join(status.value for status in JobStatus)
+        raise InspectError(f"unknown status {name!r} (one of: {names})") from None
 
 
 class InspectError(Exception):
@@ -97,7 +86,7 @@ class Listed:
 
     id: str
     name: str
-    state: str
+    state: JobStatus
     attempts: int
     updated: float
     source: str
@@ -119,14 +108,15 @@ class Detail:
     input: Any = None
 
     @property
-    def state(self) -> str:
+    def state(self) -> JobStatus | None:
+        """Where the job is; None when nothing but leftovers is stored."""
         if self.queued is not None and self.queued.status is JobStatus.DEAD:
-            return "dead"
+            return JobStatus.DEAD
         if self.outcome is not None:
-            return self.outcome.status.value
+            return self.outcome.status
         if self.queued is not None:
-            return queue_state(self.queued.status)
-        return "unknown"
+            return self.queued.status
+        return None
 
     @property
     def name(self) -> str:
@@ -147,7 +137,7 @@ def decode_value(data: bytes | None) -> Any:
         return f"<{len(data)} undecodable bytes>"
 
 
-async def read_outcome(runner: JobRunner, job_id: str) -> OutcomeRecord | None:
+async def read_outcome(runner: Inspected, job_id: str) -> OutcomeRecord | None:
     try:
         stored = await runner.store.get(runner.layout.outcome(job_id))
     except NotFound:
@@ -155,7 +145,7 @@ async def read_outcome(runner: JobRunner, job_id: str) -> OutcomeRecord | None:
     return OutcomeRecord.decode(stored.data)
 
 
-async def read_progress(runner: JobRunner, job_id: str) -> Any:
+async def read_progress(runner: Inspected, job_id: str) -> Any:
     try:
         stored = await runner.store.get(runner.layout.progress(job_id))
     except NotFound:
@@ -163,7 +153,7 @@ async def read_progress(runner: JobRunner, job_id: str) -> Any:
     return decode_value(stored.data)
 
 
-async def list_memos(runner: JobRunner, job_id: str, *, values: bool = True) -> list[Memo]:
+async def list_memos(runner: Inspected, job_id: str, *, values: bool = True) -> list[Memo]:
     """Every memo of every incarnation of the run, in key order."""
     prefix = runner.layout.memos(job_id)
     infos = [info async for info in runner.store.scan(prefix)]
@@ -184,7 +174,7 @@ async def list_memos(runner: JobRunner, job_id: str, *, values: bool = True) -> 
     return await _bounded(one(info) for info in infos)
 
 
-async def detail(runner: JobRunner, job_id: str) -> Detail:
+async def detail(runner: Inspected, job_id: str) -> Detail:
     """The job's queue record, outcome, progress and memos. Raises
     InspectError when the store knows nothing of the id."""
     _check_id(job_id)
@@ -211,7 +201,7 @@ async def detail(runner: JobRunner, job_id: str) -> Detail:
 
 
 async def iter_outcomes(
-    runner: JobRunner, *, older_than: float | None = None
+    runner: Inspected, *, older_than: float | None = None
 ) -> AsyncIterator[ObjectInfo]:
     """The outcome objects, in key order (one LIST per thousand); with
     ``older_than``, only those last modified before that epoch time."""
@@ -220,7 +210,7 @@ async def iter_outcomes(
             yield info
 
 
-async def read_outcomes(runner: JobRunner, infos: Iterable[ObjectInfo]) -> list[OutcomeRecord]:
+async def read_outcomes(runner: Inspected, infos: Iterable[ObjectInfo]) -> list[OutcomeRecord]:
     """The records behind listed outcome objects (gone or unreadable ones skipped)."""
 
     async def one(info: ObjectInfo) -> OutcomeRecord | None:
@@ -235,7 +225,7 @@ async def read_outcomes(runner: JobRunner, infos: Iterable[ObjectInfo]) -> list[
 
 
 async def list_jobs(
-    runner: JobRunner, state: str | None = None, *, limit: int = 100
+    runner: Inspected, state: str | None = None, *, limit: int = 100
 ) -> list[Listed]:
     """Up to ``limit`` jobs, one row per id.
 
@@ -247,10 +237,9 @@ async def list_jobs(
     """
     if limit < 1:
         raise InspectError(f"--limit must be at least 1, got {limit}")
-    if state is not None and state not in QUEUE_STATES and state not in OUTCOME_STATES:
-        raise InspectError(f"unknown status {state!r} (one of: {', '.join(STATE_NAMES)})")
+    wanted = None if state is None else parse_status(state)
     rows: dict[str, Listed] = {}
-    if state is None or state in QUEUE_STATES:
+    if wanted is None or wanted.queued:
         queue = runner.queue
         if not isinstance(queue, JobListing):
             raise _lacks(
@@ -258,7 +247,7 @@ async def list_jobs(
                 "list its jobs",
                 "; `ls succeeded`, `ls failed` and `ls cancelled` list finished runs",
             )
-        status = None if state is None else QUEUE_STATES[state]
+        status = wanted
         cursor: str | None = None
         while len(rows) < limit:
             page = await queue.list(status, cursor=cursor, limit=limit - len(rows))
@@ -266,7 +255,7 @@ async def list_jobs(
                 rows[record.id] = Listed(
                     id=record.id,
                     name=record.kind,
-                    state=queue_state(record.status),
+                    state=record.status,
                     attempts=record.attempts,
                     updated=record.updated_at,
                     source="queue",
@@ -275,14 +264,13 @@ async def list_jobs(
             if page.cursor is None:
                 break
             cursor = page.cursor
-    dead = [row.id for row in rows.values() if row.state == "dead"]
+    dead = [row.id for row in rows.values() if row.state is JobStatus.DEAD]
     for job_id, outcome in zip(
         dead, await _bounded(read_outcome(runner, job_id) for job_id in dead), strict=True
     ):
         if outcome is not None:
             rows[job_id] = dataclasses.replace(rows[job_id], source="queue+outcome")
-    if (state is None or state in OUTCOME_STATES) and len(rows) < limit:
-        wanted = None if state is None else OUTCOME_STATES[state]
+    if (wanted is None or wanted.finished) and len(rows) < limit:
         batch: list[ObjectInfo] = []
 
         async def flush() -> None:
@@ -294,7 +282,7 @@ async def list_jobs(
                 rows[record.run_id] = Listed(
                     id=record.run_id,
                     name=record.name,
-                    state=record.status.value,
+                    state=record.status,
                     attempts=record.attempts,
                     updated=record.finished_at,
                     source="outcome",
@@ -313,13 +301,13 @@ async def list_jobs(
     return list(rows.values())[:limit]
 
 
-async def stats(runner: JobRunner) -> dict[str, dict[str, int]]:
+async def stats(runner: Inspected) -> dict[str, dict[str, int]]:
     """Queue records by status, and outcome records by status (a GET each)."""
     if not isinstance(runner.queue, JobCounts):
         raise _lacks(runner.queue, "count its jobs")
     counts = await runner.queue.counts()
-    queue = {queue_state(status): n for status, n in counts.items()}
-    outcomes = dict.fromkeys((s.value for s in OutcomeStatus), 0)
+    queue = {status.value: counts.get(status, 0) for status in QUEUE_STATUSES}
+    outcomes = {status.value: 0 for status in JobStatus if status.finished}
     batch: list[ObjectInfo] = []
     async for info in iter_outcomes(runner):
         batch.append(info)
@@ -332,7 +320,7 @@ async def stats(runner: JobRunner) -> dict[str, dict[str, int]]:
     return {"queue": queue, "outcomes": outcomes}
 
 
-async def retry(runner: JobRunner, job_id: str) -> None:
+async def retry(runner: Inspected, job_id: str) -> None:
     """Run a dead job again: remove its failed outcome, then requeue it.
 
     The outcome goes first because it is the run's answer: a worker that
@@ -357,11 +345,10 @@ async def retry(runner: JobRunner, job_id: str) -> None:
         )
     if queued.status is not JobStatus.DEAD:
         raise InspectError(
-            f"job {job_id} is {queue_state(queued.status)}, not dead; "
-            "only a dead job can be retried"
+            f"job {job_id} is {queued.status}, not dead; only a dead job can be retried"
         )
     outcome = await read_outcome(runner, job_id)
-    if outcome is not None and outcome.status is OutcomeStatus.SUCCEEDED:
+    if outcome is not None and outcome.status is JobStatus.SUCCEEDED:
         raise InspectError(f"job {job_id} succeeded; its outcome is kept and it is not retried")
     if outcome is not None:
         await runner.store.delete(runner.layout.outcome(job_id))
@@ -369,7 +356,7 @@ async def retry(runner: JobRunner, job_id: str) -> None:
         raise InspectError(f"job {job_id} is no longer dead; it was not requeued")
 
 
-async def cancel(runner: JobRunner, job_id: str) -> str:
+async def cancel(runner: Inspected, job_id: str) -> str:
     """Cancel a live job, or discard a dead one from the queue; returns what was done."""
     _check_id(job_id)
     if await runner.cancel(job_id):
@@ -385,7 +372,7 @@ async def cancel(runner: JobRunner, job_id: str) -> str:
 
 
 async def purge(
-    runner: JobRunner,
+    runner: Inspected,
     older_than: float,
     *,
     dry_run: bool = False,

@@ -15,15 +15,12 @@ import typing
 import weakref
 from collections.abc import Awaitable
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
 from .codec import canonical_input
 from .errors import Permanent
-
-if TYPE_CHECKING:
-    from .context import JobContext
 
 Out = TypeVar("Out")
 
@@ -77,9 +74,14 @@ class Job(BaseModel, Generic[Out]):
             return ErrorClass.PERMANENT
         return ErrorClass.TRANSIENT
 
-    def run(self, ctx: JobContext) -> Out | Awaitable[Out]:
+    def run(self, ctx: Any, /) -> Out | Awaitable[Out]:
         """The job's work. Define it ``async``; a plain ``def`` runs in a thread
-        and uses ``ctx.sync`` for steps."""
+        and uses ``ctx.sync`` for steps.
+
+        ``ctx`` is the run's :class:`~stepstone.JobContext`; annotate it so in
+        your ``run``. (It is ``Any`` here because a context can submit jobs:
+        naming its class here would make this module and the context's import
+        each other.)"""
         raise NotImplementedError(f"{type(self).__name__} must define run(self, ctx)")
 
     @classmethod

@@ -19,6 +19,8 @@ from urllib.parse import quote, unquote
 
 from stepstone.store.keys import join
 
+from .errors import InvalidJobId
+
 _HEX_ID = re.compile(r"^[0-9a-f]{8,64}$")
 MAX_STEP_NAME = 200
 
@@ -36,9 +38,11 @@ def fresh_incarnation() -> str:
     return secrets.token_hex(8)
 
 
-def check_run_id(run_id: str) -> str:
+def check_run_id(run_id: object) -> str:
+    """``run_id`` if it is a job id; raises InvalidJobId before anything is read."""
     if not isinstance(run_id, str) or not _HEX_ID.match(run_id):
-        raise ValueError(f"not a job id: {run_id!r} (expected 8 to 64 lowercase hex digits)")
+        shown = repr(run_id if not isinstance(run_id, str) else run_id[:80])
+        raise InvalidJobId(f"not a job id: {shown} (expected 8 to 64 lowercase hex digits)")
     return run_id
 
 

@@ -23,14 +23,11 @@ import contextvars
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sized
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from stepstone.runtime.worker import Attempt
-
-    from .context import _Run
+from stepstone.runtime.worker import Attempt
 
 JOB_FIELDS = ("job_id", "job_name", "attempt")
 
@@ -195,21 +192,22 @@ def job_scope(name: str, attempt: Attempt) -> Iterator[None]:
 _NO_SPAN: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
 
 
-def step_scope(run: _Run, name: str) -> contextlib.AbstractContextManager[None]:
-    """Around one ``ctx.step``: a child span saying whether it ran or replayed.
+def step_scope(job_id: str, name: str, replayed: Sized) -> contextlib.AbstractContextManager[None]:
+    """Around one ``ctx.step``: a child span saying whether it ran or replayed
+    (``replayed``, the run's record of replayed steps, grew while it ran).
 
     Without a tracer this is a shared no-op (a generator-based context
     manager per step would cost more than the rest of the step's bookkeeping)."""
     tracer = _get_tracer()
     if tracer is None:
         return _NO_SPAN
-    return _step_span(tracer, run, name)
+    return _step_span(tracer, job_id, name, replayed)
 
 
 @contextlib.contextmanager
-def _step_span(tracer: Any, run: _Run, name: str) -> Iterator[None]:
-    replayed_before = len(run.replayed)
-    attributes = {"stepstone.step.name": name, "stepstone.job.id": run.run_id}
+def _step_span(tracer: Any, job_id: str, name: str, replayed: Sized) -> Iterator[None]:
+    replayed_before = len(replayed)
+    attributes = {"stepstone.step.name": name, "stepstone.job.id": job_id}
     with tracer.start_as_current_span(f"stepstone.step {name}", attributes=attributes) as span:
         yield
-        span.set_attribute("stepstone.step.replayed", len(run.replayed) > replayed_before)
+        span.set_attribute("stepstone.step.replayed", len(replayed) > replayed_before)

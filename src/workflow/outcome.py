@@ -9,10 +9,12 @@ entry (which the ack removes) until retention sweeps it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
-from .codec import pack, unpack
+from stepstone.runtime.decide import FailureKind
+from stepstone.runtime.queue import JobStatus
+
+from .codec import codec_for_type, pack, unpack
 from .errors import JobCancelled, JobFailed
 
 T = TypeVar("T")
@@ -20,17 +22,11 @@ T = TypeVar("T")
 RECORD_VERSION = 1
 
 
-class OutcomeStatus(StrEnum):
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-
 @dataclass(frozen=True, slots=True)
-class JobError:
+class ErrorInfo:
     """Why a run failed: the kind of stop, the last error's message and class."""
 
-    kind: str
+    kind: FailureKind
     message: str
     error_type: str | None = None
 
@@ -41,13 +37,13 @@ class OutcomeRecord:
 
     run_id: str
     name: str
-    status: OutcomeStatus
+    status: JobStatus
     input_hash: str
     incarnation: str
     attempts: int
     finished_at: float
     result: bytes | None = None
-    error: JobError | None = None
+    error: ErrorInfo | None = None
     progress: Any = None
     submitted_at: float | None = None
     """When the run was enqueued (the queue's clock)."""
@@ -84,16 +80,33 @@ class OutcomeRecord:
         return cls(
             run_id=raw["run_id"],
             name=raw["name"],
-            status=OutcomeStatus(raw["status"]),
+            status=JobStatus(raw["status"]),
             input_hash=raw["input_hash"],
             incarnation=raw.get("incarnation", ""),
             attempts=int(raw["attempts"]),
             finished_at=float(raw["finished_at"]),
             result=raw.get("result"),
-            error=None if error is None else JobError(*error),
+            error=None if error is None else ErrorInfo(FailureKind(error[0]), *error[1:]),
             progress=raw.get("progress"),
             submitted_at=raw.get("submitted_at"),
             started_at=raw.get("started_at"),
+        )
+
+    def typed(self, output: Any) -> Outcome[Any]:
+        """The outcome as users see it, its result decoded as ``output``."""
+        result = None
+        if self.status is JobStatus.SUCCEEDED and self.result is not None:
+            result = codec_for_type(output).decode(self.result)
+        return Outcome(
+            id=self.run_id,
+            status=self.status,
+            attempts=self.attempts,
+            finished_at=self.finished_at,
+            result=result,
+            error=self.error,
+            progress=self.progress,
+            submitted_at=self.submitted_at,
+            started_at=self.started_at,
         )
 
 
@@ -106,22 +119,22 @@ class Outcome(Generic[T]):
     """
 
     id: str
-    status: OutcomeStatus
+    status: JobStatus
     attempts: int
     finished_at: float
     result: T | None = None
-    error: JobError | None = None
+    error: ErrorInfo | None = None
     progress: Any = field(default=None, repr=False)
     submitted_at: float | None = None
     started_at: float | None = None
 
     @property
     def ok(self) -> bool:
-        return self.status is OutcomeStatus.SUCCEEDED
+        return self.status is JobStatus.SUCCEEDED
 
     def unwrap(self) -> T:
-        if self.status is OutcomeStatus.SUCCEEDED:
+        if self.status is JobStatus.SUCCEEDED:
             return self.result  # type: ignore[return-value]
-        error = self.error or JobError("failed", "no error recorded")
-        exc = JobCancelled if self.status is OutcomeStatus.CANCELLED else JobFailed
+        error = self.error or ErrorInfo(FailureKind.UNKNOWN, "no error recorded")
+        exc = JobCancelled if self.status is JobStatus.CANCELLED else JobFailed
         raise exc(self.id, error.kind, error.message, error.error_type)

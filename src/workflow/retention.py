@@ -17,23 +17,36 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from stepstone.runtime.clock import subscribe
+from stepstone.runtime.clock import Clock, subscribe
+from stepstone.store import ObjectStore
 
-if TYPE_CHECKING:
-    from .runner import JobRunner
+from .layout import Layout
 
 log = logging.getLogger("stepstone.retention")
 
 
+class Runs(Protocol):
+    """Where runs are kept: a store, a layout in it, a clock (a JobRunner is one)."""
+
+    @property
+    def store(self) -> ObjectStore: ...
+
+    @property
+    def layout(self) -> Layout: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+
 class Sweeper:
-    def __init__(
-        self, runner: JobRunner, retention: float, *, interval: float | None = None
-    ) -> None:
+    """Sweeps ``runs`` every ``interval`` seconds of their clock."""
+
+    def __init__(self, runs: Runs, retention: float, *, interval: float | None = None) -> None:
         if retention <= 0:
             raise ValueError(f"retention must be positive seconds, got {retention}")
-        self.runner = runner
+        self.runs = runs
         self.retention = retention
         self.interval = interval if interval is not None else min(max(retention / 10, 1.0), 300.0)
         self._task: asyncio.Task[None] | None = None
@@ -42,7 +55,7 @@ class Sweeper:
 
     def start(self) -> None:
         self._wake = asyncio.Event()
-        self._unsubscribe = subscribe(self.runner.clock, self._wake.set)
+        self._unsubscribe = subscribe(self.runs.clock, self._wake.set)
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="stepstone-sweeper")
 
     async def stop(self) -> None:
@@ -54,12 +67,12 @@ class Sweeper:
             self._task = None
 
     async def _loop(self) -> None:
-        clock = self.runner.clock
+        clock = self.runs.clock
         next_at = clock.now()
         while True:
             if clock.now() >= next_at:
                 try:
-                    swept = await sweep(self.runner, self.retention)
+                    swept = await sweep(self.runs, self.retention)
                     if swept:
                         log.info("retention sweep removed %d finished run(s)", swept)
                 except Exception as exc:
@@ -70,23 +83,23 @@ class Sweeper:
                 await asyncio.wait_for(self._wake.wait(), max(0.01, next_at - clock.now()))
 
 
-async def sweep(runner: JobRunner, retention: float) -> int:
+async def sweep(runs: Runs, retention: float) -> int:
     """Remove every run that finished more than ``retention`` seconds ago; returns how many."""
-    store, layout = runner.store, runner.layout
-    cutoff = runner.clock.now() - retention
+    store, layout = runs.store, runs.layout
+    cutoff = runs.clock.now() - retention
     swept = 0
     # Removing as it goes keeps memory flat however many runs expire; it is
     # safe because the listing pages by start-after on keys, not by offset.
     async for info in store.scan(layout.outcomes()):
         if info.modified <= cutoff:
-            await remove_run(runner, layout.run_id_of_outcome(info.key))
+            await remove_run(runs, layout.run_id_of_outcome(info.key))
             swept += 1
     return swept
 
 
-async def remove_run(runner: JobRunner, run_id: str) -> None:
+async def remove_run(runs: Runs, run_id: str) -> None:
     """Delete a run's memos, progress and outcome, in that order."""
-    store, layout = runner.store, runner.layout
+    store, layout = runs.store, runs.layout
     keys = [info.key async for info in store.scan(layout.memos(run_id))]
     await asyncio.gather(*(store.delete(key) for key in keys))
     await store.delete(layout.progress(run_id))

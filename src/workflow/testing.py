@@ -12,7 +12,7 @@ Installed with stepstone, the plugin is loaded by pytest automatically (the
 ``stepstone_memory_runner``
     the same in memory, on ``stepstone_clock``: no I/O, time moves when told.
 ``stepstone_clock``
-    a :class:`~runtime.clock.FakeClock`.
+    a :class:`FakeClock` (also importable from here).
 ``stepstone_jobs`` / ``stepstone_state`` / ``stepstone_runner_options``
     what the runners register and how they are built. By default they come
     from the ``@pytest.mark.stepstone(jobs=[...], state=[...], **options)``
@@ -78,6 +78,7 @@ Out = TypeVar("Out")
 __all__ = [
     "FAKE_AWS_ENV",
     "TEST_RUNNER_DEFAULTS",
+    "FakeClock",
     "Flaky",
     "InjectedFailure",
     "WriteLock",

@@ -19,7 +19,8 @@ import msgpack
 from rel_jobs import STEPS, ThreeSteps, read_events
 from rel_support import Workers
 
-from stepstone.outcome import OutcomeRecord, OutcomeStatus
+from stepstone.outcome import OutcomeRecord
+from stepstone.runtime.queue import JobStatus
 
 DEFAULT_KILLS = (
     "in_step=0.01,before_memo=0.01,after_memo=0.01,"
@@ -213,7 +214,7 @@ def audit(report: CrashReport, root: Path, events_path: Path, expected: set[str]
     for run in sorted(expected & outcome_files):
         record = OutcomeRecord.decode((root / "outcomes" / run).read_bytes())
         report.max_attempts_seen = max(report.max_attempts_seen, record.attempts)
-        if record.status is not OutcomeStatus.SUCCEEDED or record.result is None:
+        if record.status is not JobStatus.SUCCEEDED or record.result is None:
             problems.append(f"run {run}: {record.status.value}: {record.error}")
             continue
         report.succeeded += 1

@@ -21,10 +21,10 @@ from rel_jobs import (
 )
 from rel_support import Workers, stats_of, submitter, wait_for
 
-from stepstone import EncodingError, Job, JobContext, JobFailed, JobRunner, OutcomeStatus
+from stepstone import EncodingError, Job, JobContext, JobFailed, JobRunner, JobStatus
 from stepstone.envelope import Envelope, input_hash
 from stepstone.runtime.errors import PayloadTooLarge
-from stepstone.runtime.queue import JobRecord, JobStatus
+from stepstone.runtime.queue import JobRecord
 from stepstone.runtime.store_records import CorruptRecord, StoredJob, encode
 from stepstone.store import FileStore, InvalidKey
 
@@ -94,7 +94,7 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
 async def test_an_unknown_job_type_is_dead_with_its_reason(env: Env) -> None:
     handle = await env.runner.submit(Stranger())
     outcome = await handle.join(timeout=20)
-    assert outcome.status is OutcomeStatus.FAILED and outcome.error is not None
+    assert outcome.status is JobStatus.FAILED and outcome.error is not None
     assert outcome.error.kind == "unknown"
     assert "no handler registered for job type `rel.stranger`" in outcome.error.message
     record = await dead_lettered(env, handle.id)
@@ -158,7 +158,7 @@ async def test_malformed_payloads_in_valid_records_are_dead_as_malformed(env: En
         run = secrets.token_hex(16)
         await env.runner.queue.enqueue(payload, kind=Normal.NAME, id=run)
         outcome = await env.runner.handle(run, Normal).join(timeout=20)
-        assert outcome.status is OutcomeStatus.FAILED and outcome.error is not None, what
+        assert outcome.status is JobStatus.FAILED and outcome.error is not None, what
         assert outcome.error.kind == "malformed", (what, outcome.error)
         assert reason in outcome.error.message, (what, outcome.error.message)
         await dead_lettered(env, run)
@@ -200,7 +200,7 @@ async def test_an_exception_whose_str_raises_is_recorded_as_unprintable(
 ) -> None:
     handle = await env.runner.submit(job)
     outcome = await handle.join(timeout=20)
-    assert outcome.status is OutcomeStatus.FAILED and outcome.error is not None
+    assert outcome.status is JobStatus.FAILED and outcome.error is not None
     assert outcome.error.kind == kind, outcome.error
     assert outcome.error.message.startswith("<unprintable "), outcome.error.message
     assert outcome.attempts == attempts, outcome

@@ -22,7 +22,7 @@ import pytest
 from rel_jobs import STEPS, Plain3, read_events
 from rel_support import wait_for
 
-from stepstone import JobHandle, JobRunner, OutcomeStatus
+from stepstone import JobHandle, JobRunner, JobStatus
 from stepstone.runtime.store_queue import StoreQueue
 from stepstone.store import FileStore, StoreUnavailable
 from stepstone.store.faults import FaultyStore
@@ -81,7 +81,7 @@ async def check_results(
     execs = Counter((e[1], e[2], e[4]) for e in read_events(str(events)) if e[0] == "EXEC")
     for handle in handles:
         outcome = await handle.join(timeout=60)
-        assert outcome.status is OutcomeStatus.SUCCEEDED, outcome.error
+        assert outcome.status is JobStatus.SUCCEEDED, outcome.error
         memo_prefix = f"memos/{handle.id}/"
         memos = {info.key.rsplit("/", 1)[-1]: info.key async for info in inner.scan(memo_prefix)}
         assert sorted(memos) == sorted(STEPS), memos
@@ -106,7 +106,7 @@ async def test_transient_errors_and_latency_on_every_call(inner: FileStore, even
         # Awaiting polls through the faults too: a failed poll is not an answer.
         outcomes = await asyncio.gather(*(h.join(timeout=90) for h in handles))
     elapsed = time.monotonic() - started
-    assert [o.status for o in outcomes] == [OutcomeStatus.SUCCEEDED] * JOBS, [
+    assert [o.status for o in outcomes] == [JobStatus.SUCCEEDED] * JOBS, [
         o.error for o in outcomes if not o.ok
     ]
     executions, repeats = await check_results(inner, handles, events)

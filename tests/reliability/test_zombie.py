@@ -25,7 +25,7 @@ import pytest
 from rel_jobs import Gated, SkewedClock, read_events
 from rel_support import Workers, stats_of, submitter, wait_for
 
-from stepstone import OutcomeStatus
+from stepstone import JobStatus
 
 pytestmark = pytest.mark.slow
 
@@ -65,7 +65,7 @@ async def test_a_zombie_changes_nothing(tmp_path: Path, zombie: str) -> None:
 
         second = pool.start(REL_LEASE="2")
         outcome = await handle.join(timeout=30)
-        assert outcome.status is OutcomeStatus.SUCCEEDED and outcome.attempts == 2
+        assert outcome.status is JobStatus.SUCCEEDED and outcome.attempts == 2
         await wait_for(lambda: not os.listdir(root / "queue" / "jobs"), 10, "the ack")
         result = outcome.result
         assert result is not None

@@ -31,6 +31,7 @@ from stepstone.runtime import (
     QueueInspection,
     Settlement,
 )
+from stepstone.runtime.queue import DEFAULT_MAX_ATTEMPTS, QUEUE_STATUSES
 from stepstone.runtime.store_queue import StoreQueue
 from stepstone.store import MemoryStore, ObjectStore
 
@@ -241,10 +242,10 @@ async def test_claim_hands_over_what_was_enqueued(queue: LeaseQueue, clock: Fake
         2,
         {"h": "v"},
     )
-    assert (d.attempt, d.max_attempts, d.enqueued_at) == (1, 5, clock.now())
+    assert (d.attempt, d.max_attempts, d.enqueued_at) == (1, DEFAULT_MAX_ATTEMPTS, clock.now())
     assert made.id == d.id
     record = await queue.get("j")
-    assert record is not None and record.status is JobStatus.CLAIMED
+    assert record is not None and record.status is JobStatus.RUNNING
     assert record.lease_expires_at == d.lease_expires_at
 
 
@@ -542,15 +543,15 @@ async def test_list_pages_by_status_in_id_order(queue: LeaseQueue, clock: FakeCl
     rest = await listing.list(JobStatus.READY, cursor=ready.cursor, limit=10)
     assert [r.id for r in rest.records] == ["j4", "j5", "j6"]
     assert rest.cursor is None
-    by = {s: [r.id for r in (await listing.list(s)).records] for s in JobStatus}
-    assert by[JobStatus.CLAIMED] == ["j0"]
+    by = {s: [r.id for r in (await listing.list(s)).records] for s in QUEUE_STATUSES}
+    assert by[JobStatus.RUNNING] == ["j0"]
     assert by[JobStatus.DEAD] == ["j1"]
     assert by[JobStatus.SCHEDULED] == ["s"]
 
 
 async def test_counts_by_status(queue: LeaseQueue, clock: FakeClock) -> None:
     counting = requires(JobCounts, queue)
-    assert await counting.counts() == dict.fromkeys(JobStatus, 0)
+    assert await counting.counts() == dict.fromkeys(QUEUE_STATUSES, 0)
     for i in range(7):
         await queue.enqueue(b"", id=f"j{i}", priority=i)
     await queue.enqueue(b"", id="s", run_at=clock.now() + 60)
@@ -558,7 +559,7 @@ async def test_counts_by_status(queue: LeaseQueue, clock: FakeClock) -> None:
     await queue.dead_letter(await claim_one(queue), "x")
     assert await counting.counts() == {
         JobStatus.READY: 5,
-        JobStatus.CLAIMED: 1,
+        JobStatus.RUNNING: 1,
         JobStatus.DEAD: 1,
         JobStatus.SCHEDULED: 1,
     }

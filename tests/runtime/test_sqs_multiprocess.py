@@ -100,7 +100,7 @@ def _spawn(mode: str, *args: str) -> subprocess.Popen[bytes]:
 async def test_jobs_on_sqs_are_each_completed_once_by_many_processes(
     moto_server: str, s3_url: str, s3_store: object, tmp_path: Path
 ) -> None:
-    from stepstone.runtime import JobStatus
+    from stepstone.runtime import QUEUE_STATUSES
     from stepstone.runtime.sqs import SqsQueue
     from stepstone.store import ObjectStore
 
@@ -155,7 +155,7 @@ async def test_jobs_on_sqs_are_each_completed_once_by_many_processes(
     attempts = {job_id: int(attempt) for _, job_id, attempt in lines}
     assert all(attempts[i] == 2 for i in stranded), "the killed process's jobs were redelivered"
     assert len({pid for pid, _, _ in lines}) > 1, "the work was shared"
-    assert await queue.counts() == dict.fromkeys(JobStatus, 0)
+    assert await queue.counts() == dict.fromkeys(QUEUE_STATUSES, 0)
     assert await s3_store.list(queue.id_prefix + "/") == [], "markers outlived their acks"
     await queue.close()
 

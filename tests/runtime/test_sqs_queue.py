@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from stepstone.runtime import FakeClock, JobListing, PayloadTooLarge, Settlement
-from stepstone.runtime.queue import Delivery, JobStatus
+from stepstone.runtime.queue import DEFAULT_MAX_ATTEMPTS, QUEUE_STATUSES, Delivery, JobStatus
 from stepstone.runtime.sqs import SqsQueue, SqsUnsupported, Tier
 from stepstone.runtime.sqs.message import encode
 from stepstone.store import ObjectStore
@@ -77,12 +77,14 @@ async def test_enqueue_claim_ack(make_queue: Factory) -> None:
     assert done.created
     [d] = await claim_until(q)
     assert (d.id, d.kind, d.payload, d.attempt, d.claims) == (done.id, "k", b"\x00\xffbinary", 1, 1)
-    assert d.headers == {"trace": "t1"} and d.priority == 2 and d.max_attempts == 5
+    assert (
+        d.headers == {"trace": "t1"} and d.priority == 2 and d.max_attempts == DEFAULT_MAX_ATTEMPTS
+    )
     assert d.lease_expires_at > q.clock.now()
     assert await q.claim(5, lease=30) == []
     assert await q.ack(d) == Settlement.ACKED
     assert await q.ack(d) == Settlement.LOST
-    assert await q.counts() == dict.fromkeys(JobStatus, 0)
+    assert await q.counts() == dict.fromkeys(QUEUE_STATUSES, 0)
 
 
 async def test_lapsed_lease_is_reclaimed_counted_and_the_stale_token_is_fenced(
@@ -107,7 +109,7 @@ async def test_lapsed_lease_is_reclaimed_counted_and_the_stale_token_is_fenced(
     # (moto rejects it for a deleted message), and b's ack settles it.
     assert await b.renew(second, 60) is not None
     assert await b.ack(second) == Settlement.ACKED
-    assert await b.counts() == dict.fromkeys(JobStatus, 0)
+    assert await b.counts() == dict.fromkeys(QUEUE_STATUSES, 0)
 
 
 async def test_renew_extends_the_visibility(make_queue: Factory) -> None:
@@ -269,7 +271,7 @@ async def test_payload_over_the_limit_is_refused(make_queue: Factory) -> None:
     small = await make_queue(max_message_bytes=4096)
     with pytest.raises(PayloadTooLarge):
         await small.enqueue(b"y" * 4000)
-    assert await small.counts() == dict.fromkeys(JobStatus, 0)
+    assert await small.counts() == dict.fromkeys(QUEUE_STATUSES, 0)
 
 
 async def test_payload_over_the_message_limit_is_kept_on_s3(
@@ -329,7 +331,7 @@ async def test_cancel_in_this_process(make_queue: Factory) -> None:
     assert await q.cancel("held")
     assert await q.ack(d) == Settlement.LOST
     assert await q.renew(d, 5) is None
-    assert await q.counts() == dict.fromkeys(JobStatus, 0)
+    assert await q.counts() == dict.fromkeys(QUEUE_STATUSES, 0)
     assert not await q.cancel("never-seen")
 
 
@@ -350,13 +352,13 @@ async def test_get_and_list_answer_honestly(make_queue: Factory) -> None:
     record = await q.get("held")
     assert record is not None
     assert (record.status, record.kind, record.attempts, record.payload) == (
-        JobStatus.CLAIMED,
+        JobStatus.RUNNING,
         "k",
         1,
         b"x",
     )
     counts = await q.counts()
-    assert counts[JobStatus.CLAIMED] == 1 and counts[JobStatus.SCHEDULED] == 1
+    assert counts[JobStatus.RUNNING] == 1 and counts[JobStatus.SCHEDULED] == 1
     assert d.id == "held"
 
 

@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stepstone.runtime import Delivery, FakeClock, JobRecord, JobStatus, Settlement
+from stepstone.runtime.queue import QUEUE_STATUSES
 from stepstone.runtime.store_queue import StoreQueue
 from stepstone.runtime.store_records import (
     DEAD,
@@ -380,7 +381,7 @@ async def test_a_garbage_record_is_skipped_counted_and_named(
     with pytest.raises(CorruptRecord, match="queue/jobs/garbage"):
         await q.get("garbage")
     assert [r.id for r in (await q.list()).records] == ["fine"]
-    assert (await q.counts())[JobStatus.CLAIMED] == 1
+    assert (await q.counts())[JobStatus.RUNNING] == 1
     assert await q.cancel("garbage")  # and an operator can remove it
 
 
@@ -493,7 +494,7 @@ async def test_a_claim_elsewhere_of_a_job_seen_waiting_is_inferred_not_read(
     assert await a.claim(5, lease=30) == []
     assert take(a_store) == {"LIST": 1}  # each new size is exactly a claim's: no GETs
     record = await a.get("j1")
-    assert record is not None and record.status is JobStatus.CLAIMED
+    assert record is not None and record.status is JobStatus.RUNNING
     take(a_store)
 
     assert await b.release(got[0]) is Settlement.RELEASED  # a different size: read at once
@@ -546,7 +547,7 @@ async def test_transitions_whose_answer_was_lost_are_settled_not_lost(
     store.fail_next(1, after=True)
     [d] = await q.claim(1, lease=30)
     record = await q.get("j")
-    assert record is not None and record.status is JobStatus.CLAIMED
+    assert record is not None and record.status is JobStatus.RUNNING
     store.fail_next(1, after=True)
     assert await q.renew(d, 60) == clock.now() + 60
     store.fail_next(1, after=True)
@@ -584,7 +585,7 @@ async def test_a_queue_on_a_store_that_loses_answers_still_runs_each_job_once(
         made = await retried(lambda i=i: q.enqueue(b"", id=f"j{i:02}"))  # type: ignore[misc]
         assert made.created
     delivered: Counter[str] = Counter()
-    while await q.counts() != dict.fromkeys(JobStatus, 0):
+    while await q.counts() != dict.fromkeys(QUEUE_STATUSES, 0):
         for d in await retried(lambda: q.claim(7, lease=30)):
             delivered[d.id] += 1
             assert await retried(lambda d=d: q.ack(d)) is Settlement.ACKED  # type: ignore[misc]
@@ -653,7 +654,7 @@ async def _drive(ops: list[Op]) -> None:
                 if (kinds is None or r.kind in kinds)
                 and (
                     r.status is JobStatus.READY
-                    or (r.status is JobStatus.CLAIMED and (r.lease_expires_at or 0) <= now)
+                    or (r.status is JobStatus.RUNNING and (r.lease_expires_at or 0) <= now)
                 )
             )
             claimer = q if op == "claim" else b

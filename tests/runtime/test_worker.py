@@ -30,14 +30,14 @@ from stepstone.runtime import (
     LeaseLost,
     LeaseQueue,
     MemoryQueue,
-    PermanentError,
+    Permanent,
     RetryLater,
     Settlement,
     Success,
     Terminal,
     Worker,
 )
-from stepstone.runtime.queue import Enqueued
+from stepstone.runtime.queue import DEFAULT_MAX_ATTEMPTS, Enqueued
 from stepstone.store.errors import StoreError
 
 NO_BACKOFF = Backoff(base=0.0, jitter=0.0)
@@ -174,7 +174,7 @@ async def test_a_permanent_failure_is_dead_after_one_attempt(env: Env) -> None:
     async def handler(attempt: Attempt) -> None:
         nonlocal calls
         calls += 1
-        raise PermanentError("card declined")
+        raise Permanent("card declined")
 
     await env.queue.enqueue(b"", kind="charge", id="j")
     worker = env.worker()
@@ -184,12 +184,12 @@ async def test_a_permanent_failure_is_dead_after_one_attempt(env: Env) -> None:
     record = await env.record("j")
     assert record is not None and record.status is JobStatus.DEAD
     assert record.attempts == 1 and calls == 1
-    assert record.dead_reason == "permanent: PermanentError: card declined"
+    assert record.dead_reason == "permanent: Permanent: card declined"
     [failure] = env.reported.of("j")
     assert failure == Failure(
         FailureKind.PERMANENT,
-        "PermanentError: card declined",
-        "stepstone.runtime.errors.PermanentError",
+        "Permanent: card declined",
+        "stepstone.runtime.errors.Permanent",
         1,
     )
 
@@ -370,7 +370,7 @@ async def test_an_attempt_timeout_is_a_counted_failure_then_a_timeout_failure(en
 async def test_on_terminal_hears_the_result_before_the_job_is_acked_or_dead(env: Env) -> None:
     async def handler(attempt: Attempt) -> object:
         if attempt.payload == b"bad":
-            raise PermanentError("no")
+            raise Permanent("no")
         return {"answer": 42}
 
     await env.queue.enqueue(b"good", kind="k", id="good")
@@ -381,10 +381,10 @@ async def test_on_terminal_hears_the_result_before_the_job_is_acked_or_dead(env:
     await until(lambda: len(env.reported.calls) == 2, "both results were reported")
     await until(lambda: worker.stats.succeeded + worker.stats.dead == 2, "both settled")
     by_id = {d.id: (terminal, status) for d, terminal, status in env.reported.calls}
-    assert by_id["good"] == (Success({"answer": 42}), JobStatus.CLAIMED)
+    assert by_id["good"] == (Success({"answer": 42}), JobStatus.RUNNING)
     failure, status = by_id["bad"]
     assert isinstance(failure, Failure) and failure.kind is FailureKind.PERMANENT
-    assert status is JobStatus.CLAIMED
+    assert status is JobStatus.RUNNING
     assert await env.record("good") is None
     assert await env.status("bad") is JobStatus.DEAD
 
@@ -503,7 +503,7 @@ async def test_a_handler_whose_lease_is_lost_is_cancelled_and_nothing_is_settled
     assert worker.stats.lost == 1
     assert worker.stats.retried == worker.stats.dead == worker.stats.succeeded == 0
     record = await env.record("j")
-    assert record is not None and record.status is JobStatus.CLAIMED and record.attempts == 2
+    assert record is not None and record.status is JobStatus.RUNNING and record.attempts == 2
     assert env.reported.calls == []
     assert await env.queue.ack(other) is Settlement.ACKED
 
@@ -935,7 +935,7 @@ async def test_log_records_about_a_job_carry_its_id_kind_and_attempt(
     env: Env, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def handler(attempt: Attempt) -> None:
-        raise PermanentError("nope")
+        raise Permanent("nope")
 
     await env.queue.enqueue(b"", kind="k", id="job-77")
     worker = env.worker()
@@ -948,7 +948,7 @@ async def test_log_records_about_a_job_carry_its_id_kind_and_attempt(
     for record in about_job:
         extra: Mapping[str, object] = record.__dict__
         assert (extra["job_id"], extra["job_kind"], extra["attempt"]) == ("job-77", "k", 1)
-        assert "attempt 1/5" in record.getMessage()
+        assert f"attempt 1/{DEFAULT_MAX_ATTEMPTS}" in record.getMessage()
 
 
 # -- configuration ------------------------------------------------------------------
@@ -1053,7 +1053,7 @@ async def test_deliveries_beyond_the_claim_are_released_not_run(env: Env) -> Non
 
     async def one_claimed_two_ready() -> bool:
         counts = await env.queue.counts()
-        return counts[JobStatus.CLAIMED] == 1 and counts[JobStatus.READY] == 2
+        return counts[JobStatus.RUNNING] == 1 and counts[JobStatus.READY] == 2
 
     await until(one_claimed_two_ready, "the surplus went back")
     assert worker.in_flight == 1 and worker.stats.peak_in_flight == 1

@@ -23,7 +23,7 @@ from stepstone.runtime.decide import (
     describe,
     qualified_name,
 )
-from stepstone.runtime.errors import MalformedPayload, PermanentError, RetryLater, UnknownKind
+from stepstone.runtime.errors import MalformedPayload, Permanent, RetryLater, UnknownKind
 from stepstone.runtime.queue import Delivery
 from stepstone.store.errors import StoreUnavailable
 
@@ -67,7 +67,7 @@ def test_a_transient_error_on_the_last_attempt_is_exhausted_with_that_error() ->
 @pytest.mark.parametrize(
     ("error", "kind"),
     [
-        (PermanentError("card declined"), FailureKind.PERMANENT),
+        (Permanent("card declined"), FailureKind.PERMANENT),
         (MalformedPayload("bad msgpack"), FailureKind.MALFORMED),
         (UnknownKind("who?"), FailureKind.UNKNOWN),
     ],
@@ -144,7 +144,7 @@ def test_messages_are_truncated_and_empty_ones_are_just_the_type() -> None:
 
 def test_qualified_name_keeps_the_module_except_for_builtins() -> None:
     assert qualified_name(ValueError) == "ValueError"
-    assert qualified_name(PermanentError) == "stepstone.runtime.errors.PermanentError"
+    assert qualified_name(Permanent) == "stepstone.runtime.errors.Permanent"
 
 
 def test_decide_reads_no_clock_and_does_no_io() -> None:
@@ -157,7 +157,7 @@ def test_a_permanent_wrapper_reports_the_error_it_wraps() -> None:
     """A layer that classifies an application error as permanent wraps it; the
     failure names what the application raised."""
 
-    class Classified(PermanentError):
+    class Classified(Permanent):
         def __init__(self, original: BaseException) -> None:
             self.original = original
             super().__init__(str(original))

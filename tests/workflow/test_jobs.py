@@ -46,17 +46,18 @@ from stepstone import (
     JobContext,
     JobFailed,
     JobRunner,
-    OutcomeStatus,
+    JobStatus,
     SubmitOptions,
     payload_idempotency_key,
 )
 from stepstone.codec import pack, unpack
 from stepstone.envelope import Envelope
+from stepstone.inspection import read_outcome
 from stepstone.layout import run_id_for_key
 from stepstone.outcome import OutcomeRecord
 from stepstone.retention import remove_run
-from stepstone.runtime import FakeClock, JobStatus
 from stepstone.store import MemoryStore
+from stepstone.testing import FakeClock
 
 MakeRunner = Callable[..., JobRunner]
 DEADLINE = 10.0
@@ -181,7 +182,7 @@ async def test_cached_failure_after_completion_and_after_restart(make_runner: Ma
     third = await make_runner().submit(KeyedFailure(n=7))
     assert not third.newly_submitted
     outcome = await third.join()
-    assert outcome.status is OutcomeStatus.FAILED
+    assert outcome.status is JobStatus.FAILED
     assert outcome.error is not None and "refusing 7" in outcome.error.message
 
 
@@ -190,7 +191,7 @@ async def test_resubmit_after_the_records_were_swept_runs_again_under_the_same_i
 ) -> None:
     first = await runner.submit(KeyedStep(n=1))
     assert await first == 1
-    old = await runner._read_outcome_record(first.id)
+    old = await read_outcome(runner, first.id)
     assert old is not None
 
     await remove_run(runner, first.id)
@@ -229,7 +230,7 @@ async def test_an_unknown_job_type_is_dead_with_no_handler_registered(
     async with make_runner() as runner:
         handle = await runner.submit(Keyed(n=9))
         outcome = await handle.join()
-        assert outcome.status is OutcomeStatus.FAILED
+        assert outcome.status is JobStatus.FAILED
         assert outcome.error is not None
         assert "no handler registered" in outcome.error.message
         assert outcome.error.kind == "unknown"
@@ -412,7 +413,7 @@ async def test_first_writer_wins_against_a_zombie(
     outcome = await handle.fetch_result()
     assert outcome is not None and outcome.result == "written by attempt 2"
     assert outcome.attempts == 2
-    record = await owner._read_outcome_record(handle.id)
+    record = await read_outcome(owner, handle.id)
     assert record is not None
     memo = await owner.store.get(owner.layout.memo(handle.id, record.incarnation, "work"))
     assert unpack(memo.data) == "written by attempt 2"
@@ -452,7 +453,7 @@ async def test_a_worker_that_finds_the_outcome_recorded_settles_without_running(
     record = OutcomeRecord(
         run_id=handle.id,
         name=Keyed.NAME,
-        status=OutcomeStatus.SUCCEEDED,
+        status=JobStatus.SUCCEEDED,
         input_hash=Envelope.decode(queued.payload).input_hash,
         incarnation="an-earlier-run",
         attempts=1,

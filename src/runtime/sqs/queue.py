@@ -25,6 +25,7 @@ from ..queue import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_PAYLOAD_BYTES,
     PRIORITY_NORMAL,
+    QUEUE_STATUSES,
     Delivery,
     Enqueued,
     JobRecord,
@@ -724,7 +725,7 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
     async def get(self, id: str) -> JobRecord | None:
         """What can honestly be said about the job.
 
-        Held by this process: its record, CLAIMED, exact. Otherwise, with an
+        Held by this process: its record, RUNNING, exact. Otherwise, with an
         id store: None when it has no marker (acked, cancelled, never
         enqueued), DEAD when it was dead-lettered, else READY or SCHEDULED by
         its run-at: the job is live but SQS cannot say whether it is waiting
@@ -737,7 +738,7 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
         if held is not None:
             return _record(
                 held.message,
-                JobStatus.CLAIMED,
+                JobStatus.RUNNING,
                 attempts=held.attempt,
                 lease_expires_at=held.expires,
             )
@@ -766,10 +767,10 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
         """SQS's approximate totals (GetQueueAttributes, one request per queue).
 
         READY is ApproximateNumberOfMessages over the tiers, SCHEDULED is
-        ...Delayed, CLAIMED is ...NotVisible (which also holds counted retries
+        ...Delayed, RUNNING is ...NotVisible (which also holds counted retries
         waiting out a backoff on the visibility timeout), DEAD is everything
         in the dead-letter queue. SQS says these may lag by about a minute."""
-        totals = dict.fromkeys(JobStatus, 0)
+        totals = dict.fromkeys(QUEUE_STATUSES, 0)
         names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
         names.append("ApproximateNumberOfMessagesDelayed")
         for queue_name in self.queue_names:
@@ -783,7 +784,7 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
                 totals[JobStatus.DEAD] += ready + hidden + delayed
             else:
                 totals[JobStatus.READY] += ready
-                totals[JobStatus.CLAIMED] += hidden
+                totals[JobStatus.RUNNING] += hidden
                 totals[JobStatus.SCHEDULED] += delayed
         return totals
 

@@ -14,8 +14,9 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import TextIO
 
+from stepstone.runtime.queue import JobStatus
+
 from .. import inspection
-from ..inspection import OUTCOME_STATES
 from ..runner import JobRunner
 from .durations import parse_duration
 from .render import detail_json, emit_json, listed_json, print_detail, short, table, when
@@ -67,7 +68,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 def _sources(status: str | None) -> str:
     if status is None:
         return "the queue and outcomes/"
-    if status in OUTCOME_STATES:
+    if JobStatus(status).finished:
         return "outcomes/ (finished runs)"
     return "the queue"
 

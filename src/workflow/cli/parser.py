@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..inspection import STATE_NAMES
+from stepstone.runtime.queue import JobStatus
+
 from .commands import cmd_cancel, cmd_ls, cmd_purge, cmd_retry, cmd_show, cmd_stats
 from .runners import ENV_PREFIX, ENV_STORE
 from .worker import cmd_worker
@@ -78,7 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
         "queue records; succeeded, failed or cancelled lists finished runs from "
         "outcomes/; no --status lists both, one row per id.",
     )
-    ls.add_argument("--status", choices=STATE_NAMES, help="only jobs in this state")
+    ls.add_argument(
+        "--status", choices=[s.value for s in JobStatus], help="only jobs in this state"
+    )
     ls.add_argument("--limit", type=int, default=100, help="at most this many rows (default 100)")
     ls.set_defaults(handler=cmd_ls)
 

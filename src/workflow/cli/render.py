@@ -71,7 +71,7 @@ def detail_json(found: Detail) -> dict[str, Any]:
     return {
         "id": found.id,
         "name": found.name,
-        "state": found.state,
+        "state": found.state or "unknown",
         "input": found.input,
         "queue": None
         if queued is None
@@ -126,7 +126,7 @@ def print_detail(out: TextIO, found: Detail) -> None:
         out.write(f"{indent}{label:<12} {value}\n")
 
     out.write(f"job {found.id}\n")
-    line("state", found.state)
+    line("state", found.state or "unknown")
     line("name", found.name or "-")
     if found.input is not None:
         line("input", short(found.input))

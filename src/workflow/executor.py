@@ -1,0 +1,234 @@
+"""The executor: runs one attempt of a job and records how the run ended.
+
+The worker (:mod:`stepstone.runtime.worker`) claims a job and calls the
+handler this module makes for its type. The handler decodes the job's
+envelope, replays or runs its steps through a :class:`~stepstone.JobContext`,
+and returns the success record; a failure propagates as the exception the
+job raised (classified permanent where the job says so) for the worker's
+pure ``decide`` to judge. When the worker has decided a run is over, it
+calls :meth:`Executor.on_terminal`, which writes the outcome record,
+create-if-absent, before the worker acks or dead-letters: the first record
+written is the answer, and a crash between the two leaves the record for the
+next claim to find.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+from pydantic import ValidationError
+
+from stepstone.runtime.clock import Clock
+from stepstone.runtime.decide import Failure, Success, Terminal
+from stepstone.runtime.errors import MalformedPayload, Permanent
+from stepstone.runtime.queue import Delivery, JobStatus
+from stepstone.runtime.worker import Attempt, Worker
+
+from .codec import codec_for_type
+from .context import JobContext, Run, log_extra
+from .envelope import Envelope
+from .errors import ClassifiedPermanent, EncodingError
+from .job import ErrorClass, Job
+from .observability import job_scope
+from .outcome import ErrorInfo, OutcomeRecord
+from .records import RunRecords
+from .submitting import Submitter
+
+log = logging.getLogger("stepstone")
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """What a handler returns to the worker: the success record to write."""
+
+    record: OutcomeRecord
+    already_recorded: bool = False
+    """The run's outcome was already recorded (by an earlier claim, or the
+    previous run of its key): nothing ran, nothing is to be written."""
+
+
+Handler = Callable[[Attempt], Awaitable[Finished]]
+
+
+class Executor:
+    """Runs attempts for one runner and records their outcomes.
+
+    ``settled`` hears every outcome that stands, once it is recorded (the
+    runner wakes the handles waiting for it); ``state_of`` gives jobs their
+    registered state; ``worker`` runs synchronous jobs in its thread pool.
+    """
+
+    def __init__(
+        self,
+        *,
+        records: RunRecords,
+        submitter: Submitter,
+        worker: Worker,
+        clock: Clock,
+        state_of: Callable[[type[Any]], Any],
+        settled: Callable[[OutcomeRecord], None],
+    ) -> None:
+        self._records = records
+        self._submitter = submitter
+        self._worker = worker
+        self._clock = clock
+        self._state_of = state_of
+        self._settled = settled
+
+    def handler_for(self, job_type: type[Job[Any]]) -> Handler:
+        """The worker's handler for jobs of ``job_type``."""
+
+        async def handle(attempt: Attempt) -> Finished:
+            with job_scope(job_type.NAME, attempt):  # log context, and a span with otel
+                return await self.run_attempt(job_type, attempt)
+
+        return handle
+
+    async def run_attempt(self, job_type: type[Job[Any]], attempt: Attempt) -> Finished:
+        """Run one attempt of a job of ``job_type``; returns its success record."""
+        delivery = attempt.delivery
+        envelope = Envelope.decode(delivery.payload)
+        run_id = delivery.id
+        extra = {"job_id": run_id, "job_name": envelope.name, "attempt": delivery.attempt}
+
+        # An outcome can already exist for a keyed run (a resubmit raced the
+        # end of the previous run) or after an earlier claim (a crash between
+        # the outcome write and the ack): then there is nothing to run. A
+        # keyed run this process's submit created, and checked after creating
+        # it, cannot have one on its first claim (the previous run's outcome
+        # was written before its ack, which came before our create).
+        verified = self._submitter.created_here(run_id, envelope.incarnation)
+        if delivery.claims > 1 or (envelope.keyed and not verified):
+            existing = await self._records.outcome(run_id)
+            if existing is not None:
+                log.info(
+                    "job %s (%s): outcome already recorded; settling without running",
+                    run_id,
+                    envelope.name,
+                    extra=extra,
+                )
+                return Finished(existing, already_recorded=True)
+
+        memo_keys: set[str] | None = None
+        if delivery.claims > 1:
+            store, layout = self._records.store, self._records.layout
+            prefix = layout.memos(run_id, envelope.incarnation)
+            memo_keys = {info.key[len(prefix) :] async for info in store.scan(prefix)}
+
+        try:
+            job = job_type.model_validate_json(envelope.input)
+        except ValidationError as exc:
+            raise MalformedPayload(
+                f"the input does not validate as {job_type.__qualname__}: {exc}"
+            ) from exc
+
+        run = Run(
+            submitter=self._submitter,
+            state_of=self._state_of,
+            records=self._records,
+            attempt=attempt,
+            name=envelope.name,
+            incarnation=envelope.incarnation,
+            memo_keys=memo_keys,
+            headers=delivery.headers,
+        )
+        started_at = self._clock.now()
+        ctx = JobContext(run)
+        log.info(
+            "job %s (%s) attempt %d started", run_id, envelope.name, delivery.attempt, extra=extra
+        )
+        try:
+            if job_type.is_async():
+                result = await cast(Awaitable[Any], job.run(ctx))
+            else:
+                result = await self._worker.in_thread(job.run, ctx)
+        except (Permanent, EncodingError) as exc:
+            await _flush(run)
+            if isinstance(exc, EncodingError):
+                raise ClassifiedPermanent(exc) from exc
+            raise
+        except Exception as exc:
+            await _flush(run)
+            if job.classify(exc) is ErrorClass.PERMANENT:
+                raise ClassifiedPermanent(exc) from exc
+            raise
+        await run.flush_progress()
+        try:
+            encoded = codec_for_type(job_type.output_type()).encode(result)
+        except (TypeError, ValueError) as exc:
+            error = EncodingError(f"the job's result cannot be stored: {exc}", job=envelope.name)
+            raise ClassifiedPermanent(error) from exc
+        record = OutcomeRecord(
+            run_id=run_id,
+            name=envelope.name,
+            status=JobStatus.SUCCEEDED,
+            input_hash=envelope.input_hash,
+            incarnation=envelope.incarnation,
+            attempts=delivery.attempt,
+            finished_at=self._clock.now(),
+            result=encoded,
+            progress=run.progress,
+            submitted_at=delivery.enqueued_at or None,
+            started_at=started_at,
+        )
+        return Finished(record)
+
+    async def on_terminal(self, delivery: Delivery, terminal: Terminal) -> None:
+        """Record the run's outcome, create-if-absent, before the worker acks
+        or dead-letters. The first record written is the answer."""
+        if isinstance(terminal, Success) and isinstance(terminal.result, Finished):
+            record = terminal.result.record
+            if terminal.result.already_recorded:
+                self._settled(record)
+                return
+        else:
+            assert isinstance(terminal, Failure)
+            record = self._failure_record(delivery, terminal)
+        record = await self._records.record_outcome(record)
+        extra = {"job_id": delivery.id, "job_name": record.name, "attempt": delivery.attempt}
+        if record.status is JobStatus.SUCCEEDED:
+            log.info(
+                "job %s (%s) succeeded on attempt %d",
+                delivery.id,
+                record.name,
+                delivery.attempt,
+                extra=extra,
+            )
+        else:
+            log.warning(
+                "job %s (%s) %s: %s",
+                delivery.id,
+                record.name,
+                record.status.value,
+                record.error.message if record.error else "",
+                extra=extra,
+            )
+        self._settled(record)
+
+    def _failure_record(self, delivery: Delivery, failure: Failure) -> OutcomeRecord:
+        try:
+            envelope = Envelope.decode(delivery.payload)
+            name, digest, incarnation = envelope.name, envelope.input_hash, envelope.incarnation
+        except MalformedPayload:
+            name, digest, incarnation = delivery.kind, "", ""
+        return OutcomeRecord(
+            run_id=delivery.id,
+            name=name,
+            status=JobStatus.FAILED,
+            input_hash=digest,
+            incarnation=incarnation,
+            attempts=failure.attempt,
+            finished_at=self._clock.now(),
+            error=ErrorInfo(failure.kind, failure.message, failure.error_type),
+            submitted_at=delivery.enqueued_at or None,
+        )
+
+
+async def _flush(run: Run) -> None:
+    try:
+        await run.flush_progress()
+    except Exception as exc:
+        log.warning("job %s: final progress not written: %s", run.run_id, exc, extra=log_extra(run))

@@ -1,0 +1,136 @@
+"""Waiting for outcomes: how a handle learns that its job has ended.
+
+A runner whose worker settles a run hands the outcome record to
+:meth:`Waiting.settled`, which wakes the handles waiting for it here at
+once, or keeps it a moment for a handle that asks soon (a batch of submits
+awaited one by one then neither reads nor waits). Any other run is someone
+else's: its handles poll the outcome record, with backoff, and with a budget
+of reads per second shared by every waiting handle, so N handles waiting T
+seconds cost O(N) reads, not O(N * T).
+
+No poll reads the store while this process will hear of the end without
+reading (its worker holds the run, or its queue knows the run still waits
+here): a handle on a job this process runs costs no reads however long the
+job queues and runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from stepstone.store import StoreUnavailable
+
+from .outcome import Outcome, OutcomeRecord
+from .records import RunRecords
+
+log = logging.getLogger("stepstone")
+
+RECENT_OUTCOMES = 10_000
+"""Outcomes this process's worker recorded that no handle has asked for yet,
+kept (newest last) so a handle awaited a moment later needs no read."""
+RUNNING_POLL_BUDGET = 200.0
+"""Outcome polls a second, about, across all the handles waiting in a runner
+whose worker runs."""
+RUNNING_FIRST_POLL = 0.5
+"""Seconds before a handle's first poll in a runner whose worker runs."""
+IDLE_FIRST_POLL = 0.02
+"""Seconds before a handle's first poll in a runner with no worker running."""
+MAX_POLL = 1.0
+"""Polls back off, doubling, to at most this many seconds apart."""
+
+
+class Waiting:
+    """The handles waiting in one runner, and the outcomes its worker settled.
+
+    ``worker_running()`` says whether this process runs a worker now;
+    ``heard_here(run_id)`` whether this process will hear of the run's end
+    without reading (its worker holds it, or its queue knows it waits).
+    """
+
+    def __init__(
+        self,
+        records: RunRecords,
+        *,
+        worker_running: Callable[[], bool],
+        heard_here: Callable[[str], bool],
+    ) -> None:
+        self._records = records
+        self._worker_running = worker_running
+        self._heard_here = heard_here
+        self._waiters: dict[str, list[asyncio.Future[OutcomeRecord]]] = {}
+        self._recent: OrderedDict[str, OutcomeRecord] = OrderedDict()
+
+    def settled(self, record: OutcomeRecord) -> None:
+        """The run ended with ``record``: wake its waiters, or keep it for a
+        handle that asks soon."""
+        waiters = self._waiters.pop(record.run_id, None)
+        if not waiters:
+            self._recent[record.run_id] = record
+            if len(self._recent) > RECENT_OUTCOMES:
+                self._recent.popitem(last=False)
+            return
+        for future in waiters:
+            if not future.done():
+                future.set_result(record)
+
+    async def wait(self, run_id: str, output: Any, *, fresh: bool = False) -> Outcome[Any]:
+        """The outcome, as soon as there is one: woken by this process's
+        worker, else polling the record with backoff. ``fresh``: the run was
+        just created by this runner's submit, so its record cannot exist yet;
+        with a worker running here, the first look waits instead of reading."""
+        recent = self._recent.pop(run_id, None)
+        if recent is not None:
+            return recent.typed(output)
+        running = self._worker_running()
+        # Without a worker here, the run is someone else's: look soon and
+        # often. With one, most runs are this worker's (no reads needed) and
+        # polling only catches runs that peers took, so it starts slower.
+        delay = RUNNING_FIRST_POLL if running else IDLE_FIRST_POLL
+        skip_read = fresh and running
+        loop = asyncio.get_running_loop()
+        while True:
+            future: asyncio.Future[OutcomeRecord] = loop.create_future()
+            self._waiters.setdefault(run_id, []).append(future)
+            try:
+                record = None
+                running = self._worker_running()
+                if not (skip_read or (running and self._heard_here(run_id))):
+                    record = await self._poll(run_id)
+                skip_read = False
+                if record is None:
+                    wait = delay
+                    if running:
+                        # Spread polls so all handles together read about
+                        # RUNNING_POLL_BUDGET outcomes a second.
+                        wait = max(delay, len(self._waiters) / RUNNING_POLL_BUDGET)
+                    # asyncio.wait leaves the future alone on a timeout and,
+                    # unlike wait_for(shield(...)), starts no task per wait.
+                    await asyncio.wait((future,), timeout=wait)
+                    if future.done() and not future.cancelled():
+                        record = future.result()
+                if record is not None:
+                    return record.typed(output)
+            finally:
+                self._forget(run_id, future)
+            delay = min(delay * 2, MAX_POLL)
+
+    async def _poll(self, run_id: str) -> OutcomeRecord | None:
+        try:
+            return await self._records.outcome(run_id)
+        except StoreUnavailable as exc:
+            # Waiting is polling: a read the store failed is one more poll
+            # that learned nothing (the caller's timeout bounds it).
+            log.debug("job %s: outcome not readable yet: %s", run_id, exc)
+            return None
+
+    def _forget(self, run_id: str, future: asyncio.Future[OutcomeRecord]) -> None:
+        waiters = self._waiters.get(run_id)
+        if waiters is not None and future in waiters:
+            waiters.remove(future)
+            if not waiters:
+                del self._waiters[run_id]
+        future.cancel()

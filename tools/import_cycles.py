@@ -1,0 +1,120 @@
+"""Fail if the modules of ``src/`` import each other in a circle.
+
+Layers import only downward (``stepstone`` -> ``stepstone.runtime`` ->
+``stepstone.store``), and inside a layer a module may use only modules below
+it: a reader can then take the package bottom-up, each module standing on
+what came before. This script reads every import in ``src/`` (top-level,
+inside functions, and type-only ones under ``TYPE_CHECKING``: a function-local
+import hides a circle rather than removing it), resolves it to a module of
+the package, and prints each strongly connected group of more than one
+module (or a module importing itself).
+
+    python tools/import_cycles.py        # exit 1 and the circles, or 0
+
+The module names come from pyproject.toml's ``package-dir`` mapping, as
+installed (``src/workflow/runner.py`` is ``stepstone.runner``).
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the package by its installed name."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    found: dict[str, Path] = {}
+    for package, directory in config["tool"]["setuptools"]["package-dir"].items():
+        for path in sorted((ROOT / directory).rglob("*.py")):
+            parts = path.relative_to(ROOT / directory).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join((package, *parts))] = path
+    return found
+
+
+def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The package's modules that ``name`` imports (an imported name that is a
+    submodule counts as that submodule, else as the module it comes from)."""
+    is_package = path.name == "__init__.py"
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = name.split(".")
+                anchor = anchor if is_package else anchor[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            targets = [
+                f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
+                for alias in node.names
+            ]
+        else:
+            continue
+        for target in targets:
+            # The longest known module the target names: a submodule, or the
+            # module that holds the imported name.
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for succ in sorted(graph[node]):
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in on_stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return groups
+
+
+def main() -> int:
+    known = modules()
+    graph = {name: imports_of(name, path, known) for name, path in known.items()}
+    found = cycles(graph)
+    for group in found:
+        print("import circle:", " <-> ".join(group))
+        for member in group:
+            inside = sorted(graph[member] & set(group))
+            print(f"  {member} imports {', '.join(inside)}")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
