@@ -1,9 +1,9 @@
 """Object storage for the engine: one async contract, three backends.
 
-``S3Store`` is imported on first use (aiobotocore is heavy), so ``import store``
+``S3Store`` is imported on first use (aiobotocore is heavy), so ``import stepstone.store``
 stays fast for code that only needs files or memory.
 
->>> from store import open_store
+>>> from stepstone.store import open_store
 >>> store = open_store("memory://")
 """
 
