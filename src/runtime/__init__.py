@@ -32,8 +32,7 @@ from .queue import (
 )
 from .queue_inspection import DeadJobRequeue, JobCounts, JobListing, Page, QueueInspection
 from .sqs import SqsQueue, SqsUnsupported  # aiobotocore loads on first use
-from .store_queue import StoreQueue, StoreQueueStats
-from .store_records import CorruptRecord
+from .store_queue import CorruptRecord, StoreQueue, StoreQueueStats
 from .worker import Attempt, Handler, Lease, OnTerminal, Worker, WorkerStats
 
 __all__ = [

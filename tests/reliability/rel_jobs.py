@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 import msgpack
 
 from stepstone import Job, JobContext, Permanent
-from stepstone.runtime.store_records import CorruptRecord, decode
+from stepstone.runtime.store_queue.records import CorruptRecord, decode
 from stepstone.store import AlreadyExists, ObjectStore
 from stepstone.store.base import DEFAULT_PAGE_SIZE, ObjectInfo, StoredObject
 

@@ -25,7 +25,7 @@ from stepstone import EncodingError, Job, JobContext, JobFailed, JobRunner, JobS
 from stepstone.envelope import Envelope, input_hash
 from stepstone.runtime.errors import PayloadTooLarge
 from stepstone.runtime.queue import JobRecord
-from stepstone.runtime.store_records import CorruptRecord, StoredJob, encode
+from stepstone.runtime.store_queue.records import CorruptRecord, StoredJob, encode
 from stepstone.store import FileStore, InvalidKey
 
 pytestmark = pytest.mark.slow

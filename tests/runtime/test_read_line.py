@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from stepstone.runtime.read_line import Entry, ReadLine
+from stepstone.runtime.store_queue.read_line import Entry, ReadLine
 
 
 def listed(ids: str, place: float) -> list[tuple[str, str | None, float]]:

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from stepstone.runtime import Delivery, FakeClock, JobRecord, JobStatus, Settlement
 from stepstone.runtime.queue import QUEUE_STATUSES
 from stepstone.runtime.store_queue import StoreQueue
-from stepstone.runtime.store_records import (
+from stepstone.runtime.store_queue.records import (
     DEAD,
     HELD,
     WAITING,
@@ -725,11 +725,13 @@ async def test_a_process_that_only_enqueues_does_not_remember_every_job(
     for i in range(50):
         await producer.enqueue(b"x" * 100, id=f"j{i:02}")
     assert len(producer._view) == 10
-    assert producer._view_bytes == sum(len(s.job.payload) for s in producer._view.values() if s.job)
+    assert producer._view.payload_bytes == sum(
+        len(s.job.payload) for s in producer._view.values() if s.job
+    )
     small = StoreQueue(backing, clock=clock, max_view_bytes=450)
     for i in range(10):
         await small.enqueue(b"y" * 100, id=f"k{i}")
-    assert small._view_bytes <= 450
+    assert small._view.payload_bytes <= 450
     # What it forgot it reads again when it needs it: nothing is lost.
     seen: set[str] = set()
     while batch := await producer.claim(16, lease=30):
@@ -828,7 +830,7 @@ async def test_pending_here_is_false_for_a_job_a_peer_holds(
 async def test_pending_here_trusts_a_look_only_for_a_few_seconds(
     backing: MemoryStore, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import stepstone.runtime.store_queue as module
+    import stepstone.runtime.store_queue.contract as module
 
     a, _ = make(backing, clock)
     await a.enqueue(b"", id="mine")

@@ -1,7 +1,9 @@
 """The StoreQueue's job record: one msgpack object per job, and its codec.
 
 Kept apart from the queue's logic so the format is in one short place: what
-is stored, how it is checked on the way in, and why each field is there.
+is stored, how it is checked on the way in, why each field is there, and
+what a record answers in the contract's terms (:func:`record_of`,
+:func:`delivery_of`).
 
 A record is compare-and-swapped on its etag, and on S3 an etag is the MD5 of
 the body, so two writes of identical bytes would share one and a stale
@@ -26,8 +28,8 @@ from typing import Any
 
 import msgpack
 
-from .errors import QueueError
-from .job_id import check_job_id
+from ..errors import QueueError
+from ..queue import Delivery, JobRecord, JobStatus
 
 __all__ = [
     "DEAD",
@@ -35,11 +37,13 @@ __all__ = [
     "WAITING",
     "CorruptRecord",
     "StoredJob",
-    "check_job_id",
     "decode",
+    "delivery_of",
     "encode",
+    "record_of",
     "listed_priority",
     "listed_state",
+    "status_of",
 ]
 
 FORMAT = 1
@@ -100,6 +104,19 @@ class StoredJob:
     def next(self, now: float, **changes: Any) -> StoredJob:
         """The record's next version: ``changes`` applied, ``rev`` bumped."""
         return replace(self, rev=self.rev + 1, updated_at=now, **changes)
+
+    @property
+    def due(self) -> float | None:
+        """When it becomes claimable: its run-at while waiting, its lease's
+        expiry while held (None for a held record without one)."""
+        return self.run_at if self.token is None else self.lease_expires_at
+
+    def claimable(self, now: float) -> bool:
+        if self.dead:
+            return False
+        if self.token is None:
+            return self.run_at <= now
+        return self.lease_expires_at is not None and self.lease_expires_at <= now
 
     @property
     def state(self) -> int:
@@ -193,3 +210,48 @@ def decode(data: bytes, *, key: str) -> StoredJob:
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
         raise CorruptRecord("headers must map str to str", key=key)
     return StoredJob(**values)
+
+
+def status_of(job: StoredJob, now: float) -> JobStatus:
+    if job.dead:
+        return JobStatus.DEAD
+    if job.token is not None:
+        return JobStatus.RUNNING
+    return JobStatus.SCHEDULED if job.run_at > now else JobStatus.READY
+
+
+def record_of(job: StoredJob, now: float) -> JobRecord:
+    return JobRecord(
+        id=job.id,
+        kind=job.kind,
+        status=status_of(job, now),
+        priority=job.priority,
+        attempts=job.attempts,
+        max_attempts=job.max_attempts,
+        run_at=job.run_at,
+        created_at=job.created_at,
+        updated_at=job.updated_at,
+        payload=job.payload,
+        headers=dict(job.headers),
+        lease_expires_at=job.lease_expires_at,
+        last_error=job.last_error,
+        dead_reason=job.dead_reason,
+    )
+
+
+def delivery_of(job: StoredJob) -> Delivery:
+    """The claim a record holding a token hands to its holder."""
+    assert job.token is not None and job.lease_expires_at is not None
+    return Delivery(
+        id=job.id,
+        kind=job.kind,
+        payload=job.payload,
+        attempt=job.attempts,
+        max_attempts=job.max_attempts,
+        token=job.token,
+        lease_expires_at=job.lease_expires_at,
+        priority=job.priority,
+        headers=dict(job.headers),
+        enqueued_at=job.created_at,
+        claims=job.claims,
+    )

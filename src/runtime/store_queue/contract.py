@@ -1,43 +1,25 @@
-"""StoreQueue: the lease queue over any ObjectStore, shared by many processes.
+"""StoreQueue: the lease queue contract over any ObjectStore, shared by many processes.
 
-Each job is one object, ``<prefix>/jobs/<id>`` (see :mod:`runtime.store_records`).
+Each job is one object, ``<prefix>/jobs/<id>`` (:mod:`runtime.store_queue.records`).
 Every change after the create is a compare-and-swap on that object's etag
 (``put_if_match``, ``delete(if_match=...)``), so two processes that race for a
 job cannot both win: the loser gets PreconditionFailed and moves on. Leases
 live in the records, so a lease that lapses is taken over by whichever
 process next looks, with nothing running beside the workers.
 
-Requests are what S3 bills, so each instance keeps a *view*: id -> (etag,
-size, decoded record), learned from its own writes and from what it read. A
-job this process enqueued is claimed, renewed and settled without a GET.
-``claim`` lists the prefix only when the view cannot serve it (fewer due
-jobs than asked, or due jobs not confirmed within ``scan_interval``), at
-most once per ``scan_interval`` per page listed, or sooner when a stale view
-(refused swaps, reads of records already taken) has already cost what a
-listing would. A listing returns every key's etag, size and modified time,
-so only records that moved need reading, and not even all of those: a
-record seen waiting whose new size is exactly what a claim writes was
-claimed elsewhere, and one seen held whose size did not change was renewed;
-both are read only when the lease they are guessed to hold lapses. The rest
-are read only as claims need them, in the order of :mod:`runtime.read_line`
-(waiting before held, as the record's size says; in line order as the
-listing shows it; each process from its own point), so P processes sharing
-a backlog read each job about once between them, not P times. So that
-processes do not race for the same jobs, each orders the jobs it read with
-its own small jitter, and picks from a wider, shuffled head of the line
-after losing a race. docs/queue.md tabulates the requests and explains each
-choice.
+This module is the contract's operations; what they lean on is in the
+package's other modules: the per-process view of the records (``view``),
+when to list the prefix again (``pacing``), what listed sizes say without a
+read (``size_hints``), the order unread records are read in (``read_line``),
+and how a write whose answer was lost is settled (``lost_answers``).
+docs/queue.md tabulates the requests and explains each choice.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import heapq
-import itertools
 import logging
-import math
 import random
 import secrets
 import time
@@ -48,8 +30,9 @@ from stepstone.store.base import DEFAULT_PAGE_SIZE, ObjectInfo, ObjectStore, Sto
 from stepstone.store.errors import AlreadyExists, NotFound, PreconditionFailed, StoreUnavailable
 from stepstone.store.keys import validate_key
 
-from .clock import Clock, SystemClock
-from .queue import (
+from ..clock import Clock, SystemClock
+from ..job_id import check_job_id
+from ..queue import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_PAYLOAD_BYTES,
     DEFAULT_PRIORITY_AGING,
@@ -62,30 +45,36 @@ from .queue import (
     LeaseQueue,
     Settlement,
     check_enqueue,
-    sort_key,
 )
-from .queue_inspection import Page, QueueInspection
+from ..queue_inspection import Page, QueueInspection
+from .lost_answers import landed
+from .pacing import ScanPacing
 from .read_line import ReadLine
-from .store_records import (
+from .records import (
     WAITING,
     CorruptRecord,
     StoredJob,
-    check_job_id,
     decode,
+    delivery_of,
     encode,
-    listed_priority,
     listed_state,
+    record_of,
+    status_of,
 )
+from .size_hints import (
+    claimed_elsewhere,
+    held_elsewhere,
+    listed_place,
+    new_token,
+    renewed_elsewhere,
+)
+from .view import Seen, View
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("stepstone.runtime.store_queue")
 
 PENDING_HINT_SECONDS = 5.0
 """How long a record seen pending is taken to still be, for ``pending_here``:
 what a handle awaiting a job a peer took may lose in latency."""
-
-READS_PER_LISTING_PAGE = 12
-"""What a listing page costs in reads: on S3 a LIST request is billed 12.5
-times a GET (and a conditional PUT is billed like a LIST)."""
 
 _SETTLE_TRIES = 3
 """A transition re-reads the record after a failed swap at most this often.
@@ -94,23 +83,8 @@ A swap fails when the view's etag is stale; one re-read decides whether the
 token still owns the job. More than one retry only happens when some other
 writer keeps changing a record this token owns, which is already a bug."""
 
-
-@dataclass(slots=True)
-class _Seen:
-    """What this instance knows of one record: its etag and, unless the bytes
-    would not decode, the record (possibly stripped of its payload)."""
-
-    etag: str
-    job: StoredJob | None
-    size: int
-    confirmed: float = field(default_factory=time.monotonic)
-    """When (monotonic) this instance last wrote, read or listed this version."""
-    stamp: int = 0
-    """Set when filed in the view; heap entries with another stamp are stale."""
-    guessed: bool = False
-    """``job`` is inferred (a claim elsewhere), not read: see ``_held_elsewhere``."""
-    own: bool = False
-    """This instance wrote this version (so no other process has listed it yet)."""
+_CLAIM_ROUNDS = 8
+"""Bound on the rounds of swaps (and re-listings between them) of one claim."""
 
 
 @dataclass(slots=True)
@@ -138,7 +112,7 @@ class StoreQueue(LeaseQueue, QueueInspection):
     The first claim always lists; ``scan_interval=0`` lists on every claim
     the view cannot fill. ``fetch_limit`` bounds the records read at once
     from what a listing showed, and the largest chunk they are read in
-    (:mod:`runtime.read_line`); ``fetch_concurrency`` bounds
+    (:mod:`runtime.store_queue.read_line`); ``fetch_concurrency`` bounds
     GETs in flight. ``max_view_entries`` and ``max_view_bytes`` (payload
     held) bound the view's memory; past them the least recently touched
     entries are forgotten (and read again if needed). An idle queue backs
@@ -184,40 +158,25 @@ class StoreQueue(LeaseQueue, QueueInspection):
         self.max_payload_bytes = max_payload_bytes
         self.scan_interval = scan_interval
         self.idle_scan_max = max(scan_interval, idle_scan_max)
-        self._idle_scans = 0
-        """Listings in a row that found nothing new: from the second on, each
-        doubles the wait before the next, up to ``idle_scan_max``."""
         self.fetch_limit = fetch_limit
         self.max_view_entries = max(1, max_view_entries)
         self.max_view_bytes = max_view_bytes
         self.claim_jitter = max(0.0, claim_jitter)
-        self._salt = secrets.token_bytes(16)
-        self._view_bytes = 0
         self.stats = StoreQueueStats()
         self._jobs = f"{prefix}/jobs/"
-        self._view: dict[str, _Seen] = {}
-        self._timed: list[tuple[float, int, str]] = []
-        self._line: list[tuple[float, str, int]] = []
-        self._stamps = itertools.count(1)
-        self._claiming: set[str] = set()
-        self._next_scan = -math.inf
-        self._lease_hint = 60.0
-        """The last lease this instance claimed with: the guess for others' leases."""
-        self._spread = 1
-        """How many times ``n`` of the due jobs a claim picks from at random:
-        1 (strict order) until claims lose races, doubled per claim that does."""
-        self._wasted = 0
-        """Swaps refused (lost races, records gone) since the last listing."""
-        self._wasted_total = 0
-        self._wasted_reads = 0
-        """Records read from the unread line since the last listing that turned
-        out taken (claimed elsewhere or gone)."""
-        self._scan_pages = 1
+        self._view = View(
+            max_entries=max_view_entries,
+            max_bytes=max_view_bytes,
+            priority_aging=priority_aging,
+            claim_jitter=claim_jitter,
+        )
+        self._pacing = ScanPacing(scan_interval, idle_scan_max, fetch_limit)
         self._unread = ReadLine(fetch_limit, self.claim_jitter)
         """What the last listing showed that the view does not know, read as
-        claims need them (:meth:`_read_ahead`, :mod:`runtime.read_line`)."""
-        self._read_batch = fetch_limit
-        """The most records the next read-ahead may read (see :meth:`_read_ahead`)."""
+        claims need them (:meth:`_read_ahead`, :mod:`runtime.store_queue.read_line`)."""
+        self._claiming: set[str] = set()
+        self._lease_hint = 60.0
+        """The last lease this instance claimed with: the guess for others' leases."""
         self._came_up_short = False
         """The last claim returned fewer jobs than asked (see :meth:`next_due`)."""
         self._scan_lock = asyncio.Lock()
@@ -232,39 +191,10 @@ class StoreQueue(LeaseQueue, QueueInspection):
     def clock(self) -> Clock:
         return self._clock
 
-    # -- the view ----------------------------------------------------------
+    # -- reading records ---------------------------------------------------
 
     def _key(self, job_id: str) -> str:
         return self._jobs + job_id
-
-    def _learn(self, job_id: str, etag: str, job: StoredJob, size: int) -> None:
-        """Remember a version this instance wrote. A dead one keeps no payload."""
-        self._file(job_id, _Seen(etag, job.stripped() if job.dead else job, size, own=True))
-
-    def _learn_read(self, job_id: str, etag: str, job: StoredJob, size: int) -> None:
-        """Remember a version this instance read. One that is held (by some
-        other token, as far as this instance knows) or dead keeps no payload:
-        nothing here needs it before it changes, and a change means a GET."""
-        held = job.token is not None or job.dead
-        self._file(job_id, _Seen(etag, job.stripped() if held else job, size))
-
-    def _forget(self, job_id: str, etag: str | None = None) -> None:
-        """Drop an entry, but only the version ``etag`` if given, so a newer
-        version another coroutine learned meanwhile survives."""
-        seen = self._view.get(job_id)
-        if seen is not None and (etag is None or seen.etag == etag):
-            del self._view[job_id]
-            self._view_bytes -= _payload_size(seen)
-
-    def _bound_view(self) -> None:
-        """Evict the least recently filed entries past ``max_view_entries`` or
-        ``max_view_bytes`` of payload. A process that only enqueues (a web
-        app submitting jobs) would otherwise remember every job forever; an
-        evicted entry costs one GET if this process needs it again."""
-        while len(self._view) > self.max_view_entries or (
-            self._view_bytes > self.max_view_bytes and len(self._view) > 1
-        ):
-            self._forget(next(iter(self._view)))
 
     def _decode(self, job_id: str, etag: str, data: bytes, *, learn: bool = True) -> StoredJob:
         """Decode a record read from the store and (if ``learn``) remember it.
@@ -282,15 +212,11 @@ class StoreQueue(LeaseQueue, QueueInspection):
                 self.stats.corrupt_keys.add(key)
                 log.warning("skipping an undecodable queue record: %s", exc)
             if learn:
-                self._file(job_id, _Seen(etag, None, len(data)))
+                self._view.file(job_id, Seen(etag, None, len(data)))
             raise
         if learn:
-            self._learn_read(job_id, etag, job, len(data))
+            self._view.learn_read(job_id, etag, job, len(data))
         return job
-
-    def _etag(self, job_id: str) -> str | None:
-        seen = self._view.get(job_id)
-        return None if seen is None else seen.etag
 
     async def _get(self, job_id: str) -> StoredObject | None:
         async with self._fetch_slots:
@@ -305,84 +231,9 @@ class StoreQueue(LeaseQueue, QueueInspection):
         """GET one record and learn it; None when it is gone. Raises CorruptRecord."""
         obj = await self._get(job_id)
         if obj is None:
-            self._forget(job_id)
+            self._view.forget(job_id)
             return None
         return obj.etag, self._decode(job_id, obj.etag, obj.data)
-
-    def _claimable(self, job: StoredJob, now: float) -> bool:
-        if job.dead:
-            return False
-        if job.token is None:
-            return job.run_at <= now
-        return job.lease_expires_at is not None and job.lease_expires_at <= now
-
-    def _file(self, job_id: str, seen: _Seen) -> None:
-        """Put an entry in the view and in the heap its state belongs to.
-
-        Like MemoryQueue: ``_timed`` orders entries by when they become
-        claimable (run-at, lease expiry), ``_line`` orders the claimable ones
-        by place in line. Entries are never removed from a heap when the
-        view changes; a popped one whose stamp is not the view's is skipped.
-        So a claim costs O(k log n) for the k jobs it looks at, not O(view).
-        """
-        seen.stamp = next(self._stamps)
-        old = self._view.pop(job_id, None)  # re-inserted last: the view is in filing order
-        self._view_bytes += _payload_size(seen) - _payload_size(old)
-        self._view[job_id] = seen
-        self._bound_view()
-        job = seen.job
-        if job is None or job.dead:
-            return
-        due = job.run_at if job.token is None else job.lease_expires_at
-        assert due is not None
-        heapq.heappush(self._timed, (due, seen.stamp, job_id))
-        if len(self._timed) + len(self._line) > 2 * len(self._view) + 1024:
-            self._reindex()
-
-    def _reindex(self) -> None:
-        """Rebuild both heaps from the view, dropping stale entries."""
-        self._timed = []
-        self._line = []
-        for job_id, seen in self._view.items():
-            job = seen.job
-            if job is not None and not job.dead:
-                due = job.run_at if job.token is None else job.lease_expires_at
-                assert due is not None
-                self._timed.append((due, seen.stamp, job_id))
-        heapq.heapify(self._timed)
-
-    def _current(self, job_id: str, stamp: int) -> StoredJob | None:
-        seen = self._view.get(job_id)
-        if seen is None or seen.stamp != stamp:
-            return None
-        return seen.job
-
-    def _promote(self, now: float) -> None:
-        """Move entries that have become claimable from ``_timed`` to ``_line``."""
-        while self._timed and self._timed[0][0] <= now:
-            _, stamp, job_id = heapq.heappop(self._timed)
-            job = self._current(job_id, stamp)
-            if job is not None:
-                key = sort_key(job.run_at, job.priority, self.priority_aging)
-                if not self._view[job_id].own:
-                    key += self._jitter(job_id)
-                heapq.heappush(self._line, (key, job_id, stamp))
-
-    def _jitter(self, job_id: str) -> float:
-        """This instance's own offset for a job, in ``[0, claim_jitter)`` seconds.
-
-        Processes that list the same burst of jobs would otherwise all walk
-        it in the same order and race for the same job at every claim. A
-        per-instance pseudo-random offset, stable for the job, gives each
-        process its own order among jobs due within ``claim_jitter`` of each
-        other (and leaves jobs further apart, and priorities, in order).
-        Only jobs this instance learned by reading get one: its own writes
-        keep exact order, so a single process is strictly FIFO per priority.
-        """
-        if not self.claim_jitter:
-            return 0.0
-        digest = hashlib.blake2b(job_id.encode(), digest_size=8, key=self._salt).digest()
-        return int.from_bytes(digest, "big") / 2**64 * self.claim_jitter
 
     def _candidates(
         self,
@@ -391,87 +242,18 @@ class StoreQueue(LeaseQueue, QueueInspection):
         limit: int,
         skip: Collection[str] = (),
     ) -> list[str]:
-        """Up to ``limit`` ids due now, in line order (see queue.sort_key),
-        of ``kinds`` if given, not in ``skip`` or being claimed."""
-        self._promote(now)
-        out: list[str] = []
-        keep: list[tuple[float, str, int]] = []
-        while self._line and len(out) < limit:
-            entry = heapq.heappop(self._line)
-            _, job_id, stamp = entry
-            job = self._current(job_id, stamp)
-            if job is None:
-                continue  # stale: the view has moved on, and refiled it
-            if not self._claimable(job, now):  # only if the clock went back
-                due = job.run_at if job.token is None else job.lease_expires_at
-                heapq.heappush(self._timed, (due or now, stamp, job_id))
-                continue
-            keep.append(entry)
-            if job_id in self._claiming or job_id in skip:
-                continue
-            if kinds is not None and job.kind not in kinds:
-                continue
-            out.append(job_id)
-        for entry in keep:  # still due: they stay in line until claimed
-            heapq.heappush(self._line, entry)
-        return out
+        """Up to ``limit`` ids due now, in line order, of ``kinds`` if given,
+        not in ``skip`` or being claimed."""
+        busy = self._claiming.union(skip) if skip else self._claiming
+        return self._view.candidates(now, kinds, limit, busy)
 
-    def _renewed_elsewhere(self, seen: _Seen, info: ObjectInfo, now: float) -> bool:
-        """Whether a listed change is most likely another holder renewing its
-        lease, so reading it can wait until the lease it was seen with lapses.
-
-        A renewal rewrites the same fields with the same sizes; every other
-        transition of a held record (settling, releasing, a reclaim after
-        a lapse is fine either way) adds or drops the token, the lease or an
-        error and so changes the size, or deletes the record.
-        """
-        job = seen.job
-        return (
-            job is not None
-            and job.partial
-            and job.token is not None
-            and job.lease_expires_at is not None
-            and job.lease_expires_at > now
-            and info.size == seen.size
-        )
-
-    def _claimed_elsewhere(self, seen: _Seen, info: ObjectInfo, now: float) -> _Seen | None:
-        """If a listed change of a record this instance knew as waiting has
-        exactly the size a claim of it would produce, someone claimed it:
-        return a placeholder saying so, to stand until about one lease from
-        now, instead of reading it. Short jobs are acked (and vanish from the
-        listing) before then, so this instance never reads them at all.
-
-        The placeholder keeps no token of ours and no payload (``partial``),
-        so nothing is ever written from it: a claim reads the record first.
-        A guess that is wrong (another change of the same size) only delays
-        when this instance looks again; it cannot hand the job to two holders.
-        """
-        job = seen.job
-        if job is None or job.partial or job.dead or job.token is not None:
-            return None
-        guess = self._held_elsewhere(job, info.etag, now)
-        return guess if guess.size == info.size else None
-
-    def _held_elsewhere(self, job: StoredJob, etag: str, now: float) -> _Seen:
-        """A placeholder for a waiting record someone else has just claimed:
-        the size that claim wrote (every claim of one version has the same
-        size: same fields, a token of fixed length, a float lease) and a lease
-        guessed from this instance's own. Never written; a claim reads first."""
-        claimed = job.next(
-            job.updated_at,
-            attempts=job.attempts + 1,
-            claims=job.claims + 1,
-            token=_TOKEN_SHAPE,
-            lease_expires_at=now + self._lease_hint,
-        )
-        return _Seen(etag, claimed.stripped(), len(encode(claimed)), guessed=True)
+    # -- listing -----------------------------------------------------------
 
     async def _scan(self) -> None:
         """List the jobs prefix: confirm what the view knows, guess what it
-        can from sizes, line up the rest to be read as claims need them
-        (``_unread``), and drop entries whose objects are gone. Concurrent
-        callers share one listing."""
+        can from sizes (:mod:`runtime.store_queue.size_hints`), line up the
+        rest to be read as claims need them (``_unread``), and drop entries
+        whose objects are gone. Concurrent callers share one listing."""
         epoch = self._scan_epoch
         async with self._scan_lock:
             if self._scan_epoch != epoch:
@@ -491,72 +273,55 @@ class StoreQueue(LeaseQueue, QueueInspection):
                     if seen.etag == info.etag:
                         seen.confirmed = time.monotonic()
                         continue
-                    if self._renewed_elsewhere(seen, info, now):
+                    if renewed_elsewhere(seen, info, now):
                         continue
-                    if (guess := self._claimed_elsewhere(seen, info, now)) is not None:
-                        self._file(job_id, guess)
+                    if (guess := claimed_elsewhere(seen, info, now, self._lease_hint)) is not None:
+                        self._view.file(job_id, guess)
                         continue
                     if seen.own:
                         # Perhaps listed before our own write landed: read it only
                         # if the view still holds that write when its turn comes.
-                        stale.append((job_id, seen.etag, self._listed_place(info)))
+                        stale.append((job_id, seen.etag, listed_place(info, self.priority_aging)))
                         continue
                     # Moved on: no claim may swap against the old version.
-                    self._forget(job_id, seen.etag)
+                    self._view.forget(job_id, seen.etag)
                 unknown = stale if listed_state(info.size) == WAITING else held
-                unknown.append((job_id, None, self._listed_place(info)))
+                unknown.append((job_id, None, listed_place(info, self.priority_aging)))
             for job_id, etag in before.items():
                 if job_id not in listed:
-                    self._forget(job_id, etag)
+                    self._view.forget(job_id, etag)
             self._unread.reset(stale, held)
-            pages = max(1, math.ceil(count / DEFAULT_PAGE_SIZE))
-            self._scan_pages = pages
-            self._wasted = 0
-            self._wasted_reads = 0
             self.stats.scans += 1
             self._scan_epoch += 1
-            changed = stale or held or len(listed) != len(before)
-            self._idle_scans = 0 if changed else self._idle_scans + 1
-            wait = pages * self.scan_interval * 2 ** min(max(0, self._idle_scans - 1), 30)
-            self._next_scan = time.monotonic() + min(
-                wait, max(pages * self.scan_interval, self.idle_scan_max)
-            )
-
-    def _listed_place(self, info: ObjectInfo) -> float:
-        """A listed record's place in line (queue.sort_key), as well as the
-        listing shows it: its last change for its run-at, its size for its
-        priority (see runtime.store_records)."""
-        return sort_key(info.modified, listed_priority(info.size), self.priority_aging)
+            changed = bool(stale or held) or len(listed) != len(before)
+            self._pacing.listed(count, changed)
 
     async def _read_ahead(self, want: int, now: float) -> None:
         """Read the next ``want`` records of the unread line, at most
         ``_read_batch``. If any turned out taken since the listing (claimed
         elsewhere, or gone), this process has run into another's stretch: it
         jumps, and reads only a few where it lands, in case that is taken too;
-        each batch found free doubles the next (up to ``fetch_limit``)."""
-        batch = self._unread.take(min(want, self._read_batch))
+        each batch found free doubles the next (:mod:`runtime.store_queue.pacing`)."""
+        batch = self._unread.take(min(want, self._pacing.read_batch))
         jobs = await asyncio.gather(*(self._refresh(job_id, etag) for job_id, etag, _ in batch))
         taken = sum(
             1
             for job, (_, _, listed_free) in zip(jobs, batch, strict=True)
-            if listed_free and (job is None or (job.token and not self._claimable(job, now)))
+            if listed_free and (job is None or (job.token and not job.claimable(now)))
         )
+        self._pacing.read(taken)
         if taken:
-            self._wasted_reads += taken
             self._unread.jump()
-            self._read_batch = _PROBE_READS
-        else:
-            self._read_batch = min(self._read_batch * 2, self.fetch_limit)
 
     async def _refresh(self, job_id: str, known: str | None) -> StoredJob | None:
         """Read a record a listing showed had moved on from etag ``known``,
         unless this instance wrote it meanwhile (its answer would be older).
         Returns what the view then holds for it."""
-        if self._etag(job_id) == known:
+        if self._view.etag(job_id) == known:
             obj = await self._get(job_id)
-            if self._etag(job_id) == known:
+            if self._view.etag(job_id) == known:
                 if obj is None:
-                    self._forget(job_id, known)
+                    self._view.forget(job_id, known)
                 else:
                     with contextlib.suppress(CorruptRecord):
                         self._decode(job_id, obj.etag, obj.data)
@@ -564,55 +329,12 @@ class StoreQueue(LeaseQueue, QueueInspection):
         return None if seen is None else seen.job
 
     def _notify(self) -> None:
-        self._idle_scans = 0  # this process made work: look for more at the usual pace
+        self._pacing.work_made()
         for listener in list(self._listeners):
             try:
                 listener()
             except Exception:  # a listener's bug must not fail the enqueue
                 log.exception("a queue listener failed")
-
-    # -- records for the caller -------------------------------------------
-
-    def _status(self, job: StoredJob, now: float) -> JobStatus:
-        if job.dead:
-            return JobStatus.DEAD
-        if job.token is not None:
-            return JobStatus.RUNNING
-        return JobStatus.SCHEDULED if job.run_at > now else JobStatus.READY
-
-    def _record(self, job: StoredJob, now: float) -> JobRecord:
-        return JobRecord(
-            id=job.id,
-            kind=job.kind,
-            status=self._status(job, now),
-            priority=job.priority,
-            attempts=job.attempts,
-            max_attempts=job.max_attempts,
-            run_at=job.run_at,
-            created_at=job.created_at,
-            updated_at=job.updated_at,
-            payload=job.payload,
-            headers=dict(job.headers),
-            lease_expires_at=job.lease_expires_at,
-            last_error=job.last_error,
-            dead_reason=job.dead_reason,
-        )
-
-    def _delivery(self, job: StoredJob) -> Delivery:
-        assert job.token is not None and job.lease_expires_at is not None
-        return Delivery(
-            id=job.id,
-            kind=job.kind,
-            payload=job.payload,
-            attempt=job.attempts,
-            max_attempts=job.max_attempts,
-            token=job.token,
-            lease_expires_at=job.lease_expires_at,
-            priority=job.priority,
-            headers=dict(job.headers),
-            enqueued_at=job.created_at,
-            claims=job.claims,
-        )
 
     # -- the contract ------------------------------------------------------
 
@@ -657,10 +379,10 @@ class StoreQueue(LeaseQueue, QueueInspection):
             # The create may have landed with only its answer lost. The nonce
             # makes our bytes unique: if the record holds them, it is ours.
             try:
-                etag = await self._landed(key, data, None, error)
+                etag = await landed(self.store, key, data, None, error)
             except PreconditionFailed:
                 return Enqueued(job_id, created=False)
-        self._learn(job_id, etag, job, len(data))
+        self._view.learn(job_id, etag, job, len(data))
         self._notify()
         return Enqueued(job_id, created=True)
 
@@ -674,26 +396,22 @@ class StoreQueue(LeaseQueue, QueueInspection):
         now = self.clock.now()
         candidates = self._candidates(now, wanted, n)
         began = time.monotonic()
-        if self._view_is_stale() or (
-            began >= self._next_scan
-            and (
-                len(candidates) < n
-                or any(self._view[i].confirmed < began - self.scan_interval for i in candidates)
-            )
+        if self._pacing.list_first(
+            began, len(candidates) < n, (self._view[i].confirmed for i in candidates)
         ):
             await self._scan()
             now = self.clock.now()
         out: list[Delivery] = []
         tried: set[str] = set()
-        lost_before = self._wasted_total
+        refused_before = self._pacing.refusals
         for _ in range(_CLAIM_ROUNDS):
             need = n - len(out)
             # Under contention other processes hold the same view in the same
             # order and race for its head: take ours from a wider, shuffled head.
-            candidates = self._candidates(now, wanted, need * self._spread, tried)
+            candidates = self._candidates(now, wanted, need * self._pacing.spread, tried)
             if len(candidates) < need and self._unread:
                 await self._read_ahead(need - len(candidates), now)
-                candidates = self._candidates(now, wanted, need * self._spread, tried)
+                candidates = self._candidates(now, wanted, need * self._pacing.spread, tried)
             if candidates:
                 picked = sorted(random.sample(range(len(candidates)), min(need, len(candidates))))
                 batch = [candidates[i] for i in picked]
@@ -705,31 +423,12 @@ class StoreQueue(LeaseQueue, QueueInspection):
             elif not self._unread:
                 break
             # (else all it read was taken: read on from wherever it jumped to)
-            if self._view_is_stale():
+            if self._pacing.stale():
                 await self._scan()  # cheaper than more refusals from a stale view
                 now = self.clock.now()
         self._came_up_short = len(out) < n
-        if self._wasted_total > lost_before:
-            self._spread = min(self._spread * 2, _MAX_SPREAD)
-        else:
-            self._spread = max(1, self._spread // 2)
+        self._pacing.claimed(contended=self._pacing.refusals > refused_before)
         return out
-
-    def _view_is_stale(self) -> bool:
-        """Whether swaps refused, and records read from the unread line that
-        turned out taken, since the last listing have cost as many requests as
-        listing again would: then a listing is the cheaper way on."""
-        wasted = self._wasted + self._wasted_reads / READS_PER_LISTING_PAGE
-        return wasted >= max(1, self._scan_pages)
-
-    def _refused(self, seen: _Seen, fresh_since: float) -> None:
-        """Count a claim's swap that was refused. Only a version the view
-        held from before the claim began says the view is stale: one read
-        or listed by the claim itself was as fresh as another listing would
-        make it, and losing it was a race no listing would have prevented."""
-        self._wasted_total += 1
-        if seen.confirmed < fresh_since:
-            self._wasted += 1
 
     async def _claim_one(
         self, job_id: str, now: float, lease: float, fresh_since: float
@@ -742,7 +441,7 @@ class StoreQueue(LeaseQueue, QueueInspection):
             seen is None
             or seen.job is None
             or job_id in self._claiming
-            or not self._claimable(seen.job, now)
+            or not seen.job.claimable(now)
         ):
             return None
         self._claiming.add(job_id)
@@ -753,31 +452,31 @@ class StoreQueue(LeaseQueue, QueueInspection):
                     fetched = await self._fetch(job_id)
                 except (CorruptRecord, StoreUnavailable):
                     return None
-                if fetched is None or not self._claimable(fetched[1], now):
+                if fetched is None or not fetched[1].claimable(now):
                     return None
                 etag, job = fetched
             new = job.next(
                 now,
                 attempts=job.attempts + 1,
                 claims=job.claims + 1,
-                token=_new_token(),
+                token=new_token(),
                 lease_expires_at=now + lease,
             )
             try:
                 await self._swap(job_id, new, etag)
             except NotFound:
-                self._refused(seen, fresh_since)
-                self._forget(job_id, etag)
+                self._pacing.refused(seen.confirmed, fresh_since)
+                self._view.forget(job_id, etag)
                 return None
             except PreconditionFailed:
                 # Someone else moved it first, most likely by claiming it. Say
                 # so (keeping the stale etag): the next listing then reads it
                 # only if its size says otherwise.
                 self.stats.lost_races += 1
-                self._refused(seen, fresh_since)
+                self._pacing.refused(seen.confirmed, fresh_since)
                 current = self._view.get(job_id)
                 if current is not None and current.etag == etag:
-                    self._file(job_id, self._held_elsewhere(job, etag, now))
+                    self._view.file(job_id, held_elsewhere(job, etag, now, self._lease_hint))
                 return None
             except StoreUnavailable:
                 # Not raised: the other claims of this batch landed, and failing
@@ -789,8 +488,8 @@ class StoreQueue(LeaseQueue, QueueInspection):
                     return None
                 if fetched is None or fetched[1].token != new.token:
                     return None
-                return self._delivery(fetched[1])
-            return self._delivery(new)
+                return delivery_of(fetched[1])
+            return delivery_of(new)
         finally:
             self._claiming.discard(job_id)
 
@@ -803,8 +502,8 @@ class StoreQueue(LeaseQueue, QueueInspection):
         try:
             new_etag = await self.store.put_if_match(key, data, etag)
         except StoreUnavailable as error:
-            new_etag = await self._landed(key, data, etag, error)
-        self._learn(job_id, new_etag, new, len(data))
+            new_etag = await landed(self.store, key, data, etag, error)
+        self._view.learn(job_id, new_etag, new, len(data))
 
     async def _remove(self, job_id: str, etag: str) -> None:
         """Delete version ``etag``; like :meth:`_swap` for a delete."""
@@ -812,39 +511,8 @@ class StoreQueue(LeaseQueue, QueueInspection):
         try:
             await self.store.delete(key, if_match=etag)
         except StoreUnavailable as error:
-            await self._landed(key, None, etag, error)
-        self._forget(job_id)
-
-    async def _landed(
-        self, key: str, data: bytes | None, old: str | None, error: StoreUnavailable
-    ) -> str:
-        """After a write failed with no answer, find out whether it happened.
-
-        Our bytes are unique (``rev`` and ``nonce``), so a record holding
-        exactly ``data`` is our write, and an absent one is our delete
-        (``data`` None): return the etag (or ""). A record still at ``old``
-        (absent, for a create) means nothing happened: raise ``error``, the
-        caller may try again. Anything else is another writer's version:
-        PreconditionFailed, as if our write had been refused (had it landed
-        first, that writer has replaced it anyway). If the read fails too,
-        ``error`` is raised: the caller cannot know, and must treat it as a
-        failure that may have happened.
-        """
-        try:
-            obj = await self.store.get(key)
-        except NotFound:
-            if data is None:
-                return ""
-            if old is None:
-                raise error from None
-            raise NotFound("gone", key=key) from error
-        except StoreUnavailable:
-            raise error from None
-        if data is not None and obj.data == data:
-            return obj.etag
-        if obj.etag == old:
-            raise error
-        raise PreconditionFailed("changed by another writer", key=key) from error
+            await landed(self.store, key, None, etag, error)
+        self._view.forget(job_id)
 
     async def _settle(
         self,
@@ -894,7 +562,7 @@ class StoreQueue(LeaseQueue, QueueInspection):
             except PreconditionFailed:
                 known = None
             except NotFound:
-                self._forget(job_id)
+                self._view.forget(job_id)
                 return Settlement.LOST
         return Settlement.LOST
 
@@ -977,13 +645,13 @@ class StoreQueue(LeaseQueue, QueueInspection):
                 etag = None
                 continue
             except NotFound:
-                self._forget(id)
+                self._view.forget(id)
                 return False
-            self._forget(id)
+            self._view.forget(id)
             return True
         # It keeps changing under us (a busy holder renewing): it exists, so remove it.
         await self.store.delete(key)
-        self._forget(id)
+        self._view.forget(id)
         return True
 
     async def requeue(self, id: str) -> bool:
@@ -1010,7 +678,7 @@ class StoreQueue(LeaseQueue, QueueInspection):
         fetched = await self._fetch(id)
         if fetched is None:
             return None
-        return self._record(fetched[1], self.clock.now())
+        return record_of(fetched[1], self.clock.now())
 
     async def _load(
         self, infos: Iterable[ObjectInfo], *, payload: bool
@@ -1027,12 +695,14 @@ class StoreQueue(LeaseQueue, QueueInspection):
                     return job_id, None
                 if not (payload and seen.job.partial):
                     return job_id, seen.job
-            before = self._etag(job_id)
+            before = self._view.etag(job_id)
             obj = await self._get(job_id)
             if obj is None:
                 return job_id, None
             try:
-                job = self._decode(job_id, obj.etag, obj.data, learn=self._etag(job_id) == before)
+                job = self._decode(
+                    job_id, obj.etag, obj.data, learn=self._view.etag(job_id) == before
+                )
             except CorruptRecord:
                 return job_id, None
             return job_id, job
@@ -1060,7 +730,7 @@ class StoreQueue(LeaseQueue, QueueInspection):
                     last = job_id
                     if job is None:
                         continue
-                    record = self._record(job, now)
+                    record = record_of(job, now)
                     if status is None or record.status == status:
                         out.append(record)
             if len(page) < DEFAULT_PAGE_SIZE:
@@ -1076,7 +746,7 @@ class StoreQueue(LeaseQueue, QueueInspection):
             page = await self.store.list(self._jobs, start_after=after, limit=DEFAULT_PAGE_SIZE)
             for _, job in await self._load(page, payload=False):
                 if job is not None:
-                    totals[self._status(job, now)] += 1
+                    totals[status_of(job, now)] += 1
             if len(page) < DEFAULT_PAGE_SIZE:
                 return totals
             after = page[-1].key
@@ -1088,12 +758,7 @@ class StoreQueue(LeaseQueue, QueueInspection):
         on)."""
         if self._unread and self._came_up_short:
             return self.clock.now()
-        while self._timed:
-            due, stamp, job_id = self._timed[0]
-            if self._current(job_id, stamp) is not None:
-                return due
-            heapq.heappop(self._timed)
-        return None
+        return self._view.next_due()
 
     def pending_here(self, id: str) -> bool:
         """True for a record this instance's view holds as waiting, or as
@@ -1123,34 +788,6 @@ class StoreQueue(LeaseQueue, QueueInspection):
     async def close(self) -> None:
         """Forget the view. The store is the caller's: it is not closed here."""
         self._view.clear()
-        self._view_bytes = 0
-        self._timed.clear()
-        self._line.clear()
-
-
-_CLAIM_ROUNDS = 8
-"""Bound on the rounds of swaps (and re-listings between them) of one claim."""
-
-_PROBE_READS = 4
-"""Records read where the unread line jumped to, to see whether it is free."""
-
-_MAX_SPREAD = 16
-"""Bound on the claim window's widening under contention (see ``_spread``)."""
-
-_TOKEN_SHAPE = "0" * 24
-"""What every token looks like to the encoder (see :meth:`StoreQueue._claimed_elsewhere`)."""
-
-
-def _new_token() -> str:
-    token = secrets.token_hex(12)
-    assert len(token) == len(_TOKEN_SHAPE)
-    return token
-
-
-def _payload_size(seen: _Seen | None) -> int:
-    if seen is None or seen.job is None:
-        return 0
-    return len(seen.job.payload)
 
 
 def _killed(job: StoredJob, now: float, reason: str, last_error: str | None) -> StoredJob:

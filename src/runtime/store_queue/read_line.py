@@ -11,7 +11,7 @@ unknown records only as its claims need them, in this order:
   the listing gives its last-modified time (for a waiting record, when it
   was enqueued or given back: its run-at, unless it was scheduled later)
   and, through its size, its priority
-  (:func:`runtime.store_records.listed_priority`). So an urgent job another
+  (:func:`runtime.store_queue.records.listed_priority`). So an urgent job another
   process enqueued is read before a backlog of ordinary ones, and a backlog
   is read first in first out.
 - **In chunks**: records whose estimated places are within ``window`` (the
@@ -28,7 +28,7 @@ unknown records only as its claims need them, in this order:
   ``window`` of each other is given up for fewer races.
 
 Records whose size says another process holds them, or that they are dead
-(:func:`runtime.store_records.listed_state`), come after all of these, in
+(:func:`runtime.store_queue.records.listed_state`), come after all of these, in
 the same way: a process reads them only once it has nothing else to read (a
 lease may have lapsed; the size is only a hint).
 

@@ -1,0 +1,127 @@
+"""When a StoreQueue lists its prefix again, and how much it reads and picks from.
+
+A LIST request is what finds other processes' work, and on S3 it is billed
+like a PUT (12.5 GETs), so listings are paced:
+
+- **By the last listing's size.** After a listing of ``p`` pages the next
+  waits ``p * scan_interval``, so a big backlog is not re-listed every second.
+- **Slower while idle.** From the second listing in a row that found nothing
+  new, each doubles the wait, up to ``idle_scan_max`` (an idle worker
+  listing every second costs ~$13 a month on S3, every 5 s ~$2.6). Work this
+  process makes, or a listing that finds a change, restores the pace.
+- **Sooner when the view has gone stale.** Each swap refused on a version the
+  view held from before the claim began counts as one request wasted, like a
+  LIST page; each record read from the unread line that turned out taken
+  counts as a twelfth. Once the waste adds up to a listing, listing is the
+  cheaper way on.
+
+Two more paces live here because they follow the same waste. Under
+contention, processes holding the same view race for its head, so a claim
+that lost a race doubles ``spread`` (the next picks its ``n`` at random from
+the first ``n * spread`` in line) and a clean one halves it. And a read of the
+unread line that found records taken means this process ran into another's
+stretch: the next read is a probe of a few records, and each batch found free
+doubles it, up to ``fetch_limit``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable
+
+from stepstone.store.base import DEFAULT_PAGE_SIZE
+
+READS_PER_LISTING_PAGE = 12
+"""What a listing page costs in reads: on S3 a LIST request is billed 12.5
+times a GET (and a conditional PUT is billed like a LIST)."""
+
+PROBE_READS = 4
+"""Records read where the unread line jumped to, to see whether it is free."""
+
+MAX_SPREAD = 16
+"""Bound on the claim window's widening under contention (see ``spread``)."""
+
+
+class ScanPacing:
+    """The pace of one StoreQueue instance's listings, reads and picks; see
+    the module docstring."""
+
+    def __init__(self, scan_interval: float, idle_scan_max: float, fetch_limit: int) -> None:
+        self.scan_interval = scan_interval
+        self.idle_scan_max = max(scan_interval, idle_scan_max)
+        self.fetch_limit = fetch_limit
+        self.spread = 1
+        """How many times ``n`` of the due jobs a claim picks from at random:
+        1 (strict order) until claims lose races, doubled per claim that does."""
+        self.read_batch = fetch_limit
+        """The most records the next read of the unread line may read."""
+        self.refusals = 0
+        """Swaps refused, ever: a claim that sees this grow lost a race."""
+        self._next_scan = -math.inf
+        self._pages = 1
+        self._idle_scans = 0
+        """Listings in a row that found nothing new: from the second on, each
+        doubles the wait before the next, up to ``idle_scan_max``."""
+        self._wasted = 0
+        """Swaps refused on a stale view since the last listing."""
+        self._wasted_reads = 0
+        """Records read from the unread line since the last listing that turned
+        out taken (claimed elsewhere or gone)."""
+
+    def list_first(self, began: float, short: bool, confirmed: Iterable[float]) -> bool:
+        """Whether a claim that began at ``began`` (monotonic) lists before it
+        picks: the view is stale, or a listing is due and the view is
+        ``short`` of due jobs or holds some not ``confirmed`` within
+        ``scan_interval``. The first claim always lists."""
+        return self.stale() or (
+            began >= self._next_scan
+            and (short or any(c < began - self.scan_interval for c in confirmed))
+        )
+
+    def stale(self) -> bool:
+        """Whether what a stale view has wasted since the last listing adds up
+        to what listing again would cost."""
+        wasted = self._wasted + self._wasted_reads / READS_PER_LISTING_PAGE
+        return wasted >= max(1, self._pages)
+
+    def refused(self, confirmed: float, fresh_since: float) -> None:
+        """Count a claim's swap that was refused, on a version last confirmed
+        at ``confirmed``. Only a version the view held from before the claim
+        began (``fresh_since``) says the view is stale: one read or listed by
+        the claim itself was as fresh as another listing would make it, and
+        losing it was a race no listing would have prevented."""
+        self.refusals += 1
+        if confirmed < fresh_since:
+            self._wasted += 1
+
+    def claimed(self, contended: bool) -> None:
+        """A claim ended; ``contended`` if it lost a race."""
+        if contended:
+            self.spread = min(self.spread * 2, MAX_SPREAD)
+        else:
+            self.spread = max(1, self.spread // 2)
+
+    def read(self, taken: int) -> None:
+        """Records were read from the unread line, ``taken`` of them taken since listed."""
+        if taken:
+            self._wasted_reads += taken
+            self.read_batch = PROBE_READS
+        else:
+            self.read_batch = min(self.read_batch * 2, self.fetch_limit)
+
+    def listed(self, count: int, changed: bool) -> None:
+        """A listing of ``count`` keys ended; ``changed`` if it found anything new."""
+        pages = max(1, math.ceil(count / DEFAULT_PAGE_SIZE))
+        self._pages = pages
+        self._wasted = 0
+        self._wasted_reads = 0
+        self._idle_scans = 0 if changed else self._idle_scans + 1
+        wait = pages * self.scan_interval * 2 ** min(max(0, self._idle_scans - 1), 30)
+        self._next_scan = time.monotonic() + min(
+            wait, max(pages * self.scan_interval, self.idle_scan_max)
+        )
+
+    def work_made(self) -> None:
+        """This process made work: look for more at the usual pace."""
+        self._idle_scans = 0

@@ -1,0 +1,95 @@
+"""What a listed record's size says, so that a StoreQueue need not read it.
+
+A listing shows each key's etag, size and last-modified time, nothing of
+what the record holds, and every record read is a GET. Sizes carry enough
+to skip most of those reads:
+
+- **A claim elsewhere.** Every claim of one version writes a record of one
+  size (the same fields, a token of fixed length, a float lease). A record
+  the view held as waiting whose new size is exactly that was claimed by
+  another process: the view notes it as held, with a lease guessed from its
+  own, and reads it only when that guess lapses. A short job is acked and
+  gone from the listing before then, so this process never reads it at all.
+- **A renewal elsewhere.** A renewal rewrites the same fields with the same
+  sizes; every other transition of a held record adds or drops the token,
+  the lease or an error, or deletes the record. A held record whose size did
+  not change is read when the lease it was seen with would have lapsed.
+- **A place in line.** A record's size also says its state and priority
+  (the padding of :mod:`runtime.store_queue.records`), which with its
+  last-modified time places it in the unread line
+  (:mod:`runtime.store_queue.read_line`).
+
+A wrong guess (another change of the same size) only delays when this
+process looks again: nothing is ever written from a guess (a claim of a
+record not fully known reads it first), so it cannot hand a job to two
+holders.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from stepstone.store.base import ObjectInfo
+
+from ..queue import sort_key
+from .records import StoredJob, encode, listed_priority
+from .view import Seen
+
+TOKEN_SHAPE = "0" * 24
+"""What every token looks like to the encoder (see :func:`held_elsewhere`)."""
+
+
+def new_token() -> str:
+    token = secrets.token_hex(12)
+    assert len(token) == len(TOKEN_SHAPE)
+    return token
+
+
+def renewed_elsewhere(seen: Seen, info: ObjectInfo, now: float) -> bool:
+    """Whether a listed change is most likely another holder renewing its
+    lease, so reading it can wait until the lease it was seen with lapses."""
+    job = seen.job
+    return (
+        job is not None
+        and job.partial
+        and job.token is not None
+        and job.lease_expires_at is not None
+        and job.lease_expires_at > now
+        and info.size == seen.size
+    )
+
+
+def claimed_elsewhere(seen: Seen, info: ObjectInfo, now: float, lease: float) -> Seen | None:
+    """If a listed change of a record the view knew as waiting has exactly
+    the size a claim of it would produce, someone claimed it: a placeholder
+    saying so, to stand until about ``lease`` from now, instead of reading it.
+
+    The placeholder keeps no token of ours and no payload (``partial``), so
+    nothing is ever written from it: a claim reads the record first.
+    """
+    job = seen.job
+    if job is None or job.partial or job.dead or job.token is not None:
+        return None
+    guess = held_elsewhere(job, info.etag, now, lease)
+    return guess if guess.size == info.size else None
+
+
+def held_elsewhere(job: StoredJob, etag: str, now: float, lease: float) -> Seen:
+    """A placeholder for a waiting record someone else has just claimed: the
+    size that claim wrote and a lease of ``lease`` seconds guessed from this
+    instance's own. Never written; a claim reads first."""
+    claimed = job.next(
+        job.updated_at,
+        attempts=job.attempts + 1,
+        claims=job.claims + 1,
+        token=TOKEN_SHAPE,
+        lease_expires_at=now + lease,
+    )
+    return Seen(etag, claimed.stripped(), len(encode(claimed)), guessed=True)
+
+
+def listed_place(info: ObjectInfo, priority_aging: float) -> float:
+    """A listed record's place in line (queue.sort_key), as well as the
+    listing shows it: its last change for its run-at, its size for its
+    priority."""
+    return sort_key(info.modified, listed_priority(info.size), priority_aging)
