@@ -17,6 +17,7 @@ from typing import TextIO
 from stepstone.runtime.queue import JobStatus
 
 from .. import inspection
+from ..escaping import escape_controls
 from ..runner import JobRunner
 from .durations import parse_duration
 from .render import detail_json, emit_json, listed_json, print_detail, short, table, when
@@ -128,7 +129,7 @@ def cmd_purge(args: argparse.Namespace) -> int:
         else:
             if args.dry_run:
                 for run_id in removed:
-                    print(run_id)
+                    print(escape_controls(run_id))
             print(f"{verb} {len(removed)} finished run(s) older than {args.older_than}")
         return 0
 

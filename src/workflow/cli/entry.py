@@ -15,6 +15,7 @@ from typing import NoReturn
 from stepstone.runtime.errors import QueueError
 from stepstone.store import StoreError
 
+from ..escaping import escape_controls
 from ..inspection import InspectError
 from .errors import CliError
 from .parser import build_parser
@@ -42,7 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _fail(message: str, status: int = 1) -> int:
-    sys.stderr.write(f"stepstone: error: {message}\n")
+    sys.stderr.write(f"stepstone: error: {escape_controls(message)}\n")
     return status
 
 

@@ -1,8 +1,12 @@
 """How results look: tables and text for people, one JSON document for scripts.
 
-Text is for reading at a terminal: times in UTC, long values cut to a line.
-``--json`` prints everything, uncut, as one indented document; a value JSON
-cannot hold (bytes, a datetime) becomes a string rather than an error.
+Text is for reading at a terminal: times in UTC, long values cut to a line,
+and every control character a job may have put in its text (an escape
+sequence in an error message) written as an escape, so it cannot clear the
+screen or rewrite a line (:func:`stepstone.escaping.escape_controls`).
+``--json`` prints everything, uncut, as one indented document (JSON escapes
+control characters itself); a value JSON cannot hold (bytes, a datetime)
+becomes a string rather than an error.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from ..escaping import escape_controls
 from ..inspection import Detail, Listed, decode_value
 
 
@@ -24,9 +29,8 @@ def when(ts: float | None) -> str:
 
 
 def short(value: Any, width: int = 200) -> str:
-    """``value`` on one line of at most ``width`` characters."""
-    text = value if isinstance(value, str) else _json(value)
-    text = text.replace("\n", " ")
+    """``value`` on one line of at most ``width`` characters, control characters escaped."""
+    text = escape_controls(value if isinstance(value, str) else _json(value))
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
@@ -45,6 +49,7 @@ def emit_json(value: Any) -> None:
 
 
 def table(out: TextIO, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    rows = [[escape_controls(cell) for cell in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in rows:
         widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
@@ -123,7 +128,7 @@ def detail_json(found: Detail) -> dict[str, Any]:
 
 def print_detail(out: TextIO, found: Detail) -> None:
     def line(label: str, value: object, indent: str = "  ") -> None:
-        out.write(f"{indent}{label:<12} {value}\n")
+        out.write(f"{indent}{label:<12} {escape_controls(str(value))}\n")
 
     out.write(f"job {found.id}\n")
     line("state", found.state or "unknown")
@@ -172,8 +177,9 @@ def print_detail(out: TextIO, found: Detail) -> None:
         by_incarnation.setdefault(memo.incarnation, []).append(memo)
     for incarnation, memos in by_incarnation.items():
         which = "current" if incarnation == found.incarnation else "an earlier run"
-        out.write(f"memos ({len(memos)}, incarnation {incarnation}, {which}):\n")
-        width = max(len(m.step) for m in memos)
-        for memo in memos:
+        out.write(f"memos ({len(memos)}, incarnation {escape_controls(incarnation)}, {which}):\n")
+        steps = [escape_controls(memo.step) for memo in memos]
+        width = max(map(len, steps))
+        for step, memo in zip(steps, memos, strict=True):
             value = "<undecodable>" if memo.undecodable else short(memo.value, 120)
-            out.write(f"  {memo.step:<{width}}  {value}\n")
+            out.write(f"  {step:<{width}}  {value}\n")
