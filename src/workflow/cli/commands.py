@@ -20,7 +20,17 @@ from .. import inspection
 from ..escaping import escape_controls
 from ..runner import JobRunner
 from .durations import parse_duration
-from .render import detail_json, emit_json, listed_json, print_detail, short, table, when
+from .render import (
+    detail_json,
+    emit_json,
+    listed_json,
+    print_detail,
+    short,
+    table,
+    unreadable_json,
+    warn_unreadable,
+    when,
+)
 from .runners import runner_from_args
 
 
@@ -36,9 +46,16 @@ async def _with_runner(
 
 def cmd_ls(args: argparse.Namespace) -> int:
     async def body(runner: JobRunner) -> int:
-        rows = await inspection.list_jobs(runner, args.status, limit=args.limit)
+        listing = await inspection.list_jobs(runner, args.status, limit=args.limit)
+        rows = listing.rows
+        warn_unreadable(listing.unreadable)
         if args.json:
-            emit_json({"jobs": [listed_json(r) for r in rows]})
+            emit_json(
+                {
+                    "jobs": [listed_json(r) for r in rows],
+                    "unreadable": unreadable_json(listing.unreadable),
+                }
+            )
             return 0
         out = sys.stdout
         if rows:
@@ -88,7 +105,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_retry(args: argparse.Namespace) -> int:
     async def body(runner: JobRunner) -> int:
-        await inspection.retry(runner, args.id)
+        removed = await inspection.retry(runner, args.id)
+        if removed is not None:
+            warn_unreadable([removed])
         if args.json:
             emit_json({"id": args.id, "requeued": True})
         else:
@@ -161,11 +180,20 @@ class _Progress:
 def cmd_stats(args: argparse.Namespace) -> int:
     async def body(runner: JobRunner) -> int:
         counts = await inspection.stats(runner)
+        warn_unreadable(counts.unreadable)
         if args.json:
-            emit_json(counts)
+            emit_json(
+                {
+                    "queue": counts.queue,
+                    "outcomes": counts.outcomes,
+                    "unreadable": unreadable_json(counts.unreadable),
+                }
+            )
             return 0
-        rows = [["queue", state, str(n)] for state, n in counts["queue"].items()]
-        rows += [["outcomes", state, str(n)] for state, n in counts["outcomes"].items()]
+        rows = [["queue", state, str(n)] for state, n in counts.queue.items()]
+        rows += [["outcomes", state, str(n)] for state, n in counts.outcomes.items()]
+        if counts.unreadable:
+            rows.append(["outcomes", "unreadable", str(len(counts.unreadable))])
         table(sys.stdout, ["WHERE", "STATUS", "COUNT"], rows)
         return 0
 

@@ -18,7 +18,8 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from ..escaping import escape_controls
-from ..inspection import Detail, Listed, decode_value
+from ..inspection import Detail, Listed, Unreadable, decode_value
+from .notices import warn
 
 
 def when(ts: float | None) -> str:
@@ -56,6 +57,20 @@ def table(out: TextIO, headers: Sequence[str], rows: Sequence[Sequence[str]]) ->
     for row in (headers, *rows):
         cells = [cell.ljust(w) for cell, w in zip(row, widths, strict=True)]
         out.write("  ".join(cells).rstrip() + "\n")
+
+
+def warn_unreadable(records: Sequence[Unreadable]) -> None:
+    """One warning per record that would not decode, naming its key."""
+    for record in records:
+        warn(_unreadable(record))
+
+
+def _unreadable(record: Unreadable) -> str:
+    return f"cannot read {record.key}: {record.reason}"
+
+
+def unreadable_json(records: Sequence[Unreadable]) -> list[dict[str, str]]:
+    return [{"key": record.key, "reason": record.reason} for record in records]
 
 
 def listed_json(row: Listed) -> dict[str, Any]:
@@ -120,9 +135,11 @@ def detail_json(found: Detail) -> dict[str, Any]:
                 "size": memo.size,
                 "recorded_at": memo.modified,
                 "value": memo.value,
+                "unreadable": memo.unreadable,
             }
             for memo in found.memos
         ],
+        "unreadable": unreadable_json(found.unreadable_records()),
     }
 
 
@@ -135,9 +152,15 @@ def print_detail(out: TextIO, found: Detail) -> None:
     line("name", found.name or "-")
     if found.input is not None:
         line("input", short(found.input))
-    line("progress", "-" if found.progress is None else short(found.progress))
+    unreadable = found.unreadable
+    if "progress" in unreadable:
+        line("progress", _unreadable(unreadable["progress"]))
+    else:
+        line("progress", "-" if found.progress is None else short(found.progress))
     queued = found.queued
-    if queued is None:
+    if "queue" in unreadable:
+        out.write(f"queue: {escape_controls(_unreadable(unreadable['queue']))}\n")
+    elif queued is None:
         out.write("queue: no record (finished, cancelled, or never enqueued)\n")
     else:
         out.write("queue:\n")
@@ -156,7 +179,9 @@ def print_detail(out: TextIO, found: Detail) -> None:
         if queued.headers:
             line("headers", short(dict(queued.headers)))
     outcome = found.outcome
-    if outcome is None:
+    if "outcome" in unreadable:
+        out.write(f"outcome: {escape_controls(_unreadable(unreadable['outcome']))}\n")
+    elif outcome is None:
         out.write("outcome: none yet\n")
     else:
         out.write("outcome:\n")
@@ -181,5 +206,7 @@ def print_detail(out: TextIO, found: Detail) -> None:
         steps = [escape_controls(memo.step) for memo in memos]
         width = max(map(len, steps))
         for step, memo in zip(steps, memos, strict=True):
-            value = "<undecodable>" if memo.undecodable else short(memo.value, 120)
+            value = short(memo.value, 120)
+            if memo.unreadable is not None:
+                value = escape_controls(f"<cannot read {memo.key}: {memo.unreadable}>")
             out.write(f"  {step:<{width}}  {value}\n")
