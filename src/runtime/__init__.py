@@ -29,10 +29,12 @@ from .queue import (
     JobStatus,
     LeaseQueue,
     Settlement,
+    Wait,
 )
 from .queue_inspection import DeadJobRequeue, JobCounts, JobListing, Page, QueueInspection
 from .sqs import SqsQueue, SqsUnsupported  # aiobotocore loads on first use
 from .store_queue import CorruptRecord, StoreQueue, StoreQueueStats
+from .suspension import Suspend, Waking
 from .worker import Attempt, Handler, Lease, OnTerminal, Worker, WorkerStats
 
 __all__ = [
@@ -75,9 +77,12 @@ __all__ = [
     "StoreQueue",
     "StoreQueueStats",
     "Success",
+    "Suspend",
     "SystemClock",
     "Terminal",
     "UnknownKind",
+    "Wait",
+    "Waking",
     "Worker",
     "WorkerStats",
 ]

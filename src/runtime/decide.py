@@ -20,7 +20,8 @@ from stepstone.store.errors import StoreUnavailable
 
 from .backoff import Backoff
 from .errors import MalformedPayload, Permanent, RetryLater, UnknownKind
-from .queue import Delivery
+from .queue import Delivery, Wait
+from .suspension import Suspend
 
 MAX_MESSAGE_CHARS = 4000
 """Error messages are cut to this length: they travel in queue records and
@@ -131,6 +132,14 @@ class Retry:
 
 
 @dataclass(frozen=True)
+class Suspended:
+    """Give the job back, uncounted, until ``until`` (clock time) or a wake."""
+
+    until: float
+    wait: Wait
+
+
+@dataclass(frozen=True)
 class Dead:
     """Failed for good: report ``terminal`` to on_terminal, then dead-letter with ``reason``."""
 
@@ -138,7 +147,7 @@ class Dead:
     reason: str
 
 
-Decision = Ack | Retry | Dead
+Decision = Ack | Retry | Suspended | Dead
 
 
 def decide(delivery: Delivery, ended: AttemptEnd, backoff: Backoff, now: float) -> Decision:
@@ -150,6 +159,7 @@ def decide(delivery: Delivery, ended: AttemptEnd, backoff: Backoff, now: float) 
     that last error. RetryLater retries after its own delay, spending no
     attempt unless it asks to. StoreUnavailable (the store failed, not the
     job) retries without spending an attempt, backing off by the claims so far.
+    Suspend gives the job back until its wake time, spending no attempt.
     """
     attempt, last = delivery.attempt, delivery.attempt >= delivery.max_attempts
 
@@ -168,6 +178,8 @@ def decide(delivery: Delivery, ended: AttemptEnd, backoff: Backoff, now: float) 
             if last:
                 return _dead(FailureKind.TIMEOUT, message, "TimeoutError", attempt)
             return _retry(backoff.delay(attempt, delivery.id), now, True, message)
+        case Raised(Suspend() as suspension):
+            return Suspended(suspension.until, suspension.wait)
         case Raised(error):
             reported = reported_error(error)
             message, error_type = describe(reported), qualified_name(type(reported))

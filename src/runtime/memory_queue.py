@@ -31,10 +31,12 @@ from .queue import (
     JobStatus,
     LeaseQueue,
     Settlement,
+    Wait,
     check_enqueue,
     sort_key,
 )
 from .queue_inspection import Page, QueueInspection
+from .suspension import Waking
 
 
 @dataclass(slots=True)
@@ -56,9 +58,11 @@ class _Rec:
     dead: bool = False
     last_error: str | None = None
     dead_reason: str | None = None
+    wait: Wait | None = None
+    woken: bool = False
 
 
-class MemoryQueue(LeaseQueue, QueueInspection):
+class MemoryQueue(LeaseQueue, QueueInspection, Waking):
     def __init__(
         self,
         *,
@@ -129,7 +133,9 @@ class MemoryQueue(LeaseQueue, QueueInspection):
             return JobStatus.DEAD
         if rec.token is not None:
             return JobStatus.RUNNING
-        return JobStatus.SCHEDULED if rec.run_at > now else JobStatus.READY
+        if rec.run_at <= now:
+            return JobStatus.READY
+        return JobStatus.SCHEDULED if rec.wait is None else rec.wait.status
 
     def _record(self, rec: _Rec, now: float) -> JobRecord:
         return JobRecord(
@@ -147,6 +153,7 @@ class MemoryQueue(LeaseQueue, QueueInspection):
             lease_expires_at=rec.lease_expires_at,
             last_error=rec.last_error,
             dead_reason=rec.dead_reason,
+            wait=rec.wait if rec.token is None and rec.run_at > now else None,
         )
 
     # -- the contract ------------------------------------------------------
@@ -206,6 +213,7 @@ class MemoryQueue(LeaseQueue, QueueInspection):
                 continue
             rec.attempts += 1
             rec.claims += 1
+            rec.wait, rec.woken = None, False
             rec.token = f"{self._token_prefix}-{next(self._tokens)}"
             rec.lease_expires_at = now + lease
             self._touch(rec)
@@ -263,6 +271,39 @@ class MemoryQueue(LeaseQueue, QueueInspection):
         if delay <= 0:
             self._notify()
         return Settlement.RETRIED
+
+    async def suspend(self, delivery: Delivery, *, until: float, wait: Wait) -> Settlement:
+        rec = self._owned(delivery)
+        if rec is None:
+            return Settlement.LOST
+        rec.attempts -= 1
+        rec.token = None
+        rec.lease_expires_at = None
+        if rec.woken:  # what it waits for happened while it ran: look again now
+            rec.woken = False
+            rec.run_at = self.clock.now()
+            self._touch(rec)
+            self._notify()
+            return Settlement.RETRIED
+        rec.run_at = until
+        rec.wait = wait
+        self._touch(rec)
+        return Settlement.SUSPENDED
+
+    async def wake(self, id: str) -> bool:
+        rec = self._records.get(id)
+        if rec is None or rec.dead:
+            return False
+        if rec.token is not None:
+            rec.woken = True
+            return True
+        now = self.clock.now()
+        if rec.run_at > now:
+            rec.run_at = now
+            rec.wait = None
+            self._touch(rec)
+            self._notify()
+        return True
 
     async def dead_letter(self, delivery: Delivery, reason: str) -> Settlement:
         rec = self._owned(delivery)

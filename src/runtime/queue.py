@@ -47,13 +47,20 @@ class JobStatus(StrEnum):
     """Where a job is: the one vocabulary of ``handle.status()``, outcome
     records, queue listings and the CLI.
 
-    A queue holds a job while it is ``scheduled``, ``ready``, ``running`` or
-    ``dead``; its outcome record says how it ``succeeded``, ``failed`` or was
-    ``cancelled``.
+    A queue holds a job while it is ``scheduled``, ``ready``, ``running``,
+    suspended (``sleeping``, ``waiting_for_event``, ``waiting_for_children``)
+    or ``dead``; its outcome record says how it ``succeeded``, ``failed`` or
+    was ``cancelled``.
     """
 
     SCHEDULED = "scheduled"
     """Waiting for its run-at time (a first run or a retry's backoff)."""
+    SLEEPING = "sleeping"
+    """Suspended in ``ctx.sleep`` until its wake time; holds no worker."""
+    WAITING_FOR_EVENT = "waiting_for_event"
+    """Suspended in ``ctx.wait_for_event`` until the event comes (or its timeout)."""
+    WAITING_FOR_CHILDREN = "waiting_for_children"
+    """Suspended awaiting child jobs until they have ended."""
     READY = "ready"
     """Due and waiting for a worker."""
     RUNNING = "running"
@@ -81,9 +88,32 @@ QUEUE_STATUSES: tuple[JobStatus, ...] = (
     JobStatus.SCHEDULED,
     JobStatus.READY,
     JobStatus.RUNNING,
+    JobStatus.SLEEPING,
+    JobStatus.WAITING_FOR_EVENT,
+    JobStatus.WAITING_FOR_CHILDREN,
     JobStatus.DEAD,
 )
-"""The statuses a queue record can have, in the order of a job's life."""
+"""The statuses a queue record can have."""
+SUSPENDED_STATUSES = frozenset(
+    {JobStatus.SLEEPING, JobStatus.WAITING_FOR_EVENT, JobStatus.WAITING_FOR_CHILDREN}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """What a suspended job waits for: shown by status, ``ls`` and ``show``.
+
+    The queue keeps it with the record until the job is claimed again; it
+    decides nothing (the job is due at its run-at time, or when woken)."""
+
+    status: JobStatus
+    """SLEEPING, WAITING_FOR_EVENT or WAITING_FOR_CHILDREN."""
+    detail: str = ""
+    """For people: the event's name, how many children are left."""
+
+    def __post_init__(self) -> None:
+        if self.status not in SUSPENDED_STATUSES:
+            raise ValueError(f"a wait's status is one of the suspended ones, not {self.status}")
 
 
 class Settlement(StrEnum):
@@ -92,6 +122,7 @@ class Settlement(StrEnum):
     ACKED = "acked"
     RETRIED = "retried"
     RELEASED = "released"
+    SUSPENDED = "suspended"
     DEAD = "dead"
     LOST = "lost"
     """The token no longer owns the job: nothing changed."""
@@ -144,6 +175,8 @@ class JobRecord:
     lease_expires_at: float | None = None
     last_error: str | None = None
     dead_reason: str | None = None
+    wait: Wait | None = None
+    """What it waits for while suspended (its status says which kind)."""
 
 
 def check_priority(priority: int) -> int:
@@ -224,6 +257,17 @@ class LeaseQueue(abc.ABC):
     ) -> Settlement:
         """Retry after ``delay`` seconds. RETRIED, or DEAD when a counted
         attempt was the last, or LOST. An uncounted nack hands the attempt back."""
+
+    async def suspend(self, delivery: Delivery, *, until: float, wait: Wait) -> Settlement:
+        """Give the job back, the attempt not counted, due again at ``until``
+        (clock time) or when woken (see :class:`~stepstone.runtime.wake.Waking`),
+        remembering ``wait`` for people to see. SUSPENDED; RETRIED when a wake
+        came while the job was held (it is due at once); or LOST.
+
+        This default is an uncounted nack, which forgets ``wait``; a backend
+        that can keep it overrides this."""
+        delay = max(0.0, until - self.clock.now())
+        return await self.nack(delivery, delay=delay, count=False)
 
     @abc.abstractmethod
     async def dead_letter(self, delivery: Delivery, reason: str) -> Settlement:

@@ -68,6 +68,7 @@ from .decide import (
     Retry,
     Returned,
     Success,
+    Suspended,
     Terminal,
     TimedOut,
     decide,
@@ -220,6 +221,8 @@ class WorkerStats:
     retried: int = 0
     dead: int = 0
     released: int = 0
+    suspended: int = 0
+    """Settlements that gave a suspended job back to wait (uncounted)."""
     lost: int = 0
     """Settlements (or renewals) that found the job no longer ours."""
     queue_errors: int = 0
@@ -806,6 +809,15 @@ class Worker:
                 ),
             )
             return
+        if isinstance(decision, Suspended):
+            wait = decision.wait
+            self._log(job, logging.DEBUG, "suspended (%s %s)", wait.status.value, wait.detail)
+            await self._settle(
+                job,
+                "suspend",
+                lambda: self.queue.suspend(delivery, until=decision.until, wait=wait),
+            )
+            return
         if not await self._report(job, decision.terminal):
             return
         if isinstance(decision, Ack):
@@ -907,6 +919,8 @@ class Worker:
             self.stats.dead += 1
         elif settled is Settlement.RELEASED:
             self.stats.released += 1
+        elif settled is Settlement.SUSPENDED:
+            self.stats.suspended += 1
         self._log(job, logging.DEBUG, "%s: %s", operation, settled.value)
 
     # -- shutdown ------------------------------------------------------------------

@@ -5,7 +5,8 @@ Everything an application touches is importable from here::
     from stepstone import Job, JobContext, JobRunner
 
 - the job API: :class:`Job`, :class:`JobContext`, :class:`JobRunner`,
-  :class:`JobHandle`, :class:`Outcome`, :class:`SubmitOptions`;
+  :class:`JobHandle`, :class:`Outcome`, :class:`SubmitOptions`, and
+  :class:`Schedule` for jobs submitted on a cron or an interval;
 - one vocabulary for where a job is (:class:`JobStatus`) and why it failed
   (:class:`FailureKind`);
 - storage and queues to pass a runner: :func:`open_store`, and
@@ -38,6 +39,7 @@ from .errors import (
     CorruptRecord,
     DuplicateJobName,
     EncodingError,
+    EventRefused,
     InputMismatch,
     InvalidJobId,
     InvalidKey,
@@ -62,6 +64,7 @@ from .handle import JobHandle, JobState
 from .job import ErrorClass, Job, payload_idempotency_key
 from .outcome import ErrorInfo, Outcome
 from .runner import JobRunner
+from .schedules import Schedule
 from .submitting import SubmitOptions
 
 __all__ = [
@@ -75,6 +78,7 @@ __all__ = [
     "DuplicateJobName",
     "EncodingError",
     "ErrorClass",
+    "EventRefused",
     "ErrorInfo",
     "FailureKind",
     "InputMismatch",
@@ -100,6 +104,7 @@ __all__ = [
     "PreconditionFailed",
     "QueueError",
     "RetryLater",
+    "Schedule",
     "SqsQueue",
     "SqsUnsupported",
     "StepstoneError",

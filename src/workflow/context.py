@@ -1,12 +1,10 @@
-"""JobContext: what a running job sees, and memoized steps.
+"""JobContext: what a running job sees.
 
 ``ctx.step(name, fn, ...)`` is the heart of the engine. A step runs once per
-run: its result is written create-if-absent under the run's incarnation, so
-the first writer wins (a zombie's late write cannot replace it) and a retry
-reads it back instead of running ``fn`` again.
-
-Memos are looked for only when an earlier claim of this run could have left
-some (``Delivery.claims > 1``): a first claim reads no memos, it only writes them.
+run: its result is recorded as a memo (:mod:`stepstone.run`), so a retry
+reads it back instead of running ``fn`` again. The context also submits
+child jobs, reports progress, controls the lease, and waits without holding
+a worker (``sleep``, ``wait_for_event``, awaiting children: :mod:`stepstone.waits`).
 """
 
 from __future__ import annotations
@@ -15,78 +13,31 @@ import asyncio
 import hashlib
 import inspect
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime
 from typing import Any, ParamSpec, TypeVar, cast, overload
 
 from stepstone.runtime.worker import Attempt
-from stepstone.store import AlreadyExists, ObjectStore
 
+from . import waits
 from .codec import codec_for, pack
 from .errors import EncodingError
 from .handle import JobHandle
 from .job import Job
-from .layout import Layout, step_key
 from .observability import step_scope
-from .records import RunRecords
-from .submitting import SubmitOptions, Submitter
+from .outcome import Outcome
+from .run import PROGRESS_INTERVAL, Memo, Run
+from .submitting import SubmitOptions
 
 P = ParamSpec("P")
 R = TypeVar("R")
 S = TypeVar("S")
+T = TypeVar("T")
 Out = TypeVar("Out")
 
 log = logging.getLogger("stepstone")
-
-PROGRESS_INTERVAL = 1.0
-"""At most one progress write per run per this many seconds; the last value is
-always written before the run settles."""
-
-
-class Run:
-    """One attempt's bookkeeping, shared by its JobContext and the executor."""
-
-    def __init__(
-        self,
-        *,
-        submitter: Submitter,
-        state_of: Callable[[type[Any]], Any],
-        records: RunRecords,
-        attempt: Attempt,
-        name: str,
-        incarnation: str,
-        memo_keys: set[str] | None,
-        headers: Mapping[str, str],
-    ) -> None:
-        self.submitter = submitter
-        self.state_of = state_of
-        self.records = records
-        self.store: ObjectStore = records.store
-        self.layout: Layout = records.layout
-        self.attempt = attempt
-        self.name = name
-        self.incarnation = incarnation
-        self.memo_keys = memo_keys
-        self.headers = headers
-        self.occurrences: dict[str, int] = {}
-        self.children = 0
-        self.progress: Any = None
-        self.progress_written: Any = None
-        self.progress_at = 0.0
-        self.progress_task: asyncio.Task[None] | None = None
-        self.replayed: list[str] = []
-
-    @property
-    def run_id(self) -> str:
-        return self.attempt.delivery.id
-
-    async def flush_progress(self) -> None:
-        if self.progress_task is not None:
-            await asyncio.shield(self.progress_task)
-        if self.progress is not None and self.progress != self.progress_written:
-            value = self.progress
-            await self.records.write_progress(self.run_id, value)
-            self.progress_written = value
 
 
 class LeaseControl:
@@ -104,62 +55,6 @@ class LeaseControl:
 
         Raises ``runtime.errors.LeaseLost`` when another worker has the job."""
         await self._attempt.lease.ensure_at_least(seconds)
-
-
-class _Memo:
-    """One step call: where its memo lives, and the two halves of memoizing it
-    (look for a recorded value; record a new one, first writer wins). Split so
-    a synchronous job can run the function itself in its own thread between them."""
-
-    def __init__(self, run: Run, name: str, fn: Callable[..., object]) -> None:
-        occurrence = run.occurrences.get(name, 0) + 1
-        run.occurrences[name] = occurrence
-        self.run = run
-        self.name = name
-        self.segment = step_key(name, occurrence)
-        self.key = run.layout.memo(run.run_id, run.incarnation, self.segment)
-        self.codec = codec_for(fn)
-
-    async def lookup(self) -> tuple[bool, Any]:
-        run = self.run
-        if run.memo_keys is None or self.segment not in run.memo_keys:
-            return False, None
-        recorded = await run.store.get(self.key)
-        run.replayed.append(self.segment)
-        log.debug(
-            "job %s (%s) attempt %d: step %r replayed from its memo",
-            run.run_id,
-            run.name,
-            run.attempt.delivery.attempt,
-            self.name,
-            extra=log_extra(run),
-        )
-        return True, self.codec.decode(recorded.data)
-
-    async def record(self, value: object) -> Any:
-        run = self.run
-        try:
-            data = self.codec.encode(value)
-        except (TypeError, ValueError) as exc:
-            raise EncodingError(
-                f"the result cannot be stored: {exc}", job=run.name, step=self.name
-            ) from exc
-        try:
-            await run.store.put_if_absent(self.key, data)
-        except AlreadyExists:
-            # Another attempt of this run (a zombie, or the attempt this one
-            # replaced) recorded the step first: its value is the step's value.
-            data = (await run.store.get(self.key)).data
-            log.info(
-                "job %s (%s) attempt %d: step %r was recorded by another attempt; "
-                "continuing with the recorded value",
-                run.run_id,
-                run.name,
-                run.attempt.delivery.attempt,
-                self.name,
-                extra=log_extra(run),
-            )
-        return self.codec.decode(data)
 
 
 class JobContext:
@@ -236,7 +131,7 @@ class JobContext:
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> R:
-        memo = _Memo(self._run, name, fn)
+        memo = Memo(self._run, name, codec_for(fn))
         found, value = await memo.lookup()
         if found:
             return cast(R, value)
@@ -261,7 +156,79 @@ class JobContext:
         if job.idempotency_key() is None:
             seed = f"{run.run_id}/{run.incarnation}/child/{run.children}"
             derived = hashlib.sha256(seed.encode()).hexdigest()
-        return await run.submitter.submit(job, options, run_id=derived)
+        handle = await run.submitter.submit(job, options, run_id=derived, parent=run.run_id)
+        handle.wait_within(self._await_child)
+        return handle
+
+    async def _await_child(self, handle: JobHandle[Out]) -> Outcome[Out]:
+        (outcome,) = await waits.children(self._run, (handle,))
+        return outcome
+
+    async def gather(self, *children: JobHandle[Any]) -> list[Any]:
+        """The results of ``children`` (handles from :meth:`submit`), in order,
+        once every one has ended. Until then this run is suspended: it holds
+        no worker, and each child wakes it as it ends. A failed child raises
+        its :class:`~stepstone.JobFailed` here (the first, in order), once all
+        have ended; use ``await child.join()`` for outcomes without raising."""
+        outcomes = await waits.children(self._run, children)
+        return [outcome.unwrap() for outcome in outcomes]
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep ``seconds`` durably: the run gives back its worker and lease
+        and resumes after the wake time, which is recorded like a step, so a
+        retry or replay wakes at the same moment. Not an attempt."""
+        if not math.isfinite(seconds) or seconds < 0:
+            raise ValueError(f"sleep takes a finite number of seconds >= 0, got {seconds!r}")
+        await waits.sleep_until(self._run, self._run.clock.now() + seconds)
+
+    async def sleep_until(self, when: datetime) -> None:
+        """Sleep durably until ``when`` (an aware datetime); see :meth:`sleep`."""
+        if not isinstance(when, datetime) or when.tzinfo is None:
+            raise ValueError("sleep_until takes an aware datetime (with a tzinfo)")
+        await waits.sleep_until(self._run, when.timestamp())
+
+    @overload
+    async def wait_for_event(
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - a durable timeout, not a cancellation
+    ) -> Any: ...
+
+    @overload
+    async def wait_for_event(
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+        type: type[T],
+    ) -> T | None: ...
+
+    async def wait_for_event(
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+        type: Any = Any,
+    ) -> Any:
+        """The payload of the next event ``name`` sent to this run
+        (``runner.send_event``), validated as ``type``; None if ``timeout``
+        seconds pass first. Until then the run is suspended, holding no
+        worker. An event sent before the run waits is kept for it; each event
+        is taken once, by the first wait for its name that has not taken one,
+        and a replay sees the same payload."""
+        if timeout is not None and (not math.isfinite(timeout) or timeout < 0):
+            raise ValueError(f"timeout must be a finite number of seconds >= 0, got {timeout!r}")
+        return await waits.wait_for_event(self._run, name, timeout, type)
+
+    def idempotency_key(self, step: str) -> str:
+        """A key for an outside system's idempotency (a payment provider's
+        Idempotency-Key header, an SQS deduplication id): the same on every
+        retry and replay of this run, derived from its id, its incarnation
+        and ``step``; different for another run, or another step."""
+        run = self._run
+        seed = f"{run.run_id}/{run.incarnation}/key/{step}"
+        return hashlib.sha256(seed.encode()).hexdigest()
 
     def progress(self, value: Any) -> None:
         """Report progress (any MessagePack value); readable through
@@ -278,7 +245,7 @@ class JobContext:
             run.progress_task is None or run.progress_task.done()
         ):
             run.progress_at = now
-            run.progress_task = asyncio.get_running_loop().create_task(_write_progress(run))
+            run.write_progress_soon()
 
     @property
     def sync(self) -> SyncContext:
@@ -300,7 +267,7 @@ class SyncContext:
 
     def step(self, name: str, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
         """Run ``fn`` in this (the job's) thread, once per run; see JobContext.step."""
-        memo = _Memo(self._ctx._run, name, fn)
+        memo = Memo(self._ctx._run, name, codec_for(fn))
         found, value = self._call(memo.lookup())
         if found:
             return cast(R, value)
@@ -320,15 +287,6 @@ async def _as_coro(awaitable: Awaitable[R]) -> R:
     return await awaitable
 
 
-async def _write_progress(run: Run) -> None:
-    value = run.progress
-    try:
-        await run.records.write_progress(run.run_id, value)
-        run.progress_written = value
-    except Exception as exc:  # progress is best-effort until the final flush
-        log.warning("job %s: progress not written: %s", run.run_id, exc, extra=log_extra(run))
-
-
 def _in_loop() -> bool:
     try:
         asyncio.get_running_loop()
@@ -340,7 +298,3 @@ def _in_loop() -> bool:
 def _returns_awaitable(fn: Callable[..., object]) -> bool:
     call = getattr(fn, "__call__", None)  # noqa: B004 - async callable objects
     return call is not None and inspect.iscoroutinefunction(call)
-
-
-def log_extra(run: Run) -> dict[str, object]:
-    return {"job_id": run.run_id, "job_name": run.name, "attempt": run.attempt.delivery.attempt}

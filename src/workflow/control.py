@@ -11,6 +11,7 @@ from stepstone.runtime.clock import Clock
 from stepstone.runtime.decide import FailureKind
 from stepstone.runtime.errors import MalformedPayload
 from stepstone.runtime.queue import JobStatus, LeaseQueue
+from stepstone.runtime.suspension import Waking
 
 from .envelope import Envelope
 from .handle import JobState
@@ -43,6 +44,7 @@ async def job_state(records: RunRecords, queue: LeaseQueue, job_id: str) -> JobS
         last_error=queued.last_error or queued.dead_reason,
         run_at=queued.run_at,
         lease_expires_at=queued.lease_expires_at,
+        waiting_for=None if queued.wait is None else queued.wait.detail,
     )
 
 
@@ -73,4 +75,7 @@ async def cancel_run(
     if await records.record_outcome(record) is not record:
         return None  # it had ended first: its outcome stands
     await queue.cancel(job_id)
+    parent = None if not digest else envelope.parent
+    if parent is not None and isinstance(queue, Waking):
+        await queue.wake(parent)  # a parent waiting for this child looks again
     return record

@@ -34,18 +34,21 @@ class Envelope:
     incarnation: str
     input_hash: str
     keyed: bool
+    parent: str | None = None
+    """The run that submitted this one as its child (woken when this one ends)."""
 
     def encode(self) -> bytes:
-        return pack(
-            {
-                "v": ENVELOPE_VERSION,
-                "name": self.name,
-                "input": self.input,
-                "inc": self.incarnation,
-                "ih": self.input_hash,
-                "keyed": self.keyed,
-            }
-        )
+        fields: dict[str, object] = {
+            "v": ENVELOPE_VERSION,
+            "name": self.name,
+            "input": self.input,
+            "inc": self.incarnation,
+            "ih": self.input_hash,
+            "keyed": self.keyed,
+        }
+        if self.parent is not None:
+            fields["par"] = self.parent
+        return pack(fields)
 
     @classmethod
     def decode(cls, data: bytes) -> Envelope:
@@ -59,9 +62,12 @@ class Envelope:
                 incarnation=raw["inc"],
                 input_hash=raw["ih"],
                 keyed=bool(raw["keyed"]),
+                parent=raw.get("par"),
             )
             if not isinstance(envelope.name, str) or not isinstance(envelope.input, bytes):
                 raise ValueError("name or input has the wrong type")
+            if envelope.parent is not None and not isinstance(envelope.parent, str):
+                raise ValueError("parent has the wrong type")
             return envelope
         except Exception as exc:
             raise MalformedPayload(f"the job's payload could not be decoded: {exc}") from exc

@@ -22,6 +22,7 @@ one kind of trouble::
         ├── InvalidJobId          not a job id (a ValueError): safe to hand user input to
         ├── DuplicateJobName      two job types registered under one NAME (a ValueError)
         ├── UnknownJob            no job type of that NAME is registered (a LookupError)
+        ├── EventRefused          an event for a run that is not live: unknown or finished
         └── JobFailed             awaiting a job that failed: kind, message, error_type
             └── JobCancelled      ... because it was cancelled
 
@@ -59,6 +60,7 @@ __all__ = [
     "CorruptRecord",
     "DuplicateJobName",
     "EncodingError",
+    "EventRefused",
     "InputMismatch",
     "InvalidJobId",
     "InvalidKey",
@@ -132,6 +134,11 @@ class DuplicateJobName(JobError, ValueError):
 
 class UnknownJob(JobError, LookupError):
     """No job type with this NAME is registered on the runner."""
+
+
+class EventRefused(JobError, LookupError):
+    """``send_event`` to a run that is not live: never submitted, swept, or
+    already finished. Nothing was delivered."""
 
 
 class JobFailed(JobError):

@@ -25,19 +25,28 @@ from stepstone.runtime.clock import Clock
 from stepstone.runtime.decide import Failure, Success, Terminal
 from stepstone.runtime.errors import MalformedPayload, Permanent
 from stepstone.runtime.queue import Delivery, JobStatus
+from stepstone.runtime.suspension import Suspend, Waking
 from stepstone.runtime.worker import Attempt, Worker
 
 from .codec import codec_for_type
-from .context import JobContext, Run, log_extra
+from .context import JobContext
 from .envelope import Envelope
 from .errors import ClassifiedPermanent, EncodingError
 from .job import ErrorClass, Job
 from .observability import job_scope
 from .outcome import ErrorInfo, OutcomeRecord
 from .records import RunRecords
+from .run import Run, log_extra
 from .submitting import Submitter
 
 log = logging.getLogger("stepstone")
+
+RECHECK_WAKING = 3600.0
+"""Longest a waiting run stays suspended on a queue that wakes it: a safety
+net for a wake that was lost (its sender crashed between writing and waking)."""
+RECHECK_POLLING = 30.0
+"""Longest a waiting run stays suspended on a queue that cannot wake it (SQS):
+how late it may see an event or a child's end."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +79,7 @@ class Executor:
         clock: Clock,
         state_of: Callable[[type[Any]], Any],
         settled: Callable[[OutcomeRecord], None],
+        wait_recheck: float | None = None,
     ) -> None:
         self._records = records
         self._submitter = submitter
@@ -77,6 +87,11 @@ class Executor:
         self._clock = clock
         self._state_of = state_of
         self._settled = settled
+        queue = worker.queue
+        self._waking: Waking | None = queue if isinstance(queue, Waking) else None
+        if wait_recheck is None:
+            wait_recheck = RECHECK_WAKING if self._waking is not None else RECHECK_POLLING
+        self._wait_recheck = wait_recheck
 
     def handler_for(self, job_type: type[Job[Any]]) -> Handler:
         """The worker's handler for jobs of ``job_type``."""
@@ -134,6 +149,9 @@ class Executor:
             incarnation=envelope.incarnation,
             memo_keys=memo_keys,
             headers=delivery.headers,
+            clock=self._clock,
+            wakes=self._waking is not None,
+            wait_recheck=self._wait_recheck,
         )
         started_at = self._clock.now()
         ctx = JobContext(run)
@@ -145,6 +163,9 @@ class Executor:
                 result = await cast(Awaitable[Any], job.run(ctx))
             else:
                 result = await self._worker.in_thread(job.run, ctx)
+        except Suspend:
+            await _flush(run)
+            raise
         except (Permanent, EncodingError) as exc:
             await _flush(run)
             if isinstance(exc, EncodingError):
@@ -182,6 +203,7 @@ class Executor:
         if isinstance(terminal, Success) and isinstance(terminal.result, Finished):
             record = terminal.result.record
             if terminal.result.already_recorded:
+                await self._wake_parent(delivery)
                 self._settled(record)
                 return
         else:
@@ -206,7 +228,20 @@ class Executor:
                 record.error.message if record.error else "",
                 extra=extra,
             )
+        await self._wake_parent(delivery)
         self._settled(record)
+
+    async def _wake_parent(self, delivery: Delivery) -> None:
+        """A child's outcome is recorded: wake the run waiting for it, if it
+        has a parent (after the record, so the parent finds it when it looks)."""
+        if self._waking is None:
+            return
+        try:
+            parent = Envelope.decode(delivery.payload).parent
+        except MalformedPayload:
+            return
+        if parent is not None:
+            await self._waking.wake(parent)
 
     def _failure_record(self, delivery: Delivery, failure: Failure) -> OutcomeRecord:
         try:

@@ -10,7 +10,7 @@ is cheap to make and to hold.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Generator
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -31,7 +31,11 @@ class JobState:
     progress: Any = None
     last_error: str | None = None
     run_at: float | None = None
+    """When it is (or was) due: a suspended job's wake time."""
     lease_expires_at: float | None = None
+    waiting_for: str | None = None
+    """What a suspended job waits for: ``until <time>``, an event's name,
+    ``<n> of <m> children``."""
 
     @property
     def finished(self) -> bool:
@@ -67,8 +71,14 @@ class JobHandle(Generic[T]):
         self._answers = answers
         self._output_type = output_type
         self._outcome = outcome
+        self._within: Callable[[JobHandle[T]], Awaitable[Outcome[T]]] | None = None
         self.id = job_id
         self.newly_submitted = newly_submitted
+
+    def wait_within(self, waiter: Callable[[JobHandle[T]], Awaitable[Outcome[T]]]) -> None:
+        """Wait for this job through ``waiter`` instead of polling: a parent
+        job's context, which suspends the parent until its child has ended."""
+        self._within = waiter
 
     def __repr__(self) -> str:
         return f"<JobHandle {self.id} newly_submitted={self.newly_submitted}>"
@@ -85,6 +95,9 @@ class JobHandle(Generic[T]):
         """Wait for the outcome and return it, success or failure, without raising."""
         if self._outcome is not None:
             return self._outcome
+        if self._within is not None:
+            self._outcome = await self._within(self)
+            return self._outcome
         async with asyncio.timeout(timeout):
             outcome = await self._answers.wait(
                 self.id, self._output_type, fresh=self.newly_submitted
@@ -96,6 +109,13 @@ class JobHandle(Generic[T]):
         """The outcome from the record only: None while the job runs, or after
         retention removed it."""
         return await self._answers.outcome(self.id, self._output_type)
+
+    async def poll(self) -> Outcome[T] | None:
+        """The outcome without waiting: the one this handle already has, else
+        the record's (kept once found); None while the job runs."""
+        if self._outcome is None:
+            self._outcome = await self._answers.outcome(self.id, self._output_type)
+        return self._outcome
 
     async def status(self) -> JobState | None:
         """Where the job is now; None if nothing is known of it."""

@@ -1,13 +1,18 @@
 """Where the workflow layer keeps its objects in the store.
 
 ```
-outcomes/<run_id>                       the outcome record (create-if-absent)
-memos/<run_id>/<incarnation>/<step>     one memoized step (create-if-absent)
-progress/<run_id>                       the last progress value a run reported
+outcomes/<run_id>                            the outcome record (create-if-absent)
+memos/<run_id>/<incarnation>/<step>          one memoized step (create-if-absent)
+progress/<run_id>                            the last progress value a run reported
+events/<run_id>/<incarnation>/<name>/<seq>   one event sent to a run (create-if-absent)
+schedules/<name>                             the last tick a schedule submitted
 ```
 
 Run ids are hex digests or hex tokens and incarnations are hex tokens, so
-the only user text in a key is a step name, which is percent-encoded.
+the only user text in a key is a step, event or schedule name, which is
+percent-encoded. A wait's own memos (``!sleep@1``, ``!event.approval@1``)
+start with ``!``, which percent-encoding never leaves in a step name, so
+they cannot collide with a step's.
 """
 
 from __future__ import annotations
@@ -75,6 +80,17 @@ class Layout:
     def progress(self, run_id: str) -> str:
         return join(self.prefix, "progress", run_id)
 
+    def events(self, run_id: str, incarnation: str | None = None, name: str | None = None) -> str:
+        """The prefix of a run's events (of one incarnation, of one name)."""
+        parts = [incarnation or ""] + ([name_key(name)] if name is not None else [])
+        return join(self.prefix, "events", run_id, *parts) + "/"
+
+    def event(self, run_id: str, incarnation: str, name: str, seq: str) -> str:
+        return join(self.prefix, "events", run_id, incarnation, name_key(name), seq)
+
+    def schedule(self, name: str) -> str:
+        return join(self.prefix, "schedules", name_key(name))
+
     def run_id_of_outcome(self, key: str) -> str:
         return key.rsplit("/", 1)[-1]
 
@@ -98,6 +114,11 @@ def step_key(name: str, occurrence: int) -> str:
     if encoded in (".", ".."):
         encoded = encoded.replace(".", "%2E")
     return encoded if occurrence == 1 else f"{encoded}@{occurrence}"
+
+
+def name_key(name: str) -> str:
+    """An event's or schedule's name as one key segment (percent-encoded)."""
+    return step_key(name, 1)
 
 
 def step_name(key: str) -> str:

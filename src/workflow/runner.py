@@ -15,6 +15,7 @@ interface:
 - :mod:`stepstone.executor`: one attempt run, and its outcome recorded;
 - :mod:`stepstone.control`: ``status`` and ``cancel`` of one run;
 - :mod:`stepstone.retention`: the sweep of finished runs;
+- :mod:`stepstone.schedules`: jobs submitted at the ticks of a schedule;
 - :mod:`stepstone.runtime`: the lease queue and the worker loop under it all.
 """
 
@@ -32,13 +33,15 @@ from stepstone.store import ObjectStore, open_store
 
 from .control import cancel_run, job_state
 from .errors import DuplicateJobName, UnknownJob
+from .events import send_event
 from .executor import Executor
 from .handle import JobHandle, JobState
 from .job import Job
-from .layout import Layout, check_run_id
+from .layout import Layout, check_run_id, run_id_for_key
 from .outcome import Outcome
 from .records import RunRecords
 from .retention import Sweeper
+from .schedules import Schedule, Scheduler
 from .submitting import SubmitOptions, Submitter
 from .waiting import Waiting
 
@@ -78,6 +81,8 @@ class JobRunner:
         only_registered: bool = False,
         clock: Clock | None = None,
         prefix: str = "",
+        wait_recheck: float | None = None,
+        schedules: Iterable[Schedule] = (),
     ) -> None:
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
@@ -123,10 +128,18 @@ class JobRunner:
             clock=self.clock,
             state_of=self.state_of,
             settled=self._waiting.settled,
+            wait_recheck=wait_recheck,
         )
         self.worker.on_terminal = self._executor.on_terminal
         self._sweeper: Sweeper | None = (
             None if retention is None else Sweeper(self, retention, interval=sweep_interval)
+        )
+        self.scheduler = Scheduler(
+            list(schedules),
+            submitter=self._submitter,
+            store=self.store,
+            layout=self.layout,
+            clock=self.clock,
         )
         for job_type in jobs:
             self.register(job_type)
@@ -185,13 +198,14 @@ class JobRunner:
     # -- lifecycle -----------------------------------------------------------
 
     async def start(self) -> None:
-        """Start the worker (and the retention sweeper)."""
+        """Start the worker, the retention sweeper and the schedules."""
         if self._running:
             return
         self._running = True
         await self.worker.start()
         if self._sweeper is not None:
             self._sweeper.start()
+        self.scheduler.start()
 
     async def stop(self, drain_timeout: float | None = None) -> None:
         """Stop claiming, let in-flight jobs finish within the drain window,
@@ -199,6 +213,7 @@ class JobRunner:
         if not self._running:
             return
         self._running = False
+        await self.scheduler.stop()
         if self._sweeper is not None:
             await self._sweeper.stop()
         await self.worker.stop(drain_timeout)
@@ -246,6 +261,24 @@ class JobRunner:
         None if nothing is known of it. Raises InvalidJobId for a string that
         is not a job id, before reading anything."""
         return await job_state(self._records, self.queue, check_run_id(job_id))
+
+    async def send_event(self, job: str | Job[Any], name: str, payload: Any = None) -> None:
+        """Send event ``name`` with ``payload`` to a live run, to be taken by its
+        ``ctx.wait_for_event(name)`` (now, or when it gets there). ``job`` is
+        the run's id, or a job with an idempotency key (which names its run).
+        Works from any process, a worker or not. Raises EventRefused if the run
+        is not live (never submitted, swept, or finished)."""
+        if isinstance(job, Job):
+            key = job.idempotency_key()
+            if key is None:
+                raise TypeError(
+                    f"{type(job).__qualname__} has no idempotency key, so an instance "
+                    "does not name a run: pass the job id (handle.id)"
+                )
+            job_id = run_id_for_key(key)
+        else:
+            job_id = check_run_id(job)
+        await send_event(self._records, self.queue, self.clock, job_id, name, payload)
 
     async def cancel(self, job_id: str) -> bool:
         """Cancel a job that has not finished: record it cancelled, drop it from

@@ -97,9 +97,12 @@ class Submitter:
         options: SubmitOptions | None = None,
         *,
         run_id: str | None = None,
+        parent: str | None = None,
     ) -> JobHandle[Out]:
-        """Submit ``job``; ``run_id`` (a child's derived id) makes it keyed
-        like an idempotency key does. See the module docstring."""
+        """Submit ``job``. ``run_id`` (a child's or a schedule tick's derived
+        id) is the id it runs under, keyed like an idempotency key makes it,
+        in place of the job's own key; ``parent`` names the run that submits
+        it as a child, to wake when it ends. See the module docstring."""
         if not isinstance(job, Job):
             raise TypeError(f"submit() takes a Job instance, not {type(job).__name__}")
         options = options or SubmitOptions()
@@ -109,16 +112,17 @@ class Submitter:
         except Exception as exc:
             raise EncodingError(f"the input cannot be encoded: {exc}", job=name) from exc
         digest = input_hash(name, data)
-        key = job.idempotency_key()
-        if key is not None:
-            run_id = run_id_for_key(key)
+        if run_id is None:
+            key = job.idempotency_key()
+            if key is not None:
+                run_id = run_id_for_key(key)
         output = type(job).output_type()
         headers = _headers(options)
         run_at = _run_at(options)
 
         for _ in range(SUBMIT_RETRIES + 1):
             handle = await self._submit_once(
-                job, options, digest, data, output, run_id, headers, run_at
+                job, options, digest, data, output, run_id, parent, headers, run_at
             )
             if handle is not None:
                 return handle
@@ -135,6 +139,7 @@ class Submitter:
         data: bytes,
         output: Any,
         run_id: str | None,
+        parent: str | None,
         headers: dict[str, str],
         run_at: float | None,
     ) -> JobHandle[Out] | None:
@@ -146,7 +151,7 @@ class Submitter:
                 return self._answer_from(cached, digest, name, output)
         run_id = run_id or fresh_run_id()
 
-        envelope = Envelope(name, data, fresh_incarnation(), digest, keyed)
+        envelope = Envelope(name, data, fresh_incarnation(), digest, keyed, parent)
         kwargs: dict[str, Any] = {}
         if options.priority is not None:
             kwargs["priority"] = options.priority

@@ -20,13 +20,40 @@ from pathlib import Path
 
 import pytest
 from cli_app import Boom, Gated, Greet, count
-from cli_support import DEADLINE, Cli, Result, file_runner, one_line_error, wait_for
+from cli_support import Cli, Result
 
 from stepstone import JobFailed, JobRunner, SubmitOptions
 from stepstone.cli import main
 from stepstone.cli.commands import _Progress
 from stepstone.cli.durations import parse_duration
 from stepstone.cli.errors import CliError
+
+DEADLINE = 30.0
+
+
+def file_runner(store_dir: Path) -> JobRunner:
+    return JobRunner(
+        str(store_dir), jobs=[Greet, Boom, Gated], poll_interval=0.05, retry_backoff=0.0
+    )
+
+
+def wait_for(cond: object, what: str, timeout: float = DEADLINE) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.01)
+
+
+def one_line_error(result: object, *fragments: str) -> None:
+    """A failure is exit 1 or 2 and exactly one line on stderr naming the problem."""
+    assert result.status in (1, 2), result  # type: ignore[attr-defined]
+    lines = result.err.strip().splitlines()  # type: ignore[attr-defined]
+    assert len(lines) == 1, f"expected one line on stderr, got:\n{result.err}"  # type: ignore[attr-defined]
+    assert lines[0].startswith("stepstone: error: ")
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
 
 # -- the worker ------------------------------------------------------------------------
 
@@ -155,7 +182,15 @@ async def test_ls_show_stats_cancel_retry_on_a_file_store(
     stats = cli(
         "stats", "--json", "--app", "cli_app:make_runner", env={"STEPSTONE_STORE": str(store_dir)}
     ).json()
-    assert stats["queue"] == {"scheduled": 1, "ready": 0, "running": 0, "dead": 1}
+    assert stats["queue"] == {
+        "scheduled": 1,
+        "ready": 0,
+        "running": 0,
+        "sleeping": 0,
+        "waiting_for_event": 0,
+        "waiting_for_children": 0,
+        "dead": 1,
+    }
     assert stats["outcomes"] == {"succeeded": 1, "failed": 1, "cancelled": 0}
 
     # cancel: a live job is cancelled once; a finished one is refused.
@@ -238,7 +273,7 @@ def test_errors_are_one_line(
         assert captured.out == "", argv
         one_line_error(Result(status, captured.out, captured.err), *fragments)
     with pytest.raises(SystemExit) as usage:
-        main(["ls", "--status", "sleeping", *store])  # argparse's choices
+        main(["ls", "--status", "snoozing", *store])  # argparse's choices
     assert usage.value.code == 2
 
 

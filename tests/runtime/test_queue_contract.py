@@ -558,6 +558,7 @@ async def test_counts_by_status(queue: LeaseQueue, clock: FakeClock) -> None:
     await claim_one(queue)
     await queue.dead_letter(await claim_one(queue), "x")
     assert await counting.counts() == {
+        **dict.fromkeys(QUEUE_STATUSES, 0),
         JobStatus.READY: 5,
         JobStatus.RUNNING: 1,
         JobStatus.DEAD: 1,

@@ -44,9 +44,11 @@ from ..queue import (
     JobStatus,
     LeaseQueue,
     Settlement,
+    Wait,
     check_enqueue,
 )
 from ..queue_inspection import Page, QueueInspection
+from ..suspension import Waking
 from .lost_answers import landed
 from .pacing import ScanPacing
 from .read_line import ReadLine
@@ -102,7 +104,7 @@ class StoreQueueStats:
     corrupt_keys: set[str] = field(default_factory=set)
 
 
-class StoreQueue(LeaseQueue, QueueInspection):
+class StoreQueue(LeaseQueue, QueueInspection, Waking):
     """A LeaseQueue whose state lives entirely in an ObjectStore.
 
     ``scan_interval`` (real seconds, not the injected clock's: it is about
@@ -461,6 +463,8 @@ class StoreQueue(LeaseQueue, QueueInspection):
                 claims=job.claims + 1,
                 token=new_token(),
                 lease_expires_at=now + lease,
+                wait=None,
+                woken=False,
             )
             try:
                 await self._swap(job_id, new, etag)
@@ -607,6 +611,64 @@ class StoreQueue(LeaseQueue, QueueInspection):
         if delay <= 0:
             self._notify()
         return Settlement.RETRIED
+
+    async def suspend(self, delivery: Delivery, *, until: float, wait: Wait) -> Settlement:
+        def give_back(job: StoredJob, now: float) -> StoredJob:
+            if job.woken:  # woken while it ran: due at once, to look again
+                return job.next(
+                    now,
+                    attempts=job.attempts - 1,
+                    token=None,
+                    lease_expires_at=None,
+                    run_at=now,
+                    woken=False,
+                    wait=None,
+                )
+            return job.next(
+                now,
+                attempts=job.attempts - 1,
+                token=None,
+                lease_expires_at=None,
+                run_at=until,
+                wait=(wait.status.value, wait.detail),
+            )
+
+        result = await self._settle(delivery, give_back)
+        if not isinstance(result, StoredJob):
+            return Settlement.LOST
+        if result.wait is None:
+            self._notify()
+            return Settlement.RETRIED
+        return Settlement.SUSPENDED
+
+    async def wake(self, id: str) -> bool:
+        if not _valid_id(id):
+            return False
+        for _ in range(_SETTLE_TRIES):
+            try:
+                fetched = await self._fetch(id)
+            except CorruptRecord:
+                return False
+            if fetched is None or fetched[1].dead:
+                return False
+            etag, job = fetched
+            now = self.clock.now()
+            if job.token is not None:
+                if job.woken or job.claimable(now):
+                    return True  # already marked, or its lapsed lease makes it due
+                new = job.next(now, woken=True)
+            elif job.run_at > now:
+                new = job.next(now, run_at=now, wait=None)
+            else:
+                return True  # due already
+            try:
+                await self._swap(id, new, etag)
+            except (PreconditionFailed, NotFound):
+                continue  # it moved on (claimed, settled): look again
+            if new.token is None:
+                self._notify()
+            return True
+        return True  # it keeps moving: it is live, and whoever moves it sees the work
 
     async def dead_letter(self, delivery: Delivery, reason: str) -> Settlement:
         result = await self._settle(

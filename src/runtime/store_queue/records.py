@@ -29,7 +29,7 @@ from typing import Any
 import msgpack
 
 from ..errors import QueueError
-from ..queue import Delivery, JobRecord, JobStatus
+from ..queue import SUSPENDED_STATUSES, Delivery, JobRecord, JobStatus, Wait
 
 __all__ = [
     "DEAD",
@@ -97,6 +97,10 @@ class StoredJob:
     dead: bool = False
     last_error: str | None = None
     dead_reason: str | None = None
+    wait: tuple[str, str] | None = None
+    """A suspended job's wait: (status value, detail), for people to see."""
+    woken: bool = False
+    """Set by a wake while the job was held: its suspension returns at once."""
     partial: bool = False
     """True when the payload and headers were dropped to save memory (a view
     entry for a job another process holds, or a dead one). Never written."""
@@ -150,6 +154,12 @@ _FIELDS: dict[str, tuple[type, ...]] = {
     "last_error": (str, type(None)),
     "dead_reason": (str, type(None)),
 }
+_OPTIONAL: dict[str, tuple[tuple[type, ...], Any]] = {
+    "wait": ((list, type(None)), None),
+    "woken": ((bool,), False),
+}
+"""Fields added later: written only when set, so records without them (older
+ones, and most) decode unchanged, and an older reader ignores them."""
 
 
 def encode(job: StoredJob) -> bytes:
@@ -158,6 +168,9 @@ def encode(job: StoredJob) -> bytes:
     body: dict[str, Any] = {"format": FORMAT}
     for name in _FIELDS:
         body[name] = getattr(job, name)
+    for name, (_, default) in _OPTIONAL.items():
+        if getattr(job, name) != default:
+            body[name] = getattr(job, name)
     body["pad"] = ""
     data: bytes = msgpack.packb(body, use_bin_type=True)
     # Widen the empty pad (the last byte) by n bytes, to the record's size class.
@@ -209,7 +222,22 @@ def decode(data: bytes, *, key: str) -> StoredJob:
     headers = values["headers"]
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
         raise CorruptRecord("headers must map str to str", key=key)
+    for name, (types, default) in _OPTIONAL.items():
+        value = body.get(name, default)
+        if not isinstance(value, types):
+            raise CorruptRecord(f"field {name!r} has a {type(value).__name__}", key=key)
+        values[name] = value
+    wait = values["wait"]
+    if wait is not None:
+        if not (len(wait) == 2 and all(isinstance(part, str) for part in wait)):
+            raise CorruptRecord("field 'wait' is not [status, detail]", key=key)
+        if wait[0] not in _WAIT_STATUSES:
+            raise CorruptRecord(f"field 'wait' has an unknown status {wait[0]!r}", key=key)
+        values["wait"] = (wait[0], wait[1])
     return StoredJob(**values)
+
+
+_WAIT_STATUSES = {status.value for status in SUSPENDED_STATUSES}
 
 
 def status_of(job: StoredJob, now: float) -> JobStatus:
@@ -217,7 +245,9 @@ def status_of(job: StoredJob, now: float) -> JobStatus:
         return JobStatus.DEAD
     if job.token is not None:
         return JobStatus.RUNNING
-    return JobStatus.SCHEDULED if job.run_at > now else JobStatus.READY
+    if job.run_at <= now:
+        return JobStatus.READY
+    return JobStatus.SCHEDULED if job.wait is None else JobStatus(job.wait[0])
 
 
 def record_of(job: StoredJob, now: float) -> JobRecord:
@@ -236,7 +266,15 @@ def record_of(job: StoredJob, now: float) -> JobRecord:
         lease_expires_at=job.lease_expires_at,
         last_error=job.last_error,
         dead_reason=job.dead_reason,
+        wait=wait_of(job, now),
     )
+
+
+def wait_of(job: StoredJob, now: float) -> Wait | None:
+    """What a suspended record waits for, while it does."""
+    if job.wait is None or job.token is not None or job.dead or job.run_at <= now:
+        return None
+    return Wait(JobStatus(job.wait[0]), job.wait[1])
 
 
 def delivery_of(job: StoredJob) -> Delivery:

@@ -17,20 +17,9 @@ from typing import TextIO
 from stepstone.runtime.queue import JobStatus
 
 from .. import inspection
-from ..escaping import escape_controls
 from ..runner import JobRunner
 from .durations import parse_duration
-from .render import (
-    detail_json,
-    emit_json,
-    listed_json,
-    print_detail,
-    short,
-    table,
-    unreadable_json,
-    warn_unreadable,
-    when,
-)
+from .render import detail_json, emit_json, listed_json, print_detail, short, table, when
 from .runners import runner_from_args
 
 
@@ -46,16 +35,9 @@ async def _with_runner(
 
 def cmd_ls(args: argparse.Namespace) -> int:
     async def body(runner: JobRunner) -> int:
-        listing = await inspection.list_jobs(runner, args.status, limit=args.limit)
-        rows = listing.rows
-        warn_unreadable(listing.unreadable)
+        rows = await inspection.list_jobs(runner, args.status, limit=args.limit)
         if args.json:
-            emit_json(
-                {
-                    "jobs": [listed_json(r) for r in rows],
-                    "unreadable": unreadable_json(listing.unreadable),
-                }
-            )
+            emit_json({"jobs": [listed_json(r) for r in rows]})
             return 0
         out = sys.stdout
         if rows:
@@ -105,9 +87,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_retry(args: argparse.Namespace) -> int:
     async def body(runner: JobRunner) -> int:
-        removed = await inspection.retry(runner, args.id)
-        if removed is not None:
-            warn_unreadable([removed])
+        await inspection.retry(runner, args.id)
         if args.json:
             emit_json({"id": args.id, "requeued": True})
         else:
@@ -148,7 +128,7 @@ def cmd_purge(args: argparse.Namespace) -> int:
         else:
             if args.dry_run:
                 for run_id in removed:
-                    print(escape_controls(run_id))
+                    print(run_id)
             print(f"{verb} {len(removed)} finished run(s) older than {args.older_than}")
         return 0
 
@@ -180,20 +160,11 @@ class _Progress:
 def cmd_stats(args: argparse.Namespace) -> int:
     async def body(runner: JobRunner) -> int:
         counts = await inspection.stats(runner)
-        warn_unreadable(counts.unreadable)
         if args.json:
-            emit_json(
-                {
-                    "queue": counts.queue,
-                    "outcomes": counts.outcomes,
-                    "unreadable": unreadable_json(counts.unreadable),
-                }
-            )
+            emit_json(counts)
             return 0
-        rows = [["queue", state, str(n)] for state, n in counts.queue.items()]
-        rows += [["outcomes", state, str(n)] for state, n in counts.outcomes.items()]
-        if counts.unreadable:
-            rows.append(["outcomes", "unreadable", str(len(counts.unreadable))])
+        rows = [["queue", state, str(n)] for state, n in counts["queue"].items()]
+        rows += [["outcomes", state, str(n)] for state, n in counts["outcomes"].items()]
         table(sys.stdout, ["WHERE", "STATUS", "COUNT"], rows)
         return 0
 

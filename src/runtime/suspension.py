@@ -1,0 +1,47 @@
+"""Suspending a job and waking it early.
+
+A job suspends (``ctx.sleep``, ``ctx.wait_for_event``, awaiting children)
+by raising :class:`Suspend` from its handler: the worker gives its claim
+back with a wake time (:meth:`LeaseQueue.suspend`), the attempt not
+counted, and the job holds no worker while it waits. When what it waits
+for happens first (an event is sent, a child ends), whoever made it happen
+wakes the job (:class:`Waking`): it becomes due at once.
+
+A wake can arrive while the job still runs, between its last look at what
+it waits for and its suspension. It must not be lost, so a backend that
+offers waking marks a held job as woken, and its ``suspend`` then makes the
+job due at once instead (and answers RETRIED): the job looks again.
+
+A backend that cannot wake (SQS cannot change a message it does not hold)
+does without: the workflow layer then suspends waiting jobs for a bounded
+time and looks again when they come due.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Protocol, runtime_checkable
+
+from .queue import Wait
+
+
+class Suspend(Exception):
+    """Raised by a handler: give the job back until ``until`` (clock time) or
+    a wake, the attempt not counted; ``wait`` says what it waits for."""
+
+    def __init__(self, until: float, wait: Wait) -> None:
+        self.until = until
+        self.wait = wait
+        what = f"{wait.status.value}: {wait.detail}" if wait.detail else wait.status.value
+        super().__init__(f"suspended ({what})")
+
+
+@runtime_checkable
+class Waking(Protocol):
+    """A queue that can make a suspended job due at once."""
+
+    @abc.abstractmethod
+    async def wake(self, id: str) -> bool:
+        """Make the job due now if it is suspended or scheduled; if it is held
+        (running), mark it so its next suspension returns at once. False if
+        there is no such job (ended, never enqueued) or it is dead."""

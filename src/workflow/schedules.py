@@ -1,0 +1,258 @@
+"""Schedules: a job submitted at every tick of a cron expression or interval.
+
+Every worker process may carry the same schedules; each tick runs once
+across all of them. A tick's run id is derived from the schedule's name and
+the tick's time, so the processes that see a tick submit the same run, and
+the submit protocol makes it one (the first creates it, the others join it
+or read its outcome).
+
+Each schedule keeps one small object, ``schedules/<name>``: the last tick
+submitted. It says which ticks were missed while no worker ran (from it to
+now), and it keeps a tick from running again after retention has swept its
+run's records. It only moves forward (compare-and-swap). A schedule seen for
+the first time starts from now: nothing before it counts as missed.
+
+Missed ticks (``missed=``): ``"latest"`` (the default) runs only the most
+recent one, ``"all"`` runs each of them (at most :data:`MAX_CATCH_UP`, the
+newest), ``"skip"`` runs none and waits for the next.
+
+Cron expressions are read by cronsim (Debian cron's rules, DST included),
+in the schedule's time zone; ``every=`` ticks are whole multiples of the
+interval since ``anchor`` (the Unix epoch by default), so every process
+agrees on them without talking.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta, tzinfo
+from typing import Any, Literal
+from zoneinfo import ZoneInfo
+
+from cronsim import CronSim, CronSimError
+
+from stepstone.runtime.clock import Clock, subscribe
+from stepstone.store import AlreadyExists, NotFound, ObjectStore, PreconditionFailed
+
+from .codec import pack, unpack
+from .job import Job
+from .layout import Layout, name_key
+from .submitting import Submitter
+
+log = logging.getLogger("stepstone.schedules")
+
+MAX_CATCH_UP = 100
+"""At most this many missed ticks run when a schedule says ``missed="all"``."""
+MARKER_TRIES = 5
+
+Missed = Literal["latest", "all", "skip"]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Submit ``job(tick)`` at every tick: of ``cron`` (five fields, in
+    ``timezone``) or ``every`` interval. ``job`` gets the tick as an aware
+    datetime and returns the Job to run."""
+
+    name: str
+    job: Callable[[datetime], Job[Any]]
+    cron: str | None = None
+    every: timedelta | None = None
+    timezone: str | tzinfo = "UTC"
+    missed: Missed = "latest"
+    anchor: datetime = datetime(1970, 1, 1, tzinfo=UTC)
+    """Where ``every`` ticks count from."""
+    _zone: tzinfo = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        name_key(self.name)  # a usable key segment, or a clear error
+        if (self.cron is None) == (self.every is None):
+            raise ValueError(f"schedule {self.name!r}: give exactly one of cron= or every=")
+        if self.every is not None and self.every.total_seconds() <= 0:
+            raise ValueError(f"schedule {self.name!r}: every= must be positive")
+        if self.missed not in ("latest", "all", "skip"):
+            raise ValueError(f"schedule {self.name!r}: missed= is 'latest', 'all' or 'skip'")
+        if self.anchor.tzinfo is None:
+            raise ValueError(f"schedule {self.name!r}: anchor must be an aware datetime")
+        zone = ZoneInfo(self.timezone) if isinstance(self.timezone, str) else self.timezone
+        object.__setattr__(self, "_zone", zone)
+        if self.cron is not None:
+            try:
+                CronSim(self.cron, datetime.now(zone))
+            except CronSimError as exc:
+                raise ValueError(f"schedule {self.name!r}: bad cron {self.cron!r}: {exc}") from None
+
+    def ticks_after(self, after: float) -> Iterator[datetime]:
+        """The ticks after ``after`` (epoch seconds), in order, as aware datetimes."""
+        if self.every is not None:
+            step = self.every.total_seconds()
+            start = self.anchor.timestamp()
+            n = math.floor((after - start) / step) + 1
+            while True:
+                yield datetime.fromtimestamp(start + n * step, self._zone)
+                n += 1
+        assert self.cron is not None
+        yield from CronSim(self.cron, datetime.fromtimestamp(after, self._zone))
+
+    def ticks_between(self, after: float, until: float) -> list[datetime]:
+        """The ticks in (after, until], oldest first (at most MAX_CATCH_UP, the newest)."""
+        found: list[datetime] = []
+        for tick in self.ticks_after(after):
+            if tick.timestamp() > until:
+                break
+            found.append(tick)
+            if len(found) > MAX_CATCH_UP:
+                found.pop(0)
+        return found
+
+    def run_id(self, tick: datetime) -> str:
+        """The run id of this schedule's run at ``tick``: the same in every process."""
+        seed = f"schedule/{self.name}/{tick.timestamp():.6f}"
+        return hashlib.sha256(seed.encode()).hexdigest()
+
+
+class Scheduler:
+    """Submits the ticks of ``schedules`` while a worker runs (see the module docstring)."""
+
+    def __init__(
+        self,
+        schedules: list[Schedule],
+        *,
+        submitter: Submitter,
+        store: ObjectStore,
+        layout: Layout,
+        clock: Clock,
+    ) -> None:
+        names = [schedule.name for schedule in schedules]
+        if len(set(names)) != len(names):
+            raise ValueError(f"two schedules share a name: {sorted(names)}")
+        self.schedules = schedules
+        self._submitter = submitter
+        self._store = store
+        self._layout = layout
+        self._clock = clock
+        self._tasks: list[asyncio.Task[None]] = []
+        self._wake = asyncio.Event()
+        self._unsubscribe: Callable[[], None] = lambda: None
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._unsubscribe = subscribe(self._clock, self._wake.set)
+        self._tasks = [
+            loop.create_task(self._loop(s), name=f"stepstone-schedule {s.name}")
+            for s in self.schedules
+        ]
+
+    async def stop(self) -> None:
+        self._unsubscribe()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+
+    async def last_tick(self, schedule: Schedule) -> float | None:
+        """The last tick of ``schedule`` submitted, by any process (None: never)."""
+        found = await self._marker(schedule)
+        return None if found is None else found[1]
+
+    async def _loop(self, schedule: Schedule) -> None:
+        awaited: float | None = None  # the tick this loop slept for (None: just started)
+        while True:
+            try:
+                await self._submit_due(schedule, awaited)
+            except Exception as exc:
+                log.warning(
+                    "schedule %r: ticks not submitted (will try again): %s", schedule.name, exc
+                )
+            awaited = next(schedule.ticks_after(self._clock.now())).timestamp()
+            await self._sleep_until(awaited)
+
+    async def _submit_due(self, schedule: Schedule, awaited: float | None) -> None:
+        """Submit the ticks due since the marker, as ``missed`` says; ``awaited``
+        is the tick this process was up and waiting for (never a missed one)."""
+        now = self._clock.now()
+        found = await self._marker(schedule)
+        if found is None:
+            await self._create_marker(schedule, now)  # first seen: nothing before counts
+            return
+        due = schedule.ticks_between(found[1], now)
+        if not due:
+            return
+        chosen = due
+        if schedule.missed == "latest":
+            chosen = due[-1:]
+        elif schedule.missed == "skip":
+            chosen = [tick for tick in due if awaited is not None and tick.timestamp() >= awaited]
+        for tick in chosen:
+            job = schedule.job(tick)
+            await self._submitter.submit(job, run_id=schedule.run_id(tick))
+            log.info("schedule %r: submitted the tick of %s", schedule.name, tick.isoformat())
+        await self._advance_marker(schedule, due[-1].timestamp())
+
+    async def _marker(self, schedule: Schedule) -> tuple[str, float] | None:
+        try:
+            stored = await self._store.get(self._layout.schedule(schedule.name))
+        except NotFound:
+            return None
+        try:
+            tick = float(unpack(stored.data)["tick"])
+        except Exception as exc:
+            raise ValueError(
+                f"schedule {schedule.name!r}: its marker "
+                f"{self._layout.schedule(schedule.name)} does not decode ({exc}); delete it "
+                "to start the schedule afresh from now"
+            ) from exc
+        return stored.etag, tick
+
+    async def _create_marker(self, schedule: Schedule, tick: float) -> None:
+        with contextlib.suppress(AlreadyExists):
+            await self._store.put_if_absent(self._layout.schedule(schedule.name), _marker(tick))
+
+    async def _advance_marker(self, schedule: Schedule, tick: float) -> None:
+        """Move the marker forward to ``tick`` unless another process moved it further."""
+        key = self._layout.schedule(schedule.name)
+        for _ in range(MARKER_TRIES):
+            found = await self._marker(schedule)
+            if found is not None and found[1] >= tick:
+                return
+            try:
+                if found is None:
+                    await self._store.put_if_absent(key, _marker(tick))
+                else:
+                    await self._store.put_if_match(key, _marker(tick), found[0])
+                return
+            except PreconditionFailed:  # AlreadyExists is one: someone moved it; look again
+                continue
+
+    async def _sleep_until(self, when: float) -> None:
+        """Until the clock reaches ``when`` (a FakeClock's advance wakes this)."""
+        while (left := when - self._clock.now()) > 0:
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), min(left, 60.0))
+
+
+def _marker(tick: float) -> bytes:
+    return pack({"tick": tick})
+
+
+def describe(schedule: Schedule) -> str:
+    """``cron 0 9 * * * (Europe/Paris)`` or ``every 0:05:00``, for people."""
+    zone = schedule.timezone if isinstance(schedule.timezone, str) else str(schedule.timezone)
+    if schedule.cron is not None:
+        return f"cron {schedule.cron} ({zone})"
+    return f"every {schedule.every}"
+
+
+def next_ticks(schedule: Schedule, after: float, count: int) -> list[datetime]:
+    ticks = schedule.ticks_after(after)
+    return [next(ticks) for _ in range(count)]

@@ -1,0 +1,114 @@
+"""Durable waits: sleep, events and children, holding no worker.
+
+A run that must wait gives back its worker slot and its lease: it raises
+:class:`~stepstone.runtime.suspension.Suspend`, and the worker hands the job
+back to the queue, the attempt not counted, due again at its wake time. When
+it is claimed again, its recorded steps replay and the run comes back to the
+wait, which now finds what it waited for (or its time up) and goes on.
+
+Every wait records what it decided as a memo of the run (:mod:`stepstone.run`),
+so a replay decides the same:
+
+- a sleep records its wake time the first time through (``!sleep@n``): a
+  replay sleeps until the same moment, not again from the start;
+- a wait for an event records its deadline (``!deadline.<name>@n``) and the
+  event it took, or that it timed out (``!event.<name>@n``): a replay sees
+  the same payload, and a run takes each event once;
+- awaiting children records nothing: their outcome records are the answer.
+
+What it waits for may happen while the run is still running, between its
+look and its suspension. Whoever makes it happen writes first (the event,
+the child's outcome) and then wakes the run (:class:`~stepstone.runtime.
+suspension.Waking`); a wake that finds the run still held marks it, and its
+suspension then makes it due at once. A queue that cannot wake (SQS) makes
+waiting runs look again every ``wait_recheck`` seconds instead.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+from stepstone.runtime.queue import JobStatus, Wait
+from stepstone.runtime.suspension import Suspend
+
+from .codec import codec_for_type
+from .handle import JobHandle
+from .outcome import Outcome
+from .run import Memo, Run
+
+_FLOAT = codec_for_type(float)
+_ANY = codec_for_type(Any)
+
+
+async def _recorded(memo: Memo, value: object) -> Any:
+    """The memo's value: the recorded one on a replay, else ``value``, recorded."""
+    found, recorded = await memo.lookup()
+    if found:
+        return recorded
+    return await memo.record(value)
+
+
+async def sleep_until(run: Run, wake_at: float) -> None:
+    """Return once the clock reaches the wake time this sleep recorded first
+    (``wake_at`` the first time through); until then, suspend the run."""
+    wake_at = await _recorded(Memo(run, "", _FLOAT, internal="sleep"), wake_at)
+    if run.clock.now() >= wake_at:
+        return
+    when = datetime.fromtimestamp(wake_at, UTC).isoformat(timespec="seconds")
+    raise Suspend(wake_at, Wait(JobStatus.SLEEPING, f"until {when}"))
+
+
+async def wait_for_event(
+    run: Run,
+    name: str,
+    timeout: float | None,  # noqa: ASYNC109 - a durable timeout, not a cancellation
+    output: Any,
+) -> Any:
+    """The payload of the next event ``name`` this run has not taken, typed as
+    ``output``; None once ``timeout`` seconds (from the first time through)
+    have passed without one. Suspends the run until either."""
+    # Both memos are made on every call, so each call of this wait has the
+    # same numbers in every replay, whichever of them it ends up reading.
+    taken = Memo(run, name, _ANY, internal="event")
+    limit = Memo(run, name, _FLOAT, internal="deadline")
+    found, recorded = await taken.lookup()
+    deadline = math.inf
+    if not found and timeout is not None:
+        deadline = await _recorded(limit, run.clock.now() + timeout)
+    if not found:
+        recorded = await _take_event(run, name, taken, deadline)
+    if recorded is None:
+        return None
+    run.consumed_events.add(recorded["key"])
+    return codec_for_type(output).decode(recorded["data"])
+
+
+async def _take_event(run: Run, name: str, taken: Memo, deadline: float) -> Any:
+    """Take the oldest event ``name`` this run has not taken (recording which),
+    record a timeout past ``deadline``, or suspend."""
+    prefix = run.layout.events(run.run_id, run.incarnation, name)
+    keys = sorted([info.key async for info in run.store.scan(prefix)])
+    for key in keys:
+        if key not in run.consumed_events:
+            data = (await run.store.get(key)).data
+            # First writer wins: a zombie of this run that took another event
+            # first makes this wait see that one, as every replay will.
+            return await taken.record({"key": key, "data": data})
+    now = run.clock.now()
+    if now >= deadline:
+        return await taken.record(None)
+    until = min(deadline, now + run.wait_recheck)
+    raise Suspend(until, Wait(JobStatus.WAITING_FOR_EVENT, name))
+
+
+async def children(run: Run, handles: tuple[JobHandle[Any], ...]) -> list[Outcome[Any]]:
+    """The outcomes of ``handles`` (this run's children) once all have one;
+    until then, suspend the run (each child wakes it as it ends)."""
+    outcomes = [await handle.poll() for handle in handles]
+    pending = sum(outcome is None for outcome in outcomes)
+    if pending:
+        wait = Wait(JobStatus.WAITING_FOR_CHILDREN, f"{pending} of {len(handles)} children")
+        raise Suspend(run.clock.now() + run.wait_recheck, wait)
+    return [outcome for outcome in outcomes if outcome is not None]

@@ -1,0 +1,104 @@
+"""Schedules: a job at every tick, once per tick across processes, missed
+ticks as the schedule says. Time is a FakeClock."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from wait_jobs import WAIT_JOBS, Tick
+from wf_jobs import Counters
+
+from stepstone import JobRunner, Schedule
+from stepstone.schedules import next_ticks
+from stepstone.testing import FakeClock, advance, wait_until
+
+START = datetime(2026, 3, 2, 12, 0, tzinfo=UTC).timestamp()  # a Monday, on a 5-minute tick
+
+
+def every_five_minutes(missed: str = "latest") -> Schedule:
+    return Schedule(
+        "five",
+        every=timedelta(minutes=5),
+        job=lambda tick: Tick(at=tick.isoformat()),
+        missed=missed,  # type: ignore[arg-type]
+    )
+
+
+def ticks_run(counters: Counters) -> dict[str, int]:
+    return {k.removeprefix("tick:"): v for k, v in counters.counts.items() if k.startswith("tick:")}
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(START + 10)
+
+
+async def test_each_tick_runs_once_across_two_runners(
+    make_runner: Callable[..., JobRunner], clock: FakeClock, counters: Counters
+) -> None:
+    schedule = every_five_minutes()
+    async with (
+        make_runner(jobs=WAIT_JOBS, schedules=[schedule]) as first,
+        make_runner(jobs=WAIT_JOBS, schedules=[schedule]),
+    ):
+        await wait_until(lambda: _marked(first, schedule), message="the schedule's marker")
+        for n in range(1, 4):
+            await advance(clock, 300)
+            await wait_until(lambda n=n: len(ticks_run(counters)) == n, message=f"tick {n}")
+    assert all(count == 1 for count in ticks_run(counters).values()), ticks_run(counters)
+    assert sorted(ticks_run(counters)) == [
+        datetime.fromtimestamp(START + 300 * n, UTC).isoformat() for n in range(1, 4)
+    ]
+
+
+@pytest.mark.parametrize(("missed", "expected"), [("latest", 1), ("all", 12), ("skip", 0)])
+async def test_ticks_missed_while_no_worker_ran(
+    make_runner: Callable[..., JobRunner],
+    clock: FakeClock,
+    counters: Counters,
+    missed: str,
+    expected: int,
+) -> None:
+    schedule = every_five_minutes(missed)
+    async with make_runner(jobs=WAIT_JOBS, schedules=[schedule]) as runner:
+        await wait_until(lambda: _marked(runner, schedule), message="the schedule's marker")
+    await advance(clock, 3600)  # an hour with no worker: 12 ticks
+    async with make_runner(jobs=WAIT_JOBS, schedules=[schedule]) as runner:
+        await wait_until(lambda: _marker_at(runner, schedule, START + 3600), message="caught up")
+        await wait_until(lambda: len(ticks_run(counters)) == expected, message="missed ticks ran")
+        await advance(clock, 300)  # and the next tick runs, whatever missed= says
+        await wait_until(lambda: len(ticks_run(counters)) == expected + 1, message="next tick")
+    if missed == "latest":
+        latest = datetime.fromtimestamp(START + 3600, UTC).isoformat()
+        assert min(ticks_run(counters)) == latest
+
+
+def test_cron_ticks_follow_the_time_zone_and_its_dst() -> None:
+    schedule = Schedule(
+        "morning", cron="0 9 * * *", timezone="Europe/Paris", job=lambda t: Tick(at=str(t))
+    )
+    before_dst = datetime(2026, 3, 28, 12, 0, tzinfo=UTC).timestamp()
+    ticks = next_ticks(schedule, before_dst, 2)
+    assert [t.isoformat() for t in ticks] == [
+        "2026-03-29T09:00:00+02:00",  # DST began that night: 07:00 UTC
+        "2026-03-30T09:00:00+02:00",
+    ]
+
+
+def test_a_schedule_refuses_what_it_cannot_run() -> None:
+    with pytest.raises(ValueError, match="exactly one of cron= or every="):
+        Schedule("x", job=lambda t: Tick(at=""))
+    with pytest.raises(ValueError, match="bad cron"):
+        Schedule("x", cron="61 * * * *", job=lambda t: Tick(at=""))
+    with pytest.raises(ValueError, match="positive"):
+        Schedule("x", every=timedelta(0), job=lambda t: Tick(at=""))
+
+
+async def _marked(runner: JobRunner, schedule: Schedule) -> bool:
+    return await runner.scheduler.last_tick(schedule) is not None
+
+
+async def _marker_at(runner: JobRunner, schedule: Schedule, at: float) -> bool:
+    return await runner.scheduler.last_tick(schedule) == at
