@@ -282,6 +282,27 @@ class SyncContext:
     def ensure_lease(self, seconds: float) -> None:
         self._call(self._ctx.lease.ensure_at_least(seconds))
 
+    def sleep(self, seconds: float) -> None:
+        """Sleep durably; see JobContext.sleep."""
+        self._call(self._ctx.sleep(seconds))
+
+    def sleep_until(self, when: datetime) -> None:
+        self._call(self._ctx.sleep_until(when))
+
+    def wait_for_event(self, name: str, *, timeout: float | None = None, type: Any = Any) -> Any:
+        """The next event ``name``, or None at the timeout; see JobContext.wait_for_event."""
+        return self._call(self._ctx.wait_for_event(name, timeout=timeout, type=type))
+
+    def result(self, child: JobHandle[Out]) -> Out:
+        """A child's result (a handle from ``submit``), suspending this run until it has one."""
+        return self._call(child.result())
+
+    def gather(self, *children: JobHandle[Any]) -> list[Any]:
+        return self._call(self._ctx.gather(*children))
+
+    def idempotency_key(self, step: str) -> str:
+        return self._ctx.idempotency_key(step)
+
 
 async def _as_coro(awaitable: Awaitable[R]) -> R:
     return await awaitable

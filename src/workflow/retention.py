@@ -2,9 +2,10 @@
 
 It walks ``outcomes/`` (a LIST per thousand runs) and takes the objects'
 own modification time from the listing, so deciding costs no GET. For each
-run past the window it deletes the memos of every incarnation, the progress
-record, and last the outcome: a sweep cut short leaves the outcome, so a
-resubmission still answers from it, and the next sweep finishes the job.
+run past the window it deletes the memos and events of every incarnation,
+the progress record, and last the outcome: a sweep cut short leaves the
+outcome, so a resubmission still answers from it, and the next sweep
+finishes the job.
 
 A sweep runs in each worker process every ``interval`` (by the runner's
 clock; a FakeClock moving past it wakes the sweeper). Several processes
@@ -98,9 +99,10 @@ async def sweep(runs: Runs, retention: float) -> int:
 
 
 async def remove_run(runs: Runs, run_id: str) -> None:
-    """Delete a run's memos, progress and outcome, in that order."""
+    """Delete a run's memos and events, its progress, and its outcome last."""
     store, layout = runs.store, runs.layout
     keys = [info.key async for info in store.scan(layout.memos(run_id))]
+    keys += [info.key async for info in store.scan(layout.events(run_id))]
     await asyncio.gather(*(store.delete(key) for key in keys))
     await store.delete(layout.progress(run_id))
     await store.delete(layout.outcome(run_id))

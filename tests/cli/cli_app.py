@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+from datetime import timedelta
 from pathlib import Path
 from typing import ClassVar
 
-from stepstone import Job, JobContext, JobRunner, Permanent
+from stepstone import Job, JobContext, JobRunner, Permanent, Schedule
 from stepstone.runtime import SqsQueue
 
 DEADLINE_NOTE = "not a runner"
@@ -102,3 +103,30 @@ def make_sqs_runner() -> JobRunner:
 
 
 runner = make_runner() if "STEPSTONE_STORE" in os.environ and "CLI_TEST_DIR" in os.environ else None
+
+
+class Nap(Job[str]):
+    """Sleeps a day, durably: ``stepstone show`` sees it sleeping."""
+
+    NAME: ClassVar[str] = "cli.nap"
+
+    async def run(self, ctx: JobContext) -> str:
+        await ctx.sleep(86_400)
+        return "rested"
+
+
+def make_scheduled_runner() -> JobRunner:
+    """A runner with two schedules, for ``stepstone schedules``."""
+    return JobRunner(
+        os.environ["STEPSTONE_STORE"],
+        jobs=[Greet, Nap],
+        schedules=[
+            Schedule("greet-hourly", every=timedelta(hours=1), job=lambda t: Greet(name="hour")),
+            Schedule(
+                "greet-mornings",
+                cron="0 9 * * 1-5",
+                timezone="Europe/Paris",
+                job=lambda t: Greet(name="morning"),
+            ),
+        ],
+    )

@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from cli_app import Boom, Gated, Greet, count
+from cli_app import Boom, Gated, Greet, Nap, count
 from cli_support import Cli, Result
 
 from stepstone import JobFailed, JobRunner, SubmitOptions
@@ -27,6 +27,7 @@ from stepstone.cli import main
 from stepstone.cli.commands import _Progress
 from stepstone.cli.durations import parse_duration
 from stepstone.cli.errors import CliError
+from stepstone.testing import wait_until
 
 DEADLINE = 30.0
 
@@ -350,3 +351,39 @@ def test_purge_progress_is_drawn_on_a_terminal_only() -> None:
         progress.close()
     assert tty.getvalue() == "\rpurging 0/2\rpurging 1/2\rpurging 2/2\n"
     assert pipe.getvalue() == ""
+
+
+async def test_schedules_lists_next_ticks_and_show_says_what_a_run_waits_for(
+    store_dir: Path, cli: Cli
+) -> None:
+    app = ["--app", "cli_app:make_scheduled_runner"]
+    env = {"STEPSTONE_STORE": str(store_dir)}
+    listed = cli("schedules", "--json", "--count", "2", *app, env=env)
+    assert listed.status == 0, listed.err
+    by_name = {s["name"]: s for s in listed.json()["schedules"]}
+    assert set(by_name) == {"greet-hourly", "greet-mornings"}
+    assert by_name["greet-mornings"]["spec"] == "cron 0 9 * * 1-5 (Europe/Paris)"
+    assert all(t.endswith(("+01:00", "+02:00")) for t in by_name["greet-mornings"]["next_ticks"])
+    assert len(by_name["greet-hourly"]["next_ticks"]) == 2
+    assert by_name["greet-hourly"]["last_tick"] is None  # no worker has run it yet
+    table = cli("schedules", *app, env=env)
+    assert table.status == 0 and "greet-mornings" in table.out and "NEXT TICKS" in table.out
+    assert cli("schedules", "--store", str(store_dir)).status == 2  # needs the app
+
+    submitter = JobRunner(str(store_dir), jobs=[Nap])
+    async with JobRunner(str(store_dir), jobs=[Nap], poll_interval=0.05):
+        handle = await submitter.submit(Nap())
+        await wait_until(lambda: _sleeping(submitter, handle.id), message="the nap starts")
+    shown = cli("show", handle.id, "--store", str(store_dir))
+    assert shown.status == 0, shown.err
+    assert "state        sleeping" in shown.out and "waiting for  until " in shown.out
+    assert (
+        cli("show", handle.id, "--json", "--store", str(store_dir))
+        .json()["queue"]["waiting_for"]
+        .startswith("until ")
+    )
+
+
+async def _sleeping(runner: JobRunner, job_id: str) -> bool:
+    state = await runner.status(job_id)
+    return state is not None and state.state == "sleeping"

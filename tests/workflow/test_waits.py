@@ -19,6 +19,7 @@ from wait_jobs import (
     Parent,
     Quick,
     Sleeper,
+    SyncWaiter,
     TwoEvents,
 )
 from wf_jobs import Counters
@@ -169,3 +170,18 @@ async def test_an_outside_key_is_the_same_on_every_attempt(
 
 async def _is(runner: JobRunner, job_id: str, status: JobStatus) -> bool:
     return await status_of(runner, job_id) is status
+
+
+async def test_a_synchronous_job_sleeps_and_waits_through_ctx_sync(
+    make_waiter: Callable[..., JobRunner], clock: FakeClock, counters: Counters
+) -> None:
+    async with make_waiter() as runner:
+        handle = await runner.submit(SyncWaiter(key="s"))
+        await wait_until(lambda: _is(runner, handle.id, JobStatus.SLEEPING), message="asleep")
+        await advance(clock, 60)
+        await wait_until(
+            lambda: _is(runner, handle.id, JobStatus.WAITING_FOR_EVENT), message="waiting"
+        )
+        await runner.send_event(handle.id, "word", "hello")
+        assert await handle.result(timeout=10) == "slept, then heard hello"
+    assert counters.counts["sync-first:s"] == 1

@@ -132,6 +132,23 @@ class KeyMaker(Job[list[str]]):
         return [*recorded, *keys]
 
 
+class SyncWaiter(Job[str]):
+    """A synchronous job that sleeps, then waits for an event, through ctx.sync."""
+
+    NAME: ClassVar[str] = "wait.sync"
+    key: str
+
+    def idempotency_key(self) -> str:
+        return f"sync:{self.key}"
+
+    def run(self, ctx: JobContext) -> str:
+        counters = ctx.state(Counters)
+        ctx.sync.step("first", lambda: counters.hit(f"sync-first:{self.key}"))
+        ctx.sync.sleep(60)
+        word = ctx.sync.wait_for_event("word", type=str)
+        return f"slept, then heard {word}"
+
+
 WAIT_JOBS: list[type[Job[Any]]] = [
     AwaitsApproval,
     Child,
@@ -139,6 +156,7 @@ WAIT_JOBS: list[type[Job[Any]]] = [
     Parent,
     Quick,
     Sleeper,
+    SyncWaiter,
     TwoEvents,
 ]
 

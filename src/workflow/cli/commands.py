@@ -18,7 +18,9 @@ from stepstone.runtime.queue import JobStatus
 
 from .. import inspection
 from ..runner import JobRunner
+from ..schedules import describe, next_ticks
 from .durations import parse_duration
+from .errors import CliError
 from .render import detail_json, emit_json, listed_json, print_detail, short, table, when
 from .runners import runner_from_args
 
@@ -166,6 +168,54 @@ def cmd_stats(args: argparse.Namespace) -> int:
         rows = [["queue", state, str(n)] for state, n in counts["queue"].items()]
         rows += [["outcomes", state, str(n)] for state, n in counts["outcomes"].items()]
         table(sys.stdout, ["WHERE", "STATUS", "COUNT"], rows)
+        return 0
+
+    return asyncio.run(_with_runner(args, body))
+
+
+def cmd_schedules(args: argparse.Namespace) -> int:
+    """The app's schedules, each with its last tick submitted and its next ticks."""
+    if not getattr(args, "app", None):
+        raise CliError("schedules live in the application: pass --app APP:RUNNER", 2)
+    if args.count < 1:
+        raise CliError(f"--count must be at least 1, got {args.count}", 2)
+
+    async def body(runner: JobRunner) -> int:
+        now = runner.clock.now()
+        listed = [
+            (
+                schedule,
+                await runner.scheduler.last_tick(schedule),
+                [tick.isoformat() for tick in next_ticks(schedule, now, args.count)],
+            )
+            for schedule in runner.scheduler.schedules
+        ]
+        if args.json:
+            emit_json(
+                {
+                    "schedules": [
+                        {
+                            "name": schedule.name,
+                            "spec": describe(schedule),
+                            "missed": schedule.missed,
+                            "last_tick": last,
+                            "next_ticks": upcoming,
+                        }
+                        for schedule, last, upcoming in listed
+                    ]
+                }
+            )
+        elif not listed:
+            print("no schedules on this runner")
+        else:
+            table(
+                sys.stdout,
+                ["NAME", "SCHEDULE", "MISSED", "LAST TICK", "NEXT TICKS"],
+                [
+                    [s.name, describe(s), s.missed, when(last), ", ".join(upcoming)]
+                    for s, last, upcoming in listed
+                ],
+            )
         return 0
 
     return asyncio.run(_with_runner(args, body))

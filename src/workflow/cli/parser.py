@@ -11,7 +11,15 @@ import argparse
 
 from stepstone.runtime.queue import JobStatus
 
-from .commands import cmd_cancel, cmd_ls, cmd_purge, cmd_retry, cmd_show, cmd_stats
+from .commands import (
+    cmd_cancel,
+    cmd_ls,
+    cmd_purge,
+    cmd_retry,
+    cmd_schedules,
+    cmd_show,
+    cmd_stats,
+)
 from .runners import ENV_PREFIX, ENV_STORE
 from .worker import cmd_worker
 
@@ -134,4 +142,16 @@ def build_parser() -> argparse.ArgumentParser:
         "(one GET per outcome).",
     )
     stats.set_defaults(handler=cmd_stats)
+
+    schedules = sub.add_parser(
+        "schedules",
+        parents=[common],
+        help="the application's schedules and their next ticks",
+        description="List the schedules of the runner --app names: each with the last "
+        "tick submitted (by any process) and its next ticks.",
+    )
+    schedules.add_argument(
+        "--count", type=int, default=3, help="next ticks to show per schedule (default 3)"
+    )
+    schedules.set_defaults(handler=cmd_schedules)
     return parser

@@ -87,6 +87,7 @@ def detail_json(found: Detail) -> dict[str, Any]:
             "lease_expires_at": queued.lease_expires_at,
             "last_error": queued.last_error,
             "dead_reason": queued.dead_reason,
+            "waiting_for": None if queued.wait is None else queued.wait.detail,
             "headers": dict(queued.headers),
         },
         "outcome": None
@@ -139,7 +140,11 @@ def print_detail(out: TextIO, found: Detail) -> None:
         line("status", queued.status.value)
         line("attempts", f"{queued.attempts} of {queued.max_attempts}")
         line("priority", queued.priority)
-        line("run at", when(queued.run_at))
+        if queued.wait is not None:
+            line("waiting for", short(queued.wait.detail) or "-")
+            line("wakes at", when(queued.run_at))
+        else:
+            line("run at", when(queued.run_at))
         line("created", when(queued.created_at))
         line("updated", when(queued.updated_at))
         if queued.lease_expires_at is not None:
