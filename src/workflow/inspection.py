@@ -6,6 +6,10 @@ the application's code, can list, show, retry and purge runs. Results and
 memos are shown as their MessagePack values (a pydantic model appears as
 the dict it was dumped to).
 
+A record that will not decode (garbage, truncated, a format this library
+does not read) never stops a command: it comes back as :class:`Unreadable`,
+naming its key and why, beside everything else that could be read.
+
 Kept out of :mod:`stepstone.runner` on purpose: the runner is the write path
 and these are tools around it; nothing here is needed to run a job.
 """
@@ -20,12 +24,15 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from stepstone.runtime.decide import describe
 from stepstone.runtime.errors import MalformedPayload
 from stepstone.runtime.queue import QUEUE_STATUSES, JobRecord, JobStatus, LeaseQueue
 from stepstone.runtime.queue_inspection import DeadJobRequeue, JobCounts, JobListing
+from stepstone.runtime.store_queue import CorruptRecord
 from stepstone.store import NotFound, ObjectInfo
 
 from .codec import unpack
+from .envelope import Envelope
 from .layout import check_run_id, step_name
 from .outcome import OutcomeRecord
 from .retention import Runs, remove_run
@@ -64,15 +71,25 @@ def _lacks(queue: object, doing: str, instead: str = "") -> InspectError:
 
 
 @dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A stored object that would not decode: its key, and why."""
+
+    key: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Memo:
     """One memoized step of a run, as stored."""
 
+    key: str
     incarnation: str
     step_key: str
     size: int
     modified: float
     value: Any = None
-    undecodable: bool = False
+    unreadable: str | None = None
+    """Why the value would not decode, when it would not."""
 
     @property
     def step(self) -> str:
@@ -94,6 +111,24 @@ class Listed:
     last_error: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """``stepstone ls``: the rows, and the records that could not be read."""
+
+    rows: list[Listed]
+    unreadable: list[Unreadable]
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """``stepstone stats``: queue records and outcome records by status, and
+    the outcome records that could not be read."""
+
+    queue: dict[str, int]
+    outcomes: dict[str, int]
+    unreadable: list[Unreadable]
+
+
 @dataclass(slots=True)
 class Detail:
     """Everything stored about one job: ``stepstone show``."""
@@ -106,6 +141,14 @@ class Detail:
     incarnation: str | None = None
     """The incarnation of the live or recorded run; memos of others are leftovers."""
     input: Any = None
+    unreadable: dict[str, Unreadable] = field(default_factory=dict)
+    """The job's records that would not decode, by part (``queue``,
+    ``outcome``, ``progress``); an unreadable memo says so itself."""
+
+    def unreadable_records(self) -> list[Unreadable]:
+        """Every record of the job that would not decode, memos included."""
+        memos = [Unreadable(m.key, m.unreadable) for m in self.memos if m.unreadable is not None]
+        return [*self.unreadable.values(), *memos]
 
     @property
     def state(self) -> JobStatus | None:
@@ -137,20 +180,34 @@ def decode_value(data: bytes | None) -> Any:
         return f"<{len(data)} undecodable bytes>"
 
 
-async def read_outcome(runner: Inspected, job_id: str) -> OutcomeRecord | None:
+async def read_outcome(runner: Inspected, job_id: str) -> OutcomeRecord | Unreadable | None:
+    """The run's outcome record; Unreadable when it does not decode; None when there is none."""
+    return await _read_outcome_at(runner, runner.layout.outcome(job_id))
+
+
+async def _read_outcome_at(runner: Inspected, key: str) -> OutcomeRecord | Unreadable | None:
     try:
-        stored = await runner.store.get(runner.layout.outcome(job_id))
+        stored = await runner.store.get(key)
     except NotFound:
         return None
-    return OutcomeRecord.decode(stored.data)
+    try:
+        return OutcomeRecord.decode(stored.data)
+    except Exception as exc:  # garbage decodes into any error: each is this record's fault
+        return Unreadable(key, describe(exc))
 
 
 async def read_progress(runner: Inspected, job_id: str) -> Any:
+    """The run's last progress value (None when there is none); Unreadable
+    when it does not decode."""
+    key = runner.layout.progress(job_id)
     try:
-        stored = await runner.store.get(runner.layout.progress(job_id))
+        stored = await runner.store.get(key)
     except NotFound:
         return None
-    return decode_value(stored.data)
+    try:
+        return unpack(stored.data)
+    except Exception as exc:
+        return Unreadable(key, describe(exc))
 
 
 async def list_memos(runner: Inspected, job_id: str, *, values: bool = True) -> list[Memo]:
@@ -161,43 +218,57 @@ async def list_memos(runner: Inspected, job_id: str, *, values: bool = True) -> 
     async def one(info: ObjectInfo) -> Memo:
         incarnation, _, key = info.key[len(prefix) :].partition("/")
         value: Any = None
-        bad = False
+        why = None
         if values:
             try:
                 value = unpack((await runner.store.get(info.key)).data)
             except NotFound:
                 value = None
-            except Exception:
-                bad = True
-        return Memo(incarnation, key, info.size, info.modified, value, bad)
+            except Exception as exc:
+                why = describe(exc)
+        return Memo(info.key, incarnation, key, info.size, info.modified, value, why)
 
     return await _bounded(one(info) for info in infos)
 
 
 async def detail(runner: Inspected, job_id: str) -> Detail:
-    """The job's queue record, outcome, progress and memos. Raises
-    InspectError when the store knows nothing of the id."""
+    """The job's queue record, outcome, progress and memos, and which of them
+    would not decode. Raises InspectError when the store knows nothing of the id."""
     _check_id(job_id)
     queued, outcome, progress, memos = await asyncio.gather(
-        runner.queue.get(job_id),
+        _read_queued(runner, job_id),
         read_outcome(runner, job_id),
         read_progress(runner, job_id),
         list_memos(runner, job_id),
     )
     if queued is None and outcome is None and progress is None and not memos:
         raise InspectError(f"no job {job_id} in {runner.store.location}")
-    found = Detail(job_id, queued, outcome, progress, memos)
-    if queued is not None:
-        from .envelope import Envelope
-
+    parts = {"queue": queued, "outcome": outcome, "progress": progress}
+    unreadable = {part: item for part, item in parts.items() if isinstance(item, Unreadable)}
+    found = Detail(
+        job_id,
+        None if isinstance(queued, Unreadable) else queued,
+        None if isinstance(outcome, Unreadable) else outcome,
+        None if isinstance(progress, Unreadable) else progress,
+        memos,
+        unreadable=unreadable,
+    )
+    if found.queued is not None:
         with contextlib.suppress(MalformedPayload):
-            envelope = Envelope.decode(queued.payload)
+            envelope = Envelope.decode(found.queued.payload)
             found.incarnation = envelope.incarnation
             with contextlib.suppress(ValueError):
                 found.input = json.loads(envelope.input)
-    if found.incarnation is None and outcome is not None:
-        found.incarnation = outcome.incarnation or None
+    if found.incarnation is None and found.outcome is not None:
+        found.incarnation = found.outcome.incarnation or None
     return found
+
+
+async def _read_queued(runner: Inspected, job_id: str) -> JobRecord | Unreadable | None:
+    try:
+        return await runner.queue.get(job_id)
+    except CorruptRecord as exc:
+        return Unreadable(exc.key, str(exc).removesuffix(f" (record {exc.key})"))
 
 
 async def iter_outcomes(
@@ -210,24 +281,17 @@ async def iter_outcomes(
             yield info
 
 
-async def read_outcomes(runner: Inspected, infos: Iterable[ObjectInfo]) -> list[OutcomeRecord]:
-    """The records behind listed outcome objects (gone or unreadable ones skipped)."""
-
-    async def one(info: ObjectInfo) -> OutcomeRecord | None:
-        try:
-            return OutcomeRecord.decode((await runner.store.get(info.key)).data)
-        except NotFound:
-            return None
-        except Exception:
-            return None
-
-    return [r for r in await _bounded(one(info) for info in infos) if r is not None]
+async def read_outcomes(
+    runner: Inspected, infos: Iterable[ObjectInfo]
+) -> list[OutcomeRecord | Unreadable]:
+    """The records behind listed outcome objects, or what kept each from being
+    read; those gone since the listing are left out."""
+    found = await _bounded(_read_outcome_at(runner, info.key) for info in infos)
+    return [record for record in found if record is not None]
 
 
-async def list_jobs(
-    runner: Inspected, state: str | None = None, *, limit: int = 100
-) -> list[Listed]:
-    """Up to ``limit`` jobs, one row per id.
+async def list_jobs(runner: Inspected, state: str | None = None, *, limit: int = 100) -> Listing:
+    """Up to ``limit`` jobs, one row per id, and the records met that would not decode.
 
     A queue state (scheduled, ready, running, dead) lists queue records only; an
     outcome state (succeeded, failed, cancelled) lists outcome records only,
@@ -239,6 +303,7 @@ async def list_jobs(
         raise InspectError(f"--limit must be at least 1, got {limit}")
     wanted = None if state is None else parse_status(state)
     rows: dict[str, Listed] = {}
+    unreadable: dict[str, Unreadable] = {}  # by key: a dead job's outcome is met twice
     if wanted is None or wanted.queued:
         queue = runner.queue
         if not isinstance(queue, JobListing):
@@ -268,13 +333,18 @@ async def list_jobs(
     for job_id, outcome in zip(
         dead, await _bounded(read_outcome(runner, job_id) for job_id in dead), strict=True
     ):
-        if outcome is not None:
+        if isinstance(outcome, Unreadable):
+            unreadable[outcome.key] = outcome
+        elif outcome is not None:
             rows[job_id] = dataclasses.replace(rows[job_id], source="queue+outcome")
     if (wanted is None or wanted.finished) and len(rows) < limit:
         batch: list[ObjectInfo] = []
 
         async def flush() -> None:
             for record in await read_outcomes(runner, batch):
+                if isinstance(record, Unreadable):
+                    unreadable[record.key] = record
+                    continue
                 if wanted is not None and record.status is not wanted:
                     continue
                 if record.run_id in rows or len(rows) >= limit:
@@ -298,29 +368,36 @@ async def list_jobs(
                     break
         if batch:
             await flush()
-    return list(rows.values())[:limit]
+    return Listing(list(rows.values())[:limit], list(unreadable.values()))
 
 
-async def stats(runner: Inspected) -> dict[str, dict[str, int]]:
+async def stats(runner: Inspected) -> Counts:
     """Queue records by status, and outcome records by status (a GET each)."""
     if not isinstance(runner.queue, JobCounts):
         raise _lacks(runner.queue, "count its jobs")
     counts = await runner.queue.counts()
     queue = {status.value: counts.get(status, 0) for status in QUEUE_STATUSES}
     outcomes = {status.value: 0 for status in JobStatus if status.finished}
+    unreadable: list[Unreadable] = []
+
+    async def count(infos: list[ObjectInfo]) -> None:
+        for record in await read_outcomes(runner, infos):
+            if isinstance(record, Unreadable):
+                unreadable.append(record)
+            else:
+                outcomes[record.status.value] += 1
+
     batch: list[ObjectInfo] = []
     async for info in iter_outcomes(runner):
         batch.append(info)
         if len(batch) >= 1000:
-            for record in await read_outcomes(runner, batch):
-                outcomes[record.status.value] += 1
+            await count(batch)
             batch.clear()
-    for record in await read_outcomes(runner, batch):
-        outcomes[record.status.value] += 1
-    return {"queue": queue, "outcomes": outcomes}
+    await count(batch)
+    return Counts(queue, outcomes, unreadable)
 
 
-async def retry(runner: Inspected, job_id: str) -> None:
+async def retry(runner: Inspected, job_id: str) -> Unreadable | None:
     """Run a dead job again: remove its failed outcome, then requeue it.
 
     The outcome goes first because it is the run's answer: a worker that
@@ -329,6 +406,10 @@ async def retry(runner: Inspected, job_id: str) -> None:
     between the two, the job is dead with no outcome; retrying again finishes
     the job. The requeued job keeps its incarnation, so the steps it finished
     before it died replay from their memos instead of running again.
+
+    An outcome that will not decode is removed too (a dead job's run did not
+    succeed, so it cannot be an answer worth keeping) and returned, for the
+    caller to say so.
     """
     _check_id(job_id)
     queue = runner.queue
@@ -340,34 +421,48 @@ async def retry(runner: Inspected, job_id: str) -> None:
         if outcome is None:
             raise InspectError(f"no job {job_id} in {runner.store.location}")
         raise InspectError(
-            f"job {job_id} has finished ({outcome.status.value}) and left the queue; "
-            "only a dead job can be retried"
+            f"job {job_id} has {_ended(outcome)} and left the queue; only a dead job can be retried"
         )
     if queued.status is not JobStatus.DEAD:
         raise InspectError(
             f"job {job_id} is {queued.status}, not dead; only a dead job can be retried"
         )
     outcome = await read_outcome(runner, job_id)
-    if outcome is not None and outcome.status is JobStatus.SUCCEEDED:
+    if isinstance(outcome, OutcomeRecord) and outcome.status is JobStatus.SUCCEEDED:
         raise InspectError(f"job {job_id} succeeded; its outcome is kept and it is not retried")
     if outcome is not None:
         await runner.store.delete(runner.layout.outcome(job_id))
     if not await queue.requeue(job_id):
         raise InspectError(f"job {job_id} is no longer dead; it was not requeued")
+    return outcome if isinstance(outcome, Unreadable) else None
+
+
+def _ended(outcome: OutcomeRecord | Unreadable) -> str:
+    """How a run with this outcome ended, for a message."""
+    if isinstance(outcome, Unreadable):
+        return f"ended with an outcome that cannot be read ({outcome.key}: {outcome.reason})"
+    return f"finished ({outcome.status.value})"
 
 
 async def cancel(runner: Inspected, job_id: str) -> str:
-    """Cancel a live job, or discard a dead one from the queue; returns what was done."""
+    """Cancel a live job, or discard a dead one from the queue; returns what was done.
+
+    The outcome is read first: a run that has one has ended (a dead run
+    keeps its queue record beside it), and cancelling over an outcome that
+    will not decode would have nothing to compare with.
+    """
     _check_id(job_id)
-    if await runner.cancel(job_id):
-        return "cancelled"
+    outcome = await read_outcome(runner, job_id)
+    if outcome is None:
+        if await runner.cancel(job_id):
+            return "cancelled"
+        outcome = await read_outcome(runner, job_id)  # it ended meanwhile, or never was
     queued = await runner.queue.get(job_id)
     if queued is not None and queued.status is JobStatus.DEAD:
         await runner.queue.cancel(job_id)
         return "discarded"
-    outcome = await read_outcome(runner, job_id)
     if outcome is not None:
-        raise InspectError(f"job {job_id} has already finished ({outcome.status.value})")
+        raise InspectError(f"job {job_id} has already {_ended(outcome)}")
     raise InspectError(f"no job {job_id} in {runner.store.location}")
 
 

@@ -29,6 +29,8 @@ from typing import Any
 
 from stepstone.runtime.worker import Attempt
 
+from .escaping import escape_controls
+
 JOB_FIELDS = ("job_id", "job_name", "attempt")
 
 
@@ -97,14 +99,32 @@ class JsonFormatter(logging.Formatter):
 TEXT_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 
 
+class TextFormatter(logging.Formatter):
+    """:data:`TEXT_FORMAT` lines, with control characters escaped
+    (:func:`stepstone.escaping.escape_controls`): a job's error message cannot
+    move the cursor, clear the terminal or start a forged line. A record is
+    one line; only a traceback below it keeps its line breaks."""
+
+    def __init__(self, fmt: str = TEXT_FORMAT) -> None:
+        super().__init__(fmt)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return escape_controls(super().formatMessage(record))
+
+    def format(self, record: logging.LogRecord) -> str:
+        # The traceback too (another handler's formatter may have cached it).
+        return escape_controls(super().format(record), newlines=True)
+
+
 def configure_logging(level: str | int = "INFO", *, json_lines: bool = False) -> logging.Handler:
-    """A stderr handler on the root logger with :class:`JobLogFilter`, text or JSON lines.
+    """A stderr handler on the root logger with :class:`JobLogFilter`, text
+    (:class:`TextFormatter`) or JSON lines.
 
     Returns the handler so a caller can remove it again.
     """
     handler = logging.StreamHandler()
     handler.addFilter(JobLogFilter())
-    handler.setFormatter(JsonFormatter() if json_lines else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if json_lines else TextFormatter())
     root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(level.upper() if isinstance(level, str) else level)

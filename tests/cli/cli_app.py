@@ -71,6 +71,16 @@ class Boom(Job[int]):
         return doubled
 
 
+class Refuse(Job[int]):
+    """Fails permanently with the message it was given (say, one full of escape sequences)."""
+
+    NAME: ClassVar[str] = "cli.refuse"
+    message: str
+
+    async def run(self, ctx: JobContext) -> int:
+        raise Permanent(self.message)
+
+
 class Gated(Job[int]):
     """Says it started, then waits for ``release-<n>``: lets a test signal a
     worker while the job is in flight."""
@@ -89,7 +99,7 @@ def make_runner() -> JobRunner:
     """The factory ``stepstone worker cli_app:make_runner`` calls."""
     return JobRunner(
         os.environ["STEPSTONE_STORE"],
-        jobs=[Greet, Boom, Gated],
+        jobs=[Greet, Boom, Gated, Refuse],
         poll_interval=0.05,
         retry_backoff=0.0,
         drain_timeout=30.0,

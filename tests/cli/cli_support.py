@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from cli_app import Boom, Gated, Greet, Refuse
+
+from stepstone import JobRunner
+
+DEADLINE = 30.0
 
 
 @dataclass
@@ -19,3 +27,28 @@ class Result:
 
 
 Cli = Callable[..., Result]
+
+
+def file_runner(store_dir: Path) -> JobRunner:
+    """A runner on the test's store with cli_app's jobs (the worker's, in the test process)."""
+    return JobRunner(
+        str(store_dir), jobs=[Greet, Boom, Gated, Refuse], poll_interval=0.05, retry_backoff=0.0
+    )
+
+
+def wait_for(cond: Callable[[], object], what: str, timeout: float = DEADLINE) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.01)
+
+
+def one_line_error(result: Result, *fragments: str) -> None:
+    """A failure is exit 1 or 2 and exactly one line on stderr naming the problem."""
+    assert result.status in (1, 2), result
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got:\n{result.err}"
+    assert lines[0].startswith("stepstone: error: ")
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]

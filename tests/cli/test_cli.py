@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from cli_app import Boom, Gated, Greet, Nap, count
-from cli_support import Cli, Result
+from cli_support import DEADLINE, Cli, Result, file_runner, one_line_error, wait_for
 
 from stepstone import JobFailed, JobRunner, SubmitOptions
 from stepstone.cli import main
@@ -28,33 +28,6 @@ from stepstone.cli.commands import _Progress
 from stepstone.cli.durations import parse_duration
 from stepstone.cli.errors import CliError
 from stepstone.testing import wait_until
-
-DEADLINE = 30.0
-
-
-def file_runner(store_dir: Path) -> JobRunner:
-    return JobRunner(
-        str(store_dir), jobs=[Greet, Boom, Gated], poll_interval=0.05, retry_backoff=0.0
-    )
-
-
-def wait_for(cond: object, what: str, timeout: float = DEADLINE) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.01)
-
-
-def one_line_error(result: object, *fragments: str) -> None:
-    """A failure is exit 1 or 2 and exactly one line on stderr naming the problem."""
-    assert result.status in (1, 2), result  # type: ignore[attr-defined]
-    lines = result.err.strip().splitlines()  # type: ignore[attr-defined]
-    assert len(lines) == 1, f"expected one line on stderr, got:\n{result.err}"  # type: ignore[attr-defined]
-    assert lines[0].startswith("stepstone: error: ")
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-
 
 # -- the worker ------------------------------------------------------------------------
 

@@ -23,7 +23,8 @@ The modules, in the order a command meets them: ``entry`` (``main``: parse,
 dispatch, one line per failure), ``parser`` (the commands and their
 options), ``runners`` (the JobRunner a command works on), ``commands`` (the
 commands that inspect and operate on jobs), ``worker`` (the worker command
-and its signals), ``render`` (tables and JSON), ``durations`` and ``errors``.
+and its signals), ``render`` (tables and JSON), ``notices`` (warnings on
+stderr), ``durations`` and ``errors``.
 """
 
 from .entry import main, run

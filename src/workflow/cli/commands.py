@@ -17,11 +17,22 @@ from typing import TextIO
 from stepstone.runtime.queue import JobStatus
 
 from .. import inspection
+from ..escaping import escape_controls
 from ..runner import JobRunner
 from ..schedules import describe, next_ticks
 from .durations import parse_duration
 from .errors import CliError
-from .render import detail_json, emit_json, listed_json, print_detail, short, table, when
+from .render import (
+    detail_json,
+    emit_json,
+    listed_json,
+    print_detail,
+    short,
+    table,
+    unreadable_json,
+    warn_unreadable,
+    when,
+)
 from .runners import runner_from_args
 
 
@@ -37,9 +48,16 @@ async def _with_runner(
 
 def cmd_ls(args: argparse.Namespace) -> int:
     async def body(runner: JobRunner) -> int:
-        rows = await inspection.list_jobs(runner, args.status, limit=args.limit)
+        listing = await inspection.list_jobs(runner, args.status, limit=args.limit)
+        rows = listing.rows
+        warn_unreadable(listing.unreadable)
         if args.json:
-            emit_json({"jobs": [listed_json(r) for r in rows]})
+            emit_json(
+                {
+                    "jobs": [listed_json(r) for r in rows],
+                    "unreadable": unreadable_json(listing.unreadable),
+                }
+            )
             return 0
         out = sys.stdout
         if rows:
@@ -89,7 +107,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_retry(args: argparse.Namespace) -> int:
     async def body(runner: JobRunner) -> int:
-        await inspection.retry(runner, args.id)
+        removed = await inspection.retry(runner, args.id)
+        if removed is not None:
+            warn_unreadable([removed])
         if args.json:
             emit_json({"id": args.id, "requeued": True})
         else:
@@ -130,7 +150,7 @@ def cmd_purge(args: argparse.Namespace) -> int:
         else:
             if args.dry_run:
                 for run_id in removed:
-                    print(run_id)
+                    print(escape_controls(run_id))
             print(f"{verb} {len(removed)} finished run(s) older than {args.older_than}")
         return 0
 
@@ -162,11 +182,20 @@ class _Progress:
 def cmd_stats(args: argparse.Namespace) -> int:
     async def body(runner: JobRunner) -> int:
         counts = await inspection.stats(runner)
+        warn_unreadable(counts.unreadable)
         if args.json:
-            emit_json(counts)
+            emit_json(
+                {
+                    "queue": counts.queue,
+                    "outcomes": counts.outcomes,
+                    "unreadable": unreadable_json(counts.unreadable),
+                }
+            )
             return 0
-        rows = [["queue", state, str(n)] for state, n in counts["queue"].items()]
-        rows += [["outcomes", state, str(n)] for state, n in counts["outcomes"].items()]
+        rows = [["queue", state, str(n)] for state, n in counts.queue.items()]
+        rows += [["outcomes", state, str(n)] for state, n in counts.outcomes.items()]
+        if counts.unreadable:
+            rows.append(["outcomes", "unreadable", str(len(counts.unreadable))])
         table(sys.stdout, ["WHERE", "STATUS", "COUNT"], rows)
         return 0
 

@@ -3,11 +3,15 @@
 Every failure a user can act on (a CliError, a job that is not there, a
 store or queue that refuses) becomes ``stepstone: error: ...`` on stderr and
 exit status 1 (2 for a usage mistake, 130 for Ctrl-C); a traceback is left
-for bugs.
+for bugs. A reader that stops reading (``stepstone ls | head``) ends the
+command quietly, as it ends any Unix tool: exit status 141 (128 + SIGPIPE),
+nothing on stderr.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -15,8 +19,10 @@ from typing import NoReturn
 from stepstone.runtime.errors import QueueError
 from stepstone.store import StoreError
 
+from ..escaping import escape_controls
 from ..inspection import InspectError
 from .errors import CliError
+from .notices import notices_on_stderr
 from .parser import build_parser
 
 
@@ -27,8 +33,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not hasattr(args, "json"):
         args.json = False
     try:
-        status: int = args.handler(args)
+        if args.command == "worker":
+            status: int = args.handler(args)  # it sets up its own logging
+        else:
+            with notices_on_stderr():
+                status = args.handler(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
         return status
+    except BrokenPipeError:
+        _silence_stdout()
+        return 128 + signal.SIGPIPE
     except CliError as exc:
         return _fail(str(exc), exc.status)
     except InspectError as exc:
@@ -42,8 +56,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _fail(message: str, status: int = 1) -> int:
-    sys.stderr.write(f"stepstone: error: {message}\n")
+    sys.stderr.write(f"stepstone: error: {escape_controls(message)}\n")
     return status
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush at exit
+    does not meet the closed pipe again and print a traceback."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (an in-process caller's)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def run() -> NoReturn:

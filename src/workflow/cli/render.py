@@ -1,8 +1,12 @@
 """How results look: tables and text for people, one JSON document for scripts.
 
-Text is for reading at a terminal: times in UTC, long values cut to a line.
-``--json`` prints everything, uncut, as one indented document; a value JSON
-cannot hold (bytes, a datetime) becomes a string rather than an error.
+Text is for reading at a terminal: times in UTC, long values cut to a line,
+and every control character a job may have put in its text (an escape
+sequence in an error message) written as an escape, so it cannot clear the
+screen or rewrite a line (:func:`stepstone.escaping.escape_controls`).
+``--json`` prints everything, uncut, as one indented document (JSON escapes
+control characters itself); a value JSON cannot hold (bytes, a datetime)
+becomes a string rather than an error.
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from ..inspection import Detail, Listed, decode_value
+from ..escaping import escape_controls
+from ..inspection import Detail, Listed, Unreadable, decode_value
+from .notices import warn
 
 
 def when(ts: float | None) -> str:
@@ -24,9 +30,8 @@ def when(ts: float | None) -> str:
 
 
 def short(value: Any, width: int = 200) -> str:
-    """``value`` on one line of at most ``width`` characters."""
-    text = value if isinstance(value, str) else _json(value)
-    text = text.replace("\n", " ")
+    """``value`` on one line of at most ``width`` characters, control characters escaped."""
+    text = escape_controls(value if isinstance(value, str) else _json(value))
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
@@ -45,12 +50,27 @@ def emit_json(value: Any) -> None:
 
 
 def table(out: TextIO, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    rows = [[escape_controls(cell) for cell in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in rows:
         widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
     for row in (headers, *rows):
         cells = [cell.ljust(w) for cell, w in zip(row, widths, strict=True)]
         out.write("  ".join(cells).rstrip() + "\n")
+
+
+def warn_unreadable(records: Sequence[Unreadable]) -> None:
+    """One warning per record that would not decode, naming its key."""
+    for record in records:
+        warn(_unreadable(record))
+
+
+def _unreadable(record: Unreadable) -> str:
+    return f"cannot read {record.key}: {record.reason}"
+
+
+def unreadable_json(records: Sequence[Unreadable]) -> list[dict[str, str]]:
+    return [{"key": record.key, "reason": record.reason} for record in records]
 
 
 def listed_json(row: Listed) -> dict[str, Any]:
@@ -116,24 +136,32 @@ def detail_json(found: Detail) -> dict[str, Any]:
                 "size": memo.size,
                 "recorded_at": memo.modified,
                 "value": memo.value,
+                "unreadable": memo.unreadable,
             }
             for memo in found.memos
         ],
+        "unreadable": unreadable_json(found.unreadable_records()),
     }
 
 
 def print_detail(out: TextIO, found: Detail) -> None:
     def line(label: str, value: object, indent: str = "  ") -> None:
-        out.write(f"{indent}{label:<12} {value}\n")
+        out.write(f"{indent}{label:<12} {escape_controls(str(value))}\n")
 
     out.write(f"job {found.id}\n")
     line("state", found.state or "unknown")
     line("name", found.name or "-")
     if found.input is not None:
         line("input", short(found.input))
-    line("progress", "-" if found.progress is None else short(found.progress))
+    unreadable = found.unreadable
+    if "progress" in unreadable:
+        line("progress", _unreadable(unreadable["progress"]))
+    else:
+        line("progress", "-" if found.progress is None else short(found.progress))
     queued = found.queued
-    if queued is None:
+    if "queue" in unreadable:
+        out.write(f"queue: {escape_controls(_unreadable(unreadable['queue']))}\n")
+    elif queued is None:
         out.write("queue: no record (finished, cancelled, or never enqueued)\n")
     else:
         out.write("queue:\n")
@@ -156,7 +184,9 @@ def print_detail(out: TextIO, found: Detail) -> None:
         if queued.headers:
             line("headers", short(dict(queued.headers)))
     outcome = found.outcome
-    if outcome is None:
+    if "outcome" in unreadable:
+        out.write(f"outcome: {escape_controls(_unreadable(unreadable['outcome']))}\n")
+    elif outcome is None:
         out.write("outcome: none yet\n")
     else:
         out.write("outcome:\n")
@@ -177,8 +207,11 @@ def print_detail(out: TextIO, found: Detail) -> None:
         by_incarnation.setdefault(memo.incarnation, []).append(memo)
     for incarnation, memos in by_incarnation.items():
         which = "current" if incarnation == found.incarnation else "an earlier run"
-        out.write(f"memos ({len(memos)}, incarnation {incarnation}, {which}):\n")
-        width = max(len(m.step) for m in memos)
-        for memo in memos:
-            value = "<undecodable>" if memo.undecodable else short(memo.value, 120)
-            out.write(f"  {memo.step:<{width}}  {value}\n")
+        out.write(f"memos ({len(memos)}, incarnation {escape_controls(incarnation)}, {which}):\n")
+        steps = [escape_controls(memo.step) for memo in memos]
+        width = max(map(len, steps))
+        for step, memo in zip(steps, memos, strict=True):
+            value = short(memo.value, 120)
+            if memo.unreadable is not None:
+                value = escape_controls(f"<cannot read {memo.key}: {memo.unreadable}>")
+            out.write(f"  {step:<{width}}  {value}\n")
