@@ -53,6 +53,8 @@ from enum import Enum
 from types import TracebackType
 from typing import Any, TypeVar
 
+from stepstone.store.errors import StepstoneError
+
 from . import clock as clock_mod
 from .backoff import Backoff
 from .clock import Clock
@@ -643,18 +645,25 @@ class Worker:
             pass
 
     def _queue_failed(self, operation: str, error: Exception) -> None:
-        """Log a queue error and hold off claiming for a (growing, capped) pause."""
+        """Log a queue error and hold off claiming for a (growing, capped) pause.
+
+        One line per failure: a store outage can last minutes, and a
+        traceback per retry would bury everything else in the log. Only an
+        error that is none of stepstone's (a bug, not an outage) brings its
+        traceback, on the first failure of a streak.
+        """
         self.stats.queue_errors += 1
         self._claim_errors += 1
         pause = self._retry_pause()
         self._claim_not_before = asyncio.get_running_loop().time() + pause
+        unexpected = not isinstance(error, StepstoneError) and self._claim_errors == 1
         logger.warning(
             "%s: queue %s failed (%s); retrying in %.2fs",
             self.name,
             operation,
             describe(error),
             pause,
-            exc_info=error,
+            exc_info=error if unexpected else None,
         )
 
     def _retry_pause(self) -> float:

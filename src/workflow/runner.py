@@ -218,6 +218,18 @@ class JobRunner:
             await self._sweeper.stop()
         await self.worker.stop(drain_timeout)
 
+    async def check_store(self) -> None:
+        """Read the store once (a LIST of at most one key under the runner's
+        prefix), to fail at start instead of retrying for ever.
+
+        Raises StoreConfigError when retrying cannot help (the bucket does
+        not exist, the credentials are refused or lack permission, the
+        region is wrong) and StoreUnavailable when the store cannot be
+        reached. ``stepstone worker`` calls it before it starts; an
+        application that starts a worker itself can too.
+        """
+        await self.store.list(self.layout.outcomes(), limit=1)
+
     async def close(self) -> None:
         await self.stop()
         if self._owns_store:

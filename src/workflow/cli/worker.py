@@ -4,6 +4,13 @@ The first SIGTERM or SIGINT stops claiming and lets in-flight jobs finish
 within the runner's drain window, which is what a deploy or a Ctrl-C wants;
 a second one exits at once, as a crash would, for an operator who cannot
 wait. Logs go to stderr, as text or JSON lines.
+
+Before it claims anything the worker reads its store once
+(:meth:`JobRunner.check_store`): a bucket that does not exist, refused
+credentials, a malformed URL or an endpoint that cannot be reached ends the
+command at once with one line and exit status 1, so a supervisor sees a
+failed start instead of a process that retries forever. An outage after a
+good start is ridden out: the worker logs one line per retry and backs off.
 """
 
 from __future__ import annotations
@@ -14,7 +21,10 @@ import logging
 import os
 import signal
 
+from stepstone.store import StoreError
+
 from ..observability import configure_logging
+from ..runner import JobRunner
 from .errors import CliError
 from .runners import resolve_runner
 
@@ -33,6 +43,23 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 async def _serve(args: argparse.Namespace) -> int:
+    """Load the runner, check its store, run it until a signal; close it whatever happens."""
+    runner = await resolve_runner(args.app)
+    try:
+        if args.concurrency is not None:
+            if args.concurrency < 1:
+                raise CliError("--concurrency must be at least 1", 2)
+            runner.worker.concurrency = args.concurrency
+        try:
+            await runner.check_store()
+        except StoreError as exc:
+            raise CliError(f"the worker cannot use its store: {exc}") from None
+        return await _run_until_signalled(runner, args.app)
+    finally:
+        await runner.close()
+
+
+async def _run_until_signalled(runner: JobRunner, app: str) -> int:
     """Run the runner until SIGTERM or SIGINT, then drain.
 
     The first signal stops claiming and lets in-flight jobs finish within the
@@ -40,11 +67,6 @@ async def _serve(args: argparse.Namespace) -> int:
     attempt not counted). A second signal exits at once, as a crash would:
     the leases of jobs still running expire and another worker takes them.
     """
-    runner = await resolve_runner(args.app)
-    if args.concurrency is not None:
-        if args.concurrency < 1:
-            raise CliError("--concurrency must be at least 1", 2)
-        runner.worker.concurrency = args.concurrency
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     received: list[str] = []
@@ -64,7 +86,7 @@ async def _serve(args: argparse.Namespace) -> int:
         async with runner:
             log.info(
                 "worker running %s on %s (concurrency %d); SIGTERM or Ctrl-C drains",
-                args.app,
+                app,
                 runner.store.location,
                 runner.worker.concurrency,
             )
@@ -73,5 +95,4 @@ async def _serve(args: argparse.Namespace) -> int:
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
-        await runner.close()
     return 0
