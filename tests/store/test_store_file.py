@@ -232,6 +232,59 @@ async def test_a_symlink_out_of_the_root_is_not_written_through(tmp_path: Path) 
     await store.close()
 
 
+@pytest.mark.parametrize("own", [RESERVED_SEGMENT, f"{RESERVED_SEGMENT}/locks"])
+def test_a_store_whose_own_directory_is_a_symlink_is_refused(tmp_path: Path, own: str) -> None:
+    root, outside = tmp_path / "store", tmp_path / "outside"
+    outside.mkdir()
+    (root / own).parent.mkdir(parents=True, exist_ok=True)
+    (root / own).symlink_to(outside, target_is_directory=True)
+    with pytest.raises(StoreConfigError, match="symlink"):
+        FileStore(root)
+    assert list(outside.iterdir()) == []
+
+
+async def test_a_symlinked_lock_file_is_not_written_through(tmp_path: Path) -> None:
+    root, outside = tmp_path / "store", tmp_path / "outside"
+    outside.mkdir()
+    store = FileStore(root)
+    locks = root / RESERVED_SEGMENT / "locks"
+    for stripe in range(256):  # whichever stripe the key takes
+        (locks / f"{stripe:03d}.lock").symlink_to(outside / f"{stripe:03d}")
+    with pytest.raises(StoreConfigError, match="symlink"):
+        await store.put("k", b"x")
+    assert list(outside.iterdir()) == []
+    await store.close()
+
+
+async def test_a_symlink_at_a_key_is_no_object_and_is_never_written_through(
+    tmp_path: Path,
+) -> None:
+    root, outside = tmp_path / "store", tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / "victim"
+    victim.write_bytes(b"keep me")
+    store = FileStore(root)
+    for key in ("put", "absent", "match", "deleted"):
+        (root / key).symlink_to(victim)
+    with pytest.raises(NotFound):
+        await store.get("put")
+    with pytest.raises(NotFound):
+        await store.head("put")
+    with pytest.raises(NotFound):
+        await store.put_if_match("match", b"x", '"0"')
+    with pytest.raises(AlreadyExists):  # the name is taken, though by no object
+        await store.put_if_absent("absent", b"x")
+    await store.put("put", b"replaces the link, inside the root")
+    await store.delete("deleted")
+    for i in range(8):  # later writes reuse whatever inodes the store kept
+        await store.put(f"later/{i}", b"x" * i)
+        await store.delete(f"later/{i}")
+    assert victim.read_bytes() == b"keep me"
+    assert not (root / "put").is_symlink()
+    assert (await store.get("put")).data == b"replaces the link, inside the root"
+    await store.close()
+
+
 async def test_stale_temp_files_are_swept_on_open(tmp_path: Path) -> None:
     root = tmp_path / "store"
     FileStore(root)

@@ -39,7 +39,9 @@ Why it is built the way it is, and where each part lives:
 - **Nothing lands outside the root** (``paths``). Keys are validated (no
   ``..``, no absolute paths), the reserved temp directory cannot be named by
   a key, and every path is checked to be under the root after normalisation
-  (and, for writes, after resolving symlinks).
+  (and, for writes, after resolving symlinks). A symlink at a key is not an
+  object (``stats``), and the store's own directories and lock files are
+  never symlinks (``paths``, ``locks``).
 
 A filesystem cannot hold both a file ``a`` and a directory ``a``, so the keys
 ``a`` and ``a/b`` cannot coexist here as they can on S3; the second one is

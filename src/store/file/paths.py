@@ -3,20 +3,42 @@
 Keys are validated (no ``..``, no absolute paths, and the reserved temp
 directory cannot be named by one), and every path is checked to be under the
 root after normalisation and, for writes, after resolving symlinks: a
-symlink put in the root by mistake must not lead a write out of it.
+symlink put in the root by mistake must not lead a write out of it. The
+store's own directories (temp files, locks) must be real directories, not
+symlinks, wherever those would point.
 """
 
 from __future__ import annotations
 
 import os
 
-from ..errors import InvalidKey
+from ..errors import InvalidKey, StoreConfigError
 from ..keys import validate_key
 from .flush import fsync_directory
 from .os_errors import key_conflict
 
 INSIDE_CACHE = 4096
 """Directories remembered as resolving inside the root (see ``KeyPaths.check_inside``)."""
+
+
+def make_own_directory(path: str, location: str) -> None:
+    """Create the store's own directory ``path`` (its parent exists), or
+    check the one there: a symlink is refused (StoreConfigError), since the
+    temp and lock files created in it would land wherever it points."""
+    try:
+        os.mkdir(path, 0o755)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise StoreConfigError(
+            f"cannot create the store directory: {exc.strerror}", location=location
+        ) from exc
+    if os.path.islink(path) or not os.path.isdir(path):
+        raise StoreConfigError(
+            f"{path} must be a directory, not a symlink or a file: the store keeps"
+            " its temp and lock files there and writes only under its root",
+            location=location,
+        )
 
 
 class KeyPaths:

@@ -5,11 +5,13 @@ Reads take no lock. A FileStore rewrites retired inodes as later objects
 or deleted could otherwise return bytes of whatever object that inode became.
 A read therefore checks, after reading, that the key still names the inode
 it read with the mtime it had: a rewrite always sets a later one. If not, it
-reads again what the key names now.
+reads again what the key names now. A symlink at a key is not an object
+(``stats``), so a read does not follow one either.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 
@@ -26,15 +28,21 @@ def read_object(path: str, key: str, location: str) -> StoredObject:
     """The object ``key`` at ``path``, checked to have stayed the object while it was read."""
     for _ in range(READ_ATTEMPTS):
         try:
-            with open(path, "rb") as f:
-                st = os.fstat(f.fileno())
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            try:
+                st = os.fstat(fd)
                 if not stat.S_ISREG(st.st_mode):
                     raise NotFound("no such object", location=location, key=key)
-                data = f.read()
+                with open(fd, "rb", closefd=False) as f:
+                    data = f.read()
+            finally:
+                os.close(fd)
             now = stat_file(path)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError) as exc:
             raise NotFound("no such object", location=location, key=key) from exc
         except OSError as exc:
+            if exc.errno == errno.ELOOP:  # a symlink
+                raise NotFound("no such object", location=location, key=key) from exc
             raise store_error(exc, location, key, "cannot read") from exc
         read_etag = etag(st)
         if now is not None and etag(now) == read_etag:

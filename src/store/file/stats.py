@@ -1,6 +1,8 @@
 """What ``stat`` says about a path: whether it holds an object, and the object's etag.
 
-An object is a regular file. Its etag comes from ``stat`` alone (inode,
+An object is a regular file, and a symlink is never one, whatever it
+points at: a write through it would land wherever it points, so every look
+here is an ``lstat``. Its etag comes from ``stat`` alone (inode,
 mtime in ns, size), so listing never reads a file. For an etag to change on
 every write, even when the filesystem reuses an inode and the kernel's
 timestamps are coarse, the writer sets the mtime itself, strictly after the
@@ -24,9 +26,9 @@ def object_info(key: str, st: os.stat_result) -> ObjectInfo:
 
 
 def stat_any(path: str) -> os.stat_result | None:
-    """Whatever is at ``path`` (file, directory, ...), or None."""
+    """Whatever is at ``path`` (file, directory, symlink, ...), or None."""
     try:
-        return os.stat(path)
+        return os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
 
@@ -37,5 +39,5 @@ def regular(st: os.stat_result | None) -> os.stat_result | None:
 
 
 def stat_file(path: str) -> os.stat_result | None:
-    """The file's stat, or None when there is no object (missing, or a directory)."""
+    """The file's stat, or None when there is no object (missing, a directory, a symlink)."""
     return regular(stat_any(path))

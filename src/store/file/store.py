@@ -27,7 +27,7 @@ from .flush import HAVE_SYNCFS
 from .forks import forks
 from .listing import list_page, next_page, objects_under
 from .locks import KeyLocks
-from .paths import KeyPaths
+from .paths import KeyPaths, make_own_directory
 from .reads import head_object, read_object
 from .temp_files import TempFiles
 
@@ -67,11 +67,13 @@ class FileStore(ObjectStore):
             )
         self.sync_mode: SyncMode = "syncfs" if sync != "fsync" and HAVE_SYNCFS else "fsync"
         try:
-            os.makedirs(locks, exist_ok=True)
+            os.makedirs(self.root, exist_ok=True)
         except OSError as exc:
             raise StoreConfigError(
                 f"cannot create the store directory: {exc.strerror}", location=self.location
             ) from exc
+        make_own_directory(tmp, self.location)
+        make_own_directory(locks, self.location)
         root_fd = None
         if self.sync_mode == "syncfs":
             # Held for the store's life: syncfs reports the writeback errors
@@ -82,7 +84,9 @@ class FileStore(ObjectStore):
         fsync = self.sync_mode == "fsync"
         self._paths = KeyPaths(self.root, self.location, fsync_new_directories=fsync)
         self._temp = TempFiles(tmp, fsync=fsync)
-        self._committer = Committer(self._paths, self._temp, KeyLocks(locks), syncfs_fd=root_fd)
+        self._committer = Committer(
+            self._paths, self._temp, KeyLocks(locks, self.location), syncfs_fd=root_fd
+        )
         self._generation = forks()
         self._queues()
         self._temp.sweep()
