@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import inspect
 import json
+import math
 import typing
 from collections.abc import Callable
 from functools import lru_cache
@@ -33,11 +34,37 @@ def sha256_hex(*parts: bytes) -> str:
 
 
 def canonical_input(model: BaseModel) -> bytes:
-    """The model as JSON with sorted keys: the same input, the same bytes."""
+    """The model as JSON with sorted keys: the same input, the same bytes.
+
+    A NaN or infinite float anywhere in it raises ValueError: JSON has no
+    such number, and pydantic writes each as ``null`` (so NaN, inf and None
+    would hash alike, and the worker would find the input malformed), or,
+    if the model asks, as a constant no JSON parser is bound to read.
+    """
     raw = model.model_dump_json()
-    return json.dumps(
-        json.loads(raw), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-    ).encode()
+    if "null" in raw:  # perhaps a non-finite float that pydantic wrote as null
+        _refuse_non_finite(model.model_dump(mode="json"), "")
+    value = json.loads(raw, parse_constant=_non_finite_constant)
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _refuse_non_finite(value: object, path: str) -> None:
+    """Raise ValueError naming the first NaN or infinite float in ``value``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        _non_finite_constant(repr(value), path)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _refuse_non_finite(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            _refuse_non_finite(v, f"{path}[{i}]")
+
+
+def _non_finite_constant(constant: str, path: str = "") -> None:
+    where = f" at {path}" if path else ""
+    raise ValueError(
+        f"{constant}{where}: only finite floats can be stored (JSON has no NaN or infinity)"
+    )
 
 
 def pack(value: object) -> bytes:

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 import pytest
-from pydantic import ConfigDict
+from pydantic import ConfigDict, Field
 from wf_jobs import (
     Adder,
     AlwaysFlaky,
@@ -363,6 +363,46 @@ async def test_an_input_that_cannot_be_encoded_is_refused_at_submit(runner: JobR
     with pytest.raises(EncodingError, match=r"test\.bad-input"):
         await runner.submit(BadInput(thing=Opaque()))
     assert (await runner.queue.counts())[JobStatus.READY] == 0
+
+
+class Measured(Job[float]):
+    NAME: ClassVar[str] = "test.measured"
+    x: float = 0.0
+    xs: list[float] = Field(default_factory=list)
+    by_name: dict[str, float] = Field(default_factory=dict)
+    missing: float | None = None
+
+    async def run(self, ctx: JobContext) -> float:
+        return self.x + sum(self.xs) + sum(self.by_name.values())
+
+
+class MeasuredAsConstants(Measured):
+    """A model that asks pydantic to write NaN and Infinity as JSON constants."""
+
+    model_config = ConfigDict(ser_json_inf_nan="constants")
+    NAME: ClassVar[str] = "test.measured-constants"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        Measured(x=float("nan")),
+        Measured(xs=[1.0, float("inf")]),
+        Measured(by_name={"a": float("-inf")}),
+        MeasuredAsConstants(x=float("nan")),
+    ],
+    ids=["nan", "inf-in-a-list", "minus-inf-in-a-dict", "nan-as-a-json-constant"],
+)
+async def test_nan_and_infinite_floats_are_refused_at_submit(
+    make_runner: MakeRunner, bad: Job[float]
+) -> None:
+    async with make_runner(jobs=[Measured]) as runner:
+        with pytest.raises(EncodingError, match=bad.NAME.replace(".", r"\.")) as refused:
+            await runner.submit(bad)
+        assert "only finite floats" in str(refused.value)
+        assert (await runner.queue.counts())[JobStatus.READY] == 0
+        finite = Measured(x=1.5, xs=[2.0], by_name={"a": 0.5})
+        assert await (await runner.submit(finite)) == 4.0
 
 
 def test_two_job_types_with_one_name_are_refused(store: MemoryStore) -> None:
