@@ -17,6 +17,8 @@ import abc
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from .keys import MAX_KEY_LENGTH
+
 DEFAULT_PAGE_SIZE = 1000
 """S3's maximum page for ListObjectsV2; the other backends honour the same bound."""
 
@@ -51,6 +53,10 @@ class ObjectStore(abc.ABC):
 
     location: str
     """A human-readable name for the store, used in every error message."""
+
+    key_limit: int = MAX_KEY_LENGTH
+    """The longest key this store takes, in UTF-8 bytes: S3's 1,024, less an
+    S3Store's own prefix and its slash (a wrapper reports its inner store's)."""
 
     @abc.abstractmethod
     async def get(self, key: str) -> StoredObject:

@@ -34,6 +34,7 @@ class CountingStore(ObjectStore):
     def __init__(self, inner: ObjectStore) -> None:
         self.inner = inner
         self.location = inner.location
+        self.key_limit = inner.key_limit
         self.counts: Counter[str] = Counter()
         self.reset()
 

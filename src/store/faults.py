@@ -60,6 +60,7 @@ class FaultyStore(ObjectStore):
             raise ValueError("error_rate and after must be between 0 and 1")
         self.inner = inner
         self.location = inner.location
+        self.key_limit = inner.key_limit
         self.error_rate = error_rate
         self.latency = latency
         self.operations = chosen

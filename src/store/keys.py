@@ -13,7 +13,12 @@ import re
 from .errors import InvalidKey
 
 MAX_KEY_LENGTH = 1024
-"""S3's own limit on a key, in UTF-8 bytes; we apply it to every backend."""
+"""S3's own limit on a key, in UTF-8 bytes; we apply it to every backend. (An
+S3Store's own prefix counts against it: see ``ObjectStore.key_limit``.)"""
+
+MAX_SEGMENT_LENGTH = 255
+"""The longest segment (between slashes) of a key, in UTF-8 bytes: a
+filesystem's ``NAME_MAX``; applied to every backend."""
 
 RESERVED_SEGMENT = ".stepstone-tmp"
 """A first segment no key may use: the FileStore keeps its temp files and lock
@@ -21,13 +26,14 @@ files in a directory of this name under its root, so no key can name (or list)
 them. Refused on every backend, so code that works on one works on all."""
 
 
-def validate_key(key: str, *, location: str = "") -> str:
-    """Return ``key`` unchanged if it is safe on every backend, else raise InvalidKey."""
+def validate_key(key: str, *, location: str = "", limit: int = MAX_KEY_LENGTH) -> str:
+    """Return ``key`` unchanged if it is safe on every backend, else raise
+    InvalidKey; ``limit`` is the longest key the store takes, in UTF-8 bytes."""
     if not isinstance(key, str):
         raise InvalidKey(f"a key must be a str, not {type(key).__name__}", location=location)
     if not key:
         raise InvalidKey("a key must not be empty", location=location)
-    problem = _problem(key)
+    problem = _problem(key, limit)
     if problem:
         raise InvalidKey(f"invalid key {key!r}: {problem}", location=location)
     return key
@@ -47,9 +53,10 @@ def validate_prefix(prefix: str, *, location: str = "") -> str:
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 
-def _problem(key: str) -> str:
-    if len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_LENGTH:
-        return f"longer than {MAX_KEY_LENGTH} bytes"
+def _problem(key: str, limit: int = MAX_KEY_LENGTH) -> str:
+    length = len(key.encode("utf-8", "surrogatepass"))
+    if length > limit:
+        return f"longer than {limit} bytes"
     if key.startswith("/"):
         return "it must not start with '/'"
     if "\\" in key:
@@ -64,6 +71,8 @@ def _problem(key: str) -> str:
     for segment in segments:
         if segment in ("", ".", ".."):
             return "it must not contain empty, '.' or '..' segments"
+        if length > MAX_SEGMENT_LENGTH and len(segment.encode()) > MAX_SEGMENT_LENGTH:
+            return f"a segment is longer than {MAX_SEGMENT_LENGTH} bytes"
     if segments[0] == RESERVED_SEGMENT:
         return f"the first segment {RESERVED_SEGMENT!r} is reserved for the store's own files"
     return ""

@@ -44,7 +44,7 @@ from .errors import (
     StoreError,
     StoreUnavailable,
 )
-from .keys import validate_key, validate_prefix
+from .keys import MAX_KEY_LENGTH, validate_key, validate_prefix
 from .retry import RetryPolicy
 
 T = TypeVar("T")
@@ -133,11 +133,13 @@ class S3Store(ObjectStore):
         self.location = f"s3://{bucket}" + (f"/{self.prefix}" if self.prefix else "")
         if self.prefix:
             try:
-                validate_key(self.prefix)
+                # leaving room for a key of one byte, after the slash
+                validate_key(self.prefix, limit=MAX_KEY_LENGTH - 2)
             except InvalidKey as exc:
                 raise StoreConfigError(
                     f"invalid prefix {prefix!r}: {exc.message}", location=self.location
                 ) from exc
+            self.key_limit = MAX_KEY_LENGTH - len(self.prefix.encode()) - 1
         self.endpoint_url = endpoint_url
         self.region = region
         self.profile = profile
@@ -373,7 +375,7 @@ class S3Store(ObjectStore):
     # -- the contract -------------------------------------------------------------
 
     async def get(self, key: str) -> StoredObject:
-        validate_key(key, location=self.location)
+        validate_key(key, location=self.location, limit=self.key_limit)
 
         async def request(client: Any) -> StoredObject:
             response = await client.get_object(Bucket=self.bucket, Key=self._full(key))
@@ -385,7 +387,7 @@ class S3Store(ObjectStore):
         return await self._call(key, request)
 
     async def head(self, key: str) -> ObjectInfo:
-        validate_key(key, location=self.location)
+        validate_key(key, location=self.location, limit=self.key_limit)
 
         async def request(client: Any) -> ObjectInfo:
             r = await client.head_object(Bucket=self.bucket, Key=self._full(key))
@@ -400,7 +402,7 @@ class S3Store(ObjectStore):
             raise await self._check_bucket(key) from exc
 
     async def _put(self, key: str, data: bytes, conditional: str, **condition: str) -> str:
-        validate_key(key, location=self.location)
+        validate_key(key, location=self.location, limit=self.key_limit)
         data = bytes(data)
         state = _Ambiguous()
 
@@ -437,7 +439,7 @@ class S3Store(ObjectStore):
         return await self._put(key, data, "match", IfMatch=etag)
 
     async def delete(self, key: str, *, if_match: str | None = None) -> None:
-        validate_key(key, location=self.location)
+        validate_key(key, location=self.location, limit=self.key_limit)
         condition = {"IfMatch": if_match} if if_match is not None else {}
         state = _Ambiguous()
 

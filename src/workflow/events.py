@@ -15,7 +15,6 @@ retries it should make the payload say which send it is.
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
 from stepstone.runtime.clock import Clock
@@ -26,7 +25,7 @@ from stepstone.runtime.suspension import Waking
 from .codec import codec_for_type
 from .envelope import Envelope
 from .errors import EncodingError, EventRefused
-from .layout import name_key
+from .layout import event_seq, name_key
 from .records import RunRecords
 
 
@@ -53,8 +52,7 @@ async def send_event(
         incarnation = Envelope.decode(queued.payload).incarnation
     except MalformedPayload as exc:
         raise EventRefused(f"run {run_id} cannot be read ({exc}); event {name!r} not sent") from exc
-    seq = f"{int(clock.now() * 1e9):020d}-{secrets.token_hex(4)}"
-    key = records.layout.event(run_id, incarnation, name, seq)
+    key = records.layout.event(run_id, incarnation, name, event_seq(clock.now()))
     await records.store.put_if_absent(key, data)
     if isinstance(queue, Waking):
         await queue.wake(run_id)

@@ -12,7 +12,13 @@ Run ids are hex digests or hex tokens and incarnations are hex tokens, so
 the only user text in a key is a step, event or schedule name, which is
 percent-encoded. A wait's own memos (``!sleep@1``, ``!event.approval@1``)
 start with ``!``, which percent-encoding never leaves in a step name, so
-they cannot collide with a step's.
+they cannot collide with a step's. Every key fits every backend, whatever
+the name: a name's key segment is at most 255 bytes (a filesystem's
+NAME_MAX; a longer name keeps a readable head and a hash of the whole), and
+a runner whose prefix would leave its longest key past the store's
+``key_limit`` (1,024 bytes on S3, less the bucket prefix) is refused when it
+is built. So a step's memo write can never be refused for its key after its
+function has run.
 """
 
 from __future__ import annotations
@@ -22,12 +28,18 @@ import re
 import secrets
 from urllib.parse import quote, unquote
 
-from stepstone.store.keys import join
+from stepstone.store.keys import MAX_KEY_LENGTH, MAX_SEGMENT_LENGTH, join
 
 from .errors import InvalidJobId
 
 _HEX_ID = re.compile(r"^[0-9a-f]{8,64}$")
-MAX_STEP_NAME = 200
+
+MAX_RUN_ID = 64
+INCARNATION_LENGTH = 16
+HASHED = "@~"
+"""Between a long step name's head and the hash of the whole name. ``@`` is
+always percent-encoded in a name, so no name's segment can look hashed."""
+HASH_LENGTH = 32
 
 
 def run_id_for_key(idempotency_key: str) -> str:
@@ -40,7 +52,7 @@ def fresh_run_id() -> str:
 
 
 def fresh_incarnation() -> str:
-    return secrets.token_hex(8)
+    return secrets.token_hex(INCARNATION_LENGTH // 2)
 
 
 def check_run_id(run_id: object) -> str:
@@ -54,12 +66,22 @@ def check_run_id(run_id: object) -> str:
 class Layout:
     """Key builders under one prefix (the runner's ``prefix``, often empty)."""
 
-    def __init__(self, prefix: str = "") -> None:
+    def __init__(self, prefix: str = "", *, key_limit: int = MAX_KEY_LENGTH) -> None:
+        """``key_limit``: the longest key the store takes; a prefix that
+        leaves the longest memo key past it raises ValueError."""
         self.prefix = prefix.strip("/")
         # Built once: keys are built several times per job, and join's
         # generator costs more than the rest of building one.
         self._outcomes = join(self.prefix, "outcomes") + "/"
         self._memos = join(self.prefix, "memos") + "/"
+        # The longest key built here: an event's, its name's segment full.
+        run_id, incarnation = "0" * MAX_RUN_ID, "0" * INCARNATION_LENGTH
+        longest = self.event(run_id, incarnation, "x" * MAX_SEGMENT_LENGTH, event_seq(0.0))
+        if len(longest.encode()) > key_limit:
+            raise ValueError(
+                f"prefix {self.prefix[:40]!r} is too long for the store: a key could take "
+                f"{len(longest.encode())} bytes, and the store takes keys of up to {key_limit}"
+            )
 
     def outcome(self, run_id: str) -> str:
         if _plain(run_id):
@@ -100,20 +122,47 @@ def _plain(part: str) -> bool:
     return bool(part) and part[0] != "/" and part[-1] != "/"
 
 
-def step_key(name: str, occurrence: int) -> str:
+def step_key(name: str, occurrence: int, *, internal: str = "") -> str:
     """The key segment of a step: its name percent-encoded, and ``@n`` for the
     n-th call of one name in a run (n > 1). ``@`` is always encoded in names,
-    so a suffix never collides with a name."""
+    so a suffix never collides with a name. A wait's ``internal`` memo of a
+    name is ``!<internal>.<name>@n`` (``@1`` included).
+
+    A segment is at most MAX_SEGMENT_LENGTH bytes on every backend; a name
+    whose encoding would make it longer (86 spaces are 258 bytes) is stored
+    as the head of its encoding, ``@~`` and a hash of the whole name.
+    """
     if not isinstance(name, str) or not name:
         raise ValueError("a step name must be a non-empty str")
-    if len(name) > MAX_STEP_NAME:
-        raise ValueError(
-            f"a step name must be at most {MAX_STEP_NAME} characters: {name[:40]!r}..."
-        )
     encoded = quote(name, safe="")
     if encoded in (".", ".."):
         encoded = encoded.replace(".", "%2E")
-    return encoded if occurrence == 1 else f"{encoded}@{occurrence}"
+    head = f"!{internal}." if internal else ""
+    suffix = "" if occurrence == 1 and not internal else f"@{occurrence}"
+    room = MAX_SEGMENT_LENGTH - len(head) - len(suffix)
+    if len(encoded) > room:  # quote's output is ASCII: a character is a byte
+        digest = hashlib.sha256(name.encode()).hexdigest()
+        encoded = _head(name, room - len(HASHED) - HASH_LENGTH) + HASHED + digest[:HASH_LENGTH]
+    return head + encoded + suffix
+
+
+def _head(name: str, room: int) -> str:
+    """The encoding of the longest start of ``name`` that fits in ``room``
+    bytes, cut between characters, never inside one's escapes."""
+    head = ""
+    for char in name:
+        encoded = quote(char, safe="")
+        if len(head) + len(encoded) > room:
+            break
+        head += encoded
+    return head
+
+
+def event_seq(now: float) -> str:
+    """The last segment of an event's key: the sender's clock in ns (so a
+    name's events list in the order they were sent) and a random part (so
+    two senders never collide)."""
+    return f"{int(now * 1e9):020d}-{secrets.token_hex(4)}"
 
 
 def name_key(name: str) -> str:
@@ -122,6 +171,10 @@ def name_key(name: str) -> str:
 
 
 def step_name(key: str) -> str:
-    """The readable name of a step key (``charge@2`` -> ``charge #2``)."""
-    base, _, n = key.partition("@")
-    return unquote(base) + (f" #{n}" if n else "")
+    """The readable name of a step key (``charge@2`` -> ``charge #2``); a
+    hashed long name shows its head and an ellipsis."""
+    base, _, rest = key.partition("@")
+    hashed = rest.startswith("~")
+    if hashed:
+        _, _, rest = rest.partition("@")
+    return unquote(base) + ("..." if hashed else "") + (f" #{rest}" if rest else "")

@@ -107,11 +107,10 @@ class Memo:
         run.occurrences[counted] = occurrence
         self.run = run
         self.name = name or internal
-        if internal:
-            base = f"!{internal}" + (f".{step_key(name, 1)}" if name else "")
-            self.segment = f"{base}@{occurrence}"
+        if internal and not name:
+            self.segment = f"!{internal}@{occurrence}"
         else:
-            self.segment = step_key(name, occurrence)
+            self.segment = step_key(name, occurrence, internal=internal)
         self.key = run.layout.memo(run.run_id, run.incarnation, self.segment)
         self.codec = codec
 

@@ -91,7 +91,7 @@ class JobRunner:
         self.store: ObjectStore = (
             open_store(store, clock=self.clock) if isinstance(store, str) else store
         )
-        self.layout = Layout(prefix)
+        self.layout = Layout(prefix, key_limit=self.store.key_limit)
         self.queue: LeaseQueue = (
             queue if queue is not None else _default_queue(self.store, self.layout, self.clock)
         )

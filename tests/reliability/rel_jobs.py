@@ -139,6 +139,7 @@ class TapStore(ObjectStore):
     def __init__(self, inner: ObjectStore, kill: Killer | None = None) -> None:
         self.inner = inner
         self.location = inner.location
+        self.key_limit = inner.key_limit
         self.kill = kill or killer()
         self.pid = os.getpid()
 

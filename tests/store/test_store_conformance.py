@@ -268,6 +268,8 @@ BAD_KEYS = [
     "del\x7f",
     "x" * 1025,
     "é" * 513,  # 1026 bytes
+    "a/" + "s" * 256 + "/b",  # a segment past a filesystem's NAME_MAX, on every backend
+    "é" * 128,  # 256 bytes in one segment
     "\udc80lone-surrogate",
     ".stepstone-tmp/locks/000.lock",
 ]
@@ -294,11 +296,16 @@ async def test_invalid_keys_are_refused_by_every_operation(
 
 
 async def test_longest_valid_key_works(any_store: ObjectStore) -> None:
-    # 1024 bytes in segments a filesystem accepts (NAME_MAX is 255).
-    key = "/".join(["k" * 200] * 5) + "/" + "v" * 19
-    assert len(key.encode()) == 1024
+    # key_limit bytes (1024, less an S3Store's prefix and its slash) in
+    # segments of up to 255 bytes; one byte more is refused before any request.
+    limit = any_store.key_limit
+    assert limit == (1024 - len("t/") if is_s3(any_store) else 1024)
+    key = "/".join(["k" * 254] * 4) + "/" + "v" * (limit - 4 * 255)
+    assert len(key.encode()) == limit
     await any_store.put(key, b"x")
     assert [i.key for i in await any_store.list()] == [key]
+    with pytest.raises(InvalidKey, match=f"longer than {limit} bytes"):
+        await any_store.put(key + "v", b"x")
 
 
 async def test_errors_are_store_errors(any_store: ObjectStore) -> None:
