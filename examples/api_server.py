@@ -1,7 +1,7 @@
 """An HTTP API that takes orders idempotently and runs them as stepstone jobs.
 
     pip install -e '.[examples]' uvicorn
-    STEPSTONE_STORE=./orders-store uvicorn examples.api_server:app
+    mkdir -p orders-store && STEPSTONE_STORE=./orders-store uvicorn examples.api_server:app
 
     curl -si -X POST localhost:8000/orders -H 'Idempotency-Key: 7b1c-order-1' \\
          -H 'content-type: application/json' \\

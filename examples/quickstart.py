@@ -10,6 +10,7 @@ first run's outcome record without charging anyone again.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import tempfile
 from typing import ClassVar
@@ -68,6 +69,7 @@ class ChargeOrder(Job[str]):
 
 
 async def main(directory: str) -> None:
+    os.makedirs(directory, exist_ok=True)  # a store URL names a store; it creates none
     network = PaymentNetwork()
     runner = JobRunner(
         directory, jobs=[ChargeOrder], state=[network], retry_backoff=0.1, poll_interval=0.1

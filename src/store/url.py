@@ -5,6 +5,13 @@
     file:///srv/jobs     the same, as a URL (``?sync=fsync`` picks the flush, see FileStore)
     s3://bucket/prefix?endpoint_url=http://localhost:9000&region=eu-west-1
 
+A URL opens a store that exists; it creates none. As no bucket is created,
+no directory is: a relative path means another directory to every process
+started elsewhere, and a process that created its own would wait on an
+empty store while the jobs sit in the other. So an API process, a worker
+and the ``stepstone`` command agree on what a URL names, or fail at once.
+(``FileStore(path)``, in code, creates its directory.)
+
 S3 credentials come from the usual AWS sources (environment, shared config,
 ``profile=``, instance role), never from the URL, so a URL can be logged.
 Unknown query parameters are refused rather than ignored: a typo in
@@ -13,6 +20,7 @@ Unknown query parameters are refused rather than ignored: a typo in
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -44,7 +52,8 @@ def open_store(url: str, *, clock: Callable[[], float] | _HasNow | None = None) 
     """The store a URL names. ``clock`` sets a MemoryStore's ``modified`` times
     (a callable or anything with ``now()``); durable stores use their own clock.
 
-    Raises StoreConfigError naming the URL when it is malformed.
+    Raises StoreConfigError naming the URL when it is malformed, and naming
+    the directory when a path or file URL names none.
     """
     if not isinstance(url, str) or not url.strip():
         raise StoreConfigError(f"empty store URL {url!r}", location=str(url))
@@ -58,12 +67,28 @@ def open_store(url: str, *, clock: Callable[[], float] | _HasNow | None = None) 
     if scheme == "file":
         if parts.netloc not in ("", "localhost") or not parts.path:
             raise _bad(url, "a file URL is file:///absolute/path")
-        return FileStore(unquote(parts.path), **_file_options(url, parts.query))
+        options = _file_options(url, parts.query)
+        return FileStore(_directory(url, Path(unquote(parts.path))), **options)
     if scheme == "s3":
         return _s3(url, parts.netloc, unquote(parts.path), parts.query)
     if scheme == "":
-        return FileStore(Path(url).expanduser().resolve())
+        return FileStore(_directory(url, Path(url).expanduser()))
     raise _bad(url, f"unknown scheme {parts.scheme!r}; use memory://, file://, s3:// or a path")
+
+
+def _directory(url: str, path: Path) -> Path:
+    """The existing directory ``path`` names, resolved; StoreConfigError if there is none."""
+    resolved = path.resolve()
+    if resolved.is_dir():
+        return resolved
+    what = "is not a directory" if resolved.exists() else "does not exist"
+    cwd = os.getcwd()
+    against = "" if path.is_absolute() else f" (relative to the working directory {cwd!r})"
+    raise StoreConfigError(
+        f"no store at {str(resolved)!r}{against}: the directory {what}. A store URL opens "
+        "a store and creates none: create the directory first",
+        location=url,
+    )
 
 
 def _file_options(url: str, query: str) -> dict[str, Any]:

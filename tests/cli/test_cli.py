@@ -238,6 +238,7 @@ def test_errors_are_one_line(
         (["cancel", "ef" * 16, *store], ["no job"]),
         (["ls"], ["--store", "STEPSTONE_STORE"]),
         (["ls", "--store", str(tmp_path / "typo")], ["does not exist"]),
+        (["ls", "--store", "typo"], ["does not exist", "relative to the working directory"]),
         (["ls", "--store", "s3:///no-bucket"], ["no bucket"]),
         (["ls", "--store", "memory://"], ["memory://"]),
         (["purge", "--older-than", "7 days", *store], ["duration"]),

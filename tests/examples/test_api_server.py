@@ -59,6 +59,7 @@ def post(client: TestClient, key: str | None, order: dict[str, Any] = ORDER) -> 
 
 def test_orders_are_idempotent_by_key_and_survive_a_restart(tmp_path: Path) -> None:
     store = str(tmp_path / "orders")
+    Path(store).mkdir()
     payments = PaymentGateway()
     payments.charge = fail_once(payments.charge)  # type: ignore[method-assign]
 

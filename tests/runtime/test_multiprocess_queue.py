@@ -226,6 +226,7 @@ def check(
 async def test_four_processes_over_a_file_store_run_500_jobs_once_each(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
+    (tmp_path / "store").mkdir()
     url = f"file://{tmp_path / 'store'}"
     results = await run_fleet(url, out, workers=4, jobs=500, lease=60)
     check(out, results, 500, label="file, 4 processes")
@@ -245,6 +246,7 @@ async def test_a_killed_worker_jobs_are_taken_over_when_their_leases_lapse(
 ) -> None:
     out = tmp_path / "out"
     out.mkdir()
+    (tmp_path / "store").mkdir()
     url = f"file://{tmp_path / 'store'}"
     results = await run_fleet(url, out, workers=3, jobs=100, lease=3, victim=8)
     check(out, results, 100, label="file, 3 processes + 1 killed", lapses=True)

@@ -32,6 +32,8 @@ async def test_memory_clock_as_callable_or_clock_object() -> None:
 
 def test_paths_and_file_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
+    for directory in ("data/jobs", "abs", "as url", "f"):
+        (tmp_path / directory).mkdir(parents=True)
     relative = open_store("data/jobs")
     assert isinstance(relative, FileStore)
     assert relative.root == str((tmp_path / "data" / "jobs").resolve())
@@ -41,9 +43,34 @@ def test_paths_and_file_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     url = open_store(f"file://{tmp_path}/as%20url")
     assert isinstance(url, FileStore)
     assert url.root == str((tmp_path / "as url").resolve())
-    assert (tmp_path / "as url").is_dir()
     flushed = open_store(f"file://{tmp_path}/f?sync=fsync")
     assert isinstance(flushed, FileStore) and flushed.sync_mode == "fsync"
+
+
+def test_a_url_opens_an_existing_directory_and_creates_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An API process and a worker started in another directory must not each
+    make a store of their own out of one relative path: the second is refused."""
+    api, worker = tmp_path / "api", tmp_path / "worker"
+    (api / "jobs").mkdir(parents=True)
+    worker.mkdir()
+    monkeypatch.chdir(api)
+    assert open_store("jobs").root == str((api / "jobs").resolve())
+    monkeypatch.chdir(worker)
+    with pytest.raises(StoreConfigError, match="does not exist") as refused:
+        open_store("jobs")
+    assert f"relative to the working directory {str(worker)!r}" in str(refused.value)
+    for same in (str(api / "jobs"), f"file://{api}/jobs"):
+        assert open_store(same).root == str((api / "jobs").resolve())
+    for missing in (str(tmp_path / "gone"), f"file://{tmp_path}/gone"):
+        with pytest.raises(StoreConfigError, match="does not exist"):
+            open_store(missing)
+    (tmp_path / "file").write_bytes(b"")
+    with pytest.raises(StoreConfigError, match="is not a directory"):
+        open_store(str(tmp_path / "file"))
+    assert list(worker.iterdir()) == []
+    assert not (tmp_path / "gone").exists()
 
 
 def test_s3_urls() -> None:

@@ -49,6 +49,7 @@ async def test_100_concurrent_submits_of_one_key_from_4_processes_make_one_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = str(tmp_path / "store")
+    os.mkdir(root)
     log = tmp_path / "executions.log"
     monkeypatch.setenv("STEPSTONE_TEST_LOG", str(log))
     start = SPAWN.Event()
@@ -76,6 +77,7 @@ async def test_100_concurrent_submits_of_one_key_from_4_processes_make_one_run(
 
 async def test_awaiting_from_a_process_that_runs_no_worker(tmp_path: Path) -> None:
     root = str(tmp_path / "store")
+    os.mkdir(root)
     api = JobRunner(root, jobs=[Adder])
     handle = await api.submit(Adder(a=40, b=2))
     out: mp.Queue = SPAWN.Queue()

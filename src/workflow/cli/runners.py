@@ -14,7 +14,6 @@ import importlib
 import inspect
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from stepstone.store.errors import StoreConfigError
@@ -88,17 +87,7 @@ async def runner_from_args(args: argparse.Namespace) -> JobRunner:
             "a memory:// store lives inside one process; point the CLI at a "
             "directory, file:// or s3:// store"
         )
-    _check_directory(url)
     try:
         return JobRunner(url, prefix=prefix)
     except StoreConfigError as exc:
         raise CliError(str(exc)) from None
-
-
-def _check_directory(url: str) -> None:
-    """Refuse a local store that does not exist: FileStore would create it, and a
-    typo in a path would then list an empty store instead of failing."""
-    if "://" not in url or url.startswith("file://"):
-        path = Path(url.removeprefix("file://")).expanduser()
-        if not path.is_dir():
-            raise CliError(f"no store at {str(path)!r}: the directory does not exist")
