@@ -18,8 +18,11 @@ Each claimed job runs as its own task (:class:`_Job`): the handler runs in a
 child task the worker can cancel, and when it ends, how it ended goes through
 the pure :func:`runtime.decide.decide` and the decision is applied to the
 queue: on_terminal first for terminal decisions (the workflow layer writes its
-outcome record there), then ack / nack / dead_letter. Settlement runs in the
-job's task, not the loop, so a slow settle never holds up claiming.
+outcome record there), then ack / nack / dead_letter. An on_terminal that
+fails because the store is out sends the job round again, uncounted; one that
+fails for any other reason dead-letters it, so no job is claimed forever for
+a result that can never be recorded. Settlement runs in the job's task, not
+the loop, so a slow settle never holds up claiming.
 
 Every settlement is fenced by the delivery's token. A worker that lost its
 lease (it hung, the lease lapsed, another worker reclaimed the job) gets
@@ -53,7 +56,7 @@ from enum import Enum
 from types import TracebackType
 from typing import Any, TypeVar
 
-from stepstone.store.errors import StepstoneError
+from stepstone.store.errors import StepstoneError, StoreUnavailable
 
 from . import clock as clock_mod
 from .backoff import Backoff
@@ -61,6 +64,7 @@ from .clock import Clock
 from .decide import (
     Ack,
     AttemptEnd,
+    Dead,
     Decision,
     Expired,
     Failure,
@@ -210,8 +214,9 @@ class Attempt:
 Handler = Callable[[Attempt], Awaitable[object]] | Callable[[Attempt], object]
 """An async function (run on the loop) or a plain function (run in a thread)."""
 OnTerminal = Callable[[Delivery, Terminal], Awaitable[None]]
-"""Called with a job's final result before the queue forgets it; if it
-raises, the job is not acked and will run again."""
+"""Called with a job's final result before the queue forgets it. If it raises
+StoreUnavailable, the job is not settled and runs again later; if it raises
+anything else, the job is dead-lettered with the error in its reason."""
 
 
 @dataclass
@@ -827,14 +832,17 @@ class Worker:
                 lambda: self.queue.suspend(delivery, until=decision.until, wait=wait),
             )
             return
-        if not await self._report(job, decision.terminal):
+        if not await self._report(job, decision):
             return
         if isinstance(decision, Ack):
             await self._settle(job, "ack", lambda: self.queue.ack(delivery))
         else:
             self._log(job, logging.WARNING, "failed for good: %s", decision.reason)
-            reason = decision.reason
-            await self._settle(job, "dead_letter", lambda: self.queue.dead_letter(delivery, reason))
+            await self._dead_letter(job, decision.reason)
+
+    async def _dead_letter(self, job: _Job, reason: str) -> None:
+        delivery = job.delivery
+        await self._settle(job, "dead_letter", lambda: self.queue.dead_letter(delivery, reason))
 
     async def _settle(
         self, job: _Job, operation: str, call: Callable[[], Awaitable[Settlement]]
@@ -863,10 +871,17 @@ class Worker:
             self._count(job, settled, operation)
             return
 
-    async def _report(self, job: _Job, terminal: Terminal) -> bool:
-        """Hand the terminal result to on_terminal. If it raises, the result was
-        not recorded, so the job must not be settled: nack it, uncounted, to
-        run again later. Returns whether to go on and settle."""
+    async def _report(self, job: _Job, decision: Ack | Dead) -> bool:
+        """Hand the terminal result to on_terminal; returns whether to go on
+        and settle as decided.
+
+        If on_terminal raises, the result was not recorded. A store outage
+        (StoreUnavailable) passes: the job is nacked, uncounted, to run again
+        later. Anything else would fail the same way on every claim (an
+        outcome object that does not decode, a key the store refuses), so the
+        job is dead-lettered at once with that error in its reason: a job
+        ends in bounded time, never claimed again and again for nothing.
+        """
         if self.on_terminal is None:
             return True
         if self.clock.now() >= job.lease.expires_at:
@@ -881,17 +896,23 @@ class Worker:
                 self._log(job, logging.WARNING, "lease lost before the result was reported")
                 return False
         try:
-            await self.on_terminal(job.delivery, terminal)
-        except Exception as error:
+            await self.on_terminal(job.delivery, decision.terminal)
+        except StoreUnavailable as error:
             delay = self.backoff.delay(uncounted_step(job.delivery), job.delivery.id)
-            message = truncate(f"on_terminal failed: {describe(error)}")
-            self._log(job, logging.ERROR, "%s; retrying in %.3gs", message, delay, exc_info=True)
+            message = truncate(f"result not recorded: {describe(error)}")
+            self._log(job, logging.WARNING, "%s; retrying in %.3gs", message, delay)
             delivery = job.delivery
             await self._settle(
                 job,
                 "nack",
                 lambda: self.queue.nack(delivery, delay=delay, count=False, error=message),
             )
+            return False
+        except Exception as error:
+            message = f"result not recorded: {describe(error)}"
+            self._log(job, logging.ERROR, "%s; the job is dead", message, exc_info=True)
+            reason = message if isinstance(decision, Ack) else f"{decision.reason} ({message})"
+            await self._dead_letter(job, truncate(reason))
             return False
         return True
 

@@ -36,6 +36,8 @@ from stepstone.store import ObjectStore, open_store
 from .context import JobContext, SyncContext
 from .errors import (
     AlreadyExists,
+    CorruptMemo,
+    CorruptOutcome,
     CorruptRecord,
     DuplicateJobName,
     EncodingError,
@@ -74,6 +76,8 @@ __all__ = [
     "PRIORITY_NORMAL",
     "AlreadyExists",
     "Clock",
+    "CorruptMemo",
+    "CorruptOutcome",
     "CorruptRecord",
     "DuplicateJobName",
     "EncodingError",

@@ -23,6 +23,8 @@ one kind of trouble::
         ├── DuplicateJobName      two job types registered under one NAME (a ValueError)
         ├── UnknownJob            no job type of that NAME is registered (a LookupError)
         ├── EventRefused          an event for a run that is not live: unknown or finished
+        ├── CorruptOutcome        an outcome object that cannot answer this run (names its key)
+        ├── CorruptMemo           a memoized step that does not decode (names the step and key)
         └── JobFailed             awaiting a job that failed: kind, message, error_type
             └── JobCancelled      ... because it was cancelled
 
@@ -57,6 +59,8 @@ from stepstone.store import (
 
 __all__ = [
     "AlreadyExists",
+    "CorruptMemo",
+    "CorruptOutcome",
     "CorruptRecord",
     "DuplicateJobName",
     "EncodingError",
@@ -139,6 +143,36 @@ class UnknownJob(JobError, LookupError):
 class EventRefused(JobError, LookupError):
     """``send_event`` to a run that is not live: never submitted, swept, or
     already finished. Nothing was delivered."""
+
+
+class CorruptOutcome(JobError):
+    """The object at a run's outcome key cannot be this run's answer: it does
+    not decode, it is a record of a format version this library does not
+    read, or it records a run of another input.
+
+    Raised where the object is read (awaiting a handle, ``submit``,
+    ``status``); a worker that meets it ends the run without recording an
+    outcome, its queue record dead with this message. ``key`` names the
+    object, ``reason`` says what is wrong with it.
+    """
+
+    def __init__(self, key: str, reason: str) -> None:
+        self.key = key
+        self.reason = reason
+        super().__init__(f"outcome record {key}: {reason}")
+
+
+class CorruptMemo(JobError):
+    """A memoized step's recorded value does not decode (as its function's
+    return type): the run cannot replay the step, and running it again could
+    repeat its side effect, so the attempt fails permanently."""
+
+    def __init__(self, key: str, reason: str, *, job: str, step: str) -> None:
+        self.key = key
+        self.reason = reason
+        self.job = job
+        self.step = step
+        super().__init__(f"job {job!r}, step {step!r}: the memo {key} does not decode: {reason}")
 
 
 class JobFailed(JobError):

@@ -27,11 +27,12 @@ from stepstone.runtime.errors import MalformedPayload, Permanent
 from stepstone.runtime.queue import Delivery, JobStatus
 from stepstone.runtime.suspension import Suspend, Waking
 from stepstone.runtime.worker import Attempt, Worker
+from stepstone.store import StoreUnavailable
 
 from .codec import codec_for_type
 from .context import JobContext
 from .envelope import Envelope
-from .errors import ClassifiedPermanent, EncodingError
+from .errors import ClassifiedPermanent, CorruptOutcome, EncodingError
 from .job import ErrorClass, Job
 from .observability import job_scope
 from .outcome import ErrorInfo, OutcomeRecord
@@ -66,7 +67,8 @@ class Executor:
     """Runs attempts for one runner and records their outcomes.
 
     ``settled`` hears every outcome that stands, once it is recorded (the
-    runner wakes the handles waiting for it); ``state_of`` gives jobs their
+    runner wakes the handles waiting for it), and ``unrecorded`` every run
+    whose outcome could not be recorded, with the error; ``state_of`` gives jobs their
     registered state; ``worker`` runs synchronous jobs in its thread pool.
     """
 
@@ -79,6 +81,7 @@ class Executor:
         clock: Clock,
         state_of: Callable[[type[Any]], Any],
         settled: Callable[[OutcomeRecord], None],
+        unrecorded: Callable[[str, Exception], None],
         wait_recheck: float | None = None,
     ) -> None:
         self._records = records
@@ -87,6 +90,7 @@ class Executor:
         self._clock = clock
         self._state_of = state_of
         self._settled = settled
+        self._unrecorded = unrecorded
         queue = worker.queue
         self._waking: Waking | None = queue if isinstance(queue, Waking) else None
         if wait_recheck is None:
@@ -117,7 +121,11 @@ class Executor:
         # was written before its ack, which came before our create).
         verified = self._submitter.created_here(run_id, envelope.incarnation)
         if delivery.claims > 1 or (envelope.keyed and not verified):
-            existing = await self._records.outcome(run_id)
+            try:
+                existing = await self._records.outcome(run_id)
+            except CorruptOutcome as exc:
+                # Nothing this run does could be recorded: fail it now, unrun.
+                raise ClassifiedPermanent(exc) from exc
             if existing is not None:
                 log.info(
                     "job %s (%s): outcome already recorded; settling without running",
@@ -199,7 +207,20 @@ class Executor:
 
     async def on_terminal(self, delivery: Delivery, terminal: Terminal) -> None:
         """Record the run's outcome, create-if-absent, before the worker acks
-        or dead-letters. The first record written is the answer."""
+        or dead-letters. The first record written is the answer.
+
+        When it cannot be recorded for good (the object at its key does not
+        decode, the store refuses the key), the handles waiting here raise
+        the error, and the worker, hearing it, dead-letters the run."""
+        try:
+            await self._record(delivery, terminal)
+        except StoreUnavailable:
+            raise  # the worker tries again later
+        except Exception as exc:
+            self._unrecorded(delivery.id, exc)
+            raise
+
+    async def _record(self, delivery: Delivery, terminal: Terminal) -> None:
         if isinstance(terminal, Success) and isinstance(terminal.result, Finished):
             record = terminal.result.record
             if terminal.result.already_recorded:

@@ -73,24 +73,32 @@ class OutcomeRecord:
 
     @classmethod
     def decode(cls, data: bytes) -> OutcomeRecord:
-        raw = unpack(data)
-        if not isinstance(raw, dict) or raw.get("v") != RECORD_VERSION:
-            raise ValueError("not an outcome record of a version this library reads")
-        error = raw.get("error")
-        return cls(
-            run_id=raw["run_id"],
-            name=raw["name"],
-            status=JobStatus(raw["status"]),
-            input_hash=raw["input_hash"],
-            incarnation=raw.get("incarnation", ""),
-            attempts=int(raw["attempts"]),
-            finished_at=float(raw["finished_at"]),
-            result=raw.get("result"),
-            error=None if error is None else ErrorInfo(FailureKind(error[0]), *error[1:]),
-            progress=raw.get("progress"),
-            submitted_at=raw.get("submitted_at"),
-            started_at=raw.get("started_at"),
-        )
+        """The record ``data`` holds; ValueError saying what is wrong when it
+        holds none this library reads (garbage, a truncated object, another
+        format version, a field missing or of the wrong type)."""
+        raw = _fields(data)
+        try:
+            error = raw.get("error")
+            record = cls(
+                run_id=raw["run_id"],
+                name=raw["name"],
+                status=JobStatus(raw["status"]),
+                input_hash=raw["input_hash"],
+                incarnation=raw.get("incarnation", ""),
+                attempts=int(raw["attempts"]),
+                finished_at=float(raw["finished_at"]),
+                result=raw.get("result"),
+                error=None if error is None else ErrorInfo(FailureKind(error[0]), *error[1:3]),
+                progress=raw.get("progress"),
+                submitted_at=raw.get("submitted_at"),
+                started_at=raw.get("started_at"),
+            )
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise ValueError(
+                f"a field is missing or malformed ({type(exc).__name__}: {exc})"
+            ) from exc
+        _check_types(record)
+        return record
 
     def typed(self, output: Any) -> Outcome[Any]:
         """The outcome as users see it, its result decoded as ``output``."""
@@ -138,3 +146,31 @@ class Outcome(Generic[T]):
         error = self.error or ErrorInfo(FailureKind.UNKNOWN, "no error recorded")
         exc = JobCancelled if self.status is JobStatus.CANCELLED else JobFailed
         raise exc(self.id, error.kind, error.message, error.error_type)
+
+
+def _fields(data: bytes) -> dict[str, Any]:
+    """The map an outcome record is stored as, of the one version read here."""
+    try:
+        raw = unpack(data)
+    except Exception as exc:
+        raise ValueError(f"not a MessagePack document ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(raw, dict) or "v" not in raw:
+        raise ValueError("not an outcome record")
+    if raw["v"] != RECORD_VERSION:
+        raise ValueError(
+            f"an outcome record of format version {raw['v']!r}; "
+            f"this library reads version {RECORD_VERSION}"
+        )
+    return raw
+
+
+def _check_types(record: OutcomeRecord) -> None:
+    texts = (record.run_id, record.name, record.input_hash, record.incarnation)
+    error = record.error
+    if (
+        not all(isinstance(text, str) for text in texts)
+        or not isinstance(record.result, bytes | None)
+        or (error is not None and not isinstance(error.message, str))
+        or (error is not None and not isinstance(error.error_type, str | None))
+    ):
+        raise ValueError("a field has the wrong type")

@@ -15,6 +15,7 @@ from typing import Any
 from stepstone.store import AlreadyExists, NotFound, ObjectStore
 
 from .codec import pack, unpack
+from .errors import CorruptOutcome
 from .layout import Layout
 from .outcome import OutcomeRecord
 
@@ -27,16 +28,23 @@ class RunRecords:
         self.layout = layout
 
     async def outcome(self, run_id: str) -> OutcomeRecord | None:
-        """The run's outcome record, or None while it has none."""
+        """The run's outcome record, or None while it has none. Raises
+        CorruptOutcome, naming the key, when the object there is no record
+        this library reads."""
+        key = self.layout.outcome(run_id)
         try:
-            stored = await self.store.get(self.layout.outcome(run_id))
+            stored = await self.store.get(key)
         except NotFound:
             return None
-        return OutcomeRecord.decode(stored.data)
+        try:
+            return OutcomeRecord.decode(stored.data)
+        except ValueError as exc:
+            raise CorruptOutcome(key, str(exc)) from None
 
     async def record_outcome(self, record: OutcomeRecord) -> OutcomeRecord:
         """Write ``record`` unless the run already has an outcome: the first
-        writer's answer is the answer. Returns the record that stands."""
+        writer's answer is the answer. Returns the record that stands; raises
+        CorruptOutcome when what stands is no record this library reads."""
         try:
             await self.store.put_if_absent(self.layout.outcome(record.run_id), record.encode())
         except AlreadyExists:

@@ -129,6 +129,7 @@ class JobRunner:
             state_of=self.state_of,
             settled=self._waiting.settled,
             wait_recheck=wait_recheck,
+            unrecorded=self._waiting.unrecorded,
         )
         self.worker.on_terminal = self._executor.on_terminal
         self._sweeper: Sweeper | None = (

@@ -62,20 +62,33 @@ class Waiting:
         self._worker_running = worker_running
         self._heard_here = heard_here
         self._waiters: dict[str, list[asyncio.Future[OutcomeRecord]]] = {}
-        self._recent: OrderedDict[str, OutcomeRecord] = OrderedDict()
+        self._recent: OrderedDict[str, OutcomeRecord | Exception] = OrderedDict()
 
     def settled(self, record: OutcomeRecord) -> None:
         """The run ended with ``record``: wake its waiters, or keep it for a
         handle that asks soon."""
-        waiters = self._waiters.pop(record.run_id, None)
+        self._answer(record.run_id, record)
+
+    def unrecorded(self, run_id: str, error: Exception) -> None:
+        """The run ended but its outcome could not be recorded, for ``error``
+        (which says why): its waiters here raise it rather than wait for a
+        record that will not come."""
+        self._answer(run_id, error)
+
+    def _answer(self, run_id: str, answer: OutcomeRecord | Exception) -> None:
+        waiters = self._waiters.pop(run_id, None)
         if not waiters:
-            self._recent[record.run_id] = record
+            self._recent[run_id] = answer
             if len(self._recent) > RECENT_OUTCOMES:
                 self._recent.popitem(last=False)
             return
         for future in waiters:
-            if not future.done():
-                future.set_result(record)
+            if future.done():
+                continue
+            if isinstance(answer, Exception):
+                future.set_exception(answer)
+            else:
+                future.set_result(answer)
 
     async def wait(self, run_id: str, output: Any, *, fresh: bool = False) -> Outcome[Any]:
         """The outcome, as soon as there is one: woken by this process's
@@ -83,6 +96,8 @@ class Waiting:
         just created by this runner's submit, so its record cannot exist yet;
         with a worker running here, the first look waits instead of reading."""
         recent = self._recent.pop(run_id, None)
+        if isinstance(recent, Exception):
+            raise recent
         if recent is not None:
             return recent.typed(output)
         running = self._worker_running()

@@ -38,7 +38,7 @@ from stepstone.runtime import (
     Worker,
 )
 from stepstone.runtime.queue import DEFAULT_MAX_ATTEMPTS, Enqueued
-from stepstone.store.errors import StoreError
+from stepstone.store.errors import InvalidKey, StoreError, StoreUnavailable
 
 NO_BACKOFF = Backoff(base=0.0, jitter=0.0)
 
@@ -389,7 +389,9 @@ async def test_on_terminal_hears_the_result_before_the_job_is_acked_or_dead(env:
     assert await env.status("bad") is JobStatus.DEAD
 
 
-async def test_when_on_terminal_raises_the_job_is_not_acked_and_runs_again(env: Env) -> None:
+async def test_when_on_terminal_meets_a_store_outage_the_job_runs_again_uncounted(
+    env: Env,
+) -> None:
     runs: list[int] = []
     reports = 0
 
@@ -401,7 +403,7 @@ async def test_when_on_terminal_raises_the_job_is_not_acked_and_runs_again(env: 
         nonlocal reports
         reports += 1
         if reports == 1:
-            raise OSError("outcome store unavailable")
+            raise StoreUnavailable("outcome store unavailable")
 
     await env.queue.enqueue(b"", kind="k", id="j")
     worker = env.worker(on_terminal=on_terminal, backoff=Backoff(base=7.0, jitter=0.0))
@@ -412,11 +414,44 @@ async def test_when_on_terminal_raises_the_job_is_not_acked_and_runs_again(env: 
     assert record is not None and record.status is JobStatus.SCHEDULED
     assert record.attempts == 0, "a failed report spent the job's attempt"
     assert record.run_at == env.clock.now() + 7.0
-    assert record.last_error == "on_terminal failed: OSError: outcome store unavailable"
+    assert record.last_error == "result not recorded: StoreUnavailable: outcome store unavailable"
     env.clock.advance(7.0)
     await until(lambda: worker.stats.succeeded == 1, "the rerun was reported and acked")
     assert runs == [1, 1] and reports == 2
     assert await env.record("j") is None
+
+
+@pytest.mark.parametrize("ends", ["returns", "fails"])
+async def test_when_on_terminal_fails_for_another_reason_the_job_is_dead_at_once(
+    env: Env, ends: str
+) -> None:
+    """A result that cannot be recorded for a reason other than an outage
+    (an undecodable object at its key, a key the store refuses) would fail
+    the same way on every claim: the job is dead after one, with the reason."""
+    reports = 0
+
+    async def handler(attempt: Attempt) -> str:
+        if ends == "fails":
+            raise Permanent("no")
+        return "result"
+
+    async def on_terminal(delivery: Delivery, terminal: Terminal) -> None:
+        nonlocal reports
+        reports += 1
+        raise InvalidKey("key too long", key="outcomes/j")
+
+    await env.queue.enqueue(b"", kind="k", id="j")
+    worker = env.worker(on_terminal=on_terminal)
+    worker.register("k", handler)
+    await worker.start()
+    await until(lambda: worker.stats.dead == 1, "the job was dead-lettered")
+    record = await env.record("j")
+    assert record is not None and record.status is JobStatus.DEAD
+    assert record.dead_reason is not None
+    assert "result not recorded: InvalidKey: key too long (outcomes/j)" in record.dead_reason
+    if ends == "fails":
+        assert record.dead_reason.startswith("permanent: Permanent: no")
+    assert reports == 1 and worker.stats.claimed == 1
 
 
 # -- leases, zombies and fencing -------------------------------------------------------
