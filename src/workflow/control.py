@@ -1,28 +1,42 @@
 """Looking at one run and stopping it: ``status`` and ``cancel``.
 
-Both read the run's outcome record first, then its queue record: a run has
-ended once it has an outcome (a dead run keeps its queue record, until it is
-requeued or cancelled, beside its failed outcome).
+Both read the run's outcome record and its queue record: a run has ended
+once it has an outcome that answers it (a dead run keeps its queue record,
+until it is requeued or cancelled, beside its failed outcome); an outcome of
+another input than the queued run's answers nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
+
 from stepstone.runtime.clock import Clock
 from stepstone.runtime.decide import FailureKind
 from stepstone.runtime.errors import MalformedPayload
-from stepstone.runtime.queue import JobStatus, LeaseQueue
+from stepstone.runtime.queue import JobRecord, JobStatus, LeaseQueue
 from stepstone.runtime.suspension import Waking
 
 from .envelope import Envelope
+from .errors import CorruptOutcome
 from .handle import JobState
 from .outcome import ErrorInfo, OutcomeRecord
-from .records import RunRecords
+from .records import RunRecords, answering
 
 
 async def job_state(records: RunRecords, queue: LeaseQueue, job_id: str) -> JobState | None:
-    """Where the job is: its outcome if it has one, else its queue record."""
-    record = await records.outcome(job_id)
-    if record is not None:
+    """Where the job is: its outcome if it has one that answers its run, else
+    its queue record. Raises CorruptOutcome when the object at its outcome
+    key answers nothing and the queue holds no record of the run either."""
+    record, queued = await asyncio.gather(_outcome(records, job_id), queue.get(job_id))
+    if isinstance(record, OutcomeRecord) and queued is not None:
+        # A record of another input than the queued run's is no answer for it.
+        try:
+            answering(record, records.layout.outcome(job_id), _input_hash(queued))
+        except CorruptOutcome as exc:
+            record = exc
+    if isinstance(record, CorruptOutcome) and queued is None:
+        raise record
+    if isinstance(record, OutcomeRecord):
         progress = record.progress
         if progress is None and record.status is not JobStatus.SUCCEEDED:
             progress = await records.progress(job_id)  # a failed run's last report
@@ -33,7 +47,6 @@ async def job_state(records: RunRecords, queue: LeaseQueue, job_id: str) -> JobS
             progress=progress,
             last_error=None if record.error is None else record.error.message,
         )
-    queued = await queue.get(job_id)
     if queued is None:
         return None
     return JobState(
@@ -41,11 +54,29 @@ async def job_state(records: RunRecords, queue: LeaseQueue, job_id: str) -> JobS
         state=queued.status,
         attempts=queued.attempts,
         progress=await records.progress(job_id),
-        last_error=queued.last_error or queued.dead_reason,
+        last_error=queued.last_error or queued.dead_reason or _reason(record),
         run_at=queued.run_at,
         lease_expires_at=queued.lease_expires_at,
         waiting_for=None if queued.wait is None else queued.wait.detail,
     )
+
+
+async def _outcome(records: RunRecords, job_id: str) -> OutcomeRecord | CorruptOutcome | None:
+    try:
+        return await records.outcome(job_id)
+    except CorruptOutcome as exc:
+        return exc
+
+
+def _input_hash(queued: JobRecord) -> str | None:
+    try:
+        return Envelope.decode(queued.payload).input_hash
+    except MalformedPayload:
+        return None
+
+
+def _reason(error: CorruptOutcome | None) -> str | None:
+    return None if error is None else str(error)
 
 
 async def cancel_run(

@@ -122,9 +122,10 @@ class Executor:
         verified = self._submitter.created_here(run_id, envelope.incarnation)
         if delivery.claims > 1 or (envelope.keyed and not verified):
             try:
-                existing = await self._records.outcome(run_id)
+                existing = await self._records.outcome(run_id, envelope.input_hash)
             except CorruptOutcome as exc:
-                # Nothing this run does could be recorded: fail it now, unrun.
+                # No answer for this run, and nothing it did could be recorded
+                # (the object stands in the way): fail it now, unrun.
                 raise ClassifiedPermanent(exc) from exc
             if existing is not None:
                 log.info(

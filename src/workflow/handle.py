@@ -45,10 +45,15 @@ class JobState:
 class Answers(Protocol):
     """What a handle asks about its job; the runner answers."""
 
-    async def wait(self, job_id: str, output: Any, *, fresh: bool) -> Outcome[Any]:
-        """The outcome, as soon as there is one (``fresh``: just submitted here)."""
+    async def wait(
+        self, job_id: str, output: Any, *, fresh: bool, input_hash: str | None
+    ) -> Outcome[Any]:
+        """The outcome, as soon as there is one (``fresh``: just submitted
+        here); an outcome of another ``input_hash`` raises CorruptOutcome."""
 
-    async def outcome(self, job_id: str, output: Any) -> Outcome[Any] | None:
+    async def outcome(
+        self, job_id: str, output: Any, input_hash: str | None = None
+    ) -> Outcome[Any] | None:
         """The outcome from its record only; None while the job runs."""
 
     async def status(self, job_id: str) -> JobState | None: ...
@@ -57,7 +62,11 @@ class Answers(Protocol):
 
 
 class JobHandle(Generic[T]):
-    """Await it for the typed result, or ``join()`` for the outcome without raising."""
+    """Await it for the typed result, or ``join()`` for the outcome without raising.
+
+    A handle from ``submit`` knows its run's input, and takes no outcome
+    record of another input for its answer (it raises CorruptOutcome naming
+    the object); one from ``runner.handle(id)`` takes what is recorded."""
 
     def __init__(
         self,
@@ -67,11 +76,13 @@ class JobHandle(Generic[T]):
         *,
         newly_submitted: bool,
         outcome: Outcome[T] | None = None,
+        input_hash: str | None = None,
     ) -> None:
         self._answers = answers
         self._output_type = output_type
         self._outcome = outcome
         self._within: Callable[[JobHandle[T]], Awaitable[Outcome[T]]] | None = None
+        self._input_hash = input_hash
         self.id = job_id
         self.newly_submitted = newly_submitted
 
@@ -100,7 +111,7 @@ class JobHandle(Generic[T]):
             return self._outcome
         async with asyncio.timeout(timeout):
             outcome = await self._answers.wait(
-                self.id, self._output_type, fresh=self.newly_submitted
+                self.id, self._output_type, fresh=self.newly_submitted, input_hash=self._input_hash
             )
         self._outcome = outcome
         return outcome
@@ -108,13 +119,15 @@ class JobHandle(Generic[T]):
     async def fetch_result(self) -> Outcome[T] | None:
         """The outcome from the record only: None while the job runs, or after
         retention removed it."""
-        return await self._answers.outcome(self.id, self._output_type)
+        return await self._answers.outcome(self.id, self._output_type, self._input_hash)
 
     async def poll(self) -> Outcome[T] | None:
         """The outcome without waiting: the one this handle already has, else
         the record's (kept once found); None while the job runs."""
         if self._outcome is None:
-            self._outcome = await self._answers.outcome(self.id, self._output_type)
+            self._outcome = await self._answers.outcome(
+                self.id, self._output_type, self._input_hash
+            )
         return self._outcome
 
     async def status(self) -> JobState | None:

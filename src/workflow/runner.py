@@ -259,14 +259,19 @@ class JobRunner:
         check_run_id(job_id)
         return JobHandle(self, job_id, job_type.output_type(), newly_submitted=False)
 
-    async def wait(self, job_id: str, output: Any, *, fresh: bool = False) -> Outcome[Any]:
+    async def wait(
+        self, job_id: str, output: Any, *, fresh: bool = False, input_hash: str | None = None
+    ) -> Outcome[Any]:
         """The outcome of ``job_id`` as soon as there is one, its result typed as
-        ``output`` (what awaiting a handle does)."""
-        return await self._waiting.wait(job_id, output, fresh=fresh)
+        ``output`` (what awaiting a handle does). Given the run's
+        ``input_hash``, an outcome of another input raises CorruptOutcome."""
+        return await self._waiting.wait(job_id, output, fresh=fresh, input_hash=input_hash)
 
-    async def outcome(self, job_id: str, output: Any) -> Outcome[Any] | None:
+    async def outcome(
+        self, job_id: str, output: Any, input_hash: str | None = None
+    ) -> Outcome[Any] | None:
         """The outcome of ``job_id`` from its record; None while it runs."""
-        record = await self._records.outcome(check_run_id(job_id))
+        record = await self._records.outcome(check_run_id(job_id), input_hash)
         return None if record is None else record.typed(output)
 
     async def status(self, job_id: str) -> JobState | None:

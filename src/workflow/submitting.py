@@ -168,6 +168,10 @@ class Submitter:
             if keyed:
                 cached = await self._records.outcome(run_id)
                 if cached is not None and cached.incarnation != envelope.incarnation:
+                    if cached.input_hash != digest:
+                        # The key's answer is another input's: the record just
+                        # made is nobody's run. Take it back, then refuse.
+                        await self._queue.cancel(run_id)
                     return self._answer_from(cached, digest, name, output)
                 self._created_here[run_id] = envelope.incarnation
                 if len(self._created_here) > CREATED_HERE:
@@ -175,7 +179,7 @@ class Submitter:
             log.debug(
                 "job %s (%s) submitted", run_id, name, extra={"job_id": run_id, "job_name": name}
             )
-            return JobHandle(self._answers, run_id, output, newly_submitted=True)
+            return JobHandle(self._answers, run_id, output, newly_submitted=True, input_hash=digest)
 
         # A live run has this id: join it, if it is the same input.
         record = await self._queue.get(run_id)
@@ -186,7 +190,9 @@ class Submitter:
                 theirs = None
             if theirs != digest:
                 raise InputMismatch(run_id, name)
-            return JobHandle(self._answers, run_id, output, newly_submitted=False)
+            return JobHandle(
+                self._answers, run_id, output, newly_submitted=False, input_hash=digest
+            )
         # It finished between our two looks: its outcome is the answer.
         cached = await self._records.outcome(run_id)
         if cached is not None:
@@ -200,7 +206,12 @@ class Submitter:
             raise InputMismatch(record.run_id, name)
         outcome: Outcome[Out] = record.typed(output)
         return JobHandle(
-            self._answers, record.run_id, output, newly_submitted=False, outcome=outcome
+            self._answers,
+            record.run_id,
+            output,
+            newly_submitted=False,
+            outcome=outcome,
+            input_hash=digest,
         )
 
 

@@ -90,11 +90,15 @@ class Waiting:
             else:
                 future.set_result(answer)
 
-    async def wait(self, run_id: str, output: Any, *, fresh: bool = False) -> Outcome[Any]:
+    async def wait(
+        self, run_id: str, output: Any, *, fresh: bool = False, input_hash: str | None = None
+    ) -> Outcome[Any]:
         """The outcome, as soon as there is one: woken by this process's
         worker, else polling the record with backoff. ``fresh``: the run was
         just created by this runner's submit, so its record cannot exist yet;
-        with a worker running here, the first look waits instead of reading."""
+        with a worker running here, the first look waits instead of reading.
+        ``input_hash``, when known, is checked against the record read (a
+        record of another input raises CorruptOutcome)."""
         recent = self._recent.pop(run_id, None)
         if isinstance(recent, Exception):
             raise recent
@@ -114,7 +118,7 @@ class Waiting:
                 record = None
                 running = self._worker_running()
                 if not (skip_read or (running and self._heard_here(run_id))):
-                    record = await self._poll(run_id)
+                    record = await self._poll(run_id, input_hash)
                 skip_read = False
                 if record is None:
                     wait = delay
@@ -133,9 +137,9 @@ class Waiting:
                 self._forget(run_id, future)
             delay = min(delay * 2, MAX_POLL)
 
-    async def _poll(self, run_id: str) -> OutcomeRecord | None:
+    async def _poll(self, run_id: str, input_hash: str | None) -> OutcomeRecord | None:
         try:
-            return await self._records.outcome(run_id)
+            return await self._records.outcome(run_id, input_hash)
         except StoreUnavailable as exc:
             # Waiting is polling: a read the store failed is one more poll
             # that learned nothing (the caller's timeout bounds it).

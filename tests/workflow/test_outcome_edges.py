@@ -1,17 +1,22 @@
-"""Outcome objects that cannot answer a run: the job still ends, in bounded
-time, with an error that names the object, and its handle resolves."""
+"""Outcome objects that cannot answer a run (undecodable, or another input's):
+the job still ends, in bounded time, with an error that names the object, and
+its handle resolves; nothing takes another run's outcome for this one's."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from wf_jobs import Adder, Counters, Keyed
 from wf_support import wait_until
 
-from stepstone import CorruptOutcome, InvalidKey, JobRunner, JobStatus
+from stepstone import CorruptOutcome, InputMismatch, InvalidKey, JobRunner, JobStatus
 from stepstone.codec import pack
+from stepstone.layout import Layout
 from stepstone.outcome import OutcomeRecord
+from stepstone.runtime import MemoryQueue
+from stepstone.runtime.queue import Enqueued
 from stepstone.store import MemoryStore, ObjectStore
 from stepstone.store.base import ObjectInfo, StoredObject
 from stepstone.testing import FakeClock
@@ -34,7 +39,10 @@ def a_record(run_id: str) -> OutcomeRecord:
 
 
 def bad_object(kind: str, run_id: str) -> bytes:
-    """An object at a run's outcome key that is no record this library reads."""
+    """An object at a run's outcome key that cannot answer the run: no record
+    this library reads, or a valid record of another input's run."""
+    if kind == "another-input":
+        return a_record(run_id).encode()
     if kind == "garbage":
         return b"\xc1 not MessagePack at all"
     if kind == "empty":
@@ -46,7 +54,7 @@ def bad_object(kind: str, run_id: str) -> bytes:
     return pack({"v": 2, "run_id": run_id, "answer": 1})
 
 
-BAD_KINDS = ["garbage", "empty", "truncated", "another-version"]
+BAD_KINDS = ["garbage", "empty", "truncated", "another-version", "another-input"]
 
 
 async def assert_dead_naming(runner: JobRunner, run_id: str, key: str) -> None:
@@ -98,9 +106,10 @@ async def test_a_job_whose_outcome_key_goes_bad_while_it_runs_ends_and_its_handl
         assert raised.value.key == key
         await assert_dead_naming(runner, handle.id, key)
         assert runner.worker.stats.claimed == 1, "the job was claimed again"
-        # A handle made afterwards, reading the object, raises the same error.
-        with pytest.raises(CorruptOutcome):
-            await runner.handle(handle.id, Keyed).result(timeout=DEADLINE)
+        if kind != "another-input":  # (a handle made by id alone knows no input)
+            # A handle made afterwards, reading the object, raises the same error.
+            with pytest.raises(CorruptOutcome):
+                await runner.handle(handle.id, Keyed).result(timeout=DEADLINE)
     assert counters.counts["keyed"] == 1
 
 
@@ -164,3 +173,43 @@ async def test_submitting_over_a_bad_outcome_object_raises_corrupt_outcome_namin
     await runner.store.put(key, bad_object("garbage", first.id))
     with pytest.raises(CorruptOutcome, match=key):
         await runner.submit(Keyed(n=3))
+
+
+async def test_status_and_cancel_of_a_queued_job_do_not_take_another_inputs_outcome(
+    make_runner: MakeRunner,
+) -> None:
+    runner = make_runner()
+    handle = await runner.submit(Keyed(n=4))
+    key = runner.layout.outcome(handle.id)
+    await runner.store.put(key, bad_object("another-input", handle.id))
+    state = await handle.status()
+    assert state is not None and state.state is JobStatus.READY, state
+    assert state.last_error is not None and key in state.last_error
+    with pytest.raises(CorruptOutcome, match=key):
+        await handle.cancel()
+
+
+class FinishesAnotherInputFirst(MemoryQueue):
+    """A queue on which the previous run of a key, of another input, ends
+    just before each enqueue (its outcome written, its record acked): the
+    race between a submit's first look and its enqueue."""
+
+    def __init__(self, store: MemoryStore, runner_layout: Layout, clock: FakeClock) -> None:
+        super().__init__(clock=clock)
+        self.store = store
+        self.runner_layout = runner_layout
+
+    async def enqueue(self, payload: bytes, **kwargs: Any) -> Enqueued:
+        run_id = kwargs["id"]
+        await self.store.put(self.runner_layout.outcome(run_id), a_record(run_id).encode())
+        return await super().enqueue(payload, **kwargs)
+
+
+async def test_a_submit_that_loses_the_race_to_another_input_leaves_no_record_behind(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    queue = FinishesAnotherInputFirst(store, Layout(), clock)
+    runner = JobRunner(store, queue=queue, clock=clock)
+    with pytest.raises(InputMismatch):
+        await runner.submit(Keyed(n=5))
+    assert (await queue.list()).records == [], "the record made for the refused submit stayed"
