@@ -104,7 +104,7 @@ async def cancel_run(
         error=ErrorInfo(FailureKind.CANCELLED, "the job was cancelled"),
     )
     if await records.record_outcome(record) is not record:
-        return None  # it had ended first: its outcome stands
+        return None  # it had ended first (or was swept): its outcome stands
     await queue.cancel(job_id)
     parent = None if not digest else envelope.parent
     if parent is not None and isinstance(queue, Waking):

@@ -35,8 +35,8 @@ from .envelope import Envelope
 from .errors import ClassifiedPermanent, CorruptOutcome, EncodingError
 from .job import ErrorClass, Job
 from .observability import job_scope
-from .outcome import ErrorInfo, OutcomeRecord
-from .records import RunRecords
+from .outcome import ErrorInfo, OutcomeRecord, Tombstone
+from .records import RunRecords, answering
 from .run import Run, log_extra
 from .submitting import Submitter
 
@@ -121,12 +121,7 @@ class Executor:
         # was written before its ack, which came before our create).
         verified = self._submitter.created_here(run_id, envelope.incarnation)
         if delivery.claims > 1 or (envelope.keyed and not verified):
-            try:
-                existing = await self._records.outcome(run_id, envelope.input_hash)
-            except CorruptOutcome as exc:
-                # No answer for this run, and nothing it did could be recorded
-                # (the object stands in the way): fail it now, unrun.
-                raise ClassifiedPermanent(exc) from exc
+            existing = await self._recorded(run_id, envelope)
             if existing is not None:
                 log.info(
                     "job %s (%s): outcome already recorded; settling without running",
@@ -206,6 +201,23 @@ class Executor:
         )
         return Finished(record)
 
+    async def _recorded(self, run_id: str, envelope: Envelope) -> OutcomeRecord | None:
+        """The outcome that already answers this run, if one is recorded."""
+        try:
+            slot = await self._records.slot(run_id)
+            if isinstance(slot.content, OutcomeRecord):
+                key = self._records.layout.outcome(run_id)
+                return answering(slot.content, key, envelope.input_hash)
+        except CorruptOutcome as exc:
+            # No answer for this run, and nothing it did could be recorded
+            # (the object stands in the way): fail it now, unrun.
+            raise ClassifiedPermanent(exc) from exc
+        if isinstance(slot.content, Tombstone) and slot.content.incarnation == envelope.incarnation:
+            # This very run was swept, and is claimed again since (a dead run
+            # retried): it runs again, and its outcome is to be recorded.
+            await self._records.clear_tombstone(run_id, slot.etag)
+        return None
+
     async def on_terminal(self, delivery: Delivery, terminal: Terminal) -> None:
         """Record the run's outcome, create-if-absent, before the worker acks
         or dead-letters. The first record written is the answer.
@@ -231,8 +243,19 @@ class Executor:
         else:
             assert isinstance(terminal, Failure)
             record = self._failure_record(delivery, terminal)
-        record = await self._records.record_outcome(record)
+        recorded = await self._records.record_outcome(record)
         extra = {"job_id": delivery.id, "job_name": record.name, "attempt": delivery.attempt}
+        if recorded is None:
+            log.warning(
+                "job %s (%s): the run was swept while attempt %d ran; its outcome is not "
+                "recorded (the key's next run gets its own)",
+                delivery.id,
+                record.name,
+                delivery.attempt,
+                extra=extra,
+            )
+            return
+        record = recorded
         if record.status is JobStatus.SUCCEEDED:
             log.info(
                 "job %s (%s) succeeded on attempt %d",

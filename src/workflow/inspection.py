@@ -34,8 +34,8 @@ from stepstone.store import NotFound, ObjectInfo
 from .codec import unpack
 from .envelope import Envelope
 from .layout import check_run_id, step_name
-from .outcome import OutcomeRecord
-from .retention import Runs, remove_run
+from .outcome import OutcomeRecord, decode_slot
+from .retention import Runs, sweep_one
 
 READ_CONCURRENCY = 16
 """GETs in flight at once when a command has to read many records."""
@@ -181,7 +181,8 @@ def decode_value(data: bytes | None) -> Any:
 
 
 async def read_outcome(runner: Inspected, job_id: str) -> OutcomeRecord | Unreadable | None:
-    """The run's outcome record; Unreadable when it does not decode; None when there is none."""
+    """The run's outcome record; Unreadable when it does not decode; None when
+    there is none (a swept run's tombstone is none)."""
     return await _read_outcome_at(runner, runner.layout.outcome(job_id))
 
 
@@ -191,9 +192,10 @@ async def _read_outcome_at(runner: Inspected, key: str) -> OutcomeRecord | Unrea
     except NotFound:
         return None
     try:
-        return OutcomeRecord.decode(stored.data)
+        found = decode_slot(stored.data)
     except Exception as exc:  # garbage decodes into any error: each is this record's fault
         return Unreadable(key, describe(exc))
+    return found if isinstance(found, OutcomeRecord) else None  # not a tombstone
 
 
 async def read_progress(runner: Inspected, job_id: str) -> Any:
@@ -476,34 +478,31 @@ async def purge(
     """Remove finished runs (outcome, memos, progress) whose outcome is more
     than ``older_than`` seconds old by the runner's clock; returns their ids.
 
-    Uses :func:`workflow.retention.remove_run`, which deletes the outcome last,
-    so a purge cut short leaves runs that still answer and a rerun finishes it.
+    Each goes through :func:`workflow.retention.sweep_one`, what the runner's
+    own retention sweep does: the outcome goes last, so a purge cut short
+    leaves runs that still answer and a rerun finishes it; the tombstones
+    of runs swept earlier that are past the age go too (they are no runs).
     """
     if older_than < 0:
         raise InspectError("the age must not be negative")
     cutoff = runner.clock.now() - older_than
-    run_ids = [
-        runner.layout.run_id_of_outcome(info.key)
-        async for info in iter_outcomes(runner, older_than=cutoff)
-    ]
-    total = len(run_ids)
+    infos = [info async for info in iter_outcomes(runner, older_than=cutoff)]
+    total = len(infos)
     if on_progress is not None:
         on_progress(0, total)
-    if dry_run:
-        return run_ids
     done = 0
     semaphore = asyncio.Semaphore(READ_CONCURRENCY)
 
-    async def one(run_id: str) -> None:
+    async def one(info: ObjectInfo) -> str | None:
         nonlocal done
         async with semaphore:
-            await remove_run(runner, run_id)
+            removed = await sweep_one(runner, info, dry_run=dry_run)
         done += 1
         if on_progress is not None:
             on_progress(done, total)
+        return runner.layout.run_id_of_outcome(info.key) if removed else None
 
-    await asyncio.gather(*(one(run_id) for run_id in run_ids))
-    return run_ids
+    return [run_id for run_id in await asyncio.gather(*(one(i) for i in infos)) if run_id]
 
 
 def _check_id(job_id: str) -> None:

@@ -4,6 +4,12 @@ Written create-if-absent before the queue entry is acked, so the first
 writer's answer is the answer: a zombie that finishes late, a duplicate
 delivery, a resubmission, all read the same record. It outlives the queue
 entry (which the ack removes) until retention sweeps it.
+
+A swept run leaves a :class:`Tombstone` at its outcome key, naming its
+incarnation: no outcome to any reader, but the key stays taken, so a zombie
+of the swept run that finishes late cannot record an outcome there (its
+create-if-absent finds the tombstone) to answer the key's next run. The next
+run's outcome replaces it; the sweep removes it after another window.
 """
 
 from __future__ import annotations
@@ -75,30 +81,11 @@ class OutcomeRecord:
     def decode(cls, data: bytes) -> OutcomeRecord:
         """The record ``data`` holds; ValueError saying what is wrong when it
         holds none this library reads (garbage, a truncated object, another
-        format version, a field missing or of the wrong type)."""
-        raw = _fields(data)
-        try:
-            error = raw.get("error")
-            record = cls(
-                run_id=raw["run_id"],
-                name=raw["name"],
-                status=JobStatus(raw["status"]),
-                input_hash=raw["input_hash"],
-                incarnation=raw.get("incarnation", ""),
-                attempts=int(raw["attempts"]),
-                finished_at=float(raw["finished_at"]),
-                result=raw.get("result"),
-                error=None if error is None else ErrorInfo(FailureKind(error[0]), *error[1:3]),
-                progress=raw.get("progress"),
-                submitted_at=raw.get("submitted_at"),
-                started_at=raw.get("started_at"),
-            )
-        except (KeyError, IndexError, TypeError, ValueError) as exc:
-            raise ValueError(
-                f"a field is missing or malformed ({type(exc).__name__}: {exc})"
-            ) from exc
-        _check_types(record)
-        return record
+        format version, a field missing or of the wrong type, a tombstone)."""
+        found = decode_slot(data)
+        if isinstance(found, Tombstone):
+            raise ValueError("a tombstone of a swept run, not an outcome record")
+        return found
 
     def typed(self, output: Any) -> Outcome[Any]:
         """The outcome as users see it, its result decoded as ``output``."""
@@ -116,6 +103,60 @@ class OutcomeRecord:
             submitted_at=self.submitted_at,
             started_at=self.started_at,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Tombstone:
+    """What a swept run leaves at its outcome key (see the module docstring)."""
+
+    run_id: str
+    incarnation: str
+    """The swept run's: a late outcome of this incarnation is not recorded."""
+    swept_at: float
+
+    def encode(self) -> bytes:
+        return pack(
+            {
+                "v": RECORD_VERSION,
+                "tombstone": self.incarnation,
+                "run_id": self.run_id,
+                "swept_at": self.swept_at,
+            }
+        )
+
+
+def decode_slot(data: bytes) -> OutcomeRecord | Tombstone:
+    """What an object at an outcome key holds: a record or a tombstone.
+    ValueError saying what is wrong when it is neither (garbage, a truncated
+    object, another format version, a field missing or of the wrong type)."""
+    raw = _fields(data)
+    try:
+        if "tombstone" in raw:
+            found: OutcomeRecord | Tombstone = Tombstone(
+                run_id=raw["run_id"],
+                incarnation=raw["tombstone"],
+                swept_at=float(raw["swept_at"]),
+            )
+        else:
+            error = raw.get("error")
+            found = OutcomeRecord(
+                run_id=raw["run_id"],
+                name=raw["name"],
+                status=JobStatus(raw["status"]),
+                input_hash=raw["input_hash"],
+                incarnation=raw.get("incarnation", ""),
+                attempts=int(raw["attempts"]),
+                finished_at=float(raw["finished_at"]),
+                result=raw.get("result"),
+                error=None if error is None else ErrorInfo(FailureKind(error[0]), *error[1:3]),
+                progress=raw.get("progress"),
+                submitted_at=raw.get("submitted_at"),
+                started_at=raw.get("started_at"),
+            )
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise ValueError(f"a field is missing or malformed ({type(exc).__name__}: {exc})") from exc
+    _check_types(found)
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +205,12 @@ def _fields(data: bytes) -> dict[str, Any]:
     return raw
 
 
-def _check_types(record: OutcomeRecord) -> None:
+def _check_types(found: OutcomeRecord | Tombstone) -> None:
+    if isinstance(found, Tombstone):
+        if not isinstance(found.run_id, str) or not isinstance(found.incarnation, str):
+            raise ValueError("a field has the wrong type")
+        return
+    record = found
     texts = (record.run_id, record.name, record.input_hash, record.incarnation)
     error = record.error
     if (

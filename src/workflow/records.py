@@ -1,6 +1,7 @@
 """A run's records in the store, read and written in one place.
 
-The outcome record is the one durable answer for a run (see
+The outcome record is the one durable answer for a run, and the tombstone
+of a swept run keeps its key from that run's zombies (see
 :mod:`stepstone.outcome`); the progress record is the last value a run
 reported. The submit path, the handles, the executor and ``status`` all
 read and write them through :class:`RunRecords`, so how they are keyed and
@@ -10,14 +11,24 @@ what "create-if-absent" means for them is said once.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Any
 
-from stepstone.store import AlreadyExists, NotFound, ObjectStore
+from stepstone.store import AlreadyExists, NotFound, ObjectStore, PreconditionFailed
 
 from .codec import pack, unpack
 from .errors import CorruptOutcome
 from .layout import Layout
-from .outcome import OutcomeRecord
+from .outcome import OutcomeRecord, Tombstone, decode_slot
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """What a run's outcome key holds: nothing, its record, or the tombstone
+    of a swept run; and the etag to replace it by."""
+
+    content: OutcomeRecord | Tombstone | None
+    etag: str = ""
 
 
 class RunRecords:
@@ -27,41 +38,67 @@ class RunRecords:
         self.store = store
         self.layout = layout
 
+    async def slot(self, run_id: str) -> Slot:
+        """What the run's outcome key holds. Raises CorruptOutcome, naming the
+        key, when the object there is no record this library reads."""
+        key = self.layout.outcome(run_id)
+        try:
+            stored = await self.store.get(key)
+        except NotFound:
+            return Slot(None)
+        try:
+            return Slot(decode_slot(stored.data), stored.etag)
+        except ValueError as exc:
+            raise CorruptOutcome(key, str(exc)) from None
+
     async def outcome(self, run_id: str, input_hash: str | None = None) -> OutcomeRecord | None:
-        """The run's outcome record, or None while it has none.
+        """The run's outcome record, or None while it has none (a swept run's
+        tombstone is none).
 
         Raises CorruptOutcome, naming the key, when the object there is no
         record this library reads, or (given the run's ``input_hash``) when
         it records a run of another input: that is no answer for this run.
         """
-        key = self.layout.outcome(run_id)
-        try:
-            stored = await self.store.get(key)
-        except NotFound:
+        content = (await self.slot(run_id)).content
+        if not isinstance(content, OutcomeRecord):
             return None
-        try:
-            record = OutcomeRecord.decode(stored.data)
-        except ValueError as exc:
-            raise CorruptOutcome(key, str(exc)) from None
-        return answering(record, key, input_hash)
+        return answering(content, self.layout.outcome(run_id), input_hash)
 
-    async def record_outcome(self, record: OutcomeRecord) -> OutcomeRecord:
+    async def record_outcome(self, record: OutcomeRecord) -> OutcomeRecord | None:
         """Write ``record`` unless the run already has an outcome: the first
-        writer's answer is the answer. Returns the record that stands.
+        writer's answer is the answer. Returns the record that stands, or None
+        when the run was swept while this attempt ran (its tombstone stands:
+        the attempt is a zombie, and the key's next run must not get its
+        answer). Another run's tombstone is replaced: this is the key's next run.
 
         Raises CorruptOutcome when what stands is no record this library
         reads, or records another input than ``record``'s.
         """
         key = self.layout.outcome(record.run_id)
+        data = record.encode()
         while True:
             try:
-                await self.store.put_if_absent(key, record.encode())
+                await self.store.put_if_absent(key, data)
+                return record
             except AlreadyExists:
-                existing = await self.outcome(record.run_id, record.input_hash)
-                if existing is None:
-                    continue  # removed since: try again
-                return existing
-            return record
+                pass
+            slot = await self.slot(record.run_id)
+            content = slot.content
+            if isinstance(content, OutcomeRecord):
+                return answering(content, key, record.input_hash)
+            if isinstance(content, Tombstone):
+                if content.incarnation == record.incarnation and record.incarnation:
+                    return None
+                with contextlib.suppress(PreconditionFailed, NotFound):
+                    await self.store.put_if_match(key, data, slot.etag)
+                    return record
+            # Removed or replaced since we looked: look again.
+
+    async def clear_tombstone(self, run_id: str, etag: str) -> None:
+        """Remove the run's own tombstone (the object of ``etag``), for an
+        attempt that begins after its run was swept: the run runs again."""
+        with contextlib.suppress(PreconditionFailed, NotFound):
+            await self.store.delete(self.layout.outcome(run_id), if_match=etag)
 
     async def progress(self, run_id: str) -> Any:
         """The last progress value the run reported, or None."""

@@ -1,11 +1,14 @@
 """The retention sweep: a finished run's records go after the window.
 
 It walks ``outcomes/`` (a LIST per thousand runs) and takes the objects'
-own modification time from the listing, so deciding costs no GET. For each
-run past the window it deletes the memos and events of every incarnation,
-the progress record, and last the outcome: a sweep cut short leaves the
-outcome, so a resubmission still answers from it, and the next sweep
-finishes the job.
+own modification time from the listing, so only what is past the window is
+read. For each run past the window it deletes the memos and events of every
+incarnation, the progress record, and last replaces the outcome with a
+tombstone: a sweep cut short leaves the outcome, so a resubmission still
+answers from it, and the next sweep finishes the job. The tombstone keeps a
+zombie of the swept run from recording a late outcome for the key's next run
+to find (see :mod:`stepstone.outcome`); the sweep deletes it once it is past
+the window in turn.
 
 A sweep runs in each worker process every ``interval`` (by the runner's
 clock; a FakeClock moving past it wakes the sweeper). Several processes
@@ -21,9 +24,10 @@ from collections.abc import Callable
 from typing import Protocol
 
 from stepstone.runtime.clock import Clock, subscribe
-from stepstone.store import ObjectStore
+from stepstone.store import NotFound, ObjectInfo, ObjectStore, PreconditionFailed
 
 from .layout import Layout
+from .outcome import OutcomeRecord, Tombstone, decode_slot
 
 log = logging.getLogger("stepstone.retention")
 
@@ -86,23 +90,69 @@ class Sweeper:
 
 async def sweep(runs: Runs, retention: float) -> int:
     """Remove every run that finished more than ``retention`` seconds ago; returns how many."""
-    store, layout = runs.store, runs.layout
     cutoff = runs.clock.now() - retention
     swept = 0
     # Removing as it goes keeps memory flat however many runs expire; it is
     # safe because the listing pages by start-after on keys, not by offset.
-    async for info in store.scan(layout.outcomes()):
-        if info.modified <= cutoff:
-            await remove_run(runs, layout.run_id_of_outcome(info.key))
+    async for info in runs.store.scan(runs.layout.outcomes()):
+        if info.modified <= cutoff and await sweep_one(runs, info):
             swept += 1
     return swept
 
 
+async def sweep_one(runs: Runs, info: ObjectInfo, *, dry_run: bool = False) -> bool:
+    """Sweep the object ``info`` under ``outcomes/``, listed past the window:
+    the run it records goes (True), or, a tombstone, it is deleted (False).
+    An object that changed since it was listed is left alone: it is not past
+    the window any more. ``dry_run``: say, change nothing."""
+    try:
+        stored = await runs.store.get(info.key)
+    except NotFound:
+        return False
+    if stored.etag != info.etag:
+        return False
+    found = _decoded(stored.data)
+    if isinstance(found, Tombstone):
+        if not dry_run:
+            with contextlib.suppress(PreconditionFailed, NotFound):
+                await runs.store.delete(info.key, if_match=stored.etag)
+        return False
+    if not dry_run:
+        await _remove(runs, runs.layout.run_id_of_outcome(info.key), found, stored.etag)
+    return True
+
+
 async def remove_run(runs: Runs, run_id: str) -> None:
-    """Delete a run's memos and events, its progress, and its outcome last."""
+    """Delete a run's memos, events and progress, then replace its outcome with a
+    tombstone (nothing to replace: nothing more to do)."""
+    try:
+        stored = await runs.store.get(runs.layout.outcome(run_id))
+    except NotFound:
+        await _remove(runs, run_id, None, None)
+        return
+    await _remove(runs, run_id, _decoded(stored.data), stored.etag)
+
+
+async def _remove(
+    runs: Runs, run_id: str, found: OutcomeRecord | Tombstone | None, etag: str | None
+) -> None:
     store, layout = runs.store, runs.layout
     keys = [info.key async for info in store.scan(layout.memos(run_id))]
     keys += [info.key async for info in store.scan(layout.events(run_id))]
     await asyncio.gather(*(store.delete(key) for key in keys))
     await store.delete(layout.progress(run_id))
-    await store.delete(layout.outcome(run_id))
+    if etag is None or isinstance(found, Tombstone):
+        return
+    # A record, or an object that is none (it goes as well, fencing nothing).
+    incarnation = "" if found is None else found.incarnation
+    tombstone = Tombstone(run_id, incarnation, runs.clock.now())
+    with contextlib.suppress(PreconditionFailed, NotFound):
+        await store.put_if_match(layout.outcome(run_id), tombstone.encode(), etag)
+
+
+def _decoded(data: bytes) -> OutcomeRecord | Tombstone | None:
+    """What an outcome object holds; None when it holds nothing readable."""
+    try:
+        return decode_slot(data)
+    except ValueError:
+        return None

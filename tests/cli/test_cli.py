@@ -27,6 +27,7 @@ from stepstone.cli import main
 from stepstone.cli.commands import _Progress
 from stepstone.cli.durations import parse_duration
 from stepstone.cli.errors import CliError
+from stepstone.outcome import Tombstone, decode_slot
 from stepstone.testing import wait_until
 
 # -- the worker ------------------------------------------------------------------------
@@ -218,7 +219,9 @@ async def test_purge_removes_only_runs_older_than_the_age(
     assert done.returncode == 0, done.stderr
     assert sorted(json.loads(done.stdout)["ids"]) == sorted(h.id for h in handles[:2])
     for handle in handles[:2]:
-        assert not (store_dir / "outcomes" / handle.id).exists()
+        # The outcome is a tombstone now: no answer, but its swept run's zombies keep out.
+        swept = decode_slot((store_dir / "outcomes" / handle.id).read_bytes())
+        assert isinstance(swept, Tombstone), swept
         assert not (store_dir / "progress" / handle.id).exists()
         assert not list((store_dir / "memos").glob(f"{handle.id}/*/*"))
     assert (store_dir / "outcomes" / handles[2].id).exists()
