@@ -10,7 +10,9 @@ w3        N jobs of ``steps`` memoized async steps, all submitted at once
 latency   one job at a time: submit, await the result, repeat.
 scale     one FileStore, ``processes`` worker processes (``async with
           JobRunner(...)`` in each); the parent submits all N first, then
-          lets the workers go and times until every job is acked.
+          lets the workers go and times until every job is acked. With
+          ``urgent``, once a tenth of the N are done the parent submits that
+          many more at priority 0, and reports how long they waited to start.
 
 Backends: ``memory`` (MemoryStore + MemoryQueue), ``memory-sq`` (MemoryStore +
 StoreQueue: the StoreQueue's request pattern without I/O), ``file``
@@ -40,7 +42,7 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from stepstone import JobRunner
+from stepstone import JobRunner, SubmitOptions
 from stepstone.runtime import MemoryQueue
 from stepstone.store import FileStore, MemoryStore, ObjectStore
 
@@ -58,6 +60,9 @@ class Spec:
     keyed: bool = True
     resubmit: bool = True
     processes: int = 1
+    urgent: int = 0
+    pause: float = 0.0
+    """Seconds each job waits after its steps (W3.pause)."""
     label: str = ""
     workdir: str = ""
 
@@ -402,9 +407,12 @@ async def scale(spec: Spec) -> dict[str, Any]:
         store = CountingStore(FileStore(root))
         submitter = JobRunner(store, jobs=[W3])
         tag = uuid.uuid4().hex[:8]
-        jobs = [W3(n=i, steps=spec.steps, tag=tag, keyed=spec.keyed) for i in range(spec.n)]
+        jobs = [
+            W3(n=i, steps=spec.steps, tag=tag, keyed=spec.keyed, pause=spec.pause)
+            for i in range(spec.n + spec.urgent)
+        ]
         t0 = time.perf_counter()
-        handles = await asyncio.gather(*(submitter.submit(job) for job in jobs))
+        handles = await asyncio.gather(*(submitter.submit(job) for job in jobs[: spec.n]))
         submit_seconds = time.perf_counter() - t0
         submit_counts = store.snapshot()
         while not all(signals.ready[:]):
@@ -413,17 +421,23 @@ async def scale(spec: Spec) -> dict[str, Any]:
             await asyncio.sleep(0.01)
         t0 = time.perf_counter()
         go.set()
-        while sum(done[:]) < spec.n:
+        urgent = SubmitOptions(priority=0)
+        while sum(done[:]) < spec.n + spec.urgent:
             if not all(p.is_alive() for p in procs):
                 raise RuntimeError("a worker process died")
+            if len(handles) < len(jobs) and sum(done[:]) >= spec.n // 10:
+                handles += await asyncio.gather(
+                    *(submitter.submit(job, urgent) for job in jobs[spec.n :])
+                )
             await asyncio.sleep(0.005)
         seconds = time.perf_counter() - t0
         stop.set()
         reports = [results.get(timeout=60) for _ in procs]
         for p in procs:
             p.join(30)
-        values = await asyncio.gather(*handles)
-        assert values == [i + spec.steps for i in range(spec.n)], "wrong results"
+        outcomes = await asyncio.gather(*(h.join() for h in handles))
+        assert [o.unwrap() for o in outcomes] == [j.n + spec.steps for j in jobs], "wrong results"
+        waits = [(o.started_at or 0.0) - (o.submitted_at or 0.0) for o in outcomes]
         await store.close()
     finally:
         stop.set()
@@ -438,15 +452,16 @@ async def scale(spec: Spec) -> dict[str, Any]:
     counts = {op: sum(r["counts"][op] for r in reports) for op in OPERATIONS}
     for op in OPERATIONS:
         counts[op] += submit_counts[op]
+    n = len(jobs)
     return {
         "seconds": round(seconds, 4),
-        "jobs_per_s": round(spec.n / seconds, 1),
-        "steps_per_s": round(spec.n * spec.steps / seconds, 1),
+        "jobs_per_s": round(n / seconds, 1),
+        "steps_per_s": round(n * spec.steps / seconds, 1),
         "submit_jobs_per_s": round(spec.n / submit_seconds, 1),
-        "requests_per_job": per_job(counts, spec.n),
-        "jobs_per_cpu_s": round(spec.n / sum(r["cpu_seconds"] for r in reports), 1),
-        "flushes_per_job": round(sum(r["flushes"] for r in reports) / spec.n, 2),
-        "context_switches_per_job": round(sum(r["context_switches"] for r in reports) / spec.n, 1),
+        "requests_per_job": per_job(counts, n),
+        "jobs_per_cpu_s": round(n / sum(r["cpu_seconds"] for r in reports), 1),
+        "flushes_per_job": round(sum(r["flushes"] for r in reports) / n, 2),
+        "context_switches_per_job": round(sum(r["context_switches"] for r in reports) / n, 1),
         "system_share": round(
             sum(r["system_seconds"] for r in reports) / sum(r["cpu_seconds"] for r in reports), 2
         ),
@@ -457,9 +472,20 @@ async def scale(spec: Spec) -> dict[str, Any]:
         "scans": sum(r["queue"].get("scans", 0) for r in reports),
         "queue_reads": sum(r["queue"].get("fetches", 0) for r in reports),
         "requests_by_area": per_area(
-            dict(sum((Counter(r["areas"]) for r in reports), Counter())), spec.n
+            dict(sum((Counter(r["areas"]) for r in reports), Counter())), n
         ),
         "worker_peak_rss_mb": max(r["peak_rss_mb"] for r in reports),
+        **_urgent_waits(waits[spec.n :]),
+    }
+
+
+def _urgent_waits(waits: list[float]) -> dict[str, float]:
+    """How long the urgent jobs waited from their submit to their start."""
+    if not waits:
+        return {}
+    return {
+        "urgent_wait_p50_s": round(percentile(waits, 50), 3),
+        "urgent_wait_max_s": round(max(waits), 3),
     }
 
 

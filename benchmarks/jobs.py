@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import ClassVar
 
 from stepstone import Job, JobContext
@@ -19,7 +20,8 @@ class W3(Job[int]):
     """``steps`` memoized async steps, each returning a small int.
 
     Keyed by default (``w3:<tag>:<n>``) so the R case can resubmit the same
-    keys; ``keyed=False`` gives every submit a fresh run id.
+    keys; ``keyed=False`` gives every submit a fresh run id. ``pause`` seconds
+    are waited after the steps, as a job waiting on another service would.
     """
 
     NAME: ClassVar[str] = "bench.w3"
@@ -27,6 +29,7 @@ class W3(Job[int]):
     steps: int = 3
     tag: str = ""
     keyed: bool = True
+    pause: float = 0.0
 
     def idempotency_key(self) -> str | None:
         return f"w3:{self.tag}:{self.n}" if self.keyed else None
@@ -35,4 +38,6 @@ class W3(Job[int]):
         value = self.n
         for i in range(self.steps):
             value = await ctx.step(STEP_NAMES[i], bump, value)
+        if self.pause:
+            await asyncio.sleep(self.pause)
         return value

@@ -43,6 +43,11 @@ def plan(quick: bool) -> dict[str, Spec]:
         "scale4k-1": Spec("scale", "file", 4 * n_scale, processes=1),
         "scale4k-2": Spec("scale", "file", 4 * n_scale, processes=2),
         "scale4k-4": Spec("scale", "file", 4 * n_scale, processes=4),
+        # A backlog of jobs that take 0.1 s (16 at a time per process) and 20
+        # at priority 0 submitted behind it: how long do they wait?
+        "urgent-2": Spec(
+            "scale", "file", 2 * n_scale, processes=2, concurrency=16, pause=0.1, urgent=20
+        ),
         "steps1-memory": Spec("w3", "memory", n_mem, steps=1, resubmit=False),
         "steps10-memory": Spec("w3", "memory", n_mem, steps=10, resubmit=False),
         "n10k-memory": Spec("w3", "memory", 2000 if q else 10000, resubmit=False),

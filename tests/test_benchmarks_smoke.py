@@ -41,6 +41,14 @@ def test_plan_names_every_case() -> None:
 def test_scale_case_runs(tmp_path: object) -> None:
     r = run_one(Spec("scale", "file", n=20, processes=2, label="s", workdir=str(tmp_path)))
     assert sum(r["per_process_jobs"]) == 20
+    assert "urgent_wait_p50_s" not in r
+
+
+def test_urgent_jobs_submitted_behind_a_backlog_report_their_wait(tmp_path: object) -> None:
+    spec = Spec("scale", "file", n=20, processes=2, urgent=3, pause=0.01, workdir=str(tmp_path))
+    r = run_one(spec)
+    assert sum(r["per_process_jobs"]) == 23
+    assert 0 <= r["urgent_wait_p50_s"] <= r["urgent_wait_max_s"]
 
 
 def test_saved_results_name_the_commit_they_measured(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ def listed(ids: str, place: float) -> list[tuple[str, str | None, float]]:
 
 
 def ids(entries: list[Entry]) -> str:
-    return "".join(job_id for job_id, _, _ in entries)
+    return "".join(job_id for job_id, _ in entries)
 
 
 def is_rotation(part: str, whole: str) -> bool:
@@ -63,19 +63,10 @@ def test_a_zero_window_reads_strictly_in_line_order() -> None:
     assert ids(line.take(3)) == "bca"
 
 
-def test_records_listed_as_held_come_after_all_the_waiting_ones() -> None:
-    line = ReadLine(10, 0.5, random.Random(2))
-    line.reset(listed("xy", 500.0), others=listed("ab", 1.0))
-    first = line.take(2)
-    assert sorted(ids(first)) == ["x", "y"] and all(free for _, _, free in first)
-    rest = line.take(2)
-    assert sorted(ids(rest)) == ["a", "b"] and not any(free for _, _, free in rest)
-
-
 def test_the_etag_the_view_held_comes_back_with_the_id() -> None:
     line = ReadLine(10, 0.5)
     line.reset([("a", "etag-a", 1.0)])
-    assert line.take(1) == [("a", "etag-a", True)]
+    assert line.take(1) == [("a", "etag-a")]
 
 
 def test_processes_start_at_different_points_of_the_same_order() -> None:

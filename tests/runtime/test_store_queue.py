@@ -22,15 +22,11 @@ from stepstone.runtime import Delivery, FakeClock, JobRecord, JobStatus, Settlem
 from stepstone.runtime.queue import QUEUE_STATUSES
 from stepstone.runtime.store_queue import StoreQueue
 from stepstone.runtime.store_queue.records import (
-    DEAD,
-    HELD,
-    WAITING,
     CorruptRecord,
     StoredJob,
     decode,
     encode,
     listed_priority,
-    listed_state,
 )
 from stepstone.store import MemoryStore, ObjectStore
 from stepstone.store.counting import CONDITIONAL_PUT, CountingStore
@@ -321,11 +317,11 @@ async def test_processes_sharing_a_backlog_read_each_record_about_once(
     assert reads < 320, reads  # both reading everything: 400; 30 runs: 232 to 271
 
 
-async def test_records_another_process_holds_are_not_read_while_others_wait(
+async def test_a_process_finds_the_jobs_left_among_those_another_process_holds(
     backing: MemoryStore, clock: FakeClock
 ) -> None:
-    """Their size says they are held: a process that did not see them claimed
-    reads the waiting ones first."""
+    """It reads the held ones it runs into once each (their size does not say
+    they are held: benchmarks/NOTES.md), and claims every job left."""
     a, _ = make(backing, clock)
     for i in range(20):
         await a.enqueue(b"", id=f"j{i:02}")
@@ -334,7 +330,8 @@ async def test_records_another_process_holds_are_not_read_while_others_wait(
     c, c_store = make(backing, clock)
     got = await c.claim(10, lease=30)
     assert not held & {d.id for d in got} and len(got) == 10
-    assert take(c_store) == {"LIST": 1, "GET": 10, "PUT": 10}
+    counts = take(c_store)
+    assert (counts["LIST"], counts["PUT"]) == (1, 10) and counts["GET"] <= 20
 
 
 async def test_a_race_lost_for_a_record_just_read_does_not_list_again(
@@ -364,20 +361,23 @@ async def test_a_garbage_record_is_skipped_counted_and_named(
     good = encode(_job("truncated"))
     await backing.put("queue/jobs/truncated", good[: len(good) // 2])
     await backing.put("queue/jobs/wrong-id", encode(_job("someone-else")))
+    # Held, but with no lease to say when it lapses: nothing could ever claim it.
+    await backing.put("queue/jobs/no-lease", encode(replace(_job("no-lease"), token="0" * 24)))
     await q.enqueue(b"", id="fine")
     [d] = await q.claim(5, lease=30)
     assert d.id == "fine"
-    assert q.stats.corrupt_records == 3
+    assert q.stats.corrupt_records == 4
     assert q.stats.corrupt_keys == {
         "queue/jobs/garbage",
         "queue/jobs/truncated",
         "queue/jobs/wrong-id",
+        "queue/jobs/no-lease",
     }
     assert "queue/jobs/garbage" in caplog.text
     take(store)
     assert await q.claim(5, lease=30) == []
     assert take(store) == {"LIST": 1}  # known-bad versions are not fetched again
-    assert q.stats.corrupt_records == 3
+    assert q.stats.corrupt_records == 4
     with pytest.raises(CorruptRecord, match="queue/jobs/garbage"):
         await q.get("garbage")
     assert [r.id for r in (await q.list()).records] == ["fine"]
@@ -434,17 +434,16 @@ def test_every_write_changes_the_bytes() -> None:
     error=st.none() | st.text(max_size=200),
     priority=st.integers(min_value=0, max_value=9),
 )
-def test_a_record_size_says_its_state_and_priority(
+def test_a_record_size_says_its_priority(
     payload: bytes, kind: str, error: str | None, priority: int
 ) -> None:
-    """What a listing shows of a record is its size: waiting, held and dead
-    records of each priority fall in different classes, whatever they hold."""
+    """What a listing shows of a record is its size: records of each priority
+    fall in different classes, whatever they hold and whatever their state."""
     job = replace(_job("x"), payload=payload, kind=kind, last_error=error, priority=priority)
     held = job.next(2.0, token="0" * 24, lease_expires_at=32.0)
     dead = job.next(2.0, dead=True, dead_reason="gave up")
-    for record, state in ((job, WAITING), (held, HELD), (dead, DEAD)):
+    for record in (job, held, dead):
         data = encode(record)
-        assert listed_state(len(data)) == state
         assert listed_priority(len(data)) == record.priority
         assert decode(data, key="k") == record
 

@@ -13,7 +13,7 @@ One module per part, each with the reason it is so:
 - ``contract``: :class:`StoreQueue` itself, the LeaseQueue contract's
   operations and the inspection ones.
 - ``records``: a job's record, its codec, and the padding that makes a
-  record's size say its state and priority.
+  record's size say its priority.
 - ``view``: what one instance knows of the records, and which are due.
 - ``pacing``: when to list again, how much to read, how widely to pick.
 - ``size_hints``: what a listed size says, so the record need not be read.

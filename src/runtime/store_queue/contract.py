@@ -53,13 +53,11 @@ from .lost_answers import landed
 from .pacing import ScanPacing
 from .read_line import ReadLine
 from .records import (
-    WAITING,
     CorruptRecord,
     StoredJob,
     decode,
     delivery_of,
     encode,
-    listed_state,
     record_of,
     status_of,
 )
@@ -263,8 +261,7 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
             now = self.clock.now()
             before = {job_id: seen.etag for job_id, seen in self._view.items()}
             listed: set[str] = set()
-            stale: list[tuple[str, str | None, float]] = []
-            held: list[tuple[str, str | None, float]] = []  # by their size: see ReadLine
+            unread: list[tuple[str, str | None, float]] = []
             count = 0
             async for info in self.store.scan(self._jobs):
                 count += 1
@@ -283,34 +280,29 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
                     if seen.own:
                         # Perhaps listed before our own write landed: read it only
                         # if the view still holds that write when its turn comes.
-                        stale.append((job_id, seen.etag, listed_place(info, self.priority_aging)))
+                        unread.append((job_id, seen.etag, listed_place(info, self.priority_aging)))
                         continue
                     # Moved on: no claim may swap against the old version.
                     self._view.forget(job_id, seen.etag)
-                unknown = stale if listed_state(info.size) == WAITING else held
-                unknown.append((job_id, None, listed_place(info, self.priority_aging)))
+                unread.append((job_id, None, listed_place(info, self.priority_aging)))
             for job_id, etag in before.items():
                 if job_id not in listed:
                     self._view.forget(job_id, etag)
-            self._unread.reset(stale, held)
+            self._unread.reset(unread)
             self.stats.scans += 1
             self._scan_epoch += 1
-            changed = bool(stale or held) or len(listed) != len(before)
+            changed = bool(unread) or len(listed) != len(before)
             self._pacing.listed(count, changed)
 
     async def _read_ahead(self, want: int, now: float) -> None:
-        """Read the next ``want`` records of the unread line, at most
-        ``_read_batch``. If any turned out taken since the listing (claimed
+        """Read the next ``want`` records of the unread line, at most the
+        pacing's ``read_batch``. If any turned out taken since the listing (claimed
         elsewhere, or gone), this process has run into another's stretch: it
         jumps, and reads only a few where it lands, in case that is taken too;
         each batch found free doubles the next (:mod:`runtime.store_queue.pacing`)."""
         batch = self._unread.take(min(want, self._pacing.read_batch))
-        jobs = await asyncio.gather(*(self._refresh(job_id, etag) for job_id, etag, _ in batch))
-        taken = sum(
-            1
-            for job, (_, _, listed_free) in zip(jobs, batch, strict=True)
-            if listed_free and (job is None or (job.token and not job.claimable(now)))
-        )
+        jobs = await asyncio.gather(*(self._refresh(job_id, etag) for job_id, etag in batch))
+        taken = sum(1 for job in jobs if job is None or (job.token and not job.claimable(now)))
         self._pacing.read(taken)
         if taken:
             self._unread.jump()

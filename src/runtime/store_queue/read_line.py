@@ -27,11 +27,6 @@ unknown records only as its claims need them, in this order:
   This is the claim jitter's bargain again: order among jobs due within
   ``window`` of each other is given up for fewer races.
 
-Records whose size says another process holds them, or that they are dead
-(:func:`runtime.store_queue.records.listed_state`), come after all of these, in
-the same way: a process reads them only once it has nothing else to read (a
-lease may have lapsed; the size is only a hint).
-
 Which record is claimed is still decided by the line order among the
 records the process has read; this only orders the reading.
 """
@@ -43,13 +38,13 @@ import operator
 import random
 from collections.abc import Iterable
 
-Entry = tuple[str, "str | None", bool]
-"""``(id, the etag the view held when listed, listed as waiting)``."""
+Entry = tuple[str, "str | None"]
+"""``(id, the etag the view held when listed)``."""
 
 
 class ReadLine:
-    """Listed records to read, in chunks by estimated place in line, the ones
-    listed as waiting before the others; see the module docstring."""
+    """Listed records to read, in chunks by estimated place in line; see the
+    module docstring."""
 
     def __init__(self, chunk: int, window: float, rng: random.Random | None = None) -> None:
         if chunk < 1:
@@ -63,29 +58,22 @@ class ReadLine:
     def __len__(self) -> int:
         return self._count
 
-    def reset(
-        self,
-        waiting: Iterable[tuple[str, str | None, float]],
-        others: Iterable[tuple[str, str | None, float]] = (),
-    ) -> None:
-        """Replace the line with ``(id, known etag, estimated place)`` entries:
-        those listed as ``waiting``, then the ``others``."""
+    def reset(self, listed: Iterable[tuple[str, str | None, float]]) -> None:
+        """Replace the line with ``(id, known etag, estimated place)`` entries."""
         self._chunks = collections.deque()
-        self._count = 0
-        for listed, free in ((waiting, True), (others, False)):
-            in_line = sorted(listed, key=operator.itemgetter(2))
-            part: list[tuple[str, str | None, float]] = []
-            for entry in in_line:
-                if part and (len(part) >= self.chunk or entry[2] - part[-1][2] > self.window):
-                    self._add_chunk(part, free)
-                    part = []
-                part.append(entry)
-            if part:
-                self._add_chunk(part, free)
-            self._count += len(in_line)
+        in_line = sorted(listed, key=operator.itemgetter(2))
+        part: list[tuple[str, str | None, float]] = []
+        for entry in in_line:
+            if part and (len(part) >= self.chunk or entry[2] - part[-1][2] > self.window):
+                self._add_chunk(part)
+                part = []
+            part.append(entry)
+        if part:
+            self._add_chunk(part)
+        self._count = len(in_line)
 
-    def _add_chunk(self, part: list[tuple[str, str | None, float]], free: bool) -> None:
-        entries = collections.deque((job_id, known, free) for job_id, known, _ in sorted(part))
+    def _add_chunk(self, part: list[tuple[str, str | None, float]]) -> None:
+        entries = collections.deque((job_id, known) for job_id, known, _ in sorted(part))
         entries.rotate(-self._rng.randrange(len(entries)))
         self._chunks.append(entries)
 

@@ -12,13 +12,13 @@ incarnation of an id carries a random ``nonce``: no two writes of one key
 ever produce the same bytes.
 
 A listing shows each record's size and nothing else of what it holds, so the
-size is made to say the record's state and priority: every record is padded
-(a ``pad`` field of up to 39 bytes, ignored by readers) to a size whose
-remainder modulo 40 is ``state + 4 * priority``, the state being
-:data:`WAITING`, :data:`HELD` or :data:`DEAD`. A process that lists the
-queue then reads the waiting records it does not know in about the order it
-would claim them, and leaves the ones other processes hold for last (see
-:func:`listed_state`, :func:`listed_priority`).
+size is made to say the record's priority: every record is padded (a ``pad``
+field of up to 9 bytes, ignored by readers) to a size whose remainder modulo
+10 is its priority (:func:`listed_priority`). A process that lists the queue
+then reads the records it does not know in about the order it would claim
+them, so an urgent job another process enqueued is read ahead of a backlog
+(docs/queue.md; benchmarks/NOTES.md measures it, and why the size no longer
+also says whether the record is held).
 """
 
 from __future__ import annotations
@@ -32,9 +32,6 @@ from ..errors import QueueError
 from ..queue import SUSPENDED_STATUSES, Delivery, JobRecord, JobStatus, Wait
 
 __all__ = [
-    "DEAD",
-    "HELD",
-    "WAITING",
     "CorruptRecord",
     "StoredJob",
     "decode",
@@ -42,26 +39,19 @@ __all__ = [
     "encode",
     "record_of",
     "listed_priority",
-    "listed_state",
     "status_of",
 ]
 
 FORMAT = 1
 """Bumped when the record's layout changes incompatibly; a reader refuses others."""
 
-
-WAITING, HELD, DEAD = 0, 1, 2
-"""A record's state, as the remainder of its size modulo 4 (see the module docstring)."""
-
-_SIZE_CLASSES = 40
-"""4 states times 10 priorities: the remainder of a record's size modulo this."""
+_PRIORITIES = 10
+"""Priorities 0 to 9: the remainder of a record's size modulo this is its priority."""
 
 _PAD_FIELD = b"\xa3pad"
 """``pad`` as msgpack: the last key of every record."""
 _EMPTY_STR = 0xA0
 """msgpack's fixstr of length 0; ``0xA0 | n`` starts one of length n (n < 32)."""
-_STR8 = 0xD9
-"""msgpack's str 8: this byte, a length byte, then the bytes."""
 
 
 class CorruptRecord(QueueError):
@@ -110,10 +100,10 @@ class StoredJob:
         return replace(self, rev=self.rev + 1, updated_at=now, **changes)
 
     @property
-    def due(self) -> float | None:
+    def due(self) -> float:
         """When it becomes claimable: its run-at while waiting, its lease's
-        expiry while held (None for a held record without one)."""
-        return self.run_at if self.token is None else self.lease_expires_at
+        expiry while held (a held record has a lease: see :func:`decode`)."""
+        return self.run_at if self.lease_expires_at is None else self.lease_expires_at
 
     def claimable(self, now: float) -> bool:
         if self.dead:
@@ -121,13 +111,6 @@ class StoredJob:
         if self.token is None:
             return self.run_at <= now
         return self.lease_expires_at is not None and self.lease_expires_at <= now
-
-    @property
-    def state(self) -> int:
-        """WAITING, HELD (claimed: a token is set) or DEAD."""
-        if self.dead:
-            return DEAD
-        return WAITING if self.token is None else HELD
 
     def stripped(self) -> StoredJob:
         """This record without its payload and headers, for the view."""
@@ -173,29 +156,21 @@ def encode(job: StoredJob) -> bytes:
             body[name] = getattr(job, name)
     body["pad"] = ""
     data: bytes = msgpack.packb(body, use_bin_type=True)
-    # Widen the empty pad (the last byte) by n bytes, to the record's size class.
-    assert data.endswith(_PAD_FIELD + bytes([_EMPTY_STR]))
-    n = (job.state + 4 * job.priority - len(data)) % _SIZE_CLASSES
-    if n < 32:
-        return data[:-1] + bytes([_EMPTY_STR | n]) + b"-" * n
-    # too long for a fixstr: a str 8 of n - 1 bytes, which also adds n
-    return data[:-1] + bytes([_STR8, n - 1]) + b"-" * (n - 1)
+    if not data.endswith(_PAD_FIELD + bytes([_EMPTY_STR])):
+        raise RuntimeError(f"job {job.id}: msgpack did not end the record with its empty pad")
+    # Widen the empty pad (the last byte) by n bytes, so that the size says the priority.
+    n = (job.priority - len(data)) % _PRIORITIES
+    return data[:-1] + bytes([_EMPTY_STR | n]) + b"-" * n
 
 
-def listed_state(size: int) -> int:
-    """The state a record of ``size`` bytes was written in: WAITING, HELD or DEAD.
+def listed_priority(size: int) -> int:
+    """The priority (0 to 9) a record of ``size`` bytes was written with.
 
     Only a hint: a record written by something else (an older version, a
     corrupt object) has a size that means nothing. A queue uses it to choose
     what to read first, never to decide a claim.
     """
-    return size % 4
-
-
-def listed_priority(size: int) -> int:
-    """The priority (0 to 9) a record of ``size`` bytes was written with; a hint,
-    like :func:`listed_state`."""
-    return (size % _SIZE_CLASSES) // 4
+    return size % _PRIORITIES
 
 
 def decode(data: bytes, *, key: str) -> StoredJob:
@@ -234,6 +209,8 @@ def decode(data: bytes, *, key: str) -> StoredJob:
         if wait[0] not in _WAIT_STATUSES:
             raise CorruptRecord(f"field 'wait' has an unknown status {wait[0]!r}", key=key)
         values["wait"] = (wait[0], wait[1])
+    if (values["token"] is None) != (values["lease_expires_at"] is None):
+        raise CorruptRecord("a claim needs both a token and a lease expiry", key=key)
     return StoredJob(**values)
 
 

@@ -14,10 +14,9 @@ to skip most of those reads:
   sizes; every other transition of a held record adds or drops the token,
   the lease or an error, or deletes the record. A held record whose size did
   not change is read when the lease it was seen with would have lapsed.
-- **A place in line.** A record's size also says its state and priority
-  (the padding of :mod:`runtime.store_queue.records`), which with its
-  last-modified time places it in the unread line
-  (:mod:`runtime.store_queue.read_line`).
+- **A place in line.** A record's size also says its priority (the padding
+  of :mod:`runtime.store_queue.records`), which with its last-modified time
+  places it in the unread line (:mod:`runtime.store_queue.read_line`).
 
 A wrong guess (another change of the same size) only delays when this
 process looks again: nothing is ever written from a guess (a claim of a
@@ -35,14 +34,14 @@ from ..queue import sort_key
 from .records import StoredJob, encode, listed_priority
 from .view import Seen
 
-TOKEN_SHAPE = "0" * 24
+_TOKEN_BYTES = 12
+TOKEN_SHAPE = "0" * 2 * _TOKEN_BYTES
 """What every token looks like to the encoder (see :func:`held_elsewhere`)."""
 
 
 def new_token() -> str:
-    token = secrets.token_hex(12)
-    assert len(token) == len(TOKEN_SHAPE)
-    return token
+    """A claim's fencing token: random, and always as long as TOKEN_SHAPE."""
+    return secrets.token_hex(_TOKEN_BYTES)
 
 
 def renewed_elsewhere(seen: Seen, info: ObjectInfo, now: float) -> bool:

@@ -127,9 +127,7 @@ class View(Mapping[str, Seen]):
         job = seen.job
         if job is None or job.dead:
             return
-        due = job.due
-        assert due is not None
-        heapq.heappush(self._timed, (due, seen.stamp, job_id))
+        heapq.heappush(self._timed, (job.due, seen.stamp, job_id))
         if len(self._timed) + len(self._line) > 2 * len(self._entries) + 1024:
             self._reindex()
 
@@ -149,9 +147,7 @@ class View(Mapping[str, Seen]):
         for job_id, seen in self._entries.items():
             job = seen.job
             if job is not None and not job.dead:
-                due = job.due
-                assert due is not None
-                self._timed.append((due, seen.stamp, job_id))
+                self._timed.append((job.due, seen.stamp, job_id))
         heapq.heapify(self._timed)
 
     def _current(self, job_id: str, stamp: int) -> StoredJob | None:
@@ -206,7 +202,7 @@ class View(Mapping[str, Seen]):
             if job is None:
                 continue  # stale: the view has moved on, and refiled it
             if not job.claimable(now):  # only if the clock went back
-                heapq.heappush(self._timed, (job.due or now, stamp, job_id))
+                heapq.heappush(self._timed, (job.due, stamp, job_id))
                 continue
             keep.append(entry)
             if job_id in skip:
