@@ -14,6 +14,9 @@ scale     one FileStore, ``processes`` worker processes (``async with
           ``urgent``, once a tenth of the N are done the parent submits that
           many more at priority 0, and reports how long they waited to start.
 
+``metrics`` turns stepstone's OpenTelemetry metrics on (the ``otel`` extra):
+the ``-metrics`` cases against their twins measure what recording costs.
+
 Backends: ``memory`` (MemoryStore + MemoryQueue), ``memory-sq`` (MemoryStore +
 StoreQueue: the StoreQueue's request pattern without I/O), ``file``
 (FileStore + StoreQueue, durable: every write synced before it returns), ``s3`` (moto's S3
@@ -63,6 +66,8 @@ class Spec:
     urgent: int = 0
     pause: float = 0.0
     """Seconds each job waits after its steps (W3.pause)."""
+    metrics: bool = False
+    """Record metrics (an OpenTelemetry MeterProvider with an in-memory reader)."""
     label: str = ""
     workdir: str = ""
 
@@ -90,6 +95,17 @@ def per_area(counts: dict[str, int], n: int) -> dict[str, float]:
 
 def per_job(counts: dict[str, int], n: int) -> dict[str, float]:
     return {op: round(counts[op] / n, 3) for op in OPERATIONS}
+
+
+def _record_metrics() -> None:
+    """Turn stepstone's metrics on for this (the case's own) process: what a
+    worker with ``--metrics-port`` pays, less the scrapes."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from stepstone.metrics import use_meter_provider
+
+    use_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))
 
 
 def _file_options() -> dict[str, Any]:
@@ -153,6 +169,8 @@ async def open_backend(spec: Spec) -> AsyncIterator[tuple[CountingStore, JobRunn
     else:
         raise ValueError(f"unknown backend {spec.backend!r}")
     store = CountingStore(inner)
+    if spec.metrics:
+        _record_metrics()
     runner = JobRunner(
         store, queue=queue, jobs=[W3], concurrency=spec.concurrency, retry_backoff=0.0
     )

@@ -48,6 +48,10 @@ def plan(quick: bool) -> dict[str, Spec]:
         "urgent-2": Spec(
             "scale", "file", 2 * n_scale, processes=2, concurrency=16, pause=0.1, urgent=20
         ),
+        "w3-memory-metrics": Spec("w3", "memory", n_mem, metrics=True),
+        "steps10-memory-metrics": Spec(
+            "w3", "memory", n_mem, steps=10, resubmit=False, metrics=True
+        ),
         "steps1-memory": Spec("w3", "memory", n_mem, steps=1, resubmit=False),
         "steps10-memory": Spec("w3", "memory", n_mem, steps=10, resubmit=False),
         "n10k-memory": Spec("w3", "memory", 2000 if q else 10000, resubmit=False),

@@ -17,6 +17,7 @@ from .errors import (
     UnknownKind,
 )
 from .memory_queue import MemoryQueue
+from .observer import AttemptReport, WorkerObserver
 from .queue import (
     DEFAULT_MAX_ATTEMPTS,
     PRIORITY_HIGH,
@@ -45,6 +46,7 @@ __all__ = [
     "QUEUE_STATUSES",
     "Attempt",
     "AttemptEnd",
+    "AttemptReport",
     "Backoff",
     "Clock",
     "CorruptRecord",
@@ -84,5 +86,6 @@ __all__ = [
     "Wait",
     "Waking",
     "Worker",
+    "WorkerObserver",
     "WorkerStats",
 ]

@@ -83,6 +83,7 @@ from .decide import (
     uncounted_step,
 )
 from .errors import LeaseLost
+from .observer import AttemptReport, WorkerObserver, error_type
 from .queue import Delivery, LeaseQueue, Settlement
 
 __all__ = [
@@ -272,6 +273,10 @@ class _Job:
     stop: _Stop | None = None
     renewing: bool = False
     beat_task: asyncio.Task[None] | None = None
+    began: float = 0.0
+    """Loop time of the claim (set only when the worker has an observer)."""
+    settled: Settlement | None = None
+    """What the queue did with the job, once a settlement landed."""
 
     def where(self) -> str:
         d = self.delivery
@@ -353,6 +358,8 @@ class Worker:
         self.name = name or f"worker-{secrets.token_hex(3)}"
         self.only_registered = only_registered
         self.stats = WorkerStats()
+        self.observer: WorkerObserver | None = None
+        """Hears each claim and each attempt's end (metrics); see runtime.observer."""
 
         self._handlers: dict[str, _Registration] = {}
         self._jobs: set[_Job] = set()
@@ -398,6 +405,10 @@ class Worker:
     @property
     def in_flight(self) -> int:
         return len(self._jobs)
+
+    def in_flight_by_kind(self) -> dict[str, int]:
+        """Jobs in flight here, by kind (a copy; safe to call from another thread)."""
+        return self._by_kind.copy()
 
     def holds(self, job_id: str) -> bool:
         """Whether this worker has the job in flight under a lease that has not
@@ -699,6 +710,9 @@ class Worker:
         self._by_kind[delivery.kind] = self._by_kind.get(delivery.kind, 0) + 1
         self.stats.claimed += 1
         self.stats.peak_in_flight = max(self.stats.peak_in_flight, len(self._jobs))
+        if self.observer is not None:
+            job.began = loop.time()
+            self._observe(job, lambda observer: observer.claimed(delivery))
         runnable = registration is not None and delivery.attempt <= delivery.max_attempts
         if runnable:
             assert registration is not None
@@ -749,6 +763,8 @@ class Worker:
 
     async def _execute(self, job: _Job) -> None:
         """Wait for the handler, then settle what it did. Never raises."""
+        ended: AttemptEnd | None = None
+        decision: Decision | None = None
         try:
             ended = await self._ended(job)
             if ended is not None:
@@ -757,6 +773,13 @@ class Worker:
         except Exception:
             self._log(job, logging.ERROR, "settling failed", exc_info=True)
         finally:
+            if self.observer is not None:
+                settled = job.settled
+                if settled is None and job.lease.lost:
+                    settled = Settlement.LOST
+                seconds = asyncio.get_running_loop().time() - job.began
+                report = AttemptReport(job.delivery, settled, error_type(ended, decision), seconds)
+                self._observe(job, lambda observer: observer.attempt_over(report))
             if job.beat_task is not None and not job.beat_task.done():
                 job.beat_task.cancel()
             self._jobs.discard(job)
@@ -932,6 +955,7 @@ class Worker:
         self._count(job, settled, "release")
 
     def _count(self, job: _Job, settled: Settlement, operation: str) -> None:
+        job.settled = settled
         if settled is Settlement.LOST:
             self.stats.lost += 1
             self._log(
@@ -996,6 +1020,15 @@ class Worker:
             self._wakeup.clear()
             self._watch()
             await self._sleep(min(remaining, max(MIN_SLEEP, self._watch_pause())))
+
+    def _observe(self, job: _Job, tell: Callable[[WorkerObserver], None]) -> None:
+        """Tell the observer; what it raises is logged, never the job's business."""
+        if self.observer is None:
+            return
+        try:
+            tell(self.observer)
+        except Exception:
+            self._log(job, logging.ERROR, "the worker's observer failed", exc_info=True)
 
     # -- logging ---------------------------------------------------------------------
 

@@ -120,7 +120,8 @@ class JobContext:
         (with its type, through ``fn``'s return annotation) without running.
         A name used twice in one run is two steps, told apart by call order.
         """
-        with step_scope(self._run.run_id, name, self._run.replayed):  # a span with otel
+        run = self._run
+        with step_scope(run.run_id, run.name, name, run.replayed):  # a span, a duration
             return await self._step(name, fn, *args, **kwargs)
 
     async def _step(

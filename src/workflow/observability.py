@@ -14,6 +14,9 @@ span (``stepstone.job <NAME>``) and every step inside it a child span
 (``stepstone.step <name>``), on the globally configured TracerProvider or the
 one given to :func:`use_tracer_provider`. Without opentelemetry the hooks cost
 one failed import, once.
+
+**Metrics** (counters and histograms of claims, attempts and steps) are
+:mod:`stepstone.metrics`; a step's duration is recorded here, beside its span.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Any
 from stepstone.runtime.worker import Attempt
 
 from .escaping import escape_controls
+from .metrics import record_step, step_timer
 
 JOB_FIELDS = ("job_id", "job_name", "attempt")
 
@@ -212,22 +216,37 @@ def job_scope(name: str, attempt: Attempt) -> Iterator[None]:
 _NO_SPAN: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
 
 
-def step_scope(job_id: str, name: str, replayed: Sized) -> contextlib.AbstractContextManager[None]:
+def step_scope(
+    job_id: str, job_name: str, name: str, replayed: Sized
+) -> contextlib.AbstractContextManager[None]:
     """Around one ``ctx.step``: a child span saying whether it ran or replayed
-    (``replayed``, the run's record of replayed steps, grew while it ran).
+    (``replayed``, the run's record of replayed steps, grew while it ran), and
+    the step's duration when metrics are on (:mod:`stepstone.metrics`).
 
-    Without a tracer this is a shared no-op (a generator-based context
-    manager per step would cost more than the rest of the step's bookkeeping)."""
+    With neither a tracer nor metrics this is a shared no-op (a generator-based
+    context manager per step would cost more than the rest of the step's
+    bookkeeping)."""
     tracer = _get_tracer()
-    if tracer is None:
+    timer = step_timer()
+    if tracer is None and timer is None:
         return _NO_SPAN
-    return _step_span(tracer, job_id, name, replayed)
+    return _observed_step(tracer, timer, job_id, job_name, name, replayed)
 
 
 @contextlib.contextmanager
-def _step_span(tracer: Any, job_id: str, name: str, replayed: Sized) -> Iterator[None]:
+def _observed_step(
+    tracer: Any, timer: Any, job_id: str, job_name: str, name: str, replayed: Sized
+) -> Iterator[None]:
     replayed_before = len(replayed)
-    attributes = {"stepstone.step.name": name, "stepstone.job.id": job_id}
-    with tracer.start_as_current_span(f"stepstone.step {name}", attributes=attributes) as span:
-        yield
-        span.set_attribute("stepstone.step.replayed", len(replayed) > replayed_before)
+    started = time.perf_counter()
+    try:
+        if tracer is None:
+            yield
+            return
+        attributes = {"stepstone.step.name": name, "stepstone.job.id": job_id}
+        with tracer.start_as_current_span(f"stepstone.step {name}", attributes=attributes) as span:
+            yield
+            span.set_attribute("stepstone.step.replayed", len(replayed) > replayed_before)
+    finally:
+        if timer is not None and len(replayed) == replayed_before:
+            record_step(timer, job_name, name, time.perf_counter() - started)

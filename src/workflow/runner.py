@@ -38,6 +38,7 @@ from .executor import Executor
 from .handle import JobHandle, JobState
 from .job import Job
 from .layout import Layout, check_run_id, run_id_for_key
+from .metrics import RunnerMetrics, start_metrics
 from .outcome import Outcome
 from .records import RunRecords
 from .retention import Sweeper
@@ -100,6 +101,7 @@ class JobRunner:
         self._jobs: dict[str, type[Job[Any]]] = {}
         self._state: dict[type, object] = {}
         self._running = False
+        self._metrics: RunnerMetrics | None = None
         self.worker = Worker(
             self.queue,
             concurrency=concurrency,
@@ -199,10 +201,12 @@ class JobRunner:
     # -- lifecycle -----------------------------------------------------------
 
     async def start(self) -> None:
-        """Start the worker, the retention sweeper and the schedules."""
+        """Start the worker, the retention sweeper and the schedules, and
+        record metrics if a MeterProvider is set (:mod:`stepstone.metrics`)."""
         if self._running:
             return
         self._running = True
+        self._metrics = start_metrics(self.worker)
         await self.worker.start()
         if self._sweeper is not None:
             self._sweeper.start()
@@ -218,6 +222,9 @@ class JobRunner:
         if self._sweeper is not None:
             await self._sweeper.stop()
         await self.worker.stop(drain_timeout)
+        if self._metrics is not None:
+            self._metrics.close()
+            self._metrics = None
 
     async def check_store(self) -> None:
         """Read the store once (a LIST of at most one key under the runner's

@@ -81,6 +81,20 @@ class Refuse(Job[int]):
         raise Permanent(self.message)
 
 
+class Flaky(Job[int]):
+    """Fails its first attempt (a RuntimeError), then succeeds."""
+
+    NAME: ClassVar[str] = "cli.flaky"
+    n: int
+
+    async def run(self, ctx: JobContext) -> int:
+        marker = _dir() / f"flaked-{self.n}"
+        if not marker.exists():
+            marker.touch()
+            raise RuntimeError(f"flaky {self.n}")
+        return self.n
+
+
 class Gated(Job[int]):
     """Says it started, then waits for ``release-<n>``: lets a test signal a
     worker while the job is in flight."""
@@ -99,7 +113,7 @@ def make_runner() -> JobRunner:
     """The factory ``stepstone worker cli_app:make_runner`` calls."""
     return JobRunner(
         os.environ["STEPSTONE_STORE"],
-        jobs=[Greet, Boom, Gated, Refuse],
+        jobs=[Greet, Boom, Gated, Refuse, Flaky],
         poll_interval=0.05,
         retry_backoff=0.0,
         drain_timeout=30.0,

@@ -19,6 +19,7 @@ import pytest
 
 from stepstone.runtime import (
     Attempt,
+    AttemptReport,
     Backoff,
     Clock,
     Delivery,
@@ -1092,3 +1093,68 @@ async def test_deliveries_beyond_the_claim_are_released_not_run(env: Env) -> Non
 
     await until(one_claimed_two_ready, "the surplus went back")
     assert worker.in_flight == 1 and worker.stats.peak_in_flight == 1
+
+
+# -- the observer (what metrics count) ---------------------------------------------------
+
+
+async def test_the_observer_hears_each_claim_and_how_each_attempt_ended(env: Env) -> None:
+    claims: list[str] = []
+    reports: list[AttemptReport] = []
+
+    class Observer:
+        def claimed(self, delivery: Delivery) -> None:
+            claims.append(delivery.id)
+
+        def attempt_over(self, report: AttemptReport) -> None:
+            reports.append(report)
+
+    tries = 0
+
+    async def handler(attempt: Attempt) -> str:
+        nonlocal tries
+        if attempt.job_id == "bad":
+            raise Permanent("never")
+        tries += 1
+        if tries == 1:
+            raise ConnectionError("reset")
+        return "ok"
+
+    await env.queue.enqueue(b"", kind="k", id="flaky")
+    await env.queue.enqueue(b"", kind="k", id="bad")
+    worker = env.worker()
+    worker.register("k", handler)
+    worker.observer = Observer()
+    await worker.start()
+    await until(lambda: len(reports) == 3, "three attempts ended")
+    assert sorted(claims) == ["bad", "flaky", "flaky"]
+    ended = sorted((r.delivery.id, r.delivery.attempt, r.settled, r.error_type) for r in reports)
+    assert ended == [
+        ("bad", 1, Settlement.DEAD, "stepstone.runtime.errors.Permanent"),
+        ("flaky", 1, Settlement.RETRIED, "ConnectionError"),
+        ("flaky", 2, Settlement.ACKED, None),
+    ]
+    assert all(r.seconds >= 0 for r in reports)
+
+
+async def test_an_observer_that_raises_never_changes_how_a_job_settles(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Broken:
+        def claimed(self, delivery: Delivery) -> None:
+            raise RuntimeError("broke on the claim")
+
+        def attempt_over(self, report: AttemptReport) -> None:
+            raise RuntimeError("broke at the end")
+
+    caplog.set_level(logging.ERROR, logger="stepstone.runtime.worker")
+    await env.queue.enqueue(b"", kind="k", id="j")
+    worker = env.worker()
+    worker.register("k", lambda attempt: "done")
+    worker.observer = Broken()
+    await worker.start()
+    await until(lambda: worker.stats.succeeded == 1, "the job was acked")
+    assert await env.record("j") is None
+    assert len(env.reported.calls) == 1
+    failures = [r for r in caplog.records if "observer failed" in r.getMessage()]
+    assert len(failures) == 2

@@ -77,6 +77,19 @@ def build_parser() -> argparse.ArgumentParser:
         default="text",
         help="text lines, or one JSON object per line (default text)",
     )
+    worker.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve metrics in the Prometheus text format on http://HOST:PORT/metrics "
+        "(needs the metrics extra)",
+    )
+    worker.add_argument(
+        "--metrics-host",
+        default="0.0.0.0",
+        metavar="HOST",
+        help="the address --metrics-port listens on (default 0.0.0.0, every interface)",
+    )
     worker.set_defaults(handler=cmd_worker)
 
     ls = sub.add_parser(

@@ -3,7 +3,8 @@
 The first SIGTERM or SIGINT stops claiming and lets in-flight jobs finish
 within the runner's drain window, which is what a deploy or a Ctrl-C wants;
 a second one exits at once, as a crash would, for an operator who cannot
-wait. Logs go to stderr, as text or JSON lines.
+wait. Logs go to stderr, as text or JSON lines. With ``--metrics-port`` it
+also serves its metrics in the Prometheus text format (stepstone.prometheus).
 
 Before it claims anything the worker reads its store once
 (:meth:`JobRunner.check_store`): a bucket that does not exist, refused
@@ -24,6 +25,7 @@ import signal
 from stepstone.store import StoreError
 
 from ..observability import configure_logging
+from ..prometheus import MetricsUnavailable, serve_prometheus
 from ..runner import JobRunner
 from .errors import CliError
 from .runners import resolve_runner
@@ -44,6 +46,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 async def _serve(args: argparse.Namespace) -> int:
     """Load the runner, check its store, run it until a signal; close it whatever happens."""
+    if args.metrics_port is not None:
+        _serve_metrics(args.metrics_host, args.metrics_port)
     runner = await resolve_runner(args.app)
     try:
         if args.concurrency is not None:
@@ -96,3 +100,16 @@ async def _run_until_signalled(runner: JobRunner, app: str) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
     return 0
+
+
+def _serve_metrics(host: str, port: int) -> None:
+    """Serve /metrics before the runner starts (it picks up metrics as it starts)."""
+    if not 0 <= port <= 65535:
+        raise CliError(f"--metrics-port must be a port number, got {port}", 2)
+    try:
+        bound_host, bound_port = serve_prometheus(port, host)
+    except MetricsUnavailable as exc:
+        raise CliError(str(exc)) from None
+    except OSError as exc:
+        raise CliError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") from None
+    log.info("metrics on http://%s:%d/metrics", bound_host, bound_port)

@@ -1,0 +1,57 @@
+"""What the worker tells an observer about each attempt: what metrics count.
+
+The worker calls an observer, when it has one, twice per attempt: when it
+claims a job and when the attempt is over (settled, or given up on). The
+workflow layer's metrics (:mod:`stepstone.metrics`) are one; without an
+observer the worker pays one ``is None`` test per call site, so an engine
+with metrics off does no work for them.
+
+An observer runs on the worker's event loop, inside the job's own task: it
+must be quick and must not block. The worker logs and swallows whatever it
+raises, so a broken observer never changes how a job settles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from .decide import AttemptEnd, Dead, Decision, Raised, TimedOut, qualified_name, reported_error
+from .queue import Delivery, Settlement
+from .suspension import Suspend
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptReport:
+    """How one attempt ended, as the worker saw it."""
+
+    delivery: Delivery
+    settled: Settlement | None
+    """What the queue did with the job: ``LOST`` when the lease was lost
+    (nothing settled); None when no settlement landed (the queue kept failing,
+    and the job returns when its lease lapses)."""
+    error_type: str | None
+    """The attempt ended in an error: the exception's qualified class name, or
+    the failure kind when no exception caused it (``expired``, ``unknown``).
+    None for a success, a suspension, a drain, or a lost lease."""
+    seconds: float
+    """Real seconds from the claim until the settlement landed (or was given up on)."""
+
+
+class WorkerObserver(Protocol):
+    """Hears each claim and each attempt's end. See the module docstring."""
+
+    def claimed(self, delivery: Delivery) -> None: ...
+
+    def attempt_over(self, report: AttemptReport) -> None: ...
+
+
+def error_type(ended: AttemptEnd | None, decision: Decision | None) -> str | None:
+    """The type of error an attempt ended in (see :attr:`AttemptReport.error_type`)."""
+    if isinstance(decision, Dead):
+        return decision.terminal.error_type or decision.terminal.kind.value
+    if isinstance(ended, TimedOut):
+        return "TimeoutError"
+    if isinstance(ended, Raised) and not isinstance(ended.error, Suspend):
+        return qualified_name(type(reported_error(ended.error)))
+    return None

@@ -1,0 +1,320 @@
+"""Metrics through OpenTelemetry: what a fleet of workers did, as numbers.
+
+With the ``otel`` extra installed and a MeterProvider configured (set
+globally with ``opentelemetry.metrics.set_meter_provider``, or given to
+:func:`use_meter_provider`) when a runner starts, its worker counts every
+claim and every attempt's end, times each attempt and each step, and reports
+the jobs in flight and the queue's depth by state when a reader collects.
+``stepstone worker --metrics-port N`` sets one up that serves the Prometheus
+text format (:mod:`stepstone.prometheus`). docs/observability.md lists
+every instrument with its unit and attributes.
+
+Off costs nothing per job: a runner that starts with no provider gives its
+worker no observer (:mod:`stepstone.runtime.observer`), and a step looks at
+one module global. Without opentelemetry installed the check is one failed
+import, once.
+
+What a reader sees depends on when it asks, never on a job: the jobs in
+flight are read from the worker at collection, and the queue's depth is
+counted then (at most once per ``QUEUE_DEPTH_MAX_AGE`` seconds; a
+StoreQueue's count is a LIST per thousand queue records).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from stepstone.runtime.observer import AttemptReport
+from stepstone.runtime.queue import Delivery, JobStatus, LeaseQueue, Settlement
+from stepstone.runtime.queue_inspection import JobCounts
+from stepstone.runtime.worker import Worker
+
+QUEUE_DEPTH_MAX_AGE = 5.0
+"""Seconds a count of the queue is reused for: readers collecting more often
+(several exporters, a fast scrape) do not list the queue more often."""
+QUEUE_DEPTH_TIMEOUT = 10.0
+"""Longest a collection waits for the queue to be counted; past it the last
+count is reported (or none)."""
+
+DURATION_BUCKETS = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+)  # fmt: skip
+"""Histogram bucket bounds in seconds: OpenTelemetry's advice for durations
+in seconds (5 ms to 10 s), extended to an hour for jobs that take that long."""
+
+JOB_NAME = "stepstone.job.name"
+STEP_NAME = "stepstone.step.name"
+RESULT = "stepstone.job.result"
+STATE = "stepstone.job.state"
+ERROR_TYPE = "error.type"
+
+_RESULTS = {
+    Settlement.ACKED: "succeeded",
+    Settlement.RETRIED: "retried",
+    Settlement.DEAD: "dead",
+    Settlement.SUSPENDED: "suspended",
+    Settlement.RELEASED: "released",
+    Settlement.LOST: "lost",
+}
+"""The ``stepstone.job.result`` of an attempt by what the queue did with it
+(``unsettled`` when no settlement landed)."""
+
+_UNSET: Any = object()
+_provider: Any = None
+_instruments: Any = _UNSET
+"""The instruments on the current provider: _Instruments, None (metrics off),
+or _UNSET (not looked for since the provider last changed)."""
+_lock = threading.Lock()
+
+
+def use_meter_provider(provider: Any) -> None:
+    """Record stepstone's metrics on ``provider`` (an opentelemetry MeterProvider)
+    instead of the global one; None goes back to the global one. Runners that
+    start afterwards use it; a running runner keeps what it had."""
+    global _provider, _instruments
+    with _lock:
+        _provider = provider
+        _instruments = _UNSET
+
+
+def _current() -> _Instruments | None:
+    """The instruments, or None when metrics are off: opentelemetry is not
+    installed, or no MeterProvider is given nor set globally."""
+    global _instruments
+    with _lock:
+        if _instruments is _UNSET:
+            _instruments = _look_for_provider()
+        found: _Instruments | None = _instruments
+        return found
+
+
+def _look_for_provider() -> _Instruments | None:
+    provider = _provider
+    if provider is None:
+        try:
+            from opentelemetry import metrics
+        except ImportError:
+            return None
+        provider = metrics.get_meter_provider()
+        # Unset, the global provider is a proxy (opentelemetry's private
+        # _ProxyMeterProvider), or by configuration a no-op: instruments on it
+        # would cost per job and record nothing.
+        unset = type(provider).__name__ == "_ProxyMeterProvider"
+        if unset or isinstance(provider, metrics.NoOpMeterProvider):
+            return None
+    return _Instruments(provider.get_meter("stepstone"))
+
+
+def metrics_enabled() -> bool:
+    """Whether a runner starting now would record metrics."""
+    return _current() is not None
+
+
+class _Instruments:
+    """Every instrument, made once per provider, and the runners they observe."""
+
+    def __init__(self, meter: Any) -> None:
+        self.runners: dict[int, RunnerMetrics] = {}
+
+        def counter(name: str, unit: str, description: str) -> Any:
+            return meter.create_counter(name, unit=unit, description=description)
+
+        def histogram(name: str, description: str) -> Any:
+            return meter.create_histogram(
+                name,
+                unit="s",
+                description=description,
+                explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+            )
+
+        self.claimed = counter(
+            "stepstone.job.claimed", "{attempt}", "Attempts a worker claimed (started)."
+        )
+        self.failed = counter(
+            "stepstone.job.failed",
+            "{attempt}",
+            "Attempts that ended in an error, whether retried or dead.",
+        )
+        self.settled = {
+            Settlement.ACKED: counter(
+                "stepstone.job.succeeded", "{run}", "Runs that succeeded (acked)."
+            ),
+            Settlement.RETRIED: counter(
+                "stepstone.job.retried", "{attempt}", "Attempts sent back to run again."
+            ),
+            Settlement.DEAD: counter(
+                "stepstone.job.dead", "{run}", "Runs that failed for good (dead-lettered)."
+            ),
+            Settlement.SUSPENDED: counter(
+                "stepstone.job.suspended",
+                "{attempt}",
+                "Attempts that suspended the run (a durable sleep or wait).",
+            ),
+            Settlement.RELEASED: counter(
+                "stepstone.job.released",
+                "{attempt}",
+                "Attempts cut short by a shutdown and given back uncounted.",
+            ),
+            Settlement.LOST: counter(
+                "stepstone.job.lost",
+                "{attempt}",
+                "Attempts whose lease was lost: another worker may have the job.",
+            ),
+        }
+        self.duration = histogram(
+            "stepstone.job.duration", "How long one attempt held a worker slot, claim to settled."
+        )
+        self.start_latency = histogram(
+            "stepstone.job.start_latency", "From submit to the first claim of the run."
+        )
+        self.step_duration = histogram(
+            "stepstone.step.duration", "How long a step's function ran (replays are not timed)."
+        )
+        meter.create_observable_up_down_counter(
+            "stepstone.job.in_flight",
+            callbacks=[self._observe_in_flight],
+            unit="{job}",
+            description="Jobs a worker is running now.",
+        )
+        meter.create_observable_up_down_counter(
+            "stepstone.queue.depth",
+            callbacks=[self._observe_depth],
+            unit="{job}",
+            description="Jobs in the queue by state, as counted at collection.",
+        )
+
+    def _observe_in_flight(self, options: Any) -> Iterator[Any]:
+        from opentelemetry.metrics import Observation
+
+        totals: dict[str, int] = {}
+        for runner in list(self.runners.values()):
+            for kind, n in runner.worker.in_flight_by_kind().items():
+                totals[kind] = totals.get(kind, 0) + n
+        # A job type whose last job ended reports 0, not nothing: a series
+        # that stops would keep its last value on a dashboard.
+        for runner in list(self.runners.values()):
+            for kind in runner.kinds_seen:
+                totals.setdefault(kind, 0)
+        for kind, n in totals.items():
+            yield Observation(n, {JOB_NAME: kind})
+
+    def _observe_depth(self, options: Any) -> Iterator[Any]:
+        from opentelemetry.metrics import Observation
+
+        seen: set[int] = set()
+        for runner in list(self.runners.values()):
+            if id(runner.queue) in seen:
+                continue
+            seen.add(id(runner.queue))
+            counts = runner.queue_depth()
+            for status, n in (counts or {}).items():
+                yield Observation(n, {STATE: status.value})
+
+
+class RunnerMetrics:
+    """One running runner's metrics: the worker's observer, and what readers
+    ask of its worker and queue. Made by :func:`start_metrics`."""
+
+    def __init__(self, instruments: _Instruments, worker: Worker) -> None:
+        self._instruments = instruments
+        self.worker = worker
+        self.queue: LeaseQueue = worker.queue
+        self.kinds_seen: set[str] = set()
+        self._loop = asyncio.get_running_loop()
+        self._counts: dict[JobStatus, int] | None = None
+        self._counted_at = float("-inf")
+        self._counting: asyncio.Future[None] | None = None
+
+    # -- the worker's observer ------------------------------------------------
+
+    def claimed(self, delivery: Delivery) -> None:
+        kind = delivery.kind
+        self.kinds_seen.add(kind)
+        attributes = {JOB_NAME: kind}
+        self._instruments.claimed.add(1, attributes)
+        if delivery.claims == 1 and delivery.enqueued_at > 0:
+            waited = self.worker.clock.now() - delivery.enqueued_at
+            self._instruments.start_latency.record(max(0.0, waited), attributes)
+
+    def attempt_over(self, report: AttemptReport) -> None:
+        kind = report.delivery.kind
+        attributes = {JOB_NAME: kind}
+        if report.error_type is not None:
+            self._instruments.failed.add(1, {JOB_NAME: kind, ERROR_TYPE: report.error_type})
+        settled = report.settled
+        if settled is not None:
+            if settled is Settlement.DEAD and report.error_type is not None:
+                attributes = {JOB_NAME: kind, ERROR_TYPE: report.error_type}
+            self._instruments.settled[settled].add(1, attributes)
+        result = "unsettled" if settled is None else _RESULTS[settled]
+        self._instruments.duration.record(report.seconds, {JOB_NAME: kind, RESULT: result})
+
+    # -- what readers ask ----------------------------------------------------------
+
+    def queue_depth(self) -> dict[JobStatus, int] | None:
+        """The queue's jobs by state (None: it cannot count them, or not yet).
+
+        Called in the reader's thread (an exporter's, a scrape's): the count
+        runs on the runner's loop and is awaited here, up to
+        QUEUE_DEPTH_TIMEOUT. Called on the loop itself (a reader collecting
+        inside a coroutine), it cannot wait: it starts a count and reports
+        the last one.
+        """
+        queue = self.queue
+        if not isinstance(queue, JobCounts):
+            return None
+        if time.monotonic() - self._counted_at < QUEUE_DEPTH_MAX_AGE:
+            return self._counts
+        try:
+            on_loop = asyncio.get_running_loop() is self._loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:
+            if self._counting is None or self._counting.done():
+                self._counting = asyncio.ensure_future(self._count(queue))
+            return self._counts
+        with contextlib.suppress(Exception):  # closed loop, timeout, queue error
+            asyncio.run_coroutine_threadsafe(self._count(queue), self._loop).result(
+                QUEUE_DEPTH_TIMEOUT
+            )
+        return self._counts
+
+    async def _count(self, queue: JobCounts) -> None:
+        self._counts = await queue.counts()
+        self._counted_at = time.monotonic()
+
+    def close(self) -> None:
+        self._instruments.runners.pop(id(self), None)
+        if self.worker.observer is self:
+            self.worker.observer = None
+
+
+def start_metrics(worker: Worker) -> RunnerMetrics | None:
+    """Start recording ``worker``'s metrics, if metrics are on (see the module
+    docstring); call ``close()`` on what it returns when the worker stops."""
+    instruments = _current()
+    if instruments is None:
+        return None
+    metrics = RunnerMetrics(instruments, worker)
+    instruments.runners[id(metrics)] = metrics
+    worker.observer = metrics
+    return metrics
+
+
+def step_timer() -> Any:
+    """The step-duration histogram, or None when metrics are off (what
+    :func:`stepstone.observability.step_scope` asks once per step)."""
+    instruments = _instruments
+    if instruments is _UNSET or instruments is None:
+        return None
+    return instruments.step_duration
+
+
+def record_step(timer: Any, job_name: str, step: str, seconds: float) -> None:
+    timer.record(seconds, {JOB_NAME: job_name, STEP_NAME: step})

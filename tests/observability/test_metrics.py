@@ -1,0 +1,179 @@
+"""Metrics through OpenTelemetry: each claim and attempt counted, steps timed,
+in-flight jobs and the queue's depth read when a reader collects; nothing at
+all when no MeterProvider is set."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import pytest
+
+from stepstone import Job, JobContext, JobRunner, Permanent
+from stepstone.metrics import metrics_enabled, step_timer, use_meter_provider
+from stepstone.testing import fail_once, wait_until
+
+pytest.importorskip("opentelemetry.sdk", reason="metrics need the otel extra")
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+
+async def fetch(order: str) -> str:
+    return f"fetched {order}"
+
+
+async def charge(order: str) -> str:
+    return f"charged {order}"
+
+
+flaky_charge = fail_once(charge)
+
+
+class Pay(Job[str]):
+    NAME: ClassVar[str] = "m.pay"
+    order: str
+
+    async def run(self, ctx: JobContext) -> str:
+        await ctx.step("fetch", fetch, self.order)
+        return await ctx.step("charge", flaky_charge, self.order)
+
+
+class Refuse(Job[None]):
+    NAME: ClassVar[str] = "m.refuse"
+
+    async def run(self, ctx: JobContext) -> None:
+        raise Permanent("card declined")
+
+
+class Nap(Job[str]):
+    NAME: ClassVar[str] = "m.nap"
+
+    async def run(self, ctx: JobContext) -> str:
+        await ctx.sleep(0.01)
+        return "rested"
+
+
+class Hold(Job[str]):
+    NAME: ClassVar[str] = "m.hold"
+    gate: ClassVar[asyncio.Event]
+
+    async def run(self, ctx: JobContext) -> str:
+        await Hold.gate.wait()
+        return "released"
+
+
+@pytest.fixture
+def reader() -> Iterator[InMemoryMetricReader]:
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    use_meter_provider(provider)
+    flaky_charge.reset()
+    try:
+        yield reader
+    finally:
+        use_meter_provider(None)
+        provider.shutdown()
+
+
+Points = dict[str, list[tuple[dict[str, Any], Any]]]
+
+
+async def collect(reader: InMemoryMetricReader) -> Points:
+    """Every data point by metric name: (attributes, value or (count, sum)).
+    Collected in a thread, as an exporter or a scrape would."""
+    data = await asyncio.to_thread(reader.get_metrics_data)
+    points: Points = {}
+    for resource in data.resource_metrics:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                for point in metric.data.data_points:
+                    value = getattr(point, "value", None)
+                    if value is None:
+                        value = (point.count, point.sum)
+                    points.setdefault(metric.name, []).append((dict(point.attributes), value))
+    return points
+
+
+def total(points: Points, name: str, **attributes: str) -> Any:
+    """The sum of ``name``'s points whose attributes include ``attributes``
+    (histograms: their counts)."""
+    found = 0
+    for have, value in points.get(name, []):
+        if attributes.items() <= have.items():
+            found += value[0] if isinstance(value, tuple) else value
+    return found
+
+
+async def test_attempts_are_counted_by_how_they_ended(reader: InMemoryMetricReader) -> None:
+    runner = JobRunner("memory://", jobs=[Pay, Refuse, Nap], retry_backoff=0.0)
+    async with runner:
+        assert runner.worker.observer is not None
+        assert await (await runner.submit(Pay(order="o-1"))).result(timeout=10) == "charged o-1"
+        refused = await (await runner.submit(Refuse())).join(timeout=10)
+        assert not refused.ok
+        assert await (await runner.submit(Nap())).result(timeout=10) == "rested"
+        # An outcome is recorded before the job is acked and counted.
+        await wait_until(
+            lambda: runner.worker.stats.succeeded + runner.worker.stats.dead == 3, timeout=10
+        )
+        points = await collect(reader)
+
+    name = "stepstone.job.name"
+    assert total(points, "stepstone.job.claimed", **{name: "m.pay"}) == 2
+    assert total(points, "stepstone.job.claimed", **{name: "m.nap"}) == 2
+    assert total(points, "stepstone.job.claimed") == 5
+    assert total(points, "stepstone.job.succeeded") == 2
+    assert total(points, "stepstone.job.retried", **{name: "m.pay"}) == 1
+    injected = {name: "m.pay", "error.type": "stepstone.testing.InjectedFailure"}
+    assert total(points, "stepstone.job.failed", **injected) == 1
+    permanent = {name: "m.refuse", "error.type": "stepstone.runtime.errors.Permanent"}
+    assert total(points, "stepstone.job.failed", **permanent) == 1
+    assert total(points, "stepstone.job.dead", **permanent) == 1
+    assert total(points, "stepstone.job.suspended", **{name: "m.nap"}) == 1
+    # One duration per attempt, by how it ended; a start latency per run.
+    assert total(points, "stepstone.job.duration") == 5
+    assert total(points, "stepstone.job.duration", **{"stepstone.job.result": "retried"}) == 1
+    assert total(points, "stepstone.job.start_latency") == 3
+    # Steps that ran are timed; the retry's replay of "fetch" is not.
+    step = "stepstone.step.name"
+    assert total(points, "stepstone.step.duration", **{name: "m.pay", step: "fetch"}) == 1
+    assert total(points, "stepstone.step.duration", **{name: "m.pay", step: "charge"}) == 2
+    assert total(points, "stepstone.job.in_flight") == 0
+    assert total(points, "stepstone.queue.depth", **{"stepstone.job.state": "dead"}) == 1
+    assert total(points, "stepstone.queue.depth") == 1
+
+
+async def test_in_flight_and_queue_depth_are_read_when_collected(
+    reader: InMemoryMetricReader,
+) -> None:
+    Hold.gate = asyncio.Event()
+    runner = JobRunner("memory://", jobs=[Hold], concurrency=1)
+    async with runner:
+        held = [await runner.submit(Hold()) for _ in range(3)]
+        await wait_until(lambda: runner.worker.in_flight == 1)
+        points = await collect(reader)
+        assert total(points, "stepstone.job.in_flight", **{"stepstone.job.name": "m.hold"}) == 1
+        assert total(points, "stepstone.queue.depth", **{"stepstone.job.state": "running"}) == 1
+        assert total(points, "stepstone.queue.depth", **{"stepstone.job.state": "ready"}) == 2
+        Hold.gate.set()
+        for handle in held:
+            assert await handle.result(timeout=10) == "released"
+
+
+def test_without_a_meter_provider_a_runner_records_nothing() -> None:
+    """No provider: the worker gets no observer and steps no timer, so a job
+    pays for nothing (the benchmark's figure: docs/observability.md)."""
+    from opentelemetry import metrics
+
+    if type(metrics.get_meter_provider()).__name__ != "_ProxyMeterProvider":
+        pytest.skip("a global MeterProvider is configured in this process")
+    use_meter_provider(None)
+    assert not metrics_enabled()
+
+    async def start_and_look() -> tuple[object, object]:
+        runner = JobRunner("memory://")
+        async with runner:
+            return runner.worker.observer, step_timer()
+
+    assert asyncio.run(start_and_look()) == (None, None)
