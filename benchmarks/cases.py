@@ -100,12 +100,11 @@ def per_job(counts: dict[str, int], n: int) -> dict[str, float]:
 def _record_metrics() -> None:
     """Turn stepstone's metrics on for this (the case's own) process: what a
     worker with ``--metrics-port`` pays, less the scrapes."""
-    from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-    from stepstone.metrics import use_meter_provider
+    from stepstone.metrics import meter_provider, use_meter_provider
 
-    use_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))
+    use_meter_provider(meter_provider(InMemoryMetricReader()))
 
 
 def _file_options() -> dict[str, Any]:

@@ -373,12 +373,17 @@ async def list_jobs(runner: Inspected, state: str | None = None, *, limit: int =
     return Listing(list(rows.values())[:limit], list(unreadable.values()))
 
 
-async def stats(runner: Inspected) -> Counts:
-    """Queue records by status, and outcome records by status (a GET each)."""
+async def queue_counts(runner: Inspected) -> dict[str, int]:
+    """Queue records by status (no outcome is read: a LIST per thousand records)."""
     if not isinstance(runner.queue, JobCounts):
         raise _lacks(runner.queue, "count its jobs")
     counts = await runner.queue.counts()
-    queue = {status.value: counts.get(status, 0) for status in QUEUE_STATUSES}
+    return {status.value: counts.get(status, 0) for status in QUEUE_STATUSES}
+
+
+async def stats(runner: Inspected) -> Counts:
+    """Queue records by status, and outcome records by status (a GET each)."""
+    queue = await queue_counts(runner)
     outcomes = {status.value: 0 for status in JobStatus if status.finished}
     unreadable: list[Unreadable] = []
 

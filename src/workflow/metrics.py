@@ -111,6 +111,16 @@ def _look_for_provider() -> _Instruments | None:
     return _Instruments(provider.get_meter("stepstone"))
 
 
+def meter_provider(*readers: Any) -> Any:
+    """A MeterProvider for stepstone's metrics, as ``stepstone worker`` makes one:
+    the SDK's with ``readers`` and exemplars off (sampling an exemplar on every
+    record doubles its cost, and the Prometheus text format has no place for
+    them). Needs opentelemetry-sdk."""
+    from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
+
+    return MeterProvider(metric_readers=list(readers), exemplar_filter=AlwaysOffExemplarFilter())
+
+
 def metrics_enabled() -> bool:
     """Whether a runner starting now would record metrics."""
     return _current() is not None

@@ -15,9 +15,8 @@ underscores, a counter ends in ``_total``, a unit of seconds adds
 from __future__ import annotations
 
 import threading
-from typing import Any
 
-from .metrics import use_meter_provider
+from .metrics import meter_provider, use_meter_provider
 
 _served: tuple[str, int] | None = None
 _lock = threading.Lock()
@@ -41,13 +40,12 @@ def serve_prometheus(port: int, host: str = "0.0.0.0") -> tuple[str, int]:
             return _served
         try:
             from opentelemetry.exporter.prometheus import PrometheusMetricReader
-            from opentelemetry.sdk.metrics import MeterProvider
             from prometheus_client import start_http_server
         except ImportError as exc:
             raise MetricsUnavailable(
                 f"serving metrics needs the metrics extra: pip install 'stepstone[metrics]' ({exc})"
             ) from exc
-        provider: Any = MeterProvider(metric_readers=[PrometheusMetricReader()])
+        provider = meter_provider(PrometheusMetricReader())
         server, _thread = start_http_server(port, addr=host)
         use_meter_provider(provider)
         bound_host, bound_port = server.server_address[:2]

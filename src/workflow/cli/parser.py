@@ -21,6 +21,7 @@ from .commands import (
     cmd_stats,
 )
 from .runners import ENV_PREFIX, ENV_STORE
+from .ui import cmd_ui
 from .worker import cmd_worker
 
 
@@ -167,4 +168,30 @@ def build_parser() -> argparse.ArgumentParser:
         "--count", type=int, default=3, help="next ticks to show per schedule (default 3)"
     )
     schedules.set_defaults(handler=cmd_schedules)
+
+    ui = sub.add_parser(
+        "ui",
+        parents=[common],
+        help="a read-only web view of the runs, in the browser",
+        description="Serve a web page listing the store's runs (newest first; filter by "
+        "state, job type and age), a page per run (input, steps, attempts, outcome) and "
+        "the queue's counts, refreshing live. Reads only. Needs the ui extra.",
+    )
+    ui.add_argument(
+        "store_url", nargs="?", metavar="STORE_URL", help="the store (or --store, --app)"
+    )
+    ui.add_argument("--port", type=int, default=8765, help="default 8765; 0 picks a free one")
+    ui.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="the address to listen on (default 127.0.0.1: this machine only)",
+    )
+    ui.add_argument(
+        "--refresh",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="pages refresh themselves this often (default 5; 0: never)",
+    )
+    ui.set_defaults(handler=cmd_ui)
     return parser

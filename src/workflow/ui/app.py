@@ -1,0 +1,64 @@
+"""The web view's ASGI application: Starlette routes over Jinja2 templates.
+
+Read-only: every route is a GET that reads through :mod:`stepstone.inspection`
+(what ``stepstone ls`` and ``show`` use), never a write. Everything a job
+wrote reaches a page through the templates, which autoescape HTML; control
+characters (terminal escapes, bidirectional overrides) are made visible first
+by the same :func:`~stepstone.escaping.escape_controls` the CLI uses, so a
+job's message can neither inject markup nor disguise itself.
+
+Each response carries a Content-Security-Policy that allows only this
+server's own script and stylesheet: were a template ever to print something
+unescaped, the browser would still run none of it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.routing import Route
+from starlette.templating import Jinja2Templates
+
+from ..escaping import escape_controls
+from ..runner import JobRunner
+from . import routes
+from .present import ago, pretty, took, when
+
+HERE = Path(__file__).parent
+
+
+def _visible(value: Any) -> Any:
+    """Every ``{{ value }}`` passes here before autoescaping: a string's control
+    characters are written as escapes (line breaks kept, for tracebacks)."""
+    return escape_controls(value, newlines=True) if isinstance(value, str) else value
+
+
+def templates() -> Jinja2Templates:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(HERE / "templates"),
+        autoescape=True,
+        finalize=_visible,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters.update(when=when, took=took, ago=ago, pretty=pretty)
+    return Jinja2Templates(env=env)
+
+
+def create_app(runner: JobRunner, *, refresh: float) -> Starlette:
+    """The application over ``runner`` (open on the loop that will serve it);
+    its pages refresh themselves every ``refresh`` seconds (0: never)."""
+    app = Starlette(
+        routes=[
+            Route("/", routes.runs_page, name="runs"),
+            Route("/runs/{job_id}", routes.run_page, name="run"),
+            Route("/static/{name}", routes.static, name="static"),
+        ]
+    )
+    app.state.runner = runner
+    app.state.templates = templates()
+    app.state.refresh = refresh
+    app.state.static = {path.name: path.read_bytes() for path in (HERE / "static").iterdir()}
+    return app

@@ -1,0 +1,26 @@
+// Live refresh: every data-refresh seconds, fetch this same URL, parse it and
+// swap in its <main>, so what the page shows stays current without a reload
+// (the filters, the scroll position and an open <details> stay as they are).
+// The server renders and escapes everything; nothing here builds HTML.
+// Paused while the tab is hidden or text is selected.
+"use strict";
+(function () {
+  const seconds = Number(document.body.dataset.refresh);
+  if (!(seconds > 0)) return;
+  const live = document.getElementById("live");
+  async function refresh() {
+    if (document.hidden || String(window.getSelection())) return;
+    try {
+      const response = await fetch(window.location.href, { cache: "no-store" });
+      const page = new DOMParser().parseFromString(await response.text(), "text/html");
+      const fresh = page.querySelector("main");
+      const open = new Set([...document.querySelectorAll("main details[open] summary")].map((s) => s.textContent));
+      fresh.querySelectorAll("details").forEach((d) => { if (open.has(d.querySelector("summary").textContent)) d.open = true; });
+      document.querySelector("main").replaceWith(document.adoptNode(fresh));
+      live.classList.remove("stale");
+    } catch (error) {
+      live.classList.add("stale"); // the server is away: say so, and try again
+    }
+  }
+  window.setInterval(refresh, seconds * 1000);
+})();

@@ -1,0 +1,160 @@
+"""A store with runs in several states, ``stepstone ui`` serving it, and a
+real headless Chromium to look at it.
+
+The browser is Debian's ``chromium`` driven through ``chromedriver``
+(packages chromium and chromium-driver; .ci/run installs them). Without
+them the browser tests fail when ``CI`` is set, since CI must run them, and
+skip otherwise, saying what to install.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))  # ui_jobs, for the test process and `stepstone ui`
+
+from ui_jobs import Explode, Nap, Ship  # noqa: E402
+
+from stepstone import JobRunner, SubmitOptions  # noqa: E402
+from stepstone.testing import wait_until  # noqa: E402
+
+pytest.importorskip("starlette", reason="the web view needs the ui extra: pip install -e '.[ui]'")
+pytest.importorskip("uvicorn", reason="the web view needs the ui extra: pip install -e '.[ui]'")
+
+DEADLINE = 30.0
+
+
+@dataclass
+class Runs:
+    """The store and the ids of its runs, one per state."""
+
+    store: Path
+    succeeded: str
+    dead: str
+    scheduled: str
+    sleeping: str
+
+    def runner(self) -> JobRunner:
+        return JobRunner(str(self.store), jobs=[Ship, Explode, Nap], retry_backoff=0.0)
+
+
+@pytest.fixture
+async def runs(tmp_path: Path) -> AsyncIterator[Runs]:
+    """A file store holding a succeeded run (three steps), a dead one (whose
+    error and memo are hostile text), a scheduled one and a sleeping one."""
+    store = tmp_path / "store"
+    store.mkdir()
+    runner = JobRunner(str(store), jobs=[Ship, Explode, Nap], retry_backoff=0.0, poll_interval=0.05)
+    async with runner:
+        scheduled = await runner.submit(
+            Ship(order="later"), SubmitOptions(run_at=datetime.now(UTC) + timedelta(hours=2))
+        )
+        shipped = await runner.submit(Ship(order="o-1"))
+        assert await shipped.result(timeout=DEADLINE) == "sent label-o-1"
+        exploded = await runner.submit(Explode())
+        assert not (await exploded.join(timeout=DEADLINE)).ok
+        napping = await runner.submit(Nap())
+
+        async def asleep() -> bool:
+            state = await runner.status(napping.id)
+            return state is not None and state.state == "sleeping"
+
+        await wait_until(asleep, timeout=DEADLINE)
+    await runner.close()
+    yield Runs(store, shipped.id, exploded.id, scheduled.id, napping.id)
+
+
+@pytest.fixture
+def ui(runs: Runs, tmp_path: Path) -> Iterator[str]:
+    """``stepstone ui`` on the store, a free port, refreshing every half second;
+    yields the URL it printed."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
+    err = (tmp_path / "ui.err").open("w")
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "stepstone", "ui", str(runs.store)),
+            *("--port", "0", "--refresh", "0.5"),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=err,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        found = re.search(r"(http://\S+/)", line)
+        assert found, f"stepstone ui said {line!r}; stderr: {(tmp_path / 'ui.err').read_text()}"
+        yield found.group(1)
+        proc.terminate()
+        assert proc.wait(timeout=DEADLINE) == 0, (tmp_path / "ui.err").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        err.close()
+
+
+def _browser_missing(what: str) -> None:
+    message = (
+        f"{what}: the web view's browser tests need Debian's chromium and chromium-driver "
+        "(apt-get install -y chromium chromium-driver) and selenium (the test extra)"
+    )
+    if os.environ.get("CI"):
+        pytest.fail(message + "; CI installs them (.ci/run), so this run is broken")
+    pytest.skip(message)
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    """Headless Chromium through chromedriver, on a fresh profile."""
+    chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
+    if chromium is None or driver_path is None:
+        _browser_missing("chromium or chromedriver is not installed")
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        _browser_missing("selenium is not installed")
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--window-size=1280,860",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=driver_path))
+    driver.set_page_load_timeout(DEADLINE)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait_for(condition: Any, what: str, timeout: float = DEADLINE) -> None:
+    """Poll ``condition()`` (a browser is another process) until true or fail."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)

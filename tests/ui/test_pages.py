@@ -1,0 +1,74 @@
+"""``stepstone ui`` over plain HTTP: every page escapes what jobs wrote and
+forbids any script but its own; the command fails in one line when it cannot
+serve."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from email.message import Message
+from pathlib import Path
+
+from conftest import Runs
+from ui_jobs import HOSTILE
+
+
+def get(url: str) -> tuple[int, Message, str]:
+    """Status, headers (their names in any case) and body of a GET."""
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return response.status, response.headers, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers, error.read().decode()
+
+
+def test_job_text_is_escaped_and_only_the_pages_own_script_may_run(runs: Runs, ui: str) -> None:
+    for path in ("", f"runs/{runs.dead}", "?state=dead"):
+        status, headers, html = get(ui + path)
+        assert status == 200, html
+        assert headers["Content-Type"].startswith("text/html")
+        policy = headers["Content-Security-Policy"]
+        assert "default-src 'none'" in policy and "script-src 'self'" in policy
+        assert "&lt;script&gt;window.__pwned = 1;" in html
+        assert "<script>window" not in html and "<img" not in html
+        assert "\x1b" not in html and "\u202e" not in html
+        assert html.count("<script") == 1  # the page's own, from /static/ui.js
+    status, headers, script = get(ui + "static/ui.js")
+    assert status == 200 and headers["Content-Type"].startswith("text/javascript")
+    assert "DOMParser" in script
+    assert HOSTILE not in script
+
+
+def test_an_unknown_filter_or_run_says_so(runs: Runs, ui: str) -> None:
+    status, _, html = get(ui + "?state=exploded&since=1y")
+    assert status == 400
+    assert "unknown state &#39;exploded&#39;" in html and "unknown age" in html
+    status, _, html = get(ui + "runs/not-a-run-id")
+    assert status == 404 and "No run not-a-run-id" in html
+    status, _, _ = get(ui + "static/../../conftest.py")
+    assert status == 404
+
+
+def test_the_command_fails_in_one_line_when_it_cannot_serve(tmp_path: Path) -> None:
+    def ui(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "stepstone", "ui", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    done = ui(str(tmp_path / "nowhere"), "--port", "0")
+    assert done.returncode == 1 and "does not exist" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = ui(str(tmp_path), "--port", str(port))
+    assert done.returncode == 1 and f"cannot listen on 127.0.0.1:{port}" in done.stderr
+    done = ui(str(tmp_path), "--port", "70000")
+    assert done.returncode == 2 and "--port" in done.stderr

@@ -1,0 +1,55 @@
+"""The jobs whose runs the web view's tests look at."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from stepstone import Job, JobContext, Permanent
+
+HOSTILE = (
+    '<script>window.__pwned = 1; document.title = "PWNED"</script>'
+    '<img src="x" onerror="window.__pwned = 2">'
+    "\x1b[2J\x1b[31mred alert\u202e"
+)
+"""A job's error message that tries to run script in the page and to clear
+an operator's terminal: it must be shown as the text it is."""
+
+
+class Ship(Job[str]):
+    NAME: ClassVar[str] = "orders.ship"
+    order: str
+
+    async def run(self, ctx: JobContext) -> str:
+        async def pack(order: str) -> dict[str, str]:
+            return {"order": order, "box": "medium"}
+
+        async def label(box: dict[str, str]) -> str:
+            return f"label-{box['order']}"
+
+        async def send(tracking: str) -> str:
+            return f"sent {tracking}"
+
+        box = await ctx.step("pack", pack, self.order)
+        ctx.progress({"done": 1, "of": 3})
+        tracking = await ctx.step("label", label, box)
+        ctx.progress({"done": 2, "of": 3})
+        return await ctx.step("send", send, tracking)
+
+
+class Explode(Job[None]):
+    NAME: ClassVar[str] = "orders.explode"
+
+    async def run(self, ctx: JobContext) -> None:
+        async def note() -> str:
+            return HOSTILE
+
+        await ctx.step("note", note)  # a memo is job-provided text too
+        raise Permanent(HOSTILE)
+
+
+class Nap(Job[str]):
+    NAME: ClassVar[str] = "orders.nap"
+
+    async def run(self, ctx: JobContext) -> str:
+        await ctx.sleep(86_400)
+        return "rested"
