@@ -182,10 +182,9 @@ class Executor:
             raise
         await run.flush_progress()
         try:
-            encoded = codec_for_type(job_type.output_type()).encode(result)
-        except (TypeError, ValueError) as exc:
-            error = EncodingError(f"the job's result cannot be stored: {exc}", job=envelope.name)
-            raise ClassifiedPermanent(error) from exc
+            encoded = _stored_result(envelope.name, job_type.output_type(), result)
+        except EncodingError as exc:
+            raise ClassifiedPermanent(exc) from exc
         record = OutcomeRecord(
             run_id=run_id,
             name=envelope.name,
@@ -305,6 +304,29 @@ class Executor:
             error=ErrorInfo(failure.kind, failure.message, failure.error_type),
             submitted_at=delivery.enqueued_at or None,
         )
+
+
+def _stored_result(name: str, output: Any, result: object) -> bytes:
+    """``result`` encoded for the outcome record, once it is known to read back
+    as the job's declared ``output`` type (what awaiting a handle does): a
+    job that returns a value of another type fails here, naming both, rather
+    than succeed with a result no handle can read."""
+    codec = codec_for_type(output)
+    try:
+        encoded = codec.encode(result)
+    except (TypeError, ValueError) as exc:
+        raise EncodingError(f"the job's result cannot be stored: {exc}", job=name) from exc
+    try:
+        codec.decode(encoded)
+    except ValidationError as exc:
+        expected = output.__name__ if isinstance(output, type) else str(output)
+        reason = exc.errors()[0]["msg"] if exc.errors() else str(exc)
+        raise EncodingError(
+            f"the job returned a {type(result).__name__}, not its declared output type "
+            f"{expected} ({reason})",
+            job=name,
+        ) from exc
+    return encoded
 
 
 async def _flush(run: Run) -> None:
