@@ -32,7 +32,7 @@ from stepstone.store import StoreUnavailable
 from .codec import codec_for_type
 from .context import JobContext
 from .envelope import Envelope
-from .errors import ClassifiedPermanent, CorruptOutcome, EncodingError
+from .errors import ClassifiedPermanent, CorruptMemo, CorruptOutcome, EncodingError
 from .job import ErrorClass, Job
 from .observability import job_scope
 from .outcome import ErrorInfo, OutcomeRecord, Tombstone
@@ -170,9 +170,11 @@ class Executor:
         except Suspend:
             await _flush(run)
             raise
-        except (Permanent, EncodingError) as exc:
+        except (Permanent, EncodingError, CorruptMemo) as exc:
+            # (Retrying cannot mend a value that cannot be stored or a memo
+            # that does not decode: the run fails for good, saying which.)
             await _flush(run)
-            if isinstance(exc, EncodingError):
+            if not isinstance(exc, Permanent):
                 raise ClassifiedPermanent(exc) from exc
             raise
         except Exception as exc:

@@ -22,7 +22,7 @@ from stepstone.runtime.worker import Attempt
 from stepstone.store import AlreadyExists, ObjectStore
 
 from .codec import ResultCodec
-from .errors import EncodingError
+from .errors import CorruptMemo, EncodingError
 from .layout import Layout, step_key
 from .records import RunRecords
 from .submitting import Submitter
@@ -128,7 +128,7 @@ class Memo:
             self.name,
             extra=log_extra(run),
         )
-        return True, self.codec.decode(recorded.data)
+        return True, self._decoded(recorded.data)
 
     async def record(self, value: object) -> Any:
         run = self.run
@@ -153,7 +153,16 @@ class Memo:
                 self.name,
                 extra=log_extra(run),
             )
-        return self.codec.decode(data)
+        return self._decoded(data)
+
+    def _decoded(self, data: bytes) -> Any:
+        """The recorded value; CorruptMemo, naming the step and the key, when
+        it does not decode (as the step function's return type)."""
+        try:
+            return self.codec.decode(data)
+        except Exception as exc:  # garbage decodes into any error: each is this memo's fault
+            reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            raise CorruptMemo(self.key, reason, job=self.run.name, step=self.name) from exc
 
 
 async def _write_progress(run: Run) -> None:

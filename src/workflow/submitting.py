@@ -114,6 +114,11 @@ class Submitter:
         digest = input_hash(name, data)
         if run_id is None:
             key = job.idempotency_key()
+            if key is not None and not isinstance(key, str):
+                raise TypeError(
+                    f"job {name!r} ({type(job).__qualname__}): idempotency_key() returned "
+                    f"a {type(key).__name__}, {key!r}; it must return a str or None"
+                )
             if key is not None:
                 run_id = run_id_for_key(key)
         output = type(job).output_type()
