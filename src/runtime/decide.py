@@ -9,10 +9,13 @@ it to dead with a terminal failure.
 It does no I/O and reads no clock (``now`` is passed in), so every rule of the
 retry policy is a plain function call in a test, and the worker's own code is
 left with the mechanics: running handlers and applying decisions to the queue.
+(A raised error comes with its traceback already formatted, by the worker:
+formatting one reads source files.)
 """
 
 from __future__ import annotations
 
+import traceback
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -27,6 +30,10 @@ MAX_MESSAGE_CHARS = 4000
 """Error messages are cut to this length: they travel in queue records and
 outcome records, and a handler that raises with a megabyte of text must not
 make either of those too big to write."""
+MAX_TRACEBACK_CHARS = 8000
+"""A failed attempt's traceback is cut to its last this many characters (the
+frames nearest the error) for the outcome record; the queue record's last
+error takes what fits beside the message within MAX_MESSAGE_CHARS."""
 
 
 # -- terminal results: what the workflow layer's on_terminal receives ------
@@ -61,6 +68,8 @@ class Failure:
     """The exception's qualified class name, when an exception caused it."""
     attempt: int
     """The attempt that failed (1-based)."""
+    traceback: str | None = None
+    """Where the error was raised, at most MAX_TRACEBACK_CHARS (its last frames)."""
 
 
 @dataclass(frozen=True)
@@ -83,9 +92,11 @@ class Returned:
 
 @dataclass(frozen=True)
 class Raised:
-    """The handler raised ``error`` (a sync handler's crash in its thread included)."""
+    """The handler raised ``error`` (a sync handler's crash in its thread
+    included); ``traceback`` is where, formatted (:func:`format_traceback`)."""
 
     error: BaseException
+    traceback: str | None = None
 
 
 @dataclass(frozen=True)
@@ -129,6 +140,7 @@ class Retry:
     count: bool
     """False: the attempt is handed back (RetryLater), not spent."""
     error: str
+    traceback: str | None = None
 
 
 @dataclass(frozen=True)
@@ -180,15 +192,16 @@ def decide(delivery: Delivery, ended: AttemptEnd, backoff: Backoff, now: float) 
             return _retry(backoff.delay(attempt, delivery.id), now, True, message)
         case Raised(Suspend() as suspension):
             return Suspended(suspension.until, suspension.wait)
-        case Raised(error):
+        case Raised(error, tb):
             reported = reported_error(error)
             message, error_type = describe(reported), qualified_name(type(reported))
             if isinstance(error, Permanent):
-                return _dead(_permanent_kind(error), message, error_type, attempt)
+                return _dead(_permanent_kind(error), message, error_type, attempt, tb)
             if isinstance(error, RetryLater):
                 if error.count and last:
-                    return _dead(FailureKind.EXHAUSTED, message, error_type, attempt)
-                return _retry(error.delay, now, error.count, message)
+                    return _dead(FailureKind.EXHAUSTED, message, error_type, attempt, tb)
+                # (An uncounted retry is no failed attempt: no traceback kept.)
+                return _retry(error.delay, now, error.count, message, tb if error.count else None)
             if isinstance(error, StoreUnavailable):
                 # The store failed, not the job: try again without spending
                 # an attempt, or an outage would exhaust every job it touched.
@@ -197,8 +210,8 @@ def decide(delivery: Delivery, ended: AttemptEnd, backoff: Backoff, now: float) 
                 delay = backoff.delay(uncounted_step(delivery), delivery.id)
                 return _retry(delay, now, False, message)
             if last:
-                return _dead(FailureKind.EXHAUSTED, message, error_type, attempt)
-            return _retry(backoff.delay(attempt, delivery.id), now, True, message)
+                return _dead(FailureKind.EXHAUSTED, message, error_type, attempt, tb)
+            return _retry(backoff.delay(attempt, delivery.id), now, True, message, tb)
     raise TypeError(f"not an attempt end: {ended!r}")  # pragma: no cover
 
 
@@ -210,14 +223,22 @@ def _permanent_kind(error: Permanent) -> FailureKind:
     return FailureKind.PERMANENT
 
 
-def _dead(kind: FailureKind, message: str, error_type: str | None, attempt: int) -> Dead:
-    failure = Failure(kind, message, error_type, attempt)
+def _dead(
+    kind: FailureKind,
+    message: str,
+    error_type: str | None,
+    attempt: int,
+    traceback: str | None = None,
+) -> Dead:
+    failure = Failure(kind, message, error_type, attempt, traceback)
     return Dead(failure, truncate(f"{kind.value}: {message}"))
 
 
-def _retry(delay: float, now: float, count: bool, message: str) -> Retry:
+def _retry(
+    delay: float, now: float, count: bool, message: str, traceback: str | None = None
+) -> Retry:
     delay = max(0.0, delay)
-    return Retry(delay=delay, run_at=now + delay, count=count, error=message)
+    return Retry(delay=delay, run_at=now + delay, count=count, error=message, traceback=traceback)
 
 
 def uncounted_step(delivery: Delivery) -> int:
@@ -266,3 +287,32 @@ def truncate(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
         return text
     marker = "... [truncated]"
     return text[: limit - len(marker)] + marker
+
+
+def format_traceback(error: BaseException) -> str | None:
+    """Where ``error`` was raised, as Python prints it (its causes included),
+    cut to its last MAX_TRACEBACK_CHARS characters; None without a traceback.
+    Never raises, like :func:`describe`."""
+    if error.__traceback__ is None:
+        return None
+    try:
+        text = "".join(traceback.format_exception(error)).rstrip("\n")
+    except Exception:
+        return None
+    return _tail(text, MAX_TRACEBACK_CHARS)
+
+
+def with_traceback(message: str, traceback_text: str | None) -> str:
+    """``message``, then as much of the traceback's end as fits beside it
+    within MAX_MESSAGE_CHARS: the error text a queue record keeps."""
+    room = MAX_MESSAGE_CHARS - len(message) - 1
+    if not traceback_text or room < 200:  # not even a frame fits: the message alone
+        return message
+    return f"{message}\n{_tail(traceback_text, room)}"
+
+
+def _tail(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    marker = "[... earlier frames cut]\n"
+    return marker + text[len(text) - (limit - len(marker)) :]

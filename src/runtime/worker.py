@@ -79,12 +79,16 @@ from .decide import (
     TimedOut,
     decide,
     describe,
+    format_traceback,
+    reported_error,
     truncate,
     uncounted_step,
+    with_traceback,
 )
 from .errors import LeaseLost
 from .observer import AttemptReport, WorkerObserver, error_type
 from .queue import Delivery, LeaseQueue, Settlement
+from .suspension import Suspend
 
 __all__ = [
     "Attempt",
@@ -769,7 +773,7 @@ class Worker:
             ended = await self._ended(job)
             if ended is not None:
                 decision = decide(job.delivery, ended, self.backoff, self.clock.now())
-                await self._apply(job, decision)
+                await self._apply(job, decision, ended)
         except Exception:
             self._log(job, logging.ERROR, "settling failed", exc_info=True)
         finally:
@@ -824,11 +828,16 @@ class Worker:
             return Raised(asyncio.CancelledError("handler raised CancelledError"))
         error = handler.exception()
         assert error is not None
-        return Raised(error)
+        if isinstance(error, Suspend):
+            return Raised(error)  # no failure, and frequent: no traceback to format
+        return Raised(error, format_traceback(reported_error(error)))
 
-    async def _apply(self, job: _Job, decision: Decision) -> None:
-        """Carry out a decision: on_terminal first for a terminal one, then the queue."""
+    async def _apply(self, job: _Job, decision: Decision, ended: AttemptEnd) -> None:
+        """Carry out a decision: on_terminal first for a terminal one, then the
+        queue. A failed attempt is logged once, with its traceback when the
+        attempt counts (an uncounted retry, a store outage or RetryLater, is one line)."""
         delivery = job.delivery
+        error = reported_error(ended.error) if isinstance(ended, Raised) else None
         if isinstance(decision, Retry):
             self._log(
                 job,
@@ -837,12 +846,14 @@ class Worker:
                 decision.error,
                 decision.delay,
                 "" if decision.count else " (attempt not counted)",
+                exc_info=error if decision.count else None,
             )
+            text = with_traceback(decision.error, decision.traceback)
             await self._settle(
                 job,
                 "nack",
                 lambda: self.queue.nack(
-                    delivery, delay=decision.delay, count=decision.count, error=decision.error
+                    delivery, delay=decision.delay, count=decision.count, error=text
                 ),
             )
             return
@@ -860,7 +871,7 @@ class Worker:
         if isinstance(decision, Ack):
             await self._settle(job, "ack", lambda: self.queue.ack(delivery))
         else:
-            self._log(job, logging.WARNING, "failed for good: %s", decision.reason)
+            self._log(job, logging.WARNING, "failed for good: %s", decision.reason, exc_info=error)
             await self._dead_letter(job, decision.reason)
 
     async def _dead_letter(self, job: _Job, reason: str) -> None:
@@ -1032,7 +1043,14 @@ class Worker:
 
     # -- logging ---------------------------------------------------------------------
 
-    def _log(self, job: _Job, level: int, message: str, *args: Any, exc_info: bool = False) -> None:
+    def _log(
+        self,
+        job: _Job,
+        level: int,
+        message: str,
+        *args: Any,
+        exc_info: bool | BaseException | None = False,
+    ) -> None:
         if not logger.isEnabledFor(level):
             return  # skip building the prefix and extra: twice per job at DEBUG
         d = job.delivery

@@ -303,7 +303,7 @@ class Executor:
             incarnation=incarnation,
             attempts=failure.attempt,
             finished_at=self._clock.now(),
-            error=ErrorInfo(failure.kind, failure.message, failure.error_type),
+            error=ErrorInfo(failure.kind, failure.message, failure.error_type, failure.traceback),
             submitted_at=delivery.enqueued_at or None,
         )
 

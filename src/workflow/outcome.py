@@ -30,11 +30,13 @@ RECORD_VERSION = 1
 
 @dataclass(frozen=True, slots=True)
 class ErrorInfo:
-    """Why a run failed: the kind of stop, the last error's message and class."""
+    """Why a run failed: the kind of stop, the last error's message and class,
+    and where it was raised (the traceback's last frames, when there was one)."""
 
     kind: FailureKind
     message: str
     error_type: str | None = None
+    traceback: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +73,9 @@ class OutcomeRecord:
                 "error": None
                 if self.error is None
                 else [self.error.kind, self.error.message, self.error.error_type],
+                # Beside "error" rather than in it: a reader of an older
+                # version takes the error's three fields and skips this key.
+                "traceback": None if self.error is None else self.error.traceback,
                 "progress": self.progress,
                 "submitted_at": self.submitted_at,
                 "started_at": self.started_at,
@@ -148,7 +153,7 @@ def decode_slot(data: bytes) -> OutcomeRecord | Tombstone:
                 attempts=int(raw["attempts"]),
                 finished_at=float(raw["finished_at"]),
                 result=raw.get("result"),
-                error=None if error is None else ErrorInfo(FailureKind(error[0]), *error[1:3]),
+                error=None if error is None else _error_info(error, raw.get("traceback")),
                 progress=raw.get("progress"),
                 submitted_at=raw.get("submitted_at"),
                 started_at=raw.get("started_at"),
@@ -189,6 +194,11 @@ class Outcome(Generic[T]):
         raise exc(self.id, error.kind, error.message, error.error_type)
 
 
+def _error_info(error: list[Any], traceback: Any) -> ErrorInfo:
+    kind, message = FailureKind(error[0]), error[1]
+    return ErrorInfo(kind, message, error[2] if len(error) > 2 else None, traceback)
+
+
 def _fields(data: bytes) -> dict[str, Any]:
     """The map an outcome record is stored as, of the one version read here."""
     try:
@@ -218,5 +228,6 @@ def _check_types(found: OutcomeRecord | Tombstone) -> None:
         or not isinstance(record.result, bytes | None)
         or (error is not None and not isinstance(error.message, str))
         or (error is not None and not isinstance(error.error_type, str | None))
+        or (error is not None and not isinstance(error.traceback, str | None))
     ):
         raise ValueError("a field has the wrong type")

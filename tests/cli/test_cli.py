@@ -150,8 +150,12 @@ async def test_ls_show_stats_cancel_retry_on_a_file_store(
     text = cli("show", boom.id, *store)
     assert text.status == 0, text.err
     expected = ["state        dead", "queue:", "outcome:", "error        permanent: ", "prepare  8"]
+    # ... and where the job failed: its traceback, down to the line that raised.
+    expected += ["  traceback:", 'raise Permanent(f"boom {self.n}")', "Permanent: boom 4"]
     for fragment in expected:
         assert fragment in text.out, text.out
+    failed = cli("show", boom.id, "--json", *store).json()["outcome"]["error"]
+    assert failed["traceback"].endswith("Permanent: boom 4"), failed
 
     # --app: the store (and queue and prefix) of the application's runner.
     stats = cli(

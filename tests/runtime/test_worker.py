@@ -9,6 +9,7 @@ hopes something happened.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sized
@@ -187,7 +188,10 @@ async def test_a_permanent_failure_is_dead_after_one_attempt(env: Env) -> None:
     assert record.attempts == 1 and calls == 1
     assert record.dead_reason == "permanent: Permanent: card declined"
     [failure] = env.reported.of("j")
-    assert failure == Failure(
+    assert isinstance(failure, Failure) and failure.traceback is not None
+    assert failure.traceback.endswith("stepstone.runtime.errors.Permanent: card declined")
+    assert 'raise Permanent("card declined")' in failure.traceback
+    assert dataclasses.replace(failure, traceback=None) == Failure(
         FailureKind.PERMANENT,
         "Permanent: card declined",
         "stepstone.runtime.errors.Permanent",

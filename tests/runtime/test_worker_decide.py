@@ -21,7 +21,9 @@ from stepstone.runtime.decide import (
     TimedOut,
     decide,
     describe,
+    format_traceback,
     qualified_name,
+    with_traceback,
 )
 from stepstone.runtime.errors import MalformedPayload, Permanent, RetryLater, UnknownKind
 from stepstone.runtime.queue import Delivery
@@ -178,3 +180,39 @@ def test_a_store_outage_retries_without_spending_an_attempt_backing_off_by_claim
     assert isinstance(first, Retry) and isinstance(later, Retry)
     assert not first.count and not later.count
     assert (first.delay, later.delay) == (40.0, 320.0)
+
+
+# -- where an attempt failed: its traceback -------------------------------------------
+
+
+def raised_here() -> BaseException:
+    try:
+        raise ValueError("from here")
+    except ValueError as error:
+        return error
+
+
+def test_a_failed_attempt_keeps_its_traceback_and_an_uncounted_retry_none() -> None:
+    trace = format_traceback(raised_here())
+    assert trace is not None and "in raised_here" in trace
+    assert trace.endswith("ValueError: from here")
+    counted = decide(delivery(), Raised(ValueError("x"), trace), BACKOFF, NOW)
+    assert isinstance(counted, Retry) and counted.traceback == trace
+    dead = decide(delivery(), Raised(Permanent("x"), trace), BACKOFF, NOW)
+    assert isinstance(dead, Dead) and dead.terminal.traceback == trace
+    for verdict in (RetryLater(5.0), StoreUnavailable("down")):
+        uncounted = decide(delivery(), Raised(verdict, trace), BACKOFF, NOW)
+        assert isinstance(uncounted, Retry) and uncounted.traceback is None
+
+
+def test_the_queue_record_takes_what_fits_of_the_traceback_beside_the_message() -> None:
+    trace = "Traceback (most recent call last):\n" + "  frame\n" * 2000 + "ValueError: x"
+    text = with_traceback("ValueError: x", trace)
+    assert len(text) <= MAX_MESSAGE_CHARS
+    assert text.startswith("ValueError: x\n[... earlier frames cut]") and text.endswith(
+        "ValueError: x"
+    )
+    long_message = "m" * (MAX_MESSAGE_CHARS - 10)
+    assert with_traceback(long_message, trace) == long_message
+    assert with_traceback("ValueError: x", None) == "ValueError: x"
+    assert format_traceback(ValueError("never raised")) is None

@@ -123,6 +123,7 @@ def detail_json(found: Detail) -> dict[str, Any]:
                 "kind": outcome.error.kind,
                 "message": outcome.error.message,
                 "type": outcome.error.error_type,
+                "traceback": outcome.error.traceback,
             },
         },
         "progress": found.progress,
@@ -142,6 +143,13 @@ def detail_json(found: Detail) -> dict[str, Any]:
         ],
         "unreadable": unreadable_json(found.unreadable_records()),
     }
+
+
+def _traceback(out: TextIO, text: str) -> None:
+    """A failed attempt's traceback, indented under its error, line by line."""
+    out.write("  traceback:\n")
+    for text_line in text.splitlines():
+        out.write(f"    {escape_controls(text_line)}\n")
 
 
 def print_detail(out: TextIO, found: Detail) -> None:
@@ -178,7 +186,11 @@ def print_detail(out: TextIO, found: Detail) -> None:
         if queued.lease_expires_at is not None:
             line("lease until", when(queued.lease_expires_at))
         if queued.last_error:
-            line("last error", short(queued.last_error))
+            # A failed attempt's traceback follows its message on later lines.
+            message, _, trace = queued.last_error.partition("\n")
+            line("last error", short(message))
+            if trace and (found.outcome is None or found.outcome.error is None):
+                _traceback(out, trace)
         if queued.dead_reason:
             line("dead reason", short(queued.dead_reason))
         if queued.headers:
@@ -197,6 +209,8 @@ def print_detail(out: TextIO, found: Detail) -> None:
             line("error", f"{outcome.error.kind}: {short(outcome.error.message)}")
             if outcome.error.error_type:
                 line("error type", outcome.error.error_type)
+            if outcome.error.traceback:
+                _traceback(out, outcome.error.traceback)
         if outcome.result is not None:
             line("result", short(decode_value(outcome.result)))
     if not found.memos:
