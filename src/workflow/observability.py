@@ -115,9 +115,42 @@ class TextFormatter(logging.Formatter):
     def formatMessage(self, record: logging.LogRecord) -> str:
         return escape_controls(super().formatMessage(record))
 
+    def formatException(self, ei: Any) -> str:
+        # A traceback ends with each error's message, a job's text: its line
+        # breaks are escaped too, so it cannot start a line of its own.
+        text = super().formatException(ei)
+        for error in _chain(ei[1]):
+            for job_text in (_text_of(error), *getattr(error, "__notes__", ())):
+                if isinstance(job_text, str) and job_text and "\n" in job_text:
+                    text = text.replace(job_text, escape_controls(job_text))
+        return text
+
     def format(self, record: logging.LogRecord) -> str:
-        # The traceback too (another handler's formatter may have cached it).
-        return escape_controls(super().format(record), newlines=True)
+        # The traceback too, formatted here: another handler's formatter may
+        # have cached its own in the record, job text unescaped.
+        cached = record.exc_text
+        if record.exc_info:
+            record.exc_text = None
+        try:
+            return escape_controls(super().format(record), newlines=True)
+        finally:
+            record.exc_text = cached
+
+
+def _chain(error: BaseException | None) -> list[BaseException]:
+    """``error`` and the errors a traceback prints with it (causes, contexts)."""
+    chain: list[BaseException] = []
+    while error is not None and all(error is not seen for seen in chain):
+        chain.append(error)
+        error = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+    return chain
+
+
+def _text_of(error: BaseException) -> str | None:
+    try:
+        return str(error)
+    except Exception:
+        return None
 
 
 def configure_logging(level: str | int = "INFO", *, json_lines: bool = False) -> logging.Handler:
