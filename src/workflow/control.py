@@ -28,10 +28,12 @@ async def job_state(records: RunRecords, queue: LeaseQueue, job_id: str) -> JobS
     its queue record. Raises CorruptOutcome when the object at its outcome
     key answers nothing and the queue holds no record of the run either."""
     record, queued = await asyncio.gather(_outcome(records, job_id), queue.get(job_id))
+    envelope = None if queued is None else _envelope(queued)
     if isinstance(record, OutcomeRecord) and queued is not None:
         # A record of another input than the queued run's is no answer for it.
         try:
-            answering(record, records.layout.outcome(job_id), _input_hash(queued))
+            digest = None if envelope is None else envelope.input_hash
+            answering(record, records.layout.outcome(job_id), digest)
         except CorruptOutcome as exc:
             record = exc
     if isinstance(record, CorruptOutcome) and queued is None:
@@ -39,7 +41,8 @@ async def job_state(records: RunRecords, queue: LeaseQueue, job_id: str) -> JobS
     if isinstance(record, OutcomeRecord):
         progress = record.progress
         if progress is None and record.status is not JobStatus.SUCCEEDED:
-            progress = await records.progress(job_id)  # a failed run's last report
+            # A failed run's last report.
+            progress = await records.progress(job_id, record.incarnation)
         return JobState(
             id=job_id,
             state=record.status,
@@ -53,7 +56,7 @@ async def job_state(records: RunRecords, queue: LeaseQueue, job_id: str) -> JobS
         id=job_id,
         state=queued.status,
         attempts=queued.attempts,
-        progress=await records.progress(job_id),
+        progress=None if envelope is None else await records.progress(job_id, envelope.incarnation),
         last_error=queued.last_error or queued.dead_reason or _reason(record),
         run_at=queued.run_at,
         lease_expires_at=queued.lease_expires_at,
@@ -68,9 +71,9 @@ async def _outcome(records: RunRecords, job_id: str) -> OutcomeRecord | CorruptO
         return exc
 
 
-def _input_hash(queued: JobRecord) -> str | None:
+def _envelope(queued: JobRecord) -> Envelope | None:
     try:
-        return Envelope.decode(queued.payload).input_hash
+        return Envelope.decode(queued.payload)
     except MalformedPayload:
         return None
 

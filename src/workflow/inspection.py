@@ -198,18 +198,23 @@ async def _read_outcome_at(runner: Inspected, key: str) -> OutcomeRecord | Unrea
     return found if isinstance(found, OutcomeRecord) else None  # not a tombstone
 
 
-async def read_progress(runner: Inspected, job_id: str) -> Any:
-    """The run's last progress value (None when there is none); Unreadable
-    when it does not decode."""
-    key = runner.layout.progress(job_id)
+async def read_progress(runner: Inspected, job_id: str, incarnation: str | None) -> Any:
+    """The last progress value the run's ``incarnation`` reported (None when
+    there is none); Unreadable when its record does not decode."""
+    if incarnation is None:
+        return None
+    key = runner.layout.progress(job_id, incarnation)
     try:
         stored = await runner.store.get(key)
     except NotFound:
         return None
     try:
-        return unpack(stored.data)
+        raw = unpack(stored.data)
+        if not isinstance(raw, dict) or "value" not in raw:
+            raise ValueError("not a progress record")
     except Exception as exc:
         return Unreadable(key, describe(exc))
+    return raw["value"]
 
 
 async def list_memos(runner: Inspected, job_id: str, *, values: bool = True) -> list[Memo]:
@@ -237,12 +242,22 @@ async def detail(runner: Inspected, job_id: str) -> Detail:
     """The job's queue record, outcome, progress and memos, and which of them
     would not decode. Raises InspectError when the store knows nothing of the id."""
     _check_id(job_id)
-    queued, outcome, progress, memos = await asyncio.gather(
+    queued, outcome, memos = await asyncio.gather(
         _read_queued(runner, job_id),
         read_outcome(runner, job_id),
-        read_progress(runner, job_id),
         list_memos(runner, job_id),
     )
+    input_json: Any = None
+    incarnation: str | None = None
+    if isinstance(queued, JobRecord):
+        with contextlib.suppress(MalformedPayload):
+            envelope = Envelope.decode(queued.payload)
+            incarnation = envelope.incarnation
+            with contextlib.suppress(ValueError):
+                input_json = json.loads(envelope.input)
+    if incarnation is None and isinstance(outcome, OutcomeRecord):
+        incarnation = outcome.incarnation or None
+    progress = await read_progress(runner, job_id, incarnation)
     if queued is None and outcome is None and progress is None and not memos:
         raise InspectError(f"no job {job_id} in {runner.store.location}")
     parts = {"queue": queued, "outcome": outcome, "progress": progress}
@@ -255,14 +270,8 @@ async def detail(runner: Inspected, job_id: str) -> Detail:
         memos,
         unreadable=unreadable,
     )
-    if found.queued is not None:
-        with contextlib.suppress(MalformedPayload):
-            envelope = Envelope.decode(found.queued.payload)
-            found.incarnation = envelope.incarnation
-            with contextlib.suppress(ValueError):
-                found.input = json.loads(envelope.input)
-    if found.incarnation is None and found.outcome is not None:
-        found.incarnation = found.outcome.incarnation or None
+    found.incarnation = incarnation
+    found.input = input_json
     return found
 
 

@@ -3,7 +3,7 @@
 ```
 outcomes/<run_id>                            the outcome record (create-if-absent)
 memos/<run_id>/<incarnation>/<step>          one memoized step (create-if-absent)
-progress/<run_id>                            the last progress value a run reported
+progress/<run_id>/<incarnation>              the last progress a run reported (compare-and-swap)
 events/<run_id>/<incarnation>/<name>/<seq>   one event sent to a run (create-if-absent)
 schedules/<name>                             the last tick a schedule submitted
 ```
@@ -99,8 +99,12 @@ class Layout:
             return f"{self._memos}{run_id}/{incarnation}/{step_key}"
         return join(self.prefix, "memos", run_id, incarnation, step_key)
 
-    def progress(self, run_id: str) -> str:
-        return join(self.prefix, "progress", run_id)
+    def progress(self, run_id: str, incarnation: str) -> str:
+        return join(self.prefix, "progress", run_id, incarnation)
+
+    def progresses(self, run_id: str) -> str:
+        """The prefix of the progress records of every incarnation of a run."""
+        return join(self.prefix, "progress", run_id) + "/"
 
     def events(self, run_id: str, incarnation: str | None = None, name: str | None = None) -> str:
         """The prefix of a run's events (of one incarnation, of one name)."""

@@ -3,9 +3,12 @@
 The outcome record is the one durable answer for a run, and the tombstone
 of a swept run keeps its key from that run's zombies (see
 :mod:`stepstone.outcome`); the progress record is the last value a run
-reported. The submit path, the handles, the executor and ``status`` all
-read and write them through :class:`RunRecords`, so how they are keyed and
-what "create-if-absent" means for them is said once.
+reported, one per incarnation (as memos are), written by compare-and-swap
+so that an attempt whose lease another worker took over cannot overwrite
+the new owner's (it carries the claim number of the attempt that wrote it).
+The submit path, the handles, the executor and ``status`` all read and write
+them through :class:`RunRecords`, so how they are keyed and what
+"create-if-absent" means for them is said once.
 """
 
 from __future__ import annotations
@@ -100,14 +103,62 @@ class RunRecords:
         with contextlib.suppress(PreconditionFailed, NotFound):
             await self.store.delete(self.layout.outcome(run_id), if_match=etag)
 
-    async def progress(self, run_id: str) -> Any:
-        """The last progress value the run reported, or None."""
-        with contextlib.suppress(NotFound):
-            return unpack((await self.store.get(self.layout.progress(run_id))).data)
-        return None
+    async def progress(self, run_id: str, incarnation: str) -> Any:
+        """The last progress value the run's ``incarnation`` reported, or None
+        (also when the record does not decode: progress only informs)."""
+        try:
+            stored = await self.store.get(self.layout.progress(run_id, incarnation))
+        except NotFound:
+            return None
+        return progress_value(stored.data)
 
-    async def write_progress(self, run_id: str, value: Any) -> None:
-        await self.store.put(self.layout.progress(run_id), pack(value))
+    async def write_progress(
+        self, run_id: str, incarnation: str, claims: int, value: Any, etag: str | None
+    ) -> str | None:
+        """Record ``value`` as the progress of the run's ``incarnation``, for
+        the attempt of claim number ``claims``: a compare-and-swap on ``etag``,
+        the attempt's last write (None before its first).
+
+        Returns the new etag; None when a later claim of the run has written
+        since, so this attempt is a zombie (its lease lapsed and another worker
+        took the run over) and must not overwrite it: it writes no more.
+        """
+        key = self.layout.progress(run_id, incarnation)
+        data = pack({"claims": claims, "value": value})
+        while True:
+            try:
+                if etag is None:
+                    return await self.store.put_if_absent(key, data)
+                return await self.store.put_if_match(key, data, etag)
+            except (PreconditionFailed, NotFound):  # AlreadyExists is a PreconditionFailed
+                pass
+            try:
+                current = await self.store.get(key)
+            except NotFound:
+                etag = None  # removed since: create it
+                continue
+            if _progress_claims(current.data) > claims:
+                return None
+            etag = current.etag  # an earlier claim's (or no record at all): replace it
+
+
+def progress_value(data: bytes) -> Any:
+    """The value a progress record holds; None when it holds none."""
+    try:
+        raw = unpack(data)
+    except Exception:
+        return None
+    return raw.get("value") if isinstance(raw, dict) else None
+
+
+def _progress_claims(data: bytes) -> int:
+    """The claim number of the attempt that wrote a progress record (0: unreadable)."""
+    try:
+        raw = unpack(data)
+    except Exception:
+        return 0
+    claims = raw.get("claims") if isinstance(raw, dict) else None
+    return claims if isinstance(claims, int) else 0
 
 
 def answering(record: OutcomeRecord, key: str, input_hash: str | None) -> OutcomeRecord:

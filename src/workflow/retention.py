@@ -139,8 +139,8 @@ async def _remove(
     store, layout = runs.store, runs.layout
     keys = [info.key async for info in store.scan(layout.memos(run_id))]
     keys += [info.key async for info in store.scan(layout.events(run_id))]
+    keys += [info.key async for info in store.scan(layout.progresses(run_id))]
     await asyncio.gather(*(store.delete(key) for key in keys))
-    await store.delete(layout.progress(run_id))
     if etag is None or isinstance(found, Tombstone):
         return
     # A record, or an object that is none (it goes as well, fencing nothing).

@@ -68,6 +68,10 @@ class Run:
         self.progress_written: Any = None
         self.progress_at = 0.0
         self.progress_task: asyncio.Task[None] | None = None
+        self.progress_etag: str | None = None
+        """This attempt's last progress write (compare-and-swap on it)."""
+        self.progress_fenced = False
+        """A later claim of the run has written progress: this attempt writes no more."""
         self.replayed: list[str] = []
         self.clock = clock
         self.wakes = wakes
@@ -84,9 +88,31 @@ class Run:
         if self.progress_task is not None:
             await asyncio.shield(self.progress_task)
         if self.progress is not None and self.progress != self.progress_written:
-            value = self.progress
-            await self.records.write_progress(self.run_id, value)
-            self.progress_written = value
+            await self.write_progress()
+
+    async def write_progress(self) -> None:
+        """Write the last progress value, unless a later claim of the run owns
+        the record (then log it once and write no more)."""
+        if self.progress_fenced:
+            return
+        value = self.progress
+        delivery = self.attempt.delivery
+        etag = await self.records.write_progress(
+            self.run_id, self.incarnation, delivery.claims, value, self.progress_etag
+        )
+        if etag is None:
+            self.progress_fenced = True
+            log.warning(
+                "job %s (%s) attempt %d: another worker has taken the run over; "
+                "this attempt's progress is not written",
+                self.run_id,
+                self.name,
+                delivery.attempt,
+                extra=log_extra(self),
+            )
+            return
+        self.progress_etag = etag
+        self.progress_written = value
 
     def write_progress_soon(self) -> None:
         """Write the progress in the background, best effort (see ctx.progress)."""
@@ -166,10 +192,8 @@ class Memo:
 
 
 async def _write_progress(run: Run) -> None:
-    value = run.progress
     try:
-        await run.records.write_progress(run.run_id, value)
-        run.progress_written = value
+        await run.write_progress()
     except Exception as exc:  # progress is best-effort until the final flush
         log.warning("job %s: progress not written: %s", run.run_id, exc, extra=log_extra(run))
 

@@ -226,7 +226,7 @@ async def test_purge_removes_only_runs_older_than_the_age(
         # The outcome is a tombstone now: no answer, but its swept run's zombies keep out.
         swept = decode_slot((store_dir / "outcomes" / handle.id).read_bytes())
         assert isinstance(swept, Tombstone), swept
-        assert not (store_dir / "progress" / handle.id).exists()
+        assert not list((store_dir / "progress").glob(f"{handle.id}/*"))
         assert not list((store_dir / "memos").glob(f"{handle.id}/*/*"))
     assert (store_dir / "outcomes" / handles[2].id).exists()
     assert list((store_dir / "memos").glob(f"{handles[2].id}/*/*"))

@@ -70,7 +70,8 @@ async def test_every_command_names_each_unreadable_record_and_goes_on(
     bad_outcomes |= {dead_outcome, live_outcome}
     memo = next((store_dir / "memos" / good.id).glob("*/lookup"))
     memo_key = damage(str(memo.relative_to(store_dir)), GARBAGE)
-    progress_key = damage(f"progress/{good.id}", GARBAGE)
+    progress = next((store_dir / "progress" / good.id).glob("*"))  # (one per incarnation)
+    progress_key = damage(str(progress.relative_to(store_dir)), GARBAGE)
     stray = "ab" * 16
     (store_dir / "queue" / "jobs" / stray).write_bytes(GARBAGE)
     queue_key = f"queue/jobs/{stray}"
