@@ -30,6 +30,8 @@ from stepstone.runtime import (
     PayloadTooLarge,
     QueueInspection,
     Settlement,
+    Wait,
+    Waking,
 )
 from stepstone.runtime.queue import DEFAULT_MAX_ATTEMPTS, QUEUE_STATUSES
 from stepstone.runtime.store_queue import StoreQueue
@@ -468,6 +470,11 @@ async def test_get_of_an_unknown_id_is_none(queue: LeaseQueue) -> None:
 
 NOT_OFFERED = {
     JobListing: "SQS has no listing of messages",
+    Waking: (
+        "SQS cannot change a message it does not hold, so nothing can make a waiting "
+        "job due early; its suspend is the default uncounted nack, and the workflow "
+        "layer has waiting runs look again every wait_recheck seconds instead"
+    ),
 }
 """Why a backend lacks a capability, for the skip message."""
 
@@ -585,6 +592,111 @@ async def test_next_due_is_the_earliest_run_at_or_lease_expiry(
     assert await queue.next_due() == clock.now() + 100
 
 
+# -- suspend and wake (runtime.suspension), where a backend offers them ----
+
+SLEEPING = Wait(JobStatus.SLEEPING, "until noon")
+
+
+async def test_a_suspended_job_shows_its_wait_and_is_due_at_until_uncounted(
+    queue: LeaseQueue, clock: FakeClock
+) -> None:
+    requires(Waking, queue)
+    await queue.enqueue(b"p", id="j", max_attempts=1)
+    d = await claim_one(queue)
+    assert await queue.suspend(d, until=clock.now() + 100, wait=SLEEPING) is Settlement.SUSPENDED
+    record = await queue.get("j")
+    assert record is not None
+    assert (record.status, record.wait, record.attempts) == (JobStatus.SLEEPING, SLEEPING, 0)
+    assert record.run_at == clock.now() + 100 and record.lease_expires_at is None
+    assert await queue.next_due() == clock.now() + 100
+    assert await queue.ack(d) is Settlement.LOST  # the suspension gave the claim back
+    clock.advance(99)
+    assert await queue.claim(1, lease=LEASE) == []
+    clock.advance(1)
+    again = await claim_one(queue)
+    # Not an attempt (max_attempts=1 would be spent), but a claim.
+    assert (again.attempt, again.claims, again.payload) == (1, 2, b"p")
+    record = await queue.get("j")
+    assert record is not None and (record.status, record.wait) == (JobStatus.RUNNING, None)
+
+
+async def test_each_wait_shows_as_its_own_status(queue: LeaseQueue, clock: FakeClock) -> None:
+    requires(Waking, queue)
+    waits = [
+        SLEEPING,
+        Wait(JobStatus.WAITING_FOR_EVENT, "approval"),
+        Wait(JobStatus.WAITING_FOR_CHILDREN, "2 of 3 children"),
+    ]
+    for i in range(len(waits)):
+        await queue.enqueue(b"", id=f"j{i}")
+    for d in await queue.claim(3, lease=LEASE):
+        wait = waits[int(d.id[1:])]
+        assert await queue.suspend(d, until=clock.now() + 60, wait=wait) is Settlement.SUSPENDED
+    for i, wait in enumerate(waits):
+        record = await queue.get(f"j{i}")
+        assert record is not None and (record.status, record.wait) == (wait.status, wait)
+
+
+async def test_wake_makes_a_suspended_job_due_at_once(queue: LeaseQueue, clock: FakeClock) -> None:
+    waking = requires(Waking, queue)
+    await queue.enqueue(b"", id="j")
+    d = await claim_one(queue)
+    await queue.suspend(d, until=clock.now() + 3600, wait=SLEEPING)
+    assert await waking.wake("j") is True
+    record = await queue.get("j")
+    assert record is not None
+    assert (record.status, record.wait, record.attempts) == (JobStatus.READY, None, 0)
+    assert record.run_at <= clock.now()
+    assert (await claim_one(queue)).attempt == 1
+    assert await waking.wake("j") is True  # held now: marked, not moved
+
+
+async def test_a_wake_while_held_makes_the_next_suspend_return_at_once(
+    queue: LeaseQueue, clock: FakeClock
+) -> None:
+    """What the job waits for happened between its last look and its
+    suspension: the suspension must not sleep through it."""
+    waking = requires(Waking, queue)
+    await queue.enqueue(b"", id="j")
+    d = await claim_one(queue)
+    assert await waking.wake("j") is True
+    assert await queue.suspend(d, until=clock.now() + 3600, wait=SLEEPING) is Settlement.RETRIED
+    record = await queue.get("j")
+    assert record is not None and (record.status, record.wait) == (JobStatus.READY, None)
+    again = await claim_one(queue)
+    assert (again.attempt, again.claims) == (1, 2)
+    # The mark is spent: the next suspension sleeps.
+    assert await queue.suspend(again, until=clock.now() + 60, wait=SLEEPING) is (
+        Settlement.SUSPENDED
+    )
+
+
+async def test_wake_of_an_unknown_or_dead_job_is_false(queue: LeaseQueue) -> None:
+    waking = requires(Waking, queue)
+    assert await waking.wake("never") is False
+    await queue.enqueue(b"", id="dead")
+    await queue.dead_letter(await claim_one(queue), "x")
+    assert await waking.wake("dead") is False
+    await queue.enqueue(b"", id="acked")
+    await queue.ack(await claim_one(queue))
+    assert await waking.wake("acked") is False
+    await queue.enqueue(b"", id="ready")
+    assert await waking.wake("ready") is True  # due already: nothing to change
+    assert (await claim_one(queue)).id == "ready"
+
+
+async def test_a_suspend_with_a_stale_token_is_lost(queue: LeaseQueue, clock: FakeClock) -> None:
+    requires(Waking, queue)
+    await queue.enqueue(b"", id="j")
+    old = await claim_one(queue, lease=10)
+    clock.advance(10)
+    new = await claim_one(queue, lease=10)
+    assert await queue.suspend(old, until=clock.now() + 60, wait=SLEEPING) is Settlement.LOST
+    record = await queue.get("j")
+    assert record is not None and (record.status, record.wait) == (JobStatus.RUNNING, None)
+    assert await queue.ack(new) is Settlement.ACKED
+
+
 # -- two processes on one store --------------------------------------------
 
 store_only = pytest.mark.parametrize(
@@ -668,3 +780,49 @@ async def test_work_one_process_gives_back_is_seen_by_another(
     await b.dead_letter(d, "x")
     assert await a.requeue("j") is True
     assert (await claim_one(b)).attempt == 1
+
+
+@store_only
+async def test_a_wake_from_another_process_makes_the_job_due_for_its_holder(
+    backend: Backend,
+) -> None:
+    a, b = backend.make(), backend.make()
+    await a.enqueue(b"", id="j")
+    d = await claim_one(a)
+    assert isinstance(b, Waking)
+    assert await b.wake("j") is True  # while a holds it
+    assert await a.suspend(d, until=backend.clock.now() + 3600, wait=SLEEPING) is (
+        Settlement.RETRIED
+    )
+    d = await claim_one(a)
+    await a.suspend(d, until=backend.clock.now() + 3600, wait=SLEEPING)
+    assert await b.wake("j") is True  # while it sleeps
+    assert (await claim_one(a)).claims == 3
+
+
+@store_only
+@pytest.mark.parametrize("skew", [-30.0, 30.0])
+async def test_a_wake_on_a_skewed_clock_makes_the_job_due_on_the_sleepers(
+    backend: Backend, skew: float
+) -> None:
+    """The waker's clock may be ahead of the sleeper's: "due now" by the
+    waker's clock must still be due by the clock of the one that suspended it."""
+    sleeper = backend.make()
+    assert backend.store is not None
+    waker = StoreQueue(
+        backend.store, clock=FakeClock(backend.clock.now() + skew), scan_interval=0.0
+    )
+    await sleeper.enqueue(b"", id="j")
+    d = await claim_one(sleeper, lease=10)
+    # Held, its lease lapsed by the waker's clock when it runs ahead: its
+    # holder may still be running it, so the wake must mark it all the same.
+    assert await waker.wake("j") is True
+    assert await sleeper.suspend(d, until=backend.clock.now() + 3600, wait=SLEEPING) is (
+        Settlement.RETRIED
+    )
+    d = await claim_one(sleeper)
+    backend.clock.advance(1)
+    await sleeper.suspend(d, until=backend.clock.now() + 3600, wait=SLEEPING)
+    backend.clock.advance(1)
+    assert await waker.wake("j") is True
+    assert (await claim_one(sleeper)).id == "j"

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stepstone.runtime import Delivery, FakeClock, JobRecord, JobStatus, Settlement
+from stepstone.runtime import Delivery, FakeClock, JobRecord, JobStatus, Settlement, Wait
 from stepstone.runtime.queue import QUEUE_STATUSES
 from stepstone.runtime.store_queue import StoreQueue
 from stepstone.runtime.store_queue.records import (
@@ -515,6 +515,29 @@ async def test_a_claim_elsewhere_of_a_job_seen_waiting_is_inferred_not_read(
     assert take(a_store) == {"LIST": 1, "GET": 1, "PUT": 1}
 
 
+async def test_suspended_jobs_cost_only_the_listing_and_a_claim_elsewhere_is_inferred(
+    backing: MemoryStore, clock: FakeClock
+) -> None:
+    """docs/queue.md, "Suspended runs": while jobs sleep, a process that knows
+    them reads none of them; when another process claims them, the new
+    sizes say so, as for any waiting job."""
+    a, a_store = make(backing, clock, scan_interval=0.0)
+    b, _ = make(backing, clock, scan_interval=0.0)
+    for i in range(5):
+        await a.enqueue(b"", id=f"j{i}")
+    for d in await a.claim(5, lease=30):
+        await a.suspend(d, until=clock.now() + 3600, wait=Wait(JobStatus.SLEEPING, "x"))
+    take(a_store)
+    for _ in range(3):
+        clock.advance(600)
+        assert await a.claim(5, lease=30) == []
+    assert take(a_store) == {"LIST": 3}
+    clock.advance(1800)
+    assert len(await b.claim(5, lease=30)) == 5
+    assert await a.claim(5, lease=30) == []
+    assert take(a_store) == {"LIST": 1}
+
+
 # -- writes whose answer is lost ---------------------------------------------------
 
 
@@ -611,10 +634,17 @@ _op = st.one_of(
     st.tuples(
         st.just("settle"),
         st.integers(0, 20),
-        st.sampled_from(["ack", "nack", "nack-later", "uncounted", "release", "dead", "renew"]),
+        st.sampled_from(
+            ["ack", "nack", "nack-later", "uncounted", "release", "dead", "renew", "suspend"]
+        ),
         st.just(0),
     ),
-    st.tuples(st.sampled_from(["cancel", "requeue"]), st.integers(0, 7), st.just(0), st.just(0)),
+    st.tuples(
+        st.sampled_from(["cancel", "requeue", "wake", "wake-b"]),
+        st.integers(0, 7),
+        st.just(0),
+        st.just(0),
+    ),
 )
 
 
@@ -684,6 +714,8 @@ async def _drive(ops: list[Op]) -> None:
                 result = await q.nack(d, delay=0 if y == "nack" else 7, count=y != "uncounted")
             elif y == "release":
                 result = await q.release(d)
+            elif y == "suspend":
+                result = await q.suspend(d, until=now + 7, wait=Wait(JobStatus.SLEEPING))
             else:
                 result = await q.dead_letter(d, "x")
             assert (result is not Settlement.LOST) == owned, (op, y, d.id)
@@ -694,13 +726,19 @@ async def _drive(ops: list[Op]) -> None:
                     assert result is Settlement.DEAD
             else:
                 assert await truth.get(d.id) == record  # a stale token changes nothing
-        elif op in ("cancel", "requeue"):
+        elif op in ("cancel", "requeue", "wake", "wake-b"):
             job_id = f"j{x}"
             if op == "cancel":
                 await q.cancel(job_id)
                 current.pop(job_id, None)
-            else:
+            elif op == "requeue":
                 await q.requeue(job_id)
+            else:
+                record = await truth.get(job_id)
+                waker = q if op == "wake" else b
+                b_active = b_active or op == "wake-b"
+                woke = await waker.wake(job_id)
+                assert woke == (record is not None and record.status is not JobStatus.DEAD)
         # Where a view holds the store's current version, it holds it exactly.
         for info in await backing.list("queue/jobs/"):
             stored = decode((await backing.get(info.key)).data, key=info.key)

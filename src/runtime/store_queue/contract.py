@@ -645,12 +645,18 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
                 return False
             etag, job = fetched
             now = self.clock.now()
+            # Due "now" by this process's clock may be the future by the clock
+            # of the process that suspended the job (docs/guarantees.md, clock
+            # agreement): due since its last change is due by both. For the
+            # same reason a held job is marked even if its lease looks lapsed
+            # here: its holder may still be running it.
+            due = min(now, job.updated_at)
             if job.token is not None:
-                if job.woken or job.claimable(now):
-                    return True  # already marked, or its lapsed lease makes it due
+                if job.woken:
+                    return True  # already marked
                 new = job.next(now, woken=True)
-            elif job.run_at > now:
-                new = job.next(now, run_at=now, wait=None)
+            elif job.run_at > due:
+                new = job.next(now, run_at=due, wait=None)
             else:
                 return True  # due already
             try:

@@ -83,6 +83,8 @@ def held_elsewhere(job: StoredJob, etag: str, now: float, lease: float) -> Seen:
         claims=job.claims + 1,
         token=TOKEN_SHAPE,
         lease_expires_at=now + lease,
+        wait=None,  # as a claim writes it (StoreQueue._claim_one)
+        woken=False,
     )
     return Seen(etag, claimed.stripped(), len(encode(claimed)), guessed=True)
 
