@@ -12,9 +12,12 @@ now), and it keeps a tick from running again after retention has swept its
 run's records. It only moves forward (compare-and-swap). A schedule seen for
 the first time starts from now: nothing before it counts as missed.
 
-Missed ticks (``missed=``): ``"latest"`` (the default) runs only the most
+A tick is missed when no process carrying the schedule was up at its time.
+A process that finds ticks due runs every one since it came up, however
+late it looks (a stalled event loop, a slow or failing store), and those
+before as ``missed=`` says: ``"latest"`` (the default) runs only the most
 recent one, ``"all"`` runs each of them (at most :data:`MAX_CATCH_UP`, the
-newest), ``"skip"`` runs none and waits for the next.
+newest), ``"skip"`` runs none.
 
 Cron expressions are read by cronsim (Debian cron's rules, DST included),
 in the schedule's time zone; ``every=`` ticks are whole multiples of the
@@ -165,20 +168,19 @@ class Scheduler:
         return None if found is None else found[1]
 
     async def _loop(self, schedule: Schedule) -> None:
-        awaited: float | None = None  # the tick this loop slept for (None: just started)
+        up_since = self._clock.now()
         while True:
             try:
-                await self._submit_due(schedule, awaited)
+                await self._submit_due(schedule, up_since)
             except Exception as exc:
                 log.warning(
                     "schedule %r: ticks not submitted (will try again): %s", schedule.name, exc
                 )
-            awaited = next(schedule.ticks_after(self._clock.now())).timestamp()
-            await self._sleep_until(awaited)
+            await self._sleep_until(next(schedule.ticks_after(self._clock.now())).timestamp())
 
-    async def _submit_due(self, schedule: Schedule, awaited: float | None) -> None:
-        """Submit the ticks due since the marker, as ``missed`` says; ``awaited``
-        is the tick this process was up and waiting for (never a missed one)."""
+    async def _submit_due(self, schedule: Schedule, up_since: float) -> None:
+        """Submit the ticks due since the marker: every one after ``up_since``
+        (this process was up for it), and those before as ``missed`` says."""
         now = self._clock.now()
         found = await self._marker(schedule)
         if found is None:
@@ -187,11 +189,9 @@ class Scheduler:
         due = schedule.ticks_between(found[1], now)
         if not due:
             return
-        chosen = due
-        if schedule.missed == "latest":
-            chosen = due[-1:]
-        elif schedule.missed == "skip":
-            chosen = [tick for tick in due if awaited is not None and tick.timestamp() >= awaited]
+        missed = [tick for tick in due if tick.timestamp() <= up_since]
+        kept = {"latest": missed[-1:], "all": missed, "skip": []}[schedule.missed]
+        chosen = kept + due[len(missed) :]
         for tick in chosen:
             job = schedule.job(tick)
             await self._submitter.submit(job, run_id=schedule.run_id(tick))

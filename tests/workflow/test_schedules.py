@@ -75,6 +75,22 @@ async def test_ticks_missed_while_no_worker_ran(
         assert min(ticks_run(counters)) == latest
 
 
+@pytest.mark.parametrize("missed", ["latest", "skip"])
+async def test_every_tick_a_worker_was_up_for_runs_even_if_it_looks_late(
+    make_runner: Callable[..., JobRunner], clock: FakeClock, counters: Counters, missed: str
+) -> None:
+    """A worker that was up but looked late (a stalled event loop, a slow
+    store, a failed look) finds several ticks due: none of them was missed."""
+    schedule = every_five_minutes(missed)
+    async with make_runner(jobs=WAIT_JOBS, schedules=[schedule]) as runner:
+        await wait_until(lambda: _marked(runner, schedule), message="the schedule's marker")
+        await advance(clock, 900)  # three ticks come due before the scheduler looks again
+        await wait_until(lambda: len(ticks_run(counters)) == 3, message="all three ticks")
+    assert sorted(ticks_run(counters)) == [
+        datetime.fromtimestamp(START + 300 * n, UTC).isoformat() for n in range(1, 4)
+    ]
+
+
 def test_cron_ticks_follow_the_time_zone_and_its_dst() -> None:
     schedule = Schedule(
         "morning", cron="0 9 * * *", timezone="Europe/Paris", job=lambda t: Tick(at=str(t))
