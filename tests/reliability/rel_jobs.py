@@ -13,6 +13,9 @@ environment of the process it runs in:
 ``REL_STEP_SLEEP`` seconds each step of :class:`ThreeSteps` takes
 ``REL_GATE``     a path: the first attempt of :class:`Gated` waits inside its
                  first step until this file exists
+``REL_LOOK_GATE`` a path: a run that has looked for its events (listed them)
+                 waits until this file exists before it goes on: the moment
+                 between a wait's look and its suspension, held open
 
 Event lines (space separated, first word the event):
 
@@ -20,6 +23,7 @@ Event lines (space separated, first word the event):
 ``MEMO-WRITING|MEMO-WROTE|MEMO-EXISTS run step pid token``  a memo write
 ``OUTCOME-WRITING|OUTCOME-WROTE|OUTCOME-EXISTS run pid``    an outcome write
 ``CLAIMING|CLAIM run pid claims``      a claim is about to be written / landed
+``LOOKED run pid``                      a run listed its events (see REL_LOOK_GATE)
 ``KILL point pid key``                  a worker about to SIGKILL itself
 ``PKILL pid``                           the parent SIGKILLed a worker
 """
@@ -40,7 +44,7 @@ import msgpack
 
 from stepstone import Job, JobContext, Permanent
 from stepstone.runtime.store_queue.records import CorruptRecord, decode
-from stepstone.store import AlreadyExists, ObjectStore
+from stepstone.store import AlreadyExists, FileStore, ObjectStore, open_store
 from stepstone.store.base import DEFAULT_PAGE_SIZE, ObjectInfo, StoredObject
 
 KILL_POINTS = (
@@ -50,6 +54,7 @@ KILL_POINTS = (
     "before_outcome",  # the run finished; its outcome is not written yet
     "after_outcome",  # the outcome landed; the queue record is not acked yet
     "after_claim",  # a claim landed; the handler has not started
+    "before_suspend",  # a run is about to give its claim back to wait (sleep, event, children)
 )
 
 _fd: int | None = None
@@ -188,6 +193,8 @@ class TapStore(ObjectStore):
         # A claim writes a token this process has not written for the job
         # before (a renewal keeps it; a settlement drops it).
         claim = job is not None and job.token is not None and _tokens.get(job.id) != job.token
+        if job is not None and job.token is None and job.wait is not None:
+            self.kill.maybe("before_suspend", key)
         if claim:
             assert job is not None
             emit("CLAIMING", job.id, self.pid, job.claims)
@@ -206,7 +213,15 @@ class TapStore(ObjectStore):
     async def list(
         self, prefix: str = "", *, start_after: str | None = None, limit: int = DEFAULT_PAGE_SIZE
     ) -> list[ObjectInfo]:
-        return await self.inner.list(prefix, start_after=start_after, limit=limit)
+        page = await self.inner.list(prefix, start_after=start_after, limit=limit)
+        parts = prefix.split("/")
+        gate = os.environ.get("REL_LOOK_GATE", "")
+        if gate and parts[-5:-4] == ["events"]:  # events/<run>/<incarnation>/<name>/
+            emit("LOOKED", parts[-4], self.pid)
+            # The gate is a file another process creates: poll it.
+            while not await asyncio.to_thread(os.path.exists, gate):  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+        return page
 
     async def close(self) -> None:
         await self.inner.close()
@@ -389,6 +404,12 @@ ALL_JOBS: tuple[type[Job[Any]], ...] = (
     Blob,
     DotSteps,
 )
+
+
+def open_rel_store(where: str) -> ObjectStore:
+    """The store the tests name: a directory (made if need be, as
+    FileStore(path) does) or a URL (``s3://...``)."""
+    return open_store(where) if "://" in where else FileStore(where)
 
 
 def env_float(env: Mapping[str, str], name: str, default: float) -> float:

@@ -12,12 +12,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from rel_jobs import ALL_JOBS, emit, read_events
+from rel_jobs import ALL_JOBS, emit, open_rel_store, read_events
+from rel_wait_jobs import WAIT_JOBS
 
 from stepstone import JobRunner
 from stepstone.runtime.clock import Clock
 from stepstone.runtime.store_queue import StoreQueue
-from stepstone.store import FileStore
 
 HERE = Path(__file__).resolve().parent
 WORKER_SCRIPT = HERE / "rel_worker.py"
@@ -44,13 +44,13 @@ async def wait_for(
 
 
 class Workers:
-    """Worker processes (``rel_worker.py``) on one store directory.
+    """Worker processes (``rel_worker.py``) on one store (a directory or a URL).
 
     Each is started with the shared environment plus its own overrides;
     its stderr goes to ``<logs>/worker-<n>.log``.
     """
 
-    def __init__(self, root: Path, events: Path, logs: Path, **env: str) -> None:
+    def __init__(self, root: Path | str, events: Path, logs: Path, **env: str) -> None:
         self.root = root
         self.events = events
         self.logs = logs
@@ -148,12 +148,12 @@ def emit_to(path: Path, *words: object) -> None:
         os.close(fd)
 
 
-def submitter(root: Path, clock: Clock | None = None, **kwargs: Any) -> JobRunner:
+def submitter(root: Path | str, clock: Clock | None = None, **kwargs: Any) -> JobRunner:
     """A runner that only submits and reads answers (no worker loop), on the
-    same store layout as the workers."""
-    store = FileStore(root)
+    same store (a directory or a URL) and layout as the workers."""
+    store = open_rel_store(str(root))
     queue = StoreQueue(store, prefix="queue", clock=clock)
-    return JobRunner(store, queue=queue, jobs=ALL_JOBS, clock=clock, **kwargs)
+    return JobRunner(store, queue=queue, jobs=(*ALL_JOBS, *WAIT_JOBS), clock=clock, **kwargs)
 
 
 def stats_of(events: list[list[str]], pid: int) -> Mapping[str, int] | None:

@@ -1,16 +1,17 @@
 """A worker process for the reliability tests: ``python rel_worker.py``.
 
-Runs a JobRunner over a FileStore (wrapped in rel_jobs.TapStore, which logs
+Runs a JobRunner over a store (wrapped in rel_jobs.TapStore, which logs
 memo, outcome and claim writes to the shared event log and kills the process
 at the configured points) until SIGTERM, then drains, writes a ``STATS`` line
 and exits 0. Configured by the environment (see rel_jobs for the event log
 and kill points):
 
-``REL_ROOT`` the store's directory; ``REL_LEASE`` seconds (2);
+``REL_ROOT`` the store's directory or URL (``s3://...``); ``REL_LEASE`` seconds (2);
 ``REL_HEARTBEAT`` seconds (default lease/3; 0 disables renewal);
 ``REL_CONCURRENCY`` (8); ``REL_CLOCK_OFFSET`` seconds added to this worker's
 clock (0); ``REL_SCAN`` the StoreQueue's scan interval (0.2);
-``REL_POLL`` the worker's poll interval (0.1).
+``REL_POLL`` the worker's poll interval (0.1); ``REL_SCHEDULE_EVERY``
+seconds: a schedule ``rel-every`` that submits rel_wait_jobs.Tick at each tick.
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ import logging
 import os
 import signal
 import sys
+from datetime import timedelta
 
-from rel_jobs import ALL_JOBS, SkewedClock, TapStore, emit, env_float
+from rel_jobs import ALL_JOBS, SkewedClock, TapStore, emit, env_float, open_rel_store
+from rel_wait_jobs import WAIT_JOBS, Tick
 
-from stepstone import JobRunner
+from stepstone import JobRunner, Schedule
 from stepstone.runtime.store_queue import StoreQueue
-from stepstone.store import FileStore
 
 
 class _EventHandler(logging.Handler):
@@ -45,7 +47,7 @@ class _EventHandler(logging.Handler):
 async def main() -> int:
     env = os.environ
     clock = SkewedClock(env_float(env, "REL_CLOCK_OFFSET", 0.0))
-    store = TapStore(FileStore(env["REL_ROOT"]))
+    store = TapStore(open_rel_store(env["REL_ROOT"]))
     lease = env_float(env, "REL_LEASE", 2.0)
     heartbeat = env.get("REL_HEARTBEAT")
     queue = StoreQueue(
@@ -54,7 +56,8 @@ async def main() -> int:
     runner = JobRunner(
         store,
         queue=queue,
-        jobs=ALL_JOBS,
+        jobs=(*ALL_JOBS, *WAIT_JOBS),
+        schedules=schedules(env),
         concurrency=int(env.get("REL_CONCURRENCY", "8")),
         lease=lease,
         heartbeat=float(heartbeat) if heartbeat else None,
@@ -76,6 +79,17 @@ async def main() -> int:
     emit("STATS", os.getpid(), json.dumps(stats, separators=(",", ":")))
     await store.close()
     return 0
+
+
+def schedules(env: os._Environ[str]) -> list[Schedule]:
+    every = env_float(env, "REL_SCHEDULE_EVERY", 0.0)
+    if not every:
+        return []
+    return [
+        Schedule(
+            "rel-every", every=timedelta(seconds=every), job=lambda tick: Tick(at=tick.timestamp())
+        )
+    ]
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from wf_jobs import RUNNER_JOBS, Counters
 
 from stepstone import JobRunner
 from stepstone.runtime import FakeClock, MemoryQueue
-from stepstone.store import MemoryStore
+from stepstone.store import MemoryStore, ObjectStore
 
 
 @pytest.fixture
@@ -33,9 +33,16 @@ def make_runner(
     """A runner factory on one store and clock: call it again for a 'restart'.
 
     Parametrized over the two queues a single process can use, so every
-    scenario holds on the MemoryQueue and on the default StoreQueue.
+    scenario holds on the MemoryQueue and on the default StoreQueue, over a
+    MemoryStore; ``files`` and ``s3`` (wf_support.ON_EVERY_STORE) put the default
+    StoreQueue on a real directory or on moto's S3 instead. The clock is fake
+    on every store: a durable store keeps its own modified times, which only
+    order what a StoreQueue reads first.
     """
     shared_memory_queue = MemoryQueue(clock=clock)
+    on: ObjectStore = store
+    if request.param in ("files", "s3"):
+        on = request.getfixturevalue("file_store" if request.param == "files" else "s3_store")
 
     def make(**kwargs: Any) -> JobRunner:
         kwargs.setdefault("state", [counters])
@@ -43,7 +50,7 @@ def make_runner(
         kwargs.setdefault("poll_interval", 0.05)
         if request.param == "memory-queue":
             kwargs.setdefault("queue", shared_memory_queue)
-        return JobRunner(store, clock=clock, **kwargs)
+        return JobRunner(on, clock=clock, **kwargs)
 
     return make
 

@@ -3,7 +3,8 @@ holding no worker, and resumes where it left off.
 
 Time is a FakeClock: a 30-day sleep takes as long as the test's bookkeeping.
 Every runner here has concurrency 1, so a job that finishes while another
-waits proves the waiting one gave its slot back.
+waits proves the waiting one gave its slot back. Each scenario runs on the
+MemoryQueue, and on the StoreQueue over memory, a real directory and moto's S3.
 """
 
 from __future__ import annotations
@@ -23,9 +24,12 @@ from wait_jobs import (
     TwoEvents,
 )
 from wf_jobs import Counters
+from wf_support import ON_EVERY_STORE
 
 from stepstone import EventRefused, JobRunner, JobStatus
 from stepstone.testing import FakeClock, advance, run_job, wait_until
+
+pytestmark = ON_EVERY_STORE
 
 DAY = 86_400.0
 

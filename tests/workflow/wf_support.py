@@ -6,6 +6,14 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
+import pytest
+
+ON_EVERY_STORE = pytest.mark.parametrize(
+    "make_runner", ["memory-queue", "store-queue", "files", "s3"], indirect=True
+)
+"""A module's scenarios also on a FileStore and on S3 (moto), each with the
+default StoreQueue (``pytestmark = ON_EVERY_STORE``; see conftest.make_runner)."""
+
 
 async def wait_until(
     cond: Callable[[], bool | Awaitable[bool]],
