@@ -13,6 +13,13 @@ scale     one FileStore, ``processes`` worker processes (``async with
           lets the workers go and times until every job is acked. With
           ``urgent``, once a tenth of the N are done the parent submits that
           many more at priority 0, and reports how long they waited to start.
+suspended what waiting costs: the requests of a worker over ``window``
+          seconds with an empty queue, then with N runs asleep for 30 days
+          (a FakeClock is the jobs' time; listings keep real time), then in
+          a process started on those N; and what one run costs from its
+          submit to its sleep, from its wake time to its end, what a run
+          waiting for an event costs when it looks again (hourly), and what
+          one ``send_event`` costs.
 
 ``metrics`` turns stepstone's OpenTelemetry metrics on (the ``otel`` extra):
 the ``-metrics`` cases against their twins measure what recording costs.
@@ -45,12 +52,13 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from stepstone import JobRunner, SubmitOptions
-from stepstone.runtime import MemoryQueue
+from stepstone import JobHandle, JobRunner, JobStatus, SubmitOptions
+from stepstone.executor import RECHECK_WAKING
+from stepstone.runtime import Clock, FakeClock, MemoryQueue
 from stepstone.store import FileStore, MemoryStore, ObjectStore
 
 from .counting import OPERATIONS, CountingStore
-from .jobs import W3
+from .jobs import W3, AwaitsPing, Naps
 
 
 @dataclass
@@ -70,6 +78,8 @@ class Spec:
     """Record metrics (an OpenTelemetry MeterProvider with an in-memory reader)."""
     label: str = ""
     workdir: str = ""
+    window: float = 60.0
+    """Real seconds each phase of the suspended case watches the store."""
 
     def name(self) -> str:
         if self.label:
@@ -141,7 +151,9 @@ def empty_trash(workdir: str = "") -> None:
 
 
 @contextlib.asynccontextmanager
-async def open_backend(spec: Spec) -> AsyncIterator[tuple[CountingStore, JobRunner]]:
+async def open_backend(
+    spec: Spec, *, jobs: tuple[type[Any], ...] = (W3,), clock: Clock | None = None
+) -> AsyncIterator[tuple[CountingStore, JobRunner]]:
     """The counted store and a (not started) runner on it, per the spec's backend."""
     tmp: str | None = None
     moto = None
@@ -149,7 +161,7 @@ async def open_backend(spec: Spec) -> AsyncIterator[tuple[CountingStore, JobRunn
     queue = None
     if spec.backend == "memory":
         inner = MemoryStore()
-        queue = MemoryQueue()
+        queue = MemoryQueue(clock=clock)
     elif spec.backend == "memory-sq":
         inner = MemoryStore()
     elif spec.backend == "file":
@@ -171,7 +183,12 @@ async def open_backend(spec: Spec) -> AsyncIterator[tuple[CountingStore, JobRunn
     if spec.metrics:
         _record_metrics()
     runner = JobRunner(
-        store, queue=queue, jobs=[W3], concurrency=spec.concurrency, retry_backoff=0.0
+        store,
+        queue=queue,
+        jobs=jobs,
+        concurrency=spec.concurrency,
+        retry_backoff=0.0,
+        clock=clock,
     )
     try:
         yield store, runner
@@ -506,7 +523,106 @@ def _urgent_waits(waits: list[float]) -> dict[str, float]:
     }
 
 
-CASES = {"w3": w3, "latency": latency, "scale": scale}
+# -- what suspended runs cost ------------------------------------------------
+
+DAY = 86_400.0
+SETTLE = 15.0
+"""Real seconds for an idle StoreQueue's listings to back off to their
+slowest pace (1, 1, 2, 4, then every 5 s: docs/queue.md, Knobs)."""
+
+
+async def _until(condition: Any, within: float = 120.0) -> None:
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > deadline:
+            raise RuntimeError("timed out")
+        await asyncio.sleep(0.01)
+
+
+async def _watch(store: CountingStore, seconds: float) -> dict[str, int]:
+    """The requests over ``seconds`` of real time from now."""
+    store.reset()
+    await asyncio.sleep(seconds)
+    return store.snapshot()
+
+
+async def _counted(store: CountingStore, action: Any) -> dict[str, int]:
+    """The requests ``action`` (an awaitable) makes, by operation and area."""
+    store.reset()
+    await action
+    return {k: v for k, v in store.areas().items() if v}
+
+
+async def suspended(spec: Spec) -> dict[str, Any]:
+    clock = FakeClock(time.time())
+    per_minute = 60.0 / spec.window
+    out: dict[str, Any] = {}
+    settle = min(SETTLE, spec.window)  # --quick: a smoke run, not fully backed off
+    async with open_backend(spec, jobs=(Naps, AwaitsPing), clock=clock) as (store, runner):
+        async with runner:
+            stats = runner.worker.stats
+            await asyncio.sleep(settle)
+            idle = await _watch(store, spec.window)
+
+            async def asleep(n: int) -> None:
+                await _until(lambda: stats.suspended >= n)
+
+            handles = await asyncio.gather(
+                *(runner.submit(Naps(n=i, seconds=30 * DAY)) for i in range(spec.n))
+            )
+            await asleep(spec.n)
+            await asyncio.sleep(settle)
+            sleeping = await _watch(store, spec.window)
+
+            async def put_to_sleep() -> JobHandle[int]:
+                handle = await runner.submit(Naps(n=-1, seconds=DAY))
+                await asleep(spec.n + 1)
+                return handle
+
+            store.reset()
+            probe = await put_to_sleep()
+            suspend = {k: v for k, v in store.areas().items() if v}
+            clock.advance(DAY)
+            resume = await _counted(store, probe)
+            waiter = await runner.submit(AwaitsPing())
+            await asleep(spec.n + 2)
+            clock.advance(RECHECK_WAKING)
+            recheck = await _counted(store, asleep(spec.n + 3))
+            send = await _counted(store, runner.send_event(waiter.id, "ping", "x"))
+            woken = await _counted(store, waiter)
+        # A process started on the sleeping runs: its first look reads each once.
+        async with JobRunner(store, jobs=(Naps,), clock=clock, queue=_fresh_queue(runner)):
+            started = await _watch(store, spec.window)
+            later = await _watch(store, spec.window)
+        status = await runner.status(handles[0].id)
+        assert status is not None and status.state is JobStatus.SLEEPING
+    out.update(
+        {
+            f"{name}_per_minute": {op: round(n * per_minute, 1) for op, n in counts.items()}
+            for name, counts in (
+                ("idle", idle),
+                ("sleeping", sleeping),
+                ("started", started),
+                ("started_later", later),
+            )
+        },
+        suspend=suspend,
+        resume=resume,
+        recheck=recheck,
+        send_event=send,
+        resume_after_event=woken,
+    )
+    return out
+
+
+def _fresh_queue(runner: JobRunner) -> Any:
+    """A queue like ``runner``'s with a view of its own (a new process's);
+    None (the default StoreQueue) unless it is a MemoryQueue, which is one
+    process's memory and so shared."""
+    return runner.queue if isinstance(runner.queue, MemoryQueue) else None
+
+
+CASES = {"w3": w3, "latency": latency, "scale": scale, "suspended": suspended}
 
 
 def run_one(spec: Spec) -> dict[str, Any]:

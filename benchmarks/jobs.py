@@ -1,4 +1,4 @@
-"""The benchmark's job type (importable by worker processes)."""
+"""The benchmark's job types (importable by worker processes)."""
 
 from __future__ import annotations
 
@@ -41,3 +41,24 @@ class W3(Job[int]):
         if self.pause:
             await asyncio.sleep(self.pause)
         return value
+
+
+class Naps(Job[int]):
+    """One durable sleep of ``seconds``: the suspended-runs case."""
+
+    NAME: ClassVar[str] = "bench.naps"
+    n: int
+    seconds: float
+
+    async def run(self, ctx: JobContext) -> int:
+        await ctx.sleep(self.seconds)
+        return self.n
+
+
+class AwaitsPing(Job[str]):
+    """One wait for event ``ping``: the suspended-runs case."""
+
+    NAME: ClassVar[str] = "bench.awaits-ping"
+
+    async def run(self, ctx: JobContext) -> str:
+        return str(await ctx.wait_for_event("ping", type=str))

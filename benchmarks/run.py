@@ -60,6 +60,9 @@ def plan(quick: bool) -> dict[str, Spec]:
         "n10k-file": Spec("w3", "file", 300 if q else 10000, resubmit=False),
         "steps1-s3": Spec("w3", "s3", n_s3, steps=1, resubmit=False),
         "steps10-s3": Spec("w3", "s3", n_s3, steps=10, resubmit=False),
+        # What waiting costs: N runs asleep, watched for `window` seconds a phase.
+        "suspended-file": Spec("suspended", "file", 100 if q else 2000, window=5 if q else 30),
+        "suspended-s3": Spec("suspended", "s3", 20 if q else 200, window=5 if q else 30),
     }
     for case_id, spec in cases.items():
         spec.label = case_id
@@ -130,6 +133,32 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _requests(counts: dict[str, Any]) -> str:
+    """``LIST 12, GET 3``: the non-zero counts, in OPERATIONS order (or by area)."""
+    keys = [op for op in OPERATIONS if op in counts] or sorted(counts)
+    return ", ".join(f"{k} {_fmt(counts[k])}" for k in keys if counts[k]) or "none"
+
+
+def suspended_table(results: list[dict[str, Any]]) -> str:
+    """What waiting costs: requests a minute with an empty queue, with N runs
+    asleep, in a process started on them (its first window, then the next);
+    and the requests of one run from its submit to its sleep (``suspend``),
+    from its wake time to its end (``resume``), of a run waiting for an
+    event looking again (``recheck``), and of one send_event."""
+    phases = ["idle", "sleeping", "started", "started_later"]
+    once = ["suspend", "resume", "recheck", "send_event"]
+    head = ["case", "N", *(f"{p} /min" for p in phases), *once]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results:
+        if "error" in r:
+            lines.append(f"| {r['name']} | error: {r['error'].splitlines()[-1][:80]} |")
+            continue
+        row = [r["name"], str(r["n"]), *(_requests(r[f"{p}_per_minute"]) for p in phases)]
+        row += [_requests(r[k]) for k in once]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small N: a smoke run")
@@ -171,10 +200,10 @@ def main(argv: list[str] | None = None) -> int:
         runs = [run_in_subprocess(spec) for _ in range(max(1, args.repeat))]
         good = [r for r in runs if "error" not in r]
         if good:
-            median = statistics.median_low(r["jobs_per_s"] for r in good)
-            result = next(r for r in good if r["jobs_per_s"] == median)
+            median = statistics.median_low(r.get("jobs_per_s", 0.0) for r in good)
+            result = next(r for r in good if r.get("jobs_per_s", 0.0) == median)
             if len(good) > 1:
-                result["jobs_per_s_runs"] = [r["jobs_per_s"] for r in good]
+                result["jobs_per_s_runs"] = [r.get("jobs_per_s") for r in good]
         else:
             result = runs[0]
         result["commit"] = commit
@@ -183,7 +212,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.keep_trash:
         empty_trash(args.workdir)
     print()
-    print(table(results))
+    print(table([r for r in results if r.get("case") != "suspended"]))
+    waits = [r for r in results if r.get("case") == "suspended"]
+    if waits:
+        print()
+        print(suspended_table(waits))
     print(f"\n({len(results)} cases in {time.monotonic() - started:.0f}s)", file=sys.stderr)
     if args.out:
         with open(args.out, "w") as f:

@@ -12,7 +12,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from benchmarks.cases import Spec, run_one
-from benchmarks.run import main, plan, table
+from benchmarks.run import main, plan, suspended_table, table
 
 
 def test_w3_on_memory_and_files(tmp_path: object) -> None:
@@ -31,6 +31,16 @@ def test_w3_on_memory_and_files(tmp_path: object) -> None:
     assert queue["CPUT queue"] == 2  # the enqueue and the claim
     assert queue["DELETE queue"] == 1  # the ack
     assert "| m |" in table(results)
+
+
+def test_suspended_case_runs() -> None:
+    r = run_one(Spec("suspended", "memory-sq", n=5, window=0.5, label="z"))
+    # Runs asleep cost nothing but the listing (its pace is timing: not asserted).
+    assert {op: n for op, n in r["sleeping_per_minute"].items() if op != "LIST"} == dict.fromkeys(
+        ("GET", "HEAD", "PUT", "CPUT", "DELETE"), 0.0
+    )
+    assert r["suspend"] == {"CPUT queue": 3, "CPUT memos": 1}  # enqueue, claim, suspend; wake time
+    assert "| z | 5 |" in suspended_table([r])
 
 
 def test_plan_names_every_case() -> None:
