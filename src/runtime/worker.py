@@ -30,6 +30,15 @@ lease (it hung, the lease lapsed, another worker reclaimed the job) gets
 user as a success. When a renewal says the lease is gone, the handler is
 cancelled at once and nothing is settled: the job belongs to someone else.
 
+Cancellation: a job cancelled while it runs loses its queue record, so the
+next heartbeat would find the lease gone, up to a heartbeat later. Sooner:
+:meth:`Worker.cancel_running` stops the handler at once (the runner calls it
+when it cancels a job its own worker holds), and ``is_cancelled`` is asked
+about each attempt that has run ``cancel_check`` seconds, every
+``cancel_check`` seconds after that (the workflow layer reads the run's
+outcome record: one GET). A cancelled attempt is stopped and not settled;
+the log says it was cancelled.
+
 Graceful stop: stop claiming, give in-flight handlers ``drain_timeout``
 seconds, then cancel the rest and release their jobs with the attempt not
 counted (a deploy must not burn attempts). A handler that had already
@@ -48,6 +57,7 @@ import contextvars
 import functools
 import inspect
 import logging
+import math
 import secrets
 from collections.abc import Awaitable, Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
@@ -192,6 +202,12 @@ class Attempt:
 
     delivery: Delivery
     lease: Lease
+    stopped: str | None = None
+    """Why the worker stopped this attempt (``cancelled``, ``timed out``,
+    ``drained``, ``lease lost``), or None while it may go on. An async handler
+    is cancelled as well; a synchronous one, which Python cannot interrupt,
+    should look before each piece of work it starts (a job's ``ctx.sync``
+    calls do)."""
 
     @property
     def attempt(self) -> int:
@@ -218,6 +234,8 @@ class Attempt:
 
 Handler = Callable[[Attempt], Awaitable[object]] | Callable[[Attempt], object]
 """An async function (run on the loop) or a plain function (run in a thread)."""
+IsCancelled = Callable[[Delivery], Awaitable[bool]]
+"""Asked about an attempt that has run a while: was its job cancelled meanwhile?"""
 OnTerminal = Callable[[Delivery, Terminal], Awaitable[None]]
 """Called with a job's final result before the queue forgets it. If it raises
 StoreUnavailable, the job is not settled and runs again later; if it raises
@@ -237,6 +255,8 @@ class WorkerStats:
     """Settlements that gave a suspended job back to wait (uncounted)."""
     lost: int = 0
     """Settlements (or renewals) that found the job no longer ours."""
+    cancelled: int = 0
+    """Attempts stopped because their job was cancelled."""
     queue_errors: int = 0
     """Queue calls (claim, renew, settle, next_due) that raised."""
     peak_in_flight: int = 0
@@ -251,6 +271,7 @@ class _Stop(Enum):
     LOST = "lease lost"
     TIMEOUT = "timed out"
     DRAIN = "drained"
+    CANCELLED = "cancelled"
 
 
 @dataclass(frozen=True)
@@ -272,6 +293,9 @@ class _Job:
     """Clock time past which the attempt has timed out (None: no timeout)."""
     next_beat: float
     """Loop time of the next heartbeat renewal."""
+    next_check: float
+    """Loop time of the next look for a cancellation (inf: never)."""
+    attempt: Attempt | None = None
     handler_task: asyncio.Task[object] | None = None
     task: asyncio.Task[None] | None = None
     stop: _Stop | None = None
@@ -281,10 +305,16 @@ class _Job:
     """Loop time of the claim (set only when the worker has an observer)."""
     settled: Settlement | None = None
     """What the queue did with the job, once a settlement landed."""
+    check_task: asyncio.Task[None] | None = None
 
     def where(self) -> str:
         d = self.delivery
         return f"job {d.id} (kind {d.kind!r}, attempt {d.attempt}/{d.max_attempts})"
+
+
+def _idle(task: asyncio.Task[None] | None) -> bool:
+    """No such task is under way (never started, or done)."""
+    return task is None or task.done()
 
 
 def _is_async(handler: object) -> bool:
@@ -308,8 +338,11 @@ class Worker:
     seconds (default lease/3; 0 disables renewal). ``attempt_timeout`` bounds
     one attempt (``register(timeout=)`` overrides it per kind). ``backoff``
     spaces retries. ``on_terminal`` hears every job's final result before the
-    queue lets go of it. ``clock`` defaults to the queue's own (``queue.clock``)
-    so both judge lease expiry and run-at by the same time.
+    queue lets go of it. ``is_cancelled`` is asked, every ``cancel_check``
+    seconds once an attempt has run that long, whether its job was cancelled
+    (None: the heartbeat finds out, when the lease turns out gone). ``clock``
+    defaults to the queue's own (``queue.clock``) so both judge lease expiry
+    and run-at by the same time.
 
     By default a job of a kind nobody registered is claimed and dead-lettered
     (``FailureKind.UNKNOWN``), so a typo'd or retired job type fails loudly
@@ -335,6 +368,8 @@ class Worker:
         drain_timeout: float = 30.0,
         clock: Clock | None = None,
         on_terminal: OnTerminal | None = None,
+        is_cancelled: IsCancelled | None = None,
+        cancel_check: float | None = 1.0,
         name: str | None = None,
         only_registered: bool = False,
     ) -> None:
@@ -349,6 +384,8 @@ class Worker:
             raise ValueError(f"heartbeat must be >= 0 and shorter than the lease, got {heartbeat}")
         if attempt_timeout is not None and attempt_timeout <= 0:
             raise ValueError(f"attempt_timeout must be positive, got {attempt_timeout}")
+        if cancel_check is not None and cancel_check <= 0:
+            raise ValueError(f"cancel_check must be positive (or None), got {cancel_check}")
         self.queue = queue
         self.concurrency = concurrency
         self.lease = lease
@@ -359,6 +396,8 @@ class Worker:
         self.drain_timeout = drain_timeout
         self.clock: Clock = clock or queue.clock
         self.on_terminal = on_terminal
+        self.is_cancelled = is_cancelled
+        self.cancel_check = cancel_check
         self.name = name or f"worker-{secrets.token_hex(3)}"
         self.only_registered = only_registered
         self.stats = WorkerStats()
@@ -394,9 +433,10 @@ class Worker:
         once in this worker, each attempt bounded by ``timeout`` seconds.
 
         A plain (non-async) handler runs in a thread. Python cannot stop a
-        thread, so a sync handler that times out or is drained keeps running
-        to its end in the background; its job is settled (timeout) or released
-        (drain) regardless, and whatever it returns afterwards is ignored.
+        thread, so a sync handler that times out, is drained or cancelled keeps
+        running in the background until it looks at ``Attempt.stopped``; its
+        job is settled (timeout), released (drain) or left to the cancel
+        regardless, and whatever it returns afterwards is ignored.
         """
         if kind in self._handlers:
             raise ValueError(f"a handler is already registered for job type `{kind}`")
@@ -426,6 +466,17 @@ class Worker:
             job.delivery.id == job_id and not job.lease.lost and job.lease.expires_at > now
             for job in self._jobs
         )
+
+    def cancel_running(self, job_id: str) -> bool:
+        """The job was cancelled (its outcome recorded, its queue record
+        dropped): stop its attempt here at once, if one runs here. Nothing is
+        settled; the log says it was cancelled. True if one was running."""
+        found = False
+        for job in list(self._jobs):
+            if job.delivery.id == job_id and job.handler_task is not None:
+                self._cancel(job, _Stop.CANCELLED)
+                found = True
+        return found
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -513,7 +564,8 @@ class Worker:
             logger.info("%s stopped", self.name)
 
     def _watch(self) -> None:
-        """Start due heartbeats and cancel handlers past their deadline."""
+        """Start due heartbeats and cancellation checks, and cancel handlers
+        past their deadline."""
         now_real = asyncio.get_running_loop().time()
         now = self.clock.now()
         for job in list(self._jobs):
@@ -532,6 +584,28 @@ class Worker:
                 job.beat_task = asyncio.create_task(
                     self._beat(job), name=f"heartbeat {job.delivery.id}"
                 )
+            if now_real >= job.next_check and handler is not None and not handler.done():
+                job.next_check = now_real + self._check_interval()
+                if self.is_cancelled is not None and _idle(job.check_task):
+                    job.check_task = asyncio.create_task(
+                        self._check_cancelled(job, self.is_cancelled),
+                        name=f"cancel check {job.delivery.id}",
+                    )
+
+    def _check_interval(self) -> float:
+        """Seconds between cancellation checks of one attempt (inf: none)."""
+        if self.is_cancelled is None or self.cancel_check is None:
+            return math.inf
+        return self.cancel_check
+
+    async def _check_cancelled(self, job: _Job, is_cancelled: IsCancelled) -> None:
+        """Stop the attempt if its job was cancelled. A check that fails is
+        tried again at the next one (the heartbeat is the backstop)."""
+        try:
+            if await is_cancelled(job.delivery):
+                self._cancel(job, _Stop.CANCELLED)
+        except Exception as error:
+            self._log(job, logging.DEBUG, "cancellation check failed: %s", describe(error))
 
     async def _beat(self, job: _Job) -> None:
         """Renew one job's lease; a lost token cancels its handler (via Lease.on_lost)."""
@@ -654,6 +728,8 @@ class Worker:
                 wait = min(wait, job.deadline - now)
             if self.heartbeat > 0 and not job.renewing:
                 wait = min(wait, job.next_beat - now_real)
+            if handler is not None and not handler.done():
+                wait = min(wait, job.next_check - now_real)
         return wait
 
     async def _sleep(self, seconds: float) -> None:
@@ -708,6 +784,7 @@ class Worker:
             lease=lease,
             deadline=None if timeout is None else self.clock.now() + timeout,
             next_beat=loop.time() + self.heartbeat,
+            next_check=loop.time() + self._check_interval(),
         )
         self._jobs.add(job)
         self._held[delivery.id] = self._held.get(delivery.id, 0) + 1
@@ -720,8 +797,9 @@ class Worker:
         runnable = registration is not None and delivery.attempt <= delivery.max_attempts
         if runnable:
             assert registration is not None
+            job.attempt = Attempt(delivery, lease)
             job.handler_task = asyncio.create_task(
-                self._call(registration, Attempt(delivery, lease)),
+                self._call(registration, job.attempt),
                 name=f"handler {delivery.kind} {delivery.id}",
             )
         job.task = asyncio.create_task(self._execute(job), name=f"job {delivery.id}")
@@ -762,6 +840,8 @@ class Worker:
         if job.stop is not None or handler is None or handler.done():
             return
         job.stop = why
+        if job.attempt is not None:
+            job.attempt.stopped = why.value
         handler.cancel(why.value)
         self.wake()
 
@@ -784,8 +864,9 @@ class Worker:
                 seconds = asyncio.get_running_loop().time() - job.began
                 report = AttemptReport(job.delivery, settled, error_type(ended, decision), seconds)
                 self._observe(job, lambda observer: observer.attempt_over(report))
-            if job.beat_task is not None and not job.beat_task.done():
-                job.beat_task.cancel()
+            for side_task in (job.beat_task, job.check_task):
+                if side_task is not None and not side_task.done():
+                    side_task.cancel()
             self._jobs.discard(job)
             if (held := self._held.get(job.delivery.id, 1) - 1) > 0:
                 self._held[job.delivery.id] = held
@@ -808,6 +889,12 @@ class Worker:
             return NoHandler()
         handler = job.handler_task
         await asyncio.wait([handler])
+        if job.stop is _Stop.CANCELLED or (
+            (job.stop is _Stop.LOST or job.lease.lost) and await self._was_cancelled(job)
+        ):
+            self.stats.cancelled += 1
+            self._log(job, logging.INFO, "cancelled while running; stopped, not settled")
+            return None
         if job.stop is _Stop.LOST or job.lease.lost:
             self.stats.lost += 1
             self._log(job, logging.WARNING, "lease lost while running; not settled")
@@ -831,6 +918,16 @@ class Worker:
         if isinstance(error, Suspend):
             return Raised(error)  # no failure, and frequent: no traceback to format
         return Raised(error, format_traceback(reported_error(error)))
+
+    async def _was_cancelled(self, job: _Job) -> bool:
+        """Whether a lease found gone was taken by a cancel (asked once, so
+        the log can say which; a lost lease is rare)."""
+        if self.is_cancelled is None:
+            return False
+        try:
+            return await self.is_cancelled(job.delivery)
+        except Exception:
+            return False
 
     async def _apply(self, job: _Job, decision: Decision, ended: AttemptEnd) -> None:
         """Carry out a decision: on_terminal first for a terminal one, then the

@@ -255,16 +255,33 @@ class JobContext:
 
 
 class SyncContext:
-    """Blocking forms of the context's async methods, for a ``def run`` job."""
+    """Blocking forms of the context's async methods, for a ``def run`` job.
+
+    Python cannot interrupt the thread a synchronous job runs in, so when the
+    worker stops its attempt (the job was cancelled, timed out, was drained
+    or lost its lease) each call here that would start something new raises
+    ``CancelledError`` instead: the job ends at its next step. A step already
+    run still has its result recorded.
+    """
 
     def __init__(self, ctx: JobContext, loop: asyncio.AbstractEventLoop) -> None:
         self._ctx = ctx
         self._loop = loop
 
-    def _call(self, coro: Awaitable[R]) -> R:
+    def _call(self, awaitable: Awaitable[R]) -> R:
+        """Run ``awaitable`` on the job's loop, unless the attempt was stopped."""
+        stopped = self._ctx._run.attempt.stopped
+        if stopped is not None:
+            _discard(awaitable)
+            raise asyncio.CancelledError(f"this attempt was stopped: {stopped}")
+        return self._finish(awaitable)
+
+    def _finish(self, awaitable: Awaitable[R]) -> R:
+        """Run ``awaitable`` on the job's loop and wait for its result."""
         if _in_loop():
+            _discard(awaitable)
             raise RuntimeError("ctx.sync is for synchronous jobs; in async code use await ctx.step")
-        return asyncio.run_coroutine_threadsafe(_as_coro(coro), self._loop).result()
+        return asyncio.run_coroutine_threadsafe(_as_coro(awaitable), self._loop).result()
 
     def step(self, name: str, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
         """Run ``fn`` in this (the job's) thread, once per run; see JobContext.step."""
@@ -272,7 +289,7 @@ class SyncContext:
         found, value = self._call(memo.lookup())
         if found:
             return cast(R, value)
-        return cast(R, self._call(memo.record(fn(*args, **kwargs))))
+        return cast(R, self._finish(memo.record(fn(*args, **kwargs))))
 
     def submit(self, job: Job[Out], options: SubmitOptions | None = None) -> JobHandle[Out]:
         return self._call(self._ctx.submit(job, options))
@@ -307,6 +324,12 @@ class SyncContext:
 
 async def _as_coro(awaitable: Awaitable[R]) -> R:
     return await awaitable
+
+
+def _discard(awaitable: Awaitable[object]) -> None:
+    """Close a coroutine that will not be awaited (no "never awaited" warning)."""
+    if inspect.iscoroutine(awaitable):
+        awaitable.close()
 
 
 def _in_loop() -> bool:

@@ -219,6 +219,25 @@ class Executor:
             await self._records.clear_tombstone(run_id, slot.etag)
         return None
 
+    async def is_cancelled(self, delivery: Delivery) -> bool:
+        """Whether the run was cancelled while this attempt runs (one GET): the
+        cancel records a cancelled outcome for the run's incarnation before it
+        drops the queue record. Handles waiting here hear of it at once."""
+        try:
+            envelope = Envelope.decode(delivery.payload)
+        except MalformedPayload:
+            return False  # such a job does not run
+        try:
+            record = await self._records.outcome(delivery.id, envelope.input_hash)
+        except CorruptOutcome:
+            return False  # no answer for this run: its own end says so
+        if record is None or record.status is not JobStatus.CANCELLED:
+            return False
+        if record.incarnation and record.incarnation != envelope.incarnation:
+            return False  # an earlier run's, left behind: not this one's answer
+        self._settled(record)
+        return True
+
     async def on_terminal(self, delivery: Delivery, terminal: Terminal) -> None:
         """Record the run's outcome, create-if-absent, before the worker acks
         or dead-letters. The first record written is the answer.

@@ -84,6 +84,7 @@ class JobRunner:
         prefix: str = "",
         wait_recheck: float | None = None,
         schedules: Iterable[Schedule] = (),
+        cancel_check: float | None = 1.0,
     ) -> None:
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
@@ -112,6 +113,7 @@ class JobRunner:
             backoff=Backoff(base=retry_backoff, cap=retry_backoff_cap, jitter=retry_jitter),
             drain_timeout=drain_timeout,
             clock=self.clock,
+            cancel_check=cancel_check,
             only_registered=only_registered,
         )
         self._records = RunRecords(self.store, self.layout)
@@ -134,6 +136,7 @@ class JobRunner:
             unrecorded=self._waiting.unrecorded,
         )
         self.worker.on_terminal = self._executor.on_terminal
+        self.worker.is_cancelled = self._executor.is_cancelled
         self._sweeper: Sweeper | None = (
             None if retention is None else Sweeper(self, retention, interval=sweep_interval)
         )
@@ -307,10 +310,15 @@ class JobRunner:
 
     async def cancel(self, job_id: str) -> bool:
         """Cancel a job that has not finished: record it cancelled, drop it from
-        the queue. False if it had already finished (or was never submitted)."""
+        the queue. False if it had already finished (or was never submitted).
+
+        An attempt running in this runner's worker stops at once; one running
+        in another process stops within ``cancel_check`` seconds (its worker
+        reads the run's outcome), or at its next lease renewal."""
         record = await cancel_run(self._records, self.queue, self.clock, check_run_id(job_id))
         if record is None:
             return False
+        self.worker.cancel_running(job_id)
         self._waiting.settled(record)
         return True
 

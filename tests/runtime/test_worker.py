@@ -1003,6 +1003,7 @@ async def test_log_records_about_a_job_carry_its_id_kind_and_attempt(
         {"lease": 10.0, "heartbeat": 10.0},
         {"heartbeat": -1.0},
         {"attempt_timeout": 0.0},
+        {"cancel_check": 0.0},
     ],
 )
 def test_settings_that_cannot_work_are_refused(kwargs: dict[str, Any]) -> None:

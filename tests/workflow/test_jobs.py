@@ -573,7 +573,11 @@ async def test_a_handle_reads_nothing_while_this_process_queues_or_runs_its_job(
     from stepstone.store.counting import GET, CountingStore
 
     store = CountingStore(MemoryStore())
-    async with JobRunner(store, jobs=[GatedKeyed], state=[counters], concurrency=1) as runner:
+    # What handles read, so not the worker's cancellation check (its own read
+    # of a running job's outcome once a second: test_cancel_running.py).
+    async with JobRunner(
+        store, jobs=[GatedKeyed], state=[counters], concurrency=1, cancel_check=None
+    ) as runner:
         running = await runner.submit(GatedKeyed(n=7))
         queued = await runner.submit(GatedKeyed(n=8))
         waiting = asyncio.gather(running.result(), queued.result())
