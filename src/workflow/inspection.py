@@ -193,8 +193,8 @@ async def _read_outcome_at(runner: Inspected, key: str) -> OutcomeRecord | Unrea
         return None
     try:
         found = decode_slot(stored.data)
-    except Exception as exc:  # garbage decodes into any error: each is this record's fault
-        return Unreadable(key, describe(exc))
+    except ValueError as exc:  # what decode_slot says of anything that is no record
+        return Unreadable(key, str(exc))
     return found if isinstance(found, OutcomeRecord) else None  # not a tombstone
 
 
