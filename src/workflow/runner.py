@@ -119,6 +119,7 @@ class JobRunner:
         self._records = RunRecords(self.store, self.layout)
         self._waiting = Waiting(
             self._records,
+            self.queue,
             worker_running=lambda: self._running,
             heard_here=lambda run_id: self.worker.holds(run_id) or self.queue.pending_here(run_id),
         )

@@ -12,6 +12,12 @@ No poll reads the store while this process will hear of the end without
 reading (its worker holds the run, or its queue knows the run still waits
 here): a handle on a job this process runs costs no reads however long the
 job queues and runs.
+
+A run can also end with no outcome to announce it: its queue record no
+longer decodes (it will never be claimed), or it was dead-lettered because
+its outcome could not be recorded. So every few polls that find nothing, a
+waiting handle looks at the run's queue record too, and raises the one
+(``CorruptRecord``, naming its key) or ``JobFailed`` with the dead reason.
 """
 
 from __future__ import annotations
@@ -22,8 +28,11 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from stepstone.runtime.decide import FailureKind
+from stepstone.runtime.queue import JobStatus, LeaseQueue
 from stepstone.store import StoreUnavailable
 
+from .errors import JobFailed
 from .outcome import Outcome, OutcomeRecord
 from .records import RunRecords
 
@@ -41,6 +50,8 @@ IDLE_FIRST_POLL = 0.02
 """Seconds before a handle's first poll in a runner with no worker running."""
 MAX_POLL = 1.0
 """Polls back off, doubling, to at most this many seconds apart."""
+QUEUE_LOOK_EVERY = 5
+"""Polls that found no outcome between two looks at the run's queue record."""
 
 
 class Waiting:
@@ -54,11 +65,13 @@ class Waiting:
     def __init__(
         self,
         records: RunRecords,
+        queue: LeaseQueue,
         *,
         worker_running: Callable[[], bool],
         heard_here: Callable[[str], bool],
     ) -> None:
         self._records = records
+        self._queue = queue
         self._worker_running = worker_running
         self._heard_here = heard_here
         self._waiters: dict[str, list[asyncio.Future[OutcomeRecord]]] = {}
@@ -110,6 +123,7 @@ class Waiting:
         # polling only catches runs that peers took, so it starts slower.
         delay = RUNNING_FIRST_POLL if running else IDLE_FIRST_POLL
         skip_read = fresh and running
+        misses = 0
         loop = asyncio.get_running_loop()
         while True:
             future: asyncio.Future[OutcomeRecord] = loop.create_future()
@@ -119,6 +133,9 @@ class Waiting:
                 running = self._worker_running()
                 if not (skip_read or (running and self._heard_here(run_id))):
                     record = await self._poll(run_id, input_hash)
+                    misses += record is None
+                    if record is None and misses % QUEUE_LOOK_EVERY == 0:
+                        record = await self._ended_without_outcome(run_id, input_hash)
                 skip_read = False
                 if record is None:
                     wait = delay
@@ -145,6 +162,28 @@ class Waiting:
             # that learned nothing (the caller's timeout bounds it).
             log.debug("job %s: outcome not readable yet: %s", run_id, exc)
             return None
+
+    async def _ended_without_outcome(
+        self, run_id: str, input_hash: str | None
+    ) -> OutcomeRecord | None:
+        """Look at the run's queue record: raise if the run has ended without
+        an outcome (its record does not decode: CorruptRecord; it is dead and
+        no outcome came: JobFailed); else None (or the outcome, come meanwhile)."""
+        try:
+            queued = await self._queue.get(run_id)
+        except StoreUnavailable:
+            return None
+        if queued is None or queued.status is not JobStatus.DEAD:
+            return None
+        # The outcome is written before the dead letter: none now, none ever.
+        record = await self._poll(run_id, input_hash)
+        if record is not None:
+            return record
+        reason = queued.dead_reason or "dead-lettered with no outcome recorded"
+        kind, _, message = reason.partition(": ")
+        if kind not in set(FailureKind):
+            kind, message = FailureKind.UNKNOWN, reason
+        raise JobFailed(run_id, kind, message)
 
     def _forget(self, run_id: str, future: asyncio.Future[OutcomeRecord]) -> None:
         waiters = self._waiters.get(run_id)

@@ -11,7 +11,15 @@ import pytest
 from wf_jobs import Adder, Counters, Keyed
 from wf_support import wait_until
 
-from stepstone import CorruptOutcome, InputMismatch, InvalidKey, JobRunner, JobStatus
+from stepstone import (
+    CorruptOutcome,
+    CorruptRecord,
+    InputMismatch,
+    InvalidKey,
+    JobFailed,
+    JobRunner,
+    JobStatus,
+)
 from stepstone.codec import pack
 from stepstone.layout import Layout
 from stepstone.outcome import OutcomeRecord
@@ -213,3 +221,29 @@ async def test_a_submit_that_loses_the_race_to_another_input_leaves_no_record_be
     with pytest.raises(InputMismatch):
         await runner.submit(Keyed(n=5))
     assert (await queue.list()).records == [], "the record made for the refused submit stayed"
+
+
+async def test_a_handle_elsewhere_resolves_when_the_outcome_could_not_be_recorded(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    """The worker's store refuses the outcome write; a handle in another
+    process (here, another runner) hears it from the dead queue record."""
+    api = JobRunner(store, clock=clock)
+    handle = await api.submit(Adder(a=2, b=2))
+    refusing = RefusesOutcomeWrites(store)
+    async with JobRunner(refusing, jobs=[Adder], clock=clock, retry_backoff=0.0):
+        with pytest.raises(JobFailed) as failed:
+            await handle.result(timeout=DEADLINE)
+    assert "result not recorded: InvalidKey: refused by the store" in failed.value.message
+
+
+async def test_a_handle_on_a_job_whose_queue_record_went_bad_raises_corrupt_record(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    api = JobRunner(store, clock=clock)
+    handle = await api.submit(Adder(a=3, b=3))
+    key = f"queue/jobs/{handle.id}"
+    await store.get(key)  # (where the StoreQueue keeps it)
+    await store.put(key, b"\xc1 not a queue record")
+    with pytest.raises(CorruptRecord, match=key):
+        await handle.result(timeout=DEADLINE)
