@@ -58,7 +58,7 @@ from stepstone.runtime import Clock, FakeClock, MemoryQueue
 from stepstone.store import FileStore, MemoryStore, ObjectStore
 
 from .counting import OPERATIONS, CountingStore
-from .jobs import W3, AwaitsPing, Naps
+from .jobs import W3, W3_JOBS, AwaitsPing, Naps, w3_job
 
 
 @dataclass
@@ -76,6 +76,8 @@ class Spec:
     """Seconds each job waits after its steps (W3.pause)."""
     metrics: bool = False
     """Record metrics (an OpenTelemetry MeterProvider with an in-memory reader)."""
+    limit: str = ""
+    """w3 only: "own-key", "shared-key", "line" or "rate" (benchmarks.jobs.w3_job)."""
     label: str = ""
     workdir: str = ""
     window: float = 60.0
@@ -152,7 +154,7 @@ def empty_trash(workdir: str = "") -> None:
 
 @contextlib.asynccontextmanager
 async def open_backend(
-    spec: Spec, *, jobs: tuple[type[Any], ...] = (W3,), clock: Clock | None = None
+    spec: Spec, *, jobs: tuple[type[Any], ...] = W3_JOBS, clock: Clock | None = None
 ) -> AsyncIterator[tuple[CountingStore, JobRunner]]:
     """The counted store and a (not started) runner on it, per the spec's backend."""
     tmp: str | None = None
@@ -262,11 +264,17 @@ async def w3(spec: Spec) -> dict[str, Any]:
     out: dict[str, Any] = {}
     async with open_backend(spec) as (store, runner):
         tag = uuid.uuid4().hex[:8]
-        jobs = [W3(n=i, steps=spec.steps, tag=tag, keyed=spec.keyed) for i in range(spec.n)]
+        jobs = [
+            w3_job(spec.limit, n=i, steps=spec.steps, tag=tag, keyed=spec.keyed)
+            for i in range(spec.n)
+        ]
         async with runner:
             # Warm up (first-use costs: pydantic schemas, codecs, a StoreQueue's
             # first listing), then measure the steady state.
-            warm = [W3(n=-1 - i, steps=spec.steps, tag=tag) for i in range(min(64, spec.n))]
+            warm = [
+                w3_job(spec.limit, n=-1 - i, steps=spec.steps, tag=tag)
+                for i in range(min(64, spec.n))
+            ]
             await _submit_and_wait(runner, warm)
             gc.collect()
             store.reset()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import ClassVar
 
-from stepstone import Job, JobContext
+from stepstone import Job, JobContext, RateLimit
 
 
 async def bump(x: int) -> int:
@@ -62,3 +62,51 @@ class AwaitsPing(Job[str]):
 
     async def run(self, ctx: JobContext) -> str:
         return str(await ctx.wait_for_event("ping", type=str))
+
+
+class W3Keyed(W3):
+    """W3 under a concurrency key: ``limit="own-key"`` gives each run its own
+    key (the cost of a key nobody else holds), ``"shared-key"`` one key for
+    every run with a limit of 64 (the benchmark's concurrency: nobody waits,
+    but every run updates the same object)."""
+
+    NAME: ClassVar[str] = "bench.w3-keyed"
+    concurrency_limit: ClassVar[int] = 64
+    limit: str = "own-key"
+
+    def concurrency_key(self) -> str:
+        return f"{self.tag}:{self.n}" if self.limit == "own-key" else self.tag
+
+
+class W3Line(W3):
+    """W3 with one concurrency key for every run and a limit of 8, so at 64
+    in flight most runs wait in the key's line: the cost of waiting."""
+
+    NAME: ClassVar[str] = "bench.w3-line"
+    concurrency_limit: ClassVar[int] = 8
+
+    def concurrency_key(self) -> str:
+        return self.tag
+
+
+class W3Rated(W3):
+    """W3 under a rate limit no run ever waits for: the cost of taking a turn."""
+
+    NAME: ClassVar[str] = "bench.w3-rated"
+    rate_limit: ClassVar[RateLimit] = RateLimit(1_000_000, burst=1_000_000)
+
+
+def w3_job(limit: str, **fields: object) -> W3:
+    """A W3 run under ``limit``: "" (none), "own-key", "shared-key", "line" or "rate"."""
+    if limit in ("own-key", "shared-key"):
+        return W3Keyed(limit=limit, **fields)  # type: ignore[arg-type]
+    if limit == "line":
+        return W3Line(**fields)  # type: ignore[arg-type]
+    if limit == "rate":
+        return W3Rated(**fields)  # type: ignore[arg-type]
+    if limit:
+        raise ValueError(f"unknown limit {limit!r}")
+    return W3(**fields)  # type: ignore[arg-type]
+
+
+W3_JOBS = (W3, W3Keyed, W3Line, W3Rated)

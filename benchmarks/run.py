@@ -33,6 +33,19 @@ def plan(quick: bool) -> dict[str, Spec]:
         "w3-file": Spec("w3", "file", n_file),
         "w3-s3": Spec("w3", "s3", n_s3),
         "w3-s3-unkeyed": Spec("w3", "s3", n_s3, keyed=False, resubmit=False),
+        # Fleet-wide limits (docs/concepts.md): each run its own concurrency
+        # key, one key shared by all (limit = concurrency), one key with a
+        # limit of 8 (most runs wait in its line), a rate limit no run waits
+        # for. Compare with the plain case in one run.
+        "w3-memory-sq-ckey": Spec("w3", "memory-sq", n_mem, limit="own-key"),
+        "w3-memory-sq-shared": Spec("w3", "memory-sq", n_mem, limit="shared-key"),
+        "w3-memory-sq-line": Spec("w3", "memory-sq", n_mem, limit="line"),
+        "w3-memory-sq-rate": Spec("w3", "memory-sq", n_mem, limit="rate"),
+        "w3-file-ckey": Spec("w3", "file", n_file, limit="own-key"),
+        "w3-file-shared": Spec("w3", "file", n_file, limit="shared-key"),
+        "w3-file-rate": Spec("w3", "file", n_file, limit="rate"),
+        "w3-s3-ckey": Spec("w3", "s3", n_s3, limit="own-key"),
+        "w3-s3-rate": Spec("w3", "s3", n_s3, limit="rate"),
         "latency-memory": Spec("latency", "memory", 50 if q else 1000),
         "latency-file": Spec("latency", "file", 20 if q else 200),
         "scale-1": Spec("scale", "file", n_scale, processes=1),

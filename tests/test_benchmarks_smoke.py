@@ -43,6 +43,15 @@ def test_suspended_case_runs() -> None:
     assert "| z | 5 |" in suspended_table([r])
 
 
+def test_w3_under_fleet_limits_counts_their_requests() -> None:
+    own = run_one(Spec("w3", "memory-sq", n=10, limit="own-key", label="k"))["requests_by_area"]
+    assert (own["CPUT slots"], own["DELETE slots"]) == (1, 1)  # take the slot, give it back
+    line = run_one(Spec("w3", "memory-sq", n=30, limit="line", label="l"))
+    assert line["worker"]["suspended"] > 0  # most runs waited for the key
+    rated = run_one(Spec("w3", "memory-sq", n=10, limit="rate", label="r"))["requests_by_area"]
+    assert 0 < rated["CPUT rates"] <= 1
+
+
 def test_plan_names_every_case() -> None:
     quick = plan(quick=True)
     assert {"w3-memory", "w3-file", "w3-s3", "scale-4", "latency-memory"} <= set(quick)

@@ -48,9 +48,9 @@ class JobStatus(StrEnum):
     records, queue listings and the CLI.
 
     A queue holds a job while it is ``scheduled``, ``ready``, ``running``,
-    suspended (``sleeping``, ``waiting_for_event``, ``waiting_for_children``)
-    or ``dead``; its outcome record says how it ``succeeded``, ``failed`` or
-    was ``cancelled``.
+    suspended (``sleeping``, ``waiting_for_event``, ``waiting_for_children``,
+    ``waiting_for_slot``, ``rate_limited``) or ``dead``; its outcome record
+    says how it ``succeeded``, ``failed`` or was ``cancelled``.
     """
 
     SCHEDULED = "scheduled"
@@ -61,6 +61,10 @@ class JobStatus(StrEnum):
     """Suspended in ``ctx.wait_for_event`` until the event comes (or its timeout)."""
     WAITING_FOR_CHILDREN = "waiting_for_children"
     """Suspended awaiting child jobs until they have ended."""
+    WAITING_FOR_SLOT = "waiting_for_slot"
+    """Suspended until a run holding a slot of its concurrency key ends."""
+    RATE_LIMITED = "rate_limited"
+    """Suspended by its type's rate limit until its turn to start."""
     READY = "ready"
     """Due and waiting for a worker."""
     RUNNING = "running"
@@ -91,11 +95,19 @@ QUEUE_STATUSES: tuple[JobStatus, ...] = (
     JobStatus.SLEEPING,
     JobStatus.WAITING_FOR_EVENT,
     JobStatus.WAITING_FOR_CHILDREN,
+    JobStatus.WAITING_FOR_SLOT,
+    JobStatus.RATE_LIMITED,
     JobStatus.DEAD,
 )
 """The statuses a queue record can have."""
 SUSPENDED_STATUSES = frozenset(
-    {JobStatus.SLEEPING, JobStatus.WAITING_FOR_EVENT, JobStatus.WAITING_FOR_CHILDREN}
+    {
+        JobStatus.SLEEPING,
+        JobStatus.WAITING_FOR_EVENT,
+        JobStatus.WAITING_FOR_CHILDREN,
+        JobStatus.WAITING_FOR_SLOT,
+        JobStatus.RATE_LIMITED,
+    }
 )
 
 
@@ -107,9 +119,10 @@ class Wait:
     decides nothing (the job is due at its run-at time, or when woken)."""
 
     status: JobStatus
-    """SLEEPING, WAITING_FOR_EVENT or WAITING_FOR_CHILDREN."""
+    """One of the suspended statuses (SUSPENDED_STATUSES)."""
     detail: str = ""
-    """For people: the event's name, how many children are left."""
+    """For people: the event's name, how many children are left, a
+    concurrency key and how many were ahead, a rate limit turn."""
 
     def __post_init__(self) -> None:
         if self.status not in SUSPENDED_STATUSES:

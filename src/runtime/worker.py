@@ -140,7 +140,8 @@ class Lease:
 
     The worker renews it in the background every ``heartbeat`` seconds; a
     handler about to do something long can ask for more with
-    :meth:`ensure_at_least`.
+    :meth:`ensure_at_least`. What is held for as long as the lease (a
+    concurrency slot) is renewed with it: :meth:`also_renew`.
     """
 
     def __init__(
@@ -156,6 +157,7 @@ class Lease:
         self._on_lost = on_lost
         self._expires_at = delivery.lease_expires_at
         self._lost = False
+        self._also: list[Callable[[float], Awaitable[bool]]] = []
 
     @property
     def expires_at(self) -> float:
@@ -188,12 +190,27 @@ class Lease:
             return False
         expires = await self._queue.renew(self._delivery, at_least)
         if expires is None:
-            if not self._lost:
-                self._lost = True
-                self._on_lost()
+            self._lose()
             return False
         self._expires_at = max(self._expires_at, expires)
+        for extend in list(self._also):
+            if not await extend(self._expires_at):
+                self._lose()
+                return False
         return True
+
+    def also_renew(self, extend: Callable[[float], Awaitable[bool]]) -> Callable[[], None]:
+        """After every renewal, call ``extend(expires_at)`` to carry something
+        held with the lease to the same expiry; False from it (that thing was
+        taken over) counts as losing the lease. Returns the function that
+        stops it. An error from ``extend`` propagates like a queue error."""
+        self._also.append(extend)
+        return lambda: self._also.remove(extend) if extend in self._also else None
+
+    def _lose(self) -> None:
+        if not self._lost:
+            self._lost = True
+            self._on_lost()
 
 
 @dataclass

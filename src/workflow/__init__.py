@@ -5,8 +5,9 @@ Everything an application touches is importable from here::
     from stepstone import Job, JobContext, JobRunner
 
 - the job API: :class:`Job`, :class:`JobContext`, :class:`JobRunner`,
-  :class:`JobHandle`, :class:`Outcome`, :class:`SubmitOptions`, and
-  :class:`Schedule` for jobs submitted on a cron or an interval;
+  :class:`JobHandle`, :class:`Outcome`, :class:`SubmitOptions`,
+  :class:`Schedule` for jobs submitted on a cron or an interval, and
+  :class:`RateLimit` for a job type's ``rate_limit``;
 - one vocabulary for where a job is (:class:`JobStatus`) and why it failed
   (:class:`FailureKind`);
 - storage and queues to pass a runner: :func:`open_store`, and
@@ -64,6 +65,7 @@ from .errors import (
 )
 from .handle import JobHandle, JobState
 from .job import ErrorClass, Job, payload_idempotency_key
+from .limits.rate import RateLimit
 from .outcome import ErrorInfo, Outcome
 from .runner import JobRunner
 from .schedules import Schedule
@@ -107,6 +109,7 @@ __all__ = [
     "Permanent",
     "PreconditionFailed",
     "QueueError",
+    "RateLimit",
     "RetryLater",
     "Schedule",
     "SqsQueue",

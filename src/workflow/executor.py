@@ -22,7 +22,7 @@ from typing import Any, cast
 from pydantic import ValidationError
 
 from stepstone.runtime.clock import Clock
-from stepstone.runtime.decide import Failure, Success, Terminal
+from stepstone.runtime.decide import Failure, FailureKind, Success, Terminal
 from stepstone.runtime.errors import MalformedPayload, Permanent
 from stepstone.runtime.queue import Delivery, JobStatus
 from stepstone.runtime.suspension import Suspend, Waking
@@ -34,6 +34,7 @@ from .context import JobContext
 from .envelope import Envelope
 from .errors import ClassifiedPermanent, CorruptMemo, CorruptOutcome, EncodingError
 from .job import ErrorClass, Job
+from .limits.gate import Limits
 from .observability import job_scope
 from .outcome import ErrorInfo, OutcomeRecord, Tombstone
 from .records import RunRecords, answering
@@ -96,9 +97,18 @@ class Executor:
         if wait_recheck is None:
             wait_recheck = RECHECK_WAKING if self._waking is not None else RECHECK_POLLING
         self._wait_recheck = wait_recheck
+        self._limits = Limits(
+            store=records.store,
+            layout=records.layout,
+            clock=clock,
+            waking=self._waking,
+            wait_recheck=wait_recheck,
+            grace=worker.lease,
+        )
 
     def handler_for(self, job_type: type[Job[Any]]) -> Handler:
         """The worker's handler for jobs of ``job_type``."""
+        self._limits.register(job_type)
 
         async def handle(attempt: Attempt) -> Finished:
             with job_scope(job_type.NAME, attempt):  # log context, and a span with otel
@@ -157,6 +167,8 @@ class Executor:
             wakes=self._waking is not None,
             wait_recheck=self._wait_recheck,
         )
+        # A slot of its concurrency key and its rate limit turn, or Suspend.
+        admitted = await self._limits.admit(job_type, job, run)
         started_at = self._clock.now()
         ctx = JobContext(run)
         log.info(
@@ -169,6 +181,7 @@ class Executor:
                 result = await self._worker.in_thread(job.run, ctx)
         except Suspend:
             await _flush(run)
+            await admitted.suspending()
             raise
         except (Permanent, EncodingError, CorruptMemo) as exc:
             # (Retrying cannot mend a value that cannot be stored or a memo
@@ -182,6 +195,8 @@ class Executor:
             if job.classify(exc) is ErrorClass.PERMANENT:
                 raise ClassifiedPermanent(exc) from exc
             raise
+        finally:
+            await admitted.leave()
         await run.flush_progress()
         try:
             encoded = _stored_result(envelope.name, job_type.output_type(), result)
@@ -263,6 +278,8 @@ class Executor:
         else:
             assert isinstance(terminal, Failure)
             record = self._failure_record(delivery, terminal)
+            if terminal.kind is FailureKind.EXPIRED:
+                await self._limits.abandoned(delivery)
         recorded = await self._records.record_outcome(record)
         extra = {"job_id": delivery.id, "job_name": record.name, "attempt": delivery.attempt}
         if recorded is None:

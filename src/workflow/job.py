@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 
 from .codec import canonical_input
 from .errors import Permanent
+from .limits.rate import RateLimit
 
 Out = TypeVar("Out")
 
@@ -58,6 +59,14 @@ class Job(BaseModel, Generic[Out]):
     """At most this many runs of this job type at once in one worker process
     (say, for a small connection pool); None: only the runner's concurrency."""
 
+    concurrency_limit: ClassVar[int] = 1
+    """Runs of this type with the same :meth:`concurrency_key` in flight at
+    once, across every worker process and machine."""
+
+    rate_limit: ClassVar[RateLimit | None] = None
+    """How fast runs of this type may start, across every worker process
+    (per :meth:`rate_limit_key` when it gives one); None: as fast as workers take them."""
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "NAME" not in cls.__dict__:
@@ -66,6 +75,17 @@ class Job(BaseModel, Generic[Out]):
     def idempotency_key(self) -> str | None:
         """A key naming the one run this input stands for; None (the default)
         makes every submit a new run. See :func:`payload_idempotency_key`."""
+        return None
+
+    def concurrency_key(self) -> str | None:
+        """Runs of this type whose keys are equal share ``concurrency_limit``
+        slots: a run whose key is full waits (holding no worker, spending no
+        attempt) until a slot frees. None (the default): no such limit."""
+        return None
+
+    def rate_limit_key(self) -> str | None:
+        """With ``rate_limit``: runs whose keys are equal share one rate.
+        None (the default): every run of the type shares it."""
         return None
 
     def classify(self, error: BaseException) -> ErrorClass:

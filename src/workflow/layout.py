@@ -6,6 +6,8 @@ memos/<run_id>/<incarnation>/<step>          one memoized step (create-if-absent
 progress/<run_id>/<incarnation>              the last progress a run reported (compare-and-swap)
 events/<run_id>/<incarnation>/<name>/<seq>   one event sent to a run (create-if-absent)
 schedules/<name>                             the last tick a schedule submitted
+slots/<digest>                               a concurrency key's holders and waiters
+rates/<digest>                               a rate limit's state
 ```
 
 Run ids are hex digests or hex tokens and incarnations are hex tokens, so
@@ -18,7 +20,8 @@ NAME_MAX; a longer name keeps a readable head and a hash of the whole), and
 a runner whose prefix would leave its longest key past the store's
 ``key_limit`` (1,024 bytes on S3, less the bucket prefix) is refused when it
 is built. So a step's memo write can never be refused for its key after its
-function has run.
+function has run. A concurrency or rate key is user text too, and is hashed
+with the job type's NAME into ``<digest>`` (:func:`limit_digest`).
 """
 
 from __future__ import annotations
@@ -45,6 +48,13 @@ HASH_LENGTH = 32
 def run_id_for_key(idempotency_key: str) -> str:
     """The run id of a keyed job: the hex SHA-256 of its key."""
     return hashlib.sha256(idempotency_key.encode()).hexdigest()
+
+
+def limit_digest(job_name: str, key: str | None) -> str:
+    """The object name of a job type's concurrency or rate key (None: the
+    type as a whole): hex SHA-256, so any key text makes a safe name."""
+    text = job_name if key is None else f"{job_name}\0{key}"
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def fresh_run_id() -> str:
@@ -116,6 +126,12 @@ class Layout:
 
     def schedule(self, name: str) -> str:
         return join(self.prefix, "schedules", name_key(name))
+
+    def slots(self, digest: str) -> str:
+        return join(self.prefix, "slots", digest)
+
+    def rate(self, digest: str) -> str:
+        return join(self.prefix, "rates", digest)
 
     def run_id_of_outcome(self, key: str) -> str:
         return key.rsplit("/", 1)[-1]

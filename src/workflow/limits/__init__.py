@@ -1,0 +1,14 @@
+"""Fleet-wide limits on a job type: concurrency keys and rate limits.
+
+Both are kept in the bucket, as small objects every worker process updates
+by compare-and-swap; nothing else is needed. A run that may not start yet
+suspends (holding no worker, spending no attempt) and is woken or comes due
+when its turn comes. One module per part:
+
+- :mod:`~stepstone.limits.slots`: the slots of one concurrency key (pure);
+- :mod:`~stepstone.limits.rate`: :class:`RateLimit` and the turns it gives (pure);
+- :mod:`~stepstone.limits.shared`: one object updated by compare-and-swap,
+  many updates of one process in one write;
+- :mod:`~stepstone.limits.gate`: what the executor asks before a run's code
+  starts, and tells when it ends.
+"""

@@ -1,0 +1,341 @@
+"""What the executor asks before a run's code starts, and tells when it ends.
+
+:meth:`Limits.admit` runs after the run's input is decoded and before its
+code, and either lets the run in or suspends it (raises
+:class:`~stepstone.runtime.suspension.Suspend`: the job goes back to the
+queue, the attempt not counted, holding no worker):
+
+1. **A slot of its concurrency key**, if the job gives one. A full key puts
+   the run in line (``waiting_for_slot``) until a holder's release wakes it.
+   A slot is renewed with the job's lease (``Lease.also_renew``, at every
+   heartbeat), so a crashed holder's slot lapses with its lease; and released
+   when the code ends, however it ends (:meth:`Admitted.leave`).
+2. **Its turn under its type's rate limit**, if the type has one, once per
+   attempt. A turn still to come is recorded as a memo of the run
+   (``!rate.<attempt>``) and the run suspends until it (``rate_limited``),
+   keeping its slot meanwhile (carried to a lease past the turn), so it
+   starts at its turn without asking again and without queueing for its key
+   twice. A turn taken at once is recorded only if the run suspends later in
+   the attempt (:meth:`Admitted.suspending`): a sleep does not cost a second
+   turn.
+
+Whoever frees a slot (a release, a lapsed holder dropped, a run that ended
+without its code running) wakes the runs whose turn has come
+(:class:`~stepstone.runtime.suspension.Waking`); a wake that finds no job
+gives the place to the next. A queue that cannot wake (SQS) leaves waiting
+runs to look again every ``wait_recheck`` seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections import OrderedDict
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, Generic, TypeVar
+
+from pydantic import ValidationError
+
+from stepstone.runtime.clock import Clock
+from stepstone.runtime.errors import MalformedPayload
+from stepstone.runtime.queue import Delivery, JobStatus, Wait
+from stepstone.runtime.suspension import Suspend, Waking
+from stepstone.store import ObjectStore
+
+from ..codec import codec_for_type
+from ..envelope import Envelope
+from ..job import Job
+from ..layout import Layout, limit_digest
+from ..run import Memo, Run
+from . import rate, slots
+from .shared import SharedObject
+
+log = logging.getLogger("stepstone")
+
+S = TypeVar("S")
+
+KEPT_OBJECTS = 4096
+"""Shared objects (keys) a runner keeps its last version of; the least
+recently used beyond that are forgotten (costing one read when next used)."""
+
+_FLOAT = codec_for_type(float)
+
+Decide = Callable[[slots.SlotTable | None, float], slots.Decision]
+"""A slot decision about a key's table (None: no one holds or waits), at a time."""
+_Decided = tuple[slots.SlotTable | None, slots.Decision]
+
+
+class _Kept(Generic[S]):
+    """This process's SharedObjects of one kind, the least recently used forgotten."""
+
+    def __init__(self, make: Callable[[str], SharedObject[S]]) -> None:
+        self._make = make
+        self._objects: OrderedDict[str, SharedObject[S]] = OrderedDict()
+
+    def __call__(self, key: str) -> SharedObject[S]:
+        found = self._objects.get(key)
+        if found is not None:
+            self._objects.move_to_end(key)
+            return found
+        made = self._objects[key] = self._make(key)
+        if len(self._objects) > KEPT_OBJECTS:
+            for old, kept in self._objects.items():
+                if not kept.busy:  # (a busy one is kept: its updates are under way)
+                    del self._objects[old]
+                    break
+        return made
+
+
+class Limits:
+    """The concurrency keys and rate limits of one runner's job types.
+
+    ``waking`` is the queue when it can wake a suspended job, else None;
+    ``wait_recheck`` bounds a wait for a slot (the safety net for a lost
+    wake); ``grace`` is how long a woken run has to come before it is woken
+    again, and how long past its rate turn a run keeps its slot (the lease).
+    """
+
+    def __init__(
+        self,
+        *,
+        store: ObjectStore,
+        layout: Layout,
+        clock: Clock,
+        waking: Waking | None,
+        wait_recheck: float,
+        grace: float,
+    ) -> None:
+        self.grace = grace
+        self._layout = layout
+        self._clock = clock
+        self._waking = waking
+        self._wait_recheck = wait_recheck
+        self._job_types: dict[str, type[Job[Any]]] = {}
+        self._slots: _Kept[slots.SlotTable] = _Kept(
+            lambda key: SharedObject(
+                store, key, clock, to_fields=slots.to_fields, from_fields=slots.from_fields
+            )
+        )
+        self._rates: _Kept[rate.RateState] = _Kept(
+            lambda key: SharedObject(
+                store, key, clock, to_fields=rate.to_fields, from_fields=rate.from_fields
+            )
+        )
+
+    def register(self, job_type: type[Job[Any]]) -> None:
+        """Check the type's limits, and know its NAME (see :meth:`abandoned`)."""
+        limit = job_type.concurrency_limit
+        if not isinstance(limit, int) or limit < 1:
+            raise ValueError(
+                f"{job_type.__qualname__}.concurrency_limit must be an int >= 1, got {limit!r}"
+            )
+        if job_type.rate_limit is not None and not isinstance(job_type.rate_limit, rate.RateLimit):
+            raise TypeError(
+                f"{job_type.__qualname__}.rate_limit must be a RateLimit or None, "
+                f"got {job_type.rate_limit!r}"
+            )
+        self._job_types[job_type.NAME] = job_type
+
+    async def admit(self, job_type: type[Job[Any]], job: Job[Any], run: Run) -> Admitted:
+        """Let the run in, holding a slot of its key and its rate turn; or
+        raise Suspend when it must wait for them (see the module docstring)."""
+        admitted = Admitted()
+        key = _checked(job.concurrency_key(), job_type, "concurrency_key")
+        if key is not None:
+            admitted.slot = await self._take_slot(job_type, key, run)
+        if job_type.rate_limit is None:
+            return admitted
+        try:
+            await self._take_turn(job_type, job_type.rate_limit, job, run, admitted)
+        except Suspend as suspend:
+            if admitted.slot is not None:
+                await admitted.slot.keep_until(suspend.until + self.grace)
+            raise
+        except BaseException:
+            await admitted.leave()
+            raise
+        return admitted
+
+    async def abandoned(self, delivery: Delivery) -> None:
+        """The run ended without its code running in this claim (its lease
+        lapsed on the last attempt): drop the slot an earlier claim of it may
+        hold, and wake the next in line."""
+        try:
+            envelope = Envelope.decode(delivery.payload)
+            job_type = self._job_types.get(envelope.name)
+            if job_type is None:
+                return
+            key = job_type.model_validate_json(envelope.input).concurrency_key()
+        except (MalformedPayload, ValidationError):
+            return
+        if key is None:
+            return
+        table = self._slots(self._layout.slots(limit_digest(job_type.NAME, key)))
+        try:
+            await self.decide(table, self._forget(delivery.id))
+        except Exception as exc:
+            log.warning("job %s: freeing its concurrency slot failed: %s", delivery.id, exc)
+
+    async def decide(self, table: SharedObject[slots.SlotTable], decide: Decide) -> slots.Decision:
+        """Apply ``decide`` to a key's table, then wake the runs it names."""
+
+        def change(state: slots.SlotTable | None, now: float) -> _Decided:
+            decision = decide(state, now)
+            return decision.table, decision
+
+        decision = await table.update(change)
+        if decision.wake and self._waking is not None:
+            await self._wake(table, self._waking, decision.wake)
+        return decision
+
+    async def _wake(
+        self, table: SharedObject[slots.SlotTable], waking: Waking, runs: tuple[str, ...]
+    ) -> None:
+        """Wake ``runs``: their turn for a slot has come. A run whose job is
+        gone gives its place to the next. A wake that fails is logged: the run
+        is woken again by the next change of the key after ``grace``, or looks
+        again by itself after ``wait_recheck``."""
+        for run_id in runs:
+            try:
+                if await waking.wake(run_id):
+                    continue
+            except Exception as exc:
+                log.warning("job %s: waking it for its slot failed: %s", run_id, exc)
+                continue
+            await self.decide(table, self._forget(run_id))
+
+    def _forget(self, run_id: str) -> Decide:
+        grace = self.grace
+        return lambda state, now: slots.forget(state, run=run_id, now=now, grace=grace)
+
+    async def _take_slot(self, job_type: type[Job[Any]], key: str, run: Run) -> HeldSlot:
+        table = self._slots(self._layout.slots(limit_digest(job_type.NAME, key)))
+        lease = run.attempt.lease
+        token = secrets.token_hex(8)
+        grace = self.grace
+
+        def acquire(state: slots.SlotTable | None, now: float) -> slots.Decision:
+            return slots.acquire(
+                state,
+                job=job_type.NAME,
+                key=key,
+                limit=job_type.concurrency_limit,
+                run=run.run_id,
+                token=token,
+                until=lease.expires_at,
+                now=now,
+                grace=grace,
+            )
+
+        decision = await self.decide(table, acquire)
+        if not decision.held:
+            shown = key if len(key) <= 60 else key[:57] + "..."
+            wait = Wait(JobStatus.WAITING_FOR_SLOT, f"key {shown!r}, {decision.ahead} ahead")
+            raise Suspend(self._clock.now() + self._wait_recheck, wait)
+        held = HeldSlot(self, table, run.run_id, token)
+        held.stop_renewing = lease.also_renew(held.renew)
+        return held
+
+    async def _take_turn(
+        self,
+        job_type: type[Job[Any]],
+        limit: rate.RateLimit,
+        job: Job[Any],
+        run: Run,
+        admitted: Admitted,
+    ) -> None:
+        memo = Memo(run, str(run.attempt.delivery.attempt), _FLOAT, internal="rate")
+        found, turn = await memo.lookup()
+        if not found:
+            rate_key = _checked(job.rate_limit_key(), job_type, "rate_limit_key")
+            state = self._rates(self._layout.rate(limit_digest(job_type.NAME, rate_key)))
+
+            def reserve(current: rate.RateState | None, now: float) -> tuple[rate.RateState, float]:
+                return rate.reserve(current, job=job_type.NAME, key=rate_key, limit=limit, now=now)
+
+            turn = await state.update(reserve)
+            if turn <= self._clock.now():
+                admitted.unrecorded_turn = (memo, turn)
+                return
+            turn = await memo.record(turn)
+        if turn > self._clock.now():
+            when = datetime.fromtimestamp(turn, UTC).isoformat(timespec="milliseconds")
+            raise Suspend(turn, Wait(JobStatus.RATE_LIMITED, f"its turn at {when}"))
+
+
+def _checked(key: object, job_type: type[Job[Any]], method: str) -> str | None:
+    if key is None or isinstance(key, str):
+        return key
+    raise TypeError(f"{job_type.__qualname__}.{method}() must return a str or None, not {key!r}")
+
+
+class HeldSlot:
+    """A slot a run holds: renewed with its lease until released."""
+
+    def __init__(
+        self, limits: Limits, table: SharedObject[slots.SlotTable], run: str, token: str
+    ) -> None:
+        self.limits = limits
+        self.table = table
+        self.run = run
+        self.token = token
+        self.stop_renewing: Callable[[], None] = lambda: None
+
+    async def renew(self, until: float) -> bool:
+        """Carry the slot to ``until``; False if it was taken over."""
+        run, token, grace = self.run, self.token, self.limits.grace
+        decision = await self.limits.decide(
+            self.table,
+            lambda state, now: slots.renew(
+                state, run=run, token=token, until=until, now=now, grace=grace
+            ),
+        )
+        return decision.held
+
+    async def keep_until(self, until: float) -> None:
+        """Keep the slot, unrenewed, until ``until``: the run suspends for its
+        rate turn, and its next claim takes the slot over."""
+        self.stop_renewing()
+        await self.renew(until)
+
+    async def release(self) -> None:
+        self.stop_renewing()
+        run, token, grace = self.run, self.token, self.limits.grace
+        await self.limits.decide(
+            self.table,
+            lambda state, now: slots.release(state, run=run, token=token, now=now, grace=grace),
+        )
+
+
+class Admitted:
+    """A run let in: what to tell the limits as its code suspends or ends."""
+
+    def __init__(self) -> None:
+        self.slot: HeldSlot | None = None
+        self.unrecorded_turn: tuple[Memo, float] | None = None
+        """A rate turn taken at once: recorded only if the run suspends."""
+
+    async def suspending(self) -> None:
+        """The run suspends: record its rate turn, so that it does not take
+        another when it comes back in this attempt."""
+        if self.unrecorded_turn is not None:
+            memo, turn = self.unrecorded_turn
+            self.unrecorded_turn = None
+            await memo.record(turn)
+
+    async def leave(self) -> None:
+        """The run's code has ended (or suspended): release its slot. A
+        failure is logged, not raised: the slot lapses with the lease."""
+        slot, self.slot = self.slot, None
+        if slot is None:
+            return
+        try:
+            await slot.release()
+        except Exception as exc:
+            log.warning(
+                "job %s: releasing its concurrency slot failed "
+                "(it frees when its lease lapses): %s",
+                slot.run,
+                exc,
+            )

@@ -1,0 +1,200 @@
+"""One small object that every worker process updates by compare-and-swap.
+
+A concurrency key's slot table and a rate limit's state are each one object
+in the store, read and written by every process that runs the job type.
+:class:`SharedObject` is one process's handle on one of them:
+
+- **Compare-and-swap.** An update applies a pure change (old state and the
+  time in, new state and an answer out) to the object as read, and writes
+  the result on the etag it read: create-if-absent when there was none, a
+  conditional delete when the change leaves nothing. A refused write means
+  another process wrote first: read again, apply again.
+- **One write for many.** Updates asked for while a write is in flight wait
+  and go out together in the next one, applied in the order they were
+  asked: 64 runs of one key starting in one process make one request, not 64.
+- **No read when it wrote last.** The version this process last wrote is
+  kept, and the next update swaps against its etag without reading first; if
+  another process wrote since, the swap is refused and it reads then. An
+  object this process has not seen is taken to be absent (a key's slots
+  exist only while its runs do), so a first update creates it without a
+  read, or is refused and reads. An update that changes nothing confirms
+  the kept version with a HEAD before it answers, so no answer rests on a
+  stale copy.
+- **Distinct bytes.** Every write carries a revision, and every creation a
+  random nonce, so no two versions have the same bytes: on S3 an etag is the
+  MD5 of the body, and equal bytes would let a stale swap through. That also
+  lets a write whose answer was lost be recognised when read back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, cast
+
+from stepstone.runtime.clock import Clock
+from stepstone.runtime.store_queue.lost_answers import landed
+from stepstone.runtime.store_queue.records import CorruptRecord
+from stepstone.store import NotFound, ObjectStore, PreconditionFailed, StoreUnavailable
+
+from ..codec import pack, unpack
+
+S = TypeVar("S")
+T = TypeVar("T")
+
+FORMAT = 1
+MAX_CONFLICTS = 64
+"""Refused writes in a row before an update gives up (raises Contended)."""
+CONFLICT_PAUSE = 0.002
+"""After the second refused write in a row, pause up to this, doubling per
+refusal (capped at 0.1 s), so processes racing for one object spread out."""
+
+Change = Callable[[S | None, float], tuple[S | None, T]]
+"""A pure update: (state or None when absent, now) -> (new state or None, answer)."""
+
+
+class Contended(StoreUnavailable):
+    """An update was refused ``MAX_CONFLICTS`` times in a row."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Version(Generic[S]):
+    etag: str | None
+    """None: the object is absent."""
+    state: S | None
+    rev: int = 0
+    nonce: str = ""
+
+
+class SharedObject(Generic[S]):
+    """This process's handle on the object ``key`` (see the module docstring).
+
+    ``to_fields`` and ``from_fields`` turn a state into MessagePack-able
+    fields and back (``from_fields`` raises CorruptRecord naming the key).
+    """
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        key: str,
+        clock: Clock,
+        *,
+        to_fields: Callable[[S], Any],
+        from_fields: Callable[[Any, str], S],
+    ) -> None:
+        self.key = key
+        self._store = store
+        self._clock = clock
+        self._to_fields = to_fields
+        self._from_fields = from_fields
+        self._kept: _Version[S] | None = _Version(None, None)
+        self._pending: list[tuple[Change[S, Any], asyncio.Future[Any]]] = []
+        self._writer: asyncio.Task[None] | None = None
+
+    @property
+    def busy(self) -> bool:
+        """Whether updates are waiting or being written."""
+        return bool(self._pending) or (self._writer is not None and not self._writer.done())
+
+    async def update(self, change: Change[S, T]) -> T:
+        """Apply ``change`` to the object as it stands, durably; its answer.
+
+        The update goes out even if the caller is cancelled meanwhile."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending.append((change, future))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_pending(), name=f"update {self.key}")
+        return cast(T, await asyncio.shield(future))
+
+    async def _write_pending(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, []
+            try:
+                answers = await self._commit([change for change, _ in batch])
+            except Exception as error:
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(error)
+                continue
+            for (_, future), answer in zip(batch, answers, strict=True):
+                if not future.done():
+                    future.set_result(answer)
+
+    async def _commit(self, changes: list[Change[S, Any]]) -> list[Any]:
+        version, fresh = self._kept, False
+        for conflicts in range(MAX_CONFLICTS):
+            if version is None:
+                version, fresh = await self._read(), True
+            now = self._clock.now()
+            state, answers = version.state, []
+            for change in changes:
+                state, answer = change(state, now)
+                answers.append(answer)
+            try:
+                if state == version.state:
+                    if not fresh and not await self._still(version):
+                        version = self._kept = None
+                        continue
+                else:
+                    version = await self._write(version, state)
+            except PreconditionFailed:  # another process wrote first (or deleted it)
+                version = self._kept = None
+                if conflicts:
+                    await asyncio.sleep(random.uniform(0, min(0.1, CONFLICT_PAUSE * 2**conflicts)))
+                continue
+            except NotFound:
+                version = self._kept = None
+                continue
+            except BaseException:
+                self._kept = None  # the write may or may not have landed
+                raise
+            self._kept = version
+            return answers
+        raise Contended(f"{MAX_CONFLICTS} writes in a row refused", key=self.key)
+
+    async def _read(self) -> _Version[S]:
+        try:
+            stored = await self._store.get(self.key)
+        except NotFound:
+            return _Version(None, None)
+        try:
+            fields = unpack(stored.data)
+            if not isinstance(fields, dict) or fields.get("v") != FORMAT:
+                raise ValueError(f"format {fields.get('v') if isinstance(fields, dict) else '?'}")
+            rev, nonce = int(fields["rev"]), str(fields["nonce"])
+        except Exception as exc:
+            raise CorruptRecord(f"not a stepstone limit record: {exc}", key=self.key) from exc
+        return _Version(stored.etag, self._from_fields(fields["state"], self.key), rev, nonce)
+
+    async def _still(self, version: _Version[S]) -> bool:
+        """Whether the object is still at ``version`` (absent, if it was)."""
+        try:
+            etag = (await self._store.head(self.key)).etag
+        except NotFound:
+            return version.etag is None
+        return etag == version.etag
+
+    async def _write(self, old: _Version[S], state: S | None) -> _Version[S]:
+        if state is None:
+            assert old.etag is not None  # a change from absent to absent is no change
+            try:
+                await self._store.delete(self.key, if_match=old.etag)
+            except StoreUnavailable as error:
+                await landed(self._store, self.key, None, old.etag, error)
+            return _Version(None, None)
+        if old.etag is None:
+            rev, nonce = 1, secrets.token_hex(8)
+        else:
+            rev, nonce = old.rev + 1, old.nonce
+        data = pack({"v": FORMAT, "rev": rev, "nonce": nonce, "state": self._to_fields(state)})
+        try:
+            if old.etag is None:
+                etag = await self._store.put_if_absent(self.key, data)
+            else:
+                etag = await self._store.put_if_match(self.key, data, old.etag)
+        except StoreUnavailable as error:
+            etag = await landed(self._store, self.key, data, old.etag, error)
+        return _Version(etag, state, rev, nonce)

@@ -1,0 +1,27 @@
+"""A worker process for test_limits_multiprocess: ``python limit_worker.py STORE_URL LEASE``.
+
+Runs :class:`limit_jobs.Serial` jobs on the store until SIGTERM, then drains.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+
+from limit_jobs import Serial
+
+from stepstone import JobRunner
+
+
+async def main(url: str, lease: float) -> None:
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    runner = JobRunner(url, jobs=[Serial], concurrency=4, lease=lease, poll_interval=0.05)
+    async with runner:
+        await stop.wait()
+    await runner.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], float(sys.argv[2])))
