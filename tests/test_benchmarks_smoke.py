@@ -3,6 +3,7 @@ only that each case runs, answers correctly and counts requests."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from benchmarks.cases import Spec, run_one
+from benchmarks.retention import jobs_with_retention, removal_cost
 from benchmarks.run import main, plan, suspended_table, table
 
 
@@ -79,3 +81,9 @@ def test_saved_results_name_the_commit_they_measured(tmp_path: Path) -> None:
         ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert result["commit"] in (head, head + "+dirty")
+
+
+def test_retention_growth_runs() -> None:
+    assert asyncio.run(removal_cost(20)) > 0
+    rows = asyncio.run(jobs_with_retention(jobs=20, batch=10))
+    assert [row["jobs"] for row in rows] == [10, 20]

@@ -3,7 +3,8 @@
 It holds the same guarantees as the durable backends within one process
 (create-if-absent and compare-and-swap are atomic because nothing awaits
 between the check and the write), so code tested on it behaves the same on
-files and S3, only faster.
+files and S3, only faster. Its keys are also kept in listing order
+(``sorted_keys``), so a listing costs the page it returns, not the store.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from .base import DEFAULT_PAGE_SIZE, ObjectInfo, ObjectStore, StoredObject
 from .errors import AlreadyExists, NotFound, PreconditionFailed
 from .keys import validate_key, validate_prefix
+from .sorted_keys import SortedKeys
 
 
 @dataclass(slots=True)
@@ -37,11 +39,14 @@ class MemoryStore(ObjectStore):
     def __init__(self, *, clock: Callable[[], float] | None = None, name: str = "") -> None:
         self.location = f"memory://{name}"
         self._objects: dict[str, _Entry] = {}
+        self._order = SortedKeys()
         self._counter = itertools.count(1)
         self._now = clock or time.time
 
     def _write(self, key: str, data: bytes) -> str:
         etag = f'"m{next(self._counter):x}"'
+        if key not in self._objects:
+            self._order.add(key.encode())
         self._objects[key] = _Entry(bytes(data), etag, self._now())
         return etag
 
@@ -86,7 +91,8 @@ class MemoryStore(ObjectStore):
                 raise PreconditionFailed(
                     f"etag is {entry.etag}, not {if_match}", location=self.location, key=key
                 )
-        self._objects.pop(key, None)
+        if self._objects.pop(key, None) is not None:
+            self._order.remove(key.encode())
 
     async def list(
         self,
@@ -96,13 +102,18 @@ class MemoryStore(ObjectStore):
         limit: int = DEFAULT_PAGE_SIZE,
     ) -> list[ObjectInfo]:
         validate_prefix(prefix, location=self.location)
-        after = start_after.encode() if start_after is not None else b""
-        keys = sorted(
-            (k for k in self._objects if k.startswith(prefix) and k.encode() > after),
-            key=str.encode,
-        )[: max(0, limit)]
-        return [
-            ObjectInfo(k, e.etag, len(e.data), e.modified)
-            for k in keys
-            for e in (self._objects[k],)
-        ]
+        start = prefix.encode()
+        after = start_after.encode() if start_after is not None else None
+        # every key under the prefix sorts at or after it, and together
+        if after is not None and after >= start:
+            keys = self._order.from_(after, inclusive=False)
+        else:
+            keys = self._order.from_(start, inclusive=True)
+        page: list[ObjectInfo] = []
+        for encoded in keys:
+            if len(page) >= limit or not encoded.startswith(start):
+                break
+            key = encoded.decode()
+            entry = self._objects[key]
+            page.append(ObjectInfo(key, entry.etag, len(entry.data), entry.modified))
+        return page

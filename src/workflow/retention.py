@@ -10,6 +10,11 @@ zombie of the swept run from recording a late outcome for the key's next run
 to find (see :mod:`stepstone.outcome`); the sweep deletes it once it is past
 the window in turn.
 
+Runs are swept REMOVE_AT_ONCE at a time: one after the other, each removal
+waits its turn on a busy event loop (or a round trip to S3), and a sweep
+that removes fewer runs a second than finish falls behind for good while
+the store, and every listing in it, grows.
+
 A sweep runs in each worker process every ``interval`` (by the runner's
 clock; a FakeClock moving past it wakes the sweeper). Several processes
 sweeping at once is harmless: every delete is idempotent.
@@ -30,6 +35,9 @@ from .layout import Layout
 from .outcome import OutcomeRecord, Tombstone, decode_slot
 
 log = logging.getLogger("stepstone.retention")
+
+REMOVE_AT_ONCE = 32
+"""Objects past the window swept concurrently (each run's own deletes run together too)."""
 
 
 class Runs(Protocol):
@@ -92,12 +100,16 @@ async def sweep(runs: Runs, retention: float) -> int:
     """Remove every run that finished more than ``retention`` seconds ago; returns how many."""
     cutoff = runs.clock.now() - retention
     swept = 0
+    expired: list[ObjectInfo] = []
     # Removing as it goes keeps memory flat however many runs expire; it is
     # safe because the listing pages by start-after on keys, not by offset.
     async for info in runs.store.scan(runs.layout.outcomes()):
-        if info.modified <= cutoff and await sweep_one(runs, info):
-            swept += 1
-    return swept
+        if info.modified <= cutoff:
+            expired.append(info)
+            if len(expired) == REMOVE_AT_ONCE:
+                swept += sum(await asyncio.gather(*(sweep_one(runs, i) for i in expired)))
+                expired = []
+    return swept + sum(await asyncio.gather(*(sweep_one(runs, i) for i in expired)))
 
 
 async def sweep_one(runs: Runs, info: ObjectInfo, *, dry_run: bool = False) -> bool:
