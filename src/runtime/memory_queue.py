@@ -334,6 +334,13 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
     async def cancel(self, id: str) -> bool:
         return self._records.pop(id, None) is not None
 
+    async def discard_dead(self, id: str) -> bool:
+        rec = self._records.get(id)
+        if rec is None or not rec.dead:
+            return False
+        del self._records[id]
+        return True
+
     async def requeue(self, id: str) -> bool:
         rec = self._records.get(id)
         if rec is None or not rec.dead:

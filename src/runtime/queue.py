@@ -296,6 +296,12 @@ class LeaseQueue(abc.ABC):
         it finds out at its next renew or settlement (LOST)."""
 
     @abc.abstractmethod
+    async def discard_dead(self, id: str) -> bool:
+        """Remove the job's record if it is dead, so that its id is free again
+        (its run is being forgotten: retention, purge). A live job, and one
+        requeued meanwhile, is left alone. True if a dead record went."""
+
+    @abc.abstractmethod
     async def get(self, id: str) -> JobRecord | None:
         """The job's record, or None (never enqueued, acked or cancelled)."""
 

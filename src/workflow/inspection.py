@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from stepstone.runtime.decide import describe
 from stepstone.runtime.errors import MalformedPayload
-from stepstone.runtime.queue import QUEUE_STATUSES, JobRecord, JobStatus, LeaseQueue
+from stepstone.runtime.queue import QUEUE_STATUSES, JobRecord, JobStatus
 from stepstone.runtime.queue_inspection import DeadJobRequeue, JobCounts, JobListing
 from stepstone.runtime.store_queue import CorruptRecord
 from stepstone.store import NotFound, ObjectInfo
@@ -44,9 +44,6 @@ READ_CONCURRENCY = 16
 class Inspected(Runs, Protocol):
     """What the tools work on: a store, a layout, a clock, the queue, and
     cancelling a run (a JobRunner is one)."""
-
-    @property
-    def queue(self) -> LeaseQueue: ...
 
     async def cancel(self, job_id: str) -> bool: ...
 

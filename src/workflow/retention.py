@@ -3,9 +3,12 @@
 It walks ``outcomes/`` (a LIST per thousand runs) and takes the objects'
 own modification time from the listing, so only what is past the window is
 read. For each run past the window it deletes the memos and events of every
-incarnation, the progress record, and last replaces the outcome with a
-tombstone: a sweep cut short leaves the outcome, so a resubmission still
-answers from it, and the next sweep finishes the job. The tombstone keeps a
+incarnation, the progress record, a dead run's queue record, and last
+replaces the outcome with a tombstone: a sweep cut short leaves the outcome,
+so a resubmission still answers from it, and the next sweep finishes the
+job. A swept run is gone as a whole: a dead record left behind would take
+the next submit of its key, which would then wait on a run nobody runs and
+no outcome ends. The tombstone keeps a
 zombie of the swept run from recording a late outcome for the key's next run
 to find (see :mod:`stepstone.outcome`); the sweep deletes it once it is past
 the window in turn.
@@ -29,6 +32,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from stepstone.runtime.clock import Clock, subscribe
+from stepstone.runtime.queue import JobStatus, LeaseQueue
 from stepstone.store import NotFound, ObjectInfo, ObjectStore, PreconditionFailed
 
 from .layout import Layout
@@ -41,10 +45,14 @@ REMOVE_AT_ONCE = 32
 
 
 class Runs(Protocol):
-    """Where runs are kept: a store, a layout in it, a clock (a JobRunner is one)."""
+    """Where runs are kept: a store, a layout in it, their queue, a clock (a
+    JobRunner is one)."""
 
     @property
     def store(self) -> ObjectStore: ...
+
+    @property
+    def queue(self) -> LeaseQueue: ...
 
     @property
     def layout(self) -> Layout: ...
@@ -135,8 +143,9 @@ async def sweep_one(runs: Runs, info: ObjectInfo, *, dry_run: bool = False) -> b
 
 
 async def remove_run(runs: Runs, run_id: str) -> None:
-    """Delete a run's memos, events and progress, then replace its outcome with a
-    tombstone (nothing to replace: nothing more to do)."""
+    """Delete a run's memos, events and progress, and its queue record if the
+    run died, then replace its outcome with a tombstone (nothing to replace:
+    nothing more to do)."""
     try:
         stored = await runs.store.get(runs.layout.outcome(run_id))
     except NotFound:
@@ -155,6 +164,10 @@ async def _remove(
     await asyncio.gather(*(store.delete(key) for key in keys))
     if etag is None or isinstance(found, Tombstone):
         return
+    if found is None or found.status is not JobStatus.SUCCEEDED:
+        # A run that did not succeed may have died, and its dead record would
+        # take the key's next submit (a live record is left alone).
+        await runs.queue.discard_dead(run_id)
     # A record, or an object that is none (it goes as well, fencing nothing).
     incarnation = "" if found is None else found.incarnation
     tombstone = Tombstone(run_id, incarnation, runs.clock.now())

@@ -452,6 +452,24 @@ async def test_cancel_removes_a_job_in_any_state(queue: LeaseQueue, clock: FakeC
     assert await queue.cancel("never") is False
 
 
+async def test_discard_dead_removes_a_dead_record_and_nothing_live(queue: LeaseQueue) -> None:
+    """What retention and purge do to a swept run's dead record: its id is free again."""
+    await queue.enqueue(b"", id="dead")
+    await queue.dead_letter(await claim_one(queue), "x")
+    await queue.enqueue(b"", id="held")
+    held = await claim_one(queue)
+    await queue.enqueue(b"", id="ready")
+    for live in ("held", "ready", "never"):
+        assert await queue.discard_dead(live) is False, live
+    assert await queue.discard_dead("dead") is True
+    assert await queue.get("dead") is None
+    assert await queue.discard_dead("dead") is False
+    assert (await queue.enqueue(b"again", id="dead")).created
+    assert await queue.ack(held) is Settlement.ACKED
+    ready = await queue.get("ready")
+    assert ready is not None and ready.status is JobStatus.READY
+
+
 async def test_cancelling_a_claimed_job_fences_off_its_holder(queue: LeaseQueue) -> None:
     await queue.enqueue(b"", id="j")
     d = await claim_one(queue)

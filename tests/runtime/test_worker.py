@@ -762,6 +762,9 @@ class FlakyQueue(LeaseQueue):
     async def cancel(self, id: str) -> bool:
         return await self.inner.cancel(id)
 
+    async def discard_dead(self, id: str) -> bool:
+        return await self.inner.discard_dead(id)
+
     async def get(self, id: str) -> JobRecord | None:
         return await self.inner.get(id)
 

@@ -1,15 +1,25 @@
-"""The retention sweep: what it removes, and that it keeps up with a busy store."""
+"""The retention sweep and purge: a swept run is gone as a whole, and the sweep
+keeps up with a busy store."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import ClassVar
 
-from stepstone import JobRunner
+import pytest
+from wf_jobs import Counters
+from wf_support import wait_until
+
+from stepstone import Job, JobContext, JobFailed, JobRunner, JobStatus, Permanent
+from stepstone.inspection import purge
 from stepstone.retention import REMOVE_AT_ONCE, sweep
 from stepstone.store import MemoryStore
 from stepstone.testing import FakeClock
 
+MakeRunner = Callable[..., JobRunner]
 RUNS = 100
+DEADLINE = 10.0
 
 
 class SlowDeletes(MemoryStore):
@@ -44,3 +54,44 @@ async def test_expired_runs_are_removed_many_at_a_time(clock: FakeClock) -> None
     assert await sweep(runner, retention=60) == RUNS
     assert [info.key async for info in store.scan("memos/")] == []
     assert store.most_in_flight == REMOVE_AT_ONCE  # one delete at a time per run
+
+
+class FailsFirst(Job[int]):
+    """Keyed; its first run fails for good, any later one succeeds."""
+
+    NAME: ClassVar[str] = "test.fails-first"
+    n: int
+
+    def idempotency_key(self) -> str:
+        return f"fails-first:{self.n}"
+
+    async def run(self, ctx: JobContext) -> int:
+        if ctx.state(Counters).hit(f"fails-first:{self.n}") == 1:
+            raise Permanent("the first run fails")
+        return self.n
+
+
+@pytest.mark.parametrize("how", ["retention", "purge"])
+async def test_a_swept_dead_run_is_gone_as_a_whole_and_its_key_runs_again(
+    make_runner: MakeRunner, clock: FakeClock, how: str
+) -> None:
+    async with make_runner(
+        jobs=[FailsFirst], retention=60 if how == "retention" else None
+    ) as runner:
+        first = await runner.submit(FailsFirst(n=1))
+        with pytest.raises(JobFailed):
+            await first.result(timeout=DEADLINE)
+        record = await runner.queue.get(first.id)
+        assert record is not None and record.status is JobStatus.DEAD
+        clock.advance(61)
+        if how == "purge":
+            assert await purge(runner, older_than=60) == [first.id]
+
+        async def swept() -> bool:
+            gone = await first.fetch_result() is None
+            return gone and await runner.queue.get(first.id) is None
+
+        await wait_until(swept, DEADLINE)
+        again = await runner.submit(FailsFirst(n=1))
+        assert again.newly_submitted and again.id == first.id
+        assert await again.result(timeout=DEADLINE) == 1

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 
-from stepstone.store import AlreadyExists, NotFound, ObjectStore
+from stepstone.store import AlreadyExists, NotFound, ObjectStore, PreconditionFailed
 
 from .message import JobMessage, MalformedMessage, decode, encode
 
@@ -68,6 +68,26 @@ class IdMarkers:
         if marker is None or marker.token != message.token:
             return None
         return marker
+
+    async def drop_dead(self, job_id: str) -> bool:
+        """Delete the job's marker if it says the job is dead, fenced on the
+        version read; True if it did."""
+        key = self.key(job_id)
+        try:
+            found = await self.store.get(key)
+        except NotFound:
+            return False
+        try:
+            dead = decode(found.data).dead_reason is not None
+        except MalformedMessage:
+            return False
+        if not dead:
+            return False
+        try:
+            await self.store.delete(key, if_match=found.etag)
+        except (NotFound, PreconditionFailed):
+            return False
+        return True
 
     async def drop(self, job_id: str) -> None:
         with contextlib.suppress(NotFound):

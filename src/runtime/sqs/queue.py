@@ -670,6 +670,20 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
             await self._markers.drop(id)
         return known
 
+    async def discard_dead(self, id: str) -> bool:
+        """Free a dead job's id: its marker in the id store, if it says dead
+        (a delete fenced on that marker's etag, so a requeue in between
+        wins), and what this process remembers of it. Its message in the
+        dead-letter queue stays until SQS's retention drops it; a requeue
+        that meets it finds no marker naming it and deletes it."""
+        remembered = self._local.live(id)
+        discarded = remembered is not None and remembered.dead_reason is not None
+        if discarded:
+            self._local.forget(id)
+        if self._markers is not None:
+            discarded = await self._markers.drop_dead(id) or discarded
+        return discarded
+
     async def requeue(self, id: str) -> bool:
         """Move a dead job back to its tier queue with its attempts reset.
 

@@ -714,6 +714,22 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
         self._view.forget(id)
         return True
 
+    async def discard_dead(self, id: str) -> bool:
+        """Delete the record if it is dead, fenced on the dead version's etag
+        (a requeue in between wins)."""
+        if not _valid_id(id):
+            return False
+        for _ in range(_SETTLE_TRIES):
+            fetched = await self._fetch(id)
+            if fetched is None or not fetched[1].dead:
+                return False
+            try:
+                await self._remove(id, fetched[0])
+            except (PreconditionFailed, NotFound):
+                continue
+            return True
+        return False
+
     async def requeue(self, id: str) -> bool:
         if not _valid_id(id):
             return False
