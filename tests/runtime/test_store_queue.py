@@ -538,6 +538,33 @@ async def test_suspended_jobs_cost_only_the_listing_and_a_claim_elsewhere_is_inf
     assert take(a_store) == {"LIST": 1}
 
 
+@pytest.mark.parametrize(
+    ("first_look", "scan_interval"),
+    [(10.0, 0.0), (31.0, 0.0), (31.0, 3600.0)],
+    ids=["listed-within-the-lease", "listed-after-it", "a-race-lost-to-it"],
+)
+async def test_a_claim_elsewhere_that_lapsed_is_taken_at_the_next_claim_round(
+    backing: MemoryStore, clock: FakeClock, first_look: float, scan_interval: float
+) -> None:
+    """The process that enqueued a job, learning of another's claim of it only
+    by its size (in a listing, or by losing a race for it), counts that lease
+    from when the record was written, not from when it happened to look: once
+    the lease has lapsed, its next claim round takes the job."""
+    a, _ = make(backing, clock, scan_interval=scan_interval)
+    b, _ = make(backing, clock, scan_interval=0.0)
+    await a.enqueue(b"", id="j")
+    [held] = await b.claim(1, lease=30)  # and b's process dies
+    clock.advance(first_look)
+    if first_look < 30:
+        assert await a.claim(1, lease=30) == []  # held elsewhere, as its size says
+        clock.advance(31 - first_look)
+    elif scan_interval:
+        assert await a.claim(1, lease=30) == []  # its swap is refused: claimed elsewhere
+    [d] = await a.claim(1, lease=30)
+    assert (d.id, d.attempt) == ("j", 2)
+    assert await b.ack(held) is Settlement.LOST
+
+
 # -- writes whose answer is lost ---------------------------------------------------
 
 

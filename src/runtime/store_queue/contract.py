@@ -63,6 +63,7 @@ from .records import (
 )
 from .size_hints import (
     claimed_elsewhere,
+    guess_changed,
     held_elsewhere,
     listed_place,
     new_token,
@@ -271,6 +272,9 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
                 if seen is not None:
                     if seen.etag == info.etag:
                         seen.confirmed = time.monotonic()
+                        continue
+                    if (moved := guess_changed(seen, info, now, self._lease_hint)) is not None:
+                        self._view.file(job_id, moved)
                         continue
                     if renewed_elsewhere(seen, info, now):
                         continue

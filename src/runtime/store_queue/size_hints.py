@@ -10,6 +10,10 @@ to skip most of those reads:
   another process: the view notes it as held, with a lease guessed from its
   own, and reads it only when that guess lapses. A short job is acked and
   gone from the listing before then, so this process never reads it at all.
+  The guessed lease runs from the record's last change as listed (its
+  last-modified time), never from when this process happened to look: a
+  holder that died before this process listed the record has lapsed by
+  then, and the next claim round takes the job over.
 - **A renewal elsewhere.** A renewal rewrites the same fields with the same
   sizes; every other transition of a held record adds or drops the token,
   the lease or an error, or deletes the record. A held record whose size did
@@ -27,6 +31,7 @@ holders.
 from __future__ import annotations
 
 import secrets
+from dataclasses import replace
 
 from stepstone.store.base import ObjectInfo
 
@@ -61,7 +66,8 @@ def renewed_elsewhere(seen: Seen, info: ObjectInfo, now: float) -> bool:
 def claimed_elsewhere(seen: Seen, info: ObjectInfo, now: float, lease: float) -> Seen | None:
     """If a listed change of a record the view knew as waiting has exactly
     the size a claim of it would produce, someone claimed it: a placeholder
-    saying so, to stand until about ``lease`` from now, instead of reading it.
+    saying so, to stand until about ``lease`` after that change, instead of
+    reading it.
 
     The placeholder keeps no token of ours and no payload (``partial``), so
     nothing is ever written from it: a claim reads the record first.
@@ -69,20 +75,39 @@ def claimed_elsewhere(seen: Seen, info: ObjectInfo, now: float, lease: float) ->
     job = seen.job
     if job is None or job.partial or job.dead or job.token is not None:
         return None
-    guess = held_elsewhere(job, info.etag, now, lease)
+    guess = held_elsewhere(job, info.etag, changed_at(info, now), lease)
     return guess if guess.size == info.size else None
 
 
-def held_elsewhere(job: StoredJob, etag: str, now: float, lease: float) -> Seen:
-    """A placeholder for a waiting record someone else has just claimed: the
-    size that claim wrote and a lease of ``lease`` seconds guessed from this
-    instance's own. Never written; a claim reads first."""
+def guess_changed(seen: Seen, info: ObjectInfo, now: float, lease: float) -> Seen | None:
+    """A placeholder whose record a listing shows changed, at the size it
+    guessed: the same guess, under the listed etag, its lease timed again
+    from that change (a renewal; or the claim itself, when the guess was
+    made on a race lost to it, before any listing showed when it happened)."""
+    job = seen.job
+    if not seen.guessed or job is None or info.size != seen.size:
+        return None
+    retimed = replace(job, lease_expires_at=changed_at(info, now) + lease)
+    return Seen(info.etag, retimed, seen.size, guessed=True)
+
+
+def changed_at(info: ObjectInfo, now: float) -> float:
+    """When a listed record last changed, by the store's clock, and never
+    later than ``now``: a store clock ahead of ours must not push a guessed
+    lease past the real one, which would only delay a takeover."""
+    return min(info.modified, now)
+
+
+def held_elsewhere(job: StoredJob, etag: str, since: float, lease: float) -> Seen:
+    """A placeholder for a waiting record someone else claimed at ``since``:
+    the size that claim wrote and a lease of ``lease`` seconds guessed from
+    this instance's own. Never written; a claim reads first."""
     claimed = job.next(
         job.updated_at,
         attempts=job.attempts + 1,
         claims=job.claims + 1,
         token=TOKEN_SHAPE,
-        lease_expires_at=now + lease,
+        lease_expires_at=since + lease,
         wait=None,  # as a claim writes it (StoreQueue._claim_one)
         woken=False,
     )
