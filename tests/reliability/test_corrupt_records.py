@@ -266,7 +266,9 @@ def spoiled(current: bytes, spoil: Spoil) -> bytes:
 
 
 async def cli_stays_up(root: str, ids: list[str]) -> None:
-    """Every command answers (exit 0) however many of the records are spoiled."""
+    """Every command answers however many of the records are spoiled: the
+    listings and ``show`` with exit 0; ``retry`` and ``cancel`` done, or
+    refused (a job that is not dead, one that has finished) in one line."""
     commands = [["ls"], ["ls", "--json"], ["stats"], *(["show", i] for i in ids)]
     for command in commands:
         status, out, err = await asyncio.to_thread(run_cli, [*command, "--store", root])
@@ -274,6 +276,11 @@ async def cli_stays_up(root: str, ids: list[str]) -> None:
         assert "Traceback" not in err, (command, err)
         if "--json" in command:
             json.loads(out)
+    for command in (*(["retry", i] for i in ids), *(["cancel", i] for i in ids)):
+        status, out, err = await asyncio.to_thread(run_cli, [*command, "--store", root])
+        assert "Traceback" not in err, (command, err)
+        refused = [line for line in err.splitlines() if line.startswith("stepstone: error:")]
+        assert status == 0 or (status == 1 and len(refused) == 1), (command, status, out, err)
 
 
 def run_cli(argv: list[str]) -> tuple[int, str, str]:
