@@ -50,7 +50,7 @@ from ..queue import (
 from ..queue_inspection import Page, QueueInspection
 from ..suspension import Waking
 from .lost_answers import landed
-from .pacing import ScanPacing
+from .pacing import ScanPacing, in_slice
 from .read_line import ReadLine
 from .records import (
     CorruptRecord,
@@ -122,7 +122,13 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
     idle worker listing every second costs ~$13 a month on S3, every 5 s
     ~$2.6); any work this instance makes, or a listing that finds a change,
     restores the usual pace. A job submitted by another process to an idle
-    fleet is therefore found within ``idle_scan_max``.
+    fleet is therefore found within ``idle_scan_max``. In a crowd (an
+    instance that finds most records it tries for taken by others) each
+    instance lists less often and reads only a slice of what is new, so the
+    fleet's requests per job stay near one instance's
+    (:mod:`runtime.store_queue.pacing`); then the longest wait is
+    ``CROWD_WAIT`` (4) times ``idle_scan_max`` per listing, and a job no
+    slice held is read at the listing after.
     """
 
     def __init__(
@@ -176,6 +182,9 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
         """What the last listing showed that the view does not know, read as
         claims need them (:meth:`_read_ahead`, :mod:`runtime.store_queue.read_line`)."""
         self._claiming: set[str] = set()
+        self._passed: dict[str, str] = {}
+        """New records the last listing left to others (outside this
+        instance's slice), by etag: read if the next shows them unchanged."""
         self._lease_hint = 60.0
         """The last lease this instance claimed with: the guess for others' leases."""
         self._came_up_short = False
@@ -263,6 +272,8 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
             before = {job_id: seen.etag for job_id, seen in self._view.items()}
             listed: set[str] = set()
             unread: list[tuple[str, str | None, float]] = []
+            passed: dict[str, str] = {}
+            part = self._pacing.slice()
             count = 0
             async for info in self.store.scan(self._jobs):
                 count += 1
@@ -288,14 +299,22 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
                         continue
                     # Moved on: no claim may swap against the old version.
                     self._view.forget(job_id, seen.etag)
+                elif (
+                    part is not None
+                    and not in_slice(job_id, part)
+                    and self._passed.get(job_id) != info.etag
+                ):
+                    passed[job_id] = info.etag  # another's slice, this time
+                    continue
                 unread.append((job_id, None, listed_place(info, self.priority_aging)))
             for job_id, etag in before.items():
                 if job_id not in listed:
                     self._view.forget(job_id, etag)
             self._unread.reset(unread)
+            self._passed = passed
             self.stats.scans += 1
             self._scan_epoch += 1
-            changed = bool(unread) or len(listed) != len(before)
+            changed = bool(unread or passed) or len(listed) != len(before)
             self._pacing.listed(count, changed)
 
     async def _read_ahead(self, want: int, now: float) -> None:
@@ -308,6 +327,7 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
         jobs = await asyncio.gather(*(self._refresh(job_id, etag) for job_id, etag in batch))
         taken = sum(1 for job in jobs if job is None or (job.token and not job.claimable(now)))
         self._pacing.read(taken)
+        self._pacing.tried(won=0, lost=taken)
         if taken:
             self._unread.jump()
 
@@ -466,6 +486,7 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
                 await self._swap(job_id, new, etag)
             except NotFound:
                 self._pacing.refused(seen.confirmed, fresh_since)
+                self._pacing.tried(won=0, lost=1)
                 self._view.forget(job_id, etag)
                 return None
             except PreconditionFailed:
@@ -474,6 +495,7 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
                 # only if its size says otherwise.
                 self.stats.lost_races += 1
                 self._pacing.refused(seen.confirmed, fresh_since)
+                self._pacing.tried(won=0, lost=1)
                 current = self._view.get(job_id)
                 if current is not None and current.etag == etag:
                     self._view.file(job_id, held_elsewhere(job, etag, now, self._lease_hint))
@@ -488,7 +510,9 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
                     return None
                 if fetched is None or fetched[1].token != new.token:
                     return None
+                self._pacing.tried(won=1, lost=0)
                 return delivery_of(fetched[1])
+            self._pacing.tried(won=1, lost=0)
             return delivery_of(new)
         finally:
             self._claiming.discard(job_id)
