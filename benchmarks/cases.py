@@ -82,6 +82,12 @@ class Spec:
     workdir: str = ""
     window: float = 60.0
     """Real seconds each phase of the suspended case watches the store."""
+    workers: int = 1
+    """Workers of the simulated fleet (benchmarks/fleet.py), in this one process."""
+    limit_scale: float = 0.1
+    """The fleet's S3 request limits per prefix, as a fraction of S3's (0: none)."""
+    rate: float = 0.0
+    """The fleet's submits a second (0: a backlog submitted before the workers start)."""
 
     def name(self) -> str:
         if self.label:
@@ -630,7 +636,19 @@ def _fresh_queue(runner: JobRunner) -> Any:
     return runner.queue if isinstance(runner.queue, MemoryQueue) else None
 
 
-CASES = {"w3": w3, "latency": latency, "scale": scale, "suspended": suspended}
+async def _fleet(spec: Spec) -> dict[str, Any]:
+    from .fleet import fleet  # (it imports this module)
+
+    return await fleet(spec)
+
+
+CASES = {
+    "w3": w3,
+    "latency": latency,
+    "scale": scale,
+    "suspended": suspended,
+    "fleet": _fleet,
+}
 
 
 def run_one(spec: Spec) -> dict[str, Any]:

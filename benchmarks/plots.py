@@ -1,4 +1,4 @@
-"""The two figures of docs/performance.md, drawn from ``benchmarks.run --out`` results."""
+"""The figures of docs/performance.md, drawn from ``benchmarks.run --out`` results."""
 
 from __future__ import annotations
 
@@ -31,11 +31,7 @@ def draw(results: list[dict[str, Any]], directory: str) -> list[str]:
         ax.set_title(f"W3, N={scale[0]['n']}, durable FileStore + StoreQueue")
         ax.legend()
         ax.grid(alpha=0.3)
-        fig.tight_layout()
-        path = os.path.join(directory, "jobs_per_s_vs_processes.png")
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save(fig, plt, directory, "jobs_per_s_vs_processes.png"))
 
     rows = [
         r
@@ -64,12 +60,77 @@ def draw(results: list[dict[str, Any]], directory: str) -> list[str]:
         ax.set_xticks([1, 3, 10])
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
-        fig.tight_layout()
-        path = os.path.join(directory, "requests_per_job_vs_steps.png")
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save(fig, plt, directory, "requests_per_job_vs_steps.png"))
+    written += _fleet(plt, list(by_label.values()), directory)
     return written
+
+
+FLEET_LOADS = {
+    "": "backlog",
+    "-limits": "backlog, S3 limits / 10",
+    "-stream": "stream, 8 jobs/s",
+}
+"""The fleet's loads, by the suffix of their case (benchmarks/run.py)."""
+
+FLEET_OPERATIONS = ("GET", "CPUT", "LIST", "DELETE")
+"""The requests a fleet's job costs (PUT and HEAD stay at zero)."""
+
+
+def _fleet(plt: Any, results: list[dict[str, Any]], directory: str) -> list[str]:
+    """Jobs/s, and requests per job by operation (the submits' included),
+    against the number of workers of the simulated fleet (benchmarks/fleet.py)."""
+    curves: dict[str, list[dict[str, Any]]] = {}
+    for r in sorted((r for r in results if r["case"] == "fleet"), key=lambda r: r["workers"]):
+        load = str(r.get("label", "")).split(f"fleet{r['workers']}", 1)[-1]
+        curves.setdefault(load, []).append(r)
+    if not curves:
+        return []
+    loads = sorted(curves)
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for load in loads:
+        rows = curves[load]
+        workers = [r["workers"] for r in rows]
+        ax.plot(workers, [r["jobs_per_s"] for r in rows], "o-", label=FLEET_LOADS.get(load, load))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("workers (4 jobs at a time each)")
+    ax.set_ylabel("W3 jobs/s")
+    ax.set_title("Simulated fleet on an S3-like bucket")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="both")
+    written = [_save(fig, plt, directory, "fleet_jobs_per_s_vs_workers.png")]
+
+    fig, axes = plt.subplots(1, len(loads), figsize=(4 * len(loads), 3.8), sharey=True)
+    for ax, load in zip([axes] if len(loads) == 1 else list(axes), loads, strict=True):
+        rows = curves[load]
+        workers = [r["workers"] for r in rows]
+        for op in FLEET_OPERATIONS:
+            ax.plot(workers, [_billed(r, op) for r in rows], "o-", label=op)
+        ax.set_xscale("log")
+        ax.set_xlabel("workers")
+        ax.set_title(FLEET_LOADS.get(load, load), fontsize=10)
+        ax.grid(alpha=0.3, which="both")
+    first = [axes] if len(loads) == 1 else list(axes)
+    first[0].set_ylabel("requests per W3 job (submit included)")
+    first[0].set_ylim(bottom=0)
+    first[0].legend(fontsize=8)
+    written.append(_save(fig, plt, directory, "fleet_requests_per_job_vs_workers.png"))
+    return written
+
+
+def _billed(r: dict[str, Any], op: str) -> float:
+    """The ``op`` requests a job cost, its submit's included (a backlog's
+    were counted apart)."""
+    return float(r["requests_per_job"][op] + r.get("submit_requests_per_job", {}).get(op, 0))
+
+
+def _save(fig: Any, plt: Any, directory: str, name: str) -> str:
+    fig.tight_layout()
+    path = os.path.join(directory, name)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
 
 
 def main() -> None:

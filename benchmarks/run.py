@@ -73,6 +73,28 @@ def plan(quick: bool) -> dict[str, Spec]:
         "n10k-file": Spec("w3", "file", 300 if q else 10000, resubmit=False),
         "steps1-s3": Spec("w3", "s3", n_s3, steps=1, resubmit=False),
         "steps10-s3": Spec("w3", "s3", n_s3, steps=10, resubmit=False),
+        # A simulated fleet (benchmarks/fleet.py): W workers, 4 jobs at a time
+        # each, on an S3-like bucket: a backlog, with S3's per-prefix limits
+        # at a tenth or none; and 8 submits a second (one worker's capacity
+        # is about 10 jobs a second), no limits.
+        **{
+            f"fleet{w}{suffix}": Spec(
+                "fleet",
+                "s3like",
+                n,
+                concurrency=4,
+                workers=w,
+                limit_scale=scale,
+                rate=rate,
+                window=90.0,
+            )
+            for w in (1, 10, 100)
+            for suffix, scale, rate, n in (
+                ("", 0.0, 0.0, (20 if q else 200) * {1: 1, 10: 5, 100: 10}[w]),
+                ("-limits", 0.1, 0.0, (20 if q else 200) * {1: 1, 10: 5, 100: 10}[w]),
+                ("-stream", 0.0, 8.0, 16 if q else 160),
+            )
+        },
         # What waiting costs: N runs asleep, watched for `window` seconds a phase.
         "suspended-file": Spec("suspended", "file", 100 if q else 2000, window=5 if q else 30),
         "suspended-s3": Spec("suspended", "s3", 20 if q else 200, window=5 if q else 30),

@@ -15,6 +15,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from benchmarks.cases import Spec, run_one
 from benchmarks.retention import jobs_with_retention, removal_cost
 from benchmarks.run import main, plan, suspended_table, table
+from benchmarks.s3_like import S3LikeStore, SlowDown
+from stepstone.store import MemoryStore, RetryPolicy
 
 
 def test_w3_on_memory_and_files(tmp_path: object) -> None:
@@ -87,3 +89,32 @@ def test_retention_growth_runs() -> None:
     assert asyncio.run(removal_cost(20)) > 0
     rows = asyncio.run(jobs_with_retention(jobs=20, batch=10))
     assert [row["jobs"] for row in rows] == [10, 20]
+
+
+def test_a_simulated_fleet_drains_a_backlog_and_counts_its_requests() -> None:
+    r = run_one(Spec("fleet", "s3like", n=12, workers=3, concurrency=2, limit_scale=0.0))
+    assert r["done"] == 12
+    areas = r["requests_by_area"]
+    assert areas["CPUT memos"] == 3 and areas["CPUT outcomes"] == 1  # one per step, the outcome
+    assert areas["DELETE queue"] == 1  # the ack
+    assert r["submit_requests_per_job"]["CPUT"] == 1  # the enqueue
+    assert r["slowdowns_per_job"] == 0
+
+
+def test_the_s3_like_store_answers_slowdown_past_a_prefixs_rate_and_retries() -> None:
+    async def two_writes() -> tuple[S3LikeStore, list[object]]:
+        # A millionth of S3's rates: one write's token, none refilled meanwhile.
+        store = S3LikeStore(MemoryStore(), latency=(0.0, 0.001), scale=1e-6, seed=1)
+        results = await asyncio.gather(
+            store.put_if_absent("a/1", b"x"),
+            store.put_if_absent("a/2", b"x"),
+            return_exceptions=True,
+        )
+        await store.put_if_absent("b/1", b"x")  # another prefix has its own
+        await store.get("a/1")  # and reads their own
+        return store, results
+
+    store, results = asyncio.run(two_writes())
+    assert sum(isinstance(r, SlowDown) for r in results) == 1  # refused five times, then raised
+    assert store.slowdowns == {"write a": RetryPolicy().attempts}
+    assert store.counts == {"write a": 1, "write b": 1, "read a": 1}
