@@ -5,9 +5,10 @@ Everything an application touches is importable from here::
     from stepstone import Job, JobContext, JobRunner
 
 - the job API: :class:`Job`, :class:`JobContext`, :class:`JobRunner`,
-  :class:`JobHandle`, :class:`Outcome`, :class:`SubmitOptions`,
-  :class:`Schedule` for jobs submitted on a cron or an interval, and
-  :class:`RateLimit` for a job type's ``rate_limit``;
+  :class:`JobHandle` (:class:`SyncHandle` from code without an event loop),
+  :class:`Outcome`, :class:`SubmitOptions`, :class:`Schedule` for jobs
+  submitted on a cron or an interval, and :class:`RateLimit` for a job
+  type's ``rate_limit``;
 - one vocabulary for where a job is (:class:`JobStatus`) and why it failed
   (:class:`FailureKind`);
 - storage and queues to pass a runner: :func:`open_store`, and
@@ -70,6 +71,7 @@ from .outcome import ErrorInfo, Outcome
 from .runner import JobRunner
 from .schedules import Schedule
 from .submitting import SubmitOptions
+from .sync import SyncHandle
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
@@ -121,6 +123,7 @@ __all__ = [
     "StoreUnavailable",
     "SubmitOptions",
     "SyncContext",
+    "SyncHandle",
     "SystemClock",
     "UnknownJob",
     "open_store",

@@ -16,12 +16,15 @@ interface:
 - :mod:`stepstone.control`: ``status`` and ``cancel`` of one run;
 - :mod:`stepstone.retention`: the sweep of finished runs;
 - :mod:`stepstone.schedules`: jobs submitted at the ticks of a schedule;
+- :mod:`stepstone.sync`: blocking forms of submit and handles, for code
+  without an event loop;
 - :mod:`stepstone.runtime`: the lease queue and the worker loop under it all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+from collections.abc import Coroutine, Iterable
 from typing import Any, TypeVar, cast
 
 from stepstone.runtime.backoff import Backoff
@@ -44,12 +47,14 @@ from .records import RunRecords
 from .retention import Sweeper
 from .schedules import Schedule, Scheduler
 from .submitting import SubmitOptions, Submitter
+from .sync import LoopThread, SyncHandle, call_on
 from .waiting import Waiting
 
 __all__ = ["JobRunner", "SubmitOptions"]
 
 Out = TypeVar("Out")
 S = TypeVar("S")
+R = TypeVar("R")
 
 
 class JobRunner:
@@ -102,6 +107,10 @@ class JobRunner:
         self._jobs: dict[str, type[Job[Any]]] = {}
         self._state: dict[type, object] = {}
         self._running = False
+        self._home: asyncio.AbstractEventLoop | None = None
+        """The loop the worker runs on, while it runs: where blocking calls go."""
+        self._private = LoopThread("stepstone-sync")
+        """Where blocking calls go when no worker runs here (started on first use)."""
         self._metrics: RunnerMetrics | None = None
         self.worker = Worker(
             self.queue,
@@ -210,6 +219,7 @@ class JobRunner:
         if self._running:
             return
         self._running = True
+        self._home = asyncio.get_running_loop()
         self._metrics = start_metrics(self.worker)
         await self.worker.start()
         if self._sweeper is not None:
@@ -222,6 +232,7 @@ class JobRunner:
         if not self._running:
             return
         self._running = False
+        self._home = None
         await self.scheduler.stop()
         if self._sweeper is not None:
             await self._sweeper.stop()
@@ -243,10 +254,29 @@ class JobRunner:
         await self.store.list(self.layout.outcomes(), limit=1)
 
     async def close(self) -> None:
+        """Stop, close the store if the runner opened it from a URL, and stop
+        the private loop of blocking calls, if they started one."""
         await self.stop()
+        private = self._private.loop_if_running()
+        here = asyncio.get_running_loop()
+        if private is not None and private is not here:
+            # Blocking calls did their I/O there (an S3 client belongs to its loop).
+            closing = asyncio.run_coroutine_threadsafe(self._close_store(), private)
+            await asyncio.wrap_future(closing)
+            await asyncio.to_thread(self._private.stop)
+        else:
+            await self._close_store()
+
+    async def _close_store(self) -> None:
         if self._owns_store:
             await self.queue.close()
             await self.store.close()
+
+    def close_sync(self) -> None:
+        """``close()`` for code without an event loop: the end of a Flask or
+        Django process that used :meth:`submit_sync` (``atexit.register(runner.close_sync)``)."""
+        self._blocking(self.close())
+        self._private.stop()
 
     async def __aenter__(self) -> JobRunner:
         await self.start()
@@ -262,6 +292,28 @@ class JobRunner:
         key runs once per key: a duplicate submit joins the live run or reads
         its outcome (see :mod:`stepstone.submitting`)."""
         return await self._submitter.submit(job, options)
+
+    def submit_sync(self, job: Job[Out], options: SubmitOptions | None = None) -> SyncHandle[Out]:
+        """``submit`` for code without an event loop (a Django or Flask view,
+        a script): blocks until the job is submitted and returns a
+        :class:`~stepstone.sync.SyncHandle`, whose ``result(timeout)`` blocks
+        for the result. Safe from any number of threads at once; raises
+        RuntimeError inside a running event loop (await ``submit`` there). The
+        work runs on the worker's loop when this runner's worker runs, else
+        on a private loop in a background thread (see :mod:`stepstone.sync`)."""
+        return SyncHandle(self._blocking(self.submit(job, options)), self._blocking)
+
+    def handle_sync(self, job_id: str, job_type: type[Job[Out]]) -> SyncHandle[Out]:
+        """``handle`` for code without an event loop: a blocking handle on a
+        job submitted earlier (by any process)."""
+        return SyncHandle(self.handle(job_id, job_type), self._blocking)
+
+    def _blocking(self, coro: Coroutine[Any, Any, R]) -> R:
+        """Run ``coro`` on the runner's loop from a thread without one; block."""
+        home = self._home
+        if home is not None and home.is_running():
+            return call_on(home, coro)
+        return self._private.run(coro)
 
     def handle(self, job_id: str, job_type: type[Job[Out]]) -> JobHandle[Out]:
         """A handle on a job submitted earlier (by any process), to await or inspect.
