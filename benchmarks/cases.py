@@ -21,6 +21,10 @@ suspended what waiting costs: the requests of a worker over ``window``
           waiting for an event costs when it looks again (hourly), and what
           one ``send_event`` costs.
 
+``fail_first`` makes each W3 job fail that many attempts before it succeeds,
+and ``history`` turns the attempt history off: the ``retry1-`` cases say what
+a retried job costs, and what of it is the history's.
+
 ``metrics`` turns stepstone's OpenTelemetry metrics on (the ``otel`` extra):
 the ``-metrics`` cases against their twins measure what recording costs.
 
@@ -88,6 +92,10 @@ class Spec:
     """The fleet's S3 request limits per prefix, as a fraction of S3's (0: none)."""
     rate: float = 0.0
     """The fleet's submits a second (0: a backlog submitted before the workers start)."""
+    fail_first: int = 0
+    """Attempts of each W3 job that fail before one succeeds (W3.fail_first)."""
+    history: bool = True
+    """Write the attempt history (JobRunner(history=...))."""
 
     def name(self) -> str:
         if self.label:
@@ -197,6 +205,7 @@ async def open_backend(
         concurrency=spec.concurrency,
         retry_backoff=0.0,
         clock=clock,
+        history=spec.history,
     )
     try:
         yield store, runner
@@ -271,7 +280,14 @@ async def w3(spec: Spec) -> dict[str, Any]:
     async with open_backend(spec) as (store, runner):
         tag = uuid.uuid4().hex[:8]
         jobs = [
-            w3_job(spec.limit, n=i, steps=spec.steps, tag=tag, keyed=spec.keyed)
+            w3_job(
+                spec.limit,
+                n=i,
+                steps=spec.steps,
+                tag=tag,
+                keyed=spec.keyed,
+                fail_first=spec.fail_first,
+            )
             for i in range(spec.n)
         ]
         async with runner:

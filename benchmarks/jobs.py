@@ -30,6 +30,8 @@ class W3(Job[int]):
     tag: str = ""
     keyed: bool = True
     pause: float = 0.0
+    fail_first: int = 0
+    """Attempts that fail (after the steps) before one succeeds."""
 
     def idempotency_key(self) -> str | None:
         return f"w3:{self.tag}:{self.n}" if self.keyed else None
@@ -40,6 +42,8 @@ class W3(Job[int]):
             value = await ctx.step(STEP_NAMES[i], bump, value)
         if self.pause:
             await asyncio.sleep(self.pause)
+        if ctx.attempt <= self.fail_first:
+            raise ConnectionError(f"attempt {ctx.attempt} fails, as asked")
         return value
 
 

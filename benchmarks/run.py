@@ -61,6 +61,10 @@ def plan(quick: bool) -> dict[str, Spec]:
         "urgent-2": Spec(
             "scale", "file", 2 * n_scale, processes=2, concurrency=16, pause=0.1, urgent=20
         ),
+        "retry1-file": Spec("w3", "file", n_file, fail_first=1, resubmit=False),
+        "retry1-file-nohistory": Spec(
+            "w3", "file", n_file, fail_first=1, resubmit=False, history=False
+        ),
         "w3-memory-metrics": Spec("w3", "memory", n_mem, metrics=True),
         "steps10-memory-metrics": Spec(
             "w3", "memory", n_mem, steps=10, resubmit=False, metrics=True

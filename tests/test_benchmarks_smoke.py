@@ -43,7 +43,8 @@ def test_suspended_case_runs() -> None:
     assert {op: n for op, n in r["sleeping_per_minute"].items() if op != "LIST"} == dict.fromkeys(
         ("GET", "HEAD", "PUT", "CPUT", "DELETE"), 0.0
     )
-    assert r["suspend"] == {"CPUT queue": 3, "CPUT memos": 1}  # enqueue, claim, suspend; wake time
+    # enqueue, claim, suspend; the wake time; the claim's line of the attempt history
+    assert r["suspend"] == {"CPUT queue": 3, "CPUT memos": 1, "CPUT attempts": 1}
     assert "| z | 5 |" in suspended_table([r])
 
 

@@ -1,10 +1,12 @@
-"""What the worker tells an observer about each attempt: what metrics count.
+"""What the worker tells about each attempt: what metrics count and history keeps.
 
 The worker calls an observer, when it has one, twice per attempt: when it
 claims a job and when the attempt is over (settled, or given up on). The
 workflow layer's metrics (:mod:`stepstone.metrics`) are one; without an
 observer the worker pays one ``is None`` test per call site, so an engine
-with metrics off does no work for them.
+with metrics off does no work for them. The same :class:`AttemptReport` goes
+to the worker's ``on_attempt_over``, an async hook the workflow layer's
+attempt history (:mod:`stepstone.history`) writes from.
 
 An observer runs on the worker's event loop, inside the job's own task: it
 must be quick and must not block. The worker logs and swallows whatever it
@@ -36,6 +38,16 @@ class AttemptReport:
     None for a success, a suspension, a drain, or a lost lease."""
     seconds: float
     """Real seconds from the claim until the settlement landed (or was given up on)."""
+    claimed_at: float = 0.0
+    """When the job was claimed, by the worker's clock."""
+    ended_at: float = 0.0
+    """When the attempt was over (settled, or given up on), by the worker's clock."""
+    decision: Decision | None = None
+    """What :func:`~stepstone.runtime.decide.decide` made of the attempt's end;
+    None when there was nothing to settle (the lease was lost, or a drain cut
+    the attempt short and released the job)."""
+    cancelled: bool = False
+    """The run was cancelled while the attempt ran: it was stopped, not settled."""
 
 
 class WorkerObserver(Protocol):

@@ -319,7 +319,9 @@ class _Job:
     renewing: bool = False
     beat_task: asyncio.Task[None] | None = None
     began: float = 0.0
-    """Loop time of the claim (set only when the worker has an observer)."""
+    """Loop time of the claim (set only when someone hears of attempts)."""
+    claimed_at: float = 0.0
+    """Clock time of the claim."""
     settled: Settlement | None = None
     """What the queue did with the job, once a settlement landed."""
     check_task: asyncio.Task[None] | None = None
@@ -420,6 +422,9 @@ class Worker:
         self.stats = WorkerStats()
         self.observer: WorkerObserver | None = None
         """Hears each claim and each attempt's end (metrics); see runtime.observer."""
+        self.on_attempt_over: Callable[[AttemptReport], Awaitable[None]] | None = None
+        """Awaited with each attempt's report once it is settled, before its slot
+        frees (the attempt history writes there); what it raises is logged."""
 
         self._handlers: dict[str, _Registration] = {}
         self._jobs: set[_Job] = set()
@@ -655,7 +660,7 @@ class Worker:
             self._claim_errors = 0
             self._last_claim_at = claimed_at
             for delivery in deliveries[:n]:
-                self._begin(delivery)
+                self._begin(delivery, claimed_at)
             if len(deliveries) > n:
                 await self._give_back(deliveries[n:], n)
             if len(deliveries) < n:
@@ -786,7 +791,7 @@ class Worker:
 
     # -- one job -----------------------------------------------------------------
 
-    def _begin(self, delivery: Delivery) -> None:
+    def _begin(self, delivery: Delivery, claimed_at: float) -> None:
         """Start a claimed job: its handler task (unless it cannot run) and its job task."""
         loop = asyncio.get_running_loop()
         registration = self._handlers.get(delivery.kind)
@@ -802,14 +807,16 @@ class Worker:
             deadline=None if timeout is None else self.clock.now() + timeout,
             next_beat=loop.time() + self.heartbeat,
             next_check=loop.time() + self._check_interval(),
+            claimed_at=claimed_at,
         )
         self._jobs.add(job)
         self._held[delivery.id] = self._held.get(delivery.id, 0) + 1
         self._by_kind[delivery.kind] = self._by_kind.get(delivery.kind, 0) + 1
         self.stats.claimed += 1
         self.stats.peak_in_flight = max(self.stats.peak_in_flight, len(self._jobs))
-        if self.observer is not None:
+        if self.observer is not None or self.on_attempt_over is not None:
             job.began = loop.time()
+        if self.observer is not None:
             self._observe(job, lambda observer: observer.claimed(delivery))
         runnable = registration is not None and delivery.attempt <= delivery.max_attempts
         if runnable:
@@ -874,13 +881,8 @@ class Worker:
         except Exception:
             self._log(job, logging.ERROR, "settling failed", exc_info=True)
         finally:
-            if self.observer is not None:
-                settled = job.settled
-                if settled is None and job.lease.lost:
-                    settled = Settlement.LOST
-                seconds = asyncio.get_running_loop().time() - job.began
-                report = AttemptReport(job.delivery, settled, error_type(ended, decision), seconds)
-                self._observe(job, lambda observer: observer.attempt_over(report))
+            if self.observer is not None or self.on_attempt_over is not None:
+                await self._attempt_over(job, ended, decision)
             for side_task in (job.beat_task, job.check_task):
                 if side_task is not None and not side_task.done():
                     side_task.cancel()
@@ -896,6 +898,32 @@ class Worker:
                 self._by_kind.pop(job.delivery.kind, None)
             self.wake()
 
+    async def _attempt_over(
+        self, job: _Job, ended: AttemptEnd | None, decision: Decision | None
+    ) -> None:
+        """Tell the observer and ``on_attempt_over`` how the attempt ended. Never raises."""
+        settled = job.settled
+        if settled is None and job.lease.lost:
+            settled = Settlement.LOST
+        report = AttemptReport(
+            job.delivery,
+            settled,
+            error_type(ended, decision),
+            asyncio.get_running_loop().time() - job.began,
+            claimed_at=job.claimed_at,
+            ended_at=self.clock.now(),
+            decision=decision,
+            cancelled=job.stop is _Stop.CANCELLED,
+        )
+        self._observe(job, lambda observer: observer.attempt_over(report))
+        task = asyncio.current_task()
+        if self.on_attempt_over is None or (task is not None and task.cancelling()):
+            return  # (cancelled: the drain gave up on this job; so do we)
+        try:
+            await self.on_attempt_over(report)
+        except Exception:
+            self._log(job, logging.ERROR, "on_attempt_over failed", exc_info=True)
+
     async def _ended(self, job: _Job) -> AttemptEnd | None:
         """How the attempt ended, or None when there is nothing to settle
         (the lease was lost, or the drain cut the attempt short and it was released)."""
@@ -910,6 +938,7 @@ class Worker:
             (job.stop is _Stop.LOST or job.lease.lost) and await self._was_cancelled(job)
         ):
             self.stats.cancelled += 1
+            job.stop = _Stop.CANCELLED  # (found so after a lost lease, too)
             self._log(job, logging.INFO, "cancelled while running; stopped, not settled")
             return None
         if job.stop is _Stop.LOST or job.lease.lost:

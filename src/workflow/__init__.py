@@ -10,7 +10,8 @@ Everything an application touches is importable from here::
   submitted on a cron or an interval, and :class:`RateLimit` for a job
   type's ``rate_limit``;
 - one vocabulary for where a job is (:class:`JobStatus`) and why it failed
-  (:class:`FailureKind`);
+  (:class:`FailureKind`); a run's attempts, from ``runner.history(id)``
+  (:class:`AttemptInfo`, :class:`AttemptResult`);
 - storage and queues to pass a runner: :func:`open_store`, and
   :class:`StoreQueue` (the default), :class:`MemoryQueue`, :class:`SqsQueue`;
 - every error, under :class:`StepstoneError` (the tree is drawn in
@@ -65,6 +66,7 @@ from .errors import (
     UnknownJob,
 )
 from .handle import JobHandle, JobState
+from .history import AttemptInfo, AttemptResult
 from .job import ErrorClass, Job, payload_idempotency_key
 from .limits.rate import RateLimit
 from .outcome import ErrorInfo, Outcome
@@ -79,6 +81,8 @@ __all__ = [
     "PRIORITY_LOW",
     "PRIORITY_NORMAL",
     "AlreadyExists",
+    "AttemptInfo",
+    "AttemptResult",
     "Clock",
     "CorruptMemo",
     "CorruptOutcome",

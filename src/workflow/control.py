@@ -84,16 +84,19 @@ def _reason(error: CorruptOutcome | None) -> str | None:
 
 async def cancel_run(
     records: RunRecords, queue: LeaseQueue, clock: Clock, job_id: str
-) -> OutcomeRecord | None:
+) -> tuple[OutcomeRecord, bytes | None] | None:
     """Cancel a run that has not finished: record it cancelled (create-if-absent),
-    then drop it from the queue. Returns the cancelled record, or None if the
-    run had already finished (or was never submitted)."""
+    then drop it from the queue. Returns the cancelled record and the run's
+    input JSON (None when its payload does not decode), or None if the run
+    had already finished (or was never submitted)."""
     queued = await queue.get(job_id)
     if queued is None:
         return None
+    job_input: bytes | None = None
     try:
         envelope = Envelope.decode(queued.payload)
         name, digest, incarnation = envelope.name, envelope.input_hash, envelope.incarnation
+        job_input = envelope.input
     except MalformedPayload:
         name, digest, incarnation = queued.kind, "", ""
     record = OutcomeRecord(
@@ -112,4 +115,4 @@ async def cancel_run(
     parent = None if not digest else envelope.parent
     if parent is not None and isinstance(queue, Waking):
         await queue.wake(parent)  # a parent waiting for this child looks again
-    return record
+    return record, job_input

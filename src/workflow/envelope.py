@@ -71,3 +71,11 @@ class Envelope:
             return envelope
         except Exception as exc:
             raise MalformedPayload(f"the job's payload could not be decoded: {exc}") from exc
+
+
+def incarnation_of(payload: bytes) -> str | None:
+    """The incarnation a queued payload started; None when it is no envelope."""
+    try:
+        return Envelope.decode(payload).incarnation
+    except MalformedPayload:
+        return None

@@ -33,6 +33,8 @@ from .codec import codec_for_type
 from .context import JobContext
 from .envelope import Envelope
 from .errors import ClassifiedPermanent, CorruptMemo, CorruptOutcome, EncodingError
+from .history import AttemptLog, Noted
+from .hooks import SettledHooks
 from .job import ErrorClass, Job
 from .limits.gate import Limits
 from .observability import job_scope
@@ -68,7 +70,9 @@ class Executor:
     """Runs attempts for one runner and records their outcomes.
 
     ``settled`` hears every outcome that stands, once it is recorded (the
-    runner wakes the handles waiting for it), and ``unrecorded`` every run
+    runner wakes the handles waiting for it), then ``hooks`` run for it
+    before the worker acks; ``history`` learns which claims the outcome
+    record describes, and when each began; ``unrecorded`` hears every run
     whose outcome could not be recorded, with the error; ``state_of`` gives jobs their
     registered state; ``worker`` runs synchronous jobs in its thread pool.
     """
@@ -83,6 +87,8 @@ class Executor:
         state_of: Callable[[type[Any]], Any],
         settled: Callable[[OutcomeRecord], None],
         unrecorded: Callable[[str, Exception], None],
+        hooks: SettledHooks,
+        history: AttemptLog,
         wait_recheck: float | None = None,
     ) -> None:
         self._records = records
@@ -92,6 +98,8 @@ class Executor:
         self._state_of = state_of
         self._settled = settled
         self._unrecorded = unrecorded
+        self._hooks = hooks
+        self._history = history
         queue = worker.queue
         self._waking: Waking | None = queue if isinstance(queue, Waking) else None
         if wait_recheck is None:
@@ -111,6 +119,7 @@ class Executor:
         self._limits.register(job_type)
 
         async def handle(attempt: Attempt) -> Finished:
+            self._history.begun(attempt.delivery)
             with job_scope(job_type.NAME, attempt):  # log context, and a span with otel
                 return await self.run_attempt(job_type, attempt)
 
@@ -214,6 +223,9 @@ class Executor:
             progress=run.progress,
             submitted_at=delivery.enqueued_at or None,
             started_at=started_at,
+            claims=delivery.claims,
+            claimed_at=self._history.claimed_at(delivery),
+            worker=self._history.worker_id(),
         )
         return Finished(record)
 
@@ -272,8 +284,9 @@ class Executor:
         if isinstance(terminal, Success) and isinstance(terminal.result, Finished):
             record = terminal.result.record
             if terminal.result.already_recorded:
+                self._history.note(delivery, Noted.ANSWERED)
                 await self._wake_parent(delivery)
-                self._settled(record)
+                await self._settle(record, delivery)
                 return
         else:
             assert isinstance(terminal, Failure)
@@ -282,7 +295,12 @@ class Executor:
                 await self._limits.abandoned(delivery)
         recorded = await self._records.record_outcome(record)
         extra = {"job_id": delivery.id, "job_name": record.name, "attempt": delivery.attempt}
+        if recorded is record:
+            self._history.note(delivery, Noted.DESCRIBED)
+        elif recorded is not None:
+            self._history.note(delivery, Noted.SUPERSEDED)
         if recorded is None:
+            self._history.note(delivery, Noted.SWEPT)
             log.warning(
                 "job %s (%s): the run was swept while attempt %d ran; its outcome is not "
                 "recorded (the key's next run gets its own)",
@@ -311,7 +329,14 @@ class Executor:
                 extra=extra,
             )
         await self._wake_parent(delivery)
+        await self._settle(record, delivery)
+
+    async def _settle(self, record: OutcomeRecord, delivery: Delivery) -> None:
+        """The run's outcome stands: wake its handles here, then call its
+        hooks (a cancelled run's are the cancelling process's to call)."""
         self._settled(record)
+        if record.status is not JobStatus.CANCELLED:
+            await self._hooks.run(record, _job_input(delivery))
 
     async def _wake_parent(self, delivery: Delivery) -> None:
         """A child's outcome is recorded: wake the run waiting for it, if it
@@ -341,7 +366,18 @@ class Executor:
             finished_at=self._clock.now(),
             error=ErrorInfo(failure.kind, failure.message, failure.error_type, failure.traceback),
             submitted_at=delivery.enqueued_at or None,
+            claims=delivery.claims,
+            claimed_at=self._history.claimed_at(delivery),
+            worker=self._history.worker_id(),
         )
+
+
+def _job_input(delivery: Delivery) -> bytes | None:
+    """The run's input JSON, None when its payload does not decode."""
+    try:
+        return Envelope.decode(delivery.payload).input
+    except MalformedPayload:
+        return None
 
 
 def _stored_result(name: str, output: Any, result: object) -> bytes:

@@ -33,6 +33,7 @@ from stepstone.store import NotFound, ObjectInfo
 
 from .codec import unpack
 from .envelope import Envelope
+from .history import AttemptInfo, keep_final_attempt, read_history
 from .layout import check_run_id, step_name
 from .outcome import OutcomeRecord, decode_slot
 from .retention import Runs, sweep_one
@@ -141,11 +142,14 @@ class Detail:
     unreadable: dict[str, Unreadable] = field(default_factory=dict)
     """The job's records that would not decode, by part (``queue``,
     ``outcome``, ``progress``); an unreadable memo says so itself."""
+    history: list[AttemptInfo] = field(default_factory=list)
+    """The claims of the run's incarnation, in order (:mod:`stepstone.history`)."""
+    unreadable_attempts: list[Unreadable] = field(default_factory=list)
 
     def unreadable_records(self) -> list[Unreadable]:
-        """Every record of the job that would not decode, memos included."""
+        """Every record of the job that would not decode, memos and attempts included."""
         memos = [Unreadable(m.key, m.unreadable) for m in self.memos if m.unreadable is not None]
-        return [*self.unreadable.values(), *memos]
+        return [*self.unreadable.values(), *memos, *self.unreadable_attempts]
 
     @property
     def state(self) -> JobStatus | None:
@@ -236,8 +240,9 @@ async def list_memos(runner: Inspected, job_id: str, *, values: bool = True) -> 
 
 
 async def detail(runner: Inspected, job_id: str) -> Detail:
-    """The job's queue record, outcome, progress and memos, and which of them
-    would not decode. Raises InspectError when the store knows nothing of the id."""
+    """The job's queue record, outcome, progress, memos and attempt history,
+    and which of them would not decode. Raises InspectError when the store
+    knows nothing of the id."""
     _check_id(job_id)
     queued, outcome, memos = await asyncio.gather(
         _read_queued(runner, job_id),
@@ -254,7 +259,11 @@ async def detail(runner: Inspected, job_id: str) -> Detail:
                 input_json = json.loads(envelope.input)
     if incarnation is None and isinstance(outcome, OutcomeRecord):
         incarnation = outcome.incarnation or None
-    progress = await read_progress(runner, job_id, incarnation)
+    recorded = outcome if isinstance(outcome, OutcomeRecord) else None
+    progress, history = await asyncio.gather(
+        read_progress(runner, job_id, incarnation),
+        read_history(runner.store, runner.layout, job_id, incarnation, recorded),
+    )
     if queued is None and outcome is None and progress is None and not memos:
         raise InspectError(f"no job {job_id} in {runner.store.location}")
     parts = {"queue": queued, "outcome": outcome, "progress": progress}
@@ -269,6 +278,8 @@ async def detail(runner: Inspected, job_id: str) -> Detail:
     )
     found.incarnation = incarnation
     found.input = input_json
+    found.history = history.attempts
+    found.unreadable_attempts = [Unreadable(key, why) for key, why in history.unreadable]
     return found
 
 
@@ -413,7 +424,9 @@ async def stats(runner: Inspected) -> Counts:
 async def retry(runner: Inspected, job_id: str) -> Unreadable | None:
     """Run a dead job again: remove its failed outcome, then requeue it.
 
-    The outcome goes first because it is the run's answer: a worker that
+    The claim the run died in, which the outcome describes, is first written
+    to the run's attempt history as a record of its own. The outcome goes
+    before the requeue because it is the run's answer: a worker that
     claims a keyed job (or a job claimed before) and finds an outcome settles
     without running, and a submit of the same key answers from it. Cut short
     between the two, the job is dead with no outcome; retrying again finishes
@@ -443,6 +456,9 @@ async def retry(runner: Inspected, job_id: str) -> Unreadable | None:
     outcome = await read_outcome(runner, job_id)
     if isinstance(outcome, OutcomeRecord) and outcome.status is JobStatus.SUCCEEDED:
         raise InspectError(f"job {job_id} succeeded; its outcome is kept and it is not retried")
+    if isinstance(outcome, OutcomeRecord):
+        # The outcome describes the claim the run died in: keep that in its history.
+        await keep_final_attempt(runner.store, runner.layout, outcome)
     if outcome is not None:
         await runner.store.delete(runner.layout.outcome(job_id))
     if not await queue.requeue(job_id):

@@ -15,13 +15,16 @@ import typing
 import weakref
 from collections.abc import Awaitable
 from enum import StrEnum
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
 from .codec import canonical_input
 from .errors import Permanent
 from .limits.rate import RateLimit
+
+if TYPE_CHECKING:
+    from .outcome import Outcome
 
 Out = TypeVar("Out")
 
@@ -103,6 +106,16 @@ class Job(BaseModel, Generic[Out]):
         naming its class here would make this module and the context's import
         each other.)"""
         raise NotImplementedError(f"{type(self).__name__} must define run(self, ctx)")
+
+    def on_settled(self, outcome: Outcome[Out], /) -> Awaitable[None] | None:
+        """Called once the run's outcome is recorded (succeeded, failed for
+        good, cancelled): for alerts and compensation. Define it ``async`` or
+        plain (a plain one runs in a thread), as a method (``self`` is the
+        run's input) or a classmethod. At least once per run: it runs again
+        when a worker stops between recording the outcome and acking the run;
+        what it raises is logged and changes nothing. See :mod:`stepstone.hooks`.
+        This default does nothing (and costs nothing: it is not called)."""
+        return None
 
     @classmethod
     def output_type(cls) -> Any:

@@ -5,6 +5,7 @@ outcomes/<run_id>                            the outcome record (create-if-absen
 memos/<run_id>/<incarnation>/<step>          one memoized step (create-if-absent)
 progress/<run_id>/<incarnation>              the last progress a run reported (compare-and-swap)
 events/<run_id>/<incarnation>/<name>/<seq>   one event sent to a run (create-if-absent)
+attempts/<run_id>/<incarnation>/<claim>      how one claim of a run ended (create-if-absent)
 schedules/<name>                             the last tick a schedule submitted
 slots/<digest>                               a concurrency key's holders and waiters
 rates/<digest>                               a rate limit's state
@@ -123,6 +124,14 @@ class Layout:
 
     def event(self, run_id: str, incarnation: str, name: str, seq: str) -> str:
         return join(self.prefix, "events", run_id, incarnation, name_key(name), seq)
+
+    def attempts(self, run_id: str, incarnation: str | None = None) -> str:
+        """The prefix of a run's attempt records (of one incarnation)."""
+        return join(self.prefix, "attempts", run_id, incarnation or "") + "/"
+
+    def attempt(self, run_id: str, incarnation: str, claim: int) -> str:
+        """The record of a run's ``claim``-th claim (zero-padded: keys list in order)."""
+        return join(self.prefix, "attempts", run_id, incarnation, f"{claim:06d}")
 
     def schedule(self, name: str) -> str:
         return join(self.prefix, "schedules", name_key(name))

@@ -57,6 +57,12 @@ class OutcomeRecord:
     """When the run was enqueued (the queue's clock)."""
     started_at: float | None = None
     """When the attempt that recorded this outcome started."""
+    claims: int | None = None
+    """The claim that recorded it (its place in the run's attempt history)."""
+    claimed_at: float | None = None
+    """When that claim's handler began (None: it never ran)."""
+    worker: tuple[str, int, str] | None = None
+    """The worker that recorded it: host, pid, worker id."""
 
     def encode(self) -> bytes:
         return pack(
@@ -79,6 +85,9 @@ class OutcomeRecord:
                 "progress": self.progress,
                 "submitted_at": self.submitted_at,
                 "started_at": self.started_at,
+                "claims": self.claims,
+                "claimed_at": self.claimed_at,
+                "worker": None if self.worker is None else list(self.worker),
             }
         )
 
@@ -107,6 +116,7 @@ class OutcomeRecord:
             progress=self.progress,
             submitted_at=self.submitted_at,
             started_at=self.started_at,
+            name=self.name,
         )
 
 
@@ -157,6 +167,9 @@ def decode_slot(data: bytes) -> OutcomeRecord | Tombstone:
                 progress=raw.get("progress"),
                 submitted_at=raw.get("submitted_at"),
                 started_at=raw.get("started_at"),
+                claims=raw.get("claims"),
+                claimed_at=raw.get("claimed_at"),
+                worker=_worker(raw.get("worker")),
             )
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         raise ValueError(f"a field is missing or malformed ({type(exc).__name__}: {exc})") from exc
@@ -181,6 +194,8 @@ class Outcome(Generic[T]):
     progress: Any = field(default=None, repr=False)
     submitted_at: float | None = None
     started_at: float | None = None
+    name: str = ""
+    """The job type's NAME."""
 
     @property
     def ok(self) -> bool:
@@ -192,6 +207,15 @@ class Outcome(Generic[T]):
         error = self.error or ErrorInfo(FailureKind.UNKNOWN, "no error recorded")
         exc = JobCancelled if self.status is JobStatus.CANCELLED else JobFailed
         raise exc(self.id, error.kind, error.message, error.error_type)
+
+
+def _worker(value: Any) -> tuple[str, int, str] | None:
+    if value is None:
+        return None
+    host, pid, worker_id = value
+    if not (isinstance(host, str) and isinstance(pid, int) and isinstance(worker_id, str)):
+        raise ValueError("the worker field has the wrong type")
+    return host, pid, worker_id
 
 
 def _error_info(error: list[Any], traceback: Any) -> ErrorInfo:
@@ -229,5 +253,6 @@ def _check_types(found: OutcomeRecord | Tombstone) -> None:
         or (error is not None and not isinstance(error.message, str))
         or (error is not None and not isinstance(error.error_type, str | None))
         or (error is not None and not isinstance(error.traceback, str | None))
+        or not isinstance(record.claims, int | None)
     ):
         raise ValueError("a field has the wrong type")

@@ -2,8 +2,8 @@
 
 It walks ``outcomes/`` (a LIST per thousand runs) and takes the objects'
 own modification time from the listing, so only what is past the window is
-read. For each run past the window it deletes the memos and events of every
-incarnation, the progress record, a dead run's queue record, and last
+read. For each run past the window it deletes the memos, events and attempt
+records of every incarnation, the progress record, a dead run's queue record, and last
 replaces the outcome with a tombstone: a sweep cut short leaves the outcome,
 so a resubmission still answers from it, and the next sweep finishes the
 job. A swept run is gone as a whole: a dead record left behind would take
@@ -143,9 +143,9 @@ async def sweep_one(runs: Runs, info: ObjectInfo, *, dry_run: bool = False) -> b
 
 
 async def remove_run(runs: Runs, run_id: str) -> None:
-    """Delete a run's memos, events and progress, and its queue record if the
-    run died, then replace its outcome with a tombstone (nothing to replace:
-    nothing more to do)."""
+    """Delete a run's memos, events, progress and attempt records, and its
+    queue record if the run died, then replace its outcome with a tombstone
+    (nothing to replace: nothing more to do)."""
     try:
         stored = await runs.store.get(runs.layout.outcome(run_id))
     except NotFound:
@@ -161,6 +161,7 @@ async def _remove(
     keys = [info.key async for info in store.scan(layout.memos(run_id))]
     keys += [info.key async for info in store.scan(layout.events(run_id))]
     keys += [info.key async for info in store.scan(layout.progresses(run_id))]
+    keys += [info.key async for info in store.scan(layout.attempts(run_id))]
     await asyncio.gather(*(store.delete(key) for key in keys))
     if etag is None or isinstance(found, Tombstone):
         return

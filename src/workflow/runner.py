@@ -24,6 +24,7 @@ interface:
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Coroutine, Iterable
 from typing import Any, TypeVar, cast
 
@@ -35,10 +36,13 @@ from stepstone.runtime.worker import Worker
 from stepstone.store import ObjectStore, open_store
 
 from .control import cancel_run, job_state
-from .errors import DuplicateJobName, UnknownJob
+from .envelope import incarnation_of
+from .errors import CorruptOutcome, DuplicateJobName, UnknownJob
 from .events import send_event
 from .executor import Executor
 from .handle import JobHandle, JobState
+from .history import AttemptInfo, AttemptLog, read_history
+from .hooks import SettledHook, SettledHooks
 from .job import Job
 from .layout import Layout, check_run_id, run_id_for_key
 from .metrics import RunnerMetrics, start_metrics
@@ -51,6 +55,8 @@ from .sync import LoopThread, SyncHandle, call_on
 from .waiting import Waiting
 
 __all__ = ["JobRunner", "SubmitOptions"]
+
+log = logging.getLogger("stepstone")
 
 Out = TypeVar("Out")
 S = TypeVar("S")
@@ -90,6 +96,8 @@ class JobRunner:
         wait_recheck: float | None = None,
         schedules: Iterable[Schedule] = (),
         cancel_check: float | None = 1.0,
+        on_settled: SettledHook | None = None,
+        history: bool = True,
     ) -> None:
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
@@ -135,6 +143,13 @@ class JobRunner:
         self._submitter = Submitter(
             queue=self.queue, records=self._records, answers=self, max_attempts=max_attempts
         )
+        self._hooks = SettledHooks(
+            on_settled, job_type=self._jobs.get, in_thread=self.worker.in_thread
+        )
+        self._history = AttemptLog(
+            self.store, self.layout, self.worker, self.clock, enabled=history
+        )
+        self.worker.on_attempt_over = self._history.attempt_over
         self._executor = Executor(
             records=self._records,
             submitter=self._submitter,
@@ -144,6 +159,8 @@ class JobRunner:
             settled=self._waiting.settled,
             wait_recheck=wait_recheck,
             unrecorded=self._waiting.unrecorded,
+            hooks=self._hooks,
+            history=self._history,
         )
         self.worker.on_terminal = self._executor.on_terminal
         self.worker.is_cancelled = self._executor.is_cancelled
@@ -343,6 +360,27 @@ class JobRunner:
         is not a job id, before reading anything."""
         return await job_state(self._records, self.queue, check_run_id(job_id))
 
+    async def history(self, job_id: str) -> list[AttemptInfo]:
+        """Each claim of the run so far, in order: who claimed it (host, pid,
+        worker id), when, how it ended, and its error with the traceback's
+        last frames. Claims still running are not in it until they end; a
+        claim whose worker stopped before it could say reads UNRECORDED. []
+        when nothing is known of the run. See :mod:`stepstone.history`."""
+        run_id = check_run_id(job_id)
+        try:
+            outcome = await self._records.outcome(run_id)
+        except CorruptOutcome as exc:
+            log.warning("job %s: %s", run_id, exc, extra={"job_id": run_id})
+            outcome = None
+        incarnation = None if outcome is None else outcome.incarnation
+        if incarnation is None:
+            queued = await self.queue.get(run_id)
+            incarnation = None if queued is None else incarnation_of(queued.payload)
+        found = await read_history(self.store, self.layout, run_id, incarnation, outcome)
+        for key, why in found.unreadable:
+            log.warning("job %s: cannot read %s: %s", run_id, key, why, extra={"job_id": run_id})
+        return found.attempts
+
     async def send_event(self, job: str | Job[Any], name: str, payload: Any = None) -> None:
         """Send event ``name`` with ``payload`` to a live run, to be taken by its
         ``ctx.wait_for_event(name)`` (now, or when it gets there). ``job`` is
@@ -363,16 +401,19 @@ class JobRunner:
 
     async def cancel(self, job_id: str) -> bool:
         """Cancel a job that has not finished: record it cancelled, drop it from
-        the queue. False if it had already finished (or was never submitted).
+        the queue, then call its on_settled hooks here. False if it had already
+        finished (or was never submitted).
 
         An attempt running in this runner's worker stops at once; one running
         in another process stops within ``cancel_check`` seconds (its worker
         reads the run's outcome), or at its next lease renewal."""
-        record = await cancel_run(self._records, self.queue, self.clock, check_run_id(job_id))
-        if record is None:
+        cancelled = await cancel_run(self._records, self.queue, self.clock, check_run_id(job_id))
+        if cancelled is None:
             return False
+        record, job_input = cancelled
         self.worker.cancel_running(job_id)
         self._waiting.settled(record)
+        await self._hooks.run(record, job_input)
         return True
 
 

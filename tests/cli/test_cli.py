@@ -10,6 +10,7 @@ import asyncio
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -149,7 +150,13 @@ async def test_ls_show_stats_cancel_retry_on_a_file_store(
     assert shown["memos"][1]["value"] == {"who": "bob", "lang": "en"}
     text = cli("show", boom.id, *store)
     assert text.status == 0, text.err
-    expected = ["state        dead", "queue:", "outcome:", "error        permanent: ", "prepare  8"]
+    expected = ["state        dead", "queue:", "outcome:", "error        permanent: "]
+    expected += [
+        "attempts (1, by claim):",
+        "  1  attempt 1   dead",
+        "steps (1, in the order they ran",
+    ]
+    assert re.search(r"^  1  prepare  1 .* 8$", text.out, re.MULTILINE), text.out
     # ... and where the job failed: its traceback, down to the line that raised.
     expected += ["  traceback:", 'raise Permanent(f"boom {self.n}")', "Permanent: boom 4"]
     for fragment in expected:

@@ -2,7 +2,8 @@
 while another worker takes the job over and finishes it; then SIGCONT. What
 the frozen worker does afterwards changes nothing: the outcome is the second
 worker's, the memos are the ones it wrote, the queue stays empty, and the
-zombie's settlement comes back LOST.
+zombie's settlement comes back LOST. All it adds is its own line of the
+run's attempt history, under its own claim number: that it lost its lease.
 
 Two zombies:
 
@@ -25,7 +26,8 @@ import pytest
 from rel_jobs import Gated, SkewedClock, read_events
 from rel_support import Workers, stats_of, submitter, wait_for
 
-from stepstone import JobStatus
+from stepstone import AttemptResult, JobStatus
+from stepstone.history import decode as decode_attempt
 
 pytestmark = pytest.mark.slow
 
@@ -95,7 +97,12 @@ async def test_a_zombie_changes_nothing(tmp_path: Path, zombie: str) -> None:
         assert await pool.stop(second) == 0
 
         after = _snapshot(root)
+        added = {key: after.pop(key) for key in set(after) - set(before)}
         assert after == before, "the zombie changed the store"
+        [(key, record)] = added.items()  # its own claim's line of the history
+        assert key.startswith(f"attempts/{run}/") and key.endswith("/000001"), key
+        zombie_claim = decode_attempt(record)
+        assert (zombie_claim.result, zombie_claim.pid) == (AttemptResult.LOST, first.pid)
         assert [k for k in after if k.startswith("outcomes/")] == [f"outcomes/{run}"]
         assert not [k for k in after if k.startswith("queue/")]
 

@@ -130,7 +130,7 @@ async def test_a_runs_page_shows_input_steps_in_order_attempts_and_outcome(
     assert "stepstone.runtime.errors.Permanent" in outcome
     memo = text(browser, "table.steps tr.step pre")
     assert memo == HOSTILE.replace("\x1b", "\\x1b").replace("\u202e", "\\u202e")
-    assert "Attempt 1: failed" in text(browser, "#attempts")
+    assert "Attempt 1: dead" in text(browser, "#attempts")
     assert "dead" in text(browser, "#queue")
 
     browser.get(f"{ui}runs/{runs.scheduled}")

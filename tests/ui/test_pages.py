@@ -4,6 +4,8 @@ serve."""
 
 from __future__ import annotations
 
+import html as html_text
+import re
 import socket
 import subprocess
 import sys
@@ -12,8 +14,10 @@ import urllib.request
 from email.message import Message
 from pathlib import Path
 
-from conftest import Runs
-from ui_jobs import HOSTILE
+from conftest import DEADLINE, Runs
+from ui_jobs import HOSTILE, Retried
+
+from stepstone import JobRunner
 
 
 def get(url: str) -> tuple[int, Message, str]:
@@ -72,3 +76,28 @@ def test_the_command_fails_in_one_line_when_it_cannot_serve(tmp_path: Path) -> N
     assert done.returncode == 1 and f"cannot listen on 127.0.0.1:{port}" in done.stderr
     done = ui(str(tmp_path), "--port", "70000")
     assert done.returncode == 2 and "--port" in done.stderr
+
+
+async def test_a_runs_page_shows_every_attempt_from_the_history(runs: Runs, ui: str) -> None:
+    """Each claim, in order, with its worker, its error (escaped) and its
+    traceback; the steps in the order they ran, each with the claim that ran it."""
+    async with JobRunner(str(runs.store), jobs=[Retried], retry_backoff=0.0) as runner:
+        handle = await runner.submit(Retried())
+        assert await handle.result(timeout=DEADLINE) == "done"
+        worker = runner.worker.name
+    status, _, page = get(f"{ui}runs/{handle.id}")
+    assert status == 200, page
+    attempts = page[page.index('<section id="attempts">') : page.index("<h3>Timeline</h3>")]
+    headings = re.findall(r"<h3>(.*?)</h3>", attempts)
+    assert headings == ["Attempt 1: failed", "Attempt 2: failed", "Attempt 3: succeeded"]
+    assert attempts.count(f"<code>{worker}</code>") == 3
+    assert attempts.count('<pre class="traceback">') == 2
+    shown = html_text.unescape(attempts)
+    assert "ConnectionError: attempt 2 refused <script>window.__pwned = 1;" in shown
+    assert 'raise ConnectionError(f"attempt {ctx.attempt} refused {HOSTILE}")' in shown
+    assert "<script>window" not in attempts and "\x1b" not in attempts
+    steps = page[page.index('<section id="steps">') : page.index('<section id="attempts">')]
+    assert re.findall(r'<td class="name">(.*?)</td>', steps) == ["reserve"]
+    index, took, claim = re.findall(r'<td class="num">(.*?)</td>', steps)
+    assert (index, claim) == ("1", "1")  # recorded by the first claim
+    assert took.endswith(("ms", " s")), took

@@ -53,3 +53,18 @@ class Nap(Job[str]):
     async def run(self, ctx: JobContext) -> str:
         await ctx.sleep(86_400)
         return "rested"
+
+
+class Retried(Job[str]):
+    """Fails its first two attempts (hostile text in the error), then succeeds."""
+
+    NAME: ClassVar[str] = "orders.retried"
+
+    async def run(self, ctx: JobContext) -> str:
+        async def reserve() -> str:
+            return "reserved"
+
+        await ctx.step("reserve", reserve)
+        if ctx.attempt < 3:
+            raise ConnectionError(f"attempt {ctx.attempt} refused {HOSTILE}")
+        return "done"

@@ -18,7 +18,9 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from ..escaping import escape_controls
+from ..history import AttemptInfo
 from ..inspection import Detail, Listed, Unreadable, decode_value
+from ..timeline import current_steps, earlier_steps, took
 from .notices import warn
 
 
@@ -128,6 +130,17 @@ def detail_json(found: Detail) -> dict[str, Any]:
         },
         "progress": found.progress,
         "incarnation": found.incarnation,
+        "attempts": [attempt_json(attempt) for attempt in found.history],
+        "steps": [
+            {
+                "step": step.name,
+                "key": step.memo.step_key,
+                "claim": step.claim,
+                "recorded_at": step.recorded_at,
+                "seconds": step.seconds,
+            }
+            for step in current_steps(found)
+        ],
         "memos": [
             {
                 "step": memo.step,
@@ -145,11 +158,28 @@ def detail_json(found: Detail) -> dict[str, Any]:
     }
 
 
-def _traceback(out: TextIO, text: str) -> None:
+def attempt_json(attempt: AttemptInfo) -> dict[str, Any]:
+    return {
+        "claim": attempt.claim,
+        "attempt": attempt.number,
+        "result": attempt.result.value,
+        "claimed_at": attempt.claimed_at,
+        "ended_at": attempt.ended_at,
+        "seconds": attempt.seconds,
+        "worker": attempt.worker,
+        "host": attempt.host,
+        "pid": attempt.pid,
+        "error_type": attempt.error_type,
+        "message": attempt.message,
+        "traceback": attempt.traceback,
+    }
+
+
+def _traceback(out: TextIO, text: str, indent: str = "  ") -> None:
     """A failed attempt's traceback, indented under its error, line by line."""
-    out.write("  traceback:\n")
+    out.write(f"{indent}traceback:\n")
     for text_line in text.splitlines():
-        out.write(f"    {escape_controls(text_line)}\n")
+        out.write(f"{indent}  {escape_controls(text_line)}\n")
 
 
 def print_detail(out: TextIO, found: Detail) -> None:
@@ -213,19 +243,61 @@ def print_detail(out: TextIO, found: Detail) -> None:
                 _traceback(out, outcome.error.traceback)
         if outcome.result is not None:
             line("result", short(decode_value(outcome.result)))
-    if not found.memos:
-        out.write("memos: none\n")
+    _print_attempts(out, found)
+    _print_steps(out, found)
+
+
+def _print_attempts(out: TextIO, found: Detail) -> None:
+    """Each claim of the run: when, how long, how it ended, by which worker,
+    and its error; the traceback of the last failed claim the outcome above
+    does not show (the others' are in ``--json``)."""
+    if not found.history:
+        out.write("attempts: none recorded yet\n")
         return
-    by_incarnation: dict[str, list[Any]] = {}
-    for memo in found.memos:
-        by_incarnation.setdefault(memo.incarnation, []).append(memo)
-    for incarnation, memos in by_incarnation.items():
-        which = "current" if incarnation == found.incarnation else "an earlier run"
-        out.write(f"memos ({len(memos)}, incarnation {escape_controls(incarnation)}, {which}):\n")
-        steps = [escape_controls(memo.step) for memo in memos]
-        width = max(map(len, steps))
-        for step, memo in zip(steps, memos, strict=True):
-            value = short(memo.value, 120)
+    out.write(f"attempts ({len(found.history)}, by claim):\n")
+    shown_above = found.outcome.claims if found.outcome is not None else None
+    traced = [a for a in found.history if a.traceback and a.claim != shown_above]
+    for attempt in found.history:
+        claim = "?" if attempt.claim is None else str(attempt.claim)
+        number = "-" if attempt.number is None else str(attempt.number)
+        worker = "" if attempt.worker is None else f"  {attempt.worker} on {attempt.host}"
+        worker += "" if attempt.pid is None else f" (pid {attempt.pid})"
+        out.write(
+            escape_controls(
+                f"  {claim:>3}  attempt {number:<3} {attempt.result.value:<10} "
+                f"{when(attempt.claimed_at)}  {took(attempt.seconds):>8}{worker}"
+            )
+            + "\n"
+        )
+        if attempt.message:
+            out.write(f"       {short(attempt.message)}\n")
+        if traced and attempt is traced[-1]:
+            _traceback(out, attempt.traceback or "", indent="       ")
+        elif attempt in traced:
+            out.write("       (its traceback: stepstone show --json)\n")
+
+
+def _print_steps(out: TextIO, found: Detail) -> None:
+    """The steps of the run in the order they ran, with the time each took;
+    memos left by an earlier run of the key after them."""
+    steps = current_steps(found)
+    if steps:
+        incarnation = escape_controls(found.incarnation or "")
+        out.write(f"steps ({len(steps)}, in the order they ran; incarnation {incarnation}):\n")
+        rows = []
+        for number, step in enumerate(steps, 1):
+            memo = step.memo
+            value = short(memo.value, 80)
             if memo.unreadable is not None:
-                value = escape_controls(f"<cannot read {memo.key}: {memo.unreadable}>")
-            out.write(f"  {step:<{width}}  {value}\n")
+                value = f"<cannot read {memo.key}: {memo.unreadable}>"
+            claim = "-" if step.claim is None else str(step.claim)
+            rows.append([str(number), memo.step, claim, took(step.seconds), value])
+        table(out, ["  #", "STEP", "CLAIM", "TOOK", "VALUE"], [["  " + r[0], *r[1:]] for r in rows])
+    else:
+        out.write("steps: none recorded\n")
+    for incarnation, memos in earlier_steps(found).items():
+        out.write(
+            f"memos of an earlier run ({len(memos)}, incarnation {escape_controls(incarnation)}):\n"
+        )
+        for memo in memos:
+            out.write(f"  {escape_controls(memo.step)}  {short(memo.value, 80)}\n")

@@ -24,8 +24,9 @@ from starlette.templating import Jinja2Templates
 
 from ..escaping import escape_controls
 from ..runner import JobRunner
+from ..timeline import took
 from . import routes
-from .present import ago, pretty, took, when
+from .present import ago, pretty, when
 
 HERE = Path(__file__).parent
 

@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from stepstone.runtime.queue import JobStatus
+from stepstone.runtime.queue import JobRecord, JobStatus
 
+from ..history import AttemptInfo
 from ..inspection import Detail, Listed, Memo, decode_value
+from ..timeline import current_steps, earlier_steps, took
 
 VALUE_CHARS = 4000
 """A value longer than this as JSON is cut (``stepstone show --json`` has it whole)."""
@@ -30,21 +32,6 @@ def when(ts: float | None) -> str:
     if ts is None:
         return "-"
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-
-
-def took(seconds: float | None) -> str:
-    """A duration for people: ``350 ms``, ``4.2 s``, ``3m 05s``, ``2h 10m``."""
-    if seconds is None:
-        return "-"
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m {secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h {minutes:02d}m"
 
 
 def ago(ts: float | None, now: float) -> str:
@@ -102,29 +89,16 @@ def newest_first(rows: list[Listed]) -> list[Listed]:
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """A recorded step, in the order the steps were recorded."""
+    """A recorded step, in the order the steps ran (:mod:`stepstone.timeline`)."""
 
     name: str
     recorded_at: float
     seconds: float | None
-    """Since the previous record of the run (the attempt's start for the
-    first): the step's own time and the job's code before it."""
+    """Since the previous step its claim recorded, or the claim's start: the
+    step's own time and the job's code before it."""
+    claim: int | None
     value: str
     unreadable: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class Attempt:
-    """One attempt, as far as the stored records tell."""
-
-    number: int
-    started_at: float | None
-    ended_at: float | None
-    ended: str
-    """How it ended: ``succeeded``, ``failed, retrying``, ``running``, ..."""
-    error_type: str | None = None
-    message: str | None = None
-    traceback: str | None = None
 
 
 @dataclass(slots=True)
@@ -136,28 +110,25 @@ class Run:
     leftovers: dict[str, list[Step]]
     """Memos of earlier incarnations (a run of the same key before a retry
     of the whole run, or a swept one), by incarnation."""
-    attempts: list[Attempt]
-    earlier_attempts: int
-    """Attempts before those listed, of which the records keep nothing."""
+    attempts: list[AttemptInfo]
+    """Each claim of the run that has ended, in order (its attempt history)."""
+    running: JobRecord | None
+    """The queue record, while a claim is running (it is not in the history yet)."""
     result: str | None = None
     events: list[tuple[float, str]] = field(default_factory=list)
 
 
 def run_view(found: Detail) -> Run:
-    outcome = found.outcome
-    started = outcome.started_at if outcome is not None else None
-    by_incarnation: dict[str, list[Memo]] = {}
-    for memo in found.memos:
-        by_incarnation.setdefault(memo.incarnation, []).append(memo)
-    current = by_incarnation.pop(found.incarnation or "", [])
-    attempts = _attempts(found)
-    listed = min((a.number for a in attempts), default=1)
+    outcome, queued = found.outcome, found.queued
     return Run(
         detail=found,
-        steps=_steps(current, started),
-        leftovers={inc: _steps(memos, None) for inc, memos in by_incarnation.items()},
-        attempts=attempts,
-        earlier_attempts=max(0, listed - 1),
+        steps=[_step(step.memo, step.seconds, step.claim) for step in current_steps(found)],
+        leftovers={
+            incarnation: [_step(memo, None, None) for memo in memos]
+            for incarnation, memos in earlier_steps(found).items()
+        },
+        attempts=found.history,
+        running=queued if queued is not None and queued.status is JobStatus.RUNNING else None,
         result=None
         if outcome is None or outcome.result is None
         else pretty(decode_value(outcome.result)),
@@ -165,55 +136,14 @@ def run_view(found: Detail) -> Run:
     )
 
 
-def _steps(memos: list[Memo], started: float | None) -> list[Step]:
-    steps = []
-    previous = started
-    for memo in sorted(memos, key=lambda m: m.modified):
-        seconds = None if previous is None else max(0.0, memo.modified - previous)
-        value = "" if memo.unreadable else pretty(memo.value)
-        steps.append(Step(memo.step, memo.modified, seconds, value, memo.unreadable))
-        previous = memo.modified
-    return steps
-
-
-def _attempts(found: Detail) -> list[Attempt]:
-    """The attempts the records tell of: the last one (from the outcome, or
-    the queue record's last error and lease), and the one before it when a
-    retry is waiting."""
-    outcome, queued = found.outcome, found.queued
-    if outcome is not None and outcome.attempts > 0:
-        error = outcome.error
-        return [
-            Attempt(
-                number=outcome.attempts,
-                started_at=outcome.started_at,
-                ended_at=outcome.finished_at,
-                ended=outcome.status.value,
-                error_type=None if error is None else error.error_type,
-                message=None if error is None else f"{error.kind}: {error.message}",
-                traceback=None if error is None else getattr(error, "traceback", None),
-            )
-        ]
-    if queued is None:
-        return []
-    attempts = []
-    if queued.last_error and queued.attempts > 0:
-        attempts.append(
-            Attempt(
-                number=queued.attempts,
-                started_at=None,
-                ended_at=queued.updated_at,
-                ended="dead" if queued.status is JobStatus.DEAD else "failed, retrying",
-                message=queued.last_error,
-            )
-        )
-    if queued.status is JobStatus.RUNNING:
-        attempts.append(Attempt(queued.attempts + 1, queued.updated_at, None, "running"))
-    return attempts
+def _step(memo: Memo, seconds: float | None, claim: int | None) -> Step:
+    value = "" if memo.unreadable else pretty(memo.value)
+    return Step(memo.step, memo.modified, seconds, claim, value, memo.unreadable)
 
 
 def _events(found: Detail) -> list[tuple[float, str]]:
-    """The run's dated facts, oldest first: submitted, last change, finished."""
+    """The run's dated facts, oldest first: submitted, each claim's start and
+    end, suspensions, due and wake times, finished."""
     outcome, queued = found.outcome, found.queued
     events: list[tuple[float, str]] = []
     submitted = queued.created_at if queued is not None else None
@@ -221,9 +151,16 @@ def _events(found: Detail) -> list[tuple[float, str]]:
         submitted = outcome.submitted_at
     if submitted:
         events.append((submitted, "submitted"))
+    for attempt in found.history:
+        which = f"claim {attempt.claim}"
+        if attempt.number is not None:
+            which += f" (attempt {attempt.number})"
+        if attempt.claimed_at is not None:
+            events.append((attempt.claimed_at, f"{which} started"))
+        if attempt.ended_at is not None:
+            events.append((attempt.ended_at, f"{which} ended: {attempt.result.value}"))
     if queued is not None:
         if queued.wait is not None:
-            events.append((queued.updated_at, f"suspended: {queued.status.value}"))
             events.append((queued.run_at, "wakes (at the latest)"))
         elif queued.status is JobStatus.SCHEDULED:
             events.append((queued.run_at, "due"))
@@ -232,7 +169,5 @@ def _events(found: Detail) -> list[tuple[float, str]]:
         if queued.dead_reason:
             events.append((queued.updated_at, f"dead: {queued.dead_reason}"))
     if outcome is not None:
-        if outcome.started_at:
-            events.append((outcome.started_at, f"attempt {outcome.attempts} started"))
         events.append((outcome.finished_at, outcome.status.value))
     return sorted(events, key=lambda event: event[0])

@@ -1,0 +1,115 @@
+"""The order things happened in a run: its steps, placed among its claims.
+
+A step's memo carries the store's time of its write (S3's LastModified, a
+file's mtime) and each claim of the run its claim and end times (the
+attempt history, :mod:`stepstone.history`). Sorting the memos by their time
+gives the order the steps ran in; each step took the time since the
+previous memo of the same claim, or since its claim began for the claim's
+first step. That is the step's own time plus the job's code before it (a
+replayed step writes nothing, so it takes no time of its own).
+
+Both clocks are approximate: the store's times may be a second coarse (S3)
+and skewed against the worker's, so a duration is never negative, and one
+shorter than the clocks' resolution reads as zero. ``stepstone show`` and
+``stepstone ui`` show what is here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .history import AttemptInfo
+from .inspection import Detail, Memo
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """A recorded step, in the order the steps ran."""
+
+    memo: Memo
+    claim: int | None
+    """The claim that recorded it (None: one not in the history, such as the
+    claim running now)."""
+    seconds: float | None
+    """Since the previous step the same claim recorded, or the claim's start."""
+
+    @property
+    def name(self) -> str:
+        return self.memo.step
+
+    @property
+    def recorded_at(self) -> float:
+        return self.memo.modified
+
+
+def steps_in_order(memos: list[Memo], history: list[AttemptInfo]) -> list[Step]:
+    """``memos`` (of one incarnation) in the order they were recorded, each
+    with the claim that recorded it and how long it took."""
+    spans = sorted(
+        (a.claimed_at, float("inf") if a.ended_at is None else a.ended_at, a.claim)
+        for a in history
+        if a.claimed_at is not None
+    )
+    steps: list[Step] = []
+    previous: dict[int | None, float] = {}
+    for memo in sorted(memos, key=lambda m: m.modified):
+        span = _span_of(memo.modified, spans)
+        claim = None if span is None else span[2]
+        start = previous.get(claim, None if span is None else span[0])
+        seconds = None if start is None else max(0.0, memo.modified - start)
+        steps.append(Step(memo, claim, seconds))
+        previous[claim] = memo.modified
+    return steps
+
+
+CLOCK_SLACK = 1.0
+"""Seconds a memo's time may stray outside its claim's: S3 keeps whole seconds."""
+
+Span = tuple[float, float, int | None]
+"""A claim's start, its end (inf: not known), its number."""
+
+
+def _span_of(at: float, spans: list[Span]) -> Span | None:
+    """The claim under way at ``at``: the last that had begun by then and not
+    yet ended; failing that (the clocks disagree), the one whose span is
+    nearest, within CLOCK_SLACK."""
+    for span in reversed(spans):
+        if span[0] <= at <= span[1]:
+            return span
+    nearest, distance = None, CLOCK_SLACK
+    for span in spans:
+        off = max(span[0] - at, at - span[1], 0.0)
+        if off <= distance:
+            nearest, distance = span, off
+    return nearest
+
+
+def current_steps(found: Detail) -> list[Step]:
+    """The steps of the run's current incarnation, in order."""
+    memos = [m for m in found.memos if m.incarnation == (found.incarnation or "")]
+    return steps_in_order(memos, found.history)
+
+
+def earlier_steps(found: Detail) -> dict[str, list[Memo]]:
+    """Memos of other incarnations (an earlier run of the key), by
+    incarnation, each in the order it was recorded."""
+    by_incarnation: dict[str, list[Memo]] = {}
+    for memo in sorted(found.memos, key=lambda m: m.modified):
+        if memo.incarnation != (found.incarnation or ""):
+            by_incarnation.setdefault(memo.incarnation, []).append(memo)
+    return by_incarnation
+
+
+def took(seconds: float | None) -> str:
+    """A duration for people: ``350 ms``, ``4.2 s``, ``3m 05s``, ``2h 10m``."""
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m {secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m"
