@@ -19,17 +19,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import heapq
 import json
+import re
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from stepstone.runtime.decide import describe
-from stepstone.runtime.errors import MalformedPayload
+from stepstone.runtime.errors import MalformedPayload, QueueError
 from stepstone.runtime.queue import QUEUE_STATUSES, JobRecord, JobStatus
 from stepstone.runtime.queue_inspection import DeadJobRequeue, JobCounts, JobListing
 from stepstone.runtime.store_queue import CorruptRecord
-from stepstone.store import NotFound, ObjectInfo
+from stepstone.store import NotFound, ObjectInfo, StoreError
 
 from .codec import unpack
 from .envelope import Envelope
@@ -97,7 +99,8 @@ class Memo:
 
 @dataclass(frozen=True, slots=True)
 class Listed:
-    """One row of ``stepstone ls``: a job by its id, from the queue and/or its outcome."""
+    """One row of ``stepstone ls`` and the web view's list: a job by its id,
+    from the queue and/or its outcome."""
 
     id: str
     name: str
@@ -107,6 +110,8 @@ class Listed:
     source: str
     """``queue``, ``outcome``, or ``queue+outcome`` (a dead job keeps both)."""
     last_error: str | None = None
+    submitted: float = 0.0
+    """When the run was enqueued (the finish time for an outcome too old to say)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,6 +288,54 @@ async def detail(runner: Inspected, job_id: str) -> Detail:
     return found
 
 
+CANDIDATES = 5
+"""Ids an ambiguous prefix names in its error."""
+
+_ID_PREFIX = re.compile(r"[0-9a-f]{4,64}")
+
+
+async def resolve_id(runner: Inspected, prefix: str) -> str:
+    """The id of the one run whose id is or starts with ``prefix`` (4 or more
+    hex digits), for ``stepstone show``.
+
+    It looks among outcome records (a LIST) and queue records (a page of the
+    queue's listing, from where the prefix would sort). Raises InspectError
+    when the prefix names several runs (naming a few) or none. A whole id
+    found nowhere is returned as it is, for :func:`detail` to look further
+    (a run's leftover memos) or say it knows no such job.
+    """
+    if not _ID_PREFIX.fullmatch(prefix):
+        raise InspectError(
+            f"not a job id or id prefix: {prefix[:80]!r} (expected 4 to 64 lowercase hex digits)"
+        )
+    outcomes = await runner.store.list(runner.layout.outcome(prefix), limit=CANDIDATES + 1)
+    found = {runner.layout.run_id_of_outcome(info.key) for info in outcomes}
+    queue = runner.queue
+    if isinstance(queue, JobListing):
+        page = await queue.list(cursor=_just_before(prefix), limit=CANDIDATES + 1)
+        found.update(record.id for record in page.records if record.id.startswith(prefix))
+    if prefix in found or len(found) == 1:
+        return prefix if prefix in found else found.pop()
+    if not found:
+        with contextlib.suppress(ValueError):
+            return check_run_id(prefix)
+        raise InspectError(f"no job id starts with {prefix} in {runner.store.location}")
+    some = sorted(found)[:CANDIDATES]
+    shown = ", ".join(job_id[: len(prefix) + 8] + "…" for job_id in some)
+    more = ", and more" if len(found) > len(some) else ""
+    raise InspectError(f"{prefix} names more than one job ({shown}{more}); give more of the id")
+
+
+def _just_before(prefix: str) -> str | None:
+    """A listing cursor after which the first ids are those starting with
+    ``prefix`` (a queue lists ids after its cursor, in order)."""
+    head, last = prefix[:-1], prefix[-1]
+    if last == "0":
+        return head or None
+    # '~' sorts after every character an id may hold.
+    return head + chr(ord(last) - 1) + "~"
+
+
 async def _read_queued(runner: Inspected, job_id: str) -> JobRecord | Unreadable | None:
     try:
         return await runner.queue.get(job_id)
@@ -309,85 +362,166 @@ async def read_outcomes(
     return [record for record in found if record is not None]
 
 
-async def list_jobs(runner: Inspected, state: str | None = None, *, limit: int = 100) -> Listing:
-    """Up to ``limit`` jobs, one row per id, and the records met that would not decode.
+async def list_jobs(
+    runner: Inspected,
+    state: str | None = None,
+    *,
+    kind: str | None = None,
+    since: float | None = None,
+    limit: int | None = 100,
+) -> Listing:
+    """Jobs newest first by when they were submitted, one row per id, and the
+    records met that would not decode.
 
-    A queue state (scheduled, ready, running, dead) lists queue records only; an
-    outcome state (succeeded, failed, cancelled) lists outcome records only,
-    which is where finished runs live; no state lists both, live jobs first.
-    Reading outcomes costs a GET each, so they are read a page at a time and
-    reading stops at ``limit``.
+    A queue state (scheduled, ready, running, dead, ...) lists queue records
+    only; an outcome state (succeeded, failed, cancelled) lists outcome records
+    only, which is where finished runs live; no state lists both. ``kind``
+    keeps the jobs of one job type (its NAME), ``since`` those submitted at or
+    after that epoch time, ``limit`` the newest that many (None: all).
+
+    What it costs: every queue record is read (a LIST per thousand and a GET
+    per record, as ``stats`` counts them; the queue holds the live runs and
+    the dead). Outcome records are listed (a LIST per thousand), then read a
+    page at a time, most recently written first, until no unread one can be
+    newer than the rows kept: a run finishes after it is submitted, so an
+    outcome written before the oldest row kept was submitted earlier still
+    (to within ``CLOCK_SLACK`` of skew between the submitter's clock and the
+    store's).
     """
-    if limit < 1:
+    if limit is not None and limit < 1:
         raise InspectError(f"--limit must be at least 1, got {limit}")
     wanted = None if state is None else parse_status(state)
-    rows: dict[str, Listed] = {}
+    found = _Newest(kind, since, limit)
     unreadable: dict[str, Unreadable] = {}  # by key: a dead job's outcome is met twice
     if wanted is None or wanted.queued:
-        queue = runner.queue
-        if not isinstance(queue, JobListing):
-            raise _lacks(
-                queue,
-                "list its jobs",
-                "; `ls succeeded`, `ls failed` and `ls cancelled` list finished runs",
-            )
-        status = wanted
-        cursor: str | None = None
-        while len(rows) < limit:
-            page = await queue.list(status, cursor=cursor, limit=limit - len(rows))
-            for record in page.records:
-                rows[record.id] = Listed(
-                    id=record.id,
-                    name=record.kind,
-                    state=record.status,
-                    attempts=record.attempts,
-                    updated=record.updated_at,
-                    source="queue",
-                    last_error=record.last_error or record.dead_reason,
-                )
-            if page.cursor is None:
-                break
-            cursor = page.cursor
-    dead = [row.id for row in rows.values() if row.state is JobStatus.DEAD]
+        async for record in _queue_records(runner, wanted):
+            found.offer(_queued_row(record))
+    if wanted is None or wanted.finished:
+        await _offer_outcomes(runner, wanted, found, unreadable)
+    rows = found.newest()
+    # A dead job keeps its failed outcome beside its queue record: say so.
+    dead = [row.id for row in rows if row.state is JobStatus.DEAD]
+    beside: set[str] = set()
     for job_id, outcome in zip(
         dead, await _bounded(read_outcome(runner, job_id) for job_id in dead), strict=True
     ):
         if isinstance(outcome, Unreadable):
             unreadable[outcome.key] = outcome
         elif outcome is not None:
-            rows[job_id] = dataclasses.replace(rows[job_id], source="queue+outcome")
-    if (wanted is None or wanted.finished) and len(rows) < limit:
-        batch: list[ObjectInfo] = []
+            beside.add(job_id)
+    rows = [
+        dataclasses.replace(row, source="queue+outcome") if row.id in beside else row
+        for row in rows
+    ]
+    return Listing(rows, list(unreadable.values()))
 
-        async def flush() -> None:
-            for record in await read_outcomes(runner, batch):
-                if isinstance(record, Unreadable):
-                    unreadable[record.key] = record
-                    continue
-                if wanted is not None and record.status is not wanted:
-                    continue
-                if record.run_id in rows or len(rows) >= limit:
-                    continue
-                rows[record.run_id] = Listed(
-                    id=record.run_id,
-                    name=record.name,
-                    state=record.status,
-                    attempts=record.attempts,
-                    updated=record.finished_at,
-                    source="outcome",
-                    last_error=None if record.error is None else record.error.message,
-                )
-            batch.clear()
 
-        async for info in iter_outcomes(runner):
-            batch.append(info)
-            if len(batch) >= 100:
-                await flush()
-                if len(rows) >= limit:
-                    break
-        if batch:
-            await flush()
-    return Listing(list(rows.values())[:limit], list(unreadable.values()))
+CLOCK_SLACK = 5.0
+"""Seconds a submitter's clock may run ahead of the store's with ``ls`` still
+newest first (see :func:`list_jobs`)."""
+
+_OUTCOME_PAGE = 100
+
+
+@dataclass(slots=True)
+class _Newest:
+    """The rows a listing keeps: those its filters match, one per id (the
+    first offered), of which the newest ``limit`` are shown."""
+
+    kind: str | None
+    since: float | None
+    limit: int | None
+    rows: dict[str, Listed] = field(default_factory=dict)
+
+    def offer(self, row: Listed) -> None:
+        if row.id in self.rows:
+            return
+        if (self.kind is None or row.name == self.kind) and (
+            self.since is None or row.submitted >= self.since
+        ):
+            self.rows[row.id] = row
+
+    def newer_than(self, written: float) -> bool:
+        """True when ``limit`` rows kept were submitted after a record written
+        at ``written`` (by the store's clock) could have been."""
+        if self.limit is None or len(self.rows) < self.limit:
+            return False
+        submitted = (row.submitted for row in self.rows.values())
+        return heapq.nlargest(self.limit, submitted)[-1] > written + CLOCK_SLACK
+
+    def newest(self) -> list[Listed]:
+        rows = sorted(self.rows.values(), key=lambda row: (row.submitted, row.id), reverse=True)
+        return rows[: self.limit]
+
+
+async def _queue_records(runner: Inspected, status: JobStatus | None) -> AsyncIterator[JobRecord]:
+    """Every queue record (of ``status`` if given), in id order."""
+    queue = runner.queue
+    if not isinstance(queue, JobListing):
+        raise _lacks(
+            queue,
+            "list its jobs",
+            "; `ls succeeded`, `ls failed` and `ls cancelled` list finished runs",
+        )
+    cursor: str | None = None
+    while True:
+        page = await queue.list(status, cursor=cursor, limit=1000)
+        for record in page.records:
+            yield record
+        if page.cursor is None:
+            return
+        cursor = page.cursor
+
+
+def _queued_row(record: JobRecord) -> Listed:
+    return Listed(
+        id=record.id,
+        name=record.kind,
+        state=record.status,
+        attempts=record.attempts,
+        updated=record.updated_at,
+        source="queue",
+        last_error=record.last_error or record.dead_reason,
+        submitted=record.created_at,
+    )
+
+
+async def _offer_outcomes(
+    runner: Inspected,
+    wanted: JobStatus | None,
+    found: _Newest,
+    unreadable: dict[str, Unreadable],
+) -> None:
+    """Offer ``found`` the outcome records that may be among its newest rows,
+    most recently written first, a page at a time (see :func:`list_jobs`)."""
+    written_after = None if found.since is None else found.since - CLOCK_SLACK
+    infos = [
+        info
+        async for info in iter_outcomes(runner)
+        if written_after is None or info.modified >= written_after
+    ]
+    infos.sort(key=lambda info: info.modified, reverse=True)
+    for start in range(0, len(infos), _OUTCOME_PAGE):
+        if found.newer_than(infos[start].modified):
+            return
+        for record in await read_outcomes(runner, infos[start : start + _OUTCOME_PAGE]):
+            if isinstance(record, Unreadable):
+                unreadable[record.key] = record
+            elif wanted is None or record.status is wanted:
+                found.offer(_finished_row(record))
+
+
+def _finished_row(record: OutcomeRecord) -> Listed:
+    return Listed(
+        id=record.run_id,
+        name=record.name,
+        state=record.status,
+        attempts=record.attempts,
+        updated=record.finished_at,
+        source="outcome",
+        last_error=None if record.error is None else record.error.message,
+        submitted=record.submitted_at or record.finished_at,
+    )
 
 
 async def queue_counts(runner: Inspected) -> dict[str, int]:
@@ -464,6 +598,37 @@ async def retry(runner: Inspected, job_id: str) -> Unreadable | None:
     if not await queue.requeue(job_id):
         raise InspectError(f"job {job_id} is no longer dead; it was not requeued")
     return outcome if isinstance(outcome, Unreadable) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Retried:
+    """What :func:`retry_many` did: the jobs requeued, why each other one was
+    not, and the outcome records removed that would not decode."""
+
+    requeued: list[str]
+    refused: dict[str, str]
+    unreadable: list[Unreadable]
+
+
+async def retry_many(runner: Inspected, job_ids: Iterable[str]) -> Retried:
+    """Retry each dead job as :func:`retry` does, ``READ_CONCURRENCY`` at a
+    time. A job that cannot be retried (it is no longer dead, the store
+    refuses) is noted with why, and the others go on."""
+    refused: dict[str, str] = {}
+
+    async def one(job_id: str) -> tuple[str, Unreadable | None]:
+        try:
+            return job_id, await retry(runner, job_id)
+        except (InspectError, StoreError, QueueError) as exc:
+            refused[job_id] = str(exc)
+            return job_id, None
+
+    done = await _bounded(one(job_id) for job_id in job_ids)
+    return Retried(
+        [job_id for job_id, _ in done if job_id not in refused],
+        refused,
+        [removed for _, removed in done if removed is not None],
+    )
 
 
 def _ended(outcome: OutcomeRecord | Unreadable) -> str:

@@ -81,6 +81,23 @@ class Refuse(Job[int]):
         raise Permanent(self.message)
 
 
+class Report(Job[int]):
+    """A job type with a long NAME, submitted under the idempotency key it is
+    given; fails permanently with ``message`` when there is one."""
+
+    NAME: ClassVar[str] = "cli.reports.quarterly-revenue-reconciliation-by-region"
+    key: str
+    message: str = ""
+
+    def idempotency_key(self) -> str:
+        return self.key
+
+    async def run(self, ctx: JobContext) -> int:
+        if self.message:
+            raise Permanent(self.message)
+        return 1
+
+
 class Flaky(Job[int]):
     """Fails its first attempt (a RuntimeError), then succeeds."""
 

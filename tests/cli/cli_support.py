@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cli_app import Boom, Gated, Greet, Refuse
+from cli_app import Boom, Gated, Greet, Refuse, Report
 
 from stepstone import JobRunner
 
@@ -32,7 +32,10 @@ Cli = Callable[..., Result]
 def file_runner(store_dir: Path) -> JobRunner:
     """A runner on the test's store with cli_app's jobs (the worker's, in the test process)."""
     return JobRunner(
-        str(store_dir), jobs=[Greet, Boom, Gated, Refuse], poll_interval=0.05, retry_backoff=0.0
+        str(store_dir),
+        jobs=[Greet, Boom, Gated, Refuse, Report],
+        poll_interval=0.05,
+        retry_backoff=0.0,
     )
 
 

@@ -50,6 +50,7 @@ def cli(cli_env: dict[str, str]) -> Cli:
         done = subprocess.run(
             [sys.executable, "-m", "stepstone", *args],
             env={**cli_env, **(env or {})},
+            stdin=subprocess.DEVNULL,  # no terminal, as under cron or CI
             capture_output=True,
             text=True,
             timeout=timeout,

@@ -32,7 +32,7 @@ ROWS = """return [...document.querySelectorAll("table.runs tbody tr")].map(
 
 def rows(browser: Any) -> dict[str, dict[str, str]]:
     """The runs table as the user sees it: run id -> column -> text."""
-    columns = ["run", "state", "type", "attempts", "updated", "error"]
+    columns = ["run", "state", "type", "attempts", "submitted", "error"]
     return {
         row[0]: dict(zip(columns, row[1:], strict=True)) for row in browser.execute_script(ROWS)
     }
@@ -73,9 +73,8 @@ async def test_the_runs_list_shows_each_run_newest_first_and_filters(
     }
     assert listed[runs.succeeded]["type"] == "orders.ship"
     assert listed[runs.succeeded]["run"] == runs.succeeded[:12]
-    # Newest first: the sleeping run changed last, the scheduled one was submitted first.
-    order = list(listed)
-    assert order.index(runs.sleeping) < order.index(runs.dead) < order.index(runs.succeeded)
+    # Newest first by when each was submitted (stepstone ls's order).
+    assert list(listed) == [runs.sleeping, runs.dead, runs.succeeded, runs.scheduled]
 
     # The hostile error is there as the text it is: markup shown, escapes made visible.
     error = listed[runs.dead]["error"]

@@ -1,9 +1,10 @@
 """``stepstone``: run workers and look after jobs from a shell.
 
     stepstone worker APP:RUNNER [--concurrency N]
-    stepstone ls [--status S] [--limit N]
-    stepstone show ID
+    stepstone ls [--status S] [--kind JOB_NAME] [--since WHEN] [--limit N]
+    stepstone show ID | PREFIX | --key IDEMPOTENCY_KEY
     stepstone retry ID
+    stepstone retry --status dead [--kind JOB_NAME] [--since WHEN] [--yes]
     stepstone cancel ID
     stepstone purge --older-than 7d [--dry-run]
     stepstone stats
@@ -11,7 +12,9 @@
 Every command but ``worker`` reads the store named by ``--store URL`` (or
 ``STEPSTONE_STORE``) under ``--prefix`` (or ``STEPSTONE_PREFIX``), or the
 store, queue and prefix of an application's runner with ``--app APP:RUNNER``.
-Tables are for people; ``--json`` prints one JSON document for scripts.
+Those options go before or after the command. Tables are for people (``ls``
+fits in 100 columns, newest first); ``--json`` prints one JSON document for
+scripts.
 A failure prints one line to stderr and exits 1 (2 for a usage mistake).
 
 The commands need none of the application's job types: they read the

@@ -1,4 +1,4 @@
-"""The commands that inspect and operate on jobs: ls, show, retry, cancel, purge, stats.
+"""The commands that inspect and operate on jobs: ls, show, retry, cancel, purge, stats, schedules.
 
 Each opens the runner the options name, does one thing through
 :mod:`stepstone.inspection`, prints it (a table or ``--json``) and closes
@@ -18,16 +18,17 @@ from stepstone.runtime.queue import JobStatus
 
 from .. import inspection
 from ..escaping import escape_controls
+from ..layout import run_id_for_key
 from ..runner import JobRunner
 from ..schedules import describe, next_ticks
-from .durations import parse_duration
+from .durations import parse_duration, parse_since
 from .errors import CliError
 from .render import (
     detail_json,
     emit_json,
     listed_json,
     print_detail,
-    short,
+    print_listing,
     table,
     unreadable_json,
     warn_unreadable,
@@ -48,7 +49,14 @@ async def _with_runner(
 
 def cmd_ls(args: argparse.Namespace) -> int:
     async def body(runner: JobRunner) -> int:
-        listing = await inspection.list_jobs(runner, args.status, limit=args.limit)
+        now = runner.clock.now()
+        listing = await inspection.list_jobs(
+            runner,
+            args.status,
+            kind=args.kind,
+            since=_since(args, now),
+            limit=args.limit,
+        )
         rows = listing.rows
         warn_unreadable(listing.unreadable)
         if args.json:
@@ -61,28 +69,17 @@ def cmd_ls(args: argparse.Namespace) -> int:
             return 0
         out = sys.stdout
         if rows:
-            table(
-                out,
-                ["ID", "STATE", "NAME", "ATTEMPTS", "UPDATED", "SOURCE", "LAST ERROR"],
-                [
-                    [
-                        r.id,
-                        r.state,
-                        r.name,
-                        str(r.attempts),
-                        when(r.updated),
-                        r.source,
-                        short(r.last_error or "", 60),
-                    ]
-                    for r in rows
-                ],
-            )
+            print_listing(out, rows, now)
         where = _sources(args.status)
         more = " (--limit reached)" if len(rows) >= args.limit else ""
-        out.write(f"{len(rows)} job(s) from {where}{more}\n")
+        out.write(f"{len(rows)} job(s) from {where}, newest first{more}\n")
         return 0
 
     return asyncio.run(_with_runner(args, body))
+
+
+def _since(args: argparse.Namespace, now: float) -> float | None:
+    return None if args.since is None else parse_since(args.since, now)
 
 
 def _sources(status: str | None) -> str:
@@ -94,8 +91,14 @@ def _sources(status: str | None) -> str:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    if (args.id is None) == (args.key is None):
+        raise CliError("show takes a job id (or a prefix of one), or --key IDEMPOTENCY_KEY", 2)
+
     async def body(runner: JobRunner) -> int:
-        found = await inspection.detail(runner, args.id)
+        if args.key is not None:
+            found = await _keyed(runner, args.key)
+        else:
+            found = await inspection.detail(runner, await inspection.resolve_id(runner, args.id))
         if args.json:
             emit_json(detail_json(found))
         else:
@@ -105,7 +108,25 @@ def cmd_show(args: argparse.Namespace) -> int:
     return asyncio.run(_with_runner(args, body))
 
 
+async def _keyed(runner: JobRunner, key: str) -> inspection.Detail:
+    """The run a job submitted with idempotency key ``key`` runs as."""
+    job_id = run_id_for_key(key)
+    try:
+        return await inspection.detail(runner, job_id)
+    except inspection.InspectError as exc:
+        raise inspection.InspectError(f"idempotency key {key!r}: {exc}") from None
+
+
 def cmd_retry(args: argparse.Namespace) -> int:
+    if args.status is not None:
+        if args.id is not None:
+            raise CliError("retry takes a job id or --status dead, not both", 2)
+        return _retry_dead(args)
+    if args.id is None:
+        raise CliError("retry takes a job id, or --status dead [--kind K] [--since T]", 2)
+    if args.kind is not None or args.since is not None:
+        raise CliError("--kind and --since choose runs for --status dead, not with a job id", 2)
+
     async def body(runner: JobRunner) -> int:
         removed = await inspection.retry(runner, args.id)
         if removed is not None:
@@ -117,6 +138,61 @@ def cmd_retry(args: argparse.Namespace) -> int:
         return 0
 
     return asyncio.run(_with_runner(args, body))
+
+
+def _retry_dead(args: argparse.Namespace) -> int:
+    """``retry --status dead``: count the dead runs that match, confirm, retry
+    each as the single-run retry does, and say which could not be."""
+
+    async def body(runner: JobRunner) -> int:
+        listing = await inspection.list_jobs(
+            runner,
+            JobStatus.DEAD.value,
+            kind=args.kind,
+            since=_since(args, runner.clock.now()),
+            limit=None,
+        )
+        warn_unreadable(listing.unreadable)
+        ids = [row.id for row in listing.rows]
+        note = sys.stderr if args.json else sys.stdout  # stdout holds the one JSON document
+        matched = f"{len(ids)} dead run(s){_chosen(args)}"
+        note.write(f"{matched} match\n")
+        note.flush()
+        if ids and not args.yes:
+            _confirm(f"retry {matched}?")
+        done = await inspection.retry_many(runner, ids)
+        warn_unreadable(done.unreadable)
+        if args.json:
+            emit_json(
+                {
+                    "matched": len(ids),
+                    "requeued": done.requeued,
+                    "refused": [{"id": i, "reason": why} for i, why in done.refused.items()],
+                }
+            )
+        else:
+            print(f"requeued {len(done.requeued)} of {matched}")
+            for job_id, why in done.refused.items():
+                print(escape_controls(f"not retried {job_id}: {why}"))
+        return 1 if done.refused else 0
+
+    return asyncio.run(_with_runner(args, body))
+
+
+def _chosen(args: argparse.Namespace) -> str:
+    """The filters of a bulk retry, as words: `` of kind K submitted since T``."""
+    words = "" if args.kind is None else f" of kind {args.kind}"
+    return words + ("" if args.since is None else f" submitted since {args.since}")
+
+
+def _confirm(question: str) -> None:
+    """Ask on the terminal; anything but yes (or stdin that is no terminal) stops the command."""
+    if not sys.stdin.isatty():
+        raise CliError(f"not confirmed: stdin is not a terminal; pass --yes to {question[:-1]}")
+    sys.stderr.write(f"{question} [y/N] ")
+    sys.stderr.flush()
+    if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+        raise CliError("not confirmed; nothing was retried")
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:

@@ -1,12 +1,14 @@
 """Durations as people type them: ``90s``, ``30m``, ``12h``, ``7d``, ``1h30m``.
 
-``purge --older-than`` takes one; a plain number of seconds reads wrong in a
-shell history, and ``7 days`` would need quoting.
+``purge --older-than`` takes one, and ``--since`` one or a time; a plain
+number of seconds reads wrong in a shell history, and ``7 days`` would need
+quoting.
 """
 
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 
 from .errors import CliError
 
@@ -29,3 +31,24 @@ def parse_duration(text: str) -> float:
             f"cannot read {text!r} as a duration (examples: 90s, 30m, 12h, 7d, 1h30m)", 2
         )
     return total
+
+
+def parse_since(text: str, now: float) -> float:
+    """``--since``: a duration before ``now`` (``10m``, ``2h``, ``3d``) or an
+    ISO 8601 time (``2026-01-31``, ``2026-01-31T12:00``, UTC unless it says
+    otherwise), as an epoch time."""
+    try:
+        return now - parse_duration(text)
+    except CliError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise CliError(
+            f"cannot read {text!r} as a duration or a time "
+            "(examples: 10m, 2h, 3d, 2026-01-31, 2026-01-31T12:00Z)",
+            2,
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()

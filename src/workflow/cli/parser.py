@@ -1,8 +1,11 @@
 """The command line: the commands, their options, and the handler each one runs.
 
 The shared options (``--store``, ``--prefix``, ``--app``, ``--json``) are
-accepted before or after the command, so ``stepstone --json ls`` and
-``stepstone ls --json`` both work.
+accepted before or after every command, ``worker`` and ``ui`` included, so
+``stepstone --json ls`` and ``stepstone ls --json`` both work: one parser
+holds them and is a parent of the top level and of every command, its
+defaults suppressed so a command's copy cannot overwrite a value given before
+the command.
 """
 
 from __future__ import annotations
@@ -59,11 +62,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     worker = sub.add_parser(
         "worker",
+        parents=[common],
         help="run a JobRunner's worker until SIGTERM/SIGINT, then drain",
         description="Import APP and run its RUNNER (a JobRunner, or a zero-argument "
-        "callable returning one) until SIGTERM or SIGINT, which drain gracefully.",
+        "callable returning one) until SIGTERM or SIGINT, which drain gracefully. "
+        "APP:RUNNER may be given as --app, before or after the command.",
     )
-    worker.add_argument("app", metavar="APP:RUNNER", help="e.g. myapp.jobs:runner")
+    worker.add_argument(
+        "target",
+        nargs="?",
+        metavar="APP:RUNNER",
+        help="e.g. myapp.jobs:runner (or --app APP:RUNNER)",
+    )
     worker.add_argument("--concurrency", type=int, help="override the runner's concurrency")
     worker.add_argument(
         "--log-level",
@@ -97,34 +107,52 @@ def build_parser() -> argparse.ArgumentParser:
         "ls",
         parents=[common],
         help="list jobs from the queue and/or outcomes",
-        description="List jobs. A queue state (scheduled, ready, running, dead) lists "
-        "queue records; succeeded, failed or cancelled lists finished runs from "
-        "outcomes/; no --status lists both, one row per id.",
+        description="List jobs, newest first by when they were submitted. A queue state "
+        "(scheduled, ready, running, dead, ...) lists queue records; succeeded, failed or "
+        "cancelled lists finished runs from outcomes/; no --status lists both, one row "
+        "per id. ID is the start of the id, which `show` takes.",
     )
     ls.add_argument(
         "--status", choices=[s.value for s in JobStatus], help="only jobs in this state"
     )
-    ls.add_argument("--limit", type=int, default=100, help="at most this many rows (default 100)")
+    _choosing(ls)
+    ls.add_argument(
+        "--limit", type=int, default=100, help="the newest this many rows (default 100)"
+    )
     ls.set_defaults(handler=cmd_ls)
 
     show = sub.add_parser(
         "show",
         parents=[common],
-        help="one job: queue record, outcome, progress, memos",
-        description="Show everything stored about one job.",
+        help="one job: queue record, outcome, attempts, steps",
+        description="Show everything stored about one job, by its id, a unique "
+        "start of its id (4 or more digits), or the idempotency key it was submitted with.",
     )
-    show.add_argument("id", help="the job id")
+    show.add_argument("id", nargs="?", help="the job id, or a unique start of it")
+    show.add_argument(
+        "--key",
+        metavar="IDEMPOTENCY_KEY",
+        help="the job submitted with this idempotency key (instead of an id)",
+    )
     show.set_defaults(handler=cmd_show)
 
     retry = sub.add_parser(
         "retry",
         parents=[common],
-        help="requeue a dead job (its failed outcome is removed first)",
+        help="requeue a dead job, or every dead job that matches (--status dead)",
         description="Requeue a dead job with its attempts reset. Its failed outcome "
         "record is removed first so the new run can record its own; steps it "
-        "finished replay from their memos.",
+        "finished replay from their memos. With --status dead instead of an id, every "
+        "dead job that --kind and --since choose, after a confirmation.",
     )
-    retry.add_argument("id", help="the job id")
+    retry.add_argument("id", nargs="?", help="the job id")
+    retry.add_argument(
+        "--status", choices=[JobStatus.DEAD.value], help="retry every dead job that matches"
+    )
+    _choosing(retry)
+    retry.add_argument(
+        "--yes", action="store_true", help="do not ask for confirmation (needed without a terminal)"
+    )
     retry.set_defaults(handler=cmd_retry)
 
     cancel = sub.add_parser(
@@ -195,3 +223,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ui.set_defaults(handler=cmd_ui)
     return parser
+
+
+def _choosing(command: argparse.ArgumentParser) -> None:
+    """``--kind`` and ``--since``: the filters ``ls`` and ``retry --status dead`` share."""
+    command.add_argument("--kind", metavar="JOB_NAME", help="only jobs of this job type (its NAME)")
+    command.add_argument(
+        "--since",
+        metavar="WHEN",
+        help="only jobs submitted since: a duration ago (10m, 2h, 3d) or an ISO time "
+        "(2026-01-31T12:00, UTC unless it says otherwise)",
+    )

@@ -32,9 +32,45 @@ def when(ts: float | None) -> str:
 
 
 def short(value: Any, width: int = 200) -> str:
-    """``value`` on one line of at most ``width`` characters, control characters escaped."""
+    """``value`` on one line of at most ``width`` characters, control characters
+    escaped, cut with an ellipsis."""
     text = escape_controls(value if isinstance(value, str) else _json(value))
-    return text if len(text) <= width else text[: width - 3] + "..."
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+def age(seconds: float) -> str:
+    """How long ago, in one unit: ``12s``, ``5m``, ``3h``, ``4d``."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{max(0, int(seconds))}s"
+
+
+LS_WIDTH = 100
+"""``stepstone ls``'s rows fit in this many characters."""
+ID_CHARS = 12
+"""``ls`` shows this much of an id; ``show`` takes it (or any unique prefix)."""
+NAME_CHARS = 24
+
+
+def print_listing(out: TextIO, rows: Sequence[Listed], now: float) -> None:
+    """``stepstone ls``'s table: newest first, each row within LS_WIDTH; the
+    last error gets the room the other columns leave."""
+    headers = ["ID", "STATE", "NAME", "TRIES", "AGE", "LAST ERROR"]
+    cells = [
+        [
+            row.id[:ID_CHARS],
+            row.state.value,
+            short(row.name, NAME_CHARS),
+            str(row.attempts),
+            age(now - row.submitted),
+        ]
+        for row in rows
+    ]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers[:-1])]
+    room = LS_WIDTH - sum(widths) - 2 * len(widths)
+    errors = [short((row.last_error or "").partition("\n")[0], room) for row in rows]
+    table(out, headers, [[*r, error] for r, error in zip(cells, errors, strict=True)])
 
 
 def _json(value: Any, **kwargs: Any) -> str:
@@ -83,6 +119,7 @@ def listed_json(row: Listed) -> dict[str, Any]:
         "attempts": row.attempts,
         "updated": row.updated,
         "source": row.source,
+        "submitted": row.submitted,
         "last_error": row.last_error,
     }
 

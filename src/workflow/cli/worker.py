@@ -34,6 +34,7 @@ log = logging.getLogger("stepstone.cli")
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    args.app = _target(args)
     root = logging.getLogger()
     level = root.level
     handler = configure_logging(args.log_level, json_lines=args.log_format == "json")
@@ -42,6 +43,26 @@ def cmd_worker(args: argparse.Namespace) -> int:
     finally:  # as it was: main() is also called in-process (tests, embedding)
         root.removeHandler(handler)
         root.setLevel(level)
+
+
+def _target(args: argparse.Namespace) -> str:
+    """APP:RUNNER, given after the command or as ``--app`` (before or after it).
+    The options that choose a store for the other commands do not apply: the
+    worker runs on its runner's store."""
+    given = getattr(args, "app", None)
+    if args.target and given and args.target != given:
+        raise CliError(f"worker: two runners given, {args.target} and --app {given}", 2)
+    for option in ("store", "prefix"):
+        if getattr(args, option, None) is not None:
+            raise CliError(
+                f"worker runs on the store and prefix of its runner; --{option} does not apply", 2
+            )
+    if args.json:
+        raise CliError("worker: --json is for the commands that print; use --log-format json", 2)
+    target: str | None = args.target or given
+    if not target:
+        raise CliError("worker needs APP:RUNNER (or --app APP:RUNNER)", 2)
+    return target
 
 
 async def _serve(args: argparse.Namespace) -> int:

@@ -17,14 +17,14 @@ from typing import Any
 from stepstone.runtime.queue import JobRecord, JobStatus
 
 from ..history import AttemptInfo
-from ..inspection import Detail, Listed, Memo, decode_value
+from ..inspection import Detail, Memo, decode_value
 from ..timeline import current_steps, earlier_steps, took
 
 VALUE_CHARS = 4000
 """A value longer than this as JSON is cut (``stepstone show --json`` has it whole)."""
 
 SINCE = {"15m": 900.0, "1h": 3600.0, "24h": 86400.0, "7d": 604800.0}
-"""The runs list's time filter: runs updated within this long."""
+"""The runs list's time filter: runs submitted within this long."""
 
 
 def when(ts: float | None) -> str:
@@ -70,18 +70,9 @@ class Filters:
     kind: str = ""
     since: str = ""
 
-    @property
-    def status(self) -> JobStatus | None:
-        return JobStatus(self.state) if self.state else None
-
-    def keep(self, row: Listed, now: float) -> bool:
-        if self.kind and row.name != self.kind:
-            return False
-        return not self.since or row.updated >= now - SINCE[self.since]
-
-
-def newest_first(rows: list[Listed]) -> list[Listed]:
-    return sorted(rows, key=lambda row: row.updated, reverse=True)
+    def submitted_after(self, now: float) -> float | None:
+        """The ``since`` of :func:`stepstone.inspection.list_jobs`."""
+        return now - SINCE[self.since] if self.since else None
 
 
 # -- one run -----------------------------------------------------------------------

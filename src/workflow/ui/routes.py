@@ -17,7 +17,7 @@ from stepstone.runtime.queue import JobStatus
 
 from .. import inspection
 from ..runner import JobRunner
-from .present import SINCE, Filters, newest_first, run_view
+from .present import SINCE, Filters, run_view
 
 LIMIT = 100
 """Rows the runs list reads unless ``?limit=`` says otherwise (at most MAX_LIMIT)."""
@@ -47,7 +47,8 @@ def _render(request: Request, name: str, context: dict[str, Any], status: int = 
 
 
 async def runs_page(request: Request) -> Response:
-    """Runs newest first, filtered by state, job type and age; the queue's counts."""
+    """Runs newest first, filtered by state, job type and age (through
+    :func:`stepstone.inspection.list_jobs`, as ``stepstone ls``); the queue's counts."""
     runner: JobRunner = request.app.state.runner
     query = request.query_params
     filters = Filters(query.get("state", ""), query.get("kind", ""), query.get("since", ""))
@@ -66,13 +67,18 @@ async def runs_page(request: Request) -> Response:
     kinds = sorted({filters.kind} - {""})
     if not problems:
         try:
-            listing = await inspection.list_jobs(runner, filters.state or None, limit=limit)
+            listing = await inspection.list_jobs(
+                runner,
+                filters.state or None,
+                kind=filters.kind or None,
+                since=filters.submitted_after(runner.clock.now()),
+                limit=limit,
+            )
         except inspection.InspectError as exc:
             problems.append(str(exc))
         else:
-            now = runner.clock.now()
             kinds = sorted({row.name for row in listing.rows} | {filters.kind} - {""})
-            rows = newest_first([row for row in listing.rows if filters.keep(row, now)])
+            rows = listing.rows
             unreadable = listing.unreadable
     counts: dict[str, int] | None = None
     try:
