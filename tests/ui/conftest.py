@@ -39,25 +39,47 @@ DEADLINE = 30.0
 
 @dataclass
 class Runs:
-    """The store and the ids of its runs, one per state."""
+    """The store (its URL) and the ids of its runs, one per state."""
 
-    store: Path
+    store: str
     succeeded: str
     dead: str
     scheduled: str
     sleeping: str
 
     def runner(self) -> JobRunner:
-        return JobRunner(str(self.store), jobs=[Ship, Explode, Nap], retry_backoff=0.0)
+        return JobRunner(self.store, jobs=[Ship, Explode, Nap], retry_backoff=0.0)
+
+
+SHOWN_BUCKET = "acme-jobs"
+"""The bucket a test parametrized with ``store_url="s3"`` uses: the page
+heads itself with the store's name, and a screenshot for the docs should show
+this one, not a temporary directory of the machine that took it."""
 
 
 @pytest.fixture
-async def runs(tmp_path: Path) -> AsyncIterator[Runs]:
-    """A file store holding a succeeded run (three steps), a dead one (whose
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The store the runs are kept in: a directory, or (``indirect`` param
+    ``"s3"``) ``s3://acme-jobs/prod`` on the moto server, emptied first."""
+    if getattr(request, "param", "dir") != "s3":
+        store = tmp_path / "store"
+        store.mkdir()
+        return str(store)
+    endpoint = request.getfixturevalue("moto_server")
+    admin = request.getfixturevalue("s3_admin")
+    if SHOWN_BUCKET not in {b["Name"] for b in admin.list_buckets()["Buckets"]}:
+        admin.create_bucket(Bucket=SHOWN_BUCKET)
+    for listed in admin.get_paginator("list_objects_v2").paginate(Bucket=SHOWN_BUCKET):
+        for obj in listed.get("Contents", []):
+            admin.delete_object(Bucket=SHOWN_BUCKET, Key=obj["Key"])
+    return f"s3://{SHOWN_BUCKET}/prod?endpoint_url={endpoint}&region=us-east-1"
+
+
+@pytest.fixture
+async def runs(store_url: str) -> AsyncIterator[Runs]:
+    """A store holding a succeeded run (three steps), a dead one (whose
     error and memo are hostile text), a scheduled one and a sleeping one."""
-    store = tmp_path / "store"
-    store.mkdir()
-    runner = JobRunner(str(store), jobs=[Ship, Explode, Nap], retry_backoff=0.0, poll_interval=0.05)
+    runner = JobRunner(store_url, jobs=[Ship, Explode, Nap], retry_backoff=0.0, poll_interval=0.05)
     async with runner:
         scheduled = await runner.submit(
             Ship(order="later"), SubmitOptions(run_at=datetime.now(UTC) + timedelta(hours=2))
@@ -74,7 +96,7 @@ async def runs(tmp_path: Path) -> AsyncIterator[Runs]:
 
         await wait_until(asleep, timeout=DEADLINE)
     await runner.close()
-    yield Runs(store, shipped.id, exploded.id, scheduled.id, napping.id)
+    yield Runs(store_url, shipped.id, exploded.id, scheduled.id, napping.id)
 
 
 @pytest.fixture
@@ -85,7 +107,7 @@ def ui(runs: Runs, tmp_path: Path) -> Iterator[str]:
     err = (tmp_path / "ui.err").open("w")
     proc = subprocess.Popen(
         [
-            *(sys.executable, "-m", "stepstone", "ui", str(runs.store)),
+            *(sys.executable, "-m", "stepstone", "ui", runs.store),
             *("--port", "0", "--refresh", "0.5"),
         ],
         env=env,

@@ -13,7 +13,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from conftest import Runs, wait_for
+import pytest
+from conftest import SHOWN_BUCKET, Runs, wait_for
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 from ui_jobs import HOSTILE, Ship
@@ -59,11 +60,14 @@ def never_ran_injected_script(browser: Any) -> None:
     assert browser.execute_script("return document.querySelectorAll('main script, main img')") == []
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("store_url", ["s3"], indirect=True)  # a store name, not a path
 async def test_the_runs_list_shows_each_run_newest_first_and_filters(
     runs: Runs, ui: str, browser: Any, tmp_path: Path
 ) -> None:
     browser.get(ui)
     assert browser.title == "Runs · stepstone"
+    assert text(browser, "header .store") == f"s3://{SHOWN_BUCKET}/prod"
     listed = rows(browser)
     assert {run: row["state"] for run, row in listed.items()} == {
         runs.succeeded: "succeeded",

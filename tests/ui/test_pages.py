@@ -81,7 +81,7 @@ def test_the_command_fails_in_one_line_when_it_cannot_serve(tmp_path: Path) -> N
 async def test_a_runs_page_shows_every_attempt_from_the_history(runs: Runs, ui: str) -> None:
     """Each claim, in order, with its worker, its error (escaped) and its
     traceback; the steps in the order they ran, each with the claim that ran it."""
-    async with JobRunner(str(runs.store), jobs=[Retried], retry_backoff=0.0) as runner:
+    async with JobRunner(runs.store, jobs=[Retried], retry_backoff=0.0) as runner:
         handle = await runner.submit(Retried())
         assert await handle.result(timeout=DEADLINE) == "done"
         worker = runner.worker.name
