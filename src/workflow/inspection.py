@@ -421,6 +421,7 @@ CLOCK_SLACK = 5.0
 newest first (see :func:`list_jobs`)."""
 
 _OUTCOME_PAGE = 100
+"""Outcome records read at a time (fewer when fewer rows are wanted)."""
 
 
 @dataclass(slots=True)
@@ -501,10 +502,11 @@ async def _offer_outcomes(
         if written_after is None or info.modified >= written_after
     ]
     infos.sort(key=lambda info: info.modified, reverse=True)
-    for start in range(0, len(infos), _OUTCOME_PAGE):
+    page = min(_OUTCOME_PAGE, found.limit or _OUTCOME_PAGE)
+    for start in range(0, len(infos), page):
         if found.newer_than(infos[start].modified):
             return
-        for record in await read_outcomes(runner, infos[start : start + _OUTCOME_PAGE]):
+        for record in await read_outcomes(runner, infos[start : start + page]):
             if isinstance(record, Unreadable):
                 unreadable[record.key] = record
             elif wanted is None or record.status is wanted:
