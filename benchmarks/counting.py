@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from stepstone.store.base import ObjectInfo, StoredObject
+from stepstone.store.base import ObjectInfo
 from stepstone.store.counting import CONDITIONAL_PUT, DELETE, GET, HEAD, LIST, PUT
 from stepstone.store.counting import CountingStore as _CountingStore
 
@@ -45,9 +45,9 @@ class CountingStore(_CountingStore):
     def areas(self) -> dict[str, int]:
         return dict(sorted(self.by_area.items()))
 
-    async def get(self, key: str) -> StoredObject:
+    def _read(self, key: str) -> None:
         self.by_area[f"GET {_area(key)}"] += 1
-        return await super().get(key)
+        super()._read(key)
 
     async def head(self, key: str) -> ObjectInfo:
         self.by_area[f"HEAD {_area(key)}"] += 1
@@ -57,9 +57,9 @@ class CountingStore(_CountingStore):
         self.by_area[f"PUT {_area(key)}"] += 1
         return await super().put(key, data)
 
-    async def put_if_absent(self, key: str, data: bytes) -> str:
+    def _created(self, key: str) -> None:
         self.by_area[f"CPUT {_area(key)}"] += 1
-        return await super().put_if_absent(key, data)
+        super()._created(key)
 
     async def put_if_match(self, key: str, data: bytes, etag: str) -> str:
         self.by_area[f"CPUT {_area(key)}"] += 1

@@ -29,6 +29,7 @@ from .queue import (
     JobRecord,
     JobStatus,
     LeaseQueue,
+    NewJob,
     Settlement,
     Wait,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "Lease",
     "LeaseLost",
     "LeaseQueue",
+    "NewJob",
     "MalformedPayload",
     "MemoryQueue",
     "OnTerminal",

@@ -22,10 +22,12 @@ jobs age; none waits forever.
 from __future__ import annotations
 
 import abc
+import asyncio
 import secrets
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TypeVar
 
 from .clock import Clock
 from .errors import PayloadTooLarge
@@ -39,6 +41,8 @@ DEFAULT_PRIORITY_AGING = 60.0
 DEFAULT_MAX_ATTEMPTS = 3
 """Attempts a job gets, the first included, unless its type, its submit or
 the runner says otherwise. Stated once, here, for every queue and the runner."""
+T = TypeVar("T")
+
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
 """SQS's limit, kept on every backend so a job that runs on one runs on all."""
 
@@ -142,6 +146,19 @@ class Settlement(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class NewJob:
+    """One job for :meth:`LeaseQueue.enqueue_many`: the arguments of ``enqueue``."""
+
+    payload: bytes
+    kind: str = ""
+    id: str | None = None
+    priority: int = PRIORITY_NORMAL
+    run_at: float | None = None
+    max_attempts: int | None = None
+    headers: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Enqueued:
     id: str
     created: bool
@@ -219,6 +236,18 @@ def check_enqueue(
     return check_job_id(id) if id is not None else secrets.token_hex(16)
 
 
+def all_or_first_error(results: Sequence[T | BaseException | None]) -> list[T]:
+    """``results`` (one per item of a batch: ``enqueue_many``, ``submit_many``),
+    or the first error among them, raised once every item was tried."""
+    out: list[T] = []
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+        assert result is not None
+        out.append(result)
+    return out
+
+
 class LeaseQueue(abc.ABC):
     """A queue of jobs claimed under fenced leases. See the module docstring.
 
@@ -245,6 +274,38 @@ class LeaseQueue(abc.ABC):
     ) -> Enqueued:
         """Add a job. With ``id``, a second enqueue of a live id adds nothing
         and answers ``created=False``. Raises PayloadTooLarge over the limit."""
+
+    async def enqueue_many(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
+        """Enqueue each job as ``enqueue`` does; returns, in order, what each
+        did. Jobs of one id are enqueued in order (the first may create it,
+        the rest are its duplicates). A backend may write them together: a
+        StoreQueue on files makes the whole batch durable with one flush.
+
+        Every job is tried; then the first error met is raised (the jobs
+        before and after it may have been enqueued)."""
+        results: list[Enqueued | BaseException | None] = [None] * len(jobs)
+        by_id: dict[object, list[int]] = {}
+        for i, job in enumerate(jobs):
+            by_id.setdefault(job.id if job.id is not None else object(), []).append(i)
+
+        async def enqueue(indexes: list[int]) -> None:
+            for i in indexes:
+                job = jobs[i]
+                try:
+                    results[i] = await self.enqueue(
+                        job.payload,
+                        kind=job.kind,
+                        id=job.id,
+                        priority=job.priority,
+                        run_at=job.run_at,
+                        max_attempts=job.max_attempts,
+                        headers=job.headers,
+                    )
+                except Exception as exc:
+                    results[i] = exc
+
+        await asyncio.gather(*(enqueue(indexes) for indexes in by_id.values()))
+        return all_or_first_error(results)
 
     @abc.abstractmethod
     async def claim(

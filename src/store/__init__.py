@@ -9,7 +9,7 @@ stays fast for code that only needs files or memory.
 
 from typing import TYPE_CHECKING, Any
 
-from .base import DEFAULT_PAGE_SIZE, ObjectInfo, ObjectStore, StoredObject
+from .base import DEFAULT_PAGE_SIZE, NewObject, ObjectInfo, ObjectStore, StoredObject
 from .counting import CountingStore
 from .errors import (
     AlreadyExists,
@@ -36,6 +36,7 @@ __all__ = [
     "FileStore",
     "InvalidKey",
     "MemoryStore",
+    "NewObject",
     "NotFound",
     "ObjectInfo",
     "ObjectStore",

@@ -14,9 +14,11 @@ docs/storage.md.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
+from .errors import NotFound, StoreError
 from .keys import MAX_KEY_LENGTH
 
 DEFAULT_PAGE_SIZE = 1000
@@ -32,6 +34,17 @@ class ObjectInfo:
     size: int
     modified: float
     """Last-modified time in epoch seconds, in the store's clock."""
+
+
+@dataclass(frozen=True, slots=True)
+class NewObject:
+    """One object for :meth:`ObjectStore.put_many_if_absent` to create."""
+
+    key: str
+    data: bytes
+    recovered: bytes | None = None
+    """What the object holds if a recovery after a power cut brings it back
+    (None: ``data``). See :meth:`ObjectStore.put_many_if_absent`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +75,19 @@ class ObjectStore(abc.ABC):
     async def get(self, key: str) -> StoredObject:
         """The object's bytes and etag. Raises NotFound."""
 
+    async def get_many(self, keys: Sequence[str]) -> list[StoredObject | None]:
+        """Each key's object, or None where there is none: ``get`` for many
+        keys, which a store may serve together (the FileStore reads them all
+        in one trip to its reading thread)."""
+
+        async def one(key: str) -> StoredObject | None:
+            try:
+                return await self.get(key)
+            except NotFound:
+                return None
+
+        return list(await asyncio.gather(*(one(key) for key in keys)))
+
     @abc.abstractmethod
     async def head(self, key: str) -> ObjectInfo:
         """The object's etag, size and modification time. Raises NotFound."""
@@ -76,6 +102,35 @@ class ObjectStore(abc.ABC):
 
         Raises AlreadyExists when another writer got there first.
         """
+
+    async def put_many_if_absent(self, objects: Sequence[NewObject]) -> list[str | StoreError]:
+        """Create each object whose key no object has, as ``put_if_absent`` does
+        one; returns, in order, each one's etag or the error that refused it
+        (AlreadyExists when another writer got there first). Objects of one key
+        are created in order: the first can win, the rest find it there.
+
+        A store may make the whole batch durable at once. The FileStore does,
+        with one flush of a journal of its creates (docs/storage.md): after a
+        power cut it brings back every object the journal holds that is not
+        on the disk, and those it brings back hold ``recovered``. That
+        includes an object deleted within the moment before the cut, while
+        its journal entry was still needed; so a caller for whom a deleted
+        object coming back matters says, in ``recovered``, that it may be one.
+        """
+        results: list[str | StoreError] = [""] * len(objects)
+        by_key: dict[str, list[int]] = {}
+        for i, obj in enumerate(objects):
+            by_key.setdefault(obj.key, []).append(i)
+
+        async def create(indexes: list[int]) -> None:
+            for i in indexes:  # one key's objects in order; keys side by side
+                try:
+                    results[i] = await self.put_if_absent(objects[i].key, objects[i].data)
+                except StoreError as exc:
+                    results[i] = exc
+
+        await asyncio.gather(*(create(indexes) for indexes in by_key.values()))
+        return results
 
     @abc.abstractmethod
     async def put_if_match(self, key: str, data: bytes, etag: str) -> str:

@@ -13,9 +13,10 @@ S3Store pages beyond 1000 keys internally; the engine never asks for more.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
-from .base import DEFAULT_PAGE_SIZE, ObjectInfo, ObjectStore, StoredObject
+from .base import DEFAULT_PAGE_SIZE, NewObject, ObjectInfo, ObjectStore, StoredObject
+from .errors import StoreError
 
 GET = "GET"
 HEAD = "HEAD"
@@ -48,8 +49,18 @@ class CountingStore(ObjectStore):
         return sum(self.counts.values())
 
     async def get(self, key: str) -> StoredObject:
-        self.counts[GET] += 1
+        self._read(key)
         return await self.inner.get(key)
+
+    async def get_many(self, keys: Sequence[str]) -> list[StoredObject | None]:
+        """Each key counted as the GET it is (one each on S3)."""
+        for key in keys:
+            self._read(key)
+        return await self.inner.get_many(keys)
+
+    def _read(self, key: str) -> None:
+        """One GET, alone or in a batch."""
+        self.counts[GET] += 1
 
     async def head(self, key: str) -> ObjectInfo:
         self.counts[HEAD] += 1
@@ -60,8 +71,18 @@ class CountingStore(ObjectStore):
         return await self.inner.put(key, data)
 
     async def put_if_absent(self, key: str, data: bytes) -> str:
-        self.counts[CONDITIONAL_PUT] += 1
+        self._created(key)
         return await self.inner.put_if_absent(key, data)
+
+    async def put_many_if_absent(self, objects: Sequence[NewObject]) -> list[str | StoreError]:
+        """Each object counted as the create-if-absent it is (a PUT each on S3)."""
+        for obj in objects:
+            self._created(obj.key)
+        return await self.inner.put_many_if_absent(objects)
+
+    def _created(self, key: str) -> None:
+        """One create-if-absent, alone or in a batch."""
+        self.counts[CONDITIONAL_PUT] += 1
 
     async def put_if_match(self, key: str, data: bytes, etag: str) -> str:
         self.counts[CONDITIONAL_PUT] += 1

@@ -14,6 +14,7 @@ them through :class:`RunRecords`, so how they are keyed and what
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +54,23 @@ class RunRecords:
             return Slot(decode_slot(stored.data), stored.etag)
         except ValueError as exc:
             raise CorruptOutcome(key, str(exc)) from None
+
+    async def outcomes(self, run_ids: Sequence[str]) -> list[OutcomeRecord | CorruptOutcome | None]:
+        """Each run's outcome record (None: it has none), read together
+        (``get_many``); an object that is no record this library reads comes
+        back as the CorruptOutcome that ``outcome`` would raise."""
+        keys = [self.layout.outcome(run_id) for run_id in run_ids]
+        found: list[OutcomeRecord | CorruptOutcome | None] = []
+        for key, stored in zip(keys, await self.store.get_many(keys), strict=True):
+            content: OutcomeRecord | Tombstone | None = None
+            if stored is not None:
+                try:
+                    content = decode_slot(stored.data)
+                except ValueError as exc:
+                    found.append(CorruptOutcome(key, str(exc)))
+                    continue
+            found.append(content if isinstance(content, OutcomeRecord) else None)
+        return found
 
     async def outcome(self, run_id: str, input_hash: str | None = None) -> OutcomeRecord | None:
         """The run's outcome record, or None while it has none (a swept run's

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine, Iterable, Sequence
 from typing import Any, TypeVar, cast
 
 from stepstone.runtime.backoff import Backoff
@@ -309,6 +309,18 @@ class JobRunner:
         key runs once per key: a duplicate submit joins the live run or reads
         its outcome (see :mod:`stepstone.submitting`)."""
         return await self._submitter.submit(job, options)
+
+    async def submit_many(
+        self, jobs: Sequence[Job[Out]], options: SubmitOptions | None = None
+    ) -> list[JobHandle[Out]]:
+        """Submit every job of ``jobs`` (each with ``options``); returns their
+        handles in order. Each job is answered as ``submit`` answers it (a
+        keyed duplicate joins its live run or reads its outcome), but the
+        jobs to enqueue are written together: on files, one flush makes the
+        whole batch durable. Inputs are all encoded first, so one that cannot
+        be raises before anything is submitted; an answer that is an error
+        (InputMismatch) is raised after the others are submitted."""
+        return await self._submitter.submit_many(jobs, options)
 
     def submit_sync(self, job: Job[Out], options: SubmitOptions | None = None) -> SyncHandle[Out]:
         """``submit`` for code without an event loop (a Django or Flask view,

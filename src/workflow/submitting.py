@@ -19,19 +19,20 @@ A job without a key gets a fresh random run id and is simply enqueued.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
 from stepstone.runtime.errors import MalformedPayload
-from stepstone.runtime.queue import LeaseQueue
+from stepstone.runtime.queue import Enqueued, LeaseQueue, NewJob, all_or_first_error
 
 from .codec import canonical_input
 from .envelope import Envelope, input_hash
-from .errors import EncodingError, InputMismatch, JobError
+from .errors import CorruptOutcome, EncodingError, InputMismatch, JobError
 from .handle import Answers, JobHandle
 from .job import Job
 from .layout import fresh_incarnation, fresh_run_id, run_id_for_key
@@ -41,6 +42,7 @@ from .records import RunRecords
 log = logging.getLogger("stepstone")
 
 Out = TypeVar("Out")
+T = TypeVar("T")
 
 RESERVED_HEADER_PREFIX = "stepstone."
 CREATED_HERE = 10_000
@@ -62,6 +64,101 @@ class SubmitOptions:
     """Overrides the job type's and the runner's max_attempts."""
     headers: Mapping[str, str] = field(default_factory=dict)
     """Metadata carried to ``ctx.headers``; keys starting ``stepstone.`` are reserved."""
+
+
+@dataclass(slots=True)
+class _Submission:
+    """One job on its way into the queue: what ``submit`` works out once,
+    before any look or write, and the envelope of its latest enqueue."""
+
+    job: Job[Any]
+    options: SubmitOptions
+    name: str
+    data: bytes
+    digest: str
+    run_id: str | None
+    """The keyed run's id (None: a fresh id at each enqueue)."""
+    parent: str | None
+    output: Any
+    headers: dict[str, str]
+    run_at: float | None
+    envelope: Envelope | None = None
+
+    @classmethod
+    def of(
+        cls, job: Job[Any], options: SubmitOptions | None, run_id: str | None, parent: str | None
+    ) -> _Submission:
+        """Check and encode ``job``; raises before anything is written."""
+        if not isinstance(job, Job):
+            raise TypeError(f"submit() takes a Job instance, not {type(job).__name__}")
+        options = options or SubmitOptions()
+        name = job.NAME
+        try:
+            data = canonical_input(job)
+        except Exception as exc:
+            raise EncodingError(f"the input cannot be encoded: {exc}", job=name) from exc
+        if run_id is None:
+            key = job.idempotency_key()
+            if key is not None and not isinstance(key, str):
+                raise TypeError(
+                    f"job {name!r} ({type(job).__qualname__}): idempotency_key() returned "
+                    f"a {type(key).__name__}, {key!r}; it must return a str or None"
+                )
+            if key is not None:
+                run_id = run_id_for_key(key)
+        return cls(
+            job=job,
+            options=options,
+            name=name,
+            data=data,
+            digest=input_hash(name, data),
+            run_id=run_id,
+            parent=parent,
+            output=type(job).output_type(),
+            headers=_headers(options),
+            run_at=_run_at(options),
+        )
+
+    @property
+    def keyed(self) -> bool:
+        return self.run_id is not None
+
+    def new_job_args(self, default_max_attempts: int) -> dict[str, Any]:
+        """``enqueue``'s arguments for a new incarnation of this run."""
+        self.envelope = Envelope(
+            self.name, self.data, fresh_incarnation(), self.digest, self.keyed, self.parent
+        )
+        args: dict[str, Any] = {
+            "payload": self.envelope.encode(),
+            "kind": self.name,
+            "id": self.run_id or fresh_run_id(),
+            "run_at": self.run_at,
+            "max_attempts": self.options.max_attempts
+            or type(self.job).max_attempts
+            or default_max_attempts,
+            "headers": self.headers,
+        }
+        if self.options.priority is not None:
+            args["priority"] = self.options.priority
+        return args
+
+    def new_job(self, default_max_attempts: int) -> NewJob:
+        return NewJob(**self.new_job_args(default_max_attempts))
+
+
+class _Unread:
+    """The outcome was not read yet (``_after`` reads it)."""
+
+
+UNREAD = _Unread()
+
+
+async def _settled(answer: Awaitable[T]) -> T | BaseException:
+    """``answer``'s value, or the exception it raised (a job's answer may be an error)."""
+    try:
+        return await answer
+    except Exception as exc:
+        return exc
 
 
 class Submitter:
@@ -103,88 +200,130 @@ class Submitter:
         id) is the id it runs under, keyed like an idempotency key makes it,
         in place of the job's own key; ``parent`` names the run that submits
         it as a child, to wake when it ends. See the module docstring."""
-        if not isinstance(job, Job):
-            raise TypeError(f"submit() takes a Job instance, not {type(job).__name__}")
-        options = options or SubmitOptions()
-        name = job.NAME
-        try:
-            data = canonical_input(job)
-        except Exception as exc:
-            raise EncodingError(f"the input cannot be encoded: {exc}", job=name) from exc
-        digest = input_hash(name, data)
-        if run_id is None:
-            key = job.idempotency_key()
-            if key is not None and not isinstance(key, str):
-                raise TypeError(
-                    f"job {name!r} ({type(job).__qualname__}): idempotency_key() returned "
-                    f"a {type(key).__name__}, {key!r}; it must return a str or None"
-                )
-            if key is not None:
-                run_id = run_id_for_key(key)
-        output = type(job).output_type()
-        headers = _headers(options)
-        run_at = _run_at(options)
+        return await self._submit(_Submission.of(job, options, run_id, parent))
 
-        for _ in range(SUBMIT_RETRIES + 1):
-            handle = await self._submit_once(
-                job, options, digest, data, output, run_id, parent, headers, run_at
+    async def submit_many(
+        self, jobs: Sequence[Job[Any]], options: SubmitOptions | None = None
+    ) -> list[JobHandle[Any]]:
+        """Submit every job of ``jobs`` (each with ``options``), as ``submit``
+        would one at a time, and return their handles in order. Every input is
+        encoded before anything is written; the keyed jobs' outcomes are read
+        together (``get_many``), before and after the enqueue, and the jobs to
+        enqueue go to the queue in one ``enqueue_many`` (one flush on files).
+        Each job is answered as ``submit`` answers it; then the first error met
+        (say InputMismatch for one job) is raised, the others submitted."""
+        subs = [_Submission.of(job, options, None, None) for job in jobs]
+        answers: list[JobHandle[Any] | BaseException | None] = [None] * len(subs)
+        keyed = [i for i, s in enumerate(subs) if s.keyed]
+        for i, found in zip(keyed, await self._outcomes(subs, keyed), strict=True):
+            answers[i] = self._answer_or_none(subs[i], found)
+        fresh = [i for i, answer in enumerate(answers) if answer is None]
+        enqueued = dict(
+            zip(
+                fresh,
+                await self._queue.enqueue_many(
+                    [subs[i].new_job(self._max_attempts) for i in fresh]
+                ),
+                strict=True,
             )
+        )
+        created = [i for i in fresh if enqueued[i].created and subs[i].keyed]
+        looked = dict(zip(created, await self._outcomes(subs, created), strict=True))
+        for i in fresh:
+            if not enqueued[i].created:
+                continue
+            found = looked.get(i)  # (answered from what was read: nothing to wait for)
+            if isinstance(found, CorruptOutcome):
+                answers[i] = found
+            else:
+                answers[i] = await _settled(self._after(subs[i], enqueued[i], found))
+        # Duplicates of a live run join it (or meet its end): one look each.
+        joining = [i for i in fresh if not enqueued[i].created]
+        joined = await asyncio.gather(
+            *(_settled(self._after(subs[i], enqueued[i])) for i in joining)
+        )
+        for i, answer in zip(joining, joined, strict=True):
+            answers[i] = answer
+        # A run that ended between two looks: go round again, as submit does.
+        again = [i for i, answer in enumerate(answers) if answer is None]
+        redone = await asyncio.gather(
+            *(_settled(self._submit(subs[i], tries=SUBMIT_RETRIES)) for i in again)
+        )
+        for i, answer in zip(again, redone, strict=True):
+            answers[i] = answer
+        return all_or_first_error(answers)
+
+    async def _outcomes(
+        self, subs: list[_Submission], indexes: list[int]
+    ) -> list[OutcomeRecord | CorruptOutcome | None]:
+        run_ids = [subs[i].run_id for i in indexes]
+        return await self._records.outcomes([r for r in run_ids if r is not None])
+
+    def _answer_or_none(
+        self, s: _Submission, found: OutcomeRecord | CorruptOutcome | None
+    ) -> JobHandle[Any] | BaseException | None:
+        """What a keyed job's outcome, read in bulk, answers: a handle, an
+        error (the job's answer is that error), or None (enqueue it)."""
+        if found is None or isinstance(found, CorruptOutcome):
+            return found
+        try:
+            return self._answer_from(found, s.digest, s.name, s.output)
+        except InputMismatch as exc:
+            return exc
+
+    async def _submit(self, s: _Submission, *, tries: int = SUBMIT_RETRIES + 1) -> JobHandle[Any]:
+        for _ in range(tries):
+            handle = await self._cached(s)
+            if handle is None:
+                handle = await self._after(
+                    s, await self._queue.enqueue(**s.new_job_args(self._max_attempts))
+                )
             if handle is not None:
                 return handle
         raise JobError(
-            f"job {name!r} ({run_id}): the queue refused a new run but holds none and "
+            f"job {s.name!r} ({s.run_id}): the queue refused a new run but holds none and "
             "no outcome is recorded; is another process purging it right now?"
         )
 
-    async def _submit_once(
-        self,
-        job: Job[Out],
-        options: SubmitOptions,
-        digest: str,
-        data: bytes,
-        output: Any,
-        run_id: str | None,
-        parent: str | None,
-        headers: dict[str, str],
-        run_at: float | None,
-    ) -> JobHandle[Out] | None:
-        name = job.NAME
-        keyed = run_id is not None
-        if run_id is not None:
-            cached = await self._records.outcome(run_id)
-            if cached is not None:
-                return self._answer_from(cached, digest, name, output)
-        run_id = run_id or fresh_run_id()
+    async def _cached(self, s: _Submission) -> JobHandle[Any] | None:
+        """A keyed run's recorded outcome, as the answer; None to enqueue."""
+        if s.run_id is None:
+            return None
+        cached = await self._records.outcome(s.run_id)
+        return None if cached is None else self._answer_from(cached, s.digest, s.name, s.output)
 
-        envelope = Envelope(name, data, fresh_incarnation(), digest, keyed, parent)
-        kwargs: dict[str, Any] = {}
-        if options.priority is not None:
-            kwargs["priority"] = options.priority
-        enqueued = await self._queue.enqueue(
-            envelope.encode(),
-            kind=name,
-            id=run_id,
-            run_at=run_at,
-            max_attempts=options.max_attempts or type(job).max_attempts or self._max_attempts,
-            headers=headers,
-            **kwargs,
-        )
+    async def _after(
+        self, s: _Submission, enqueued: Enqueued, looked: OutcomeRecord | _Unread | None = UNREAD
+    ) -> JobHandle[Any] | None:
+        """The answer once the queue said what the enqueue of ``s`` did; None
+        when the run it met ended meanwhile without an outcome to show yet
+        (go round again). ``looked``: the outcome, already read after the
+        enqueue (``submit_many`` reads them together)."""
+        run_id, envelope = enqueued.id, s.envelope
+        assert envelope is not None
         if enqueued.created:
-            if keyed:
-                cached = await self._records.outcome(run_id)
+            if s.keyed:
+                cached = (
+                    await self._records.outcome(run_id) if isinstance(looked, _Unread) else looked
+                )
                 if cached is not None and cached.incarnation != envelope.incarnation:
-                    if cached.input_hash != digest:
+                    if cached.input_hash != s.digest:
                         # The key's answer is another input's: the record just
                         # made is nobody's run. Take it back, then refuse.
                         await self._queue.cancel(run_id)
-                    return self._answer_from(cached, digest, name, output)
+                    return self._answer_from(cached, s.digest, s.name, s.output)
                 self._created_here[run_id] = envelope.incarnation
                 if len(self._created_here) > CREATED_HERE:
                     self._created_here.popitem(last=False)
             log.debug(
-                "job %s (%s) submitted", run_id, name, extra={"job_id": run_id, "job_name": name}
+                "job %s (%s) submitted",
+                run_id,
+                s.name,
+                extra={"job_id": run_id, "job_name": s.name},
             )
-            return JobHandle(self._answers, run_id, output, newly_submitted=True, input_hash=digest)
+            return JobHandle(
+                self._answers, run_id, s.output, newly_submitted=True, input_hash=s.digest
+            )
 
         # A live run has this id: join it, if it is the same input.
         record = await self._queue.get(run_id)
@@ -193,15 +332,15 @@ class Submitter:
                 theirs = Envelope.decode(record.payload).input_hash
             except MalformedPayload:
                 theirs = None
-            if theirs != digest:
-                raise InputMismatch(run_id, name)
+            if theirs != s.digest:
+                raise InputMismatch(run_id, s.name)
             return JobHandle(
-                self._answers, run_id, output, newly_submitted=False, input_hash=digest
+                self._answers, run_id, s.output, newly_submitted=False, input_hash=s.digest
             )
         # It finished between our two looks: its outcome is the answer.
         cached = await self._records.outcome(run_id)
         if cached is not None:
-            return self._answer_from(cached, digest, name, output)
+            return self._answer_from(cached, s.digest, s.name, s.output)
         return None
 
     def _answer_from(

@@ -27,6 +27,7 @@ from stepstone.runtime import (
     JobStatus,
     LeaseQueue,
     MemoryQueue,
+    NewJob,
     PayloadTooLarge,
     QueueInspection,
     Settlement,
@@ -178,6 +179,36 @@ async def test_enqueue_with_a_live_id_is_deduplicated(queue: LeaseQueue) -> None
     assert not (await queue.enqueue(b"three", id="job-1")).created
     assert await queue.ack(d) is Settlement.ACKED
     assert (await queue.enqueue(b"four", id="job-1")).created
+
+
+async def test_enqueue_many_answers_each_job_in_order(queue: LeaseQueue) -> None:
+    await queue.enqueue(b"live", id="live")
+    made = await queue.enqueue_many(
+        [
+            NewJob(b"one", kind="k", id="many-1", priority=2),
+            NewJob(b"again", id="live"),
+            NewJob(b"fresh"),
+            NewJob(b"first", id="twice"),
+            NewJob(b"second", id="twice"),  # one id's jobs in order: the first creates it
+        ]
+    )
+    assert [(m.id, m.created) for m in made if m.id != made[2].id] == [
+        ("many-1", True),
+        ("live", False),
+        ("twice", True),
+        ("twice", False),
+    ]
+    assert made[2].created and made[2].id
+    payloads = {m.id: (await queue.get(m.id)) for m in made}
+    assert {i: r.payload for i, r in payloads.items() if r is not None} == {
+        "many-1": b"one",
+        "live": b"live",
+        made[2].id: b"fresh",
+        "twice": b"first",
+    }
+    record = payloads["many-1"]
+    assert record is not None and (record.kind, record.priority) == ("k", 2)
+    assert await queue.enqueue_many([]) == []
 
 
 @pytest.mark.parametrize("bad", ["", "a/b", "../x", "sp ace", ".", "x" * 201, "é"])

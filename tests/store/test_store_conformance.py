@@ -15,6 +15,7 @@ import pytest
 from stepstone.store import (
     AlreadyExists,
     InvalidKey,
+    NewObject,
     NotFound,
     ObjectInfo,
     ObjectStore,
@@ -96,6 +97,43 @@ async def test_put_if_absent_after_delete_creates_again(any_store: ObjectStore) 
     await any_store.delete("k")
     await any_store.put_if_absent("k", b"2")
     assert (await any_store.get("k")).data == b"2"
+
+
+async def test_put_many_if_absent_creates_each_free_key_in_order(any_store: ObjectStore) -> None:
+    await any_store.put("taken", b"before")
+    results = await any_store.put_many_if_absent(
+        [
+            NewObject("many/a", b"a"),
+            NewObject("taken", b"again"),
+            NewObject("many/b", b"b", recovered=b"only for a recovery"),
+            NewObject("many/a", b"a twice"),  # the first of one key wins, the rest find it
+            NewObject("../x", b"bad key"),
+        ]
+    )
+    assert isinstance(results[0], str) and isinstance(results[2], str)
+    assert isinstance(results[1], AlreadyExists) and isinstance(results[3], AlreadyExists)
+    assert isinstance(results[4], InvalidKey)
+    assert (await any_store.get("many/a")).etag == results[0]
+    assert [(await any_store.get(k)).data for k in ("many/a", "many/b", "taken")] == [
+        b"a",
+        b"b",
+        b"before",
+    ]
+    assert await any_store.put_many_if_absent([]) == []
+
+
+async def test_concurrent_put_many_if_absent_has_one_winner_per_key(any_store: ObjectStore) -> None:
+    keys = [f"race/{i}" for i in range(4)]
+
+    async def attempt(n: int) -> list[str | StoreError]:
+        return await any_store.put_many_if_absent([NewObject(k, b"%d" % n) for k in keys])
+
+    results = await asyncio.gather(*(attempt(n) for n in range(8)))
+    for i, key in enumerate(keys):
+        winners = [n for n, r in enumerate(results) if isinstance(r[i], str)]
+        assert len(winners) == 1
+        assert all(isinstance(r[i], AlreadyExists) for r in results if not isinstance(r[i], str))
+        assert (await any_store.get(key)).data == b"%d" % winners[0]
 
 
 # -- put_if_match ----------------------------------------------------------------

@@ -23,11 +23,23 @@ import logging
 import random
 import secrets
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from stepstone.store.base import DEFAULT_PAGE_SIZE, ObjectInfo, ObjectStore, StoredObject
-from stepstone.store.errors import AlreadyExists, NotFound, PreconditionFailed, StoreUnavailable
+from stepstone.store.base import (
+    DEFAULT_PAGE_SIZE,
+    NewObject,
+    ObjectInfo,
+    ObjectStore,
+    StoredObject,
+)
+from stepstone.store.errors import (
+    AlreadyExists,
+    NotFound,
+    PreconditionFailed,
+    StoreError,
+    StoreUnavailable,
+)
 from stepstone.store.keys import validate_key
 
 from ..clock import Clock, SystemClock
@@ -43,8 +55,10 @@ from ..queue import (
     JobRecord,
     JobStatus,
     LeaseQueue,
+    NewJob,
     Settlement,
     Wait,
+    all_or_first_error,
     check_enqueue,
 )
 from ..queue_inspection import Page, QueueInspection
@@ -58,6 +72,7 @@ from .records import (
     decode,
     delivery_of,
     encode,
+    encode_created,
     record_of,
     status_of,
 )
@@ -367,42 +382,73 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
         max_attempts: int | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> Enqueued:
+        job = NewJob(payload, kind, id, priority, run_at, max_attempts, headers)
+        [enqueued] = await self.enqueue_many([job])
+        return enqueued
+
+    async def enqueue_many(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
+        """One create-if-absent per job, all in one ``put_many_if_absent``: a
+        FileStore makes them durable with one flush of its journal. A record
+        that a recovery after a power cut writes back counts as claimed once
+        already (``claims``), so its worker looks for an outcome before running
+        it: the record may be one that was acked or cancelled just before the
+        cut (docs/storage.md)."""
+        now = self.clock.now()
+        records = [self._new_record(job, now) for job in jobs]  # (checks them all first)
+        encoded = [encode_created(record) for record in records]
+        created = await self.store.put_many_if_absent(
+            [
+                NewObject(self._key(r.id), data, recovered)
+                for r, (data, recovered) in zip(records, encoded, strict=True)
+            ]
+        )
+        answers = await asyncio.gather(
+            *(
+                self._created(record, data, result)
+                for record, (data, _), result in zip(records, encoded, created, strict=True)
+            ),
+            return_exceptions=True,
+        )
+        if any(isinstance(a, Enqueued) and a.created for a in answers):
+            self._notify()
+        return all_or_first_error(answers)
+
+    def _new_record(self, job: NewJob, now: float) -> StoredJob:
         job_id = check_enqueue(
-            payload,
-            id=id,
-            priority=priority,
-            max_attempts=max_attempts,
+            job.payload,
+            id=job.id,
+            priority=job.priority,
+            max_attempts=job.max_attempts,
             max_payload_bytes=self.max_payload_bytes,
         )
-        now = self.clock.now()
-        job = StoredJob(
+        return StoredJob(
             id=job_id,
-            kind=kind,
-            payload=bytes(payload),
-            priority=priority,
-            max_attempts=max_attempts or self.default_max_attempts,
-            run_at=now if run_at is None else float(run_at),
+            kind=job.kind,
+            payload=bytes(job.payload),
+            priority=job.priority,
+            max_attempts=job.max_attempts or self.default_max_attempts,
+            run_at=now if job.run_at is None else float(job.run_at),
             created_at=now,
             updated_at=now,
             nonce=secrets.token_hex(8),
-            headers=dict(headers or {}),
+            headers=dict(job.headers or {}),
         )
-        data = encode(job)
-        key = self._key(job_id)
-        try:
-            etag = await self.store.put_if_absent(key, data)
-        except AlreadyExists:
-            return Enqueued(job_id, created=False)
-        except StoreUnavailable as error:
+
+    async def _created(self, job: StoredJob, data: bytes, result: str | StoreError) -> Enqueued:
+        """What one create of ``put_many_if_absent`` did, as an Enqueued."""
+        if isinstance(result, AlreadyExists):
+            return Enqueued(job.id, created=False)
+        if isinstance(result, StoreUnavailable):
             # The create may have landed with only its answer lost. The nonce
             # makes our bytes unique: if the record holds them, it is ours.
             try:
-                etag = await landed(self.store, key, data, None, error)
+                result = await landed(self.store, self._key(job.id), data, None, result)
             except PreconditionFailed:
-                return Enqueued(job_id, created=False)
-        self._view.learn(job_id, etag, job, len(data))
-        self._notify()
-        return Enqueued(job_id, created=True)
+                return Enqueued(job.id, created=False)
+        if isinstance(result, StoreError):
+            raise result
+        self._view.learn(job.id, result, job, len(data))
+        return Enqueued(job.id, created=True)
 
     async def claim(
         self, n: int, *, lease: float, kinds: Collection[str] | None = None

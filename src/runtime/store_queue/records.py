@@ -37,6 +37,7 @@ __all__ = [
     "decode",
     "delivery_of",
     "encode",
+    "encode_created",
     "record_of",
     "listed_priority",
     "status_of",
@@ -146,6 +147,23 @@ ones, and most) decode unchanged, and an older reader ignores them."""
 
 
 def encode(job: StoredJob) -> bytes:
+    return _packed(job, _body(job))
+
+
+def encode_created(job: StoredJob) -> tuple[bytes, bytes]:
+    """A new record's bytes, and the bytes a recovery after a power cut writes
+    back in its place (``put_many_if_absent``'s ``recovered``): the same
+    record counted as claimed once more, so that its worker looks for an
+    outcome before running it (it may have run and been acked before the
+    cut), and its ``rev`` bumped, so that no two versions share bytes."""
+    body = _body(job)
+    data = _packed(job, body)
+    body["claims"] = job.claims + 1
+    body["rev"] = job.rev + 1
+    return data, _packed(job, body)
+
+
+def _body(job: StoredJob) -> dict[str, Any]:
     if job.partial:
         raise ValueError(f"job {job.id}: a stripped view record must never be written")
     body: dict[str, Any] = {"format": FORMAT}
@@ -154,7 +172,12 @@ def encode(job: StoredJob) -> bytes:
     for name, (_, default) in _OPTIONAL.items():
         if getattr(job, name) != default:
             body[name] = getattr(job, name)
-    body["pad"] = ""
+    return body
+
+
+def _packed(job: StoredJob, body: dict[str, Any]) -> bytes:
+    body.pop("pad", None)
+    body["pad"] = ""  # the last key
     data: bytes = msgpack.packb(body, use_bin_type=True)
     if not data.endswith(_PAD_FIELD + bytes([_EMPTY_STR])):
         raise RuntimeError(f"job {job.id}: msgpack did not end the record with its empty pad")

@@ -15,6 +15,12 @@ Why it is built the way it is, and where each part lives:
   the disks measured here costs about the same for one file as for a
   hundred. Elsewhere, or with ``sync="fsync"``, each temp file is fsynced
   and each directory touched by the batch is fsynced once.
+- **Creates can be durable with one flush** (``journal``, ``creates``,
+  ``recovery``): ``put_many_if_absent`` writes each object's key and bytes
+  into this process's journal, flushes that one file with ``fdatasync``,
+  then links the objects into place and answers; the next flush of the
+  filesystem retires the entries. After a power cut, the next store opened
+  on the root writes back from a dead process's journal what the disk lost.
 - **Conditional writes hold across processes** (``locks``). Every mutation
   of a key runs under an exclusive ``flock`` on one of a fixed set of lock
   files (striped by a hash of the key), so a compare-and-swap in one process

@@ -48,17 +48,35 @@ class Read(Request):
 
 
 @dataclass(eq=False, slots=True)
+class ReadMany(Request):
+    """Reads of ``get_many``, served together; None where a key has no object.
+    ``key`` is unused."""
+
+    keys: list[str] = field(default_factory=list)
+    results: list[StoredObject | None] = field(default_factory=list)
+
+
+@dataclass(eq=False, slots=True)
 class Write(Request):
     """One mutation of one key, and, once committed, what became of it."""
 
     data: bytes | None  # None: delete the key
     condition: Literal["none", "absent", "match"] = "none"
     etag: str | None = None
+    recovered: bytes | None = None  # a journaled create's bytes for a recovery (None: data)
     # What the commit found and did, and the answer for the caller:
     path: str = ""
     tmp: str | None = None
     stat: os.stat_result | None = None
     result: str | None = None  # the new etag
+
+
+@dataclass(eq=False, slots=True)
+class Creates(Request):
+    """Creates of ``put_many_if_absent``, made durable together by the journal
+    (``creates``); each write gets its own result or error. ``key`` is unused."""
+
+    writes: list[Write] = field(default_factory=list)
 
 
 # -- the queue ----------------------------------------------------------------
@@ -73,7 +91,8 @@ class Batcher(Generic[R]):
     when the first request arrives and ending when the queue is empty. With
     ``distinct_keys``, two requests for one key never share a batch: the later
     one waits for the next, so it sees the first one's effect (as it would
-    have in sequence).
+    have in sequence). ``on_idle`` is called on that thread once the queue
+    is empty (a request arriving meanwhile starts a thread of its own).
     """
 
     def __init__(
@@ -82,10 +101,12 @@ class Batcher(Generic[R]):
         start: Callable[[Callable[[], None]], object],
         *,
         distinct_keys: bool,
+        on_idle: Callable[[], None] | None = None,
     ) -> None:
         self._serve = serve
         self._start = start
         self._distinct = distinct_keys
+        self._on_idle = on_idle
         self._lock = threading.Lock()
         self._queue: list[tuple[R, asyncio.Future[None], asyncio.AbstractEventLoop]] = []
         self._draining = False
@@ -141,6 +162,8 @@ class Batcher(Generic[R]):
                 # (a closed loop raises RuntimeError: nobody waits there any more)
                 with contextlib.suppress(RuntimeError):
                     loop.call_soon_threadsafe(_wake, futures)
+        if self._on_idle is not None:
+            self._on_idle()
 
 
 def _wake(futures: list[asyncio.Future[None]]) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from ..errors import AlreadyExists, NotFound, PreconditionFailed, StoreError
 from .batches import Write
 from .flush import fsync_directory, syncfs
+from .journal import Journal
 from .locks import KeyLocks
 from .os_errors import CONFLICT_ERRNOS, key_conflict, store_error
 from .paths import KeyPaths
@@ -25,19 +26,41 @@ from .stats import etag, regular, stat_any
 from .temp_files import TempFiles
 
 
+def attempt(write: Write, step: Callable[[Write], None], location: str, doing: str) -> None:
+    """Run one write's step, turning an OSError into the write's StoreError."""
+    try:
+        step(write)
+    except StoreError as exc:
+        write.error = exc
+    except OSError as exc:
+        if exc.errno in CONFLICT_ERRNOS:
+            write.error = key_conflict(location, write.key)
+        else:
+            write.error = store_error(exc, location, write.key, doing)
+        write.error.__cause__ = exc
+
+
 class Committer:
     """Commits batches of writes to one store's directory."""
 
     def __init__(
-        self, paths: KeyPaths, temp_files: TempFiles, locks: KeyLocks, *, syncfs_fd: int | None
+        self,
+        paths: KeyPaths,
+        temp_files: TempFiles,
+        locks: KeyLocks,
+        *,
+        syncfs_fd: int | None,
+        journal: Journal,
     ) -> None:
         """``syncfs_fd``: a descriptor of the root, to make a batch durable
         with ``syncfs``; None in fsync mode (the temp files fsync themselves,
-        and each directory a batch wrote into is fsynced once)."""
+        and each directory a batch wrote into is fsynced once). Every
+        ``syncfs`` also retires the ``journal``'s creates linked before it."""
         self._paths = paths
         self._temp = temp_files
         self._locks = locks
         self._syncfs_fd = syncfs_fd
+        self._journal = journal
         self._location = paths.location
 
     def commit(self, writes: list[Write]) -> None:
@@ -80,17 +103,7 @@ class Committer:
                     self._temp.discard(write.tmp)
 
     def _attempt(self, write: Write, step: Callable[[Write], None], doing: str) -> None:
-        """Run one write's step, turning an OSError into the write's StoreError."""
-        try:
-            step(write)
-        except StoreError as exc:
-            write.error = exc
-        except OSError as exc:
-            if exc.errno in CONFLICT_ERRNOS:
-                write.error = key_conflict(self._location, write.key)
-            else:
-                write.error = store_error(exc, self._location, write.key, doing)
-            write.error.__cause__ = exc
+        attempt(write, step, self._location, doing)
 
     def _sync(self, writes: list[Write], directories: set[str] | None, doing: str) -> None:
         """Make the batch's changes so far durable; on failure, fail every write in it.
@@ -102,7 +115,9 @@ class Committer:
             return
         try:
             if self._syncfs_fd is not None:
+                mark = self._journal.mark()
                 syncfs(self._syncfs_fd)
+                self._journal.retire(mark)
             else:
                 for directory in sorted(directories or ()):
                     fsync_directory(directory)

@@ -13,22 +13,25 @@ import contextlib
 import functools
 import os
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal, TypeVar
 
-from ..base import DEFAULT_PAGE_SIZE, ObjectInfo, ObjectStore, StoredObject
-from ..errors import StoreConfigError, StoreError
+from ..base import DEFAULT_PAGE_SIZE, NewObject, ObjectInfo, ObjectStore, StoredObject
+from ..errors import NotFound, StoreConfigError, StoreError
 from ..keys import RESERVED_SEGMENT
-from .batches import Batcher, Read, Write
+from .batches import Batcher, Creates, Read, ReadMany, Write
 from .commit import Committer
-from .flush import HAVE_SYNCFS
+from .creates import Creator
+from .flush import HAVE_SYNCFS, fsync_directory, syncfs
 from .forks import forks
+from .journal import Journal
 from .listing import list_page, next_page, objects_under
 from .locks import KeyLocks
 from .paths import KeyPaths, make_own_directory
 from .reads import head_object, read_object
+from .recovery import recover
 from .temp_files import TempFiles
 
 T = TypeVar("T")
@@ -36,6 +39,11 @@ T = TypeVar("T")
 MAX_WORKERS = 8
 """Threads doing blocking file I/O for one store: reads and listings, and the
 one thread committing writes."""
+
+CHECKPOINT_DELAY = 0.05
+"""Seconds a journaled create waits at most for a flush of the filesystem
+that retires its entry (see ``journal``): a busy store's own batches flush
+sooner; an idle one flushes once for all the creates of that time."""
 
 SyncMode = Literal["auto", "syncfs", "fsync"]
 
@@ -55,6 +63,7 @@ class FileStore(ObjectStore):
         self.location = f"file://{self.root}"
         tmp = os.path.join(self.root, RESERVED_SEGMENT)
         locks = os.path.join(tmp, "locks")
+        journals = os.path.join(tmp, "journal")
         self._max_workers = max(2, max_workers)
         self._pool: ThreadPoolExecutor | None = None
         if sync not in ("auto", "syncfs", "fsync"):
@@ -74,6 +83,7 @@ class FileStore(ObjectStore):
             ) from exc
         make_own_directory(tmp, self.location)
         make_own_directory(locks, self.location)
+        make_own_directory(journals, self.location)
         root_fd = None
         if self.sync_mode == "syncfs":
             # Held for the store's life: syncfs reports the writeback errors
@@ -81,14 +91,28 @@ class FileStore(ObjectStore):
             # would miss an error the kernel's flusher hit in between.
             root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
             weakref.finalize(self, os.close, root_fd)
+        self._root_fd = root_fd
         fsync = self.sync_mode == "fsync"
         self._paths = KeyPaths(self.root, self.location, fsync_new_directories=fsync)
         self._temp = TempFiles(tmp, fsync=fsync)
-        self._committer = Committer(
-            self._paths, self._temp, KeyLocks(locks, self.location), syncfs_fd=root_fd
+        self._journal = Journal(
+            journals,
+            self.location,
+            sync=self._flush_linked,
+            start=self._start,
+            checkpoint_delay=CHECKPOINT_DELAY,
         )
+        self._committer = Committer(
+            self._paths,
+            self._temp,
+            KeyLocks(locks, self.location),
+            syncfs_fd=root_fd,
+            journal=self._journal,
+        )
+        self._creator = Creator(self._paths, self._temp, self._journal)
         self._generation = forks()
         self._queues()
+        recover(journals, self._paths, self._committer, self._flush_everything)
         self._temp.sweep()
 
     # -- plumbing ---------------------------------------------------------
@@ -100,12 +124,44 @@ class FileStore(ObjectStore):
         if self._generation != forks():
             self._generation = forks()
             self._pool = None
+            self._journal.forget()
             self._queues()
 
     def _queues(self) -> None:
-        """New, empty queues for writes and reads."""
+        """New, empty queues for writes, journaled creates and reads."""
         self._writes = Batcher(self._committer.commit, self._start, distinct_keys=True)
-        self._reads = Batcher(self._serve_reads, self._start, distinct_keys=False)
+        self._creates = Batcher(
+            self._creator.commit,
+            self._start,
+            distinct_keys=False,
+            on_idle=self._journal.checkpoint_soon,
+        )
+        self._reads: Batcher[Read | ReadMany] = Batcher(
+            self._serve_reads, self._start, distinct_keys=False
+        )
+
+    def _flush_linked(self, paths: list[str]) -> None:
+        """A journal checkpoint: make the creates linked at ``paths`` durable
+        (one ``syncfs``; in fsync mode, each file and each directory)."""
+        if self._root_fd is not None:
+            syncfs(self._root_fd)
+            return
+        for path in paths:
+            with contextlib.suppress(FileNotFoundError):  # deleted since, durably
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        for directory in sorted({os.path.dirname(path) for path in paths}):
+            fsync_directory(directory)
+
+    def _flush_everything(self) -> None:
+        """Make the whole filesystem durable (taking over a dead process's journal)."""
+        if self._root_fd is not None:
+            syncfs(self._root_fd)
+        else:
+            os.sync()
 
     def _executor(self) -> ThreadPoolExecutor:
         self._forked()
@@ -127,16 +183,27 @@ class FileStore(ObjectStore):
             raise write.error
         return write.result
 
-    def _serve_reads(self, reads: list[Read]) -> None:
+    def _serve_reads(self, reads: list[Read | ReadMany]) -> None:
         for read in reads:
             try:
-                read.result = self._get(read.key)
+                if isinstance(read, ReadMany):
+                    read.results = [self._get_or_none(key) for key in read.keys]
+                else:
+                    read.result = self._get(read.key)
             except StoreError as exc:
                 read.error = exc
+
+    def _get_or_none(self, key: str) -> StoredObject | None:
+        try:
+            return self._get(key)
+        except NotFound:
+            return None
 
     async def close(self) -> None:
         """Release the thread pool (a batch being committed finishes first in
         the background) and the spare inodes. The store can be used again."""
+        if self._generation == forks():
+            await asyncio.get_running_loop().run_in_executor(None, self._journal.close)
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False)
@@ -171,6 +238,17 @@ class FileStore(ObjectStore):
         assert read.result is not None
         return read.result
 
+    async def get_many(self, keys: Sequence[str]) -> list[StoredObject | None]:
+        """All ``keys`` read in one trip to the reading thread."""
+        if not keys:
+            return []
+        read = ReadMany("", keys=list(keys))
+        self._forked()
+        await self._reads.run(read)
+        if read.error is not None:
+            raise read.error
+        return read.results
+
     async def head(self, key: str) -> ObjectInfo:
         return await self._run(self._head, key)
 
@@ -179,6 +257,22 @@ class FileStore(ObjectStore):
 
     async def put_if_absent(self, key: str, data: bytes) -> str:
         return _etag_of(await self._write(Write(key, bytes(data), "absent")))
+
+    async def put_many_if_absent(self, objects: Sequence[NewObject]) -> list[str | StoreError]:
+        """Every create of the call, and of calls made meanwhile, made durable
+        with one flush of this process's journal (``journal``, ``creates``):
+        not the two flushes of the filesystem a ``put_if_absent`` waits for."""
+        if not objects:
+            return []
+        self._forked()
+        if self._journal.broken:
+            return await super().put_many_if_absent(objects)
+        writes = [Write(o.key, bytes(o.data), "absent", recovered=o.recovered) for o in objects]
+        request = Creates("", writes=writes)
+        await self._creates.run(request)
+        if request.error is not None:
+            raise request.error
+        return [_answer(write) for write in writes]
 
     async def put_if_match(self, key: str, data: bytes, etag: str) -> str:
         return _etag_of(await self._write(Write(key, bytes(data), "match", etag)))
@@ -222,6 +316,15 @@ class FileStore(ObjectStore):
             # then it is closed when collected)
             with contextlib.suppress(ValueError):
                 walk.close()
+
+
+def _answer(write: Write) -> str | StoreError:
+    """A create's etag, or the StoreError that refused it (anything else is a bug: raised)."""
+    if write.error is None:
+        return _etag_of(write.result)
+    if isinstance(write.error, StoreError):
+        return write.error
+    raise write.error
 
 
 def _etag_of(result: str | None) -> str:

@@ -73,7 +73,9 @@ class TempFiles:
         tmp = self._spares.temp_name()
         return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), None
 
-    def write(self, data: bytes, not_before_ns: int) -> tuple[str, os.stat_result]:
+    def write(
+        self, data: bytes, not_before_ns: int, *, journaled: bool = False
+    ) -> tuple[str, os.stat_result]:
         """Write ``data`` to a temp file with a unique mtime later than
         ``not_before_ns``; returns its path and stat.
 
@@ -81,8 +83,19 @@ class TempFiles:
         first: emptying frees its block and the write allocates another,
         74 us against 7 to 12 us a rewrite on ext4 (docs/performance.md,
         session 4).
+
+        A ``journaled`` create's file is new, never a spare, and is not
+        flushed here (the journal holds its bytes). A spare may be the inode
+        of an object whose deletion is not on the disk yet (the commit that
+        retired it may still be flushing it, on another thread); a file
+        the journal names must not be that inode, or a recovery after a
+        power cut could find it under both names.
         """
-        tmp, fd, spare = self._open()
+        if journaled:
+            tmp = self._spares.temp_name()
+            fd, spare = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), None
+        else:
+            tmp, fd, spare = self._open()
         if spare is not None:
             not_before_ns = max(not_before_ns, spare.st_mtime_ns)
         try:
@@ -94,7 +107,7 @@ class TempFiles:
                 os.ftruncate(fd, len(data))
             now = max(time.time_ns(), not_before_ns + 1)
             os.utime(fd, ns=(now, now))
-            if self._fsync:
+            if self._fsync and not journaled:
                 os.fsync(fd)
             st = os.fstat(fd)
         except BaseException:

@@ -1,0 +1,123 @@
+"""Creates made durable by the journal: one flush for a whole batch.
+
+What ``put_many_if_absent`` does on a FileStore, a batch at a time:
+
+1. stage each object: its bytes in a new temp file, not flushed;
+2. record the batch in the journal (``journal``): every object's key, bytes
+   and file identity, flushed with one ``fdatasync``. From here the batch
+   survives a power cut: a recovery can write any of it the disk lost;
+3. link each temp file into place if its key is free: ``link`` fails
+   atomically if it is not, so two creates of one key, in any processes,
+   have one winner, as with ``put_if_absent``. No key lock is needed: the
+   other writers check a key and act under its lock, and a create that
+   lands between a check and its act is one they would have met either
+   way (a put replaces it, a conditional write had already failed);
+4. if a create did not happen (its key was taken, or the link failed),
+   record that too, flushed, before answering: a recovery must not make an
+   object its caller was told was refused;
+5. answer. The files and names reach the disk with the store's next flush
+   of the filesystem, which retires the batch's entries.
+
+The journal comes first and the link after, so that no name can reach the
+disk without an entry that tells a recovery what it should hold.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+
+from ..errors import AlreadyExists
+from .batches import Creates, Write
+from .commit import attempt
+from .journal import CREATE, REFUSED, Journal, create_entry, refused_entry
+from .os_errors import key_conflict, store_error
+from .paths import KeyPaths
+from .stats import etag, stat_any
+from .temp_files import TempFiles
+
+
+class Creator:
+    """Commits batches of journaled creates to one store's directory."""
+
+    def __init__(self, paths: KeyPaths, temp_files: TempFiles, journal: Journal) -> None:
+        self._paths = paths
+        self._temp = temp_files
+        self._journal = journal
+        self._location = paths.location
+
+    def commit(self, batches: list[Creates]) -> None:
+        """Create every write of ``batches`` whose key is free, with one flush
+        (two when a create is refused); see the module docstring."""
+        writes = [write for batch in batches for write in batch.writes]
+        made: set[str] = set()  # directories made or found this batch
+        try:
+            for write in writes:
+                attempt(write, lambda w: self._stage(w, made), self._location, "cannot write")
+            staged = [w for w in writes if w.error is None]
+            if not staged:
+                return
+            bodies = [create_entry(w.key, _stat(w), _data(w), w.recovered) for w in staged]
+            try:
+                self._journal.record(CREATE, bodies)
+            except OSError as exc:
+                for write in staged:
+                    write.error = store_error(exc, self._location, write.key, "cannot write")
+                    write.error.__cause__ = exc
+                return
+            for write in staged:
+                attempt(write, self._link, self._location, "cannot write")
+            refused = [w for w in staged if w.error is not None]
+            if refused:
+                try:
+                    self._journal.record(REFUSED, [refused_entry(w.key, _stat(w)) for w in refused])
+                except OSError as exc:
+                    # A recovery could still make them: not refused, then, but
+                    # in doubt, as a write whose answer was lost.
+                    for write in refused:
+                        write.error = store_error(exc, self._location, write.key, "cannot write")
+                        write.error.__cause__ = exc
+            self._journal.linked([w.path for w in staged if w.error is None])
+        finally:
+            for write in writes:
+                if write.tmp is not None:
+                    self._temp.discard(write.tmp)
+
+    def _stage(self, write: Write, made: set[str]) -> None:
+        """Write the bytes to a new temp file. (Whether the key is free is the
+        link's to say: a look here would cost as much as the link again, for
+        the few creates a caller makes of a key already taken.)"""
+        write.path = self._paths.of(write.key)
+        directory = os.path.dirname(write.path)
+        if directory not in made:
+            self._paths.makedirs(directory, write.key)
+            made.add(directory)
+        write.tmp, write.stat = self._temp.write(_data(write), 0, journaled=True)
+
+    def _link(self, write: Write) -> None:
+        """Link the temp file into place if the key is free."""
+        assert write.tmp is not None
+        try:
+            os.link(write.tmp, write.path)
+        except FileExistsError:
+            found = stat_any(write.path)
+            if found is not None and stat.S_ISDIR(found.st_mode):
+                raise key_conflict(self._location, write.key) from None
+            raise AlreadyExists(
+                "object already exists", location=self._location, key=write.key
+            ) from None
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(write.tmp)  # the inode is the object now, never a spare
+        write.tmp = None
+        write.result = etag(_stat(write))
+
+
+def _stat(write: Write) -> os.stat_result:
+    assert write.stat is not None
+    return write.stat
+
+
+def _data(write: Write) -> bytes:
+    assert write.data is not None
+    return write.data
