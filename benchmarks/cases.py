@@ -7,6 +7,10 @@ w3        N jobs of ``steps`` memoized async steps, all submitted at once
           (``asyncio.gather`` of the submits), ``concurrency`` handlers,
           one process that submits and runs. Then, if ``resubmit``, R: the N
           finished keys submitted again; each answers from its outcome record.
+w3seq     W3 as the peers' benchmarks run it: each submit awaited before the
+          next, then every result (``peer``: the same on huey or DBOS,
+          benchmarks/peers.py).
+many      N jobs in one ``runner.submit_many`` with no worker running, then run.
 latency   one job at a time: submit, await the result, repeat.
 scale     one FileStore, ``processes`` worker processes (``async with
           JobRunner(...)`` in each); the parent submits all N first, then
@@ -52,7 +56,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -63,6 +67,7 @@ from stepstone.store import FileStore, MemoryStore, ObjectStore
 
 from .counting import OPERATIONS, CountingStore
 from .jobs import W3, W3_JOBS, AwaitsPing, Naps, w3_job
+from .peers import PEERS
 
 
 @dataclass
@@ -237,15 +242,17 @@ async def _submit_and_wait(
 
 
 class FlushCounter:
-    """Counts flushes in this process: ``os.fsync`` (files and directories)
-    and the FileStore's ``syncfs``. The cost that bounds a durable FileStore,
-    and a figure that does not depend on how busy the machine is."""
+    """Counts flushes in this process: ``os.fsync`` (files and directories),
+    ``os.fdatasync`` (the FileStore's create journal) and the FileStore's
+    ``syncfs``. The cost that bounds a durable FileStore, and a figure that
+    does not depend on how busy the machine is."""
 
     def __init__(self) -> None:
         self.calls = 0
 
     def install(self) -> FlushCounter:
-        import stepstone.store.file.commit as file_module
+        import stepstone.store.file.commit as commit_module
+        import stepstone.store.file.store as store_module
 
         def counted(real: Any) -> Any:
             def flush(fd: int) -> None:
@@ -255,7 +262,10 @@ class FlushCounter:
             return flush
 
         os.fsync = counted(os.fsync)
-        file_module.syncfs = counted(file_module.syncfs)  # type: ignore[attr-defined]
+        os.fdatasync = counted(os.fdatasync)
+        for module in (commit_module, store_module):
+            if hasattr(module, "syncfs"):  # (an older FileStore flushed in commit only)
+                module.syncfs = counted(module.syncfs)
         return self
 
 
@@ -275,6 +285,18 @@ class CpuTimer:
         self.seconds = time.process_time() - self.start
 
 
+async def _warm_up_in_process(
+    spec: Spec, store: CountingStore, runner: JobRunner, tag: str
+) -> None:
+    """Run a batch first (first-use costs: pydantic schemas, codecs, a
+    StoreQueue's first listing, the FileStore's journal), then count from zero:
+    the steady state is what is measured."""
+    warm = [w3_job(spec.limit, n=-1 - i, steps=spec.steps, tag=tag) for i in range(min(64, spec.n))]
+    await _submit_and_wait(runner, warm)
+    gc.collect()
+    store.reset()
+
+
 async def w3(spec: Spec) -> dict[str, Any]:
     out: dict[str, Any] = {}
     async with open_backend(spec) as (store, runner):
@@ -291,15 +313,7 @@ async def w3(spec: Spec) -> dict[str, Any]:
             for i in range(spec.n)
         ]
         async with runner:
-            # Warm up (first-use costs: pydantic schemas, codecs, a StoreQueue's
-            # first listing), then measure the steady state.
-            warm = [
-                w3_job(spec.limit, n=-1 - i, steps=spec.steps, tag=tag)
-                for i in range(min(64, spec.n))
-            ]
-            await _submit_and_wait(runner, warm)
-            gc.collect()
-            store.reset()
+            await _warm_up_in_process(spec, store, runner, tag)
             flushes = FLUSHES.calls
             with CpuTimer() as cpu:
                 seconds, latencies, results = await _submit_and_wait(runner, jobs)
@@ -337,6 +351,95 @@ async def w3(spec: Spec) -> dict[str, Any]:
         if stats is not None:
             out["queue"] = {k: v for k, v in asdict(stats).items() if k != "corrupt_keys"}
     return out
+
+
+async def w3_one_at_a_time(spec: Spec) -> dict[str, Any]:
+    """W3 as the peers' benchmarks run it: each submit awaited before the
+    next, then every result; on stepstone or on a peer (benchmarks/peers.py)."""
+    async with open_backend(spec) as (store, runner):
+        tag = uuid.uuid4().hex[:8]
+        jobs = [W3(n=i, steps=spec.steps, tag=tag, keyed=spec.keyed) for i in range(spec.n)]
+        async with runner:
+            await _warm_up_in_process(spec, store, runner, tag)
+            flushes = FLUSHES.calls
+            latencies = []
+            with CpuTimer() as cpu:
+                t0 = time.perf_counter()
+                handles = []
+                for job in jobs:
+                    start = time.perf_counter()
+                    handles.append(await runner.submit(job))
+                    latencies.append(time.perf_counter() - start)
+                submit_seconds = time.perf_counter() - t0
+                results = await asyncio.gather(*handles)
+                seconds = time.perf_counter() - t0
+            assert results == [i + spec.steps for i in range(spec.n)], "wrong results"
+            return {
+                **_one_at_a_time_figures(spec, seconds, submit_seconds, latencies),
+                "jobs_per_cpu_s": round(spec.n / cpu.seconds, 1),
+                "flushes_per_job": round((FLUSHES.calls - flushes) / spec.n, 2),
+                "requests_per_job": per_job(store.snapshot(), spec.n),
+                "requests_by_area": per_area(store.areas(), spec.n),
+            }
+
+
+async def submit_many(spec: Spec) -> dict[str, Any]:
+    """N W3 jobs submitted with one ``runner.submit_many`` while no worker runs
+    (what an import or a fan-out does), then run. Reported besides W3's
+    figures: the submit's seconds, flushes and requests per job."""
+    async with open_backend(spec) as (store, runner):
+        tag = uuid.uuid4().hex[:8]
+        jobs = [W3(n=i, steps=spec.steps, tag=tag, keyed=spec.keyed) for i in range(spec.n)]
+        # Warm up (first-use costs: the codecs, the store's journal file); these
+        # run with the rest.
+        warm = [W3(n=-1 - i, steps=spec.steps, tag=tag) for i in range(min(64, spec.n))]
+        warm_handles = await runner.submit_many(warm)
+        gc.collect()
+        store.reset()
+        flushes = FLUSHES.calls
+        with CpuTimer() as cpu:
+            t0 = time.perf_counter()
+            handles = await runner.submit_many(jobs)
+            submit_seconds = time.perf_counter() - t0
+        submit_flushes = FLUSHES.calls - flushes
+        submit_requests = per_job(store.snapshot(), spec.n)
+        async with runner:
+            results = await asyncio.gather(*handles)
+            await asyncio.gather(*warm_handles)
+        seconds = time.perf_counter() - t0
+        assert results == [i + spec.steps for i in range(spec.n)], "wrong results"
+        return {
+            "seconds": round(seconds, 4),
+            "jobs_per_s": round(spec.n / seconds, 1),
+            "steps_per_s": round(spec.n * spec.steps / seconds, 1),
+            "submit_seconds": round(submit_seconds, 4),
+            "submit_jobs_per_s": round(spec.n / submit_seconds, 1),
+            "submit_jobs_per_cpu_s": round(spec.n / cpu.seconds, 1),
+            "submit_flushes": submit_flushes,
+            "submit_requests_per_job": submit_requests,
+            "requests_per_job": per_job(store.snapshot(), spec.n),
+        }
+
+
+def peer_one_at_a_time(spec: Spec) -> dict[str, Any]:
+    """W3 one submit at a time on a peer (``spec.backend``: huey or dbos).
+    Not a coroutine: DBOS refuses to start inside a running event loop."""
+    figures = PEERS[spec.backend](spec.n, spec.steps, spec.concurrency, spec.workdir)
+    discard(figures.pop("root"))
+    return _one_at_a_time_figures(spec, **figures)
+
+
+def _one_at_a_time_figures(
+    spec: Spec, seconds: float, submit_seconds: float, latencies: list[float]
+) -> dict[str, Any]:
+    return {
+        "seconds": round(seconds, 4),
+        "jobs_per_s": round(spec.n / seconds, 1),
+        "steps_per_s": round(spec.n * spec.steps / seconds, 1),
+        "submit_seconds": round(submit_seconds, 4),
+        "submit_p50_ms": round(percentile(latencies, 50) * 1e3, 3),
+        "submit_p99_ms": round(percentile(latencies, 99) * 1e3, 3),
+    }
 
 
 async def latency(spec: Spec) -> dict[str, Any]:
@@ -658,8 +761,11 @@ async def _fleet(spec: Spec) -> dict[str, Any]:
     return await fleet(spec)
 
 
-CASES = {
+CASES: dict[str, Callable[[Spec], Any]] = {
     "w3": w3,
+    "w3seq": w3_one_at_a_time,
+    "peer": peer_one_at_a_time,
+    "many": submit_many,
     "latency": latency,
     "scale": scale,
     "suspended": suspended,
@@ -670,7 +776,9 @@ CASES = {
 def run_one(spec: Spec) -> dict[str, Any]:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
     load = os.getloadavg()[0]
-    figures = asyncio.run(CASES[spec.case](spec))
+    figures = CASES[spec.case](spec)
+    if asyncio.iscoroutine(figures):
+        figures = asyncio.run(figures)
     return {
         "name": spec.name(),
         **asdict(spec),

@@ -69,6 +69,16 @@ def plan(quick: bool) -> dict[str, Spec]:
         "steps10-memory-metrics": Spec(
             "w3", "memory", n_mem, steps=10, resubmit=False, metrics=True
         ),
+        # W3 as the peers' benchmarks run it: each submit awaited before the
+        # next (benchmarks/peers.py); huey and DBOS on SQLite beside stepstone.
+        "w3seq-memory": Spec("w3seq", "memory", n_mem),
+        "w3seq-file": Spec("w3seq", "file", n_file),
+        "w3seq-huey": Spec("peer", "huey", n_file),
+        "w3seq-dbos": Spec("peer", "dbos", n_file),
+        # runner.submit_many of N jobs in one call, no worker running meanwhile
+        "many-file": Spec("many", "file", 1000 if q else 10000),
+        "many-memory": Spec("many", "memory", 1000 if q else 10000),
+        "many-s3": Spec("many", "s3", n_s3),
         "steps1-memory": Spec("w3", "memory", n_mem, steps=1, resubmit=False),
         "steps10-memory": Spec("w3", "memory", n_mem, steps=10, resubmit=False),
         "n10k-memory": Spec("w3", "memory", 2000 if q else 10000, resubmit=False),
@@ -145,7 +155,8 @@ def _fmt(value: Any) -> str:
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    head = ["case", "N", "steps", "jobs/s", "jobs/CPU-s", "steps/s", "p50 ms", "p99 ms", "RSS MB"]
+    head = ["case", "N", "steps", "jobs/s", "jobs/CPU-s", "steps/s", "p50 ms", "p99 ms"]
+    head += ["submit p50 ms", "RSS MB"]
     head += [f"{op}/job" for op in OPERATIONS] + ["R jobs/s", "R req/job", "load"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
@@ -163,6 +174,7 @@ def table(results: list[dict[str, Any]]) -> str:
             r.get("steps_per_s"),
             r.get("p50_ms"),
             r.get("p99_ms"),
+            r.get("submit_p50_ms"),
             r.get("peak_rss_mb") if r["case"] != "scale" else r.get("worker_peak_rss_mb"),
         ]
         row += [req.get(op) for op in OPERATIONS]
@@ -233,18 +245,23 @@ def main(argv: list[str] | None = None) -> int:
     results: list[dict[str, Any]] = []
     commit = source_commit()
     started = time.monotonic()
+    # Repeats go round the cases (a, b, a, b, ...), so that the machine's
+    # load, which drifts over minutes here, weighs on every case alike.
+    runs: dict[str, list[dict[str, Any]]] = {case_id: [] for case_id in wanted}
+    for _ in range(max(1, args.repeat)):
+        for case_id in wanted:
+            cases[case_id].workdir = args.workdir
+            runs[case_id].append(run_in_subprocess(cases[case_id]))
+            print(json.dumps(runs[case_id][-1]), file=sys.stderr, flush=True)
     for case_id in wanted:
-        spec = cases[case_id]
-        spec.workdir = args.workdir
-        runs = [run_in_subprocess(spec) for _ in range(max(1, args.repeat))]
-        good = [r for r in runs if "error" not in r]
+        good = [r for r in runs[case_id] if "error" not in r]
         if good:
             median = statistics.median_low(r.get("jobs_per_s", 0.0) for r in good)
             result = next(r for r in good if r.get("jobs_per_s", 0.0) == median)
             if len(good) > 1:
                 result["jobs_per_s_runs"] = [r.get("jobs_per_s") for r in good]
         else:
-            result = runs[0]
+            result = runs[case_id][0]
         result["commit"] = commit
         results.append(result)
         print(json.dumps(result), flush=True)

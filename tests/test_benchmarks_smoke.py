@@ -57,6 +57,14 @@ def test_w3_under_fleet_limits_counts_their_requests() -> None:
     assert 0 < rated["CPUT rates"] <= 1
 
 
+def test_one_submit_at_a_time_and_submit_many(tmp_path: object) -> None:
+    seq = run_one(Spec("w3seq", "file", n=5, label="seq", workdir=str(tmp_path)))
+    assert seq["submit_p50_ms"] > 0 and seq["requests_by_area"]["CPUT queue"] == 2
+    many = run_one(Spec("many", "file", n=10, label="many", workdir=str(tmp_path)))
+    assert many["submit_requests_per_job"]["CPUT"] == 1  # the enqueue, nothing else written
+    assert many["submit_flushes"] == 1  # one journal flush for the batch
+
+
 def test_plan_names_every_case() -> None:
     quick = plan(quick=True)
     assert {"w3-memory", "w3-file", "w3-s3", "scale-4", "latency-memory"} <= set(quick)
