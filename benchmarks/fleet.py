@@ -8,6 +8,16 @@ case. Each worker is a JobRunner of its own (``concurrency`` jobs at a time,
 its own StoreQueue and view, as W processes would have); a submitter is a
 JobRunner that runs no worker, as an API process.
 
+With ``backend="s3like-sqs"`` the queue is SqsQueue instead: moto's SQS in
+a child process (benchmarks/moto_server.py), answering every request after
+20 to 60 ms (seeded) like the bucket, one SqsQueue per worker on the same
+SQS queues (long polls of 5 s, its defaults), the bucket as its id store.
+moto is not SQS: it applies no request limits and serves long polls from a
+thread each, so what this shows is requests per job, and jobs/s only
+while this host's two cores keep up (``cpu_share``; moto's own CPU is not
+counted in it). SQS requests are reported apart (``sqs_requests_per_job``,
+by operation), beside the bucket's.
+
 Two loads (``Spec(case="fleet", workers=W, rate=R)``):
 
 - **backlog** (``rate=0``): the submitter puts N keyed W3 jobs in the queue,
@@ -40,15 +50,21 @@ import asyncio
 import contextlib
 import time
 import uuid
+from collections import Counter
+from collections.abc import AsyncIterator
 from dataclasses import asdict
 from typing import Any
 
 from stepstone import JobHandle, JobRunner
-from stepstone.store import MemoryStore
+from stepstone.runtime import LeaseQueue
+from stepstone.runtime.sqs import SqsQueue
+from stepstone.runtime.store_queue import StoreQueue
+from stepstone.store import MemoryStore, ObjectStore
 
 from .cases import CpuTimer, Spec, per_area, per_job, percentile
 from .counting import CountingStore
 from .jobs import W3
+from .moto_server import MotoServer
 from .s3_like import S3LikeStore
 
 SEED = 17
@@ -57,6 +73,40 @@ SUBMITS_IN_FLIGHT = 32
 SETTLE = 6.0
 """Seconds the stream's workers run before the first submit: their first
 listings, and an idle queue's backoff to its slowest pace (docs/queue.md)."""
+
+
+LATENCY = (0.020, 0.060)
+"""Seconds a request to the bucket (and to SQS) takes, drawn uniformly."""
+
+
+@contextlib.asynccontextmanager
+async def _queues(spec: Spec, store: ObjectStore, count: int) -> AsyncIterator[list[LeaseQueue]]:
+    """``count`` queues on one shared queue: StoreQueues on ``store``, or
+    SqsQueues on moto's SQS (backend ``s3like-sqs``, module docstring)."""
+    if not spec.backend.endswith("-sqs"):
+        yield [StoreQueue(store) for _ in range(count)]
+        return
+    with MotoServer(latency=LATENCY, seed=SEED + 2) as url:
+        name = f"fleet-{uuid.uuid4().hex[:12]}"
+        options: dict[str, Any] = {"id_store": store, "endpoint_url": url, "region": "us-east-1"}
+        first = await SqsQueue.create(name, **options)
+        queues = [first] + [SqsQueue(name, **options) for _ in range(count - 1)]
+        try:
+            yield list(queues)
+        finally:  # each waits out its long polls: at once, not one after another
+            await asyncio.gather(*(queue.close() for queue in queues))
+
+
+def _sqs_requests(queues: list[LeaseQueue]) -> Counter[str]:
+    total: Counter[str] = Counter()
+    for queue in queues:
+        if isinstance(queue, SqsQueue):
+            total.update(queue.requests)
+    return total
+
+
+def _per_job_sqs(counts: Counter[str], n: int) -> dict[str, float]:
+    return {op: round(c / n, 3) for op, c in sorted(counts.items())}
 
 
 def _succeeded(runners: list[JobRunner]) -> int:
@@ -99,20 +149,36 @@ async def _stream(submitter: JobRunner, jobs: list[W3], rate: float) -> list[Job
 
 
 async def fleet(spec: Spec) -> dict[str, Any]:
-    sim = S3LikeStore(MemoryStore(), scale=spec.limit_scale or None, seed=SEED)
+    sim = S3LikeStore(MemoryStore(), latency=LATENCY, scale=spec.limit_scale or None, seed=SEED)
     store = CountingStore(sim)
-    submitter = JobRunner(store, jobs=[W3])
+    async with _queues(spec, store, 1 + spec.workers) as queues:
+        return await _run(spec, sim, store, queues)
+
+
+async def _run(
+    spec: Spec, sim: S3LikeStore, store: CountingStore, queues: list[LeaseQueue]
+) -> dict[str, Any]:
+    for queue in queues:
+        if isinstance(queue, SqsQueue):
+            queue.requests.clear()  # creating the SQS queues is no job's
+    submitter = JobRunner(store, jobs=[W3], queue=queues[0])
     tag = uuid.uuid4().hex[:8]
     jobs = [W3(n=i, steps=spec.steps, tag=tag, keyed=spec.keyed) for i in range(spec.n)]
     runners = [
-        JobRunner(store, jobs=[W3], concurrency=spec.concurrency, retry_backoff=0.0)
-        for _ in range(spec.workers)
+        JobRunner(store, jobs=[W3], queue=q, concurrency=spec.concurrency, retry_backoff=0.0)
+        for q in queues[1:]
     ]
     out: dict[str, Any] = {}
-    async with contextlib.AsyncExitStack() as stack:
+    started: list[JobRunner] = []
+
+    async def start_all() -> None:
+        for runner in runners:
+            await runner.start()
+            started.append(runner)
+
+    try:
         if spec.rate:
-            for runner in runners:
-                await stack.enter_async_context(runner)
+            await start_all()
             await asyncio.sleep(SETTLE)
             warm = [W3(n=-1 - i, steps=spec.steps, tag=tag) for i in range(spec.n // 2)]
             await _stream(submitter, warm, spec.rate)
@@ -122,27 +188,32 @@ async def fleet(spec: Spec) -> dict[str, Any]:
             handles = await _backlog(submitter, jobs)
             out["submit_jobs_per_s"] = round(spec.n / (time.perf_counter() - t0), 1)
             out["submit_requests_per_job"] = per_job(store.snapshot(), spec.n)
+            out["submit_sqs_requests_per_job"] = _per_job_sqs(_sqs_requests(queues), spec.n)
         store.reset()
         sim.slowdowns.clear()
+        for queue in queues:
+            if isinstance(queue, SqsQueue):
+                queue.requests.clear()
         before = _succeeded(runners)
         with CpuTimer() as cpu:
             t0 = time.perf_counter()
             if spec.rate:
                 handles = await _stream(submitter, jobs, spec.rate)
             else:
-                for runner in runners:
-                    await stack.enter_async_context(runner)
+                await start_all()
             done = await _until_done(runners, spec.n, spec.window, before)
             seconds = time.perf_counter() - t0
-        counts, areas = store.snapshot(), store.areas()
+        counts, areas, sqs = store.snapshot(), store.areas(), _sqs_requests(queues)
         outcomes = await asyncio.gather(*(h.join() for h in handles)) if done == spec.n else []
+    finally:  # at once: a stopping SqsQueue worker waits out its long poll
+        await asyncio.gather(*(runner.stop() for runner in started))
     assert all(h.newly_submitted for h in handles)
     waits = [(o.started_at or 0.0) - (o.submitted_at or 0.0) for o in outcomes]
     if waits:
         out["start_wait_p50_s"] = round(percentile(waits, 50), 3)
         out["start_wait_p99_s"] = round(percentile(waits, 99), 3)
     stats = [r.worker.stats for r in runners]
-    queues = [getattr(r.queue, "stats", None) for r in runners]
+    store_queues = [q for q in queues[1:] if isinstance(q, StoreQueue)]
     jobs_per_worker = sorted(s.succeeded for s in stats)
     out.update(
         done=done,
@@ -158,8 +229,10 @@ async def fleet(spec: Spec) -> dict[str, Any]:
         jobs_per_worker_min_max=[jobs_per_worker[0], jobs_per_worker[-1]],
         worker={k: sum(asdict(s)[k] for s in stats) for k in ("claimed", "retried", "lost")},
         queue={
-            k: sum(getattr(q, k) for q in queues if q is not None)
+            k: sum(getattr(q.stats, k) for q in store_queues)
             for k in ("scans", "fetches", "lost_races")
         },
     )
+    if sqs:
+        out["sqs_requests_per_job"] = _per_job_sqs(sqs, done)
     return out

@@ -66,14 +66,13 @@ def draw(results: list[dict[str, Any]], directory: str) -> list[str]:
 
 
 FLEET_LOADS = {
-    "": "backlog",
-    "-limits": "backlog, S3 limits / 10",
-    "-stream": "stream, 8 jobs/s",
+    "": "StoreQueue, backlog",
+    "-limits": "StoreQueue, backlog, S3 limits / 10",
+    "-stream": "StoreQueue, 8 jobs/s",
+    "-sqs": "SqsQueue, backlog",
+    "-sqs-stream": "SqsQueue, 8 jobs/s",
 }
 """The fleet's loads, by the suffix of their case (benchmarks/run.py)."""
-
-FLEET_OPERATIONS = ("GET", "CPUT", "LIST", "DELETE")
-"""The requests a fleet's job costs (PUT and HEAD stay at zero)."""
 
 
 def _fleet(plt: Any, results: list[dict[str, Any]], directory: str) -> list[str]:
@@ -85,44 +84,68 @@ def _fleet(plt: Any, results: list[dict[str, Any]], directory: str) -> list[str]
         curves.setdefault(load, []).append(r)
     if not curves:
         return []
-    loads = sorted(curves)
+    loads = [load for load in FLEET_LOADS if load in curves]
 
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    fig, ax = plt.subplots(figsize=(6, 4))
     for load in loads:
         rows = curves[load]
         workers = [r["workers"] for r in rows]
-        ax.plot(workers, [r["jobs_per_s"] for r in rows], "o-", label=FLEET_LOADS.get(load, load))
+        ax.plot(workers, [r["jobs_per_s"] for r in rows], "o-", label=FLEET_LOADS[load])
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("workers (4 jobs at a time each)")
     ax.set_ylabel("W3 jobs/s")
-    ax.set_title("Simulated fleet on an S3-like bucket")
+    ax.set_title("Simulated fleet, 20-60 ms a request")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
     written = [_save(fig, plt, directory, "fleet_jobs_per_s_vs_workers.png")]
 
-    fig, axes = plt.subplots(1, len(loads), figsize=(4 * len(loads), 3.8), sharey=True)
-    for ax, load in zip([axes] if len(loads) == 1 else list(axes), loads, strict=True):
+    columns = min(3, len(loads))
+    lines = -(-len(loads) // columns)
+    fig, axes = plt.subplots(
+        lines, columns, figsize=(4 * columns, 3.4 * lines), sharey=True, squeeze=False
+    )
+    for ax, load in zip(axes.flat, loads, strict=False):
         rows = curves[load]
-        workers = [r["workers"] for r in rows]
-        for op in FLEET_OPERATIONS:
-            ax.plot(workers, [_billed(r, op) for r in rows], "o-", label=op)
+        billed = [_billed(r) for r in rows]
+        for op in sorted({op for b in billed for op, v in b.items() if v >= 0.05}):
+            ax.plot([r["workers"] for r in rows], [b.get(op, 0.0) for b in billed], "o-", label=op)
         ax.set_xscale("log")
         ax.set_xlabel("workers")
-        ax.set_title(FLEET_LOADS.get(load, load), fontsize=10)
+        ax.set_title(FLEET_LOADS[load], fontsize=10)
+        ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3, which="both")
-    first = [axes] if len(loads) == 1 else list(axes)
-    first[0].set_ylabel("requests per W3 job (submit included)")
-    first[0].set_ylim(bottom=0)
-    first[0].legend(fontsize=8)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(loads) :]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("requests per W3 job")
     written.append(_save(fig, plt, directory, "fleet_requests_per_job_vs_workers.png"))
     return written
 
 
-def _billed(r: dict[str, Any], op: str) -> float:
-    """The ``op`` requests a job cost, its submit's included (a backlog's
-    were counted apart)."""
-    return float(r["requests_per_job"][op] + r.get("submit_requests_per_job", {}).get(op, 0))
+SQS_NAMES = {
+    "receive_message": "SQS Receive",
+    "send_message_batch": "SQS SendBatch",
+    "delete_message_batch": "SQS DeleteBatch",
+    "change_message_visibility": "SQS ChangeVisibility",
+}
+
+
+def _billed(r: dict[str, Any]) -> dict[str, float]:
+    """Every request a job cost by operation, its submit's included (a
+    backlog's were counted apart); SQS's beside the bucket's."""
+    total: dict[str, float] = {}
+    for key, names in (
+        ("requests_per_job", {}),
+        ("submit_requests_per_job", {}),
+        ("sqs_requests_per_job", SQS_NAMES),
+        ("submit_sqs_requests_per_job", SQS_NAMES),
+    ):
+        for op, value in r.get(key, {}).items():
+            name = names.get(op, f"SQS {op}" if names else op)
+            total[name] = total.get(name, 0.0) + float(value)
+    return total
 
 
 def _save(fig: Any, plt: Any, directory: str, name: str) -> str:

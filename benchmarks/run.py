@@ -90,11 +90,12 @@ def plan(quick: bool) -> dict[str, Spec]:
         # A simulated fleet (benchmarks/fleet.py): W workers, 4 jobs at a time
         # each, on an S3-like bucket: a backlog, with S3's per-prefix limits
         # at a tenth or none; and 8 submits a second (one worker's capacity
-        # is about 10 jobs a second), no limits.
+        # is about 10 jobs a second), no limits. StoreQueue workers, and
+        # SqsQueue consumers on moto's SQS (-sqs).
         **{
             f"fleet{w}{suffix}": Spec(
                 "fleet",
-                "s3like",
+                "s3like-sqs" if "-sqs" in suffix else "s3like",
                 n,
                 concurrency=4,
                 workers=w,
@@ -107,6 +108,8 @@ def plan(quick: bool) -> dict[str, Spec]:
                 ("", 0.0, 0.0, (20 if q else 200) * {1: 1, 10: 5, 100: 10}[w]),
                 ("-limits", 0.1, 0.0, (20 if q else 200) * {1: 1, 10: 5, 100: 10}[w]),
                 ("-stream", 0.0, 8.0, 16 if q else 160),
+                ("-sqs", 0.0, 0.0, (20 if q else 100) * {1: 1, 10: 2, 100: 4}[w]),
+                ("-sqs-stream", 0.0, 8.0, 16 if q else 160),
             )
         },
         # What waiting costs: N runs asleep, watched for `window` seconds a phase.

@@ -110,6 +110,15 @@ def test_a_simulated_fleet_drains_a_backlog_and_counts_its_requests() -> None:
     assert r["slowdowns_per_job"] == 0
 
 
+def test_a_simulated_fleet_of_sqs_consumers_counts_sqs_requests_apart() -> None:
+    r = run_one(Spec("fleet", "s3like-sqs", n=8, workers=2, concurrency=2, limit_scale=0.0))
+    assert r["done"] == 8
+    assert r["requests_by_area"]["CPUT memos"] == 3  # the bucket keeps the steps
+    sqs = r["sqs_requests_per_job"]
+    assert sqs["receive_message"] > 0 and 0 < sqs["delete_message_batch"] <= 1
+    assert 0 < r["submit_sqs_requests_per_job"]["send_message_batch"] <= 1
+
+
 def test_the_s3_like_store_answers_slowdown_past_a_prefixs_rate_and_retries() -> None:
     async def two_writes() -> tuple[S3LikeStore, list[object]]:
         # A millionth of S3's rates: one write's token, none refilled meanwhile.
