@@ -204,6 +204,7 @@ async def _run(
             done = await _until_done(runners, spec.n, spec.window, before)
             seconds = time.perf_counter() - t0
         counts, areas, sqs = store.snapshot(), store.areas(), _sqs_requests(queues)
+        slowdowns = dict(sim.slowdowns)  # (not the joins' below: all outcomes read at once)
         outcomes = await asyncio.gather(*(h.join() for h in handles)) if done == spec.n else []
     finally:  # at once: a stopping SqsQueue worker waits out its long poll
         await asyncio.gather(*(runner.stop() for runner in started))
@@ -224,8 +225,8 @@ async def _run(
         cpu_share=round(cpu.seconds / seconds, 2),
         requests_per_job=per_job(counts, done),
         requests_by_area=per_area(areas, done),
-        slowdowns_per_job=round(sum(sim.slowdowns.values()) / done, 3),
-        slowdowns_by_partition=per_area(dict(sim.slowdowns), done),
+        slowdowns_per_job=round(sum(slowdowns.values()) / done, 3),
+        slowdowns_by_partition=per_area(slowdowns, done),
         jobs_per_worker_min_max=[jobs_per_worker[0], jobs_per_worker[-1]],
         worker={k: sum(asdict(s)[k] for s in stats) for k in ("claimed", "retried", "lost")},
         queue={
