@@ -102,9 +102,7 @@ def _fleet(plt: Any, results: list[dict[str, Any]], directory: str) -> list[str]
 
     columns = min(3, len(loads))
     lines = -(-len(loads) // columns)
-    fig, axes = plt.subplots(
-        lines, columns, figsize=(4 * columns, 3.4 * lines), sharey=True, squeeze=False
-    )
+    fig, axes = plt.subplots(lines, columns, figsize=(4 * columns, 3.4 * lines), squeeze=False)
     for ax, load in zip(axes.flat, loads, strict=False):
         rows = curves[load]
         billed = [_billed(r) for r in rows]
