@@ -59,6 +59,25 @@ async def test_missing_object_is_not_found(any_store: ObjectStore) -> None:
         await any_store.head("nope/missing")
 
 
+async def test_get_many_answers_each_key_in_order_with_none_for_what_is_missing(
+    any_store: ObjectStore,
+) -> None:
+    one = await any_store.put("many/one", b"1")
+    two = await any_store.put("many/two", b"2")
+    keys = ["many/two", "many/missing", "many/one", "many/one/under", "other/missing"]
+    found = await any_store.get_many(keys)
+    assert [None if f is None else (f.key, f.data, f.etag) for f in found] == [
+        ("many/two", b"2", two),
+        None,
+        ("many/one", b"1", one),
+        None,
+        None,
+    ]
+    assert await any_store.get_many([]) == []
+    with pytest.raises(NotFound):
+        await any_store.get("many/one/under")  # below an object, not a directory
+
+
 async def test_binary_and_empty_objects(any_store: ObjectStore) -> None:
     binary = bytes(range(256)) * 4
     await any_store.put("bin", binary)

@@ -54,6 +54,20 @@ def read_object(path: str, key: str, location: str) -> StoredObject:
     )
 
 
+def absent(path: str) -> bool:
+    """Whether nothing is at ``path``: one ``lstat``, cheap enough to make on
+    the event loop. Most reads of a submit or a first run look for what is not
+    there yet (an outcome, a memo); answering those here spares each a trip
+    to the reading thread and back. False when in doubt: the read then says."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except OSError:
+        return False
+    return False
+
+
 def head_object(path: str, key: str, location: str) -> ObjectInfo:
     """The object ``key`` at ``path``'s etag, size and time, from its stat."""
     try:

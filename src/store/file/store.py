@@ -30,7 +30,7 @@ from .journal import Journal
 from .listing import list_page, next_page, objects_under
 from .locks import KeyLocks
 from .paths import KeyPaths, make_own_directory
-from .reads import head_object, read_object
+from .reads import absent, head_object, read_object
 from .recovery import recover
 from .temp_files import TempFiles
 
@@ -230,6 +230,8 @@ class FileStore(ObjectStore):
     # -- the contract -----------------------------------------------------
 
     async def get(self, key: str) -> StoredObject:
+        if absent(self._paths.of(key)):
+            raise NotFound("no such object", location=self.location, key=key)
         read = Read(key)
         self._forked()
         await self._reads.run(read)
@@ -239,15 +241,20 @@ class FileStore(ObjectStore):
         return read.result
 
     async def get_many(self, keys: Sequence[str]) -> list[StoredObject | None]:
-        """All ``keys`` read in one trip to the reading thread."""
-        if not keys:
-            return []
-        read = ReadMany("", keys=list(keys))
+        """All ``keys`` read in one trip to the reading thread (none for the
+        keys that name nothing)."""
+        results: list[StoredObject | None] = [None] * len(keys)
+        present = [i for i, key in enumerate(keys) if not absent(self._paths.of(key))]
+        if not present:
+            return results
+        read = ReadMany("", keys=[keys[i] for i in present])
         self._forked()
         await self._reads.run(read)
         if read.error is not None:
             raise read.error
-        return read.results
+        for i, found in zip(present, read.results, strict=True):
+            results[i] = found
+        return results
 
     async def head(self, key: str) -> ObjectInfo:
         return await self._run(self._head, key)
