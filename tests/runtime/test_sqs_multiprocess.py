@@ -27,7 +27,9 @@ pytestmark = pytest.mark.slow
 JOBS = 100
 WORKERS = 3
 VICTIM_CLAIMS = 10
-VICTIM_LEASE = 2.0
+VICTIM_LEASE = 6.0
+"""Long enough that the victim's first claims do not lapse (and come back to
+it as second attempts) while it is still claiming the rest on a loaded machine."""
 
 
 def _append(path: str, text: str) -> None:
