@@ -44,7 +44,7 @@ def canonical_input(model: BaseModel) -> bytes:
     raw = model.model_dump_json()
     if "null" in raw:  # perhaps a non-finite float that pydantic wrote as null
         _refuse_non_finite(model.model_dump(mode="json"), "")
-    value = json.loads(raw, parse_constant=_non_finite_constant)
+    value = _JSON_READER.decode(raw)
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
@@ -65,6 +65,10 @@ def _non_finite_constant(constant: str, path: str = "") -> None:
     raise ValueError(
         f"{constant}{where}: only finite floats can be stored (JSON has no NaN or infinity)"
     )
+
+
+_JSON_READER = json.JSONDecoder(parse_constant=_non_finite_constant)
+"""What ``json.loads(raw, parse_constant=...)`` builds on every call, built once."""
 
 
 def pack(value: object) -> bytes:

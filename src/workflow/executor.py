@@ -58,6 +58,8 @@ class Finished:
     """What a handler returns to the worker: the success record to write."""
 
     record: OutcomeRecord
+    envelope: Envelope
+    """The payload the attempt ran, decoded once for the attempt's whole path."""
     already_recorded: bool = False
     """The run's outcome was already recorded (by an earlier claim, or the
     previous run of its key): nothing ran, nothing is to be written."""
@@ -148,7 +150,7 @@ class Executor:
                     envelope.name,
                     extra=extra,
                 )
-                return Finished(existing, already_recorded=True)
+                return Finished(existing, envelope, already_recorded=True)
 
         memo_keys: set[str] | None = None
         if delivery.claims > 1:
@@ -227,7 +229,7 @@ class Executor:
             claimed_at=self._history.claimed_at(delivery),
             worker=self._history.worker_id(),
         )
-        return Finished(record)
+        return Finished(record, envelope)
 
     async def _recorded(self, run_id: str, envelope: Envelope) -> OutcomeRecord | None:
         """The outcome that already answers this run, if one is recorded."""
@@ -281,16 +283,18 @@ class Executor:
             raise
 
     async def _record(self, delivery: Delivery, terminal: Terminal) -> None:
+        envelope: Envelope | None
         if isinstance(terminal, Success) and isinstance(terminal.result, Finished):
-            record = terminal.result.record
+            record, envelope = terminal.result.record, terminal.result.envelope
             if terminal.result.already_recorded:
                 self._history.note(delivery, Noted.ANSWERED)
-                await self._wake_parent(delivery)
-                await self._settle(record, delivery)
+                await self._wake_parent(envelope)
+                await self._settle(record, envelope)
                 return
         else:
             assert isinstance(terminal, Failure)
-            record = self._failure_record(delivery, terminal)
+            envelope = _envelope(delivery)
+            record = self._failure_record(delivery, terminal, envelope)
             if terminal.kind is FailureKind.EXPIRED:
                 await self._limits.abandoned(delivery)
         recorded = await self._records.record_outcome(record)
@@ -328,33 +332,28 @@ class Executor:
                 record.error.message if record.error else "",
                 extra=extra,
             )
-        await self._wake_parent(delivery)
-        await self._settle(record, delivery)
+        await self._wake_parent(envelope)
+        await self._settle(record, envelope)
 
-    async def _settle(self, record: OutcomeRecord, delivery: Delivery) -> None:
+    async def _settle(self, record: OutcomeRecord, envelope: Envelope | None) -> None:
         """The run's outcome stands: wake its handles here, then call its
         hooks (a cancelled run's are the cancelling process's to call)."""
         self._settled(record)
         if record.status is not JobStatus.CANCELLED:
-            await self._hooks.run(record, _job_input(delivery))
+            await self._hooks.run(record, None if envelope is None else envelope.input)
 
-    async def _wake_parent(self, delivery: Delivery) -> None:
+    async def _wake_parent(self, envelope: Envelope | None) -> None:
         """A child's outcome is recorded: wake the run waiting for it, if it
         has a parent (after the record, so the parent finds it when it looks)."""
-        if self._waking is None:
-            return
-        try:
-            parent = Envelope.decode(delivery.payload).parent
-        except MalformedPayload:
-            return
-        if parent is not None:
-            await self._waking.wake(parent)
+        if self._waking is not None and envelope is not None and envelope.parent is not None:
+            await self._waking.wake(envelope.parent)
 
-    def _failure_record(self, delivery: Delivery, failure: Failure) -> OutcomeRecord:
-        try:
-            envelope = Envelope.decode(delivery.payload)
+    def _failure_record(
+        self, delivery: Delivery, failure: Failure, envelope: Envelope | None
+    ) -> OutcomeRecord:
+        if envelope is not None:
             name, digest, incarnation = envelope.name, envelope.input_hash, envelope.incarnation
-        except MalformedPayload:
+        else:
             name, digest, incarnation = delivery.kind, "", ""
         return OutcomeRecord(
             run_id=delivery.id,
@@ -372,10 +371,10 @@ class Executor:
         )
 
 
-def _job_input(delivery: Delivery) -> bytes | None:
-    """The run's input JSON, None when its payload does not decode."""
+def _envelope(delivery: Delivery) -> Envelope | None:
+    """The run's envelope, None when its payload does not decode."""
     try:
-        return Envelope.decode(delivery.payload).input
+        return Envelope.decode(delivery.payload)
     except MalformedPayload:
         return None
 
