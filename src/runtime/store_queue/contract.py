@@ -468,8 +468,7 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
         out: list[Delivery] = []
         tried: set[str] = set()
         refused_before = self._pacing.refusals
-        rounds = 0
-        while rounds < _CLAIM_ROUNDS:
+        for _ in range(_CLAIM_ROUNDS):
             need = n - len(out)
             # Under contention other processes hold the same view in the same
             # order and race for its head: take ours from a wider, shuffled head.
@@ -477,21 +476,17 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
             if len(candidates) < need and self._unread:
                 await self._read_ahead(need - len(candidates), now)
                 candidates = self._candidates(now, wanted, need * self._pacing.spread, tried)
-            if not candidates:
-                if not self._unread:
+            if candidates:
+                picked = sorted(random.sample(range(len(candidates)), min(need, len(candidates))))
+                batch = [candidates[i] for i in picked]
+                tried.update(batch)
+                won = await asyncio.gather(*(self._claim_one(i, now, lease, began) for i in batch))
+                out.extend(d for d in won if d is not None)
+                if len(out) >= n:
                     break
-                # All it read was taken: read on from wherever it jumped to.
-                # That spends no round: each read takes from the unread line,
-                # which is finite, so reading alone ends.
-                continue
-            rounds += 1
-            picked = sorted(random.sample(range(len(candidates)), min(need, len(candidates))))
-            batch = [candidates[i] for i in picked]
-            tried.update(batch)
-            won = await asyncio.gather(*(self._claim_one(i, now, lease, began) for i in batch))
-            out.extend(d for d in won if d is not None)
-            if len(out) >= n:
+            elif not self._unread:
                 break
+            # (else all it read was taken: read on from wherever it jumped to)
             if self._pacing.stale():
                 await self._scan()  # cheaper than more refusals from a stale view
                 now = self.clock.now()
