@@ -23,7 +23,7 @@ import logging
 import random
 import secrets
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from stepstone.store.base import (
@@ -791,34 +791,33 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
     async def discard_dead(self, id: str) -> bool:
         """Delete the record if it is dead, fenced on the dead version's etag
         (a requeue in between wins)."""
-        if not _valid_id(id):
-            return False
-        for _ in range(_SETTLE_TRIES):
-            fetched = await self._fetch(id)
-            if fetched is None or not fetched[1].dead:
-                return False
-            try:
-                await self._remove(id, fetched[0])
-            except (PreconditionFailed, NotFound):
-                continue
-            return True
-        return False
+        return await self._if_dead(id, lambda etag, _: self._remove(id, etag))
 
     async def requeue(self, id: str) -> bool:
+        async def revive(etag: str, job: StoredJob) -> None:
+            now = self.clock.now()
+            new = job.next(now, dead=False, dead_reason=None, attempts=0, run_at=now)
+            await self._swap(id, new, etag)
+
+        if not await self._if_dead(id, revive):
+            return False
+        self._notify()
+        return True
+
+    async def _if_dead(self, id: str, act: Callable[[str, StoredJob], Awaitable[None]]) -> bool:
+        """Do ``act(etag, job)`` to the record if it is dead, a write fenced on
+        that etag; a record that moved on meanwhile is looked at again. False
+        when there is no dead record of ``id`` (or it kept moving)."""
         if not _valid_id(id):
             return False
         for _ in range(_SETTLE_TRIES):
             fetched = await self._fetch(id)
             if fetched is None or not fetched[1].dead:
                 return False
-            etag, job = fetched
-            now = self.clock.now()
-            new = job.next(now, dead=False, dead_reason=None, attempts=0, run_at=now)
             try:
-                await self._swap(id, new, etag)
+                await act(*fetched)
             except (PreconditionFailed, NotFound):
                 continue
-            self._notify()
             return True
         return False
 
