@@ -118,8 +118,18 @@ async def _replaced_and_deleted(store: FileStore, note: Callable[[list[str]], No
     note(["replaced", "deleted"])
 
 
+async def _answered_alone(store: FileStore, note: Callable[[list[str]], None]) -> None:
+    """Creates one at a time: after the first, on a fast disk, each is
+    committed on the caller's thread."""
+    for obj in _objects("alone", 12):
+        [result] = await store.put_many_if_absent([obj])
+        assert isinstance(result, str)
+        note([obj.key])
+
+
 SCRIPTS: dict[str, Callable[[FileStore, Callable[[list[str]], None]], Any]] = {
     "answered": _answered_creates,
+    "answered-alone": _answered_alone,
     "killed-before-linking": _killed_before_linking,
     "refused-then-deleted": _refused_then_deleted,
     "replaced-and-deleted": _replaced_and_deleted,
@@ -178,6 +188,7 @@ class _Timeline:
         self.flushes: list[tuple[int, int]] = []  # fdatasync of the journal
         self.syncs: list[tuple[int, int]] = []  # syncfs, anyone's
         self.linked: dict[str, int] = {}
+        self.linked_by: dict[str, int] = {}  # the thread that linked a path
         real_pwrite, real_fdatasync, real_link = os.pwrite, os.fdatasync, os.link
 
         def pwrite(fd: int, data: Any, offset: int) -> int:
@@ -196,6 +207,7 @@ class _Timeline:
         def link(src: str, dst: str) -> None:
             real_link(src, dst)
             self.linked[os.fspath(dst)] = self.now()
+            self.linked_by[os.fspath(dst)] = threading.get_ident()
 
         def counted_syncfs(real: Callable[[int], None]) -> Callable[[int], None]:
             def syncfs(fd: int) -> None:
@@ -255,18 +267,97 @@ async def test_a_create_is_answered_once_its_journal_entry_is_flushed_and_its_na
         assert [(await store.get(o.key)).data for o in objects] == [o.data for o in objects]
 
 
+async def test_a_create_alone_on_a_fast_disk_is_committed_on_the_callers_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Creates made one at a time keep the order above (journaled, flushed,
+    linked, answered) and take no trip to the store's thread while the
+    journal flushes fast: handing a lone create over and back costs more
+    than its flush. On a slow disk they take the store's thread."""
+    timeline = _Timeline(monkeypatch)
+    monkeypatch.setattr("stepstone.store.file.store.CHECKPOINT_DELAY", 60.0)
+    objects = _objects("k", 8)
+    timeline.values = [o.data for o in objects]
+    root = tmp_path / "s"
+    here = threading.get_ident()
+    async with FileStore(root) as store:
+        await store.put_many_if_absent(_objects("first", 1))  # opens the journal
+        for i, obj in enumerate(objects):
+            # how fast the journal flushed lately, as the store measured it
+            store._journal.flush_seconds = 0.0001 if i < 4 else 0.05
+            asked = timeline.now()
+            [result] = await store.put_many_if_absent([obj])
+            answered = timeline.now()
+            assert isinstance(result, str)
+            path = str(root / obj.key)
+            journaled, linked = timeline.journaled[obj.data], timeline.linked[path]
+            assert asked < journaled < linked < answered
+            assert timeline.flushed_between(journaled, linked)
+            assert (timeline.linked_by[path] == here) == (i < 4), f"create {i}"
+
+
+async def test_creates_from_two_event_loops_never_commit_at_once(tmp_path: Path) -> None:
+    """Two threads, each with its own event loop, creating in one store (one
+    at a time, and gathered), while this loop does too: the journal's groups
+    must be committed one after another, whichever thread commits them."""
+    running, overlaps = 0, 0
+    guard = threading.Lock()
+    real = creates_module.Creator._commit
+
+    def watched(self: creates_module.Creator, batches: list[Any]) -> None:
+        nonlocal running, overlaps
+        with guard:
+            running += 1
+            overlaps += running > 1
+        try:
+            real(self, batches)
+        finally:
+            with guard:
+                running -= 1
+
+    creates_module.Creator._commit = watched  # type: ignore[method-assign]
+    try:
+        async with FileStore(tmp_path / "s") as store:
+
+            async def make(prefix: str) -> None:
+                for obj in _objects(prefix, 30):
+                    assert isinstance((await store.put_many_if_absent([obj]))[0], str)
+                gathered = await asyncio.gather(
+                    *(store.put_many_if_absent([o]) for o in _objects(prefix + "g", 20))
+                )
+                assert all(isinstance(r, str) for [r] in gathered)
+
+            threads = [
+                threading.Thread(target=asyncio.run, args=(make(f"t{i}"),)) for i in range(2)
+            ]
+            for thread in threads:
+                thread.start()
+            await make("main")
+            for thread in threads:
+                await asyncio.to_thread(thread.join, DEADLINE)
+                assert not thread.is_alive()
+            for prefix in ("t0", "t1", "main"):
+                for obj in _objects(prefix, 30) + _objects(prefix + "g", 20):
+                    assert (await store.get(obj.key)).data == obj.data
+    finally:
+        creates_module.Creator._commit = real  # type: ignore[method-assign]
+    assert overlaps == 0
+
+
 # -- what a recovery makes of a journal left behind ------------------------------
 
 
+@pytest.mark.parametrize(("script", "count"), [("answered", 40), ("answered-alone", 12)])
 def test_after_a_power_cut_every_answered_create_is_back(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str, count: int
 ) -> None:
     """The writer is killed right after its last answer, before any flush of
     the filesystem; then every name and file it made since is lost or torn.
-    The journal alone brings each back, holding its ``recovered`` bytes."""
+    The journal alone brings each back, holding its ``recovered`` bytes:
+    creates made in batches and creates made one at a time alike."""
     root = tmp_path / "s"
-    answered = _run_child(root, "answered")
-    assert len(answered) == 40
+    answered = _run_child(root, script)
+    assert len(answered) == count
     _power_cut(root, answered)
     _another_boot(monkeypatch)
     store = FileStore(root)

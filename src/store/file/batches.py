@@ -109,7 +109,8 @@ class Batcher(Generic[R]):
         self._on_idle = on_idle
         self._lock = threading.Lock()
         self._queue: list[tuple[R, asyncio.Future[None], asyncio.AbstractEventLoop]] = []
-        self._draining = False
+        self._draining = False  # a thread is taking batches
+        self._serving = False  # a batch is being served
 
     async def run(self, request: R) -> None:
         """Queue ``request`` and return once its batch is served (its result or
@@ -128,6 +129,11 @@ class Batcher(Generic[R]):
                 raise
         await done  # (cancelling the caller cancels ``done``; the request goes ahead)
 
+    def idle(self) -> bool:
+        """Whether no batch is being served or waiting (a hint: another thread
+        may queue a request at once)."""
+        return not self._serving and not self._queue
+
     def _take(self) -> list[tuple[R, asyncio.Future[None], asyncio.AbstractEventLoop]]:
         with self._lock:
             if not self._distinct:
@@ -144,6 +150,7 @@ class Batcher(Generic[R]):
                 self._queue = later
             if not batch:
                 self._draining = False
+            self._serving = bool(batch)
             return batch
 
     def _drain(self) -> None:
@@ -155,6 +162,7 @@ class Batcher(Generic[R]):
                 for request in requests:
                     if request.error is None:
                         request.error = exc
+            self._serving = False  # (before the wakes: a caller resumed finds it idle)
             by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
             for _, done, loop in batch:
                 by_loop.setdefault(loop, []).append(done)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import threading
 
 from ..errors import AlreadyExists
 from .batches import Creates, Write
@@ -46,10 +47,26 @@ class Creator:
         self._temp = temp_files
         self._journal = journal
         self._location = paths.location
+        self._lock = threading.Lock()  # one batch at a time: the journal's groups link in order
 
     def commit(self, batches: list[Creates]) -> None:
         """Create every write of ``batches`` whose key is free, with one flush
         (two when a create is refused); see the module docstring."""
+        with self._lock:
+            self._commit(batches)
+
+    def commit_now(self, batch: Creates) -> bool:
+        """Commit ``batch`` in the calling thread unless another batch is being
+        committed (then False, and nothing was done)."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            self._commit([batch])
+        finally:
+            self._lock.release()
+        return True
+
+    def _commit(self, batches: list[Creates]) -> None:
         writes = [write for batch in batches for write in batch.writes]
         made: set[str] = set()  # directories made or found this batch
         try:

@@ -190,6 +190,9 @@ class Journal:
         self._retired = 0  # linked before a flush of everything began
         self._unflushed: list[tuple[int, str]] = []  # (group, path) linked, not yet retired
         self._checkpointing = False
+        self.flush_seconds: float | None = None
+        """How long a flush of the journal takes here: a moving average of the
+        recent ones (None before the first)."""
         self.broken = False
         """A flush of the journal failed: what it held may be lost, and the
         store stops using it (its creates take the usual way)."""
@@ -220,10 +223,14 @@ class Journal:
             view = memoryview(blob)
             while view:
                 view = view[os.pwrite(fd, view, offset + len(blob) - len(view)) :]
+            started = time.perf_counter()
             os.fdatasync(fd)
         except OSError:
             self.broken = True
             raise
+        took = time.perf_counter() - started
+        last = self.flush_seconds
+        self.flush_seconds = took if last is None else last + (took - last) / 8
 
     def linked(self, paths: list[str]) -> None:
         """The last group recorded is done: its objects at ``paths`` are in place."""

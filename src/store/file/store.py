@@ -45,6 +45,13 @@ CHECKPOINT_DELAY = 0.05
 that retires its entry (see ``journal``): a busy store's own batches flush
 sooner; an idle one flushes once for all the creates of that time."""
 
+CREATE_HERE_FLUSH = 0.001
+"""Seconds a journal flush may take (on average, lately) for a few creates to
+be committed on the caller's thread (``FileStore.put_many_if_absent``)."""
+
+CREATE_HERE_MAX = 8
+"""The most creates one call may have to be committed on the caller's thread."""
+
 SyncMode = Literal["auto", "syncfs", "fsync"]
 
 
@@ -109,7 +116,6 @@ class FileStore(ObjectStore):
             syncfs_fd=root_fd,
             journal=self._journal,
         )
-        self._creator = Creator(self._paths, self._temp, self._journal)
         self._generation = forks()
         self._queues()
         recover(journals, self._paths, self._committer, self._flush_everything)
@@ -128,7 +134,10 @@ class FileStore(ObjectStore):
             self._queues()
 
     def _queues(self) -> None:
-        """New, empty queues for writes, journaled creates and reads."""
+        """New, empty queues for writes, journaled creates and reads (and a new
+        creator: a thread of the parent may have held the old one's lock)."""
+        self._creator = Creator(self._paths, self._temp, self._journal)
+        self._created_this_turn: asyncio.Task[object] | None = None
         self._writes = Batcher(self._committer.commit, self._start, distinct_keys=True)
         self._creates = Batcher(
             self._creator.commit,
@@ -139,6 +148,27 @@ class FileStore(ObjectStore):
         self._reads: Batcher[Read | ReadMany] = Batcher(
             self._serve_reads, self._start, distinct_keys=False
         )
+
+    def _may_create_here(self, count: int) -> bool:
+        """Whether ``count`` creates may be committed on the caller's thread
+        (``put_many_if_absent``). The first task to create in a turn of the
+        event loop may, again and again; other tasks creating in the same
+        turn (a gather of submits) are queued together, for one flush."""
+        task = asyncio.current_task()
+        if self._created_this_turn not in (None, task):
+            return False
+        flush = self._journal.flush_seconds
+        if count > CREATE_HERE_MAX or flush is None or flush > CREATE_HERE_FLUSH:
+            return False
+        if not self._creates.idle():
+            return False
+        if self._created_this_turn is None:
+            self._created_this_turn = task
+            asyncio.get_running_loop().call_soon(self._turn_over)
+        return True
+
+    def _turn_over(self) -> None:
+        self._created_this_turn = None
 
     def _flush_linked(self, paths: list[str]) -> None:
         """A journal checkpoint: make the creates linked at ``paths`` durable
@@ -268,7 +298,16 @@ class FileStore(ObjectStore):
     async def put_many_if_absent(self, objects: Sequence[NewObject]) -> list[str | StoreError]:
         """Every create of the call, and of calls made meanwhile, made durable
         with one flush of this process's journal (``journal``, ``creates``):
-        not the two flushes of the filesystem a ``put_if_absent`` waits for."""
+        not the two flushes of the filesystem a ``put_if_absent`` waits for.
+
+        A call alone (the first of its turn of the event loop, with no batch
+        under way) with a few creates, on a disk that flushes fast, commits
+        them on this thread: handing them to the committing thread and back
+        would cost the caller more than the flush does (about a third of a
+        lone submit's time). It blocks the event loop for that flush, as
+        long as a callback that does some work would; a slow disk, a big
+        call, or calls that arrive together take the committing thread.
+        """
         if not objects:
             return []
         self._forked()
@@ -276,7 +315,10 @@ class FileStore(ObjectStore):
             return await super().put_many_if_absent(objects)
         writes = [Write(o.key, bytes(o.data), "absent", recovered=o.recovered) for o in objects]
         request = Creates("", writes=writes)
-        await self._creates.run(request)
+        if self._may_create_here(len(writes)) and self._creator.commit_now(request):
+            self._journal.checkpoint_soon()
+        else:
+            await self._creates.run(request)
         if request.error is not None:
             raise request.error
         return [_answer(write) for write in writes]
