@@ -30,6 +30,7 @@ from .queue import (
     JobRecord,
     JobStatus,
     LeaseQueue,
+    NewJob,
     Settlement,
     Wait,
     check_enqueue,
@@ -169,31 +170,52 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
         max_attempts: int | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> Enqueued:
+        job_id, rec = self._add(NewJob(payload, kind, id, priority, run_at, max_attempts, headers))
+        if rec is None:
+            return Enqueued(job_id, created=False)
+        self._touch(rec)
+        self._notify()
+        return Enqueued(rec.id, created=True)
+
+    async def enqueue_claimed(
+        self, job: NewJob, *, lease: float
+    ) -> tuple[Enqueued, Delivery | None]:
+        job_id, rec = self._add(job)
+        if rec is None:
+            return Enqueued(job_id, created=False), None
+        now = self.clock.now()
+        if rec.run_at > now:
+            self._touch(rec)
+            self._notify()
+            return Enqueued(rec.id, created=True), None
+        return Enqueued(rec.id, created=True), self._lease(rec, now, lease)
+
+    def _add(self, job: NewJob) -> tuple[str, _Rec | None]:
+        """``job``'s id and its new record, not yet placed in a heap
+        (``_touch``); no record if the id is taken."""
         job_id = check_enqueue(
-            payload,
-            id=id,
-            priority=priority,
-            max_attempts=max_attempts,
+            job.payload,
+            id=job.id,
+            priority=job.priority,
+            max_attempts=job.max_attempts,
             max_payload_bytes=self.max_payload_bytes,
         )
         if job_id in self._records:
-            return Enqueued(job_id, created=False)
+            return job_id, None
         now = self.clock.now()
         rec = _Rec(
             id=job_id,
-            kind=kind,
-            payload=bytes(payload),
-            priority=priority,
-            max_attempts=max_attempts or self.default_max_attempts,
-            headers=dict(headers or {}),
-            run_at=now if run_at is None else run_at,
+            kind=job.kind,
+            payload=bytes(job.payload),
+            priority=job.priority,
+            max_attempts=job.max_attempts or self.default_max_attempts,
+            headers=dict(job.headers or {}),
+            run_at=now if job.run_at is None else job.run_at,
             created_at=now,
             updated_at=now,
         )
         self._records[job_id] = rec
-        self._touch(rec)
-        self._notify()
-        return Enqueued(job_id, created=True)
+        return job_id, rec
 
     async def claim(
         self, n: int, *, lease: float, kinds: Collection[str] | None = None
@@ -211,30 +233,32 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
             if wanted is not None and rec.kind not in wanted:
                 skipped.append(entry)
                 continue
-            rec.attempts += 1
-            rec.claims += 1
-            rec.wait, rec.woken = None, False
-            rec.token = f"{self._token_prefix}-{next(self._tokens)}"
-            rec.lease_expires_at = now + lease
-            self._touch(rec)
-            out.append(
-                Delivery(
-                    id=rec.id,
-                    kind=rec.kind,
-                    payload=rec.payload,
-                    attempt=rec.attempts,
-                    max_attempts=rec.max_attempts,
-                    token=rec.token,
-                    lease_expires_at=rec.lease_expires_at,
-                    priority=rec.priority,
-                    headers=rec.headers,
-                    enqueued_at=rec.created_at,
-                    claims=rec.claims,
-                )
-            )
+            out.append(self._lease(rec, now, lease))
         for entry in skipped:
             heapq.heappush(self._ready, entry)
         return out
+
+    def _lease(self, rec: _Rec, now: float, lease: float) -> Delivery:
+        """Claim ``rec`` for ``lease`` seconds: one attempt more, a new token."""
+        rec.attempts += 1
+        rec.claims += 1
+        rec.wait, rec.woken = None, False
+        rec.token = f"{self._token_prefix}-{next(self._tokens)}"
+        rec.lease_expires_at = now + lease
+        self._touch(rec)
+        return Delivery(
+            id=rec.id,
+            kind=rec.kind,
+            payload=rec.payload,
+            attempt=rec.attempts,
+            max_attempts=rec.max_attempts,
+            token=rec.token,
+            lease_expires_at=rec.lease_expires_at,
+            priority=rec.priority,
+            headers=rec.headers,
+            enqueued_at=rec.created_at,
+            claims=rec.claims,
+        )
 
     async def renew(self, delivery: Delivery, at_least: float) -> float | None:
         rec = self._owned(delivery)

@@ -307,6 +307,21 @@ class LeaseQueue(abc.ABC):
         await asyncio.gather(*(enqueue(indexes) for indexes in by_id.values()))
         return all_or_first_error(results)
 
+    async def enqueue_claimed(
+        self, job: NewJob, *, lease: float
+    ) -> tuple[Enqueued, Delivery | None]:
+        """Enqueue ``job`` already claimed by the caller, leased for ``lease``
+        seconds: for a worker in the submitting process with a free slot and
+        nothing else to take, one write where an enqueue and a claim take two.
+        The delivery is the caller's to run, renew and settle as a claim's,
+        or to ``release``; if the caller goes away instead, the lease lapses
+        and any worker claims the job. None when the enqueue created no record
+        (a live run has the id), or when the queue cannot write a record
+        claimed (it then enqueues ``job`` as ``enqueue`` does, as this default
+        does)."""
+        [enqueued] = await self.enqueue_many([job])
+        return enqueued, None
+
     @abc.abstractmethod
     async def claim(
         self, n: int, *, lease: float, kinds: Collection[str] | None = None

@@ -439,6 +439,8 @@ class Worker:
         self._claim_errors = 0
         self._claim_not_before = 0.0
         self._last_claim_at = float("-inf")
+        self._claiming = False  # a claim is under way
+        self._drained = False  # the last claim found no more than it took, and no work came since
         self._threads: ThreadPoolExecutor | None = None
 
     # -- configuration -------------------------------------------------------
@@ -500,6 +502,39 @@ class Worker:
                 found = True
         return found
 
+    def ready_for(self, kind: str) -> bool:
+        """Whether a job of ``kind`` may be handed to this worker as it is
+        enqueued (``take``, after ``LeaseQueue.enqueue_claimed``): the worker
+        runs on this event loop with a free slot and room under the kind's
+        cap (a claim under way may not count on that room: a capped kind
+        waits for it), and its last claim found nothing more to take and it
+        heard of no work since, so no job waiting in the queue is passed
+        over for the slot."""
+        try:
+            here = asyncio.get_running_loop() is self._loop
+        except RuntimeError:
+            here = False
+        registration = self._handlers.get(kind)
+        if not (
+            here
+            and self._drained
+            and not self._stopping
+            and self._loop_task is not None
+            and registration is not None
+            and len(self._jobs) < self.concurrency
+        ):
+            return False
+        cap = registration.max_in_flight
+        return cap is None or (not self._claiming and self._by_kind.get(kind, 0) < cap)
+
+    def take(self, delivery: Delivery) -> bool:
+        """Run ``delivery`` (a claim made for this worker) as a claimed job,
+        if ``ready_for`` its kind still; False, and nothing done, if not."""
+        if not self.ready_for(delivery.kind):
+            return False
+        self._begin(delivery, self.clock.now())
+        return True
+
     # -- lifecycle -------------------------------------------------------------
 
     async def start(self) -> None:
@@ -509,8 +544,9 @@ class Worker:
         self._loop = asyncio.get_running_loop()
         self._wakeup = asyncio.Event()
         self._stopping = False
+        self._drained = False
         self._unsubscribe = [
-            self.queue.subscribe(self.wake),
+            self.queue.subscribe(self._work_came),
             clock_mod.subscribe(self.clock, self.wake),
         ]
         self._loop_task = asyncio.create_task(self._run(), name=f"{self.name} loop")
@@ -558,6 +594,11 @@ class Worker:
         else:
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                 loop.call_soon_threadsafe(event.set)
+
+    def _work_came(self) -> None:
+        """The queue has work for us: claim it, and hand nothing over meanwhile."""
+        self._drained = False
+        self.wake()
 
     # -- the loop --------------------------------------------------------------
 
@@ -652,29 +693,39 @@ class Worker:
             if n <= 0:
                 return
             claimed_at = self.clock.now()
+            self._claiming = True
             try:
                 deliveries = await self.queue.claim(n, lease=self.lease, kinds=kinds)
             except Exception as error:
+                self._drained = False
                 self._queue_failed("claim", error)
                 return
+            finally:
+                self._claiming = False
+            # (work heard of during the claim woke us: the next claim takes it,
+            # along with jobs handed over meanwhile, while slots are free)
+            self._drained = len(deliveries) < n
             self._claim_errors = 0
             self._last_claim_at = claimed_at
-            for delivery in deliveries[:n]:
+            # (jobs handed over while the claim was under way may have taken slots)
+            room = min(n, self.concurrency - len(self._jobs))
+            for delivery in deliveries[:room]:
                 self._begin(delivery, claimed_at)
             if len(deliveries) > n:
-                await self._give_back(deliveries[n:], n)
+                logger.warning(
+                    "%s: the queue returned %d deliveries for a claim of %d; releasing the extra",
+                    self.name,
+                    len(deliveries),
+                    n,
+                )
+            if len(deliveries) > room:
+                await self._give_back(deliveries[room:])
             if len(deliveries) < n:
                 return
 
-    async def _give_back(self, surplus: list[Delivery], asked: int) -> None:
-        """Release deliveries beyond what we asked for: the queue broke its
-        contract, and running them would break the concurrency bound."""
-        logger.warning(
-            "%s: the queue returned %d deliveries for a claim of %d; releasing the extra",
-            self.name,
-            asked + len(surplus),
-            asked,
-        )
+    async def _give_back(self, surplus: list[Delivery]) -> None:
+        """Release deliveries there is no room for: running them would break
+        the concurrency bound."""
         for delivery in surplus:
             try:
                 await self.queue.release(delivery)

@@ -141,7 +141,11 @@ class JobRunner:
             heard_here=lambda run_id: self.worker.holds(run_id) or self.queue.pending_here(run_id),
         )
         self._submitter = Submitter(
-            queue=self.queue, records=self._records, answers=self, max_attempts=max_attempts
+            queue=self.queue,
+            records=self._records,
+            answers=self,
+            max_attempts=max_attempts,
+            worker=self.worker,
         )
         self._hooks = SettledHooks(
             on_settled, job_type=self._jobs.get, in_thread=self.worker.in_thread

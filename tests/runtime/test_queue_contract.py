@@ -21,6 +21,7 @@ import pytest
 from stepstone.runtime import (
     DeadJobRequeue,
     Delivery,
+    Enqueued,
     FakeClock,
     JobCounts,
     JobListing,
@@ -280,6 +281,44 @@ async def test_claim_hands_over_what_was_enqueued(queue: LeaseQueue, clock: Fake
     record = await queue.get("j")
     assert record is not None and record.status is JobStatus.RUNNING
     assert record.lease_expires_at == d.lease_expires_at
+
+
+async def test_enqueue_claimed_hands_over_the_job_held_or_enqueues_it(
+    queue: LeaseQueue, clock: FakeClock, backend: Backend
+) -> None:
+    """A queue that can writes the record claimed: the delivery is the
+    caller's, and no claim gets the job while its lease runs. One that
+    cannot (SqsQueue) enqueues it for a claim. Either way a live id is
+    refused, and a job due later waits for its time."""
+    job = NewJob(b"body", kind="k", id="j", priority=2, headers={"h": "v"})
+    enqueued, d = await queue.enqueue_claimed(job, lease=30)
+    assert enqueued == Enqueued("j", created=True)
+    if d is None:
+        assert backend.name == "sqs"
+        d = await claim_one(queue)
+    else:
+        assert await queue.claim(5, lease=30) == []
+        assert d.lease_expires_at == clock.now() + 30
+        record = await queue.get("j")
+        assert record is not None and record.status is JobStatus.RUNNING
+    assert (d.id, d.kind, d.payload, d.priority, dict(d.headers)) == (
+        "j",
+        "k",
+        b"body",
+        2,
+        {"h": "v"},
+    )
+    assert (d.attempt, d.claims, d.enqueued_at) == (1, 1, clock.now())
+    assert await queue.enqueue_claimed(NewJob(b"other", id="j"), lease=30) == (
+        Enqueued("j", created=False),
+        None,
+    )
+    assert await queue.ack(d) is Settlement.ACKED
+    later, none = await queue.enqueue_claimed(
+        NewJob(b"", id="l", run_at=clock.now() + 60), lease=30
+    )
+    assert later.created and none is None
+    assert await queue.claim(5, lease=30) == []
 
 
 async def test_a_job_is_not_claimed_before_its_run_at(queue: LeaseQueue, clock: FakeClock) -> None:

@@ -18,8 +18,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stepstone.runtime import Delivery, FakeClock, JobRecord, JobStatus, Settlement, Wait
-from stepstone.runtime.queue import QUEUE_STATUSES
+from stepstone.runtime import (
+    Delivery,
+    Enqueued,
+    FakeClock,
+    JobRecord,
+    JobStatus,
+    Settlement,
+    Wait,
+)
+from stepstone.runtime.queue import QUEUE_STATUSES, NewJob
 from stepstone.runtime.store_queue import StoreQueue
 from stepstone.runtime.store_queue.records import (
     CorruptRecord,
@@ -101,6 +109,45 @@ async def test_each_operation_costs_one_request_for_a_process_own_jobs(
     assert take(store) == {"DELETE": 1}  # the view knows its etag
     assert not await q.cancel(d.id)
     assert take(store) == {"HEAD": 1}
+
+
+async def test_a_job_enqueued_claimed_costs_one_write_and_settles_like_a_claim(
+    backing: MemoryStore, clock: FakeClock
+) -> None:
+    """``enqueue_claimed``: the record is created holding the caller's lease,
+    one PUT where an enqueue and a claim take two (the refused create of a
+    live id is one PUT too)."""
+    q, store = make(backing, clock)
+    enqueued, d = await q.enqueue_claimed(NewJob(b"p", kind="k", id="a"), lease=30)
+    assert enqueued.created and d is not None
+    assert (d.id, d.kind, d.payload, d.attempt, d.claims) == ("a", "k", b"p", 1, 1)
+    assert d.lease_expires_at == clock.now() + 30
+    assert take(store) == {"PUT": 1}
+    assert await q.renew(d, 60) is not None
+    assert await q.ack(d) is Settlement.ACKED
+    assert take(store) == {"PUT": 1, "DELETE": 1}
+
+    await q.enqueue(b"p", id="b")
+    take(store)
+    assert await q.enqueue_claimed(NewJob(b"p", id="b"), lease=30) == (
+        Enqueued("b", created=False),
+        None,
+    )
+    assert take(store) == {"PUT": 1}
+
+
+async def test_a_job_enqueued_claimed_by_a_process_that_died_runs_once_its_lease_lapses(
+    backing: MemoryStore, clock: FakeClock
+) -> None:
+    a, _ = make(backing, clock)
+    b, _ = make(backing, clock, scan_interval=0.0)
+    _, held = await a.enqueue_claimed(NewJob(b"p", id="j"), lease=30)  # and a dies
+    assert held is not None
+    assert await b.claim(1, lease=30) == []
+    clock.advance(31)
+    [d] = await b.claim(1, lease=30)
+    assert (d.id, d.attempt, d.claims) == ("j", 2, 2)
+    assert await a.ack(held) is Settlement.LOST
 
 
 async def test_a_process_working_its_own_jobs_lists_rarely_and_never_gets(

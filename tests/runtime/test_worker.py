@@ -39,7 +39,7 @@ from stepstone.runtime import (
     Terminal,
     Worker,
 )
-from stepstone.runtime.queue import DEFAULT_MAX_ATTEMPTS, Enqueued
+from stepstone.runtime.queue import DEFAULT_MAX_ATTEMPTS, Enqueued, NewJob
 from stepstone.store.errors import InvalidKey, StoreError, StoreUnavailable
 
 NO_BACKOFF = Backoff(base=0.0, jitter=0.0)
@@ -705,6 +705,110 @@ async def test_an_idle_worker_wakes_at_once_on_enqueue(env: Env) -> None:
     await asyncio.sleep(0)  # let it go idle
     await env.queue.enqueue(b"", kind="k", id="j")
     await until(lambda: worker.stats.succeeded == 1, "the job ran", within=2.0)
+
+
+# -- jobs handed over as they are submitted ---------------------------------------------
+
+
+async def _claimed_here(queue: MemoryQueue, job_id: str) -> Delivery:
+    """A job enqueued claimed, to hand to the worker (as a submit here does)."""
+    _, delivery = await queue.enqueue_claimed(NewJob(b"", kind="k", id=job_id), lease=60)
+    assert delivery is not None
+    return delivery
+
+
+async def test_a_worker_takes_a_job_handed_over_only_with_a_free_slot_and_nothing_waiting(
+    env: Env,
+) -> None:
+    release = asyncio.Event()
+
+    async def handler(attempt: Attempt) -> None:
+        await release.wait()
+
+    worker = env.worker(concurrency=2, poll_interval=60.0)
+    worker.register("k", handler)
+    assert not worker.ready_for("k")  # not started
+    await worker.start()
+    await until(lambda: worker.ready_for("k"), "its first claim found the queue empty")
+    assert not worker.ready_for("other")  # nobody registered it
+
+    await env.queue.enqueue(b"", kind="k", id="waiting")
+    assert not worker.ready_for("k")  # a job waits: it is claimed first
+    await until(lambda: worker.in_flight == 1 and worker.ready_for("k"), "it was claimed")
+
+    assert worker.take(await _claimed_here(env.queue, "handed"))
+    assert worker.in_flight == 2 and not worker.ready_for("k")  # full
+    assert not worker.take(await _claimed_here(env.queue, "refused"))
+    release.set()
+    await until(lambda: worker.stats.succeeded == 2, "both ran and were acked")
+    assert await env.status("handed") is None
+    await worker.stop()
+    assert not worker.ready_for("k")
+
+
+async def _status_is(queue: MemoryQueue, job_id: str, status: JobStatus) -> bool:
+    record = await queue.get(job_id)
+    return record is not None and record.status is status
+
+
+class _NoticeLessQueue(MemoryQueue):
+    """A MemoryQueue that tells no one of new work (as SQS cannot), whose
+    claims wait for ``gate``: a claim can be caught under way."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock=clock)
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.claiming = 0
+
+    def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
+        return lambda: None
+
+    async def claim(
+        self, n: int, *, lease: float, kinds: Collection[str] | None = None
+    ) -> list[Delivery]:
+        self.claiming += 1
+        try:
+            await self.gate.wait()
+            return await super().claim(n, lease=lease, kinds=kinds)
+        finally:
+            self.claiming -= 1
+
+
+async def test_jobs_handed_over_during_a_claim_keep_the_concurrency_bound(env: Env) -> None:
+    """A claim under way asked for the slots that were free; jobs handed over
+    meanwhile took them. What the claim brings beyond the room left goes
+    back to the queue, and runs once a slot frees."""
+    queue = _NoticeLessQueue(env.clock)
+    active = peak = 0
+    release = asyncio.Event()
+
+    async def handler(attempt: Attempt) -> None:
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        await release.wait()
+        active -= 1
+
+    worker = env.worker(queue=queue, concurrency=2, poll_interval=0.02)
+    worker.register("k", handler)
+    await worker.start()
+    await until(lambda: worker.ready_for("k"), "its first claim found the queue empty")
+    queue.gate.clear()
+    for i in range(2):
+        await queue.enqueue(b"", kind="k", id=f"queued{i}")  # (no notice: found by a poll)
+    await until(lambda: queue.claiming == 1, "a claim is under way")
+    assert worker.ready_for("k")
+    for i in range(2):
+        assert worker.take(await _claimed_here(queue, f"handed{i}"))
+    queue.gate.set()
+    await until(lambda: queue.claiming == 0, "the claim returned")
+    assert worker.in_flight == 2
+    for i in range(2):
+        await until(lambda i=i: _status_is(queue, f"queued{i}", JobStatus.READY), "it went back")
+    release.set()
+    await until(lambda: worker.stats.succeeded == 4, "all four ran")
+    assert peak == 2 and worker.stats.peak_in_flight == 2
 
 
 # -- queue outage ----------------------------------------------------------------------

@@ -413,6 +413,27 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
             self._notify()
         return all_or_first_error(answers)
 
+    async def enqueue_claimed(
+        self, job: NewJob, *, lease: float
+    ) -> tuple[Enqueued, Delivery | None]:
+        """The record is created holding the caller's lease: one create, where
+        an enqueue and a claim take a create and a swap. A job due later is
+        enqueued as usual."""
+        now = self.clock.now()
+        record = self._new_record(job, now)
+        if record.run_at > now:
+            [enqueued] = await self.enqueue_many([job])
+            return enqueued, None
+        claimed = record.next(
+            now, attempts=1, claims=1, token=new_token(), lease_expires_at=now + lease
+        )
+        data, recovered = encode_created(claimed)
+        [result] = await self.store.put_many_if_absent(
+            [NewObject(self._key(claimed.id), data, recovered)]
+        )
+        enqueued = await self._created(claimed, data, result)
+        return enqueued, delivery_of(claimed) if enqueued.created else None
+
     def _new_record(self, job: NewJob, now: float) -> StoredJob:
         job_id = check_enqueue(
             job.payload,
