@@ -402,13 +402,21 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
                 for r, (data, recovered) in zip(records, encoded, strict=True)
             ]
         )
-        answers = await asyncio.gather(
-            *(
-                self._created(record, data, result)
-                for record, (data, _), result in zip(records, encoded, created, strict=True)
-            ),
+        answers: list[Enqueued | BaseException] = []
+        unsure: list[tuple[int, StoredJob, bytes, StoreError]] = []
+        for record, (data, _), result in zip(records, encoded, created, strict=True):
+            if isinstance(result, str):  # (the common case, answered without a coroutine)
+                self._view.learn(record.id, result, record, len(data))
+                answers.append(Enqueued(record.id, created=True))
+            else:
+                unsure.append((len(answers), record, data, result))
+                answers.append(Enqueued(record.id, created=False))
+        settled = await asyncio.gather(
+            *(self._created(record, data, result) for _, record, data, result in unsure),
             return_exceptions=True,
         )
+        for (i, *_), answer in zip(unsure, settled, strict=True):
+            answers[i] = answer
         if any(isinstance(a, Enqueued) and a.created for a in answers):
             self._notify()
         return all_or_first_error(answers)
