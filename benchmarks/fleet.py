@@ -39,7 +39,9 @@ Reported: jobs/s; how long jobs waited from their submit to their start
 (in the backlog the submits' are apart, ``submit_requests_per_job``, since
 they do not depend on W; in the stream they are included, and are 2 GETs
 and 1 conditional PUT a job); SlowDown answers per job, claims lost to
-another worker, listings; and this process's CPU seconds per second
+another worker, listings; the bucket client's allowed send rates at the end
+(``send_rate_at_end``, requests a second, of the partitions a SlowDown ever
+cut: stepstone.store.throttle); and this process's CPU seconds per second
 (``cpu_share``: one process drives the whole fleet, so a share near 1 means
 the host, not the bucket, set the pace).
 """
@@ -236,4 +238,7 @@ async def _run(
     )
     if sqs:
         out["sqs_requests_per_job"] = _per_job_sqs(sqs, done)
+    if sim.send_rates is not None:
+        cut = sim.send_rates.by_partition.items()
+        out["send_rate_at_end"] = {p: round(r.rate, 1) for p, r in cut if r.rate is not None}
     return out

@@ -13,9 +13,13 @@ grows with the fleet shows up without a fleet.
   reads: GET, HEAD and LIST, which is a GET on the bucket), refilled at
   ``rates`` per second times ``scale``, holding at most a tenth of a
   second's worth. A request that finds its bucket empty is answered
-  SlowDown after its round trip, as S3 does, and the client retries it as
-  ``S3Store`` does (stepstone.store.retry.RetryPolicy: full jitter from 50
-  ms, five tries, then StoreUnavailable to the engine).
+  SlowDown after its round trip, as S3 does, and the client does what
+  ``S3Store`` does: it retries (stepstone.store.retry.RetryPolicy: full
+  jitter from 50 ms, five tries, then StoreUnavailable to the engine), and
+  every request first waits on the adaptive send rate of its partition
+  (stepstone.store.throttle.AdaptiveRates: cut when a retry is refused
+  too, once per congestion event, grown back on successes;
+  ``adaptive=False`` turns it off, as ``S3Store`` allows).
 - **Partitions**: a key's partition is its first segment (``queue``,
   ``memos``, ``outcomes``): a fresh bucket's. S3 splits a prefix that stays
   hot into more partitions over minutes; a fleet that must work from the
@@ -39,6 +43,7 @@ from typing import TypeVar
 from stepstone.store import DEFAULT_PAGE_SIZE, ObjectInfo, ObjectStore, StoredObject
 from stepstone.store.errors import StoreUnavailable
 from stepstone.store.retry import RetryPolicy
+from stepstone.store.throttle import AdaptiveRates
 
 T = TypeVar("T")
 
@@ -88,6 +93,7 @@ class S3LikeStore(ObjectStore):
         partition: Callable[[str], str] = first_segment,
         seed: int = 0,
         retry: RetryPolicy | None = None,
+        adaptive: bool = True,
     ) -> None:
         self.inner = inner
         self.location = inner.location
@@ -97,6 +103,7 @@ class S3LikeStore(ObjectStore):
         self.partition = partition
         self.rng = random.Random(seed)
         self.retry = retry or RetryPolicy(rng=random.Random(seed + 1))
+        self.send_rates = AdaptiveRates() if adaptive else None
         self.counts: Counter[str] = Counter()
         self.slowdowns: Counter[str] = Counter()
         self._buckets: dict[tuple[str, str], _Bucket] = {}
@@ -113,11 +120,19 @@ class S3LikeStore(ObjectStore):
 
     async def _request(self, kind: str, key: str, call: Callable[[], Awaitable[T]]) -> T:
         part = self.partition(key)
+        refused = 0  # this request's last tries refused SlowDown, in a row
+        rate = None if self.send_rates is None else self.send_rates.of(key)
 
         async def once() -> T:
+            nonlocal refused
+            sent = 0.0 if rate is None else await rate.acquire()
             await asyncio.sleep(self.rng.uniform(*self.latency))
             bucket = self._bucket(kind, part)
-            if bucket is not None and not bucket.take():
+            throttled = bucket is not None and not bucket.take()
+            refused = refused + 1 if throttled else 0
+            if rate is not None:
+                rate.record(sent=sent, refused=refused)
+            if throttled:
                 self.slowdowns[f"{kind} {part}"] += 1
                 raise SlowDown("SlowDown", location=self.location, key=key)
             self.counts[f"{kind} {part}"] += 1

@@ -14,6 +14,11 @@ Why it is built the way it is:
   connection failures are retried with :class:`store.retry.RetryPolicy` and
   then become StoreUnavailable. botocore's own retries are switched off so
   the policy is the only one.
+- **Throttling slows the process down.** A SlowDown (or 429) that a retry
+  meets again cuts the send rate of every request of the store to that
+  partition (first key segment), which recovers on successes
+  (:mod:`store.throttle`, the AWS SDKs' adaptive mode): a crowd over a
+  partition's limit sends less instead of retrying harder.
 - **A retried write may already have landed.** If a try timed out or got a
   5xx after the request was sent, a later 412 may be our own earlier write.
   The store then reads the object back: if it holds exactly our bytes, the
@@ -46,31 +51,36 @@ from .errors import (
 )
 from .keys import MAX_KEY_LENGTH, validate_key, validate_prefix
 from .retry import RetryPolicy
+from .throttle import AdaptiveRates
 
 T = TypeVar("T")
 
-_TRANSIENT_CODES = {
+_THROTTLING_CODES = {
     "SlowDown",
     "Throttling",
     "ThrottlingException",
+    "ThrottledException",
+    "RequestThrottled",
+    "RequestThrottledException",
     "RequestLimitExceeded",
     "TooManyRequests",
+    "TooManyRequestsException",
+    "BandwidthLimitExceeded",
+    "LimitExceededException",
+}
+"""Answers that ask the client to send less (as do 429s): S3's SlowDown and
+botocore's throttling codes. They cut the store's send rate (store.throttle)."""
+_REFUSED_CODES = _THROTTLING_CODES | {
+    "ConditionalRequestConflict",  # a concurrent conditional write is in flight: retry
+}
+"""Transient answers S3 gives before doing any work: a retry after one of
+these cannot meet its own earlier write."""
+_TRANSIENT_CODES = _REFUSED_CODES | {
     "RequestTimeout",
     "RequestTimeoutException",
     "InternalError",
     "ServiceUnavailable",
-    "ConditionalRequestConflict",  # a concurrent conditional write is in flight: retry
 }
-_REFUSED_CODES = {
-    "SlowDown",
-    "Throttling",
-    "ThrottlingException",
-    "RequestLimitExceeded",
-    "TooManyRequests",
-    "ConditionalRequestConflict",
-}
-"""Transient answers S3 gives before doing any work: a retry after one of
-these cannot meet its own earlier write."""
 _CREDENTIAL_CODES = {
     "InvalidAccessKeyId",
     "SignatureDoesNotMatch",
@@ -111,6 +121,9 @@ class S3Store(ObjectStore):
     ``region`` defaults to the usual AWS configuration. Credentials come from
     the usual AWS sources (environment, shared config/profile, instance role),
     or ``profile``. ``retry`` bounds the retries of transient failures.
+    ``adaptive`` (on by default) cuts the store's send rates when S3 answers
+    SlowDown and lets them recover on successes; an :class:`AdaptiveRates`
+    of its own shares them between stores on one bucket; False turns it off.
     """
 
     def __init__(
@@ -125,6 +138,7 @@ class S3Store(ObjectStore):
         connect_timeout: float = 5.0,
         read_timeout: float = 30.0,
         max_connections: int = 32,
+        adaptive: bool | AdaptiveRates = True,
     ) -> None:
         if not bucket or "/" in bucket:
             raise StoreConfigError(f"invalid bucket name {bucket!r}", location=f"s3://{bucket}")
@@ -144,6 +158,14 @@ class S3Store(ObjectStore):
         self.region = region
         self.profile = profile
         self.retry = retry or RetryPolicy()
+        self.send_rates: AdaptiveRates | None = (
+            adaptive
+            if isinstance(adaptive, AdaptiveRates)
+            else AdaptiveRates()
+            if adaptive
+            else None
+        )
+        """The store's adaptive send rates (None: off); see store.throttle."""
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
         self._max_connections = max_connections
@@ -303,7 +325,24 @@ class S3Store(ObjectStore):
         )
 
     @staticmethod
-    def _maybe_applied(exc: BaseException) -> bool:
+    def _answer(exc: BaseException | None) -> tuple[str, int] | None:
+        """The error code and HTTP status of an S3 error answer (None: no answer)."""
+        from botocore.exceptions import ClientError
+
+        if not isinstance(exc, ClientError):
+            return None
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+        return code, status
+
+    @classmethod
+    def _throttling(cls, exc: BaseException) -> bool:
+        """Did S3 ask us to send less (SlowDown, a throttling code, 429)?"""
+        answer = cls._answer(exc)
+        return answer is not None and (answer[0] in _THROTTLING_CODES or answer[1] == 429)
+
+    @classmethod
+    def _maybe_applied(cls, exc: BaseException) -> bool:
         """Could the failed try have reached S3 and been applied?
 
         A refused connection never sent the request, and throttling (SlowDown,
@@ -311,14 +350,14 @@ class S3Store(ObjectStore):
         a timeout while reading the answer, a dropped connection or another
         5xx might have been applied.
         """
-        from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnectionError
+        from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError
 
         cause = exc.__cause__
         if isinstance(cause, (EndpointConnectionError, ConnectTimeoutError)):
             return False
-        if isinstance(cause, ClientError):
-            code = cause.response.get("Error", {}).get("Code", "")
-            status = cause.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        answer = cls._answer(cause)
+        if answer is not None:
+            code, status = answer
             return code not in _REFUSED_CODES and status not in (409, 429)
         return True
 
@@ -329,18 +368,32 @@ class S3Store(ObjectStore):
         *,
         conditional: str = "",
         state: _Ambiguous | None = None,
+        partition: str | None = None,
     ) -> T:
-        """Run one S3 request under the retry policy, with errors classified."""
+        """Run one S3 request under the retry policy and the send rate of its
+        partition (that of ``key``, or of the listing prefix ``partition``),
+        with errors classified."""
+
+        rates = self.send_rates
+        rate = None if rates is None else rates.of(partition or key or "")
+        refused = 0  # this request's last tries that throttling refused, in a row
 
         async def attempt() -> T:
+            nonlocal refused
             client = await self._client()
+            sent = 0.0 if rate is None else await rate.acquire()
             try:
                 result = await request(client)
             except Exception as exc:
+                refused = refused + 1 if self._throttling(exc) else 0
+                if rate is not None:
+                    rate.record(sent=sent, refused=refused)
                 classified = self._classify(exc, key, conditional)
                 if classified is exc:
                     raise
                 raise classified from exc
+            if rate is not None:
+                rate.record(sent=sent, refused=0)
             self._bucket_seen = True
             return result
 
@@ -478,7 +531,7 @@ class S3Store(ObjectStore):
             async def request(client: Any, params: dict[str, Any] = params) -> Any:
                 return await client.list_objects_v2(**params)
 
-            page = await self._call(None, request)
+            page = await self._call(None, request, partition=prefix)
             for item in page.get("Contents", []):
                 modified: datetime = item["LastModified"]
                 out.append(

@@ -18,6 +18,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from stepstone.runtime.clock import FakeClock
 from stepstone.store import (
     AlreadyExists,
     NotFound,
@@ -28,6 +29,7 @@ from stepstone.store import (
     open_store,
 )
 from stepstone.store.s3 import S3Store
+from stepstone.store.throttle import AdaptiveRates
 
 FAST_RETRY = RetryPolicy(attempts=4, base=0.001, cap=0.005)
 
@@ -113,7 +115,15 @@ async def proxy(moto_server: str) -> AsyncIterator[FaultProxy]:
     await p.stop()
 
 
-def through(proxy: FaultProxy, bucket: str, read_timeout: float = 30.0) -> S3Store:
+def through(
+    proxy: FaultProxy,
+    bucket: str,
+    read_timeout: float = 30.0,
+    adaptive: bool | AdaptiveRates = False,
+) -> S3Store:
+    """A store through the proxy. Its adaptive send rate is off unless given:
+    after a throttling answer it would pace later tries in real seconds, and
+    the tests below of it run it on a fake clock."""
     return S3Store(
         bucket,
         "t",
@@ -121,6 +131,7 @@ def through(proxy: FaultProxy, bucket: str, read_timeout: float = 30.0) -> S3Sto
         region="us-east-1",
         retry=FAST_RETRY,
         read_timeout=read_timeout,
+        adaptive=adaptive,
     )
 
 
@@ -290,6 +301,72 @@ async def test_a_held_answer_times_out_and_is_retried(
     proxy.plan = [("hold",)]
     assert (await impatient.get("k")).data == b"x"
     assert proxy.count("GET") >= 2  # the held one, then at least one retry
+
+
+# -- the adaptive send rate -------------------------------------------------------------------
+
+
+def test_the_adaptive_send_rates_are_on_by_default() -> None:
+    assert isinstance(S3Store("b").send_rates, AdaptiveRates)
+    assert S3Store("b", adaptive=False).send_rates is None
+    shared = AdaptiveRates()
+    assert (
+        S3Store("b", "one", adaptive=shared).send_rates
+        is S3Store("b", "two", adaptive=shared).send_rates
+    )
+
+
+@pytest.mark.parametrize(("status", "code"), [(503, "SlowDown"), (429, "TooManyRequests")])
+async def test_throttling_answers_slow_the_store_down_and_every_request_completes(
+    proxy: FaultProxy, s3_bucket: str, status: int, code: str
+) -> None:
+    clock = FakeClock()
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:  # the wait for a token, on the fake clock
+        slept.append(seconds)
+        clock.advance(seconds)
+
+    rates = AdaptiveRates(clock=clock.now, sleep=sleep)
+    store = through(proxy, s3_bucket, adaptive=rates)
+    try:
+        for n in range(150):  # a hundred answers a second, none of them throttling
+            clock.advance(0.01)
+            await store.put(f"p/k{n}", b"x")
+        rate = rates.of("p/")
+        assert (rate.rate, slept) == (None, [])  # never throttled: never waited
+        before = rate.measured
+        assert before == pytest.approx(100, rel=0.1)
+
+        proxy.plan = [("error", status, code)] * (FAST_RETRY.attempts - 1)
+        await store.put("p/after", b"x")  # refused three times in a row, then it lands
+        assert proxy.count("PUT") == 150 + FAST_RETRY.attempts
+        assert (rate.throttles, rate.cuts) == (FAST_RETRY.attempts - 1, 1)
+        assert rate.rate is not None and rate.rate < 0.8 * before
+
+        # Twenty requests at once now leave one every 1/rate seconds: slower
+        # than at the rate before, and every one gets its answer.
+        start = clock.now()
+        proxy.plan = [("error", status, code)] * 2  # two of them refused once more
+        got = await asyncio.gather(*(store.get(f"p/k{n}") for n in range(20)))
+        assert [g.key for g in got] == [f"p/k{n}" for n in range(20)]
+        assert clock.now() - start > 20 / (0.8 * before)
+        assert list(rates.by_partition) == ["p"]
+    finally:
+        await store.close()
+
+
+async def test_other_transient_errors_do_not_slow_the_store_down(
+    proxy: FaultProxy, s3_bucket: str
+) -> None:
+    rates = AdaptiveRates()
+    store = through(proxy, s3_bucket, adaptive=rates)
+    try:
+        proxy.plan = [("error", 500, "InternalError"), ("error", 503, "ServiceUnavailable")]
+        await store.put("k", b"x")
+        assert (rates.of("k").rate, rates.of("k").throttles) == (None, 0)
+    finally:
+        await store.close()
 
 
 # -- lost answers: the write landed, the client saw an error --------------------------------
