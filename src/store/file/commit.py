@@ -5,7 +5,8 @@ points at them, and its name is flushed before the caller hears back, so a
 crash leaves the old object or the new one, never a torn one. A batch
 (gathered by ``batches``) shares those two flushes. Its conditions hold
 across processes because each is checked and applied under the key's lock
-(``locks``), held for microseconds, never across a flush.
+(``locks``), held for microseconds, never across a flush; a create needs
+none, its ``link`` being the check and the act in one (``link_new``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,31 @@ from .os_errors import CONFLICT_ERRNOS, key_conflict, store_error
 from .paths import KeyPaths
 from .stats import etag, regular, stat_any
 from .temp_files import TempFiles
+
+
+def link_new(write: Write, location: str) -> None:
+    """Link a staged create's temp file into place if its key is free.
+
+    ``link`` fails atomically if anything is there, so two creates of one
+    key, in any processes, have one winner, and no key lock is needed: the
+    other writers check a key and act under its lock, and a create that
+    lands between a check and its act is one they would have met either
+    way (a put replaces it, a conditional write had already failed).
+    """
+    assert write.tmp is not None and write.stat is not None
+    try:
+        os.link(write.tmp, write.path)
+    except FileExistsError:
+        found = stat_any(write.path)
+        if found is not None and stat.S_ISDIR(found.st_mode):
+            raise key_conflict(location, write.key) from None
+        raise AlreadyExists("object already exists", location=location, key=write.key) from None
+    # The inode is the object now: its temp name must never be taken for a
+    # spare, even if the batch then fails its sync.
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(write.tmp)
+    write.tmp = None
+    write.result = etag(write.stat)
 
 
 def attempt(write: Write, step: Callable[[Write], None], location: str, doing: str) -> None:
@@ -69,8 +95,8 @@ class Committer:
         1. stage each write: its bytes in a temp file (no lock needed);
         2. make the temp files durable (one syncfs; fsync mode did each file);
         3. for each write, under its key's lock: check its condition against
-           the current object and move the temp file into place (rename, or
-           link for create-if-absent), or remove the key;
+           the current object and move the temp file into place (rename), or
+           remove the key; a create-if-absent links it into place, no lock;
         4. make the new names durable (one syncfs, or one fsync per
            directory), and only then answer.
         A key's lock is held only for its own step 3 (microseconds), not
@@ -160,7 +186,10 @@ class Committer:
     def _apply(self, write: Write) -> None:
         """Under the key's lock: check the condition, then place the temp file
         or remove the key. The inode a write replaces or deletes is retired
-        to the spares, not freed."""
+        to the spares, not freed. (A create takes no lock: ``link_new``.)"""
+        if write.condition == "absent":
+            link_new(write, self._location)
+            return
         fd = self._locks.lock(write.key)
         try:
             found = stat_any(write.path)
@@ -182,21 +211,7 @@ class Committer:
                 write.stat = os.stat(write.tmp)
             if current is not None:
                 self._temp.retire(write.path, move=False)
-            if write.condition == "absent":
-                try:
-                    os.link(write.tmp, write.path)
-                except FileExistsError:
-                    # something at the path that the check did not see: only
-                    # a writer ignoring our locks could do that; it won.
-                    raise AlreadyExists(
-                        "object already exists", location=self._location, key=write.key
-                    ) from None
-                # The inode is the object now: its temp name must never be
-                # taken for a spare, even if the batch then fails its sync.
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(write.tmp)
-            else:
-                os.rename(write.tmp, write.path)
+            os.rename(write.tmp, write.path)
             write.tmp = None
             write.result = etag(write.stat)
         finally:

@@ -6,12 +6,8 @@ What ``put_many_if_absent`` does on a FileStore, a batch at a time:
 2. record the batch in the journal (``journal``): every object's key, bytes
    and file identity, flushed with one ``fdatasync``. From here the batch
    survives a power cut: a recovery can write any of it the disk lost;
-3. link each temp file into place if its key is free: ``link`` fails
-   atomically if it is not, so two creates of one key, in any processes,
-   have one winner, as with ``put_if_absent``. No key lock is needed: the
-   other writers check a key and act under its lock, and a create that
-   lands between a check and its act is one they would have met either
-   way (a put replaces it, a conditional write had already failed);
+3. link each temp file into place if its key is free (``commit.link_new``:
+   one winner per key, across processes, with no key lock);
 4. if a create did not happen (its key was taken, or the link failed),
    record that too, flushed, before answering: a recovery must not make an
    object its caller was told was refused;
@@ -24,18 +20,14 @@ disk without an entry that tells a recovery what it should hold.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import stat
 import threading
 
-from ..errors import AlreadyExists
 from .batches import Creates, Write
-from .commit import attempt
+from .commit import attempt, link_new
 from .journal import CREATE, REFUSED, Journal, create_entry, refused_entry
-from .os_errors import key_conflict, store_error
+from .os_errors import store_error
 from .paths import KeyPaths
-from .stats import etag, stat_any
 from .temp_files import TempFiles
 
 
@@ -84,7 +76,9 @@ class Creator:
                     write.error.__cause__ = exc
                 return
             for write in staged:
-                attempt(write, self._link, self._location, "cannot write")
+                attempt(
+                    write, lambda w: link_new(w, self._location), self._location, "cannot write"
+                )
             refused = [w for w in staged if w.error is not None]
             if refused:
                 try:
@@ -111,23 +105,6 @@ class Creator:
             self._paths.makedirs(directory, write.key)
             made.add(directory)
         write.tmp, write.stat = self._temp.write(_data(write), 0, journaled=True)
-
-    def _link(self, write: Write) -> None:
-        """Link the temp file into place if the key is free."""
-        assert write.tmp is not None
-        try:
-            os.link(write.tmp, write.path)
-        except FileExistsError:
-            found = stat_any(write.path)
-            if found is not None and stat.S_ISDIR(found.st_mode):
-                raise key_conflict(self._location, write.key) from None
-            raise AlreadyExists(
-                "object already exists", location=self._location, key=write.key
-            ) from None
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(write.tmp)  # the inode is the object now, never a spare
-        write.tmp = None
-        write.result = etag(_stat(write))
 
 
 def _stat(write: Write) -> os.stat_result:
