@@ -387,14 +387,40 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
         return enqueued
 
     async def enqueue_many(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
-        """One create-if-absent per job, all in one ``put_many_if_absent``: a
-        FileStore makes them durable with one flush of its journal. A record
-        that a recovery after a power cut writes back counts as claimed once
-        already (``claims``), so its worker looks for an outcome before running
-        it: the record may be one that was acked or cancelled just before the
-        cut (docs/storage.md)."""
         now = self.clock.now()
-        records = [self._new_record(job, now) for job in jobs]  # (checks them all first)
+        return await self._enqueue([self._new_record(job, now) for job in jobs])
+
+    async def enqueue_claimed(
+        self, job: NewJob, *, lease: float
+    ) -> tuple[Enqueued, Delivery | None]:
+        """The record is created holding the caller's lease: one create, where
+        an enqueue and a claim take a create and a swap. A job due later is
+        enqueued as usual."""
+        now = self.clock.now()
+        record = self._new_record(job, now)
+        if record.run_at > now:
+            [enqueued] = await self._enqueue([record])
+            return enqueued, None
+        claimed = record.next(
+            now, attempts=1, claims=1, token=new_token(), lease_expires_at=now + lease
+        )
+        [enqueued] = all_or_first_error(await self._create([claimed]))
+        return enqueued, delivery_of(claimed) if enqueued.created else None
+
+    async def _enqueue(self, records: list[StoredJob]) -> list[Enqueued]:
+        """Create ``records`` (``_create``) and tell the listeners if any is new."""
+        answers = await self._create(records)
+        if any(isinstance(a, Enqueued) and a.created for a in answers):
+            self._notify()
+        return all_or_first_error(answers)
+
+    async def _create(self, records: list[StoredJob]) -> list[Enqueued | BaseException]:
+        """One create-if-absent per record, all in one ``put_many_if_absent``
+        (a FileStore makes them durable with one flush of its journal); what
+        each did. A record that a recovery after a power cut writes back
+        counts as claimed once more (``claims``), so its worker looks for an
+        outcome before running it: the record may be one that was acked or
+        cancelled just before the cut (docs/storage.md)."""
         encoded = [encode_created(record) for record in records]
         created = await self.store.put_many_if_absent(
             [
@@ -408,7 +434,7 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
             if isinstance(result, str):  # (the common case, answered without a coroutine)
                 self._view.learn(record.id, result, record, len(data))
                 answers.append(Enqueued(record.id, created=True))
-            else:
+            else:  # refused, or its answer lost: ``_created`` says which
                 unsure.append((len(answers), record, data, result))
                 answers.append(Enqueued(record.id, created=False))
         settled = await asyncio.gather(
@@ -417,30 +443,7 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
         )
         for (i, *_), answer in zip(unsure, settled, strict=True):
             answers[i] = answer
-        if any(isinstance(a, Enqueued) and a.created for a in answers):
-            self._notify()
-        return all_or_first_error(answers)
-
-    async def enqueue_claimed(
-        self, job: NewJob, *, lease: float
-    ) -> tuple[Enqueued, Delivery | None]:
-        """The record is created holding the caller's lease: one create, where
-        an enqueue and a claim take a create and a swap. A job due later is
-        enqueued as usual."""
-        now = self.clock.now()
-        record = self._new_record(job, now)
-        if record.run_at > now:
-            [enqueued] = await self.enqueue_many([job])
-            return enqueued, None
-        claimed = record.next(
-            now, attempts=1, claims=1, token=new_token(), lease_expires_at=now + lease
-        )
-        data, recovered = encode_created(claimed)
-        [result] = await self.store.put_many_if_absent(
-            [NewObject(self._key(claimed.id), data, recovered)]
-        )
-        enqueued = await self._created(claimed, data, result)
-        return enqueued, delivery_of(claimed) if enqueued.created else None
+        return answers
 
     def _new_record(self, job: NewJob, now: float) -> StoredJob:
         job_id = check_enqueue(
