@@ -409,6 +409,31 @@ async def test_id_store_drops_duplicates_and_cancels_fleet_wide(
     assert not await b.cancel("c")
 
 
+async def test_id_store_lets_one_of_two_holders_of_a_duplicate_ack(
+    make_queue: Factory, s3_store: ObjectStore, moto_server: str
+) -> None:
+    """SQS can deliver one message to two receivers at once (moto's receive
+    did, under load); both receipts can delete it, so the marker decides."""
+    import boto3
+
+    a = await make_queue(id_store=s3_store)
+    b = await make_queue(peer=a, id_store=s3_store)
+    await a.enqueue(b"x", id="j")
+    [first] = await claim_until(a)
+    # The duplicate: the same body delivered again while the first is held.
+    client = boto3.client("sqs", endpoint_url=moto_server, region_name="us-east-1")
+    url = client.get_queue_url(QueueName=f"{a.name}-normal")["QueueUrl"]
+    held = next(iter(a._fence.held.values()))
+    client.send_message(QueueUrl=url, MessageBody=encode(held.message))
+    [second] = await claim_until(b)
+    assert (second.id, first.id) == ("j", "j")
+    # Both look at the marker before either settles:
+    settled = await asyncio.gather(a.ack(first), b.ack(second))
+    assert sorted(settled) == sorted([Settlement.ACKED, Settlement.LOST])
+    assert await a.get("j") is None
+    assert (await a.counts())[JobStatus.READY] == 0
+
+
 async def test_id_store_cancel_fences_the_holder_in_another_process(
     make_queue: Factory, s3_store: ObjectStore
 ) -> None:

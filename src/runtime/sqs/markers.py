@@ -14,7 +14,6 @@ marker check at no extra request.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 
 from stepstone.store import AlreadyExists, NotFound, ObjectStore, PreconditionFailed
@@ -48,6 +47,10 @@ class IdMarkers:
     async def read(self, job_id: str) -> JobMessage | None:
         """The job's marker, or None when it has none. A marker that is not a
         job's message with its payload raises MalformedMessage."""
+        found = await self._read(job_id)
+        return None if found is None else found[0]
+
+    async def _read(self, job_id: str) -> tuple[JobMessage, str] | None:
         key = self.key(job_id)
         try:
             found = await self.store.get(key)
@@ -59,15 +62,22 @@ class IdMarkers:
             raise MalformedMessage(f"id-store marker {key} of job {job_id!r}: {exc}") from exc
         if marker.payload is None:
             raise MalformedMessage(f"id-store marker {key} of job {job_id!r} has no payload")
-        return marker
+        return marker, found.etag
 
     async def of(self, message: JobMessage) -> JobMessage | None:
         """The marker of ``message``'s job if it still names the enqueue the
         message came from (the same token), else None."""
-        marker = await self.read(message.id)
-        if marker is None or marker.token != message.token:
+        found = await self.version_of(message)
+        return None if found is None else found[0]
+
+    async def version_of(self, message: JobMessage) -> tuple[JobMessage, str] | None:
+        """``of``, with the marker's etag: the version a settlement deletes
+        (``drop(..., if_match=)``), so that of two holders of one job only
+        one settles it."""
+        found = await self._read(message.id)
+        if found is None or found[0].token != message.token:
             return None
-        return marker
+        return found
 
     async def drop_dead(self, job_id: str) -> bool:
         """Delete the job's marker if it says the job is dead, fenced on the
@@ -89,6 +99,11 @@ class IdMarkers:
             return False
         return True
 
-    async def drop(self, job_id: str) -> None:
-        with contextlib.suppress(NotFound):
-            await self.store.delete(self.key(job_id))
+    async def drop(self, job_id: str, *, if_match: str | None = None) -> bool:
+        """Delete the job's marker (only the version ``if_match``, if given);
+        False if it was gone, or replaced since."""
+        try:
+            await self.store.delete(self.key(job_id), if_match=if_match)
+        except (NotFound, PreconditionFailed):
+            return False
+        return True

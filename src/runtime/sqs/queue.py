@@ -263,14 +263,19 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
         """The fence's answer, and with an id store, the job's marker still
         names this enqueue (one GET): a cancel or a settlement in another
         process deleted or replaced it, and then this delivery has lost the job."""
+        holding = await self._holding(delivery)
+        return None if holding is None else holding[0]
+
+    async def _holding(self, delivery: Delivery) -> tuple[Held, str | None] | None:
+        """``_owns``, with the version of the job's marker (None without one)."""
         held = self._owned(delivery)
         if held is None or self._markers is None or held.message.token is None:
-            return held
-        marker = await self._markers.of(held.message)
-        if marker is None or marker.dead_reason is not None:
+            return None if held is None else (held, None)
+        found = await self._markers.version_of(held.message)
+        if found is None or found[0].dead_reason is not None:
             self._fence.drop(delivery.token)
             return None
-        return held
+        return held, found[1]
 
     def _settled(self, receipt: str) -> None:
         held = self._fence.drop(receipt)
@@ -550,15 +555,22 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
         return held.expires
 
     async def ack(self, delivery: Delivery) -> Settlement:
-        held = await self._owns(delivery)
-        if held is None:
+        """Delete the message, then the job's marker, fenced on the version
+        this delivery found: SQS can hand one message to two receivers at once
+        (at-least-once delivery), and both receipts then delete it; the
+        marker's conditional delete is what lets only one of them ack."""
+        holding = await self._holding(delivery)
+        if holding is None:
             return Settlement.LOST
+        held, version = holding
         self._settled(delivery.token)
         deleted = await self._delete(held.url, delivery.token)
         if not deleted:
             return Settlement.LOST
         if self._markers is not None:
-            await self._markers.drop(held.message.id)
+            dropped = await self._markers.drop(held.message.id, if_match=version)
+            if version is not None and not dropped:
+                return Settlement.LOST
         return Settlement.ACKED
 
     async def nack(
