@@ -11,6 +11,11 @@ w3seq     W3 as the peers' benchmarks run it: each submit awaited before the
           next, then every result (``peer``: the same on huey or DBOS,
           benchmarks/peers.py).
 many      N jobs in one ``runner.submit_many`` with no worker running, then run.
+submitters
+          W3 from ``submitters`` tasks at once, each awaiting its submits one
+          after another (an API server's handlers under load): the requests
+          per job by operation, and the submits' latency, as submitters grow;
+          with ``api`` the submitting runner runs no worker, another does.
 latency   one job at a time: submit, await the result, repeat.
 scale     one FileStore, ``processes`` worker processes (``async with
           JobRunner(...)`` in each); the parent submits all N first, then
@@ -101,6 +106,11 @@ class Spec:
     """Attempts of each W3 job that fail before one succeeds (W3.fail_first)."""
     history: bool = True
     """Write the attempt history (JobRunner(history=...))."""
+    submitters: int = 1
+    """submitters only: tasks submitting at once, each one submit after another."""
+    api: bool = False
+    """submitters only: the submitting runner runs no worker (an API process);
+    another runner on the same store does."""
 
     def name(self) -> str:
         if self.label:
@@ -449,6 +459,55 @@ def _one_at_a_time_figures(
     }
 
 
+async def submitters(spec: Spec) -> dict[str, Any]:
+    """The ``submitters`` case (module docstring). Requests are counted until
+    the worker has settled every job (an API process's handles polling for
+    results are not counted), then the results are checked."""
+    async with open_backend(spec) as (store, runner):
+        working = runner
+        if spec.api:
+            working = JobRunner(
+                store,
+                queue=_fresh_queue(runner),
+                jobs=W3_JOBS,
+                concurrency=spec.concurrency,
+                retry_backoff=0.0,
+                history=spec.history,
+            )
+        tag = uuid.uuid4().hex[:8]
+        jobs = [W3(n=i, steps=spec.steps, tag=tag, keyed=spec.keyed) for i in range(spec.n)]
+        latencies: list[float] = []
+        handles: list[Any] = [None] * spec.n
+
+        async def submit_in_turn(first: int) -> None:
+            for i in range(first, spec.n, spec.submitters):
+                start = time.perf_counter()
+                handles[i] = await runner.submit(jobs[i])
+                latencies.append(time.perf_counter() - start)
+
+        async with working:
+            warm = [W3(n=-1 - i, steps=spec.steps, tag=tag) for i in range(spec.submitters)]
+            await asyncio.gather(*[await runner.submit(job) for job in warm])
+            settled = working.worker.stats.succeeded
+            gc.collect()
+            store.reset()
+            t0 = time.perf_counter()
+            await asyncio.gather(*(submit_in_turn(k) for k in range(spec.submitters)))
+            submit_seconds = time.perf_counter() - t0
+            await _until(lambda: working.worker.stats.succeeded >= settled + spec.n)
+            seconds = time.perf_counter() - t0
+            counts, areas = store.snapshot(), store.areas()
+            results = await asyncio.gather(*handles)
+        if working is not runner:
+            await working.close()
+        assert results == [i + spec.steps for i in range(spec.n)], "wrong results"
+        return {
+            **_one_at_a_time_figures(spec, seconds, submit_seconds, latencies),
+            "requests_per_job": per_job(counts, spec.n),
+            "requests_by_area": per_area(areas, spec.n),
+        }
+
+
 async def latency(spec: Spec) -> dict[str, Any]:
     async with open_backend(spec) as (store, runner):
         tag = uuid.uuid4().hex[:8]
@@ -773,6 +832,7 @@ CASES: dict[str, Callable[[Spec], Any]] = {
     "w3seq": w3_one_at_a_time,
     "peer": peer_one_at_a_time,
     "many": submit_many,
+    "submitters": submitters,
     "latency": latency,
     "scale": scale,
     "suspended": suspended,

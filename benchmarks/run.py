@@ -79,6 +79,16 @@ def plan(quick: bool) -> dict[str, Spec]:
         "many-file": Spec("many", "file", 1000 if q else 10000),
         "many-memory": Spec("many", "memory", 1000 if q else 10000),
         "many-s3": Spec("many", "s3", n_s3),
+        # W3 from 1, 4 and 16 submitters at once on moto's S3, with the worker
+        # in the submitting process and (-api) in another runner: requests
+        # per job by operation, and the submits' latency.
+        **{
+            f"subs{k}-s3{'-api' if api else ''}": Spec(
+                "submitters", "s3", 8 if q else 48, submitters=k, api=api
+            )
+            for k in (1, 4, 16)
+            for api in (False, True)
+        },
         "steps1-memory": Spec("w3", "memory", n_mem, steps=1, resubmit=False),
         "steps10-memory": Spec("w3", "memory", n_mem, steps=10, resubmit=False),
         "n10k-memory": Spec("w3", "memory", 2000 if q else 10000, resubmit=False),

@@ -67,6 +67,14 @@ def test_one_submit_at_a_time_and_submit_many(tmp_path: object) -> None:
     assert many["submit_flushes"] == 1  # one journal flush for the batch
 
 
+def test_submitters_case_counts_a_submit_only_process_apart() -> None:
+    here = run_one(Spec("submitters", "memory-sq", n=8, submitters=4, label="here"))
+    assert here["requests_by_area"]["CPUT queue"] == 1  # handed to the worker as submitted
+    api = run_one(Spec("submitters", "memory-sq", n=8, submitters=4, api=True, label="api"))
+    assert api["requests_by_area"]["CPUT queue"] == 2  # the enqueue, then another's claim
+    assert 0 < api["submit_p50_ms"] <= api["submit_p99_ms"]
+
+
 def test_plan_names_every_case() -> None:
     quick = plan(quick=True)
     assert {"w3-memory", "w3-file", "w3-s3", "scale-4", "latency-memory"} <= set(quick)
