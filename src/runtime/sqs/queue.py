@@ -148,6 +148,9 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
         self._fence = Fence(fence_margin)
         self._rotation = TierRotation(self.tiers)
         self._polls = LongPolls(self._receive, [t.weight for t in self.tiers])
+        self._quiet_at: dict[int, float] = {}
+        """Tier -> when (time.monotonic) a long poll of it last came back empty,
+        while nothing has come from it since."""
         self._sender = Batcher(self._sqs, "send_message_batch", batch_window)
         self._deleter = Batcher(self._sqs, "delete_message_batch", batch_window)
         self._listeners: list[Callable[[], None]] = []
@@ -374,6 +377,10 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
             WaitTimeSeconds=wait,
             MessageSystemAttributeNames=["ApproximateReceiveCount"],
         )
+        if response.get("Messages"):
+            self._quiet_at.pop(tier, None)
+        elif wait > 0:
+            self._quiet_at[tier] = time.monotonic()
         out: list[Delivery] = []
         for message in response.get("Messages", []):
             delivery = await self._accept(url, message, started, lease)
@@ -457,7 +464,8 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
         self, n: int, *, lease: float, kinds: Collection[str] | None = None
     ) -> list[Delivery]:
         """Receive up to ``n`` messages across the tiers, weighted; long-poll
-        only when every tier came back empty.
+        only when every tier came back empty (or was found empty by a long
+        poll just now: ``_quiet``).
 
         SQS cannot filter by kind: with ``kinds``, a message of another kind is
         put back uncounted (re-sent and deleted, two requests). A fleet that
@@ -469,7 +477,7 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
         out = await self._take_prefetched(n, lease)
         order = self._rotation.next_order()
         # Look at every tier once; go back only to tiers that filled a batch.
-        looking = order
+        looking = [] if self._quiet(n) else order
         while looking and len(out) < n:
             full: list[int] = []
             for tier in looking:
@@ -495,6 +503,18 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
             if d.kind not in wanted:
                 await self._resend_uncounted(d, claimed=False)
         return keep
+
+    def _quiet(self, n: int) -> bool:
+        """Whether a claim of ``n`` goes straight to its long polls: every tier
+        came back empty from a long poll of its own within the last
+        ``wait_time_seconds``, and this claim long-polls every tier. Short
+        polls then would only say again what those said (and a long poll
+        answers at once when a message is there), while an idle consumer's
+        short polls were half its receives."""
+        if self.wait_time_seconds <= 0 or n < len(self.tiers):
+            return False
+        since = time.monotonic() - self.wait_time_seconds
+        return all(self._quiet_at.get(tier, since) > since for tier in range(len(self.tiers)))
 
     async def _take_prefetched(self, n: int, lease: float) -> list[Delivery]:
         """Hand out up to ``n`` deliveries a background long poll brought in,
