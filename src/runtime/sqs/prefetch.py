@@ -1,7 +1,7 @@
 """Long polls that outlive the claim that started them.
 
-A claim long-polls only when every tier came back empty, and then polls as
-many tiers at once as its ``n`` allows, returning as soon as any answers.
+A claim long-polls only when every tier came back empty, and then polls
+every tier at once, returning as soon as any answers.
 The polls still waiting cannot be withdrawn (cancelling the request could
 lose messages SQS already hid for it), so they keep running in the
 background, and whatever they bring is kept here for the next claim, which
@@ -34,13 +34,18 @@ class LongPolls:
         self._error: BaseException | None = None
 
     async def poll(self, n: int, visibility: int, order: Sequence[int], wait: int) -> None:
-        """Long-poll (``wait`` seconds) the heaviest tiers of ``order``, as many
-        as ``n`` allows, splitting ``n`` between them; return once any poll
+        """Long-poll (``wait`` seconds) every tier of ``order``, splitting ``n``
+        between them by weight (at least one each); return once any poll
         brought something, or all came back empty. A tier with a poll still
-        out gets no second one. Raises what a poll raised."""
-        by_weight = sorted(order, key=lambda i: -self._weights[i])[:n]
+        out gets no second one. Raises what a poll raised.
+
+        Every tier, even when ``n`` is smaller: a claim of one that polled
+        only the heaviest tier waited out the whole ``wait`` while messages
+        queued in the others. What the polls bring beyond ``n`` (at most one
+        a tier) waits here for the next claim."""
+        by_weight = sorted(order, key=lambda i: -self._weights[i])
         idle = [i for i in by_weight if i not in self._polls]
-        quotas = split(n, [self._weights[i] for i in idle]) if idle else []
+        quotas = split(max(n, len(idle)), [self._weights[i] for i in idle]) if idle else []
         for tier, quota in zip(idle, quotas, strict=True):
             task = asyncio.get_running_loop().create_task(
                 self._receive(tier, quota, visibility, wait)

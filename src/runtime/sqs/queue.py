@@ -477,7 +477,7 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
         out = await self._take_prefetched(n, lease)
         order = self._rotation.next_order()
         # Look at every tier once; go back only to tiers that filled a batch.
-        looking = [] if self._quiet(n) else order
+        looking = [] if self._quiet() else order
         while looking and len(out) < n:
             full: list[int] = []
             for tier in looking:
@@ -504,14 +504,13 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
                 await self._resend_uncounted(d, claimed=False)
         return keep
 
-    def _quiet(self, n: int) -> bool:
-        """Whether a claim of ``n`` goes straight to its long polls: every tier
-        came back empty from a long poll of its own within the last
-        ``wait_time_seconds``, and this claim long-polls every tier. Short
-        polls then would only say again what those said (and a long poll
-        answers at once when a message is there), while an idle consumer's
-        short polls were half its receives."""
-        if self.wait_time_seconds <= 0 or n < len(self.tiers):
+    def _quiet(self) -> bool:
+        """Whether a claim goes straight to its long polls (one of every
+        tier): each tier came back empty from a long poll of its own within
+        the last ``wait_time_seconds``. Short polls then would only say again
+        what those said (and a long poll answers at once when a message is
+        there), while an idle consumer's short polls were half its receives."""
+        if self.wait_time_seconds <= 0:
             return False
         since = time.monotonic() - self.wait_time_seconds
         return all(self._quiet_at.get(tier, since) > since for tier in range(len(self.tiers)))
