@@ -526,6 +526,29 @@ async def test_an_idle_consumer_goes_straight_to_its_long_polls(make_queue: Fact
     assert await receives(q.claim(4, lease=30)) == (2, [])
 
 
+async def test_a_message_a_background_poll_brings_wakes_the_worker(make_queue: Factory) -> None:
+    """A long poll still out when its claim returned keeps what it brings for
+    the next claim, and says so (the queue's listeners: a worker wakes to
+    claim it rather than at its next poll interval)."""
+    q = await make_queue(wait_time_seconds=5)
+    producer = await make_queue(peer=q)
+
+    async def later() -> None:
+        await asyncio.sleep(0.5)
+        await producer.enqueue(b"low", priority=9)
+
+    task = asyncio.create_task(later())
+    got = await q.claim(4, lease=30)  # long polls of every tier; the low one answers
+    await task
+    assert [d.payload for d in got] == [b"low"]
+    woken = asyncio.Event()
+    unsubscribe = q.subscribe(woken.set)
+    await producer.enqueue(b"high", priority=0)  # to the high tier's poll, still out
+    await asyncio.wait_for(woken.wait(), timeout=10)
+    unsubscribe()
+    assert [d.payload for d in await q.claim(4, lease=30)] == [b"high"]
+
+
 async def test_requests_per_job(make_queue: Factory) -> None:
     """The figure docs/scaling.md prices: a burst of jobs enqueued at once,
     claimed 10 at a time and acked at once, costs well under one SQS request

@@ -25,9 +25,14 @@ Receive = Callable[[int, int, int, int], Coroutine[Any, Any, list[Delivery]]]
 class LongPolls:
     """Background long polls, at most one per tier, and the deliveries they brought."""
 
-    def __init__(self, receive: Receive, weights: Sequence[int]) -> None:
+    def __init__(
+        self, receive: Receive, weights: Sequence[int], *, brought: Callable[[], None]
+    ) -> None:
+        """``brought`` is called when a poll brings deliveries: a worker not
+        in a claim at that moment learns there is work to take."""
         self._receive = receive
         self._weights = list(weights)
+        self._brought = brought
         self._polls: dict[int, asyncio.Task[list[Delivery]]] = {}
         """Polls still out, by tier index."""
         self._prefetched: list[Delivery] = []
@@ -68,7 +73,10 @@ class LongPolls:
         if error is not None:
             self._error = error
             return
-        self._prefetched.extend(task.result())
+        got = task.result()
+        if got:
+            self._prefetched.extend(got)
+            self._brought()
 
     def out(self, tier: int) -> bool:
         """Whether a poll of ``tier`` is still waiting (what comes to that

@@ -147,7 +147,7 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
         self._local = LocalJobs(max_ids=remember_ids, max_bytes=remember_bytes)
         self._fence = Fence(fence_margin)
         self._rotation = TierRotation(self.tiers)
-        self._polls = LongPolls(self._receive, [t.weight for t in self.tiers])
+        self._polls = LongPolls(self._receive, [t.weight for t in self.tiers], brought=self._notify)
         self._quiet_at: dict[int, float] = {}
         """Tier -> when (time.monotonic) a long poll of it last came back empty,
         while nothing has come from it since."""
