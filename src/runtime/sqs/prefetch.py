@@ -78,11 +78,6 @@ class LongPolls:
             self._prefetched.extend(got)
             self._brought()
 
-    def out(self, tier: int) -> bool:
-        """Whether a poll of ``tier`` is still waiting (what comes to that
-        tier goes to it, and from it to a claim)."""
-        return tier in self._polls
-
     def pop(self) -> Delivery | None:
         """The oldest delivery a poll brought, or None."""
         return self._prefetched.pop(0) if self._prefetched else None

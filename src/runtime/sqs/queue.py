@@ -464,8 +464,8 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
         self, n: int, *, lease: float, kinds: Collection[str] | None = None
     ) -> list[Delivery]:
         """Receive up to ``n`` messages across the tiers, weighted; long-poll
-        only when every tier came back empty (``_to_look_at`` says which
-        tiers a claim looks at first).
+        only when every tier came back empty (or was found empty by a long
+        poll just now: ``_quiet``).
 
         SQS cannot filter by kind: with ``kinds``, a message of another kind is
         put back uncounted (re-sent and deleted, two requests). A fleet that
@@ -477,7 +477,7 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
         out = await self._take_prefetched(n, lease)
         order = self._rotation.next_order()
         # Look at every tier once; go back only to tiers that filled a batch.
-        looking = self._to_look_at(order)
+        looking = [] if self._quiet() else order
         while looking and len(out) < n:
             full: list[int] = []
             for tier in looking:
@@ -504,21 +504,16 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
                 await self._resend_uncounted(d, claimed=False)
         return keep
 
-    def _to_look_at(self, order: list[int]) -> list[int]:
-        """The tiers, of ``order``, that a claim short-polls before it
-        long-polls (every tier). Not a tier whose long poll is still out:
-        what comes to that tier goes to the poll, and from it to this claim
-        or the next. And none when each of the others came back empty from a
-        long poll of its own within the last ``wait_time_seconds``: short
-        polls would only say again what those said (a long poll answers at
-        once when a message is there), and an idle consumer's short polls
-        were half its receives."""
-        looking = [tier for tier in order if not self._polls.out(tier)]
-        if self.wait_time_seconds > 0:
-            since = time.monotonic() - self.wait_time_seconds
-            if all(self._quiet_at.get(tier, since) > since for tier in looking):
-                return []
-        return looking
+    def _quiet(self) -> bool:
+        """Whether a claim goes straight to its long polls (one of every
+        tier): each tier came back empty from a long poll of its own within
+        the last ``wait_time_seconds``. Short polls then would only say again
+        what those said (and a long poll answers at once when a message is
+        there), while an idle consumer's short polls were half its receives."""
+        if self.wait_time_seconds <= 0:
+            return False
+        since = time.monotonic() - self.wait_time_seconds
+        return all(self._quiet_at.get(tier, since) > since for tier in range(len(self.tiers)))
 
     async def _take_prefetched(self, n: int, lease: float) -> list[Delivery]:
         """Hand out up to ``n`` deliveries a background long poll brought in,
