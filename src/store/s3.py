@@ -158,13 +158,11 @@ class S3Store(ObjectStore):
         self.region = region
         self.profile = profile
         self.retry = retry or RetryPolicy()
-        self.send_rates: AdaptiveRates | None = (
-            adaptive
-            if isinstance(adaptive, AdaptiveRates)
-            else AdaptiveRates()
-            if adaptive
-            else None
-        )
+        if isinstance(adaptive, AdaptiveRates):
+            rates: AdaptiveRates | None = adaptive
+        else:
+            rates = AdaptiveRates() if adaptive else None
+        self.send_rates = rates
         """The store's adaptive send rates (None: off); see store.throttle."""
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout

@@ -61,6 +61,22 @@ async def claim_until(
     return got
 
 
+async def claim_while_sent(
+    queue: SqsQueue, n: int, producer: SqsQueue, payload: bytes
+) -> list[Delivery]:
+    """One claim of ``n``, during which ``producer`` (a peer) enqueues
+    ``payload`` on the low tier half a second in: it reaches a long poll."""
+
+    async def later() -> None:
+        await asyncio.sleep(0.5)
+        await producer.enqueue(payload, priority=9)
+
+    task = asyncio.create_task(later())
+    got = await queue.claim(n, lease=30)
+    await task
+    return got
+
+
 def dead_bodies(moto_server: str, queue: SqsQueue) -> list[dict[str, Any]]:
     """Read the dead-letter queue with a plain boto3 client (hides them for 1 s)."""
     import boto3
@@ -490,15 +506,8 @@ async def test_long_poll_waits_for_work(make_queue: Factory, n: int) -> None:
     queued in another)."""
     q = await make_queue(wait_time_seconds=3)
     producer = await make_queue(peer=q)
-
-    async def later() -> None:
-        await asyncio.sleep(0.5)
-        await producer.enqueue(b"late", priority=9)
-
-    task = asyncio.create_task(later())
     start = time.monotonic()
-    got = await q.claim(n, lease=30)
-    await task
+    got = await claim_while_sent(q, n, producer, b"late")
     assert [d.payload for d in got] == [b"late"]
     assert time.monotonic() - start < 2.9
 
@@ -532,14 +541,7 @@ async def test_a_message_a_background_poll_brings_wakes_the_worker(make_queue: F
     claim it rather than at its next poll interval)."""
     q = await make_queue(wait_time_seconds=5)
     producer = await make_queue(peer=q)
-
-    async def later() -> None:
-        await asyncio.sleep(0.5)
-        await producer.enqueue(b"low", priority=9)
-
-    task = asyncio.create_task(later())
-    got = await q.claim(4, lease=30)  # long polls of every tier; the low one answers
-    await task
+    got = await claim_while_sent(q, 4, producer, b"low")  # the low tier's poll answers
     assert [d.payload for d in got] == [b"low"]
     woken = asyncio.Event()
     unsubscribe = q.subscribe(woken.set)
