@@ -150,9 +150,11 @@ def _record_metrics() -> None:
 
 def _file_options() -> dict[str, Any]:
     """FileStore keyword arguments from the environment, for experiments
-    (``STEPSTONE_BENCH_FILE_THREADS=32``, ``STEPSTONE_BENCH_FILE_SYNC=fsync``);
-    empty means the defaults."""
+    (``STEPSTONE_BENCH_FILE_THREADS=32``, ``STEPSTONE_BENCH_FILE_SYNC=fsync``,
+    ``STEPSTONE_BENCH_FILE_COMMIT=thread``); empty means the defaults."""
     options: dict[str, Any] = {}
+    if commit_in := os.environ.get("STEPSTONE_BENCH_FILE_COMMIT"):
+        options["commit_in"] = commit_in
     if threads := os.environ.get("STEPSTONE_BENCH_FILE_THREADS"):
         options["max_workers"] = int(threads)
     if sync := os.environ.get("STEPSTONE_BENCH_FILE_SYNC"):
@@ -254,8 +256,10 @@ async def _submit_and_wait(
 class FlushCounter:
     """Counts flushes in this process: ``os.fsync`` (files and directories),
     ``os.fdatasync`` (the FileStore's create journal) and the FileStore's
-    ``syncfs``. The cost that bounds a durable FileStore, and a figure that
-    does not depend on how busy the machine is."""
+    ``syncfs``, and the ``syncfs`` calls its commit process reports (not its
+    fsyncs: compare ``sync="fsync"`` runs with ``STEPSTONE_BENCH_FILE_COMMIT=thread``).
+    The cost that bounds a durable FileStore, and a figure that does not
+    depend on how busy the machine is."""
 
     def __init__(self) -> None:
         self.calls = 0
@@ -263,6 +267,20 @@ class FlushCounter:
     def install(self) -> FlushCounter:
         import stepstone.store.file.commit as commit_module
         import stepstone.store.file.store as store_module
+
+        try:
+            from stepstone.store.file.commit_process import CommitProcess
+        except ImportError:  # (an older FileStore committed in a thread only)
+            pass
+        else:
+            in_helper = CommitProcess.commit
+
+            def commit(helper: CommitProcess, writes: Any) -> int:
+                syncs = in_helper(helper, writes)
+                self.calls += syncs
+                return syncs
+
+            CommitProcess.commit = commit  # type: ignore[method-assign]
 
         def counted(real: Any) -> Any:
             def flush(fd: int) -> None:
@@ -283,16 +301,33 @@ FLUSHES = FlushCounter().install()
 
 
 class CpuTimer:
-    """This process's CPU seconds (all threads) over a block: on a shared,
-    busy machine, jobs per CPU-second moves far less than jobs per second."""
+    """The CPU seconds of this process (all threads) and of its children (a
+    FileStore's commit process) over a block: on a shared, busy machine,
+    jobs per CPU-second moves far less than jobs per second."""
 
     def __enter__(self) -> CpuTimer:
-        self.start = time.process_time()
+        self.start = time.process_time() + _children_cpu()
         self.seconds = 0.0
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.seconds = time.process_time() - self.start
+        self.seconds = time.process_time() + _children_cpu() - self.start
+
+
+def _children_cpu() -> float:
+    """CPU seconds used so far by this process's live children (Linux; 0 elsewhere)."""
+    me, total = os.getpid(), 0
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # (exited meanwhile)
+        if int(fields[1]) == me:  # ppid; then utime and stime, in clock ticks
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK") if total else 0.0
 
 
 async def _warm_up_in_process(
@@ -590,7 +625,7 @@ async def _worker_main(root: str, concurrency: int, signals: _Signals, slot: int
     go, stop, done = signals.go, signals.stop, signals.done
     while not go.is_set():  # noqa: ASYNC110 - a multiprocessing Event, not an asyncio one
         await asyncio.sleep(0.001)
-    cpu_start, flushes_start = time.process_time(), FLUSHES.calls
+    cpu_start, flushes_start = time.process_time() + _children_cpu(), FLUSHES.calls
     usage_start = resource.getrusage(resource.RUSAGE_SELF)
     async with runner:
         while not stop.is_set():
@@ -608,7 +643,7 @@ async def _worker_main(root: str, concurrency: int, signals: _Signals, slot: int
             if stats is None
             else {k: v for k, v in asdict(stats).items() if k != "corrupt_keys"},
             "peak_rss_mb": round(peak_rss_mb(), 1),
-            "cpu_seconds": time.process_time() - cpu_start,
+            "cpu_seconds": time.process_time() + _children_cpu() - cpu_start,
             "flushes": FLUSHES.calls - flushes_start,
             "context_switches": _switches(resource.getrusage(resource.RUSAGE_SELF))
             - _switches(usage_start),

@@ -2,7 +2,8 @@
 
     memory://            a fresh in-process store (``memory://name`` labels it)
     ./jobs, /srv/jobs    a FileStore on that directory (relative to the cwd)
-    file:///srv/jobs     the same, as a URL (``?sync=fsync`` picks the flush, see FileStore)
+    file:///srv/jobs     the same, as a URL (``?sync=fsync`` picks the flush,
+                         ``?commit_in=thread`` where batches commit; see FileStore)
     s3://bucket/prefix?endpoint_url=http://localhost:9000&region=eu-west-1
 
 A URL opens a store that exists; it creates none. As no bucket is created,
@@ -93,11 +94,13 @@ def _directory(url: str, path: Path) -> Path:
 
 def _file_options(url: str, query: str) -> dict[str, Any]:
     params = _params(url, query)
-    unknown = set(params) - {"sync"}
+    unknown = set(params) - {"sync", "commit_in"}
     if unknown:
-        raise _bad(url, f"unknown parameter {sorted(unknown)[0]!r} (known: sync)")
+        raise _bad(url, f"unknown parameter {sorted(unknown)[0]!r} (known: commit_in, sync)")
     if "sync" in params and params["sync"] not in ("auto", "syncfs", "fsync"):
         raise _bad(url, f"sync={params['sync']!r}: use auto, syncfs or fsync")
+    if "commit_in" in params and params["commit_in"] not in ("auto", "thread", "process"):
+        raise _bad(url, f"commit_in={params['commit_in']!r}: use auto, thread or process")
     return params
 
 

@@ -632,6 +632,8 @@ async def test_both_sync_modes_keep_the_contract(tmp_path: Path, mode: str) -> N
 def test_an_unknown_sync_mode_is_refused(tmp_path: Path) -> None:
     with pytest.raises(StoreConfigError, match="sync="):
         FileStore(tmp_path, sync="sometimes")  # type: ignore[arg-type]
+    with pytest.raises(StoreConfigError, match="commit_in="):
+        FileStore(tmp_path, commit_in="elsewhere")  # type: ignore[arg-type]
 
 
 @pytest.mark.slow

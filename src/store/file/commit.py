@@ -15,16 +15,27 @@ import contextlib
 import os
 import stat
 from collections.abc import Callable
+from typing import Protocol
 
 from ..errors import AlreadyExists, NotFound, PreconditionFailed, StoreError
 from .batches import Write
 from .flush import fsync_directory, syncfs
-from .journal import Journal
 from .locks import KeyLocks
 from .os_errors import CONFLICT_ERRNOS, key_conflict, store_error
 from .paths import KeyPaths
 from .stats import etag, regular, stat_any
 from .temp_files import TempFiles
+
+
+class FlushWatcher(Protocol):
+    """Who hears of the committer's flushes of the whole filesystem: the
+    journal, which retires the creates linked before one (``journal``)."""
+
+    def mark(self) -> int:
+        """Taken as a flush begins."""
+
+    def retire(self, mark: int) -> None:
+        """The flush that began at ``mark`` is done."""
 
 
 def link_new(write: Write, location: str) -> None:
@@ -52,6 +63,17 @@ def link_new(write: Write, location: str) -> None:
     write.result = etag(write.stat)
 
 
+def locate(writes: list[Write], paths: KeyPaths) -> list[Write]:
+    """Set each write's path; those whose key names none (InvalidKey) get
+    that error and are left out of the list returned."""
+    for write in writes:
+        try:
+            write.path = paths.of(write.key)
+        except StoreError as exc:
+            write.error = exc
+    return [w for w in writes if w.error is None]
+
+
 def attempt(write: Write, step: Callable[[Write], None], location: str, doing: str) -> None:
     """Run one write's step, turning an OSError into the write's StoreError."""
     try:
@@ -76,7 +98,7 @@ class Committer:
         locks: KeyLocks,
         *,
         syncfs_fd: int | None,
-        journal: Journal,
+        journal: FlushWatcher,
     ) -> None:
         """``syncfs_fd``: a descriptor of the root, to make a batch durable
         with ``syncfs``; None in fsync mode (the temp files fsync themselves,
@@ -106,12 +128,7 @@ class Committer:
         so covers ours. A write that fails at any step gets its own error;
         the others go on.
         """
-        for write in writes:
-            try:
-                write.path = self._paths.of(write.key)
-            except StoreError as exc:
-                write.error = exc
-        live = [w for w in writes if w.error is None]
+        live = locate(writes, self._paths)
         try:
             for write in live:
                 self._attempt(write, self._stage, "cannot write")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import os
 import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -19,10 +20,11 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 from ..base import DEFAULT_PAGE_SIZE, NewObject, ObjectInfo, ObjectStore, StoredObject
-from ..errors import NotFound, StoreConfigError, StoreError
+from ..errors import NotFound, StoreConfigError, StoreError, StoreUnavailable
 from ..keys import RESERVED_SEGMENT
 from .batches import Batcher, Creates, Read, ReadMany, Write
-from .commit import Committer
+from .commit import Committer, locate
+from .commit_process import CommitProcess, ProcessGone, Unsent, can_start, worth_starting
 from .creates import Creator
 from .flush import HAVE_SYNCFS, fsync_directory, syncfs
 from .forks import forks
@@ -52,20 +54,42 @@ be committed on the caller's thread (``FileStore.put_many_if_absent``)."""
 CREATE_HERE_MAX = 8
 """The most creates one call may have to be committed on the caller's thread."""
 
+COMMIT_PROCESS_AFTER = 256
+"""Writes a store commits in its own thread before it starts a commit process
+(``commit_in="auto"``): a store that busy gains from one, and a store used
+for a moment (a command, a test) never pays the helper's start."""
+
+COMMIT_PROCESS_START = 60.0
+"""Seconds a store with ``commit_in="process"`` waits for its helper to be up."""
+
 SyncMode = Literal["auto", "syncfs", "fsync"]
+CommitIn = Literal["auto", "thread", "process"]
+
+log = logging.getLogger("stepstone.store.file")
 
 
 class FileStore(ObjectStore):
     """An object store in a local directory; see the ``stepstone.store.file`` docstring."""
 
     def __init__(
-        self, root: str | Path, *, max_workers: int = MAX_WORKERS, sync: SyncMode = "auto"
+        self,
+        root: str | Path,
+        *,
+        max_workers: int = MAX_WORKERS,
+        sync: SyncMode = "auto",
+        commit_in: CommitIn = "auto",
     ) -> None:
         """``sync`` picks how a batch of writes is made durable: ``"syncfs"``
         (two syncs of the store's filesystem per batch; Linux only), ``"fsync"``
         (each file, then each directory it went into), or ``"auto"``: syncfs
         where the platform has it. Both are equally durable; see docs/storage.md
-        for when ``fsync`` is the better choice."""
+        for when ``fsync`` is the better choice.
+
+        ``commit_in`` picks where batches of writes are committed: in a
+        thread of this process (``"thread"``), in a helper process
+        (``"process"``, see ``commit_process``), or ``"auto"``: in a thread
+        until the store has committed ``COMMIT_PROCESS_AFTER`` writes, then in
+        a helper, on a machine with two CPUs or more. Both are equally durable."""
         self.root = os.path.realpath(os.fspath(root))
         self.location = f"file://{self.root}"
         tmp = os.path.join(self.root, RESERVED_SEGMENT)
@@ -82,6 +106,18 @@ class FileStore(ObjectStore):
                 "sync='syncfs': this platform has no syncfs; use 'fsync'", location=self.location
             )
         self.sync_mode: SyncMode = "syncfs" if sync != "fsync" and HAVE_SYNCFS else "fsync"
+        if commit_in not in ("auto", "thread", "process"):
+            raise StoreConfigError(
+                f"commit_in={commit_in!r}: use 'auto', 'thread' or 'process'",
+                location=self.location,
+            )
+        if commit_in == "process" and not can_start():
+            raise StoreConfigError(
+                "commit_in='process': this interpreter cannot start a helper process"
+                " (a frozen application); use 'thread'",
+                location=self.location,
+            )
+        self.commit_in: CommitIn = commit_in
         try:
             os.makedirs(self.root, exist_ok=True)
         except OSError as exc:
@@ -116,6 +152,9 @@ class FileStore(ObjectStore):
             syncfs_fd=root_fd,
             journal=self._journal,
         )
+        self._helper: CommitProcess | None = None
+        self._helper_failed = False
+        self._committed_here = 0
         self._generation = forks()
         self._queues()
         recover(journals, self._paths, self._committer, self._flush_everything)
@@ -130,6 +169,7 @@ class FileStore(ObjectStore):
         if self._generation != forks():
             self._generation = forks()
             self._pool = None
+            self._helper = None  # (the parent's: its pipes closed in this child)
             self._journal.forget()
             self._queues()
 
@@ -138,7 +178,7 @@ class FileStore(ObjectStore):
         creator: a thread of the parent may have held the old one's lock)."""
         self._creator = Creator(self._paths, self._temp, self._journal)
         self._created_this_turn: asyncio.Task[object] | None = None
-        self._writes = Batcher(self._committer.commit, self._start, distinct_keys=True)
+        self._writes = Batcher(self._commit, self._start, distinct_keys=True)
         self._creates = Batcher(
             self._creator.commit,
             self._start,
@@ -213,6 +253,72 @@ class FileStore(ObjectStore):
             raise write.error
         return write.result
 
+    def _commit(self, writes: list[Write]) -> None:
+        """Commit a batch of writes: in the helper once it is up, else here."""
+        helper = self._ready_helper()
+        if helper is not None and self._commit_in_helper(helper, writes):
+            return
+        self._committer.commit(writes)
+        self._committed_here += len(writes)
+
+    def _commit_in_helper(self, helper: CommitProcess, writes: list[Write]) -> bool:
+        """Commit a batch in the helper; False if it never got there (commit it here).
+        A key that names no file is refused here, before it is sent."""
+        valid = locate(writes, self._paths)
+        if not valid:
+            return True
+        mark = self._journal.mark()
+        try:
+            syncs = helper.commit(valid)
+        except Unsent as exc:
+            if helper is self._helper:  # (else ``close`` took it away meanwhile)
+                self._lose_helper(f"the commit process is gone ({exc})")
+            return False
+        except ProcessGone as exc:
+            self._lose_helper(f"the commit process ended mid-batch ({exc})")
+            for write in valid:
+                write.error = StoreUnavailable(
+                    f"the commit process ended while committing this write ({exc}): it may or"
+                    " may not have been made",
+                    location=self.location,
+                    key=write.key,
+                )
+            return True
+        if syncs:
+            self._journal.retire(mark)
+        return True
+
+    def _ready_helper(self) -> CommitProcess | None:
+        """The helper, if it is up; started here when it is wanted (see ``commit_in``)."""
+        helper = self._helper  # (``close``, on the event loop, may take it away meanwhile)
+        if helper is None:
+            if self._helper_failed or not self._wants_helper():
+                return None
+            try:
+                helper = self._helper = CommitProcess(self.root, self.sync_mode, self.location)
+            except OSError as exc:
+                self._lose_helper(f"the commit process did not start ({exc})")
+                return None
+        wait = COMMIT_PROCESS_START if self.commit_in == "process" else 0.0
+        try:
+            return helper if helper.ready(wait) else None
+        except ProcessGone as exc:
+            self._lose_helper(f"the commit process did not come up ({exc})")
+            return None
+
+    def _wants_helper(self) -> bool:
+        if self.commit_in == "auto":
+            return self._committed_here >= COMMIT_PROCESS_AFTER and worth_starting()
+        return self.commit_in == "process"
+
+    def _lose_helper(self, why: str) -> None:
+        """Commit in this process from now on (no endless restarts), and say why once."""
+        helper, self._helper = self._helper, None
+        self._helper_failed = True
+        if helper is not None:
+            helper.close(timeout=0.0)
+        log.warning("%s: %s; committing in this process from now on", self.location, why)
+
     def _serve_reads(self, reads: list[Read | ReadMany]) -> None:
         for read in reads:
             try:
@@ -234,10 +340,17 @@ class FileStore(ObjectStore):
         the background) and the spare inodes. The store can be used again."""
         if self._generation == forks():
             await asyncio.get_running_loop().run_in_executor(None, self._journal.close)
+        await self._close_helper()
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False)
         self._temp.clear_spares()
+
+    async def _close_helper(self) -> None:
+        """Close the helper once the batch it may be committing is answered."""
+        helper, self._helper = self._helper, None
+        if helper is not None and self._generation == forks():
+            await asyncio.get_running_loop().run_in_executor(None, helper.close)
 
     # -- blocking operations ----------------------------------------------
 
