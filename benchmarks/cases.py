@@ -881,10 +881,12 @@ def run_one(spec: Spec) -> dict[str, Any]:
     figures = CASES[spec.case](spec)
     if asyncio.iscoroutine(figures):
         figures = asyncio.run(figures)
+    options = _file_options() if spec.backend == "file" else {}
     return {
         "name": spec.name(),
         **asdict(spec),
         **figures,
+        **({"file_options": options} if options else {}),
         "peak_rss_mb": round(peak_rss_mb(), 1),
         "load_before": round(load, 2),
     }
