@@ -314,6 +314,13 @@ class CpuTimer:
         self.seconds = time.process_time() + _children_cpu() - self.start
 
 
+def committing_in(store: CountingStore) -> dict[str, str]:
+    """Where a FileStore commits its writes at the end of a run (``thread``
+    or ``process``, see ``FileStore.commit_in``); nothing for other stores."""
+    where = getattr(store.inner, "committing_in", None)
+    return {} if where is None else {"committing_in": where}
+
+
 def _children_cpu() -> float:
     """CPU seconds used so far by this process's live children (Linux; 0 elsewhere)."""
     me, total = os.getpid(), 0
@@ -375,6 +382,7 @@ async def w3(spec: Spec) -> dict[str, Any]:
                 p99_ms=round(percentile(latencies, 99) * 1e3, 3),
                 requests_per_job=per_job(counts, spec.n),
                 requests_by_area=per_area(store.areas(), spec.n),
+                **committing_in(store),
             )
             if spec.resubmit and spec.keyed:
                 store.reset()
@@ -425,6 +433,7 @@ async def w3_one_at_a_time(spec: Spec) -> dict[str, Any]:
                 "flushes_per_job": round((FLUSHES.calls - flushes) / spec.n, 2),
                 "requests_per_job": per_job(store.snapshot(), spec.n),
                 "requests_by_area": per_area(store.areas(), spec.n),
+                **committing_in(store),
             }
 
 
@@ -643,6 +652,7 @@ async def _worker_main(root: str, concurrency: int, signals: _Signals, slot: int
             if stats is None
             else {k: v for k, v in asdict(stats).items() if k != "corrupt_keys"},
             "peak_rss_mb": round(peak_rss_mb(), 1),
+            **committing_in(store),
             "cpu_seconds": time.process_time() + _children_cpu() - cpu_start,
             "flushes": FLUSHES.calls - flushes_start,
             "context_switches": _switches(resource.getrusage(resource.RUSAGE_SELF))
@@ -743,6 +753,7 @@ async def scale(spec: Spec) -> dict[str, Any]:
             dict(sum((Counter(r["areas"]) for r in reports), Counter())), n
         ),
         "worker_peak_rss_mb": max(r["peak_rss_mb"] for r in reports),
+        "committing_in": [r.get("committing_in") for r in sorted(reports, key=lambda r: r["slot"])],
         **_urgent_waits(waits[spec.n :]),
     }
 

@@ -17,13 +17,14 @@ import subprocess
 import sys
 import termios
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 import stepstone.store.file.store as store_module
 from stepstone.store import FileStore, StoreUnavailable
-from stepstone.store.file.commit_process import CommitProcess
+from stepstone.store.file.commit_process import CommitProcess, CpuWatch
 from stepstone.store.file.flush import HAVE_SYNCFS
 
 DEADLINE = 30.0
@@ -59,9 +60,9 @@ def alive(pid: int) -> bool:
         return False
 
 
-def wait_for(condition: object, what: str) -> None:
+def wait_for(condition: Callable[[], bool], what: str) -> None:
     deadline = time.monotonic() + DEADLINE
-    while not condition():  # type: ignore[operator]
+    while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {DEADLINE}s: {what}")
         time.sleep(0.01)
@@ -80,7 +81,7 @@ async def test_auto_starts_a_helper_once_the_store_is_busy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(store_module, "COMMIT_PROCESS_AFTER", 20)
-    monkeypatch.setattr(store_module, "worth_starting", lambda: True)
+    monkeypatch.setattr(store_module, "worth_starting", lambda idle_cpus: True)
     store = FileStore(tmp_path / "s")
     try:
         for i in range(20):
@@ -96,6 +97,26 @@ async def test_auto_starts_a_helper_once_the_store_is_busy(
     finally:
         await store.close()
     assert helpers_of(os.getpid()) == []
+
+
+async def test_auto_starts_no_helper_while_no_cpu_sits_idle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "COMMIT_PROCESS_AFTER", 20)
+    idle = [0.1]  # CPUs idle in each stretch of 20 writes (four workers on two CPUs: about none)
+    monkeypatch.setattr(CpuWatch, "idle_since_last_look", lambda watch: idle[0])
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    store = FileStore(tmp_path / "s")
+    try:
+        for i in range(100):
+            await store.put(f"k/{i}", b"v")
+        assert helpers_of(os.getpid()) == []
+        idle[0] = 1.0  # (the other workers stopped: it looks again and starts one)
+        for i in range(100, 121):
+            await store.put(f"k/{i}", b"v")
+        assert len(helpers_of(os.getpid())) == 1
+    finally:
+        await store.close()
 
 
 async def test_a_store_committing_in_a_thread_starts_no_helper(tmp_path: Path) -> None:

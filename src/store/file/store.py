@@ -24,7 +24,14 @@ from ..errors import NotFound, StoreConfigError, StoreError, StoreUnavailable
 from ..keys import RESERVED_SEGMENT
 from .batches import Batcher, Creates, Read, ReadMany, Write
 from .commit import Committer, locate
-from .commit_process import CommitProcess, ProcessGone, Unsent, can_start, worth_starting
+from .commit_process import (
+    CommitProcess,
+    CpuWatch,
+    ProcessGone,
+    Unsent,
+    can_start,
+    worth_starting,
+)
 from .creates import Creator
 from .flush import HAVE_SYNCFS, fsync_directory, syncfs
 from .forks import forks
@@ -55,9 +62,10 @@ CREATE_HERE_MAX = 8
 """The most creates one call may have to be committed on the caller's thread."""
 
 COMMIT_PROCESS_AFTER = 256
-"""Writes a store commits in its own thread before it starts a commit process
-(``commit_in="auto"``): a store that busy gains from one, and a store used
-for a moment (a command, a test) never pays the helper's start."""
+"""Writes a store commits in its own thread before it looks whether to start a
+commit process (``commit_in="auto"``), and between two looks: a store that
+busy gains from one, and a store used for a moment (a command, a test)
+never pays the helper's start."""
 
 COMMIT_PROCESS_START = 60.0
 """Seconds a store with ``commit_in="process"`` waits for its helper to be up."""
@@ -87,9 +95,10 @@ class FileStore(ObjectStore):
 
         ``commit_in`` picks where batches of writes are committed: in a
         thread of this process (``"thread"``), in a helper process
-        (``"process"``, see ``commit_process``), or ``"auto"``: in a thread
-        until the store has committed ``COMMIT_PROCESS_AFTER`` writes, then in
-        a helper, on a machine with two CPUs or more. Both are equally durable."""
+        (``"process"``, see ``commit_process``), or ``"auto"``: in a thread,
+        until the store has committed ``COMMIT_PROCESS_AFTER`` writes in a
+        stretch during which a CPU sat idle (on a machine with two or more),
+        then in a helper. Both are equally durable."""
         self.root = os.path.realpath(os.fspath(root))
         self.location = f"file://{self.root}"
         tmp = os.path.join(self.root, RESERVED_SEGMENT)
@@ -155,6 +164,8 @@ class FileStore(ObjectStore):
         self._helper: CommitProcess | None = None
         self._helper_failed = False
         self._committed_here = 0
+        self._next_look = COMMIT_PROCESS_AFTER
+        self._cpus: CpuWatch | None = None
         self._generation = forks()
         self._queues()
         recover(journals, self._paths, self._committer, self._flush_everything)
@@ -253,6 +264,13 @@ class FileStore(ObjectStore):
             raise write.error
         return write.result
 
+    @property
+    def committing_in(self) -> Literal["thread", "process"]:
+        """Where write batches are committed now: ``"process"`` once a helper
+        is up (see ``commit_in``)."""
+        helper = self._helper
+        return "process" if helper is not None and helper.up else "thread"
+
     def _commit(self, writes: list[Write]) -> None:
         """Commit a batch of writes: in the helper once it is up, else here."""
         helper = self._ready_helper()
@@ -307,9 +325,16 @@ class FileStore(ObjectStore):
             return None
 
     def _wants_helper(self) -> bool:
-        if self.commit_in == "auto":
-            return self._committed_here >= COMMIT_PROCESS_AFTER and worth_starting()
-        return self.commit_in == "process"
+        """With ``commit_in="auto"``: a look every ``COMMIT_PROCESS_AFTER``
+        writes at whether a CPU sat idle meanwhile, for the helper to run on."""
+        if self.commit_in != "auto":
+            return self.commit_in == "process"
+        if self._cpus is None:
+            self._cpus = CpuWatch()  # (the first stretch starts at the first batch)
+        if self._committed_here < self._next_look:
+            return False
+        self._next_look = self._committed_here + COMMIT_PROCESS_AFTER
+        return worth_starting(self._cpus.idle_since_last_look())
 
     def _lose_helper(self, why: str) -> None:
         """Commit in this process from now on (no endless restarts), and say why once."""
