@@ -42,6 +42,10 @@ Why it is built the way it is, and where each part lives:
   class itself: reads, listing, and the one committing thread), so the event
   loop never waits on the disk. A store used before a fork (``forks``)
   starts afresh in the child.
+- **A busy store commits in a helper process** (``commit_process``): the
+  committing thread's system calls each hand the interpreter lock back and
+  forth with the event loop, so once a store is busy and a CPU sits idle,
+  its batches go over a pipe to a child process running the same commit.
 - **Nothing lands outside the root** (``paths``). Keys are validated (no
   ``..``, no absolute paths), the reserved temp directory cannot be named by
   a key, and every path is checked to be under the root after normalisation

@@ -5,8 +5,8 @@ fifteen system calls a write, and each one gives up the interpreter lock and
 takes it back. Under load the event loop and that thread then take turns on
 the one lock instead of running side by side, and the loop sits idle while
 jobs wait for their writes. In a process of its own the same work runs on
-another core with a lock of its own: W3 one at a time on files went from
-348-422 to 472-494 jobs/s in one interleaved sitting (docs/performance.md).
+another core with a lock of its own: W3 one at a time on files gained 10
+to 13%, a worker draining a backlog 34 to 47% (docs/performance.md).
 
 The helper runs this module's ``main``, started by the store that needs
 it, talking over its stdin and stdout: the store sends a batch of
@@ -117,7 +117,7 @@ IDLE_CPU_NEEDED = 0.5
 """CPUs that must have sat idle, on average, while a store committed its
 last writes in a thread, for a helper to start: it needs a CPU to run on.
 (One worker process on two CPUs leaves about one idle; four leave none,
-and there helpers only add switching: 5 to 10% fewer jobs a second.)"""
+and there helpers only add switching: about 11% fewer jobs a second.)"""
 
 
 class CpuWatch:
