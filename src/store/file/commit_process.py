@@ -146,7 +146,8 @@ def _cpu_times() -> tuple[int, int] | None:
         return None
     if len(fields) < 5:
         return None
-    return fields[3] + fields[4], sum(fields[:8])  # idle + iowait; to steal
+    # idle and iowait, of user .. steal (guest time is counted in user already)
+    return fields[3] + fields[4], sum(fields[:8])
 
 
 def worth_starting(idle_cpus: float | None) -> bool:
@@ -205,7 +206,7 @@ class CommitProcess:
         with self._lock:
             if self._closed:
                 return False
-            if not self._ready and select.select([self._from], [], [], wait)[0]:
+            if not self._ready and _readable(self._from, wait):
                 try:
                     said = _read_frame(self._from)
                 except (OSError, ProcessGone) as exc:
@@ -289,6 +290,14 @@ def _forget_all_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_all_in_child)
+
+
+def _readable(fd: int, wait: float) -> bool:
+    """Whether ``fd`` has something to read, or its end (``poll``: unlike
+    ``select``, it takes descriptors past 1,024, as a busy server has)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(wait * 1000))
 
 
 def _write_frame(fd: int, body: bytes) -> None:
