@@ -24,6 +24,7 @@ import pytest
 
 import stepstone.store.file.creates as creates_module
 import stepstone.store.file.recovery as recovery_module
+import stepstone.store.file.store as store_module
 from stepstone.store import AlreadyExists, FileStore, NewObject
 from stepstone.store.file.flush import HAVE_SYNCFS
 from stepstone.store.file.journal import (
@@ -33,6 +34,7 @@ from stepstone.store.file.journal import (
     create_entry,
     read_journal,
 )
+from stepstone.store.file.store import CommitIn
 from stepstone.store.keys import RESERVED_SEGMENT
 
 DEADLINE = 60.0
@@ -509,10 +511,17 @@ def test_a_torn_tail_ends_the_entries_and_a_new_epoch_hides_the_old(tmp_path: Pa
 
 
 @pytest.mark.skipif(not HAVE_SYNCFS, reason="this platform has no syncfs")
-async def test_the_stores_own_flushes_retire_the_journal(tmp_path: Path) -> None:
-    """A batch of ordinary writes flushes the filesystem anyway: the creates
-    linked before it need their entries no more, and the journal starts over."""
-    async with FileStore(tmp_path / "s") as store:
+@pytest.mark.parametrize("commit_in", ["thread", "process"])
+async def test_the_stores_own_flushes_retire_the_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, commit_in: CommitIn
+) -> None:
+    """A batch of ordinary writes flushes the filesystem anyway, in this
+    process or in its helper: the creates linked before it need their
+    entries no more, and the journal starts over."""
+    monkeypatch.setattr(store_module, "CHECKPOINT_DELAY", 3600.0)  # (only the batch can)
+    async with FileStore(tmp_path / "s", commit_in=commit_in) as store:
+        await store.put("first", b"x")  # (the helper is up after this one)
+        assert store.committing_in == commit_in
         await store.put_many_if_absent(_objects("k", 3))
         journal = store._journal
         assert journal.mark() > 0
