@@ -28,6 +28,7 @@ import stepstone.store.file.recovery as recovery_module
 from stepstone import Job, JobContext, JobRunner
 from stepstone.runtime import StoreQueue
 from stepstone.store import FileStore
+from stepstone.store.file.store import CommitIn
 
 DEADLINE = 60.0
 
@@ -56,16 +57,17 @@ def _jobs(log: str, numbers: range) -> list[Logged]:
     return [Logged(n=n, log=log, keyed=n % 2 == 0) for n in numbers]
 
 
-def _submit_then_die(root: str, log: str, ids: str) -> None:
+def _submit_then_die(root: str, log: str, ids: str, commit_in: CommitIn) -> None:
     """Run three jobs to the end, submit three more without a worker, write
     down every id, and die, the journal never retired (no flush of the
-    filesystem since the first submit, as far as the journal knows)."""
+    filesystem since the first submit, as far as the journal knows). The
+    store commits its other writes ``commit_in`` (its helper dies with it)."""
     from stepstone.store.file.journal import Journal
 
     Journal.retire = lambda self, mark: None  # type: ignore[method-assign]
 
     async def main() -> None:
-        runner = JobRunner(FileStore(root), jobs=[Logged])
+        runner = JobRunner(FileStore(root, commit_in=commit_in), jobs=[Logged])
         async with runner:
             ran = [await runner.submit(job) for job in _jobs(log, range(3))]
             assert [await h for h in ran] == [0, 10, 20]
@@ -76,13 +78,14 @@ def _submit_then_die(root: str, log: str, ids: str) -> None:
     asyncio.run(main())
 
 
+@pytest.mark.parametrize("commit_in", ["thread", "process"])
 def test_every_submitted_job_runs_once_after_a_power_cut(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, commit_in: CommitIn
 ) -> None:
     root, log, ids = tmp_path / "store", tmp_path / "ran", tmp_path / "ids"
     root.mkdir()
     child = multiprocessing.get_context("spawn").Process(
-        target=_submit_then_die, args=(str(root), str(log), str(ids))
+        target=_submit_then_die, args=(str(root), str(log), str(ids), commit_in)
     )
     child.start()
     child.join(DEADLINE)
