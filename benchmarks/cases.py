@@ -322,7 +322,9 @@ def committing_in(store: CountingStore) -> dict[str, str]:
 
 
 def _children_cpu() -> float:
-    """CPU seconds used so far by this process's live children (Linux; 0 elsewhere)."""
+    """CPU seconds used so far by this process's children: those waited for
+    (``os.times``) and those still running (``/proc``, Linux)."""
+    waited = os.times()
     me, total = os.getpid(), 0
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
         if not entry.isdigit():
@@ -334,7 +336,8 @@ def _children_cpu() -> float:
             continue  # (exited meanwhile)
         if int(fields[1]) == me:  # ppid; then utime and stime, in clock ticks
             total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK") if total else 0.0
+    running = total / os.sysconf("SC_CLK_TCK") if total else 0.0
+    return waited.children_user + waited.children_system + running
 
 
 async def _warm_up_in_process(
