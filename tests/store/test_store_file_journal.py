@@ -24,7 +24,6 @@ import pytest
 
 import stepstone.store.file.creates as creates_module
 import stepstone.store.file.recovery as recovery_module
-import stepstone.store.file.store as store_module
 from stepstone.store import AlreadyExists, FileStore, NewObject
 from stepstone.store.file.flush import HAVE_SYNCFS
 from stepstone.store.file.journal import (
@@ -518,7 +517,7 @@ async def test_the_stores_own_flushes_retire_the_journal(
     """A batch of ordinary writes flushes the filesystem anyway, in this
     process or in its helper: the creates linked before it need their
     entries no more, and the journal starts over."""
-    monkeypatch.setattr(store_module, "CHECKPOINT_DELAY", 3600.0)  # (only the batch can)
+    monkeypatch.setattr(Journal, "checkpoint_soon", lambda self: None)  # (only the batch can)
     async with FileStore(tmp_path / "s", commit_in=commit_in) as store:
         await store.put("first", b"x")  # (the helper is up after this one)
         assert store.committing_in == commit_in
