@@ -31,7 +31,9 @@ DEADLINE = 30.0
 HELPER = "stepstone.store.file.commit_process"
 SYNC = "syncfs" if HAVE_SYNCFS else "fsync"
 
-pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc to find processes")
+pytestmark = pytest.mark.skipif(
+    not os.path.isdir("/proc"), reason="finds the helper process through /proc (Linux)"
+)
 
 
 def helpers_of(pid: int) -> list[int]:
@@ -66,6 +68,13 @@ def wait_for(condition: Callable[[], bool], what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {DEADLINE}s: {what}")
         time.sleep(0.01)
+
+
+async def first_write_started_its_helper(store: FileStore) -> int:
+    """Write once to a store committing in its helper; the helper's pid."""
+    await store.put("first", b"1")
+    (helper,) = helpers_of(os.getpid())
+    return helper
 
 
 def unread_bytes(pid: int) -> int:
@@ -131,56 +140,49 @@ async def test_a_store_committing_in_a_thread_starts_no_helper(tmp_path: Path) -
 
 
 async def test_a_helper_killed_between_batches_costs_no_write(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    file_process_store: FileStore, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store = FileStore(tmp_path / "s", commit_in="process")
-    try:
-        await store.put("before", b"1")
-        (helper,) = helpers_of(os.getpid())
-        os.kill(helper, signal.SIGKILL)
-        wait_for(lambda: not alive(helper), "the helper is dead")
-        with caplog.at_level(logging.WARNING, logger="stepstone.store.file"):
-            etag = await store.put("after", b"2")
-        assert (await store.get("after")).etag == etag
-        assert "committing in this process from now on" in caplog.text
-        assert store.location in caplog.text
-        await asyncio.gather(*(store.put(f"more/{i}", b"v") for i in range(50)))
-        assert len(await store.list("more/")) == 50
-        assert helpers_of(os.getpid()) == []  # (not started again and again)
-    finally:
-        await store.close()
+    store = file_process_store
+    helper = await first_write_started_its_helper(store)
+    os.kill(helper, signal.SIGKILL)
+    wait_for(lambda: not alive(helper), "the helper is dead")
+    with caplog.at_level(logging.WARNING, logger="stepstone.store.file"):
+        etag = await store.put("after", b"2")
+    assert (await store.get("after")).etag == etag
+    assert "committing in this process from now on" in caplog.text
+    assert store.location in caplog.text
+    await asyncio.gather(*(store.put(f"more/{i}", b"v") for i in range(50)))
+    assert len(await store.list("more/")) == 50
+    assert helpers_of(os.getpid()) == []  # (not started again and again)
 
 
-async def test_a_helper_killed_mid_batch_fails_that_batch_only(tmp_path: Path) -> None:
-    store = FileStore(tmp_path / "s", commit_in="process")
-    try:
-        await store.put("before", b"1")
-        (helper,) = helpers_of(os.getpid())
-        os.kill(helper, signal.SIGSTOP)
-        write = asyncio.create_task(store.put("during", b"2"))
-        await asyncio.to_thread(wait_for, lambda: unread_bytes(helper) > 0, "the batch is sent")
-        os.kill(helper, signal.SIGKILL)
-        with pytest.raises(StoreUnavailable, match="may or may not have been made") as caught:
-            await asyncio.wait_for(write, DEADLINE)
-        assert caught.value.key == "during"
-        etag = await store.put("after", b"3")
-        assert (await store.get("after")).etag == etag
-        assert (await store.get("before")).data == b"1"
-    finally:
-        await store.close()
+async def test_a_helper_killed_mid_batch_fails_that_batch_only(
+    file_process_store: FileStore,
+) -> None:
+    store = file_process_store
+    helper = await first_write_started_its_helper(store)
+    os.kill(helper, signal.SIGSTOP)
+    write = asyncio.create_task(store.put("during", b"2"))
+    await asyncio.to_thread(wait_for, lambda: unread_bytes(helper) > 0, "the batch is sent")
+    os.kill(helper, signal.SIGKILL)
+    with pytest.raises(StoreUnavailable, match="may or may not have been made") as caught:
+        await asyncio.wait_for(write, DEADLINE)
+    assert caught.value.key == "during"
+    etag = await store.put("after", b"3")
+    assert (await store.get("after")).etag == etag
+    assert (await store.get("first")).data == b"1"
 
 
-async def test_ctrl_c_and_a_service_stop_do_not_reach_the_helper(tmp_path: Path) -> None:
-    store = FileStore(tmp_path / "s", commit_in="process")
-    try:
-        await store.put("one", b"1")
-        (helper,) = helpers_of(os.getpid())
-        os.kill(helper, signal.SIGINT)
-        os.kill(helper, signal.SIGTERM)
-        await store.put("two", b"2")  # (answered by it: it read both signals before)
-        assert helpers_of(os.getpid()) == [helper]
-    finally:
-        await store.close()
+async def test_ctrl_c_and_a_service_stop_do_not_reach_the_helper(
+    file_process_store: FileStore,
+) -> None:
+    store = file_process_store
+    helper = await first_write_started_its_helper(store)
+    os.kill(helper, signal.SIGINT)
+    os.kill(helper, signal.SIGTERM)
+    await store.put("two", b"2")  # (answered by it: it read both signals before)
+    assert helpers_of(os.getpid()) == [helper]
+    await store.close()
     assert not alive(helper)
 
 

@@ -45,15 +45,8 @@ from typing import Any
 
 import msgpack
 
-from ..errors import (
-    AlreadyExists,
-    InvalidKey,
-    NotFound,
-    PreconditionFailed,
-    StoreConfigError,
-    StoreError,
-    StoreUnavailable,
-)
+from .. import errors
+from ..errors import StoreError, StoreUnavailable
 from ..keys import RESERVED_SEGMENT
 from .batches import Write
 from .commit import Committer
@@ -84,19 +77,11 @@ that it imports the file store's own modules and not the whole engine that
 
 _LENGTH = struct.Struct("<I")
 
-_ERRORS: dict[str, type[StoreError]] = {
-    cls.__name__: cls
-    for cls in (
-        AlreadyExists,
-        InvalidKey,
-        NotFound,
-        PreconditionFailed,
-        StoreConfigError,
-        StoreError,
-        StoreUnavailable,
-    )
-}
-"""The errors a commit gives a write, by name: all a batch's answers can hold."""
+
+def _error_class(name: str) -> type[StoreError]:
+    """The store error an answer names (StoreError for a name it does not know)."""
+    cls = getattr(errors, name, None)
+    return cls if isinstance(cls, type) and issubclass(cls, StoreError) else StoreError
 
 
 class ProcessGone(Exception):
@@ -192,10 +177,6 @@ class CommitProcess:
         _LIVE.add(self)
 
     @property
-    def pid(self) -> int:
-        return self._proc.pid
-
-    @property
     def up(self) -> bool:
         """Whether it said it is ready and is not closed (without waiting)."""
         return self._ready and not self._closed
@@ -240,9 +221,7 @@ class CommitProcess:
             if error is None:
                 write.result = etag
             else:
-                write.error = _ERRORS.get(error, StoreError)(
-                    message, location=self._location, key=write.key
-                )
+                write.error = _error_class(error)(message, location=self._location, key=write.key)
         return int(syncs)
 
     def close(self, timeout: float = 10.0) -> int:
