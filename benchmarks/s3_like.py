@@ -98,6 +98,7 @@ class S3LikeStore(ObjectStore):
         self.inner = inner
         self.location = inner.location
         self.key_limit = inner.key_limit
+        self.remote = True  # (as S3 is: requests are what it counts)
         self.latency = latency
         self.scale = scale
         self.partition = partition

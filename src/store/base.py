@@ -71,6 +71,13 @@ class ObjectStore(abc.ABC):
     """The longest key this store takes, in UTF-8 bytes: S3's 1,024, less an
     S3Store's own prefix and its slash (a wrapper reports its inner store's)."""
 
+    remote: bool = False
+    """Whether each call is a request to a service, billed per request (S3;
+    a wrapper reports its inner store's). Callers that can trade a request
+    for work elsewhere do so on a remote store: a keyed submit there creates
+    its run's queue record before it looks for an outcome, and looks once
+    (:mod:`stepstone.workflow.submitting`)."""
+
     @abc.abstractmethod
     async def get(self, key: str) -> StoredObject:
         """The object's bytes and etag. Raises NotFound."""

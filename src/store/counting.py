@@ -36,6 +36,7 @@ class CountingStore(ObjectStore):
         self.inner = inner
         self.location = inner.location
         self.key_limit = inner.key_limit
+        self.remote = inner.remote
         self.counts: Counter[str] = Counter()
         self.reset()
 

@@ -61,6 +61,7 @@ class FaultyStore(ObjectStore):
         self.inner = inner
         self.location = inner.location
         self.key_limit = inner.key_limit
+        self.remote = inner.remote
         self.error_rate = error_rate
         self.latency = latency
         self.operations = chosen

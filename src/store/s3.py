@@ -126,6 +126,8 @@ class S3Store(ObjectStore):
     of its own shares them between stores on one bucket; False turns it off.
     """
 
+    remote = True
+
     def __init__(
         self,
         bucket: str,

@@ -14,6 +14,7 @@ them through :class:`RunRecords`, so how they are keyed and what
 from __future__ import annotations
 
 import contextlib
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,10 @@ from .codec import pack, unpack
 from .errors import CorruptOutcome
 from .layout import Layout
 from .outcome import OutcomeRecord, Tombstone, decode_slot
+
+SEEN_ENDED = 10_000
+"""Runs whose outcome record a RunRecords read or wrote, remembered (the
+newest) for ``seen_ended``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +46,21 @@ class RunRecords:
     def __init__(self, store: ObjectStore, layout: Layout) -> None:
         self.store = store
         self.layout = layout
+        self._ended: OrderedDict[str, None] = OrderedDict()
+
+    def seen_ended(self, run_id: str) -> bool:
+        """Whether this process read or wrote the run's outcome record lately:
+        a hint (a sweep may have removed it since) that a resubmission of its
+        key will find it (:mod:`stepstone.workflow.submitting`)."""
+        return run_id in self._ended
+
+    def _saw(self, record: OutcomeRecord | None) -> OutcomeRecord | None:
+        if record is not None:
+            self._ended[record.run_id] = None
+            self._ended.move_to_end(record.run_id)
+            if len(self._ended) > SEEN_ENDED:
+                self._ended.popitem(last=False)
+        return record
 
     async def slot(self, run_id: str) -> Slot:
         """What the run's outcome key holds. Raises CorruptOutcome, naming the
@@ -69,7 +89,7 @@ class RunRecords:
                 except ValueError as exc:
                     found.append(CorruptOutcome(key, str(exc)))
                     continue
-            found.append(content if isinstance(content, OutcomeRecord) else None)
+            found.append(self._saw(content if isinstance(content, OutcomeRecord) else None))
         return found
 
     async def outcome(self, run_id: str, input_hash: str | None = None) -> OutcomeRecord | None:
@@ -83,7 +103,7 @@ class RunRecords:
         content = (await self.slot(run_id)).content
         if not isinstance(content, OutcomeRecord):
             return None
-        return answering(content, self.layout.outcome(run_id), input_hash)
+        return self._saw(answering(content, self.layout.outcome(run_id), input_hash))
 
     async def record_outcome(self, record: OutcomeRecord) -> OutcomeRecord | None:
         """Write ``record`` unless the run already has an outcome: the first
@@ -100,19 +120,19 @@ class RunRecords:
         while True:
             try:
                 await self.store.put_if_absent(key, data)
-                return record
+                return self._saw(record)
             except AlreadyExists:
                 pass
             slot = await self.slot(record.run_id)
             content = slot.content
             if isinstance(content, OutcomeRecord):
-                return answering(content, key, record.input_hash)
+                return self._saw(answering(content, key, record.input_hash))
             if isinstance(content, Tombstone):
                 if content.incarnation == record.incarnation and record.incarnation:
                     return None
                 with contextlib.suppress(PreconditionFailed, NotFound):
                     await self.store.put_if_match(key, data, slot.etag)
-                    return record
+                    return self._saw(record)
             # Removed or replaced since we looked: look again.
 
     async def clear_tombstone(self, run_id: str, etag: str) -> None:

@@ -9,10 +9,24 @@ it again answers from what is already there, in this order:
    looked for once more, because the previous run of the key may have ended
    between step 1 and the enqueue (its ack removed the queue record, so ours
    was created): then that outcome is the answer, and the record just
-   written is settled without running (see :mod:`stepstone.executor`).
+   written is nobody's run: it is taken back (cancelled; a worker that
+   claimed it meanwhile looks first and runs nothing, see
+   :mod:`stepstone.executor`).
 3. The queue already holds a live run of the id: join it (same input hash),
    or refuse (``InputMismatch``).
 4. The live run ended between the enqueue and the look: its outcome is the answer.
+
+Step 2's look alone would do: a run that ended before the create has its
+outcome written by then. Step 1 is there to answer a resubmission of a
+finished run with one read, and no create to take back. On a store billed
+per request (``ObjectStore.remote``: S3) a process skips it for a new key,
+so a fresh keyed submit costs one GET, not two, and one round trip less. It
+looks first for a run it saw end (``RunRecords.seen_ended``: its worker
+recorded the outcome, or it read it), and for every key while one keyed
+submit in ``1 / LOOK_FIRST_SHARE`` of late met a finished run: a
+resubmission met that way costs a create and a delete beside its GET (on
+S3 a PUT costs as much as about twelve GETs). A local store always looks
+first: a look there costs little and a create taken back a flush.
 
 A job without a key gets a fresh random run id and is simply enqueued.
 """
@@ -51,6 +65,13 @@ CREATED_HERE = 10_000
 not claimed yet, kept so that worker need not look for an outcome again."""
 SUBMIT_RETRIES = 3
 """Times a submit goes round again when a run vanished between two looks."""
+LOOK_FIRST_SHARE = 1 / 16
+"""On a remote store, keyed submits look for an outcome before they create
+a record while at least this share of late met a finished run (see the
+module docstring)."""
+RECENT_WEIGHT = 1 / 32
+"""How much each keyed submit moves that share (a moving average over
+about the last 32)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +208,26 @@ class Submitter:
         self._max_attempts = max_attempts
         self._worker = worker
         self._created_here: OrderedDict[str, str] = OrderedDict()
+        self._finished_share = 0.0
+        """The share of this process's keyed submits of late that met a
+        finished run (a moving average, ``RECENT_WEIGHT``)."""
+
+    def looks_first(self, run_id: str) -> bool:
+        """Whether a keyed submit of ``run_id`` looks for an outcome before it
+        creates the run's record (step 1 of the module docstring): always on
+        a local store; on a remote one when this process saw the run end, or
+        while resubmissions of finished runs are common enough of late
+        (``LOOK_FIRST_SHARE``) that the creates taken back would cost more
+        than the looks saved."""
+        return (
+            not self._records.store.remote
+            or self._records.seen_ended(run_id)
+            or self._finished_share >= LOOK_FIRST_SHARE
+        )
+
+    def _met(self, finished: bool) -> None:
+        """Count a keyed submit: did it meet a finished run?"""
+        self._finished_share += (float(finished) - self._finished_share) * RECENT_WEIGHT
 
     def created_here(self, run_id: str, incarnation: str) -> bool:
         """Whether this process created this incarnation of a keyed run after
@@ -214,13 +255,14 @@ class Submitter:
         """Submit every job of ``jobs`` (each with ``options``), as ``submit``
         would one at a time, and return their handles in order. Every input is
         encoded before anything is written; the keyed jobs' outcomes are read
-        together (``get_many``), before and after the enqueue, and the jobs to
-        enqueue go to the queue in one ``enqueue_many`` (one flush on files).
+        together (``get_many``), before the enqueue (see ``looks_first``) and
+        after it, and the jobs to enqueue go to the queue in one
+        ``enqueue_many`` (one flush on files).
         Each job is answered as ``submit`` answers it; then the first error met
         (say InputMismatch for one job) is raised, the others submitted."""
         subs = [_Submission.of(job, options, None, None) for job in jobs]
         answers: list[JobHandle[Any] | BaseException | None] = [None] * len(subs)
-        keyed = [i for i, s in enumerate(subs) if s.keyed]
+        keyed = [i for i, s in enumerate(subs) if s.run_id and self.looks_first(s.run_id)]
         for i, found in zip(keyed, await self._outcomes(subs, keyed), strict=True):
             answers[i] = self._answer_or_none(subs[i], found)
         fresh = [i for i, answer in enumerate(answers) if answer is None]
@@ -235,14 +277,29 @@ class Submitter:
         )
         created = [i for i in fresh if enqueued[i].created and subs[i].keyed]
         looked = dict(zip(created, await self._outcomes(subs, created), strict=True))
+        ended: list[tuple[int, OutcomeRecord]] = []
+        corrupt: list[int] = []
         for i in fresh:
             if not enqueued[i].created:
                 continue
             found = looked.get(i)  # (answered from what was read: nothing to wait for)
             if isinstance(found, CorruptOutcome):
                 answers[i] = found
-            else:
+                corrupt.append(i)
+            elif found is None:
                 answers[i] = await _settled(self._after(subs[i], enqueued[i], found))
+            else:
+                ended.append((i, found))
+        # Records made for runs found finished, or whose outcome does not read,
+        # are taken back together (a request each).
+        settled, _ = await asyncio.gather(
+            asyncio.gather(
+                *(_settled(self._after(subs[i], enqueued[i], found)) for i, found in ended)
+            ),
+            asyncio.gather(*(self._take_back(enqueued[i].id) for i in corrupt)),
+        )
+        for (i, _), answer in zip(ended, settled, strict=True):
+            answers[i] = answer
         # Duplicates of a live run join it (or meet its end): one look each.
         joining = [i for i in fresh if not enqueued[i].created]
         joined = await asyncio.gather(
@@ -272,14 +329,16 @@ class Submitter:
         error (the job's answer is that error), or None (enqueue it)."""
         if found is None or isinstance(found, CorruptOutcome):
             return found
+        self._met(True)
         try:
             return self._answer_from(found, s.digest, s.name, s.output)
         except InputMismatch as exc:
             return exc
 
     async def _submit(self, s: _Submission, *, tries: int = SUBMIT_RETRIES + 1) -> JobHandle[Any]:
-        for _ in range(tries):
-            handle = await self._cached(s)
+        for again in range(tries):
+            first = again or (s.run_id is not None and self.looks_first(s.run_id))
+            handle = await self._cached(s) if first else None
             if handle is None:
                 handle = await self._enqueue(s)
             if handle is not None:
@@ -301,11 +360,13 @@ class Submitter:
             return await self._after(s, enqueued)
         try:
             handle = await self._after(s, enqueued)
-        except InputMismatch:
+        except (InputMismatch, CorruptOutcome):
             raise  # (the record just made was taken back: nothing to run)
         except BaseException:
             await self._hand_over(worker, delivery)
             raise
+        if handle is not None and not handle.newly_submitted:
+            return handle  # (answered by the previous run: the record was taken back)
         await self._hand_over(worker, delivery)
         return handle
 
@@ -330,7 +391,10 @@ class Submitter:
         if s.run_id is None:
             return None
         cached = await self._records.outcome(s.run_id)
-        return None if cached is None else self._answer_from(cached, s.digest, s.name, s.output)
+        if cached is None:
+            return None
+        self._met(True)
+        return self._answer_from(cached, s.digest, s.name, s.output)
 
     async def _after(
         self, s: _Submission, enqueued: Enqueued, looked: OutcomeRecord | _Unread | None = UNREAD
@@ -343,15 +407,23 @@ class Submitter:
         assert envelope is not None
         if enqueued.created:
             if s.keyed:
-                cached = (
-                    await self._records.outcome(run_id) if isinstance(looked, _Unread) else looked
-                )
+                try:
+                    cached = (
+                        await self._records.outcome(run_id)
+                        if isinstance(looked, _Unread)
+                        else looked
+                    )
+                except CorruptOutcome:
+                    await self._take_back(run_id)  # (the key has no answer to give)
+                    raise
                 if cached is not None and cached.incarnation != envelope.incarnation:
-                    if cached.input_hash != s.digest:
-                        # The key's answer is another input's: the record just
-                        # made is nobody's run. Take it back, then refuse.
-                        await self._queue.cancel(run_id)
+                    # The previous run of the key ended before the create (its
+                    # ack let the create happen): its outcome is the answer,
+                    # and the record just made is nobody's run.
+                    self._met(True)
+                    await self._take_back(run_id)
                     return self._answer_from(cached, s.digest, s.name, s.output)
+                self._met(False)
                 self._created_here[run_id] = envelope.incarnation
                 if len(self._created_here) > CREATED_HERE:
                     self._created_here.popitem(last=False)
@@ -382,6 +454,21 @@ class Submitter:
         if cached is not None:
             return self._answer_from(cached, s.digest, s.name, s.output)
         return None
+
+    async def _take_back(self, run_id: str) -> None:
+        """Cancel a record just made that is nobody's run. If that fails, a
+        worker claims it, finds the outcome and runs nothing (a keyed run not
+        checked here is looked up before it runs)."""
+        try:
+            await self._queue.cancel(run_id)
+        except Exception as exc:
+            log.warning(
+                "job %s: taking back a record made for a finished run failed (%s); a worker"
+                " settles it without running",
+                run_id,
+                exc,
+                extra={"job_id": run_id},
+            )
 
     def _answer_from(
         self, record: OutcomeRecord, digest: str, name: str, output: Any

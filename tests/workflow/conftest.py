@@ -11,6 +11,20 @@ from stepstone.runtime import FakeClock, MemoryQueue
 from stepstone.store import MemoryStore, ObjectStore
 
 
+@pytest.hookimpl(tryfirst=True)  # (before the marks and the fixture's params apply)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """In a module that sets ``BOTH_SUBMIT_ORDERS = True``, every scenario on
+    ``make_runner`` runs also with keyed submits in the order a remote store
+    gets them (create the record, then look for an outcome)."""
+    if getattr(metafunc.module, "BOTH_SUBMIT_ORDERS", False) and (
+        "make_runner" in metafunc.fixturenames
+    ):
+        orders = ["memory-queue", "store-queue", "remote"]
+        metafunc.definition.add_marker(
+            pytest.mark.parametrize("make_runner", orders, indirect=True)
+        )
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
@@ -35,14 +49,19 @@ def make_runner(
     Parametrized over the two queues a single process can use, so every
     scenario holds on the MemoryQueue and on the default StoreQueue, over a
     MemoryStore; ``files`` and ``s3`` (wf_support.ON_EVERY_STORE) put the default
-    StoreQueue on a real directory or on moto's S3 instead. The clock is fake
-    on every store: a durable store keeps its own modified times, which only
-    order what a StoreQueue reads first.
+    StoreQueue on a real directory or on moto's S3 instead; ``remote`` (in
+    modules that set ``BOTH_SUBMIT_ORDERS``) has the MemoryStore say it is remote, so
+    that keyed submits take the order they take on S3 (create, then look:
+    stepstone.workflow.submitting). The clock is fake on every store: a
+    durable store keeps its own modified times, which only order what a
+    StoreQueue reads first.
     """
     shared_memory_queue = MemoryQueue(clock=clock)
     on: ObjectStore = store
     if request.param in ("files", "s3"):
         on = request.getfixturevalue("file_store" if request.param == "files" else "s3_store")
+    if request.param == "remote":
+        store.remote = True
 
     def make(**kwargs: Any) -> JobRunner:
         kwargs.setdefault("state", [counters])

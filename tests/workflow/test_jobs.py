@@ -59,6 +59,8 @@ from stepstone.retention import remove_run
 from stepstone.store import MemoryStore
 from stepstone.testing import FakeClock
 
+BOTH_SUBMIT_ORDERS = True  # (conftest: keyed submits also in a remote store's order)
+
 MakeRunner = Callable[..., JobRunner]
 DEADLINE = 10.0
 

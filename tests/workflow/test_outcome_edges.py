@@ -29,6 +29,8 @@ from stepstone.store import MemoryStore, ObjectStore
 from stepstone.store.base import ObjectInfo, StoredObject
 from stepstone.testing import FakeClock
 
+BOTH_SUBMIT_ORDERS = True  # (conftest: keyed submits also in a remote store's order)
+
 MakeRunner = Callable[..., JobRunner]
 DEADLINE = 10.0
 
@@ -175,12 +177,17 @@ async def test_a_job_whose_outcome_the_store_refuses_ends_and_its_handle_raises(
 async def test_submitting_over_a_bad_outcome_object_raises_corrupt_outcome_naming_it(
     make_runner: MakeRunner,
 ) -> None:
-    runner = make_runner()
-    first = await runner.submit(Keyed(n=3))
-    key = runner.layout.outcome(first.id)
-    await runner.store.put(key, bad_object("garbage", first.id))
-    with pytest.raises(CorruptOutcome, match=key):
-        await runner.submit(Keyed(n=3))
+    async with make_runner(jobs=[Keyed]) as runner:
+        first = await runner.submit(Keyed(n=3))
+        assert await first.result(timeout=DEADLINE) == 3
+        key = runner.layout.outcome(first.id)
+        await runner.store.put(key, bad_object("garbage", first.id))
+        with pytest.raises(CorruptOutcome, match=key):
+            await runner.submit(Keyed(n=3))
+        with pytest.raises(CorruptOutcome, match=key):
+            await runner.submit_many([Keyed(n=3)])
+        # Nothing was left to run: a record made before the look is taken back.
+        assert await runner.queue.get(first.id) is None
 
 
 async def test_status_and_cancel_of_a_queued_job_do_not_take_another_inputs_outcome(

@@ -17,6 +17,8 @@ from stepstone.retention import REMOVE_AT_ONCE, sweep
 from stepstone.store import MemoryStore
 from stepstone.testing import FakeClock
 
+BOTH_SUBMIT_ORDERS = True  # (conftest: keyed submits also in a remote store's order)
+
 MakeRunner = Callable[..., JobRunner]
 RUNS = 100
 DEADLINE = 10.0

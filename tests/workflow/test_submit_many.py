@@ -15,6 +15,8 @@ from stepstone import EncodingError, InputMismatch, Job, JobContext, JobRunner, 
 from stepstone.layout import run_id_for_key
 from stepstone.store import FileStore
 
+BOTH_SUBMIT_ORDERS = True  # (conftest: keyed submits also in a remote store's order)
+
 MakeRunner = Callable[..., JobRunner]
 
 

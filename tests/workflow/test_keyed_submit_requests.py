@@ -1,0 +1,109 @@
+"""What a keyed submit asks of the store, in the order it takes there.
+
+On S3 (moto here) a keyed submit creates its run's queue record and then
+looks for an earlier outcome once: one GET, where looking before and after
+the create takes two. A resubmission of a run this process saw end looks
+first (one GET); of one that ended elsewhere, it answers from the outcome
+and takes the record back, until the process has met enough of those to
+look first again. A local store always looks first
+(:mod:`stepstone.workflow.submitting`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+from wf_jobs import Counters, GatedKeyed, Keyed
+
+from stepstone import JobRunner
+from stepstone.layout import run_id_for_key
+from stepstone.store import ObjectStore
+from stepstone.store.counting import CONDITIONAL_PUT, DELETE, GET, CountingStore
+
+DEADLINE = 10.0
+RESUBMITS = 8
+"""Resubmissions of runs that ended elsewhere a test makes (the process looks
+first again after a few: ``LOOK_FIRST_SHARE``)."""
+
+
+def taken(store: CountingStore) -> dict[str, int]:
+    """The requests since the last call, by kind (the kinds not made left out)."""
+    made = {kind: n for kind, n in store.counts.items() if n}
+    store.reset()
+    return made
+
+
+async def test_on_s3_a_fresh_keyed_submit_is_one_create_and_one_look(
+    s3_store: ObjectStore, counters: Counters
+) -> None:
+    store = CountingStore(s3_store)
+    async with JobRunner(
+        store, jobs=[GatedKeyed], state=[counters], concurrency=1, cancel_check=None
+    ) as runner:
+        running = await runner.submit(GatedKeyed(n=1))  # (holds the one slot: the next queues)
+        await asyncio.wait_for(counters.started.wait(), DEADLINE)
+        taken(store)
+        queued = await runner.submit(GatedKeyed(n=2))
+        assert taken(store) == {CONDITIONAL_PUT: 1, GET: 1}
+        counters.gate.set()
+        results = [running.result(timeout=DEADLINE), queued.result(timeout=DEADLINE)]
+        assert await asyncio.gather(*results) == [1, 2]
+
+
+async def test_on_s3_resubmitting_a_run_seen_to_end_here_is_one_look(
+    s3_store: ObjectStore, counters: Counters
+) -> None:
+    store = CountingStore(s3_store)
+    async with JobRunner(store, jobs=[Keyed], state=[counters], cancel_check=None) as runner:
+        first = await runner.submit(Keyed(n=4))
+        assert await first.result(timeout=DEADLINE) == 4
+        taken(store)
+        again = await runner.submit(Keyed(n=4))
+        assert taken(store) == {GET: 1}
+        assert not again.newly_submitted and await again.result(timeout=DEADLINE) == 4
+    assert counters.counts["keyed"] == 1
+
+
+async def test_on_s3_resubmitting_runs_that_ended_elsewhere_answers_from_them_and_runs_nothing(
+    s3_store: ObjectStore, counters: Counters
+) -> None:
+    async with JobRunner(s3_store, jobs=[Keyed], state=[counters]) as elsewhere:
+        ended = await asyncio.gather(
+            *[await elsewhere.submit(Keyed(n=n)) for n in range(RESUBMITS)]
+        )
+        assert ended == list(range(RESUBMITS))
+    store = CountingStore(s3_store)
+    # An API process that never saw those runs (no worker: nothing else reads).
+    api = JobRunner(store, jobs=[Keyed], state=[counters])
+    costs: list[dict[str, int]] = []
+    for n in range(RESUBMITS):
+        again = await api.submit(Keyed(n=n))
+        costs.append(taken(store))
+        assert not again.newly_submitted and again.id == run_id_for_key(f"keyed:{n}")
+        assert await again.result(timeout=DEADLINE) == n
+        assert await api.queue.get(again.id) is None, "a record was left queued"
+        taken(store)
+    assert counters.counts["keyed"] == RESUBMITS, "a resubmission ran the job again"
+
+    # Create first: each record made is taken back (its DELETE), until enough
+    # resubmissions of finished runs were met; from then on each is one look.
+    create_first = {CONDITIONAL_PUT: 1, GET: 1, DELETE: 1}
+    switched = costs.index({GET: 1}) if {GET: 1} in costs else None
+    assert switched is not None and switched >= 1, costs
+    assert costs[:switched] == [create_first] * switched, costs
+    assert costs[switched:] == [{GET: 1}] * (RESUBMITS - switched), costs
+
+
+async def test_on_a_local_store_a_keyed_submit_looks_first(
+    file_store: ObjectStore, counters: Counters
+) -> None:
+    store = CountingStore(file_store)
+    async with JobRunner(store, jobs=[Keyed], state=[counters], cancel_check=None) as runner:
+        taken(store)
+        first = await runner.submit(Keyed(n=6))
+        assert Counter(taken(store))[GET] == 2  # before the create and after it
+        assert await first.result(timeout=DEADLINE) == 6
+        taken(store)
+        await runner.submit(Keyed(n=6))
+        assert taken(store) == {GET: 1}  # a resubmission: one look, nothing written
