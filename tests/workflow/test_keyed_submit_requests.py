@@ -14,9 +14,10 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from wf_jobs import Counters, GatedKeyed, Keyed
+import pytest
+from wf_jobs import Counters, FixedKey, GatedKeyed, Keyed
 
-from stepstone import JobRunner
+from stepstone import InputMismatch, JobRunner
 from stepstone.layout import run_id_for_key
 from stepstone.store import ObjectStore
 from stepstone.store.counting import CONDITIONAL_PUT, DELETE, GET, CountingStore
@@ -107,3 +108,26 @@ async def test_on_a_local_store_a_keyed_submit_looks_first(
         taken(store)
         await runner.submit(Keyed(n=6))
         assert taken(store) == {GET: 1}  # a resubmission: one look, nothing written
+
+
+async def test_on_s3_a_key_that_ended_elsewhere_with_another_input_raises_and_leaves_nothing(
+    s3_store: ObjectStore, counters: Counters
+) -> None:
+    async with JobRunner(s3_store, jobs=[FixedKey, Keyed], state=[counters]) as elsewhere:
+        assert await (await elsewhere.submit(FixedKey(content="alpha"))).result(DEADLINE) == "alpha"
+        assert await (await elsewhere.submit(Keyed(n=1))).result(DEADLINE) == 1
+    api = JobRunner(s3_store, jobs=[FixedKey, Keyed], state=[counters])  # (never saw them end)
+    with pytest.raises(InputMismatch):
+        await api.submit(FixedKey(content="beta"))
+    # The same in a batch, beside a run that ended and a new one: each answered
+    # as submit answers it, then the mismatch raised.
+    with pytest.raises(InputMismatch):
+        await api.submit_many([Keyed(n=1), FixedKey(content="beta"), Keyed(n=2)])
+    assert counters.counts["keyed"] == 1
+    assert await api.queue.get(run_id_for_key("fixed")) is None, "a record was left queued"
+    assert await api.queue.get(run_id_for_key("keyed:1")) is None, "a record was left queued"
+    assert await api.queue.get(run_id_for_key("keyed:2")) is not None  # (the new run waits)
+    async with JobRunner(s3_store, jobs=[FixedKey, Keyed], state=[counters]) as worker:
+        assert await worker.handle(run_id_for_key("keyed:2"), Keyed).result(DEADLINE) == 2
+        assert await worker.handle(run_id_for_key("fixed"), FixedKey).result(DEADLINE) == "alpha"
+    assert counters.counts["keyed"] == 2
