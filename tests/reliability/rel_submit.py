@@ -15,7 +15,6 @@ import os
 import random
 import sys
 import time
-from pathlib import Path
 
 from rel_jobs import ThreeSteps
 from rel_support import submitter
@@ -40,7 +39,7 @@ async def main(out: str) -> int:
     repeats = int(env.get("REL_REPEATS", "50"))
     order = [n for n in keys for _ in range(repeats)]
     random.Random(os.getpid()).shuffle(order)
-    runner = submitter(Path(env["REL_ROOT"]))
+    runner = submitter(env["REL_ROOT"])
     slots = asyncio.Semaphore(int(env.get("REL_INFLIGHT", "32")))
 
     async def one(n: int) -> tuple[int, str, bool]:
