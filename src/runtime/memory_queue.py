@@ -61,6 +61,13 @@ class _Rec:
     dead_reason: str | None = None
     wait: Wait | None = None
     woken: bool = False
+    serial: int = 0
+    """Tells this record from another of its id made later (``withdraw``)."""
+
+    @property
+    def made(self) -> str:
+        """Which record this is, and which of its versions."""
+        return f"{self.serial}.{self.version}"
 
 
 class MemoryQueue(LeaseQueue, QueueInspection, Waking):
@@ -175,7 +182,7 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
             return Enqueued(job_id, created=False)
         self._touch(rec)
         self._notify()
-        return Enqueued(rec.id, created=True)
+        return Enqueued(rec.id, created=True, version=rec.made)
 
     async def enqueue_claimed(
         self, job: NewJob, *, lease: float
@@ -187,8 +194,9 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
         if rec.run_at > now:
             self._touch(rec)
             self._notify()
-            return Enqueued(rec.id, created=True), None
-        return Enqueued(rec.id, created=True), self._lease(rec, now, lease)
+            return Enqueued(rec.id, created=True, version=rec.made), None
+        delivery = self._lease(rec, now, lease)
+        return Enqueued(rec.id, created=True, version=rec.made), delivery
 
     def _add(self, job: NewJob) -> tuple[str, _Rec | None]:
         """``job``'s id and its new record, not yet placed in a heap
@@ -213,6 +221,7 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
             run_at=now if job.run_at is None else job.run_at,
             created_at=now,
             updated_at=now,
+            serial=next(self._seq),
         )
         self._records[job_id] = rec
         return job_id, rec
@@ -357,6 +366,13 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
 
     async def cancel(self, id: str) -> bool:
         return self._records.pop(id, None) is not None
+
+    async def withdraw(self, enqueued: Enqueued) -> bool:
+        rec = self._records.get(enqueued.id)
+        if rec is None or enqueued.version is None or rec.made != enqueued.version:
+            return False
+        del self._records[enqueued.id]
+        return True
 
     async def discard_dead(self, id: str) -> bool:
         rec = self._records.get(id)

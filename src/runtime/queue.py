@@ -163,6 +163,9 @@ class Enqueued:
     id: str
     created: bool
     """False when a record with this id already existed (a duplicate)."""
+    version: str | None = field(default=None, compare=False)
+    """Which record the enqueue created, for ``withdraw`` (None: the queue
+    cannot tell its records apart)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,6 +324,14 @@ class LeaseQueue(abc.ABC):
         does)."""
         [enqueued] = await self.enqueue_many([job])
         return enqueued, None
+
+    async def withdraw(self, enqueued: Enqueued) -> bool:
+        """Remove the record ``enqueued`` created, if nothing changed it since
+        (claimed, settled, or gone and made again): for a submit that finds,
+        once it made the record, that it is nobody's run. False when it
+        changed or went, or when the queue cannot tell (this default); the
+        caller decides what then."""
+        return False
 
     @abc.abstractmethod
     async def claim(

@@ -46,7 +46,7 @@ from stepstone.runtime.queue import Delivery, Enqueued, LeaseQueue, NewJob, all_
 from stepstone.runtime.worker import Worker
 
 from .codec import canonical_input
-from .envelope import Envelope, input_hash
+from .envelope import Envelope, incarnation_of, input_hash
 from .errors import CorruptOutcome, EncodingError, InputMismatch, JobError
 from .handle import Answers, JobHandle
 from .job import Job
@@ -290,13 +290,19 @@ class Submitter:
                 answers[i] = await _settled(self._after(subs[i], enqueued[i], found))
             else:
                 ended.append((i, found))
+
+        def incarnation(i: int) -> str:
+            envelope = subs[i].envelope
+            assert envelope is not None  # (set by its new_job)
+            return envelope.incarnation
+
         # Records made for runs found finished, or whose outcome does not read,
         # are taken back together (a request each).
         settled, _ = await asyncio.gather(
             asyncio.gather(
                 *(_settled(self._after(subs[i], enqueued[i], found)) for i, found in ended)
             ),
-            asyncio.gather(*(self._take_back(enqueued[i].id) for i in corrupt)),
+            asyncio.gather(*(self._take_back(enqueued[i], incarnation(i)) for i in corrupt)),
         )
         for (i, _), answer in zip(ended, settled, strict=True):
             answers[i] = answer
@@ -414,14 +420,14 @@ class Submitter:
                         else looked
                     )
                 except CorruptOutcome:
-                    await self._take_back(run_id)  # (the key has no answer to give)
+                    await self._take_back(enqueued, envelope.incarnation)  # (no answer to give)
                     raise
                 if cached is not None and cached.incarnation != envelope.incarnation:
                     # The previous run of the key ended before the create (its
                     # ack let the create happen): its outcome is the answer,
                     # and the record just made is nobody's run.
                     self._met(True)
-                    await self._take_back(run_id)
+                    await self._take_back(enqueued, envelope.incarnation)
                     return self._answer_from(cached, s.digest, s.name, s.output)
                 self._met(False)
                 self._created_here[run_id] = envelope.incarnation
@@ -455,12 +461,19 @@ class Submitter:
             return self._answer_from(cached, s.digest, s.name, s.output)
         return None
 
-    async def _take_back(self, run_id: str) -> None:
-        """Cancel a record just made that is nobody's run. If that fails, a
-        worker claims it, finds the outcome and runs nothing (a keyed run not
+    async def _take_back(self, enqueued: Enqueued, incarnation: str) -> None:
+        """Remove the record just made, nobody's run: withdrawn if unchanged,
+        else cancelled if it still holds ``incarnation`` (a worker claimed it
+        meanwhile), never a record of the key made since. If that fails, the
+        worker holding it finds the outcome and runs nothing (a keyed run not
         checked here is looked up before it runs)."""
+        run_id = enqueued.id
         try:
-            await self._queue.cancel(run_id)
+            if await self._queue.withdraw(enqueued):
+                return
+            record = await self._queue.get(run_id)
+            if record is not None and incarnation_of(record.payload) == incarnation:
+                await self._queue.cancel(run_id)
         except Exception as exc:
             log.warning(
                 "job %s: taking back a record made for a finished run failed (%s); a worker"

@@ -105,6 +105,10 @@ SQS_CANNOT: dict[str, str] = {
     "test_a_reclaim_past_max_attempts_is_still_delivered": _REAL_TIME,
     "test_nack_retries_after_the_delay_counting_the_attempt": _REAL_TIME,
     "test_an_uncounted_nack_hands_the_attempt_back": _REAL_TIME,
+    "test_withdraw_removes_the_record_its_enqueue_made_if_unchanged": (
+        "a sent message cannot be taken back by its sender (withdraw answers False; "
+        "the submit then cancels it, which SqsQueue does as far as it can)"
+    ),
 }
 """Contract cases SqsQueue cannot hold, each with the reason (docs/scaling.md
 says the same to users). Everything else in this module runs on moto's SQS,
@@ -548,6 +552,34 @@ async def test_cancelling_a_claimed_job_fences_off_its_holder(queue: LeaseQueue)
     assert await queue.ack(d) is Settlement.LOST
     assert await queue.nack(d, delay=1) is Settlement.LOST
     assert await queue.get("j") is None
+
+
+async def test_withdraw_removes_the_record_its_enqueue_made_if_unchanged(
+    queue: LeaseQueue,
+) -> None:
+    """What a submit does with a record it made for a key whose run had
+    already ended: gone if nothing touched it; left alone once claimed, or
+    once the id holds a record made since."""
+    made = await queue.enqueue(b"mine", id="unclaimed")
+    assert made.created and await queue.withdraw(made) is True
+    assert await queue.get("unclaimed") is None
+    assert await queue.withdraw(made) is False  # (gone already)
+
+    claimed = await queue.enqueue(b"mine", id="claimed")
+    d = await claim_one(queue)
+    assert await queue.withdraw(claimed) is False
+    assert await queue.ack(d) is Settlement.ACKED
+
+    first = await queue.enqueue(b"first", id="again")
+    assert await queue.cancel("again") is True
+    second = await queue.enqueue(b"second", id="again")
+    assert await queue.withdraw(first) is False
+    record = await queue.get("again")
+    assert record is not None and record.payload == b"second"
+
+    duplicate = await queue.enqueue(b"other", id="again")
+    assert not duplicate.created and await queue.withdraw(duplicate) is False
+    assert await queue.withdraw(second) is True
 
 
 async def test_get_of_an_unknown_id_is_none(queue: LeaseQueue) -> None:

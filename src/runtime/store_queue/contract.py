@@ -433,7 +433,7 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
         for record, (data, _), result in zip(records, encoded, created, strict=True):
             if isinstance(result, str):  # (the common case, answered without a coroutine)
                 self._view.learn(record.id, result, record, len(data))
-                answers.append(Enqueued(record.id, created=True))
+                answers.append(Enqueued(record.id, created=True, version=result))
             else:  # refused, or its answer lost: ``_created`` says which
                 unsure.append((len(answers), record, data, result))
                 answers.append(Enqueued(record.id, created=False))
@@ -480,7 +480,7 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
         if isinstance(result, StoreError):
             raise result
         self._view.learn(job.id, result, job, len(data))
-        return Enqueued(job.id, created=True)
+        return Enqueued(job.id, created=True, version=result)
 
     async def claim(
         self, n: int, *, lease: float, kinds: Collection[str] | None = None
@@ -818,6 +818,18 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
         # It keeps changing under us (a busy holder renewing): it exists, so remove it.
         await self.store.delete(key)
         self._view.forget(id)
+        return True
+
+    async def withdraw(self, enqueued: Enqueued) -> bool:
+        """A delete fenced on the etag the create answered."""
+        etag = enqueued.version
+        if etag is None or not enqueued.created or not _valid_id(enqueued.id):
+            return False
+        try:
+            await self._remove(enqueued.id, etag)
+        except (PreconditionFailed, NotFound):
+            self._view.forget(enqueued.id, etag)  # (if the view still holds that version)
+            return False
         return True
 
     async def discard_dead(self, id: str) -> bool:
