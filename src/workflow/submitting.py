@@ -9,9 +9,9 @@ it again answers from what is already there, in this order:
    looked for once more, because the previous run of the key may have ended
    between step 1 and the enqueue (its ack removed the queue record, so ours
    was created): then that outcome is the answer, and the record just
-   written is nobody's run: it is taken back (cancelled; a worker that
-   claimed it meanwhile looks first and runs nothing, see
-   :mod:`stepstone.executor`).
+   written is nobody's run: it is taken back (``LeaseQueue.withdraw``, or
+   cancelled if a worker claimed it meanwhile; that worker looks for the
+   outcome first and runs nothing, see :mod:`stepstone.executor`).
 3. The queue already holds a live run of the id: join it (same input hash),
    or refuse (``InputMismatch``).
 4. The live run ended between the enqueue and the look: its outcome is the answer.
