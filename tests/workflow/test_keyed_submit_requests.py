@@ -6,7 +6,9 @@ the create takes two. A resubmission of a run this process saw end looks
 first (one GET); of one that ended elsewhere, it answers from the outcome
 and takes the record back, until the process has met enough of those to
 look first again. A local store always looks first
-(:mod:`stepstone.workflow.submitting`).
+(:mod:`stepstone.workflow.submitting`). Taking a record back races other
+processes: one claimed meanwhile is cancelled, one of the key made since is
+left alone.
 """
 
 from __future__ import annotations
@@ -15,10 +17,13 @@ import asyncio
 
 import pytest
 from wf_jobs import Counters, FixedKey, GatedKeyed, Keyed
+from wf_support import wait_until
 
 from stepstone import InputMismatch, JobRunner
 from stepstone.layout import run_id_for_key
-from stepstone.store import ObjectStore
+from stepstone.runtime import Settlement, StoreQueue
+from stepstone.store import MemoryStore, ObjectStore
+from stepstone.store.base import StoredObject
 from stepstone.store.counting import CONDITIONAL_PUT, DELETE, GET, LIST, CountingStore
 
 DEADLINE = 10.0
@@ -131,3 +136,71 @@ async def test_on_s3_a_key_that_ended_elsewhere_with_another_input_raises_and_le
         assert await worker.handle(run_id_for_key("keyed:2"), Keyed).result(DEADLINE) == 2
         assert await worker.handle(run_id_for_key("fixed"), FixedKey).result(DEADLINE) == "alpha"
     assert counters.counts["keyed"] == 2
+
+
+class PausingStore(MemoryStore):
+    """A MemoryStore that says it is remote (so keyed submits create, then
+    look) and can hold reads of outcome records until told to go on: room
+    for another process to act between a submit's create and its look."""
+
+    remote = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = asyncio.Event()
+        self.go.set()
+        self.held = 0
+
+    async def get(self, key: str) -> StoredObject:
+        if key.startswith("outcomes/") and not self.go.is_set():
+            self.held += 1
+            await self.go.wait()
+        return await super().get(key)
+
+
+async def _ended_elsewhere(store: ObjectStore, counters: Counters, n: int) -> str:
+    async with JobRunner(store, jobs=[Keyed], state=[counters]) as elsewhere:
+        handle = await elsewhere.submit(Keyed(n=n))
+        assert await handle.result(DEADLINE) == n
+        return handle.id
+
+
+async def test_a_record_claimed_before_the_look_is_cancelled_and_runs_nothing(
+    counters: Counters,
+) -> None:
+    store = PausingStore()
+    run_id = await _ended_elsewhere(store, counters, 1)
+    api = JobRunner(store, jobs=[Keyed], state=[counters])  # (never saw it end)
+    other = StoreQueue(store, prefix="queue")  # another process's worker, claiming
+    store.go.clear()
+    submitting = asyncio.create_task(api.submit(Keyed(n=1)))
+    await wait_until(lambda: store.held == 1)  # made its record, waits on its look
+    [claimed] = await other.claim(1, lease=60.0)
+    assert claimed.id == run_id
+    store.go.set()
+    handle = await asyncio.wait_for(submitting, DEADLINE)
+    assert not handle.newly_submitted and await handle.result(DEADLINE) == 1
+    assert await other.ack(claimed) is Settlement.LOST, "the claimed record was not taken back"
+    assert await api.queue.get(run_id) is None
+    assert counters.counts["keyed"] == 1
+
+
+async def test_taking_back_never_removes_a_record_of_the_key_made_since(
+    counters: Counters,
+) -> None:
+    store = PausingStore()
+    run_id = await _ended_elsewhere(store, counters, 2)
+    api = JobRunner(store, jobs=[Keyed], state=[counters])
+    other = StoreQueue(store, prefix="queue")
+    store.go.clear()
+    submitting = asyncio.create_task(api.submit(Keyed(n=2)))
+    await wait_until(lambda: store.held == 1)
+    # Meanwhile the record goes and another of the id is made (as a
+    # resubmission after a purge would make the key's next run).
+    assert await other.cancel(run_id)
+    assert (await other.enqueue(b"the key's next run", id=run_id)).created
+    store.go.set()
+    handle = await asyncio.wait_for(submitting, DEADLINE)
+    assert not handle.newly_submitted and await handle.result(DEADLINE) == 2
+    record = await other.get(run_id)
+    assert record is not None and record.payload == b"the key's next run"
