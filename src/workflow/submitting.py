@@ -277,32 +277,19 @@ class Submitter:
         )
         created = [i for i in fresh if enqueued[i].created and subs[i].keyed]
         looked = dict(zip(created, await self._outcomes(subs, created), strict=True))
-        ended: list[tuple[int, OutcomeRecord]] = []
-        corrupt: list[int] = []
+        ended: list[tuple[int, OutcomeRecord | CorruptOutcome]] = []
         for i in fresh:
             if not enqueued[i].created:
                 continue
             found = looked.get(i)  # (answered from what was read: nothing to wait for)
-            if isinstance(found, CorruptOutcome):
-                answers[i] = found
-                corrupt.append(i)
-            elif found is None:
+            if found is None:
                 answers[i] = await _settled(self._after(subs[i], enqueued[i], found))
             else:
                 ended.append((i, found))
-
-        def incarnation(i: int) -> str:
-            envelope = subs[i].envelope
-            assert envelope is not None  # (set by its new_job)
-            return envelope.incarnation
-
         # Records made for runs found finished, or whose outcome does not read,
         # are taken back together (a request each).
-        settled, _ = await asyncio.gather(
-            asyncio.gather(
-                *(_settled(self._after(subs[i], enqueued[i], found)) for i, found in ended)
-            ),
-            asyncio.gather(*(self._take_back(enqueued[i], incarnation(i)) for i in corrupt)),
+        settled = await asyncio.gather(
+            *(_settled(self._after(subs[i], enqueued[i], found)) for i, found in ended)
         )
         for (i, _), answer in zip(ended, settled, strict=True):
             answers[i] = answer
@@ -403,7 +390,10 @@ class Submitter:
         return self._answer_from(cached, s.digest, s.name, s.output)
 
     async def _after(
-        self, s: _Submission, enqueued: Enqueued, looked: OutcomeRecord | _Unread | None = UNREAD
+        self,
+        s: _Submission,
+        enqueued: Enqueued,
+        looked: OutcomeRecord | CorruptOutcome | _Unread | None = UNREAD,
     ) -> JobHandle[Any] | None:
         """The answer once the queue said what the enqueue of ``s`` did; None
         when the run it met ended meanwhile without an outcome to show yet
@@ -414,20 +404,23 @@ class Submitter:
         if enqueued.created:
             if s.keyed:
                 try:
-                    cached = (
+                    found = (
                         await self._records.outcome(run_id)
                         if isinstance(looked, _Unread)
                         else looked
                     )
+                    if isinstance(found, CorruptOutcome):
+                        raise found
                 except CorruptOutcome:
-                    await self._take_back(enqueued, envelope.incarnation)  # (no answer to give)
+                    await self._take_back(s, enqueued)  # (the key has no answer to give)
                     raise
+                cached = found
                 if cached is not None and cached.incarnation != envelope.incarnation:
                     # The previous run of the key ended before the create (its
                     # ack let the create happen): its outcome is the answer,
                     # and the record just made is nobody's run.
                     self._met(True)
-                    await self._take_back(enqueued, envelope.incarnation)
+                    await self._take_back(s, enqueued)
                     return self._answer_from(cached, s.digest, s.name, s.output)
                 self._met(False)
                 self._created_here[run_id] = envelope.incarnation
@@ -461,18 +454,19 @@ class Submitter:
             return self._answer_from(cached, s.digest, s.name, s.output)
         return None
 
-    async def _take_back(self, enqueued: Enqueued, incarnation: str) -> None:
-        """Remove the record just made, nobody's run: withdrawn if unchanged,
-        else cancelled if it still holds ``incarnation`` (a worker claimed it
-        meanwhile), never a record of the key made since. If that fails, the
-        worker holding it finds the outcome and runs nothing (a keyed run not
-        checked here is looked up before it runs)."""
+    async def _take_back(self, s: _Submission, enqueued: Enqueued) -> None:
+        """Remove the record ``s`` just made, nobody's run: withdrawn if
+        unchanged, else cancelled if it still holds this incarnation (a worker
+        claimed it meanwhile), never a record of the key made since. If that
+        fails, the worker holding it finds the outcome and runs nothing (a
+        keyed run not checked here is looked up before it runs)."""
         run_id = enqueued.id
+        assert s.envelope is not None  # (set by its new_job)
         try:
             if await self._queue.withdraw(enqueued):
                 return
             record = await self._queue.get(run_id)
-            if record is not None and incarnation_of(record.payload) == incarnation:
+            if record is not None and incarnation_of(record.payload) == s.envelope.incarnation:
                 await self._queue.cancel(run_id)
         except Exception as exc:
             log.warning(
