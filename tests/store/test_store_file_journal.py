@@ -12,10 +12,12 @@ machine's next boot would (another boot id), and check what is there.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import multiprocessing
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,7 @@ from stepstone.store.file.journal import (
     read_journal,
 )
 from stepstone.store.file.store import CommitIn
+from stepstone.store.file.temp_files import STALE_TEMP_SECONDS
 from stepstone.store.keys import RESERVED_SEGMENT
 
 DEADLINE = 60.0
@@ -457,6 +460,47 @@ def test_a_live_processs_journal_is_left_alone(
         holder.join(DEADLINE)
     assert holder.exitcode == 0
     assert _journals(root) == []  # closed: flushed and removed
+
+
+async def test_a_store_opened_while_another_makes_its_journal_leaves_it_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A journal is locked by its maker before a recovery can find it: a store
+    opened on the root at that moment (here, just before the lock is taken)
+    must not take it for a dead process's journal and remove it."""
+    root = tmp_path / "s"
+    opened: list[bool] = []
+    real_flock = fcntl.flock
+
+    def flock(fd: int, operation: int) -> None:
+        if operation & fcntl.LOCK_NB and not opened:  # the journal's own lock
+            opened.append(True)
+            FileStore(root)  # its recovery reads the journals now
+        real_flock(fd, operation)
+
+    async with FileStore(root) as store:
+        monkeypatch.setattr(fcntl, "flock", flock)
+        await store.put_many_if_absent(_objects("made", 3))
+        monkeypatch.undo()
+        assert opened, "the journal was made without a lock"
+        assert len(_journals(root)) == 1
+        assert [(root / "made" / str(i)).read_bytes() for i in range(3)] == [
+            f"made {i}".encode() for i in range(3)
+        ]
+    assert _journals(root) == []
+
+
+def test_a_journal_its_maker_died_before_naming_is_swept_after_an_hour(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    FileStore(root)
+    directory = root / RESERVED_SEGMENT / "journal"
+    old, new = directory / "a.journal.tmp", directory / "b.journal.tmp"
+    old.write_bytes(b"")
+    new.write_bytes(b"")
+    an_hour_ago = time.time() - STALE_TEMP_SECONDS - 1
+    os.utime(old, (an_hour_ago, an_hour_ago))
+    FileStore(root)
+    assert sorted(p.name for p in directory.iterdir()) == ["b.journal.tmp"]
 
 
 # -- the journal file ---------------------------------------------------------------

@@ -16,8 +16,8 @@ again from the top (a new *epoch*).
 
 If the power fails first, the journal is the record: the next store opened
 on the root brings back what the disk lost (``recovery``). A journal belongs
-to the process that holds its ``flock``; one whose lock is free was left by
-a process that is gone.
+to the process that holds its ``flock`` (it is named a journal only once
+locked); one whose lock is free was left by a process that is gone.
 
 Layout: a header (magic, the boot id of the machine that wrote it), then
 entries, each ``crc32 | epoch | length | kind | body``. A reader takes the
@@ -44,6 +44,9 @@ from dataclasses import dataclass
 from ..errors import StoreConfigError
 
 SUFFIX = ".journal"
+UNNAMED_SUFFIX = ".tmp"
+"""A journal being made has its name with this added until it is locked; one
+left so by a process killed meanwhile holds nothing and is swept."""
 MAGIC = b"stepstone journal 1\n"
 HEADER_SIZE = 64
 INITIAL_SIZE = 256 * 1024
@@ -302,13 +305,22 @@ class Journal:
     def _open(self) -> None:
         """(Under the lock.) Make this process's journal: header and zeroed
         blocks written and flushed, its name flushed into the directory, and
-        locked for as long as it is open."""
-        path = os.path.join(self._directory, secrets.token_hex(8) + SUFFIX)
+        locked for as long as it is open.
+
+        It is made and locked under a name a recovery does not read, and only
+        then named a journal: a store opened on the root meanwhile would
+        otherwise find a journal whose lock nobody holds yet, take it for a
+        dead process's, and remove it from under its maker."""
+        name = secrets.token_hex(8) + SUFFIX
+        path, unnamed = (
+            os.path.join(self._directory, name),
+            os.path.join(self._directory, name + UNNAMED_SUFFIX),
+        )
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            fd = os.open(unnamed, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         except OSError as exc:
             raise StoreConfigError(
-                f"cannot create the journal {path}: {exc.strerror}", location=self._location
+                f"cannot create the journal {unnamed}: {exc.strerror}", location=self._location
             ) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -316,6 +328,7 @@ class Journal:
             os.pwrite(fd, header.ljust(HEADER_SIZE, b"\0"), 0)
             self._fd, self._size = fd, HEADER_SIZE
             self._grow(INITIAL_SIZE)
+            os.rename(unnamed, path)
             dir_fd = os.open(self._directory, os.O_RDONLY | os.O_DIRECTORY)
             try:
                 os.fsync(dir_fd)
@@ -324,8 +337,9 @@ class Journal:
         except BaseException:
             self._fd = None
             os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+            for leftover in (unnamed, path):
+                with contextlib.suppress(OSError):
+                    os.unlink(leftover)
             raise
         self._path = path
         self._end = HEADER_SIZE
