@@ -29,6 +29,13 @@ S3 a PUT costs as much as about twelve GETs). A local store always looks
 first: a look there costs little and a create taken back a flush.
 
 A job without a key gets a fresh random run id and is simply enqueued.
+
+A submit always lets the event loop run before it returns. On files its
+writes are usually made on the caller's thread, without waiting, and a
+coroutine that never waits never lets anything else run: a loop of awaited
+submits would hold the loop until the last one, the jobs it handed to this
+process's worker, lease renewals and every other task waiting behind it.
+So a submit answered without waiting gives the loop one turn (``_Turn``).
 """
 
 from __future__ import annotations
@@ -72,6 +79,24 @@ module docstring)."""
 RECENT_WEIGHT = 1 / 32
 """How much each keyed submit moves that share (a moving average over
 about the last 32)."""
+
+
+class _Turn:
+    """Whether the event loop has run since this was made: a submit that
+    never waited gives it a turn before it returns (see the module docstring)."""
+
+    __slots__ = ("_ran",)
+
+    def __init__(self) -> None:
+        self._ran = False
+        asyncio.get_running_loop().call_soon(self._run)
+
+    def _run(self) -> None:
+        self._ran = True
+
+    async def give(self) -> None:
+        if not self._ran:
+            await asyncio.sleep(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +272,10 @@ class Submitter:
         id) is the id it runs under, keyed like an idempotency key makes it,
         in place of the job's own key; ``parent`` names the run that submits
         it as a child, to wake when it ends. See the module docstring."""
-        return await self._submit(_Submission.of(job, options, run_id, parent))
+        turn = _Turn()
+        handle = await self._submit(_Submission.of(job, options, run_id, parent))
+        await turn.give()
+        return handle
 
     async def submit_many(
         self, jobs: Sequence[Job[Any]], options: SubmitOptions | None = None
