@@ -30,12 +30,16 @@ first: a look there costs little and a create taken back a flush.
 
 A job without a key gets a fresh random run id and is simply enqueued.
 
-A submit always lets the event loop run before it returns. On files its
-writes are usually made on the caller's thread, without waiting, and a
-coroutine that never waits never lets anything else run: a loop of awaited
-submits would hold the loop until the last one, the jobs it handed to this
-process's worker, lease renewals and every other task waiting behind it.
-So a submit answered without waiting gives the loop one turn (``_Turn``).
+Submits hold the event loop at most about ``TURN_EVERY`` without a turn.
+On files a submit's writes are usually made on the caller's thread, without
+waiting, and a coroutine that never waits never lets anything else run: a
+loop of awaited submits would hold the loop until its last submit, the jobs
+it handed to this process's worker, lease renewals and every other task
+waiting behind it. So the submit that ends a stretch of ``TURN_EVERY``
+during which the loop did not run gives it one turn before it returns
+(``_Turns``). Not every submit: on a fast store a turn costs more than the
+submit (on the memory store a turn per submit cost a fifth of the
+throughput of a loop of submits, docs/performance.md).
 """
 
 from __future__ import annotations
@@ -79,23 +83,38 @@ module docstring)."""
 RECENT_WEIGHT = 1 / 32
 """How much each keyed submit moves that share (a moving average over
 about the last 32)."""
+TURN_EVERY = 0.001
+"""Seconds submits may hold the event loop without a turn (see the module
+docstring)."""
 
 
-class _Turn:
-    """Whether the event loop has run since this was made: a submit that
-    never waited gives it a turn before it returns (see the module docstring)."""
+class _Turns:
+    """Gives the event loop a turn once submits have held it ``TURN_EVERY``
+    (see the module docstring). A stretch starts with a submit while the
+    loop has run since the last one; a callback it schedules ends it when
+    the loop runs again."""
 
-    __slots__ = ("_ran",)
+    __slots__ = ("_loop", "_since")
 
     def __init__(self) -> None:
-        self._ran = False
-        asyncio.get_running_loop().call_soon(self._run)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._since = 0.0  # when the stretch on self._loop began
 
-    def _run(self) -> None:
-        self._ran = True
+    def begin(self) -> None:
+        """A submit starts."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            self._loop, self._since = loop, loop.time()
+            loop.call_soon(self._ran, loop)
 
-    async def give(self) -> None:
-        if not self._ran:
+    def _ran(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._loop is loop:
+            self._loop = None
+
+    async def end(self) -> None:
+        """A submit is done: give the loop a turn if the stretch is long enough."""
+        loop = self._loop
+        if loop is not None and loop.time() - self._since >= TURN_EVERY:
             await asyncio.sleep(0)
 
 
@@ -236,6 +255,7 @@ class Submitter:
         self._finished_share = 0.0
         """The share of this process's keyed submits of late that met a
         finished run (a moving average, ``RECENT_WEIGHT``)."""
+        self._turns = _Turns()
 
     def looks_first(self, run_id: str) -> bool:
         """Whether a keyed submit of ``run_id`` looks for an outcome before it
@@ -272,9 +292,9 @@ class Submitter:
         id) is the id it runs under, keyed like an idempotency key makes it,
         in place of the job's own key; ``parent`` names the run that submits
         it as a child, to wake when it ends. See the module docstring."""
-        turn = _Turn()
+        self._turns.begin()
         handle = await self._submit(_Submission.of(job, options, run_id, parent))
-        await turn.give()
+        await self._turns.end()
         return handle
 
     async def submit_many(

@@ -1,4 +1,5 @@
-"""A submit lets the event loop run before it returns.
+"""Submits let the event loop run: a loop of awaited submits holds it at most
+about ``TURN_EVERY`` without a turn.
 
 On files (and in memory) a submit is usually answered without waiting for
 anything, and a coroutine that never waits never lets another task run: a
@@ -14,38 +15,63 @@ from collections.abc import Callable
 import pytest
 from wf_jobs import RUNNER_JOBS, Adder, Counters, GatedKeyed
 
+import stepstone.submitting as submitting
 from stepstone import JobRunner
 
 pytestmark = pytest.mark.parametrize(
     "make_runner", ["memory-queue", "store-queue", "files"], indirect=True
 )
 
-SUBMITS = 50
+SUBMITS = 200
+MAX_HELD = 60
+"""Submits in a row that may let nothing run: far more than fit in
+``TURN_EVERY``."""
 
 
-async def test_each_submit_in_a_loop_lets_another_task_run(
-    make_runner: Callable[..., JobRunner],
-) -> None:
-    turns = 0
+def _count_turns() -> tuple[list[int], asyncio.Task[None]]:
+    turns = [0]
 
-    async def count_turns() -> None:
-        nonlocal turns
+    async def count() -> None:
         while True:
-            turns += 1
+            turns[0] += 1
             await asyncio.sleep(0)
 
+    return turns, asyncio.create_task(count())
+
+
+async def test_a_loop_of_submits_lets_other_tasks_run_every_few_submits(
+    make_runner: Callable[..., JobRunner],
+) -> None:
     async with make_runner(jobs=RUNNER_JOBS) as runner:
-        counter = asyncio.create_task(count_turns())
+        turns, counter = _count_turns()
         await asyncio.sleep(0)
-        ran_during: list[int] = []
-        handles = []
+        handles, without_a_turn, longest = [], 0, 0
         for i in range(SUBMITS):
-            before = turns
+            before = turns[0]
             handles.append(await runner.submit(Adder(a=i, b=1)))
-            ran_during.append(turns - before)
+            without_a_turn = 0 if turns[0] > before else without_a_turn + 1
+            longest = max(longest, without_a_turn)
+        counter.cancel()
+        # A millisecond holds a few submits (each takes tens of microseconds
+        # at the least), never dozens.
+        assert longest < MAX_HELD, f"{longest} submits in a row let nothing run"
+        assert await asyncio.gather(*handles) == [i + 1 for i in range(SUBMITS)]
+
+
+async def test_a_submit_past_the_stretch_gives_a_turn(
+    make_runner: Callable[..., JobRunner], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(submitting, "TURN_EVERY", 0.0)  # every stretch is long enough
+    async with make_runner(jobs=RUNNER_JOBS) as runner:
+        turns, counter = _count_turns()
+        await asyncio.sleep(0)
+        ran_during = []
+        for i in range(20):
+            before = turns[0]
+            await runner.submit(Adder(a=i, b=1))
+            ran_during.append(turns[0] - before)
         counter.cancel()
         assert min(ran_during) >= 1, ran_during
-        assert await asyncio.gather(*handles) == [i + 1 for i in range(SUBMITS)]
 
 
 async def test_a_job_starts_while_the_loop_that_submitted_it_goes_on_submitting(
