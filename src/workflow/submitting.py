@@ -37,9 +37,9 @@ loop of awaited submits would hold the loop until its last submit, the jobs
 it handed to this process's worker, lease renewals and every other task
 waiting behind it. So the submit that ends a stretch of ``TURN_EVERY``
 during which the loop did not run gives it one turn before it returns
-(``_Turns``). Not every submit: on a fast store a turn costs more than the
-submit (on the memory store a turn per submit cost a fifth of the
-throughput of a loop of submits, docs/performance.md).
+(``_Turns``). Not every submit: on a fast store a turn costs about what a
+submit does (on the memory store a turn per submit cost a loop of submits
+17 to 46% of its throughput, docs/performance.md).
 """
 
 from __future__ import annotations
