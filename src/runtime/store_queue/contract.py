@@ -823,7 +823,7 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
     async def withdraw(self, enqueued: Enqueued) -> bool:
         """A delete fenced on the etag the create answered."""
         etag = enqueued.version
-        if etag is None or not enqueued.created or not _valid_id(enqueued.id):
+        if etag is None or not _valid_id(enqueued.id):  # (only a create has a version)
             return False
         try:
             await self._remove(enqueued.id, etag)

@@ -46,7 +46,8 @@ from ..errors import StoreConfigError
 SUFFIX = ".journal"
 UNNAMED_SUFFIX = ".tmp"
 """A journal being made has its name with this added until it is locked; one
-left so by a process killed meanwhile holds nothing and is swept."""
+left so by a process killed meanwhile holds nothing, and is swept as any
+temp file is (``temp_files.sweep``)."""
 MAGIC = b"stepstone journal 1\n"
 HEADER_SIZE = 64
 INITIAL_SIZE = 256 * 1024
@@ -311,11 +312,8 @@ class Journal:
         then named a journal: a store opened on the root meanwhile would
         otherwise find a journal whose lock nobody holds yet, take it for a
         dead process's, and remove it from under its maker."""
-        name = secrets.token_hex(8) + SUFFIX
-        path, unnamed = (
-            os.path.join(self._directory, name),
-            os.path.join(self._directory, name + UNNAMED_SUFFIX),
-        )
+        path = os.path.join(self._directory, secrets.token_hex(8) + SUFFIX)
+        unnamed = path + UNNAMED_SUFFIX
         try:
             fd = os.open(unnamed, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         except OSError as exc:

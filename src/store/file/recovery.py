@@ -23,21 +23,18 @@ creator chose to say "this may be such an object" (docs/storage.md).
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import logging
 import os
 import stat
-import time
 from collections.abc import Callable
 
 from ..errors import StoreError, StoreUnavailable
 from .batches import Write
 from .commit import Committer
-from .journal import CREATE, SUFFIX, UNNAMED_SUFFIX, Entry, boot_id, read_journal
+from .journal import CREATE, SUFFIX, Entry, boot_id, read_journal
 from .paths import KeyPaths
 from .stats import stat_any
-from .temp_files import STALE_TEMP_SECONDS
 
 log = logging.getLogger("stepstone.store.file")
 
@@ -49,12 +46,10 @@ def recover(
     module docstring. ``flush`` makes the whole filesystem durable."""
     taken: list[tuple[str, int]] = []
     try:
-        with os.scandir(directory) as scan:
-            files = list(scan)
+        with os.scandir(directory) as found:
+            names = sorted(e.name for e in found if e.name.endswith(SUFFIX))
     except OSError:
         return
-    _sweep_unnamed(files)
-    names = sorted(f.name for f in files if f.name.endswith(SUFFIX))
     try:
         for name in names:
             path = os.path.join(directory, name)
@@ -79,18 +74,6 @@ def recover(
     finally:
         for _, fd in taken:
             os.close(fd)
-
-
-def _sweep_unnamed(files: list[os.DirEntry[str]]) -> None:
-    """Remove journals a process was killed while making (before it named
-    them): they hold no entry. Only those untouched for an hour, as temp
-    files are swept: one being made now lives for milliseconds."""
-    cutoff = time.time() - STALE_TEMP_SECONDS
-    for file in files:
-        if file.name.endswith(SUFFIX + UNNAMED_SUFFIX):
-            with contextlib.suppress(OSError):
-                if file.stat(follow_symlinks=False).st_mtime < cutoff:
-                    os.unlink(file.path)
 
 
 def _take(path: str) -> int | None:

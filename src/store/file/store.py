@@ -41,7 +41,7 @@ from .locks import KeyLocks
 from .paths import KeyPaths, make_own_directory
 from .reads import absent, head_object, read_object
 from .recovery import recover
-from .temp_files import TempFiles
+from .temp_files import TempFiles, sweep
 
 T = TypeVar("T")
 
@@ -170,6 +170,7 @@ class FileStore(ObjectStore):
         self._queues()
         recover(journals, self._paths, self._committer, self._flush_everything)
         self._temp.sweep()
+        sweep(journals)  # (journals a process was killed while making: see ``journal``)
 
     # -- plumbing ---------------------------------------------------------
 

@@ -19,6 +19,31 @@ from .spares import SPARE_SUFFIX, SparePool
 STALE_TEMP_SECONDS = 3600
 
 
+def sweep(directory: str) -> None:
+    """Remove the temp files and spares in ``directory`` that a crashed or
+    exited writer left behind.
+
+    Only those untouched for an hour: a live writer's temp file lives for
+    milliseconds, and its spares are rewritten or unlinked when it
+    closes. A spare's mtime is that of the object it was, so its age is
+    its ctime, which retiring it set (and which nobody can set back).
+    """
+    cutoff = time.time() - STALE_TEMP_SECONDS
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.name.endswith(".tmp"):
+                    age = entry.stat(follow_symlinks=False).st_mtime
+                elif entry.name.endswith(SPARE_SUFFIX):
+                    age = entry.stat(follow_symlinks=False).st_ctime
+                else:
+                    continue
+                if age < cutoff:
+                    os.unlink(entry.path)
+    except OSError:
+        pass  # best effort: leftovers in the temp directory are never listed
+
+
 class TempFiles:
     """The temp files of one store object, in ``directory``, and its spare inodes."""
 
@@ -30,27 +55,9 @@ class TempFiles:
         self._spares = SparePool(directory)
 
     def sweep(self) -> None:
-        """Remove temp files and spares a crashed or exited writer left behind.
-
-        Only those untouched for an hour: a live writer's temp file lives for
-        milliseconds, and its spares are rewritten or unlinked when it
-        closes. A spare's mtime is that of the object it was, so its age is
-        its ctime, which retiring it set (and which nobody can set back).
-        """
-        cutoff = time.time() - STALE_TEMP_SECONDS
-        try:
-            with os.scandir(self._directory) as entries:
-                for entry in entries:
-                    if entry.name.endswith(".tmp"):
-                        age = entry.stat(follow_symlinks=False).st_mtime
-                    elif entry.name.endswith(SPARE_SUFFIX):
-                        age = entry.stat(follow_symlinks=False).st_ctime
-                    else:
-                        continue
-                    if age < cutoff:
-                        os.unlink(entry.path)
-        except OSError:
-            pass  # best effort: leftovers in the temp directory are never listed
+        """Remove temp files and spares a crashed or exited writer left behind
+        (``sweep``)."""
+        sweep(self._directory)
 
     def _open(self) -> tuple[str, int, os.stat_result | None]:
         """A temp file to write: a spare inode, else a new file.
