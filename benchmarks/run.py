@@ -48,6 +48,11 @@ def plan(quick: bool) -> dict[str, Spec]:
         "w3-s3-rate": Spec("w3", "s3", n_s3, limit="rate"),
         "latency-memory": Spec("latency", "memory", 50 if q else 1000),
         "latency-file": Spec("latency", "file", 20 if q else 200),
+        # Submit, then await, one job at a time from a runner with no worker
+        # (an API process), a worker in another runner on the same store: the
+        # handle polls for the outcome; its reads are in the counts.
+        "latency-memory-sq-api": Spec("latency", "memory-sq", 10 if q else 40, api=True),
+        "latency-s3-api": Spec("latency", "s3", 5 if q else 20, api=True),
         "scale-1": Spec("scale", "file", n_scale, processes=1),
         "scale-2": Spec("scale", "file", n_scale, processes=2),
         "scale-4": Spec("scale", "file", n_scale, processes=4),

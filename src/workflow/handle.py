@@ -10,6 +10,7 @@ is cheap to make and to hold.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
@@ -46,10 +47,19 @@ class Answers(Protocol):
     """What a handle asks about its job; the runner answers."""
 
     async def wait(
-        self, job_id: str, output: Any, *, fresh: bool, input_hash: str | None
+        self,
+        job_id: str,
+        output: Any,
+        *,
+        fresh: bool,
+        input_hash: str | None,
+        kind: str | None = None,
+        submitted_at: float | None = None,
     ) -> Outcome[Any]:
         """The outcome, as soon as there is one (``fresh``: just submitted
-        here); an outcome of another ``input_hash`` raises CorruptOutcome."""
+        here, at ``submitted_at`` on ``time.monotonic``'s clock, a job of
+        type ``kind``); an outcome of another ``input_hash`` raises
+        CorruptOutcome."""
 
     async def outcome(
         self, job_id: str, output: Any, input_hash: str | None = None
@@ -77,12 +87,16 @@ class JobHandle(Generic[T]):
         newly_submitted: bool,
         outcome: Outcome[T] | None = None,
         input_hash: str | None = None,
+        kind: str | None = None,
     ) -> None:
         self._answers = answers
         self._output_type = output_type
         self._outcome = outcome
         self._within: Callable[[JobHandle[T]], Awaitable[Outcome[T]]] | None = None
         self._input_hash = input_hash
+        self._kind = kind
+        # (a fresh submit's polls are timed from here: stepstone.waiting)
+        self._submitted_at = time.monotonic() if newly_submitted else None
         self.id = job_id
         self.newly_submitted = newly_submitted
 
@@ -111,7 +125,12 @@ class JobHandle(Generic[T]):
             return self._outcome
         async with asyncio.timeout(timeout):
             outcome = await self._answers.wait(
-                self.id, self._output_type, fresh=self.newly_submitted, input_hash=self._input_hash
+                self.id,
+                self._output_type,
+                fresh=self.newly_submitted,
+                input_hash=self._input_hash,
+                kind=self._kind,
+                submitted_at=self._submitted_at,
             )
         self._outcome = outcome
         return outcome

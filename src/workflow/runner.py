@@ -356,12 +356,28 @@ class JobRunner:
         return JobHandle(self, job_id, job_type.output_type(), newly_submitted=False)
 
     async def wait(
-        self, job_id: str, output: Any, *, fresh: bool = False, input_hash: str | None = None
+        self,
+        job_id: str,
+        output: Any,
+        *,
+        fresh: bool = False,
+        input_hash: str | None = None,
+        kind: str | None = None,
+        submitted_at: float | None = None,
     ) -> Outcome[Any]:
         """The outcome of ``job_id`` as soon as there is one, its result typed as
         ``output`` (what awaiting a handle does). Given the run's
-        ``input_hash``, an outcome of another input raises CorruptOutcome."""
-        return await self._waiting.wait(job_id, output, fresh=fresh, input_hash=input_hash)
+        ``input_hash``, an outcome of another input raises CorruptOutcome.
+        ``kind`` and ``submitted_at`` (``time.monotonic``) of a run just
+        submitted here time its polls by how long that kind's runs took."""
+        return await self._waiting.wait(
+            job_id,
+            output,
+            fresh=fresh,
+            input_hash=input_hash,
+            kind=kind,
+            submitted_at=submitted_at,
+        )
 
     async def outcome(
         self, job_id: str, output: Any, input_hash: str | None = None

@@ -481,7 +481,12 @@ class Submitter:
                 extra={"job_id": run_id, "job_name": s.name},
             )
             return JobHandle(
-                self._answers, run_id, s.output, newly_submitted=True, input_hash=s.digest
+                self._answers,
+                run_id,
+                s.output,
+                newly_submitted=True,
+                input_hash=s.digest,
+                kind=s.name,
             )
 
         # A live run has this id: join it, if it is the same input.
