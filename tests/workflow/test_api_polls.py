@@ -96,9 +96,9 @@ def test_runs_are_polled_by_the_quicker_of_their_kind_seen_lately() -> None:
     seen.saw("k", submitted_at=30.0, last_miss=None, found=35.0)
     assert seen.expected("k") == pytest.approx(1.2)  # (the quickest of the first few)
     assert seen.expected("other") is None
-    for at in range(100, 100 + RECENT_RUNS - 1):  # one quick run in sixteen ...
+    for at in range(100, 100 + RECENT_RUNS - 3):  # (sixteen, the first three among them)
         seen.saw("k", submitted_at=at, last_miss=None, found=at + 2.0)
-    assert seen.expected("k") == 2.0  # ... does not set the pace
-    for at in range(200, 205):  # more than a quarter do
+    assert seen.expected("k") == 2.0  # two quicker runs in sixteen do not set the pace ...
+    for at in range(200, 205):  # ... more than a quarter do
         seen.saw("k", submitted_at=at, last_miss=None, found=at + 0.5)
     assert seen.expected("k") == 0.5
