@@ -23,6 +23,16 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
+class Submitted:
+    """A run this runner has just submitted: its job type (``kind``) and when
+    (``at``, on ``time.monotonic``'s clock), to time its polls by
+    (``stepstone.waiting``)."""
+
+    kind: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
 class JobState:
     """A snapshot of where a job is, from its outcome record, queue record and progress."""
 
@@ -53,13 +63,11 @@ class Answers(Protocol):
         *,
         fresh: bool,
         input_hash: str | None,
-        kind: str | None = None,
-        submitted_at: float | None = None,
+        submitted: Submitted | None = None,
     ) -> Outcome[Any]:
         """The outcome, as soon as there is one (``fresh``: just submitted
-        here, at ``submitted_at`` on ``time.monotonic``'s clock, a job of
-        type ``kind``); an outcome of another ``input_hash`` raises
-        CorruptOutcome."""
+        here, as ``submitted`` says); an outcome of another ``input_hash``
+        raises CorruptOutcome."""
 
     async def outcome(
         self, job_id: str, output: Any, input_hash: str | None = None
@@ -94,9 +102,9 @@ class JobHandle(Generic[T]):
         self._outcome = outcome
         self._within: Callable[[JobHandle[T]], Awaitable[Outcome[T]]] | None = None
         self._input_hash = input_hash
-        self._kind = kind
-        # (a fresh submit's polls are timed from here: stepstone.waiting)
-        self._submitted_at = time.monotonic() if newly_submitted else None
+        self._submitted = (
+            Submitted(kind, time.monotonic()) if newly_submitted and kind is not None else None
+        )
         self.id = job_id
         self.newly_submitted = newly_submitted
 
@@ -129,8 +137,7 @@ class JobHandle(Generic[T]):
                 self._output_type,
                 fresh=self.newly_submitted,
                 input_hash=self._input_hash,
-                kind=self._kind,
-                submitted_at=self._submitted_at,
+                submitted=self._submitted,
             )
         self._outcome = outcome
         return outcome

@@ -40,7 +40,7 @@ from .envelope import incarnation_of
 from .errors import CorruptOutcome, DuplicateJobName, UnknownJob
 from .events import send_event
 from .executor import Executor
-from .handle import JobHandle, JobState
+from .handle import JobHandle, JobState, Submitted
 from .history import AttemptInfo, AttemptLog, read_history
 from .hooks import SettledHook, SettledHooks
 from .job import Job
@@ -362,21 +362,14 @@ class JobRunner:
         *,
         fresh: bool = False,
         input_hash: str | None = None,
-        kind: str | None = None,
-        submitted_at: float | None = None,
+        submitted: Submitted | None = None,
     ) -> Outcome[Any]:
         """The outcome of ``job_id`` as soon as there is one, its result typed as
         ``output`` (what awaiting a handle does). Given the run's
         ``input_hash``, an outcome of another input raises CorruptOutcome.
-        ``kind`` and ``submitted_at`` (``time.monotonic``) of a run just
-        submitted here time its polls by how long that kind's runs took."""
+        A run ``submitted`` here is polled by how long its kind's runs took."""
         return await self._waiting.wait(
-            job_id,
-            output,
-            fresh=fresh,
-            input_hash=input_hash,
-            kind=kind,
-            submitted_at=submitted_at,
+            job_id, output, fresh=fresh, input_hash=input_hash, submitted=submitted
         )
 
     async def outcome(

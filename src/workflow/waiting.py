@@ -11,9 +11,9 @@ seconds cost O(N) reads, not O(N * T).
 A run just submitted from a process that runs no worker (an API server's)
 is polled by what this runner saw of its kind (``TimeToOutcome``): how long
 the quicker of its last few took from submit to outcome (a quarter were
-quicker still). The first poll comes
-at four fifths of it, the next ones 15% of it apart (at most ``MAX_POLL``)
-until one and a half times it has passed, then with the backoff. A run
+quicker still). The first poll comes at four fifths of it, the next ones
+15% of it apart (at most ``MAX_POLL``) until one and a half times it has
+passed, then with the backoff. A run
 that takes about as long as the last ones costs about three reads instead
 of one per doubling, and its outcome is seen within 15% of that time of its
 writing, where a doubling backoff may overshoot by as long as it has
@@ -47,6 +47,7 @@ from stepstone.runtime.queue import JobStatus, LeaseQueue
 from stepstone.store import StoreUnavailable
 
 from .errors import JobFailed
+from .handle import Submitted
 from .outcome import Outcome, OutcomeRecord
 from .records import RunRecords
 
@@ -137,16 +138,14 @@ class Waiting:
         *,
         fresh: bool = False,
         input_hash: str | None = None,
-        kind: str | None = None,
-        submitted_at: float | None = None,
+        submitted: Submitted | None = None,
     ) -> Outcome[Any]:
         """The outcome, as soon as there is one: woken by this process's
         worker, else polling the record with backoff. ``fresh``: the run was
         just created by this runner's submit, so its record cannot exist yet;
         with a worker running here, the first look waits instead of reading;
-        without one, a run of ``kind`` submitted at ``submitted_at``
-        (``time.monotonic``) is polled by how long its kind's runs took
-        (module docstring). ``input_hash``, when known, is checked against
+        without one, a run ``submitted`` here is polled by how long its
+        kind's runs took (module docstring). ``input_hash``, when known, is checked against
         the record read (a record of another input raises CorruptOutcome)."""
         recent = self._recent.pop(run_id, None)
         if isinstance(recent, Exception):
@@ -160,12 +159,10 @@ class Waiting:
         delay = RUNNING_FIRST_POLL if running else IDLE_FIRST_POLL
         skip_read = fresh and running
         # A run submitted here for a worker elsewhere: polled by its kind's.
-        timing = None
-        if fresh and not running and kind is not None and submitted_at is not None:
-            timing = (kind, submitted_at)
-        expected = None if timing is None else self._seen.expected(timing[0])
+        timing = submitted if fresh and not running else None
+        expected = None if timing is None else self._seen.expected(timing.kind)
         if timing is not None and expected is not None:
-            first = timing[1] + EXPECTED_FIRST * expected - time.monotonic()
+            first = timing.at + EXPECTED_FIRST * expected - time.monotonic()
             if first > 0:
                 skip_read, delay = True, first
         last_miss: float | None = None
@@ -185,7 +182,7 @@ class Waiting:
                     if record is None:
                         last_miss = time.monotonic()
                     elif timing is not None:
-                        self._seen.saw(*timing, last_miss, time.monotonic())
+                        self._seen.saw(timing, last_miss, time.monotonic())
                 skip_read = False
                 if record is None:
                     wait = delay
@@ -202,7 +199,7 @@ class Waiting:
                     return record.typed(output)
             finally:
                 self._forget(run_id, future)
-            elapsed = None if timing is None else time.monotonic() - timing[1]
+            elapsed = None if timing is None else time.monotonic() - timing.at
             delay = next_poll(delay, expected, elapsed)
 
     async def _poll(self, run_id: str, input_hash: str | None) -> OutcomeRecord | None:
@@ -267,14 +264,14 @@ class TimeToOutcome:
     def __init__(self) -> None:
         self._seen: dict[str, deque[float]] = {}
 
-    def saw(self, kind: str, submitted_at: float, last_miss: float | None, found: float) -> None:
-        """A poll at ``found`` found the outcome of a run submitted at
-        ``submitted_at``; the poll before it, if any, missed at ``last_miss``."""
+    def saw(self, run: Submitted, last_miss: float | None, found: float) -> None:
+        """A poll at ``found`` found the outcome of ``run``; the poll before
+        it, if any, missed at ``last_miss``."""
         written = found if last_miss is None else (last_miss + found) / 2
-        seen = self._seen.get(kind)
+        seen = self._seen.get(run.kind)
         if seen is None:
-            seen = self._seen[kind] = deque(maxlen=RECENT_RUNS)
-        seen.append(max(0.0, written - submitted_at))
+            seen = self._seen[run.kind] = deque(maxlen=RECENT_RUNS)
+        seen.append(max(0.0, written - run.at))
 
     def expected(self, kind: str) -> float | None:
         """The time to poll ``kind``'s runs by: a quarter of those seen lately

@@ -12,6 +12,7 @@ import pytest
 from wf_jobs import Counters, GatedKeyed, Keyed
 
 from stepstone import JobRunner
+from stepstone.handle import Submitted
 from stepstone.runtime import StoreQueue
 from stepstone.store import MemoryStore
 from stepstone.store.counting import GET, CountingStore
@@ -90,15 +91,15 @@ def test_polls_step_through_the_expected_time_then_back_off() -> None:
 
 def test_runs_are_polled_by_the_quicker_of_their_kind_seen_lately() -> None:
     seen = TimeToOutcome()
-    seen.saw("k", submitted_at=10.0, last_miss=None, found=11.5)  # found at once: 1.5
-    seen.saw("k", submitted_at=20.0, last_miss=21.0, found=21.4)  # between two polls: 1.2
+    seen.saw(Submitted("k", 10.0), last_miss=None, found=11.5)  # found at once: 1.5
+    seen.saw(Submitted("k", 20.0), last_miss=21.0, found=21.4)  # between two polls: 1.2
     assert seen.expected("k") is None  # (too few yet)
-    seen.saw("k", submitted_at=30.0, last_miss=None, found=35.0)
+    seen.saw(Submitted("k", 30.0), last_miss=None, found=35.0)
     assert seen.expected("k") == pytest.approx(1.2)  # (the quickest of the first few)
     assert seen.expected("other") is None
     for at in range(100, 100 + RECENT_RUNS - 3):  # (sixteen, the first three among them)
-        seen.saw("k", submitted_at=at, last_miss=None, found=at + 2.0)
+        seen.saw(Submitted("k", at), last_miss=None, found=at + 2.0)
     assert seen.expected("k") == 2.0  # two quicker runs in sixteen do not set the pace ...
     for at in range(200, 205):  # ... more than a quarter do
-        seen.saw("k", submitted_at=at, last_miss=None, found=at + 0.5)
+        seen.saw(Submitted("k", at), last_miss=None, found=at + 0.5)
     assert seen.expected("k") == 0.5
