@@ -66,7 +66,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from stepstone import JobHandle, JobRunner, JobStatus, SubmitOptions
-from stepstone.executor import RECHECK_WAKING
+from stepstone.execute.executor import RECHECK_WAKING
 from stepstone.runtime import Clock, FakeClock, MemoryQueue
 from stepstone.store import FileStore, MemoryStore, ObjectStore
 
@@ -143,7 +143,7 @@ def _record_metrics() -> None:
     worker with ``--metrics-port`` pays, less the scrapes."""
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-    from stepstone.metrics import meter_provider, use_meter_provider
+    from stepstone.telemetry.metrics import meter_provider, use_meter_provider
 
     use_meter_provider(meter_provider(InMemoryMetricReader()))
 

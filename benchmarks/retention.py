@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 from stepstone import JobRunner
-from stepstone.retention import remove_run
+from stepstone.records.retention import remove_run
 from stepstone.store import MemoryStore
 
 from .jobs import W3

@@ -38,7 +38,7 @@ from fastapi import FastAPI, Header, HTTPException, Request, Response, status
 from pydantic import BaseModel, Field
 
 from stepstone import InputMismatch, Job, JobContext, JobRunner
-from stepstone.layout import check_run_id
+from stepstone.records.layout import check_run_id
 
 MAX_KEY_LENGTH = 200
 

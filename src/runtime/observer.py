@@ -2,11 +2,11 @@
 
 The worker calls an observer, when it has one, twice per attempt: when it
 claims a job and when the attempt is over (settled, or given up on). The
-workflow layer's metrics (:mod:`stepstone.metrics`) are one; without an
+workflow layer's metrics (:mod:`stepstone.telemetry.metrics`) are one; without an
 observer the worker pays one ``is None`` test per call site, so an engine
 with metrics off does no work for them. The same :class:`AttemptReport` goes
 to the worker's ``on_attempt_over``, an async hook the workflow layer's
-attempt history (:mod:`stepstone.history`) writes from.
+attempt history (:mod:`stepstone.records.history`) writes from.
 
 An observer runs on the worker's event loop, inside the job's own task: it
 must be quick and must not block. The worker logs and swallows whatever it

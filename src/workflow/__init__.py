@@ -23,21 +23,7 @@ the layers underneath are :mod:`stepstone.runtime` (the lease queue and the
 worker) and :mod:`stepstone.store` (the object stores).
 """
 
-from stepstone.runtime import MemoryQueue, SqsQueue, StoreQueue
-from stepstone.runtime.clock import Clock, SystemClock
-from stepstone.runtime.decide import FailureKind
-from stepstone.runtime.queue import (
-    DEFAULT_MAX_ATTEMPTS,
-    PRIORITY_HIGH,
-    PRIORITY_LOW,
-    PRIORITY_NORMAL,
-    JobStatus,
-    LeaseQueue,
-)
-from stepstone.store import ObjectStore, open_store
-
-from .context import JobContext, SyncContext
-from .errors import (
+from stepstone.errors import (
     AlreadyExists,
     CorruptMemo,
     CorruptOutcome,
@@ -65,15 +51,28 @@ from .errors import (
     StoreUnavailable,
     UnknownJob,
 )
-from .handle import JobHandle, JobState
-from .history import AttemptInfo, AttemptResult
-from .job import ErrorClass, Job, payload_idempotency_key
-from .limits.rate import RateLimit
-from .outcome import ErrorInfo, Outcome
-from .runner import JobRunner
-from .schedules import Schedule
-from .submitting import SubmitOptions
-from .sync import SyncHandle
+from stepstone.execute.context import JobContext, SyncContext
+from stepstone.handles.handle import JobHandle, JobState
+from stepstone.handles.sync import SyncHandle
+from stepstone.job import ErrorClass, Job, payload_idempotency_key
+from stepstone.limits.rate import RateLimit
+from stepstone.records.history import AttemptInfo, AttemptResult
+from stepstone.records.outcome import ErrorInfo, Outcome
+from stepstone.runner import JobRunner
+from stepstone.runtime import MemoryQueue, SqsQueue, StoreQueue
+from stepstone.runtime.clock import Clock, SystemClock
+from stepstone.runtime.decide import FailureKind
+from stepstone.runtime.queue import (
+    DEFAULT_MAX_ATTEMPTS,
+    PRIORITY_HIGH,
+    PRIORITY_LOW,
+    PRIORITY_NORMAL,
+    JobStatus,
+    LeaseQueue,
+)
+from stepstone.schedules import Schedule
+from stepstone.store import ObjectStore, open_store
+from stepstone.submit.submitter import SubmitOptions
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",

@@ -1,5 +1,5 @@
 """``python -m stepstone``: the same as the ``stepstone`` command."""
 
-from .cli import run
+from stepstone.cli import run
 
 run()

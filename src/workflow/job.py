@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from .codec import canonical_input
-from .errors import Permanent
-from .limits.rate import RateLimit
+from stepstone.errors import Permanent
+from stepstone.limits.rate import RateLimit
+from stepstone.records.codec import canonical_input
 
 if TYPE_CHECKING:
-    from .outcome import Outcome
+    from stepstone.records.outcome import Outcome
 
 Out = TypeVar("Out")
 
@@ -113,7 +113,7 @@ class Job(BaseModel, Generic[Out]):
         plain (a plain one runs in a thread), as a method (``self`` is the
         run's input) or a classmethod. At least once per run: it runs again
         when a worker stops between recording the outcome and acking the run;
-        what it raises is logged and changes nothing. See :mod:`stepstone.hooks`.
+        what it raises is logged and changes nothing. See :mod:`stepstone.execute.hooks`.
         This default does nothing (and costs nothing: it is not called)."""
         return None
 

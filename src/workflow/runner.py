@@ -10,13 +10,13 @@ The runner is a facade: it holds the registry of job types and the
 lifecycle, and wires the parts that do the work, each behind a narrow
 interface:
 
-- :mod:`stepstone.submitting`: the idempotent submit protocol;
-- :mod:`stepstone.waiting`: handles waiting for outcomes, and wake-ups;
-- :mod:`stepstone.executor`: one attempt run, and its outcome recorded;
-- :mod:`stepstone.control`: ``status`` and ``cancel`` of one run;
-- :mod:`stepstone.retention`: the sweep of finished runs;
+- :mod:`stepstone.submit.submitter`: the idempotent submit protocol;
+- :mod:`stepstone.handles.watch`: handles waiting for outcomes, and wake-ups;
+- :mod:`stepstone.execute.executor`: one attempt run, and its outcome recorded;
+- :mod:`stepstone.handles.state`: ``status`` and ``cancel`` of one run;
+- :mod:`stepstone.records.retention`: the sweep of finished runs;
 - :mod:`stepstone.schedules`: jobs submitted at the ticks of a schedule;
-- :mod:`stepstone.sync`: blocking forms of submit and handles, for code
+- :mod:`stepstone.handles.sync`: blocking forms of submit and handles, for code
   without an event loop;
 - :mod:`stepstone.runtime`: the lease queue and the worker loop under it all.
 """
@@ -28,31 +28,30 @@ import logging
 from collections.abc import Coroutine, Iterable, Sequence
 from typing import Any, TypeVar, cast
 
+from stepstone.errors import CorruptOutcome, DuplicateJobName, UnknownJob
+from stepstone.execute.executor import Executor
+from stepstone.execute.hooks import SettledHook, SettledHooks
+from stepstone.handles.handle import JobHandle, JobState, Submitted
+from stepstone.handles.state import cancel_run, job_state
+from stepstone.handles.sync import LoopThread, SyncHandle, call_on
+from stepstone.handles.watch import Waiting
+from stepstone.job import Job
+from stepstone.records.envelope import incarnation_of
+from stepstone.records.history import AttemptInfo, AttemptLog, read_history
+from stepstone.records.layout import Layout, check_run_id, run_id_for_key
+from stepstone.records.outcome import Outcome
+from stepstone.records.retention import Sweeper
+from stepstone.records.run_records import RunRecords
 from stepstone.runtime.backoff import Backoff
 from stepstone.runtime.clock import Clock, SystemClock
 from stepstone.runtime.queue import DEFAULT_MAX_ATTEMPTS, LeaseQueue
 from stepstone.runtime.store_queue import StoreQueue
 from stepstone.runtime.worker import Worker
+from stepstone.schedules import Schedule, Scheduler
 from stepstone.store import ObjectStore, open_store
-
-from .control import cancel_run, job_state
-from .envelope import incarnation_of
-from .errors import CorruptOutcome, DuplicateJobName, UnknownJob
-from .events import send_event
-from .executor import Executor
-from .handle import JobHandle, JobState, Submitted
-from .history import AttemptInfo, AttemptLog, read_history
-from .hooks import SettledHook, SettledHooks
-from .job import Job
-from .layout import Layout, check_run_id, run_id_for_key
-from .metrics import RunnerMetrics, start_metrics
-from .outcome import Outcome
-from .records import RunRecords
-from .retention import Sweeper
-from .schedules import Schedule, Scheduler
-from .submitting import SubmitOptions, Submitter
-from .sync import LoopThread, SyncHandle, call_on
-from .waiting import Waiting
+from stepstone.submit.events import send_event
+from stepstone.submit.submitter import SubmitOptions, Submitter
+from stepstone.telemetry.metrics import RunnerMetrics, start_metrics
 
 __all__ = ["JobRunner", "SubmitOptions"]
 
@@ -236,7 +235,7 @@ class JobRunner:
 
     async def start(self) -> None:
         """Start the worker, the retention sweeper and the schedules, and
-        record metrics if a MeterProvider is set (:mod:`stepstone.metrics`)."""
+        record metrics if a MeterProvider is set (:mod:`stepstone.telemetry.metrics`)."""
         if self._running:
             return
         self._running = True
@@ -311,7 +310,7 @@ class JobRunner:
     async def submit(self, job: Job[Out], options: SubmitOptions | None = None) -> JobHandle[Out]:
         """Submit ``job``; returns a handle to await. A job with an idempotency
         key runs once per key: a duplicate submit joins the live run or reads
-        its outcome (see :mod:`stepstone.submitting`)."""
+        its outcome (see :mod:`stepstone.submit.submitter`)."""
         return await self._submitter.submit(job, options)
 
     async def submit_many(
@@ -329,11 +328,11 @@ class JobRunner:
     def submit_sync(self, job: Job[Out], options: SubmitOptions | None = None) -> SyncHandle[Out]:
         """``submit`` for code without an event loop (a Django or Flask view,
         a script): blocks until the job is submitted and returns a
-        :class:`~stepstone.sync.SyncHandle`, whose ``result(timeout)`` blocks
+        :class:`~stepstone.handles.sync.SyncHandle`, whose ``result(timeout)`` blocks
         for the result. Safe from any number of threads at once; raises
         RuntimeError inside a running event loop (await ``submit`` there). The
         work runs on the worker's loop when this runner's worker runs, else
-        on a private loop in a background thread (see :mod:`stepstone.sync`)."""
+        on a private loop in a background thread (see :mod:`stepstone.handles.sync`)."""
         return SyncHandle(self._blocking(self.submit(job, options)), self._blocking)
 
     def handle_sync(self, job_id: str, job_type: type[Job[Out]]) -> SyncHandle[Out]:
@@ -390,7 +389,7 @@ class JobRunner:
         worker id), when, how it ended, and its error with the traceback's
         last frames. Claims still running are not in it until they end; a
         claim whose worker stopped before it could say reads UNRECORDED. []
-        when nothing is known of the run. See :mod:`stepstone.history`."""
+        when nothing is known of the run. See :mod:`stepstone.records.history`."""
         run_id = check_run_id(job_id)
         try:
             outcome = await self._records.outcome(run_id)

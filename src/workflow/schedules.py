@@ -40,13 +40,12 @@ from zoneinfo import ZoneInfo
 
 from cronsim import CronSim, CronSimError
 
+from stepstone.job import Job
+from stepstone.records.codec import pack, unpack
+from stepstone.records.layout import Layout, name_key
 from stepstone.runtime.clock import Clock, subscribe
 from stepstone.store import AlreadyExists, NotFound, ObjectStore, PreconditionFailed
-
-from .codec import pack, unpack
-from .job import Job
-from .layout import Layout, name_key
-from .submitting import Submitter
+from stepstone.submit.submitter import Submitter
 
 log = logging.getLogger("stepstone.schedules")
 

@@ -45,16 +45,15 @@ from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast
 
 import pytest
 
+from stepstone.job import Job
+from stepstone.records.outcome import Outcome
+from stepstone.runner import JobRunner, SubmitOptions
 from stepstone.runtime.clock import FakeClock
 from stepstone.runtime.memory_queue import MemoryQueue
 from stepstone.store import MemoryStore, ObjectStore
 
-from .job import Job
-from .outcome import Outcome
-from .runner import JobRunner, SubmitOptions
-
 if TYPE_CHECKING:
-    from .handle import JobState
+    from stepstone.handles.handle import JobState
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -28,7 +28,7 @@ from stepstone.cli import main
 from stepstone.cli.commands import _Progress
 from stepstone.cli.durations import parse_duration
 from stepstone.cli.errors import CliError
-from stepstone.outcome import Tombstone, decode_slot
+from stepstone.records.outcome import Tombstone, decode_slot
 from stepstone.testing import wait_until
 
 # -- the worker ------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from cli_app import Boom, Greet
 from cli_support import DEADLINE, Cli, Result, file_runner, one_line_error
 
 from stepstone import JobFailed, SubmitOptions
-from stepstone.codec import pack
+from stepstone.records.codec import pack
 
 GARBAGE = b"\x81\xa1v\xff garbage"
 OTHER_VERSION = pack({"v": 99, "run_id": "x", "status": "succeeded"})

@@ -18,8 +18,8 @@ from cli_app import Refuse
 from cli_support import DEADLINE, Cli, file_runner
 
 from stepstone import JobFailed
-from stepstone.escaping import escape_controls
-from stepstone.observability import TextFormatter
+from stepstone.telemetry.escaping import escape_controls
+from stepstone.telemetry.logs import TextFormatter
 
 HOSTILE = "\x1b[2J\x1b[Hscreen cleared\rrow rewritten\n2026-01-01 forged line \x9b31m \u202eevil"
 

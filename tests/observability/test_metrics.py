@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import pytest
 
 from stepstone import Job, JobContext, JobRunner, Permanent
-from stepstone.metrics import metrics_enabled, step_timer, use_meter_provider
+from stepstone.telemetry.metrics import metrics_enabled, step_timer, use_meter_provider
 from stepstone.testing import fail_once, wait_until
 
 pytest.importorskip("opentelemetry.sdk", reason="metrics need the otel extra")

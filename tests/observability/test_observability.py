@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 import pytest
 
 from stepstone import Job, JobContext, JobRunner, Permanent
-from stepstone.observability import JobLogFilter, JsonFormatter, use_tracer_provider
+from stepstone.telemetry.logs import JobLogFilter, JsonFormatter, use_tracer_provider
 from stepstone.testing import fail_once, run_job, run_job_outcome, wait_until
 
 app_log = logging.getLogger("app.orders")
@@ -234,7 +234,7 @@ def test_no_spans_when_no_provider_is_configured() -> None:
     """With opentelemetry installed but no TracerProvider set up, steps pay for
     no spans at all (a no-op span per step is measurable)."""
     trace = pytest.importorskip("opentelemetry.trace", reason="needs the otel extra")
-    from stepstone import observability
+    from stepstone.telemetry import logs as observability
 
     if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         pytest.skip("a global TracerProvider is configured in this process")

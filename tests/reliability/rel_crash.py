@@ -19,7 +19,7 @@ import msgpack
 from rel_jobs import STEPS, ThreeSteps, read_events
 from rel_support import Workers
 
-from stepstone.outcome import OutcomeRecord
+from stepstone.records.outcome import OutcomeRecord
 from stepstone.runtime.queue import JobStatus
 
 DEFAULT_KILLS = (

@@ -22,7 +22,7 @@ from rel_jobs import (
 from rel_support import Workers, stats_of, submitter, wait_for
 
 from stepstone import EncodingError, Job, JobContext, JobFailed, JobRunner, JobStatus
-from stepstone.envelope import Envelope, input_hash
+from stepstone.records.envelope import Envelope, input_hash
 from stepstone.runtime.errors import PayloadTooLarge
 from stepstone.runtime.queue import JobRecord
 from stepstone.runtime.store_queue.records import CorruptRecord, StoredJob, encode

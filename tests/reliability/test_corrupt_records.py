@@ -36,9 +36,9 @@ from stepstone import (
     StepstoneError,
 )
 from stepstone.cli import main
-from stepstone.codec import pack, unpack
-from stepstone.envelope import Envelope
-from stepstone.outcome import OutcomeRecord
+from stepstone.records.codec import pack, unpack
+from stepstone.records.envelope import Envelope
+from stepstone.records.outcome import OutcomeRecord
 from stepstone.testing import FakeClock
 
 pytestmark = pytest.mark.slow

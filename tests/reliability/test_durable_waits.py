@@ -32,7 +32,7 @@ from rel_support import Workers, submitter, wait_for
 from rel_wait_jobs import AwaitsGo, FansIn, Sleeps
 
 from stepstone import JobRunner, JobStatus
-from stepstone.codec import codec_for_type
+from stepstone.records.codec import codec_for_type
 from stepstone.store import ObjectStore
 
 pytestmark = pytest.mark.slow

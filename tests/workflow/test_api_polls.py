@@ -1,7 +1,7 @@
 """How a runner that runs no worker (an API process) waits for a run it
 submitted: it polls the outcome record, first with a doubling backoff, then,
 once it has seen a few runs of the job's kind end, about when that kind's
-runs end (``stepstone.waiting``). A steady stream of runs then costs a few
+runs end (``stepstone.handles.watch``). A steady stream of runs then costs a few
 reads each; a run far slower than the rest still gets its answer."""
 
 from __future__ import annotations
@@ -12,11 +12,8 @@ import pytest
 from wf_jobs import Counters, GatedKeyed, Keyed
 
 from stepstone import JobRunner
-from stepstone.handle import Submitted
-from stepstone.runtime import StoreQueue
-from stepstone.store import MemoryStore
-from stepstone.store.counting import GET, CountingStore
-from stepstone.waiting import (
+from stepstone.handles.handle import Submitted
+from stepstone.handles.watch import (
     EXPECTED_STEP,
     MAX_POLL,
     RECENT_FROM,
@@ -24,6 +21,9 @@ from stepstone.waiting import (
     TimeToOutcome,
     next_poll,
 )
+from stepstone.runtime import StoreQueue
+from stepstone.store import MemoryStore
+from stepstone.store.counting import GET, CountingStore
 
 DEADLINE = 20.0
 PICKUP = 0.25

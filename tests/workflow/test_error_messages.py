@@ -11,7 +11,7 @@ from wf_jobs import Counters, MemoThenFail
 from wf_support import wait_until
 
 from stepstone import InvalidJobId, Job, JobContext, JobFailed, JobRunner, JobStatus
-from stepstone.codec import pack
+from stepstone.records.codec import pack
 from stepstone.testing import FakeClock
 
 MakeRunner = Callable[..., JobRunner]

@@ -50,12 +50,12 @@ from stepstone import (
     SubmitOptions,
     payload_idempotency_key,
 )
-from stepstone.codec import pack, unpack
-from stepstone.envelope import Envelope
-from stepstone.inspection import read_outcome
-from stepstone.layout import run_id_for_key
-from stepstone.outcome import OutcomeRecord
-from stepstone.retention import remove_run
+from stepstone.ops.reads import read_outcome
+from stepstone.records.codec import pack, unpack
+from stepstone.records.envelope import Envelope
+from stepstone.records.layout import run_id_for_key
+from stepstone.records.outcome import OutcomeRecord
+from stepstone.records.retention import remove_run
 from stepstone.store import MemoryStore
 from stepstone.testing import FakeClock
 

@@ -20,7 +20,7 @@ from wf_jobs import Counters, FixedKey, GatedKeyed, Keyed
 from wf_support import wait_until
 
 from stepstone import InputMismatch, JobRunner
-from stepstone.layout import run_id_for_key
+from stepstone.records.layout import run_id_for_key
 from stepstone.runtime import Settlement, StoreQueue
 from stepstone.store import MemoryStore, ObjectStore
 from stepstone.store.base import StoredObject

@@ -13,7 +13,7 @@ from wf_jobs import Counters
 from wf_support import wait_until
 
 from stepstone import Job, JobContext, JobRunner
-from stepstone.inspection import list_memos
+from stepstone.ops.reads import list_memos
 from stepstone.store import FileStore, ObjectStore, open_store
 
 LONG_NAMES = [

@@ -20,9 +20,9 @@ from stepstone import (
     JobRunner,
     JobStatus,
 )
-from stepstone.codec import pack
-from stepstone.layout import Layout
-from stepstone.outcome import OutcomeRecord
+from stepstone.records.codec import pack
+from stepstone.records.layout import Layout
+from stepstone.records.outcome import OutcomeRecord
 from stepstone.runtime import MemoryQueue
 from stepstone.runtime.queue import Enqueued
 from stepstone.store import MemoryStore, ObjectStore

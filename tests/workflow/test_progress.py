@@ -9,8 +9,8 @@ from typing import Any, ClassVar
 from wf_support import wait_until
 
 from stepstone import Job, JobContext, JobRunner
-from stepstone.outcome import OutcomeRecord
-from stepstone.records import progress_value
+from stepstone.records.outcome import OutcomeRecord
+from stepstone.records.run_records import progress_value
 from stepstone.store import MemoryStore
 from stepstone.testing import FakeClock
 

@@ -12,8 +12,8 @@ from wf_jobs import Counters
 from wf_support import wait_until
 
 from stepstone import Job, JobContext, JobFailed, JobRunner, JobStatus, Permanent
-from stepstone.inspection import purge
-from stepstone.retention import REMOVE_AT_ONCE, sweep
+from stepstone.ops.reads import purge
+from stepstone.records.retention import REMOVE_AT_ONCE, sweep
 from stepstone.store import MemoryStore
 from stepstone.testing import FakeClock
 

@@ -12,7 +12,7 @@ from wf_jobs import RUNNER_JOBS, Adder, Counters, FixedKey, GatedKeyed, Keyed
 from wf_support import wait_until
 
 from stepstone import EncodingError, InputMismatch, Job, JobContext, JobRunner, SubmitOptions
-from stepstone.layout import run_id_for_key
+from stepstone.records.layout import run_id_for_key
 from stepstone.store import FileStore
 
 BOTH_SUBMIT_ORDERS = True  # (conftest: keyed submits also in a remote store's order)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import pytest
 from wf_jobs import RUNNER_JOBS, Adder, Counters, GatedKeyed
 
-import stepstone.submitting as submitting
+import stepstone.submit.submitter as submitting
 from stepstone import JobRunner
 
 pytestmark = pytest.mark.parametrize(

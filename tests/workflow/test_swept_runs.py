@@ -10,10 +10,10 @@ from wf_jobs import Counters, Keyed, KeyedStep
 from wf_support import wait_until
 
 from stepstone import Job, JobContext, JobRunner
-from stepstone.envelope import Envelope
-from stepstone.inspection import purge
-from stepstone.outcome import Tombstone, decode_slot
-from stepstone.retention import remove_run
+from stepstone.ops.reads import purge
+from stepstone.records.envelope import Envelope
+from stepstone.records.outcome import Tombstone, decode_slot
+from stepstone.records.retention import remove_run
 from stepstone.store import MemoryStore
 from stepstone.testing import FakeClock
 

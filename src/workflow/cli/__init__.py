@@ -18,7 +18,7 @@ scripts.
 A failure prints one line to stderr and exits 1 (2 for a usage mistake).
 
 The commands need none of the application's job types: they read the
-records the engine writes (see :mod:`stepstone.inspection`), so an operator
+records the engine writes (see :mod:`stepstone.ops.reads`), so an operator
 can inspect a bucket from any machine that can reach it. docs/operations.md
 is the reference.
 
@@ -30,6 +30,6 @@ and its signals), ``render`` (tables and JSON), ``notices`` (warnings on
 stderr), ``durations`` and ``errors``.
 """
 
-from .entry import main, run
+from stepstone.cli.entry import main, run
 
 __all__ = ["main", "run"]

@@ -1,7 +1,7 @@
 """The commands that inspect and operate on jobs: ls, show, retry, cancel, purge, stats, schedules.
 
 Each opens the runner the options name, does one thing through
-:mod:`stepstone.inspection`, prints it (a table or ``--json``) and closes
+:mod:`stepstone.ops.reads`, prints it (a table or ``--json``) and closes
 the runner. Each returns the exit status; failures are raised, for
 ``entry.main`` to print in one line.
 """
@@ -14,16 +14,9 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import TextIO
 
-from stepstone.runtime.queue import JobStatus
-
-from .. import inspection
-from ..escaping import escape_controls
-from ..layout import run_id_for_key
-from ..runner import JobRunner
-from ..schedules import describe, next_ticks
-from .durations import parse_duration, parse_since
-from .errors import CliError
-from .render import (
+from stepstone.cli.durations import parse_duration, parse_since
+from stepstone.cli.errors import CliError
+from stepstone.cli.render import (
     detail_json,
     emit_json,
     listed_json,
@@ -34,7 +27,13 @@ from .render import (
     warn_unreadable,
     when,
 )
-from .runners import runner_from_args
+from stepstone.cli.runners import runner_from_args
+from stepstone.ops import reads as inspection
+from stepstone.records.layout import run_id_for_key
+from stepstone.runner import JobRunner
+from stepstone.runtime.queue import JobStatus
+from stepstone.schedules import describe, next_ticks
+from stepstone.telemetry.escaping import escape_controls
 
 
 async def _with_runner(

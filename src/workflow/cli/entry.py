@@ -16,14 +16,13 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from stepstone.cli.errors import CliError
+from stepstone.cli.notices import notices_on_stderr
+from stepstone.cli.parser import build_parser
+from stepstone.ops.reads import InspectError
 from stepstone.runtime.errors import QueueError
 from stepstone.store import StoreError
-
-from ..escaping import escape_controls
-from ..inspection import InspectError
-from .errors import CliError
-from .notices import notices_on_stderr
-from .parser import build_parser
+from stepstone.telemetry.escaping import escape_controls
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -13,7 +13,7 @@ import contextlib
 import logging
 from collections.abc import Iterator
 
-from ..escaping import escape_controls
+from stepstone.telemetry.escaping import escape_controls
 
 log = logging.getLogger("stepstone.cli")
 

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from stepstone.runtime.queue import JobStatus
-
-from .commands import (
+from stepstone.cli.commands import (
     cmd_cancel,
     cmd_ls,
     cmd_purge,
@@ -23,9 +21,10 @@ from .commands import (
     cmd_show,
     cmd_stats,
 )
-from .runners import ENV_PREFIX, ENV_STORE
-from .ui import cmd_ui
-from .worker import cmd_worker
+from stepstone.cli.runners import ENV_PREFIX, ENV_STORE
+from stepstone.cli.ui import cmd_ui
+from stepstone.cli.worker import cmd_worker
+from stepstone.runtime.queue import JobStatus
 
 
 def build_parser() -> argparse.ArgumentParser:

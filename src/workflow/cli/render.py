@@ -3,7 +3,7 @@
 Text is for reading at a terminal: times in UTC, long values cut to a line,
 and every control character a job may have put in its text (an escape
 sequence in an error message) written as an escape, so it cannot clear the
-screen or rewrite a line (:func:`stepstone.escaping.escape_controls`).
+screen or rewrite a line (:func:`stepstone.telemetry.escaping.escape_controls`).
 ``--json`` prints everything, uncut, as one indented document (JSON escapes
 control characters itself); a value JSON cannot hold (bytes, a datetime)
 becomes a string rather than an error.
@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from ..escaping import escape_controls
-from ..history import AttemptInfo
-from ..inspection import Detail, Listed, Unreadable, decode_value
-from ..timeline import current_steps, earlier_steps, took
-from .notices import warn
+from stepstone.cli.notices import warn
+from stepstone.ops.reads import Detail, Listed, Unreadable, decode_value
+from stepstone.ops.timeline import current_steps, earlier_steps, took
+from stepstone.records.history import AttemptInfo
+from stepstone.telemetry.escaping import escape_controls
 
 
 def when(ts: float | None) -> str:

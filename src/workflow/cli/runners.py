@@ -16,10 +16,9 @@ import os
 import sys
 from typing import Any
 
+from stepstone.cli.errors import CliError
+from stepstone.runner import JobRunner
 from stepstone.store.errors import StoreConfigError
-
-from ..runner import JobRunner
-from .errors import CliError
 
 ENV_STORE = "STEPSTONE_STORE"
 ENV_PREFIX = "STEPSTONE_PREFIX"

@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..ui.server import CannotServe, serve_ui
-from .errors import CliError
-from .runners import runner_from_args
+from stepstone.cli.errors import CliError
+from stepstone.cli.runners import runner_from_args
+from stepstone.ui.server import CannotServe, serve_ui
 
 
 def cmd_ui(args: argparse.Namespace) -> int:

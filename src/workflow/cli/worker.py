@@ -4,7 +4,7 @@ The first SIGTERM or SIGINT stops claiming and lets in-flight jobs finish
 within the runner's drain window, which is what a deploy or a Ctrl-C wants;
 a second one exits at once, as a crash would, for an operator who cannot
 wait. Logs go to stderr, as text or JSON lines. With ``--metrics-port`` it
-also serves its metrics in the Prometheus text format (stepstone.prometheus).
+also serves its metrics in the Prometheus text format (stepstone.telemetry.prometheus).
 
 Before it claims anything the worker reads its store once
 (:meth:`JobRunner.check_store`): a bucket that does not exist, refused
@@ -22,13 +22,12 @@ import logging
 import os
 import signal
 
+from stepstone.cli.errors import CliError
+from stepstone.cli.runners import resolve_runner
+from stepstone.runner import JobRunner
 from stepstone.store import StoreError
-
-from ..observability import configure_logging
-from ..prometheus import MetricsUnavailable, serve_prometheus
-from ..runner import JobRunner
-from .errors import CliError
-from .runners import resolve_runner
+from stepstone.telemetry.logs import configure_logging
+from stepstone.telemetry.prometheus import MetricsUnavailable, serve_prometheus
 
 log = logging.getLogger("stepstone.cli")
 

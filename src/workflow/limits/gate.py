@@ -37,19 +37,18 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
+from stepstone.execute.scope import Memo, Run
+from stepstone.job import Job
+from stepstone.limits import rate, slots
+from stepstone.limits.shared import SharedObject
+from stepstone.records.codec import codec_for_type
+from stepstone.records.envelope import Envelope
+from stepstone.records.layout import Layout, limit_digest
 from stepstone.runtime.clock import Clock
 from stepstone.runtime.errors import MalformedPayload
 from stepstone.runtime.queue import Delivery, JobStatus, Wait
 from stepstone.runtime.suspension import Suspend, Waking
 from stepstone.store import ObjectStore
-
-from ..codec import codec_for_type
-from ..envelope import Envelope
-from ..job import Job
-from ..layout import Layout, limit_digest
-from ..run import Memo, Run
-from . import rate, slots
-from .shared import SharedObject
 
 log = logging.getLogger("stepstone")
 

@@ -35,12 +35,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
+from stepstone.records.codec import pack, unpack
 from stepstone.runtime.clock import Clock
 from stepstone.runtime.store_queue.lost_answers import landed
 from stepstone.runtime.store_queue.records import CorruptRecord
 from stepstone.store import NotFound, ObjectStore, PreconditionFailed, StoreUnavailable
-
-from ..codec import pack, unpack
 
 S = TypeVar("S")
 T = TypeVar("T")

@@ -4,7 +4,7 @@ A list of runs (newest first, filtered by state, job type and age) with the
 queue's counts by state, and a page per run: its input, steps in the order
 they were recorded with their durations, attempts with their errors, progress
 and outcome. Pages refresh themselves. Everything is read through
-:mod:`stepstone.inspection`, as ``stepstone ls`` and ``show`` read it.
+:mod:`stepstone.ops.reads`, as ``stepstone ls`` and ``show`` read it.
 
 - :mod:`.server`: uvicorn on a bound socket, the runner on its loop;
 - :mod:`.app`: the Starlette application and its Jinja2 templates;

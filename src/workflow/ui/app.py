@@ -1,10 +1,10 @@
 """The web view's ASGI application: Starlette routes over Jinja2 templates.
 
-Read-only: every route is a GET that reads through :mod:`stepstone.inspection`
+Read-only: every route is a GET that reads through :mod:`stepstone.ops.reads`
 (what ``stepstone ls`` and ``show`` use), never a write. Everything a job
 wrote reaches a page through the templates, which autoescape HTML; control
 characters (terminal escapes, bidirectional overrides) are made visible first
-by the same :func:`~stepstone.escaping.escape_controls` the CLI uses, so a
+by the same :func:`~stepstone.telemetry.escaping.escape_controls` the CLI uses, so a
 job's message can neither inject markup nor disguise itself.
 
 Each response carries a Content-Security-Policy that allows only this
@@ -22,11 +22,11 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
-from ..escaping import escape_controls
-from ..runner import JobRunner
-from ..timeline import took
-from . import routes
-from .present import ago, pretty, when
+from stepstone.ops.timeline import took
+from stepstone.runner import JobRunner
+from stepstone.telemetry.escaping import escape_controls
+from stepstone.ui import routes
+from stepstone.ui.present import ago, pretty, when
 
 HERE = Path(__file__).parent
 

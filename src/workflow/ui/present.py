@@ -1,4 +1,4 @@
-"""What the pages show, made from what :mod:`stepstone.inspection` reads.
+"""What the pages show, made from what :mod:`stepstone.ops.reads` reads.
 
 Plain data and formatting, no HTML: the templates lay these out, and
 Jinja2's autoescaping (with control characters made visible first, see
@@ -14,11 +14,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from stepstone.ops.reads import Detail, Memo, decode_value
+from stepstone.ops.timeline import current_steps, earlier_steps, took
+from stepstone.records.history import AttemptInfo
 from stepstone.runtime.queue import JobRecord, JobStatus
-
-from ..history import AttemptInfo
-from ..inspection import Detail, Memo, decode_value
-from ..timeline import current_steps, earlier_steps, took
 
 VALUE_CHARS = 4000
 """A value longer than this as JSON is cut (``stepstone show --json`` has it whole)."""
@@ -71,7 +70,7 @@ class Filters:
     since: str = ""
 
     def submitted_after(self, now: float) -> float | None:
-        """The ``since`` of :func:`stepstone.inspection.list_jobs`."""
+        """The ``since`` of :func:`stepstone.ops.reads.list_jobs`."""
         return now - SINCE[self.since] if self.since else None
 
 
@@ -80,7 +79,7 @@ class Filters:
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """A recorded step, in the order the steps ran (:mod:`stepstone.timeline`)."""
+    """A recorded step, in the order the steps ran (:mod:`stepstone.ops.timeline`)."""
 
     name: str
     recorded_at: float

@@ -1,6 +1,6 @@
 """The web view's pages: the runs list, one run, and the two static files.
 
-Each page reads through :mod:`stepstone.inspection` on every request (the
+Each page reads through :mod:`stepstone.ops.reads` on every request (the
 pages refresh themselves, so what they show is at most one refresh old) and
 renders a template. A request the store cannot answer (an unknown id, a
 queue that cannot list) is a page that says why, never a traceback.
@@ -13,11 +13,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from stepstone.ops import reads as inspection
+from stepstone.runner import JobRunner
 from stepstone.runtime.queue import JobStatus
-
-from .. import inspection
-from ..runner import JobRunner
-from .present import SINCE, Filters, run_view
+from stepstone.ui.present import SINCE, Filters, run_view
 
 LIMIT = 100
 """Rows the runs list reads unless ``?limit=`` says otherwise (at most MAX_LIMIT)."""
@@ -48,7 +47,7 @@ def _render(request: Request, name: str, context: dict[str, Any], status: int = 
 
 async def runs_page(request: Request) -> Response:
     """Runs newest first, filtered by state, job type and age (through
-    :func:`stepstone.inspection.list_jobs`, as ``stepstone ls``); the queue's counts."""
+    :func:`stepstone.ops.reads.list_jobs`, as ``stepstone ls``); the queue's counts."""
     runner: JobRunner = request.app.state.runner
     query = request.query_params
     filters = Filters(query.get("state", ""), query.get("kind", ""), query.get("since", ""))

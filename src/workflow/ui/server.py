@@ -17,7 +17,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from types import FrameType
 
-from ..runner import JobRunner
+from stepstone.runner import JobRunner
 
 
 class CannotServe(RuntimeError):
@@ -37,7 +37,7 @@ def serve_ui(
     try:
         import uvicorn
 
-        from .app import create_app
+        from stepstone.ui.app import create_app
     except ImportError as exc:
         raise CannotServe(
             f"the web view needs the ui extra: pip install 'stepstone[ui]' ({exc})"

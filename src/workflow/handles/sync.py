@@ -26,8 +26,8 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
-from .handle import JobHandle, JobState
-from .outcome import Outcome
+from stepstone.handles.handle import JobHandle, JobState
+from stepstone.records.outcome import Outcome
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stepstone.records.codec import pack, sha256_hex, unpack
 from stepstone.runtime.errors import MalformedPayload
-
-from .codec import pack, sha256_hex, unpack
 
 ENVELOPE_VERSION = 1
 

@@ -10,7 +10,7 @@ job. A swept run is gone as a whole: a dead record left behind would take
 the next submit of its key, which would then wait on a run nobody runs and
 no outcome ends. The tombstone keeps a
 zombie of the swept run from recording a late outcome for the key's next run
-to find (see :mod:`stepstone.outcome`); the sweep deletes it once it is past
+to find (see :mod:`stepstone.records.outcome`); the sweep deletes it once it is past
 the window in turn.
 
 Runs are swept REMOVE_AT_ONCE at a time: one after the other, each removal
@@ -31,14 +31,13 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
+from stepstone.records.layout import Layout
+from stepstone.records.outcome import OutcomeRecord, Tombstone, decode_slot
 from stepstone.runtime.clock import Clock, subscribe
 from stepstone.runtime.queue import JobStatus, LeaseQueue
 from stepstone.store import NotFound, ObjectInfo, ObjectStore, PreconditionFailed
 
-from .layout import Layout
-from .outcome import OutcomeRecord, Tombstone, decode_slot
-
-log = logging.getLogger("stepstone.retention")
+log = logging.getLogger("stepstone.records.retention")
 
 REMOVE_AT_ONCE = 32
 """Objects past the window swept concurrently (each run's own deletes run together too)."""

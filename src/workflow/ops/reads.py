@@ -26,19 +26,18 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from stepstone.records.codec import unpack
+from stepstone.records.envelope import Envelope
+from stepstone.records.history import AttemptInfo, keep_final_attempt, read_history
+from stepstone.records.layout import check_run_id, step_name
+from stepstone.records.outcome import OutcomeRecord, decode_slot
+from stepstone.records.retention import Runs, sweep_one
 from stepstone.runtime.decide import describe
 from stepstone.runtime.errors import MalformedPayload, QueueError
 from stepstone.runtime.queue import QUEUE_STATUSES, JobRecord, JobStatus
 from stepstone.runtime.queue_inspection import DeadJobRequeue, JobCounts, JobListing
 from stepstone.runtime.store_queue import CorruptRecord
 from stepstone.store import NotFound, ObjectInfo, StoreError
-
-from .codec import unpack
-from .envelope import Envelope
-from .history import AttemptInfo, keep_final_attempt, read_history
-from .layout import check_run_id, step_name
-from .outcome import OutcomeRecord, decode_slot
-from .retention import Runs, sweep_one
 
 READ_CONCURRENCY = 16
 """GETs in flight at once when a command has to read many records."""
@@ -148,7 +147,7 @@ class Detail:
     """The job's records that would not decode, by part (``queue``,
     ``outcome``, ``progress``); an unreadable memo says so itself."""
     history: list[AttemptInfo] = field(default_factory=list)
-    """The claims of the run's incarnation, in order (:mod:`stepstone.history`)."""
+    """The claims of the run's incarnation, in order (:mod:`stepstone.records.history`)."""
     unreadable_attempts: list[Unreadable] = field(default_factory=list)
 
     def unreadable_records(self) -> list[Unreadable]:

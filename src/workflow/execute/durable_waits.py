@@ -6,7 +6,7 @@ back to the queue, the attempt not counted, due again at its wake time. When
 it is claimed again, its recorded steps replay and the run comes back to the
 wait, which now finds what it waited for (or its time up) and goes on.
 
-Every wait records what it decided as a memo of the run (:mod:`stepstone.run`),
+Every wait records what it decided as a memo of the run (:mod:`stepstone.execute.scope`),
 so a replay decides the same:
 
 - a sleep records its wake time the first time through (``!sleep@n``): a
@@ -30,13 +30,12 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
+from stepstone.execute.scope import Memo, Run
+from stepstone.handles.handle import JobHandle
+from stepstone.records.codec import codec_for_type
+from stepstone.records.outcome import Outcome
 from stepstone.runtime.queue import JobStatus, Wait
 from stepstone.runtime.suspension import Suspend
-
-from .codec import codec_for_type
-from .handle import JobHandle
-from .outcome import Outcome
-from .run import Memo, Run
 
 _FLOAT = codec_for_type(float)
 _ANY = codec_for_type(Any)

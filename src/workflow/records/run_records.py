@@ -2,7 +2,7 @@
 
 The outcome record is the one durable answer for a run, and the tombstone
 of a swept run keeps its key from that run's zombies (see
-:mod:`stepstone.outcome`); the progress record is the last value a run
+:mod:`stepstone.records.outcome`); the progress record is the last value a run
 reported, one per incarnation (as memos are), written by compare-and-swap
 so that an attempt whose lease another worker took over cannot overwrite
 the new owner's (it carries the claim number of the attempt that wrote it).
@@ -19,12 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from stepstone.errors import CorruptOutcome
+from stepstone.records.codec import pack, unpack
+from stepstone.records.layout import Layout
+from stepstone.records.outcome import OutcomeRecord, Tombstone, decode_slot
 from stepstone.store import AlreadyExists, NotFound, ObjectStore, PreconditionFailed
-
-from .codec import pack, unpack
-from .errors import CorruptOutcome
-from .layout import Layout
-from .outcome import OutcomeRecord, Tombstone, decode_slot
 
 SEEN_ENDED = 10_000
 """Runs whose outcome record a RunRecords read or wrote, remembered (the

@@ -15,9 +15,8 @@ from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from stepstone.records.outcome import Outcome
 from stepstone.runtime.queue import JobStatus
-
-from .outcome import Outcome
 
 T = TypeVar("T")
 
@@ -26,7 +25,7 @@ T = TypeVar("T")
 class Submitted:
     """A run this runner has just submitted: its job type (``kind``) and when
     (``at``, on ``time.monotonic``'s clock), to time its polls by
-    (``stepstone.waiting``)."""
+    (``stepstone.handles.watch``)."""
 
     kind: str
     at: float

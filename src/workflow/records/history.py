@@ -39,17 +39,16 @@ from dataclasses import dataclass, replace
 from enum import Enum, StrEnum
 from typing import Any
 
+from stepstone.records.codec import pack, unpack
+from stepstone.records.envelope import incarnation_of
+from stepstone.records.layout import Layout
+from stepstone.records.outcome import OutcomeRecord
 from stepstone.runtime.clock import Clock
 from stepstone.runtime.decide import Ack, Dead, Decision, Retry, Suspended
 from stepstone.runtime.observer import AttemptReport
 from stepstone.runtime.queue import Delivery, JobStatus, Settlement
 from stepstone.runtime.worker import Worker
 from stepstone.store import AlreadyExists, NotFound, ObjectStore
-
-from .codec import pack, unpack
-from .envelope import incarnation_of
-from .layout import Layout
-from .outcome import OutcomeRecord
 
 log = logging.getLogger("stepstone")
 

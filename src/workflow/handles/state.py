@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import asyncio
 
+from stepstone.errors import CorruptOutcome
+from stepstone.handles.handle import JobState
+from stepstone.records.envelope import Envelope
+from stepstone.records.outcome import ErrorInfo, OutcomeRecord
+from stepstone.records.run_records import RunRecords, answering
 from stepstone.runtime.clock import Clock
 from stepstone.runtime.decide import FailureKind
 from stepstone.runtime.errors import MalformedPayload
 from stepstone.runtime.queue import JobRecord, JobStatus, LeaseQueue
 from stepstone.runtime.suspension import Waking
-
-from .envelope import Envelope
-from .errors import CorruptOutcome
-from .handle import JobState
-from .outcome import ErrorInfo, OutcomeRecord
-from .records import RunRecords, answering
 
 
 async def job_state(records: RunRecords, queue: LeaseQueue, job_id: str) -> JobState | None:

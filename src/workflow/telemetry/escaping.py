@@ -9,7 +9,7 @@ character as its Python escape (``\\x1b``, ``\\r``, ``\\u202e``), so the
 text reads the same and does nothing.
 
 The CLI's tables and ``show``, its error lines, and the text log formatter
-(:mod:`stepstone.observability`) all go through it; JSON output needs none
+(:mod:`stepstone.telemetry.logs`) all go through it; JSON output needs none
 (JSON escapes control characters itself).
 """
 

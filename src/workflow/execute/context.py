@@ -1,10 +1,10 @@
 """JobContext: what a running job sees.
 
 ``ctx.step(name, fn, ...)`` is the heart of the engine. A step runs once per
-run: its result is recorded as a memo (:mod:`stepstone.run`), so a retry
+run: its result is recorded as a memo (:mod:`stepstone.execute.scope`), so a retry
 reads it back instead of running ``fn`` again. The context also submits
 child jobs, reports progress, controls the lease, and waits without holding
-a worker (``sleep``, ``wait_for_event``, awaiting children: :mod:`stepstone.waits`).
+a worker (``sleep``, ``wait_for_event``, awaiting children: :mod:`stepstone.execute.durable_waits`).
 """
 
 from __future__ import annotations
@@ -19,17 +19,16 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any, ParamSpec, TypeVar, cast, overload
 
+from stepstone.errors import EncodingError
+from stepstone.execute import durable_waits as waits
+from stepstone.execute.scope import PROGRESS_INTERVAL, Memo, Run
+from stepstone.handles.handle import JobHandle
+from stepstone.job import Job
+from stepstone.records.codec import codec_for, pack
+from stepstone.records.outcome import Outcome
 from stepstone.runtime.worker import Attempt
-
-from . import waits
-from .codec import codec_for, pack
-from .errors import EncodingError
-from .handle import JobHandle
-from .job import Job
-from .observability import step_scope
-from .outcome import Outcome
-from .run import PROGRESS_INTERVAL, Memo, Run
-from .submitting import SubmitOptions
+from stepstone.submit.submitter import SubmitOptions
+from stepstone.telemetry.logs import step_scope
 
 P = ParamSpec("P")
 R = TypeVar("R")

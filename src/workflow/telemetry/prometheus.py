@@ -2,7 +2,7 @@
 
 What ``stepstone worker --metrics-port N`` does, and what an application
 that runs its own runner can call: OpenTelemetry's Prometheus reader on a
-MeterProvider of its own, given to :func:`stepstone.metrics.use_meter_provider`,
+MeterProvider of its own, given to :func:`stepstone.telemetry.metrics.use_meter_provider`,
 and prometheus_client's HTTP server (a daemon thread) answering
 ``GET /metrics``. Needs the ``metrics`` extra (opentelemetry-exporter-prometheus
 and prometheus-client).
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 
-from .metrics import meter_provider, use_meter_provider
+from stepstone.telemetry.metrics import meter_provider, use_meter_provider
 
 _served: tuple[str, int] | None = None
 _lock = threading.Lock()

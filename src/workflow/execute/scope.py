@@ -17,15 +17,14 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from stepstone.errors import CorruptMemo, EncodingError
+from stepstone.records.codec import ResultCodec
+from stepstone.records.layout import Layout, step_key
+from stepstone.records.run_records import RunRecords
 from stepstone.runtime.clock import Clock
 from stepstone.runtime.worker import Attempt
 from stepstone.store import AlreadyExists, ObjectStore
-
-from .codec import ResultCodec
-from .errors import CorruptMemo, EncodingError
-from .layout import Layout, step_key
-from .records import RunRecords
-from .submitting import Submitter
+from stepstone.submit.submitter import Submitter
 
 log = logging.getLogger("stepstone")
 

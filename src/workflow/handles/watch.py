@@ -42,14 +42,13 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
+from stepstone.errors import JobFailed
+from stepstone.handles.handle import Submitted
+from stepstone.records.outcome import Outcome, OutcomeRecord
+from stepstone.records.run_records import RunRecords
 from stepstone.runtime.decide import FailureKind
 from stepstone.runtime.queue import JobStatus, LeaseQueue
 from stepstone.store import StoreUnavailable
-
-from .errors import JobFailed
-from .handle import Submitted
-from .outcome import Outcome, OutcomeRecord
-from .records import RunRecords
 
 log = logging.getLogger("stepstone")
 

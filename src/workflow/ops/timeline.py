@@ -2,7 +2,7 @@
 
 A step's memo carries the store's time of its write (S3's LastModified, a
 file's mtime) and each claim of the run its claim and end times (the
-attempt history, :mod:`stepstone.history`). Sorting the memos by their time
+attempt history, :mod:`stepstone.records.history`). Sorting the memos by their time
 gives the order the steps ran in; each step took the time since the
 previous memo of the same claim, or since its claim began for the claim's
 first step. That is the step's own time plus the job's code before it (a
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .history import AttemptInfo
-from .inspection import Detail, Memo
+from stepstone.ops.reads import Detail, Memo
+from stepstone.records.history import AttemptInfo
 
 
 @dataclass(frozen=True, slots=True)

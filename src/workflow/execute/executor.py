@@ -21,6 +21,17 @@ from typing import Any, cast
 
 from pydantic import ValidationError
 
+from stepstone.errors import ClassifiedPermanent, CorruptMemo, CorruptOutcome, EncodingError
+from stepstone.execute.context import JobContext
+from stepstone.execute.hooks import SettledHooks
+from stepstone.execute.scope import Run, log_extra
+from stepstone.job import ErrorClass, Job
+from stepstone.limits.gate import Limits
+from stepstone.records.codec import codec_for_type
+from stepstone.records.envelope import Envelope
+from stepstone.records.history import AttemptLog, Noted
+from stepstone.records.outcome import ErrorInfo, OutcomeRecord, Tombstone
+from stepstone.records.run_records import RunRecords, answering
 from stepstone.runtime.clock import Clock
 from stepstone.runtime.decide import Failure, FailureKind, Success, Terminal
 from stepstone.runtime.errors import MalformedPayload, Permanent
@@ -28,20 +39,8 @@ from stepstone.runtime.queue import Delivery, JobStatus
 from stepstone.runtime.suspension import Suspend, Waking
 from stepstone.runtime.worker import Attempt, Worker
 from stepstone.store import StoreUnavailable
-
-from .codec import codec_for_type
-from .context import JobContext
-from .envelope import Envelope
-from .errors import ClassifiedPermanent, CorruptMemo, CorruptOutcome, EncodingError
-from .history import AttemptLog, Noted
-from .hooks import SettledHooks
-from .job import ErrorClass, Job
-from .limits.gate import Limits
-from .observability import job_scope
-from .outcome import ErrorInfo, OutcomeRecord, Tombstone
-from .records import RunRecords, answering
-from .run import Run, log_extra
-from .submitting import Submitter
+from stepstone.submit.submitter import Submitter
+from stepstone.telemetry.logs import job_scope
 
 log = logging.getLogger("stepstone")
 

@@ -32,9 +32,8 @@ import re
 import secrets
 from urllib.parse import quote, unquote
 
+from stepstone.errors import InvalidJobId
 from stepstone.store.keys import MAX_KEY_LENGTH, MAX_SEGMENT_LENGTH, join
-
-from .errors import InvalidJobId
 
 _HEX_ID = re.compile(r"^[0-9a-f]{8,64}$")
 

@@ -5,7 +5,7 @@ An event is one object under the run's incarnation,
 before the run is woken, so a run that waits for it (now or later, in any
 process) finds it; the sequence part orders events of one name by the
 sender's clock, and carries a random part so two senders never collide.
-The run takes each event once (see :mod:`stepstone.waits`).
+The run takes each event once (see :mod:`stepstone.execute.durable_waits`).
 
 A send to a run that has finished, or that the queue does not hold, is
 refused with :class:`~stepstone.errors.EventRefused`: nothing would ever
@@ -17,16 +17,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from stepstone.errors import EncodingError, EventRefused
+from stepstone.records.codec import codec_for_type
+from stepstone.records.envelope import Envelope
+from stepstone.records.layout import event_seq, name_key
+from stepstone.records.run_records import RunRecords
 from stepstone.runtime.clock import Clock
 from stepstone.runtime.errors import MalformedPayload
 from stepstone.runtime.queue import LeaseQueue
 from stepstone.runtime.suspension import Waking
-
-from .codec import codec_for_type
-from .envelope import Envelope
-from .errors import EncodingError, EventRefused
-from .layout import event_seq, name_key
-from .records import RunRecords
 
 
 async def send_event(

@@ -11,7 +11,7 @@ it again answers from what is already there, in this order:
    was created): then that outcome is the answer, and the record just
    written is nobody's run: it is taken back (``LeaseQueue.withdraw``, or
    cancelled if a worker claimed it meanwhile; that worker looks for the
-   outcome first and runs nothing, see :mod:`stepstone.executor`).
+   outcome first and runs nothing, see :mod:`stepstone.execute.executor`).
 3. The queue already holds a live run of the id: join it (same input hash),
    or refuse (``InputMismatch``).
 4. The live run ended between the enqueue and the look: its outcome is the answer.
@@ -52,18 +52,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
+from stepstone.errors import CorruptOutcome, EncodingError, InputMismatch, JobError
+from stepstone.handles.handle import Answers, JobHandle
+from stepstone.job import Job
+from stepstone.records.codec import canonical_input
+from stepstone.records.envelope import Envelope, incarnation_of, input_hash
+from stepstone.records.layout import fresh_incarnation, fresh_run_id, run_id_for_key
+from stepstone.records.outcome import Outcome, OutcomeRecord
+from stepstone.records.run_records import RunRecords
 from stepstone.runtime.errors import MalformedPayload
 from stepstone.runtime.queue import Delivery, Enqueued, LeaseQueue, NewJob, all_or_first_error
 from stepstone.runtime.worker import Worker
-
-from .codec import canonical_input
-from .envelope import Envelope, incarnation_of, input_hash
-from .errors import CorruptOutcome, EncodingError, InputMismatch, JobError
-from .handle import Answers, JobHandle
-from .job import Job
-from .layout import fresh_incarnation, fresh_run_id, run_id_for_key
-from .outcome import Outcome, OutcomeRecord
-from .records import RunRecords
 
 log = logging.getLogger("stepstone")
 

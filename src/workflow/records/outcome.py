@@ -17,11 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from stepstone.errors import JobCancelled, JobFailed
+from stepstone.records.codec import codec_for_type, pack, unpack
 from stepstone.runtime.decide import FailureKind
 from stepstone.runtime.queue import JobStatus
-
-from .codec import codec_for_type, pack, unpack
-from .errors import JobCancelled, JobFailed
 
 T = TypeVar("T")
 

@@ -6,7 +6,7 @@ globally with ``opentelemetry.metrics.set_meter_provider``, or given to
 claim and every attempt's end, times each attempt and each step, and reports
 the jobs in flight and the queue's depth by state when a reader collects.
 ``stepstone worker --metrics-port N`` sets one up that serves the Prometheus
-text format (:mod:`stepstone.prometheus`). docs/observability.md lists
+text format (:mod:`stepstone.telemetry.prometheus`). docs/observability.md lists
 every instrument with its unit and attributes.
 
 Off costs nothing per job: a runner that starts with no provider gives its
@@ -319,7 +319,7 @@ def start_metrics(worker: Worker) -> RunnerMetrics | None:
 
 def step_timer() -> Any:
     """The step-duration histogram, or None when metrics are off (what
-    :func:`stepstone.observability.step_scope` asks once per step)."""
+    :func:`stepstone.telemetry.logs.step_scope` asks once per step)."""
     instruments = _instruments
     if instruments is _UNSET or instruments is None:
         return None

@@ -16,7 +16,7 @@ one given to :func:`use_tracer_provider`. Without opentelemetry the hooks cost
 one failed import, once.
 
 **Metrics** (counters and histograms of claims, attempts and steps) are
-:mod:`stepstone.metrics`; a step's duration is recorded here, beside its span.
+:mod:`stepstone.telemetry.metrics`; a step's duration is recorded here, beside its span.
 """
 
 from __future__ import annotations
@@ -31,9 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from stepstone.runtime.worker import Attempt
-
-from .escaping import escape_controls
-from .metrics import record_step, step_timer
+from stepstone.telemetry.escaping import escape_controls
+from stepstone.telemetry.metrics import record_step, step_timer
 
 JOB_FIELDS = ("job_id", "job_name", "attempt")
 
@@ -105,7 +104,7 @@ TEXT_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 
 class TextFormatter(logging.Formatter):
     """:data:`TEXT_FORMAT` lines, with control characters escaped
-    (:func:`stepstone.escaping.escape_controls`): a job's error message cannot
+    (:func:`stepstone.telemetry.escaping.escape_controls`): a job's error message cannot
     move the cursor, clear the terminal or start a forged line. A record is
     one line; only a traceback below it keeps its line breaks."""
 
@@ -254,7 +253,7 @@ def step_scope(
 ) -> contextlib.AbstractContextManager[None]:
     """Around one ``ctx.step``: a child span saying whether it ran or replayed
     (``replayed``, the run's record of replayed steps, grew while it ran), and
-    the step's duration when metrics are on (:mod:`stepstone.metrics`).
+    the step's duration when metrics are on (:mod:`stepstone.telemetry.metrics`).
 
     With neither a tracer nor metrics this is a shared no-op (a generator-based
     context manager per step would cost more than the rest of the step's

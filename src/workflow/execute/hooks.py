@@ -42,8 +42,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .job import Job
-from .outcome import Outcome, OutcomeRecord
+from stepstone.job import Job
+from stepstone.records.outcome import Outcome, OutcomeRecord
 
 log = logging.getLogger("stepstone")
 
