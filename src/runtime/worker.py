@@ -391,7 +391,13 @@ class Worker:
         cancel_check: float | None = 1.0,
         name: str | None = None,
         only_registered: bool = False,
+        callbacks: Any = None,
+        observer: WorkerObserver | None = None,
+        threads: Any = None,
     ) -> None:
+        if callbacks is not None:  # TEMPORARY until the runtime restructure lands
+            on_terminal = callbacks.on_terminal
+            is_cancelled = callbacks.is_cancelled
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         if lease <= 0:
@@ -420,9 +426,11 @@ class Worker:
         self.name = name or f"worker-{secrets.token_hex(3)}"
         self.only_registered = only_registered
         self.stats = WorkerStats()
-        self.observer: WorkerObserver | None = None
+        self.observer: WorkerObserver | None = observer
         """Hears each claim and each attempt's end (metrics); see runtime.observer."""
-        self.on_attempt_over: Callable[[AttemptReport], Awaitable[None]] | None = None
+        self.on_attempt_over: Callable[[AttemptReport], Awaitable[None]] | None = (
+            None if callbacks is None else callbacks.attempt_over
+        )
         """Awaited with each attempt's report once it is settled, before its slot
         frees (the attempt history writes there); what it raises is logged."""
 
@@ -442,6 +450,7 @@ class Worker:
         self._claiming = False  # a claim is under way
         self._drained = False  # the last claim found no more than it took, and no work came since
         self._threads: ThreadPoolExecutor | None = None
+        self._job_threads = threads
 
     # -- configuration -------------------------------------------------------
 
@@ -900,6 +909,8 @@ class Worker:
         The pool is made on first use, so a concurrency set before then (the
         CLI's ``--concurrency``) sizes it.
         """
+        if self._job_threads is not None:
+            return await self._job_threads.call(fn, *args)  # type: ignore[no-any-return]
         if self._threads is None:
             self._threads = ThreadPoolExecutor(self.concurrency, thread_name_prefix=self.name)
         call = functools.partial(contextvars.copy_context().run, fn, *args)
@@ -1257,3 +1268,23 @@ class Worker:
             exc_info=exc_info,
             extra={"job_id": d.id, "job_kind": d.kind, "attempt": d.attempt},
         )
+
+
+class JobThreads:  # TEMPORARY until the runtime restructure lands
+    def __init__(self, size: int, *, name: str = "stepstone-job") -> None:
+        self._size, self._name = size, name
+        self._pool: ThreadPoolExecutor | None = None
+
+    async def call(self, fn: Callable[..., R], /, *args: Any) -> R:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self._size, thread_name_prefix=self._name)
+        call = functools.partial(contextvars.copy_context().run, fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
+
+    def shutdown(self, wait: bool = False) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=wait, cancel_futures=True)
+            self._pool = None
+
+
+AttemptCallbacks = Any

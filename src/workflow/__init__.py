@@ -52,11 +52,12 @@ from stepstone.errors import (
     UnknownJob,
 )
 from stepstone.execute.context import JobContext, SyncContext
-from stepstone.handles.handle import JobHandle, JobState
+from stepstone.handles.handle import JobHandle
+from stepstone.handles.state import JobState
 from stepstone.handles.sync import SyncHandle
 from stepstone.job import ErrorClass, Job, payload_idempotency_key
 from stepstone.limits.rate import RateLimit
-from stepstone.records.history import AttemptInfo, AttemptResult
+from stepstone.records.attempts import AttemptInfo, AttemptResult
 from stepstone.records.outcome import ErrorInfo, Outcome
 from stepstone.runner import JobRunner
 from stepstone.runtime import MemoryQueue, SqsQueue, StoreQueue
@@ -72,7 +73,7 @@ from stepstone.runtime.queue import (
 )
 from stepstone.schedules import Schedule
 from stepstone.store import ObjectStore, open_store
-from stepstone.submit.submitter import SubmitOptions
+from stepstone.submit.options import SubmitOptions
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",

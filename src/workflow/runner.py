@@ -7,17 +7,17 @@ the lease queue, runs them with memoized steps, writes each run's outcome
 record before acking, and sweeps finished runs after the retention window.
 
 The runner is a facade: it holds the registry of job types and the
-lifecycle, and wires the parts that do the work, each behind a narrow
-interface:
+lifecycle, and builds the parts that do the work, each given what it needs
+when it is built:
 
-- :mod:`stepstone.submit.submitter`: the idempotent submit protocol;
-- :mod:`stepstone.handles.watch`: handles waiting for outcomes, and wake-ups;
-- :mod:`stepstone.execute.executor`: one attempt run, and its outcome recorded;
-- :mod:`stepstone.handles.state`: ``status`` and ``cancel`` of one run;
-- :mod:`stepstone.records.retention`: the sweep of finished runs;
+- :mod:`stepstone.submit`: the idempotent submit protocol, the hand-off to
+  this process's worker, events sent to runs;
+- :mod:`stepstone.handles`: handles, the outcome watch that wakes them,
+  blocking forms for code without an event loop;
+- :mod:`stepstone.execute`: one attempt run, the run's end recorded, cancels;
+- :mod:`stepstone.records`: the objects a run leaves, their history and
+  their retention;
 - :mod:`stepstone.schedules`: jobs submitted at the ticks of a schedule;
-- :mod:`stepstone.handles.sync`: blocking forms of submit and handles, for code
-  without an event loop;
 - :mod:`stepstone.runtime`: the lease queue and the worker loop under it all.
 """
 
@@ -25,19 +25,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from collections.abc import Coroutine, Iterable, Sequence
 from typing import Any, TypeVar, cast
 
 from stepstone.errors import CorruptOutcome, DuplicateJobName, UnknownJob
-from stepstone.execute.executor import Executor
+from stepstone.execute.attempts import AttemptRunner
+from stepstone.execute.cancelling import Canceller
+from stepstone.execute.durable_waits import wait_recheck_for
+from stepstone.execute.ending import RunEnding
 from stepstone.execute.hooks import SettledHook, SettledHooks
-from stepstone.handles.handle import JobHandle, JobState, Submitted
-from stepstone.handles.state import cancel_run, job_state
+from stepstone.handles.answers import RunAnswers
+from stepstone.handles.handle import JobHandle
+from stepstone.handles.state import JobState
 from stepstone.handles.sync import LoopThread, SyncHandle, call_on
-from stepstone.handles.watch import Waiting
+from stepstone.handles.watch import OutcomeWatch
 from stepstone.job import Job
+from stepstone.limits.gate import Limits
+from stepstone.records.attempt_log import AttemptLog
+from stepstone.records.attempts import AttemptInfo
 from stepstone.records.envelope import incarnation_of
-from stepstone.records.history import AttemptInfo, AttemptLog, read_history
+from stepstone.records.history import read_history
 from stepstone.records.layout import Layout, check_run_id, run_id_for_key
 from stepstone.records.outcome import Outcome
 from stepstone.records.retention import Sweeper
@@ -46,12 +54,17 @@ from stepstone.runtime.backoff import Backoff
 from stepstone.runtime.clock import Clock, SystemClock
 from stepstone.runtime.queue import DEFAULT_MAX_ATTEMPTS, LeaseQueue
 from stepstone.runtime.store_queue import StoreQueue
-from stepstone.runtime.worker import Worker
+from stepstone.runtime.suspension import Waking
+from stepstone.runtime.worker import JobThreads, Worker
 from stepstone.schedules import Schedule, Scheduler
 from stepstone.store import ObjectStore, open_store
+from stepstone.submit.created_here import CreatedHere
 from stepstone.submit.events import send_event
-from stepstone.submit.submitter import SubmitOptions, Submitter
-from stepstone.telemetry.metrics import RunnerMetrics, start_metrics
+from stepstone.submit.hand_off import HandOff
+from stepstone.submit.many import submit_many
+from stepstone.submit.options import SubmitOptions
+from stepstone.submit.submitter import Submitter
+from stepstone.telemetry.metrics import RunnerMetrics
 
 __all__ = ["JobRunner", "SubmitOptions"]
 
@@ -118,7 +131,34 @@ class JobRunner:
         """The loop the worker runs on, while it runs: where blocking calls go."""
         self._private = LoopThread("stepstone-sync")
         """Where blocking calls go when no worker runs here (started on first use)."""
-        self._metrics: RunnerMetrics | None = None
+
+        # The parts, each built with what it needs (bottom up).
+        waking = self.queue if isinstance(self.queue, Waking) else None
+        wait_recheck = wait_recheck_for(waking is not None, wait_recheck)
+        worker_id = f"worker-{secrets.token_hex(3)}"
+        self._threads = JobThreads(concurrency, name=worker_id)
+        self._records = records = RunRecords(self.store, self.layout)
+        self._watch = OutcomeWatch(
+            records,
+            self.queue,
+            worker_running=lambda: self._running,
+            heard_here=lambda run_id: self.worker.holds(run_id) or self.queue.pending_here(run_id),
+        )
+        self._hooks = SettledHooks(
+            on_settled, job_type=self._jobs.get, in_thread=self._threads.call
+        )
+        self._history = AttemptLog(
+            self.store, self.layout, self.clock, worker=worker_id, enabled=history
+        )
+        self._limits = Limits(
+            store=self.store,
+            layout=self.layout,
+            clock=self.clock,
+            waking=waking,
+            wait_recheck=wait_recheck,
+            grace=lease,
+        )
+        self._metrics = RunnerMetrics(self.queue, self.clock)
         self.worker = Worker(
             self.queue,
             concurrency=concurrency,
@@ -131,42 +171,49 @@ class JobRunner:
             clock=self.clock,
             cancel_check=cancel_check,
             only_registered=only_registered,
+            name=worker_id,
+            callbacks=RunEnding(
+                records=records,
+                watch=self._watch,
+                hooks=self._hooks,
+                history=self._history,
+                limits=self._limits,
+                waking=waking,
+                clock=self.clock,
+            ),
+            observer=self._metrics,
+            threads=self._threads,
         )
-        self._records = RunRecords(self.store, self.layout)
-        self._waiting = Waiting(
-            self._records,
-            self.queue,
-            worker_running=lambda: self._running,
-            heard_here=lambda run_id: self.worker.holds(run_id) or self.queue.pending_here(run_id),
+        self._canceller = Canceller(
+            records=records,
+            queue=self.queue,
+            clock=self.clock,
+            worker=self.worker,
+            watch=self._watch,
+            hooks=self._hooks,
         )
+        self._answers = RunAnswers(records, self.queue, self._watch, self._canceller)
+        created_here = CreatedHere()
         self._submitter = Submitter(
             queue=self.queue,
-            records=self._records,
-            answers=self,
+            records=records,
+            answers=self._answers,
             max_attempts=max_attempts,
-            worker=self.worker,
+            created_here=created_here,
+            hand_off=HandOff(self.queue, self.worker),
         )
-        self._hooks = SettledHooks(
-            on_settled, job_type=self._jobs.get, in_thread=self.worker.in_thread
-        )
-        self._history = AttemptLog(
-            self.store, self.layout, self.worker, self.clock, enabled=history
-        )
-        self.worker.on_attempt_over = self._history.attempt_over
-        self._executor = Executor(
-            records=self._records,
+        self._attempts = AttemptRunner(
+            records=records,
             submitter=self._submitter,
-            worker=self.worker,
+            created_here=created_here,
+            in_thread=self._threads.call,
+            limits=self._limits,
+            history=self._history,
             clock=self.clock,
             state_of=self.state_of,
-            settled=self._waiting.settled,
+            wakes=waking is not None,
             wait_recheck=wait_recheck,
-            unrecorded=self._waiting.unrecorded,
-            hooks=self._hooks,
-            history=self._history,
         )
-        self.worker.on_terminal = self._executor.on_terminal
-        self.worker.is_cancelled = self._executor.is_cancelled
         self._sweeper: Sweeper | None = (
             None if retention is None else Sweeper(self, retention, interval=sweep_interval)
         )
@@ -204,7 +251,7 @@ class JobRunner:
         self._jobs[name] = job_type
         self.worker.register(
             name,
-            self._executor.handler_for(job_type),
+            self._attempts.handler_for(job_type),
             max_in_flight=job_type.max_in_flight,
             timeout=job_type.attempt_timeout,
         )
@@ -235,12 +282,12 @@ class JobRunner:
 
     async def start(self) -> None:
         """Start the worker, the retention sweeper and the schedules, and
-        record metrics if a MeterProvider is set (:mod:`stepstone.telemetry.metrics`)."""
+        record metrics if a MeterProvider is set (:mod:`stepstone.telemetry`)."""
         if self._running:
             return
         self._running = True
         self._home = asyncio.get_running_loop()
-        self._metrics = start_metrics(self.worker)
+        self._metrics.start(in_flight=self.worker.in_flight_by_kind)
         await self.worker.start()
         if self._sweeper is not None:
             self._sweeper.start()
@@ -257,9 +304,8 @@ class JobRunner:
         if self._sweeper is not None:
             await self._sweeper.stop()
         await self.worker.stop(drain_timeout)
-        if self._metrics is not None:
-            self._metrics.close()
-            self._metrics = None
+        self._threads.shutdown()
+        self._metrics.stop()
 
     async def check_store(self) -> None:
         """Read the store once (a LIST of at most one key under the runner's
@@ -323,7 +369,7 @@ class JobRunner:
         whole batch durable. Inputs are all encoded first, so one that cannot
         be raises before anything is submitted; an answer that is an error
         (InputMismatch) is raised after the others are submitted."""
-        return await self._submitter.submit_many(jobs, options)
+        return await submit_many(self._submitter, jobs, options)
 
     def submit_sync(self, job: Job[Out], options: SubmitOptions | None = None) -> SyncHandle[Out]:
         """``submit`` for code without an event loop (a Django or Flask view,
@@ -335,10 +381,10 @@ class JobRunner:
         on a private loop in a background thread (see :mod:`stepstone.handles.sync`)."""
         return SyncHandle(self._blocking(self.submit(job, options)), self._blocking)
 
-    def handle_sync(self, job_id: str, job_type: type[Job[Out]]) -> SyncHandle[Out]:
+    def handle_sync(self, run_id: str, job_type: type[Job[Out]]) -> SyncHandle[Out]:
         """``handle`` for code without an event loop: a blocking handle on a
-        job submitted earlier (by any process)."""
-        return SyncHandle(self.handle(job_id, job_type), self._blocking)
+        run submitted earlier (by any process)."""
+        return SyncHandle(self.handle(run_id, job_type), self._blocking)
 
     def _blocking(self, coro: Coroutine[Any, Any, R]) -> R:
         """Run ``coro`` on the runner's loop from a thread without one; block."""
@@ -347,54 +393,37 @@ class JobRunner:
             return call_on(home, coro)
         return self._private.run(coro)
 
-    def handle(self, job_id: str, job_type: type[Job[Out]]) -> JobHandle[Out]:
-        """A handle on a job submitted earlier (by any process), to await or inspect.
+    def handle(self, run_id: str, job_type: type[Job[Out]]) -> JobHandle[Out]:
+        """A handle on a run submitted earlier (by any process), to await or inspect.
 
-        Raises InvalidJobId for a string that is not a job id."""
-        check_run_id(job_id)
-        return JobHandle(self, job_id, job_type.output_type(), newly_submitted=False)
-
-    async def wait(
-        self,
-        job_id: str,
-        output: Any,
-        *,
-        fresh: bool = False,
-        input_hash: str | None = None,
-        submitted: Submitted | None = None,
-    ) -> Outcome[Any]:
-        """The outcome of ``job_id`` as soon as there is one, its result typed as
-        ``output`` (what awaiting a handle does). Given the run's
-        ``input_hash``, an outcome of another input raises CorruptOutcome.
-        A run ``submitted`` here is polled by how long its kind's runs took."""
-        return await self._waiting.wait(
-            job_id, output, fresh=fresh, input_hash=input_hash, submitted=submitted
-        )
+        Raises InvalidRunId for a string that is not a run id."""
+        check_run_id(run_id)
+        return JobHandle(self._answers, run_id, job_type.output_type(), newly_submitted=False)
 
     async def outcome(
-        self, job_id: str, output: Any, input_hash: str | None = None
+        self, run_id: str, output: Any, input_hash: str | None = None
     ) -> Outcome[Any] | None:
-        """The outcome of ``job_id`` from its record; None while it runs."""
-        record = await self._records.outcome(check_run_id(job_id), input_hash)
-        return None if record is None else record.typed(output)
+        """The outcome of ``run_id`` from its record, its result typed as
+        ``output``; None while the run goes on."""
+        return await self._answers.outcome(run_id, output, input_hash)
 
-    async def status(self, job_id: str) -> JobState | None:
-        """Where the job is: its outcome if it has one, else its queue record;
-        None if nothing is known of it. Raises InvalidJobId for a string that
-        is not a job id, before reading anything."""
-        return await job_state(self._records, self.queue, check_run_id(job_id))
+    async def status(self, run_id: str) -> JobState | None:
+        """Where the run is: its outcome if it has one, else its queue record;
+        None if nothing is known of it. Raises InvalidRunId for a string that
+        is not a run id, before reading anything."""
+        return await self._answers.status(run_id)
 
-    async def history(self, job_id: str) -> list[AttemptInfo]:
+    async def history(self, run_id: str) -> list[AttemptInfo]:
         """Each claim of the run so far, in order: who claimed it (host, pid,
         worker id), when, how it ended, and its error with the traceback's
         last frames. Claims still running are not in it until they end; a
         claim whose worker stopped before it could say reads UNRECORDED. []
         when nothing is known of the run. See :mod:`stepstone.records.history`."""
-        run_id = check_run_id(job_id)
+        check_run_id(run_id)
         try:
             outcome = await self._records.outcome(run_id)
         except CorruptOutcome as exc:
-            log.warning("job %s: %s", run_id, exc, extra={"job_id": run_id})
+            log.warning("run %s: %s", run_id, exc, extra={"run_id": run_id})
             outcome = None
         incarnation = None if outcome is None else outcome.incarnation
         if incarnation is None:
@@ -402,7 +431,7 @@ class JobRunner:
             incarnation = None if queued is None else incarnation_of(queued.payload)
         found = await read_history(self.store, self.layout, run_id, incarnation, outcome)
         for key, why in found.unreadable:
-            log.warning("job %s: cannot read %s: %s", run_id, key, why, extra={"job_id": run_id})
+            log.warning("run %s: cannot read %s: %s", run_id, key, why, extra={"run_id": run_id})
         return found.attempts
 
     async def send_event(self, job: str | Job[Any], name: str, payload: Any = None) -> None:
@@ -416,29 +445,22 @@ class JobRunner:
             if key is None:
                 raise TypeError(
                     f"{type(job).__qualname__} has no idempotency key, so an instance "
-                    "does not name a run: pass the job id (handle.id)"
+                    "does not name a run: pass the run id (handle.id)"
                 )
-            job_id = run_id_for_key(key)
+            run_id = run_id_for_key(key)
         else:
-            job_id = check_run_id(job)
-        await send_event(self._records, self.queue, self.clock, job_id, name, payload)
+            run_id = check_run_id(job)
+        await send_event(self._records, self.queue, self.clock, run_id, name, payload)
 
-    async def cancel(self, job_id: str) -> bool:
-        """Cancel a job that has not finished: record it cancelled, drop it from
+    async def cancel(self, run_id: str) -> bool:
+        """Cancel a run that has not finished: record it cancelled, drop it from
         the queue, then call its on_settled hooks here. False if it had already
         finished (or was never submitted).
 
         An attempt running in this runner's worker stops at once; one running
         in another process stops within ``cancel_check`` seconds (its worker
         reads the run's outcome), or at its next lease renewal."""
-        cancelled = await cancel_run(self._records, self.queue, self.clock, check_run_id(job_id))
-        if cancelled is None:
-            return False
-        record, job_input = cancelled
-        self.worker.cancel_running(job_id)
-        self._waiting.settled(record)
-        await self._hooks.run(record, job_input)
-        return True
+        return await self._answers.cancel(run_id)
 
 
 def _default_queue(store: ObjectStore, layout: Layout, clock: Clock) -> LeaseQueue:

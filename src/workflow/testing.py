@@ -53,7 +53,7 @@ from stepstone.runtime.memory_queue import MemoryQueue
 from stepstone.store import MemoryStore, ObjectStore
 
 if TYPE_CHECKING:
-    from stepstone.handles.handle import JobState
+    from stepstone.handles.state import JobState
 
 F = TypeVar("F", bound=Callable[..., Any])
 

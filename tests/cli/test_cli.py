@@ -28,7 +28,7 @@ from stepstone.cli import main
 from stepstone.cli.commands import _Progress
 from stepstone.cli.durations import parse_duration
 from stepstone.cli.errors import CliError
-from stepstone.records.outcome import Tombstone, decode_slot
+from stepstone.records.outcome import Tombstone, decode_outcome_key
 from stepstone.testing import wait_until
 
 # -- the worker ------------------------------------------------------------------------
@@ -233,7 +233,7 @@ async def test_purge_removes_only_runs_older_than_the_age(
     assert sorted(json.loads(done.stdout)["ids"]) == sorted(h.id for h in handles[:2])
     for handle in handles[:2]:
         # The outcome is a tombstone now: no answer, but its swept run's zombies keep out.
-        swept = decode_slot((store_dir / "outcomes" / handle.id).read_bytes())
+        swept = decode_outcome_key((store_dir / "outcomes" / handle.id).read_bytes())
         assert isinstance(swept, Tombstone), swept
         assert not list((store_dir / "progress").glob(f"{handle.id}/*"))
         assert not list((store_dir / "memos").glob(f"{handle.id}/*/*"))

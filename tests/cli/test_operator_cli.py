@@ -31,7 +31,7 @@ from stepstone import Job, JobFailed, JobRunner
 from stepstone.cli import main
 from stepstone.cli.durations import parse_since
 from stepstone.cli.errors import CliError
-from stepstone.ops.reads import retry_many
+from stepstone.ops.actions import retry_many
 from stepstone.runtime.clock import FakeClock
 
 HOUR = 3600.0

@@ -10,7 +10,8 @@ from typing import Any, ClassVar
 import pytest
 
 from stepstone import Job, JobContext, JobRunner, Permanent
-from stepstone.telemetry.logs import JobLogFilter, JsonFormatter, use_tracer_provider
+from stepstone.telemetry.logs import JobLogFilter, JsonFormatter
+from stepstone.telemetry.tracing import use_tracer_provider
 from stepstone.testing import fail_once, run_job, run_job_outcome, wait_until
 
 app_log = logging.getLogger("app.orders")

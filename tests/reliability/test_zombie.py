@@ -27,7 +27,7 @@ from rel_jobs import Gated, SkewedClock, read_events
 from rel_support import Workers, stats_of, submitter, wait_for
 
 from stepstone import AttemptResult, JobStatus
-from stepstone.records.history import decode as decode_attempt
+from stepstone.records.attempts import decode as decode_attempt
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ from wf_jobs import Counters, GatedKeyed, Keyed
 
 from stepstone import JobRunner
 from stepstone.handles.handle import Submitted
-from stepstone.handles.watch import (
+from stepstone.handles.poll_timing import (
     EXPECTED_STEP,
     MAX_POLL,
     RECENT_FROM,

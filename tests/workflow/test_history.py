@@ -25,7 +25,7 @@ from stepstone import (
     JobStatus,
     Permanent,
 )
-from stepstone.ops.reads import purge, retry
+from stepstone.ops.actions import purge, retry
 from stepstone.store import MemoryStore
 from stepstone.testing import FakeClock, advance
 

@@ -12,7 +12,7 @@ from wf_jobs import Counters
 from wf_support import wait_until
 
 from stepstone import Job, JobContext, JobFailed, JobRunner, JobStatus, Permanent
-from stepstone.ops.reads import purge
+from stepstone.ops.actions import purge
 from stepstone.records.retention import REMOVE_AT_ONCE, sweep
 from stepstone.store import MemoryStore
 from stepstone.testing import FakeClock

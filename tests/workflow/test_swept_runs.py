@@ -10,9 +10,9 @@ from wf_jobs import Counters, Keyed, KeyedStep
 from wf_support import wait_until
 
 from stepstone import Job, JobContext, JobRunner
-from stepstone.ops.reads import purge
+from stepstone.ops.actions import purge
 from stepstone.records.envelope import Envelope
-from stepstone.records.outcome import Tombstone, decode_slot
+from stepstone.records.outcome import Tombstone, decode_outcome_key
 from stepstone.records.retention import remove_run
 from stepstone.store import MemoryStore
 from stepstone.testing import FakeClock
@@ -96,7 +96,7 @@ async def test_a_swept_run_leaves_a_tombstone_that_answers_nothing_and_goes_a_wi
 
         clock.advance(61)
         await wait_until(lambda: _holds_tombstone(store, key), DEADLINE)
-        tombstone = decode_slot(store._objects[key].data)
+        tombstone = decode_outcome_key(store._objects[key].data)
         assert isinstance(tombstone, Tombstone) and tombstone.run_id == first.id
         assert await first.fetch_result() is None
         assert await worker.status(first.id) is None
@@ -113,7 +113,7 @@ async def test_a_swept_run_leaves_a_tombstone_that_answers_nothing_and_goes_a_wi
 
 def _holds_tombstone(store: MemoryStore, key: str) -> bool:
     entry = store._objects.get(key)
-    return entry is not None and isinstance(decode_slot(entry.data), Tombstone)
+    return entry is not None and isinstance(decode_outcome_key(entry.data), Tombstone)
 
 
 async def test_the_keys_next_run_replaces_the_tombstone_with_its_outcome(

@@ -28,7 +28,7 @@ from stepstone.cli.render import (
     when,
 )
 from stepstone.cli.runners import runner_from_args
-from stepstone.ops import reads as inspection
+from stepstone.ops import actions, listing, reads
 from stepstone.records.layout import run_id_for_key
 from stepstone.runner import JobRunner
 from stepstone.runtime.queue import JobStatus
@@ -49,20 +49,20 @@ async def _with_runner(
 def cmd_ls(args: argparse.Namespace) -> int:
     async def body(runner: JobRunner) -> int:
         now = runner.clock.now()
-        listing = await inspection.list_jobs(
+        listed = await listing.list_jobs(
             runner,
             args.status,
             kind=args.kind,
             since=_since(args, now),
             limit=args.limit,
         )
-        rows = listing.rows
-        warn_unreadable(listing.unreadable)
+        rows = listed.rows
+        warn_unreadable(listed.unreadable)
         if args.json:
             emit_json(
                 {
                     "jobs": [listed_json(r) for r in rows],
-                    "unreadable": unreadable_json(listing.unreadable),
+                    "unreadable": unreadable_json(listed.unreadable),
                 }
             )
             return 0
@@ -97,7 +97,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         if args.key is not None:
             found = await _keyed(runner, args.key)
         else:
-            found = await inspection.detail(runner, await inspection.resolve_id(runner, args.id))
+            found = await reads.detail(runner, await reads.resolve_id(runner, args.id))
         if args.json:
             emit_json(detail_json(found))
         else:
@@ -107,13 +107,13 @@ def cmd_show(args: argparse.Namespace) -> int:
     return asyncio.run(_with_runner(args, body))
 
 
-async def _keyed(runner: JobRunner, key: str) -> inspection.Detail:
+async def _keyed(runner: JobRunner, key: str) -> reads.Detail:
     """The run a job submitted with idempotency key ``key`` runs as."""
     job_id = run_id_for_key(key)
     try:
-        return await inspection.detail(runner, job_id)
-    except inspection.InspectError as exc:
-        raise inspection.InspectError(f"idempotency key {key!r}: {exc}") from None
+        return await reads.detail(runner, job_id)
+    except reads.InspectError as exc:
+        raise reads.InspectError(f"idempotency key {key!r}: {exc}") from None
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
@@ -127,7 +127,7 @@ def cmd_retry(args: argparse.Namespace) -> int:
         raise CliError("--kind and --since choose runs for --status dead, not with a job id", 2)
 
     async def body(runner: JobRunner) -> int:
-        removed = await inspection.retry(runner, args.id)
+        removed = await actions.retry(runner, args.id)
         if removed is not None:
             warn_unreadable([removed])
         if args.json:
@@ -144,22 +144,22 @@ def _retry_dead(args: argparse.Namespace) -> int:
     each as the single-run retry does, and say which could not be."""
 
     async def body(runner: JobRunner) -> int:
-        listing = await inspection.list_jobs(
+        listed = await listing.list_jobs(
             runner,
             JobStatus.DEAD.value,
             kind=args.kind,
             since=_since(args, runner.clock.now()),
             limit=None,
         )
-        warn_unreadable(listing.unreadable)
-        ids = [row.id for row in listing.rows]
+        warn_unreadable(listed.unreadable)
+        ids = [row.id for row in listed.rows]
         note = sys.stderr if args.json else sys.stdout  # stdout holds the one JSON document
         matched = f"{len(ids)} dead run(s){_chosen(args)}"
         note.write(f"{matched} match\n")
         note.flush()
         if ids and not args.yes:
             _confirm(f"retry {matched}?")
-        done = await inspection.retry_many(runner, ids)
+        done = await actions.retry_many(runner, ids)
         warn_unreadable(done.unreadable)
         if args.json:
             emit_json(
@@ -196,7 +196,7 @@ def _confirm(question: str) -> None:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     async def body(runner: JobRunner) -> int:
-        done = await inspection.cancel(runner, args.id)
+        done = await actions.cancel(runner, args.id)
         if args.json:
             emit_json({"id": args.id, "result": done})
         elif done == "cancelled":
@@ -214,9 +214,7 @@ def cmd_purge(args: argparse.Namespace) -> int:
     async def body(runner: JobRunner) -> int:
         progress = _Progress(sys.stderr, "checking" if args.dry_run else "purging")
         try:
-            removed = await inspection.purge(
-                runner, age, dry_run=args.dry_run, on_progress=progress
-            )
+            removed = await actions.purge(runner, age, dry_run=args.dry_run, on_progress=progress)
         finally:
             progress.close()
         verb = "would purge" if args.dry_run else "purged"
@@ -256,7 +254,7 @@ class _Progress:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     async def body(runner: JobRunner) -> int:
-        counts = await inspection.stats(runner)
+        counts = await listing.stats(runner)
         warn_unreadable(counts.unreadable)
         if args.json:
             emit_json(

@@ -18,9 +18,10 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from stepstone.cli.notices import warn
-from stepstone.ops.reads import Detail, Listed, Unreadable, decode_value
+from stepstone.ops.listing import Listed
+from stepstone.ops.reads import Detail, Unreadable, decode_value
 from stepstone.ops.timeline import current_steps, earlier_steps, took
-from stepstone.records.history import AttemptInfo
+from stepstone.records.attempts import AttemptInfo
 from stepstone.telemetry.escaping import escape_controls
 
 
@@ -56,12 +57,12 @@ NAME_CHARS = 24
 def print_listing(out: TextIO, rows: Sequence[Listed], now: float) -> None:
     """``stepstone ls``'s table: newest first, each row within LS_WIDTH; the
     last error gets the room the other columns leave."""
-    headers = ["ID", "STATE", "NAME", "TRIES", "AGE", "LAST ERROR"]
+    headers = ["ID", "STATUS", "KIND", "TRIES", "AGE", "LAST ERROR"]
     cells = [
         [
             row.id[:ID_CHARS],
-            row.state.value,
-            short(row.name, NAME_CHARS),
+            row.status.value,
+            short(row.kind, NAME_CHARS),
             str(row.attempts),
             age(now - row.submitted),
         ]
@@ -114,8 +115,8 @@ def unreadable_json(records: Sequence[Unreadable]) -> list[dict[str, str]]:
 def listed_json(row: Listed) -> dict[str, Any]:
     return {
         "id": row.id,
-        "name": row.name,
-        "state": row.state,
+        "kind": row.kind,
+        "status": row.status,
         "attempts": row.attempts,
         "updated": row.updated,
         "source": row.source,
@@ -129,8 +130,8 @@ def detail_json(found: Detail) -> dict[str, Any]:
     outcome = found.outcome
     return {
         "id": found.id,
-        "name": found.name,
-        "state": found.state or "unknown",
+        "kind": found.kind,
+        "status": found.status or "unknown",
         "input": found.input,
         "queue": None
         if queued is None
@@ -224,8 +225,8 @@ def print_detail(out: TextIO, found: Detail) -> None:
         out.write(f"{indent}{label:<12} {escape_controls(str(value))}\n")
 
     out.write(f"job {found.id}\n")
-    line("state", found.state or "unknown")
-    line("name", found.name or "-")
+    line("status", found.status or "unknown")
+    line("kind", found.kind or "-")
     if found.input is not None:
         line("input", short(found.input))
     unreadable = found.unreadable

@@ -1,7 +1,7 @@
 """JobContext: what a running job sees.
 
 ``ctx.step(name, fn, ...)`` is the heart of the engine. A step runs once per
-run: its result is recorded as a memo (:mod:`stepstone.execute.scope`), so a retry
+run: its result is recorded as a memo (:mod:`stepstone.execute.memos`), so a retry
 reads it back instead of running ``fn`` again. The context also submits
 child jobs, reports progress, controls the lease, and waits without holding
 a worker (``sleep``, ``wait_for_event``, awaiting children: :mod:`stepstone.execute.durable_waits`).
@@ -10,25 +10,28 @@ a worker (``sleep``, ``wait_for_event``, awaiting children: :mod:`stepstone.exec
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import inspect
 import logging
 import math
 import time
+import warnings
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any, ParamSpec, TypeVar, cast, overload
 
 from stepstone.errors import EncodingError
 from stepstone.execute import durable_waits as waits
-from stepstone.execute.scope import PROGRESS_INTERVAL, Memo, Run
+from stepstone.execute.memos import Memo
+from stepstone.execute.scope import PROGRESS_INTERVAL, AttemptScope
 from stepstone.handles.handle import JobHandle
 from stepstone.job import Job
 from stepstone.records.codec import codec_for, pack
 from stepstone.records.outcome import Outcome
 from stepstone.runtime.worker import Attempt
-from stepstone.submit.submitter import SubmitOptions
-from stepstone.telemetry.logs import step_scope
+from stepstone.submit.options import SubmitOptions
+from stepstone.telemetry.tracing import step_scope
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -59,7 +62,7 @@ class LeaseControl:
 class JobContext:
     """Handed to ``Job.run``: steps, child jobs, state, progress, the lease."""
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: AttemptScope) -> None:
         self._run = run
         self._loop = asyncio.get_running_loop()
         self.lease = LeaseControl(run.attempt)
@@ -70,12 +73,26 @@ class JobContext:
         return self._run.attempt.delivery.attempt
 
     @property
+    def run_id(self) -> str:
+        """The id of the run this attempt belongs to (``handle.id``)."""
+        return self._run.run_id
+
+    @property
+    def kind(self) -> str:
+        """The job's kind (its type's NAME)."""
+        return self._run.kind
+
+    @property
     def job_id(self) -> str:
+        """Deprecated: :attr:`run_id`."""
+        warnings.warn("JobContext.job_id is deprecated: use run_id", DeprecationWarning, 2)
         return self._run.run_id
 
     @property
     def job_name(self) -> str:
-        return self._run.name
+        """Deprecated: :attr:`kind`."""
+        warnings.warn("JobContext.job_name is deprecated: use kind", DeprecationWarning, 2)
+        return self._run.kind
 
     @property
     def headers(self) -> Mapping[str, str]:
@@ -120,7 +137,7 @@ class JobContext:
         A name used twice in one run is two steps, told apart by call order.
         """
         run = self._run
-        with step_scope(run.run_id, run.name, name, run.replayed):  # a span, a duration
+        with step_scope(run.run_id, run.kind, name, run.replayed):  # a span, a duration
             return await self._step(name, fn, *args, **kwargs)
 
     async def _step(
@@ -138,7 +155,9 @@ class JobContext:
         if inspect.iscoroutinefunction(fn) or _returns_awaitable(fn):
             result = await cast(Callable[P, Awaitable[R]], fn)(*args, **kwargs)
         else:
-            result = await asyncio.to_thread(cast(Callable[P, R], fn), *args, **kwargs)
+            # In the job thread pool, as a synchronous job's own code runs.
+            call = functools.partial(cast(Callable[P, R], fn), *args, **kwargs)
+            result = await self._run.in_thread(call)
             if inspect.isawaitable(result):
                 result = await result
         return cast(R, await memo.record(result))
@@ -238,7 +257,7 @@ class JobContext:
         try:
             pack(value)
         except (TypeError, ValueError) as exc:
-            raise EncodingError(f"progress value cannot be stored: {exc}", job=run.name) from exc
+            raise EncodingError(f"progress value cannot be stored: {exc}", job=run.kind) from exc
         run.progress = value
         now = time.monotonic()
         if now - run.progress_at >= PROGRESS_INTERVAL and (

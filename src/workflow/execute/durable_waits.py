@@ -6,7 +6,7 @@ back to the queue, the attempt not counted, due again at its wake time. When
 it is claimed again, its recorded steps replay and the run comes back to the
 wait, which now finds what it waited for (or its time up) and goes on.
 
-Every wait records what it decided as a memo of the run (:mod:`stepstone.execute.scope`),
+Every wait records what it decided as a memo of the run (:mod:`stepstone.execute.memos`),
 so a replay decides the same:
 
 - a sleep records its wake time the first time through (``!sleep@n``): a
@@ -30,15 +30,31 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
-from stepstone.execute.scope import Memo, Run
+from stepstone.execute.memos import Memo
+from stepstone.execute.scope import AttemptScope
 from stepstone.handles.handle import JobHandle
 from stepstone.records.codec import codec_for_type
 from stepstone.records.outcome import Outcome
 from stepstone.runtime.queue import JobStatus, Wait
 from stepstone.runtime.suspension import Suspend
 
+RECHECK_WAKING = 3600.0
+"""Longest a waiting run stays suspended on a queue that wakes it: a safety
+net for a wake that was lost (its sender crashed between writing and waking)."""
+RECHECK_POLLING = 30.0
+"""Longest a waiting run stays suspended on a queue that cannot wake it (SQS):
+how late it may see an event or a child's end."""
+
 _FLOAT = codec_for_type(float)
 _ANY = codec_for_type(Any)
+
+
+def wait_recheck_for(wakes: bool, given: float | None) -> float:
+    """Longest a waiting run stays suspended before it looks again: ``given``,
+    else the default for a queue that wakes runs (``wakes``) or cannot."""
+    if given is not None:
+        return given
+    return RECHECK_WAKING if wakes else RECHECK_POLLING
 
 
 async def _recorded(memo: Memo, value: object) -> Any:
@@ -49,7 +65,7 @@ async def _recorded(memo: Memo, value: object) -> Any:
     return await memo.record(value)
 
 
-async def sleep_until(run: Run, wake_at: float) -> None:
+async def sleep_until(run: AttemptScope, wake_at: float) -> None:
     """Return once the clock reaches the wake time this sleep recorded first
     (``wake_at`` the first time through); until then, suspend the run."""
     wake_at = await _recorded(Memo(run, "", _FLOAT, internal="sleep"), wake_at)
@@ -60,7 +76,7 @@ async def sleep_until(run: Run, wake_at: float) -> None:
 
 
 async def wait_for_event(
-    run: Run,
+    run: AttemptScope,
     name: str,
     timeout: float | None,  # noqa: ASYNC109 - a durable timeout, not a cancellation
     output: Any,
@@ -84,7 +100,7 @@ async def wait_for_event(
     return codec_for_type(output).decode(recorded["data"])
 
 
-async def _take_event(run: Run, name: str, taken: Memo, deadline: float) -> Any:
+async def _take_event(run: AttemptScope, name: str, taken: Memo, deadline: float) -> Any:
     """Take the oldest event ``name`` this run has not taken (recording which),
     record a timeout past ``deadline``, or suspend."""
     prefix = run.layout.events(run.run_id, run.incarnation, name)
@@ -102,7 +118,7 @@ async def _take_event(run: Run, name: str, taken: Memo, deadline: float) -> Any:
     raise Suspend(until, Wait(JobStatus.WAITING_FOR_EVENT, name))
 
 
-async def children(run: Run, handles: tuple[JobHandle[Any], ...]) -> list[Outcome[Any]]:
+async def children(run: AttemptScope, handles: tuple[JobHandle[Any], ...]) -> list[Outcome[Any]]:
     """The outcomes of ``handles`` (this run's children) once all have one;
     until then, suspend the run (each child wakes it as it ends)."""
     outcomes = [await handle.poll() for handle in handles]

@@ -78,7 +78,7 @@ class SettledHooks:
     async def run(self, record: OutcomeRecord, job_input: bytes | None) -> None:
         """Call the hooks of the run ``record`` answers. ``job_input`` is its
         input JSON (for a hook that is a method), when known. Never raises."""
-        job_type = self._job_type(record.name)
+        job_type = self._job_type(record.kind)
         overridden = job_type is not None and has_hook(job_type)
         if not overridden and self._runner_hook is None:
             return
@@ -150,11 +150,11 @@ def _failed(record: OutcomeRecord, what: str, error: BaseException | str) -> Non
     log.error(
         "job %s (%s): %s: %s",
         record.run_id,
-        record.name,
+        record.kind,
         what,
         reason,
         exc_info=error if isinstance(error, Exception) and not _expected(error) else None,
-        extra={"job_id": record.run_id, "job_name": record.name},
+        extra={"job_id": record.run_id, "job_name": record.kind},
     )
 
 

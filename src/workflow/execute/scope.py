@@ -1,49 +1,50 @@
-"""One attempt's bookkeeping, and memos: what a run records as it goes.
+"""AttemptScope: one attempt's bookkeeping, shared by its JobContext, its
+waits, its limits and the attempt runner.
 
-A :class:`Run` is shared by the attempt's JobContext, its waits and the
-executor. A :class:`Memo` is one recorded value of a run (a step's result,
-a wait's wake time, the event a wait took), written create-if-absent under
-the run's incarnation: the first writer wins, so a zombie's late write
-cannot replace it, and a retry reads it back instead of doing the work again.
-
-Memos are looked for only when an earlier claim of this run could have left
-some (``Delivery.claims > 1``): a first claim reads no memos, it only writes them.
+It holds what the attempt needs to record as it goes (the run's records, its
+incarnation, the memos an earlier claim left, which steps it has called and
+how often) and its progress, written at most once a ``PROGRESS_INTERVAL``
+and last before the run's outcome, by compare-and-swap, so an attempt whose
+lease another worker took over cannot overwrite the new owner's progress.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from stepstone.errors import CorruptMemo, EncodingError
-from stepstone.records.codec import ResultCodec
-from stepstone.records.layout import Layout, step_key
+from stepstone.records.layout import Layout
 from stepstone.records.run_records import RunRecords
 from stepstone.runtime.clock import Clock
 from stepstone.runtime.worker import Attempt
-from stepstone.store import AlreadyExists, ObjectStore
+from stepstone.store import ObjectStore
 from stepstone.submit.submitter import Submitter
 
 log = logging.getLogger("stepstone")
+
+InThread = Callable[..., Awaitable[Any]]
+"""``JobThreads.call``: ``await in_thread(fn, *args)`` runs ``fn(*args)`` in
+the job thread pool."""
 
 PROGRESS_INTERVAL = 1.0
 """At most one progress write per run per this many seconds; the last value is
 always written before the run settles."""
 
 
-class Run:
-    """One attempt's bookkeeping, shared by its JobContext and the executor."""
+class AttemptScope:
+    """One attempt's bookkeeping (see the module docstring)."""
 
     def __init__(
         self,
         *,
         submitter: Submitter,
         state_of: Callable[[type[Any]], Any],
+        in_thread: InThread,
         records: RunRecords,
         attempt: Attempt,
-        name: str,
+        kind: str,
         incarnation: str,
         memo_keys: set[str] | None,
         headers: Mapping[str, str],
@@ -53,11 +54,13 @@ class Run:
     ) -> None:
         self.submitter = submitter
         self.state_of = state_of
+        self.in_thread = in_thread
+        """Runs a plain function in the job thread pool (a sync step's)."""
         self.records = records
         self.store: ObjectStore = records.store
         self.layout: Layout = records.layout
         self.attempt = attempt
-        self.name = name
+        self.kind = kind
         self.incarnation = incarnation
         self.memo_keys = memo_keys
         self.headers = headers
@@ -102,10 +105,10 @@ class Run:
         if etag is None:
             self.progress_fenced = True
             log.warning(
-                "job %s (%s) attempt %d: another worker has taken the run over; "
+                "run %s (%s) attempt %d: another worker has taken the run over; "
                 "this attempt's progress is not written",
                 self.run_id,
-                self.name,
+                self.kind,
                 delivery.attempt,
                 extra=log_extra(self),
             )
@@ -118,84 +121,12 @@ class Run:
         self.progress_task = asyncio.get_running_loop().create_task(_write_progress(self))
 
 
-class Memo:
-    """One step call: where its memo lives, and the two halves of memoizing it
-    (look for a recorded value; record a new one, first writer wins). Split so
-    a synchronous job can run the function itself in its own thread between them."""
-
-    def __init__(self, run: Run, name: str, codec: ResultCodec, *, internal: str = "") -> None:
-        """The memo of the next call of step ``name`` in this run. An
-        ``internal`` memo (a wait's, ``internal="sleep"``) is counted and
-        keyed apart from steps: ``!sleep@1``, ``!event.approval@2``."""
-        counted = f"!{internal}" + (f".{name}" if name else "") if internal else name
-        occurrence = run.occurrences.get(counted, 0) + 1
-        run.occurrences[counted] = occurrence
-        self.run = run
-        self.name = name or internal
-        if internal and not name:
-            self.segment = f"!{internal}@{occurrence}"
-        else:
-            self.segment = step_key(name, occurrence, internal=internal)
-        self.key = run.layout.memo(run.run_id, run.incarnation, self.segment)
-        self.codec = codec
-
-    async def lookup(self) -> tuple[bool, Any]:
-        run = self.run
-        if run.memo_keys is None or self.segment not in run.memo_keys:
-            return False, None
-        recorded = await run.store.get(self.key)
-        run.replayed.append(self.segment)
-        log.debug(
-            "job %s (%s) attempt %d: step %r replayed from its memo",
-            run.run_id,
-            run.name,
-            run.attempt.delivery.attempt,
-            self.name,
-            extra=log_extra(run),
-        )
-        return True, self._decoded(recorded.data)
-
-    async def record(self, value: object) -> Any:
-        run = self.run
-        try:
-            data = self.codec.encode(value)
-        except (TypeError, ValueError) as exc:
-            raise EncodingError(
-                f"the result cannot be stored: {exc}", job=run.name, step=self.name
-            ) from exc
-        try:
-            await run.store.put_if_absent(self.key, data)
-        except AlreadyExists:
-            # Another attempt of this run (a zombie, or the attempt this one
-            # replaced) recorded the step first: its value is the step's value.
-            data = (await run.store.get(self.key)).data
-            log.info(
-                "job %s (%s) attempt %d: step %r was recorded by another attempt; "
-                "continuing with the recorded value",
-                run.run_id,
-                run.name,
-                run.attempt.delivery.attempt,
-                self.name,
-                extra=log_extra(run),
-            )
-        return self._decoded(data)
-
-    def _decoded(self, data: bytes) -> Any:
-        """The recorded value; CorruptMemo, naming the step and the key, when
-        it does not decode (as the step function's return type)."""
-        try:
-            return self.codec.decode(data)
-        except Exception as exc:  # garbage decodes into any error: each is this memo's fault
-            reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            raise CorruptMemo(self.key, reason, job=self.run.name, step=self.name) from exc
-
-
-async def _write_progress(run: Run) -> None:
+async def _write_progress(run: AttemptScope) -> None:
     try:
         await run.write_progress()
     except Exception as exc:  # progress is best-effort until the final flush
-        log.warning("job %s: progress not written: %s", run.run_id, exc, extra=log_extra(run))
+        log.warning("run %s: progress not written: %s", run.run_id, exc, extra=log_extra(run))
 
 
-def log_extra(run: Run) -> dict[str, object]:
-    return {"job_id": run.run_id, "job_name": run.name, "attempt": run.attempt.delivery.attempt}
+def log_extra(run: AttemptScope) -> dict[str, object]:
+    return {"run_id": run.run_id, "kind": run.kind, "attempt": run.attempt.delivery.attempt}

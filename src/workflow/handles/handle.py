@@ -1,63 +1,48 @@
-"""JobHandle: a submitted job's id, and the ways to wait for its answer.
+"""JobHandle: a submitted run's id, and the ways to await its answer.
 
 The answer is the outcome record, so a handle works from any process: one
 that runs the worker is woken the moment its worker records the outcome; any
-other polls the record with backoff. The handle holds only the job's id and
-whatever answers for it (:class:`Answers`, which the runner provides), so it
-is cheap to make and to hold.
+other polls the record (:mod:`stepstone.handles.watch`). The handle holds
+only the run's id and what answers for it (:class:`Answers`, which
+:mod:`stepstone.handles.answers` provides), so it is cheap to make and to hold.
+
+Four ways to the outcome: ``await handle`` (or ``handle.result(timeout)``)
+for the typed result, raising JobFailed; ``handle.join(timeout)`` for the
+Outcome, success or failure, without raising; ``handle.poll()`` for the
+outcome now, or None while the run goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import warnings
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from stepstone.handles.state import JobState
 from stepstone.records.outcome import Outcome
-from stepstone.runtime.queue import JobStatus
 
 T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
 class Submitted:
-    """A run this runner has just submitted: its job type (``kind``) and when
-    (``at``, on ``time.monotonic``'s clock), to time its polls by
-    (``stepstone.handles.watch``)."""
+    """A run this runner has just submitted: its ``kind`` and when (``at``, on
+    ``time.monotonic``'s clock), to time its polls by
+    (:mod:`stepstone.handles.poll_timing`)."""
 
     kind: str
     at: float
 
 
-@dataclass(frozen=True, slots=True)
-class JobState:
-    """A snapshot of where a job is, from its outcome record, queue record and progress."""
-
-    id: str
-    state: JobStatus
-    attempts: int
-    progress: Any = None
-    last_error: str | None = None
-    run_at: float | None = None
-    """When it is (or was) due: a suspended job's wake time."""
-    lease_expires_at: float | None = None
-    waiting_for: str | None = None
-    """What a suspended job waits for: ``until <time>``, an event's name,
-    ``<n> of <m> children``."""
-
-    @property
-    def finished(self) -> bool:
-        return self.state.finished
-
-
 class Answers(Protocol):
-    """What a handle asks about its job; the runner answers."""
+    """What a handle asks about its run (:class:`~stepstone.handles.answers.RunAnswers`)."""
 
     async def wait(
         self,
-        job_id: str,
+        run_id: str,
         output: Any,
         *,
         fresh: bool,
@@ -69,13 +54,13 @@ class Answers(Protocol):
         raises CorruptOutcome."""
 
     async def outcome(
-        self, job_id: str, output: Any, input_hash: str | None = None
+        self, run_id: str, output: Any, input_hash: str | None = None
     ) -> Outcome[Any] | None:
-        """The outcome from its record only; None while the job runs."""
+        """The outcome from its record only; None while the run goes on."""
 
-    async def status(self, job_id: str) -> JobState | None: ...
+    async def status(self, run_id: str) -> JobState | None: ...
 
-    async def cancel(self, job_id: str) -> bool: ...
+    async def cancel(self, run_id: str) -> bool: ...
 
 
 class JobHandle(Generic[T]):
@@ -88,7 +73,7 @@ class JobHandle(Generic[T]):
     def __init__(
         self,
         answers: Answers,
-        job_id: str,
+        run_id: str,
         output_type: Any,
         *,
         newly_submitted: bool,
@@ -104,12 +89,13 @@ class JobHandle(Generic[T]):
         self._submitted = (
             Submitted(kind, time.monotonic()) if newly_submitted and kind is not None else None
         )
-        self.id = job_id
+        self.id = run_id
+        """The run id."""
         self.newly_submitted = newly_submitted
 
     def wait_within(self, waiter: Callable[[JobHandle[T]], Awaitable[Outcome[T]]]) -> None:
-        """Wait for this job through ``waiter`` instead of polling: a parent
-        job's context, which suspends the parent until its child has ended."""
+        """Await this run through ``waiter`` instead of polling: a parent
+        run's context, which suspends the parent until its child has ended."""
         self._within = waiter
 
     def __repr__(self) -> str:
@@ -119,7 +105,7 @@ class JobHandle(Generic[T]):
         return self.result().__await__()
 
     async def result(self, timeout: float | None = None) -> T:  # noqa: ASYNC109 - the API users expect
-        """The job's result; raises JobFailed if it failed, TimeoutError after ``timeout``."""
+        """The run's result; raises JobFailed if it failed, TimeoutError after ``timeout``."""
         outcome = await self.join(timeout=timeout)
         return outcome.unwrap()
 
@@ -142,13 +128,13 @@ class JobHandle(Generic[T]):
         return outcome
 
     async def fetch_result(self) -> Outcome[T] | None:
-        """The outcome from the record only: None while the job runs, or after
-        retention removed it."""
+        """Deprecated: :meth:`poll`."""
+        warnings.warn("JobHandle.fetch_result() is deprecated: use poll()", DeprecationWarning, 2)
         return await self._answers.outcome(self.id, self._output_type, self._input_hash)
 
     async def poll(self) -> Outcome[T] | None:
         """The outcome without waiting: the one this handle already has, else
-        the record's (kept once found); None while the job runs."""
+        the record's (kept once found); None while the run goes on."""
         if self._outcome is None:
             self._outcome = await self._answers.outcome(
                 self.id, self._output_type, self._input_hash
@@ -156,11 +142,11 @@ class JobHandle(Generic[T]):
         return self._outcome
 
     async def status(self) -> JobState | None:
-        """Where the job is now; None if nothing is known of it."""
+        """Where the run is now; None if nothing is known of it."""
         return await self._answers.status(self.id)
 
     async def cancel(self) -> bool:
-        """Cancel the job unless it has already finished; True if this call cancelled it.
+        """Cancel the run unless it has already finished; True if this call cancelled it.
 
         A running attempt learns at its next lease renewal and is stopped; its
         work so far stays memoized."""

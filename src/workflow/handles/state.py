@@ -1,38 +1,65 @@
-"""Looking at one run and stopping it: ``status`` and ``cancel``.
+"""Where a run is: :class:`JobState`, what ``runner.status`` and ``handle.status()`` answer.
 
-Both read the run's outcome record and its queue record: a run has ended
-once it has an outcome that answers it (a dead run keeps its queue record,
-until it is requeued or cancelled, beside its failed outcome); an outcome of
-another input than the queued run's answers nothing.
+It is read from the run's outcome record and its queue record: a run has
+ended once it has an outcome that answers it (a dead run keeps its queue
+record, until it is requeued or cancelled, beside its failed outcome); an
+outcome of another input than the queued run's answers nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import warnings
+from dataclasses import dataclass
+from typing import Any
 
 from stepstone.errors import CorruptOutcome
-from stepstone.handles.handle import JobState
 from stepstone.records.envelope import Envelope
-from stepstone.records.outcome import ErrorInfo, OutcomeRecord
+from stepstone.records.outcome import OutcomeRecord
 from stepstone.records.run_records import RunRecords, answering
-from stepstone.runtime.clock import Clock
-from stepstone.runtime.decide import FailureKind
 from stepstone.runtime.errors import MalformedPayload
 from stepstone.runtime.queue import JobRecord, JobStatus, LeaseQueue
-from stepstone.runtime.suspension import Waking
 
 
-async def job_state(records: RunRecords, queue: LeaseQueue, job_id: str) -> JobState | None:
+@dataclass(frozen=True, slots=True)
+class JobState:
+    """A snapshot of where a run is, from its outcome record, queue record and progress."""
+
+    id: str
+    """The run id."""
+    status: JobStatus
+    attempts: int
+    progress: Any = None
+    last_error: str | None = None
+    run_at: float | None = None
+    """When it is (or was) due: a suspended run's wake time."""
+    lease_expires_at: float | None = None
+    waiting_for: str | None = None
+    """What a suspended run waits for: ``until <time>``, an event's name,
+    ``<n> of <m> children``."""
+
+    @property
+    def finished(self) -> bool:
+        return self.status.finished
+
+    @property
+    def state(self) -> JobStatus:
+        """Deprecated: :attr:`status`."""
+        warnings.warn("JobState.state is deprecated: use JobState.status", DeprecationWarning, 2)
+        return self.status
+
+
+async def read_state(records: RunRecords, queue: LeaseQueue, run_id: str) -> JobState | None:
     """Where the job is: its outcome if it has one that answers its run, else
     its queue record. Raises CorruptOutcome when the object at its outcome
     key answers nothing and the queue holds no record of the run either."""
-    record, queued = await asyncio.gather(_outcome(records, job_id), queue.get(job_id))
+    record, queued = await asyncio.gather(_outcome(records, run_id), queue.get(run_id))
     envelope = None if queued is None else _envelope(queued)
     if isinstance(record, OutcomeRecord) and queued is not None:
         # A record of another input than the queued run's is no answer for it.
         try:
             digest = None if envelope is None else envelope.input_hash
-            answering(record, records.layout.outcome(job_id), digest)
+            answering(record, records.layout.outcome(run_id), digest)
         except CorruptOutcome as exc:
             record = exc
     if isinstance(record, CorruptOutcome) and queued is None:
@@ -41,10 +68,10 @@ async def job_state(records: RunRecords, queue: LeaseQueue, job_id: str) -> JobS
         progress = record.progress
         if progress is None and record.status is not JobStatus.SUCCEEDED:
             # A failed run's last report.
-            progress = await records.progress(job_id, record.incarnation)
+            progress = await records.progress(run_id, record.incarnation)
         return JobState(
-            id=job_id,
-            state=record.status,
+            id=run_id,
+            status=record.status,
             attempts=record.attempts,
             progress=progress,
             last_error=None if record.error is None else record.error.message,
@@ -52,10 +79,10 @@ async def job_state(records: RunRecords, queue: LeaseQueue, job_id: str) -> JobS
     if queued is None:
         return None
     return JobState(
-        id=job_id,
-        state=queued.status,
+        id=run_id,
+        status=queued.status,
         attempts=queued.attempts,
-        progress=None if envelope is None else await records.progress(job_id, envelope.incarnation),
+        progress=None if envelope is None else await records.progress(run_id, envelope.incarnation),
         last_error=queued.last_error or queued.dead_reason or _reason(record),
         run_at=queued.run_at,
         lease_expires_at=queued.lease_expires_at,
@@ -63,9 +90,9 @@ async def job_state(records: RunRecords, queue: LeaseQueue, job_id: str) -> JobS
     )
 
 
-async def _outcome(records: RunRecords, job_id: str) -> OutcomeRecord | CorruptOutcome | None:
+async def _outcome(records: RunRecords, run_id: str) -> OutcomeRecord | CorruptOutcome | None:
     try:
-        return await records.outcome(job_id)
+        return await records.outcome(run_id)
     except CorruptOutcome as exc:
         return exc
 
@@ -79,39 +106,3 @@ def _envelope(queued: JobRecord) -> Envelope | None:
 
 def _reason(error: CorruptOutcome | None) -> str | None:
     return None if error is None else str(error)
-
-
-async def cancel_run(
-    records: RunRecords, queue: LeaseQueue, clock: Clock, job_id: str
-) -> tuple[OutcomeRecord, bytes | None] | None:
-    """Cancel a run that has not finished: record it cancelled (create-if-absent),
-    then drop it from the queue. Returns the cancelled record and the run's
-    input JSON (None when its payload does not decode), or None if the run
-    had already finished (or was never submitted)."""
-    queued = await queue.get(job_id)
-    if queued is None:
-        return None
-    job_input: bytes | None = None
-    try:
-        envelope = Envelope.decode(queued.payload)
-        name, digest, incarnation = envelope.name, envelope.input_hash, envelope.incarnation
-        job_input = envelope.input
-    except MalformedPayload:
-        name, digest, incarnation = queued.kind, "", ""
-    record = OutcomeRecord(
-        run_id=job_id,
-        name=name,
-        status=JobStatus.CANCELLED,
-        input_hash=digest,
-        incarnation=incarnation,
-        attempts=queued.attempts,
-        finished_at=clock.now(),
-        error=ErrorInfo(FailureKind.CANCELLED, "the job was cancelled"),
-    )
-    if await records.record_outcome(record) is not record:
-        return None  # it had ended first (or was swept): its outcome stands
-    await queue.cancel(job_id)
-    parent = None if not digest else envelope.parent
-    if parent is not None and isinstance(queue, Waking):
-        await queue.wake(parent)  # a parent waiting for this child looks again
-    return record, job_input

@@ -26,7 +26,8 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
-from stepstone.handles.handle import JobHandle, JobState
+from stepstone.handles.handle import JobHandle
+from stepstone.handles.state import JobState
 from stepstone.records.outcome import Outcome
 
 T = TypeVar("T")

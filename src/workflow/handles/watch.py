@@ -1,7 +1,7 @@
-"""Waiting for outcomes: how a handle learns that its job has ended.
+"""The outcome watch: how a handle learns that its run has ended.
 
-A runner whose worker settles a run hands the outcome record to
-:meth:`Waiting.settled`, which wakes the handles waiting for it here at
+A runner whose worker records a run's outcome hands the record to
+:meth:`OutcomeWatch.stands`, which wakes the handles awaiting it here at
 once, or keeps it a moment for a handle that asks soon (a batch of submits
 awaited one by one then neither reads nor waits). Any other run is someone
 else's: its handles poll the outcome record, with backoff, and with a budget
@@ -9,22 +9,13 @@ of reads per second shared by every waiting handle, so N handles waiting T
 seconds cost O(N) reads, not O(N * T).
 
 A run just submitted from a process that runs no worker (an API server's)
-is polled by what this runner saw of its kind (``TimeToOutcome``): how long
-the quicker of its last few took from submit to outcome (a quarter were
-quicker still). The first poll comes at four fifths of it, the next ones
-15% of it apart (at most ``MAX_POLL``) until one and a half times it has
-passed, then with the backoff. A run
-that takes about as long as the last ones costs about three reads instead
-of one per doubling, and its outcome is seen within 15% of that time of its
-writing, where a doubling backoff may overshoot by as long as it has
-already waited (up to ``MAX_POLL``). The quicker runs', not the typical
-time, so that a kind whose runs are often quick is polled early enough for
-them.
+is polled by how long its kind's runs took here
+(:mod:`stepstone.handles.poll_timing`).
 
 No poll reads the store while this process will hear of the end without
 reading (its worker holds the run, or its queue knows the run still waits
-here): a handle on a job this process runs costs no reads however long the
-job queues and runs.
+here): a handle on a run this process runs costs no reads however long the
+run queues and runs.
 
 A run can also end with no outcome to announce it: its queue record no
 longer decodes (it will never be claimed), or it was dead-lettered because
@@ -38,12 +29,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 from stepstone.errors import JobFailed
 from stepstone.handles.handle import Submitted
+from stepstone.handles.poll_timing import (
+    EXPECTED_FIRST,
+    IDLE_FIRST_POLL,
+    TimeToOutcome,
+    next_poll,
+)
 from stepstone.records.outcome import Outcome, OutcomeRecord
 from stepstone.records.run_records import RunRecords
 from stepstone.runtime.decide import FailureKind
@@ -60,28 +57,12 @@ RUNNING_POLL_BUDGET = 200.0
 whose worker runs."""
 RUNNING_FIRST_POLL = 0.5
 """Seconds before a handle's first poll in a runner whose worker runs."""
-IDLE_FIRST_POLL = 0.02
-"""Seconds before a handle's first poll in a runner with no worker running."""
-MAX_POLL = 1.0
-"""Polls back off, doubling, to at most this many seconds apart."""
 QUEUE_LOOK_EVERY = 5
 """Polls that found no outcome between two looks at the run's queue record."""
-EXPECTED_FIRST = 0.8
-"""The first poll of a run just submitted, as a share of the time its kind's
-runs took to an outcome (a quarter of the last ``RECENT_RUNS`` seen here took
-less) ..."""
-EXPECTED_STEP = 0.15
-"""... then polls this share of that time apart (at most ``MAX_POLL``) ..."""
-EXPECTED_UNTIL = 1.5
-"""... until this many times it have passed; then the backoff."""
-RECENT_RUNS = 16
-"""Runs of a kind whose time to an outcome is kept ..."""
-RECENT_FROM = 3
-"""... and how many must be seen before their time is used."""
 
 
-class Waiting:
-    """The handles waiting in one runner, and the outcomes its worker settled.
+class OutcomeWatch:
+    """The handles awaiting outcomes in one runner, and the outcomes its worker recorded.
 
     ``worker_running()`` says whether this process runs a worker now;
     ``heard_here(run_id)`` whether this process will hear of the run's end
@@ -104,9 +85,9 @@ class Waiting:
         self._recent: OrderedDict[str, OutcomeRecord | Exception] = OrderedDict()
         self._seen = TimeToOutcome()
 
-    def settled(self, record: OutcomeRecord) -> None:
-        """The run ended with ``record``: wake its waiters, or keep it for a
-        handle that asks soon."""
+    def stands(self, record: OutcomeRecord) -> None:
+        """The run's outcome ``record`` stands: wake the handles awaiting it
+        here, or keep it for a handle that asks soon."""
         self._answer(record.run_id, record)
 
     def unrecorded(self, run_id: str, error: Exception) -> None:
@@ -239,44 +220,3 @@ class Waiting:
             if not waiters:
                 del self._waiters[run_id]
         future.cancel()
-
-
-def next_poll(delay: float, expected: float | None, elapsed: float | None) -> float:
-    """Seconds from one poll that found nothing to the next: a step of the
-    ``expected`` time to an outcome while ``elapsed`` (since the submit) is
-    under ``EXPECTED_UNTIL`` of it, else double the last wait (up to
-    ``MAX_POLL``)."""
-    if expected is not None and elapsed is not None:
-        step = min(max(IDLE_FIRST_POLL, EXPECTED_STEP * expected), MAX_POLL)
-        if elapsed < EXPECTED_UNTIL * expected:
-            return step
-        delay = min(delay, step)  # (the first wait, of most of the expected time)
-    return min(delay * 2, MAX_POLL)
-
-
-class TimeToOutcome:
-    """How long the last ``RECENT_RUNS`` runs of each kind submitted here took
-    to an outcome, as this process's polls saw them: from the submit to the
-    poll that found the outcome, or to the middle of that poll and the one
-    before it that missed."""
-
-    def __init__(self) -> None:
-        self._seen: dict[str, deque[float]] = {}
-
-    def saw(self, run: Submitted, last_miss: float | None, found: float) -> None:
-        """A poll at ``found`` found the outcome of ``run``; the poll before
-        it, if any, missed at ``last_miss``."""
-        written = found if last_miss is None else (last_miss + found) / 2
-        seen = self._seen.get(run.kind)
-        if seen is None:
-            seen = self._seen[run.kind] = deque(maxlen=RECENT_RUNS)
-        seen.append(max(0.0, written - run.at))
-
-    def expected(self, kind: str) -> float | None:
-        """The time to poll ``kind``'s runs by: a quarter of those seen lately
-        took less (the quickest of the first few); None until ``RECENT_FROM``
-        were seen."""
-        seen = self._seen.get(kind)
-        if seen is None or len(seen) < RECENT_FROM:
-            return None
-        return sorted(seen)[len(seen) // 4]

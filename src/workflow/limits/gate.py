@@ -37,7 +37,8 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
-from stepstone.execute.scope import Memo, Run
+from stepstone.execute.memos import Memo
+from stepstone.execute.scope import AttemptScope
 from stepstone.job import Job
 from stepstone.limits import rate, slots
 from stepstone.limits.shared import SharedObject
@@ -136,7 +137,7 @@ class Limits:
             )
         self._job_types[job_type.NAME] = job_type
 
-    async def admit(self, job_type: type[Job[Any]], job: Job[Any], run: Run) -> Admitted:
+    async def admit(self, job_type: type[Job[Any]], job: Job[Any], run: AttemptScope) -> Admitted:
         """Let the run in, holding a slot of its key and its rate turn; or
         raise Suspend when it must wait for them (see the module docstring)."""
         admitted = Admitted()
@@ -162,7 +163,7 @@ class Limits:
         hold, and wake the next in line."""
         try:
             envelope = Envelope.decode(delivery.payload)
-            job_type = self._job_types.get(envelope.name)
+            job_type = self._job_types.get(envelope.kind)
             if job_type is None:
                 return
             key = job_type.model_validate_json(envelope.input).concurrency_key()
@@ -208,7 +209,7 @@ class Limits:
         grace = self.grace
         return lambda state, now: slots.forget(state, run=run_id, now=now, grace=grace)
 
-    async def _take_slot(self, job_type: type[Job[Any]], key: str, run: Run) -> HeldSlot:
+    async def _take_slot(self, job_type: type[Job[Any]], key: str, run: AttemptScope) -> HeldSlot:
         table = self._slots(self._layout.slots(limit_digest(job_type.NAME, key)))
         lease = run.attempt.lease
         token = secrets.token_hex(8)
@@ -241,7 +242,7 @@ class Limits:
         job_type: type[Job[Any]],
         limit: rate.RateLimit,
         job: Job[Any],
-        run: Run,
+        run: AttemptScope,
         admitted: Admitted,
     ) -> None:
         memo = Memo(run, str(run.attempt.delivery.attempt), _FLOAT, internal="rate")

@@ -1,1 +1,13 @@
-"""TODO package docstring."""
+"""Operator tools: what ``stepstone`` and the web view do with a store.
+
+They read and change the objects the engine writes without knowing any job
+type, so an operator's shell, which imports none of the application's code,
+can work on any runner's store.
+
+- ``reads.py``: one run in full (``stepstone show``), by id or id prefix,
+  every record that will not decode named instead of failing the command;
+- ``listing.py``: runs listed newest first (``stepstone ls``) and counted
+  (``stepstone stats``);
+- ``actions.py``: what changes runs: retry a dead run, cancel, purge;
+- ``timeline.py``: a run's steps in the order they ran, across its claims.
+"""

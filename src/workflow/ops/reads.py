@@ -11,33 +11,33 @@ does not read) never stops a command: it comes back as :class:`Unreadable`,
 naming its key and why, beside everything else that could be read.
 
 Kept out of :mod:`stepstone.runner` on purpose: the runner is the write path
-and these are tools around it; nothing here is needed to run a job.
+and these are tools around it; nothing here is needed to run a job. Listing
+is :mod:`stepstone.ops.listing`, changing runs :mod:`stepstone.ops.actions`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import heapq
 import json
 import re
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from stepstone.records.attempts import AttemptInfo
 from stepstone.records.codec import unpack
 from stepstone.records.envelope import Envelope
-from stepstone.records.history import AttemptInfo, keep_final_attempt, read_history
+from stepstone.records.history import read_history
 from stepstone.records.layout import check_run_id, step_name
-from stepstone.records.outcome import OutcomeRecord, decode_slot
-from stepstone.records.retention import Runs, sweep_one
+from stepstone.records.outcome import OutcomeRecord, decode_outcome_key
+from stepstone.records.retention import Runs
 from stepstone.runtime.decide import describe
-from stepstone.runtime.errors import MalformedPayload, QueueError
-from stepstone.runtime.queue import QUEUE_STATUSES, JobRecord, JobStatus
-from stepstone.runtime.queue_inspection import DeadJobRequeue, JobCounts, JobListing
+from stepstone.runtime.errors import MalformedPayload
+from stepstone.runtime.queue import JobRecord, JobStatus
+from stepstone.runtime.queue_inspection import JobListing
 from stepstone.runtime.store_queue import CorruptRecord
-from stepstone.store import NotFound, ObjectInfo, StoreError
+from stepstone.store import NotFound, ObjectInfo
 
 READ_CONCURRENCY = 16
 """GETs in flight at once when a command has to read many records."""
@@ -63,7 +63,7 @@ class InspectError(Exception):
     """A request an operator made that cannot be done, with the reason to show."""
 
 
-def _lacks(queue: object, doing: str, instead: str = "") -> InspectError:
+def lacks(queue: object, doing: str, instead: str = "") -> InspectError:
     """The error for a command the queue's backend does not offer (see
     :mod:`runtime.queue_inspection`; SqsQueue cannot list, for one)."""
     return InspectError(f"the queue cannot {doing}: {queue!r} does not offer it{instead}")
@@ -78,8 +78,8 @@ class Unreadable:
 
 
 @dataclass(frozen=True, slots=True)
-class Memo:
-    """One memoized step of a run, as stored."""
+class StoredMemo:
+    """One memo of a run, as stored (its value decoded as MessagePack)."""
 
     key: str
     incarnation: str
@@ -96,41 +96,6 @@ class Memo:
         return step_name(self.step_key)
 
 
-@dataclass(frozen=True, slots=True)
-class Listed:
-    """One row of ``stepstone ls`` and the web view's list: a job by its id,
-    from the queue and/or its outcome."""
-
-    id: str
-    name: str
-    state: JobStatus
-    attempts: int
-    updated: float
-    source: str
-    """``queue``, ``outcome``, or ``queue+outcome`` (a dead job keeps both)."""
-    last_error: str | None = None
-    submitted: float = 0.0
-    """When the run was enqueued (the finish time for an outcome too old to say)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Listing:
-    """``stepstone ls``: the rows, and the records that could not be read."""
-
-    rows: list[Listed]
-    unreadable: list[Unreadable]
-
-
-@dataclass(frozen=True, slots=True)
-class Counts:
-    """``stepstone stats``: queue records and outcome records by status, and
-    the outcome records that could not be read."""
-
-    queue: dict[str, int]
-    outcomes: dict[str, int]
-    unreadable: list[Unreadable]
-
-
 @dataclass(slots=True)
 class Detail:
     """Everything stored about one job: ``stepstone show``."""
@@ -139,7 +104,7 @@ class Detail:
     queued: JobRecord | None
     outcome: OutcomeRecord | None
     progress: Any
-    memos: list[Memo] = field(default_factory=list)
+    memos: list[StoredMemo] = field(default_factory=list)
     incarnation: str | None = None
     """The incarnation of the live or recorded run; memos of others are leftovers."""
     input: Any = None
@@ -156,8 +121,8 @@ class Detail:
         return [*self.unreadable.values(), *memos, *self.unreadable_attempts]
 
     @property
-    def state(self) -> JobStatus | None:
-        """Where the job is; None when nothing but leftovers is stored."""
+    def status(self) -> JobStatus | None:
+        """Where the run is; None when nothing but leftovers is stored."""
         if self.queued is not None and self.queued.status is JobStatus.DEAD:
             return JobStatus.DEAD
         if self.outcome is not None:
@@ -167,9 +132,9 @@ class Detail:
         return None
 
     @property
-    def name(self) -> str:
+    def kind(self) -> str:
         if self.outcome is not None:
-            return self.outcome.name
+            return self.outcome.kind
         if self.queued is not None:
             return self.queued.kind
         return ""
@@ -197,8 +162,8 @@ async def _read_outcome_at(runner: Inspected, key: str) -> OutcomeRecord | Unrea
     except NotFound:
         return None
     try:
-        found = decode_slot(stored.data)
-    except ValueError as exc:  # what decode_slot says of anything that is no record
+        found = decode_outcome_key(stored.data)
+    except ValueError as exc:  # what decode_outcome_key says of anything that is no record
         return Unreadable(key, str(exc))
     return found if isinstance(found, OutcomeRecord) else None  # not a tombstone
 
@@ -222,12 +187,12 @@ async def read_progress(runner: Inspected, job_id: str, incarnation: str | None)
     return raw["value"]
 
 
-async def list_memos(runner: Inspected, job_id: str, *, values: bool = True) -> list[Memo]:
+async def list_memos(runner: Inspected, job_id: str, *, values: bool = True) -> list[StoredMemo]:
     """Every memo of every incarnation of the run, in key order."""
     prefix = runner.layout.memos(job_id)
     infos = [info async for info in runner.store.scan(prefix)]
 
-    async def one(info: ObjectInfo) -> Memo:
+    async def one(info: ObjectInfo) -> StoredMemo:
         incarnation, _, key = info.key[len(prefix) :].partition("/")
         value: Any = None
         why = None
@@ -238,16 +203,16 @@ async def list_memos(runner: Inspected, job_id: str, *, values: bool = True) -> 
                 value = None
             except Exception as exc:
                 why = describe(exc)
-        return Memo(info.key, incarnation, key, info.size, info.modified, value, why)
+        return StoredMemo(info.key, incarnation, key, info.size, info.modified, value, why)
 
-    return await _bounded(one(info) for info in infos)
+    return await bounded(one(info) for info in infos)
 
 
 async def detail(runner: Inspected, job_id: str) -> Detail:
     """The job's queue record, outcome, progress, memos and attempt history,
     and which of them would not decode. Raises InspectError when the store
     knows nothing of the id."""
-    _check_id(job_id)
+    check_id(job_id)
     queued, outcome, memos = await asyncio.gather(
         _read_queued(runner, job_id),
         read_outcome(runner, job_id),
@@ -357,355 +322,18 @@ async def read_outcomes(
 ) -> list[OutcomeRecord | Unreadable]:
     """The records behind listed outcome objects, or what kept each from being
     read; those gone since the listing are left out."""
-    found = await _bounded(_read_outcome_at(runner, info.key) for info in infos)
+    found = await bounded(_read_outcome_at(runner, info.key) for info in infos)
     return [record for record in found if record is not None]
 
 
-async def list_jobs(
-    runner: Inspected,
-    state: str | None = None,
-    *,
-    kind: str | None = None,
-    since: float | None = None,
-    limit: int | None = 100,
-) -> Listing:
-    """Jobs newest first by when they were submitted, one row per id, and the
-    records met that would not decode.
-
-    A queue state (scheduled, ready, running, dead, ...) lists queue records
-    only; an outcome state (succeeded, failed, cancelled) lists outcome records
-    only, which is where finished runs live; no state lists both. ``kind``
-    keeps the jobs of one job type (its NAME), ``since`` those submitted at or
-    after that epoch time, ``limit`` the newest that many (None: all).
-
-    What it costs: every queue record is read (a LIST per thousand and a GET
-    per record, as ``stats`` counts them; the queue holds the live runs and
-    the dead). Outcome records are listed (a LIST per thousand), then read a
-    page at a time, most recently written first, until no unread one can be
-    newer than the rows kept: a run finishes after it is submitted, so an
-    outcome written before the oldest row kept was submitted earlier still
-    (to within ``CLOCK_SLACK`` of skew between the submitter's clock and the
-    store's).
-    """
-    if limit is not None and limit < 1:
-        raise InspectError(f"--limit must be at least 1, got {limit}")
-    wanted = None if state is None else parse_status(state)
-    found = _Newest(kind, since, limit)
-    unreadable: dict[str, Unreadable] = {}  # by key: a dead job's outcome is met twice
-    if wanted is None or wanted.queued:
-        async for record in _queue_records(runner, wanted):
-            found.offer(_queued_row(record))
-    if wanted is None or wanted.finished:
-        await _offer_outcomes(runner, wanted, found, unreadable)
-    rows = found.newest()
-    # A dead job keeps its failed outcome beside its queue record: say so.
-    dead = [row.id for row in rows if row.state is JobStatus.DEAD]
-    beside: set[str] = set()
-    for job_id, outcome in zip(
-        dead, await _bounded(read_outcome(runner, job_id) for job_id in dead), strict=True
-    ):
-        if isinstance(outcome, Unreadable):
-            unreadable[outcome.key] = outcome
-        elif outcome is not None:
-            beside.add(job_id)
-    rows = [
-        dataclasses.replace(row, source="queue+outcome") if row.id in beside else row
-        for row in rows
-    ]
-    return Listing(rows, list(unreadable.values()))
-
-
-CLOCK_SLACK = 5.0
-"""Seconds a submitter's clock may run ahead of the store's with ``ls`` still
-newest first (see :func:`list_jobs`)."""
-
-_OUTCOME_PAGE = 100
-"""Outcome records read at a time (fewer when fewer rows are wanted)."""
-
-
-@dataclass(slots=True)
-class _Newest:
-    """The rows a listing keeps: those its filters match, one per id (the
-    first offered), of which the newest ``limit`` are shown."""
-
-    kind: str | None
-    since: float | None
-    limit: int | None
-    rows: dict[str, Listed] = field(default_factory=dict)
-
-    def offer(self, row: Listed) -> None:
-        if row.id in self.rows:
-            return
-        if (self.kind is None or row.name == self.kind) and (
-            self.since is None or row.submitted >= self.since
-        ):
-            self.rows[row.id] = row
-
-    def newer_than(self, written: float) -> bool:
-        """True when ``limit`` rows kept were submitted after a record written
-        at ``written`` (by the store's clock) could have been."""
-        if self.limit is None or len(self.rows) < self.limit:
-            return False
-        submitted = (row.submitted for row in self.rows.values())
-        return heapq.nlargest(self.limit, submitted)[-1] > written + CLOCK_SLACK
-
-    def newest(self) -> list[Listed]:
-        rows = sorted(self.rows.values(), key=lambda row: (row.submitted, row.id), reverse=True)
-        return rows[: self.limit]
-
-
-async def _queue_records(runner: Inspected, status: JobStatus | None) -> AsyncIterator[JobRecord]:
-    """Every queue record (of ``status`` if given), in id order."""
-    queue = runner.queue
-    if not isinstance(queue, JobListing):
-        raise _lacks(
-            queue,
-            "list its jobs",
-            "; `ls succeeded`, `ls failed` and `ls cancelled` list finished runs",
-        )
-    cursor: str | None = None
-    while True:
-        page = await queue.list(status, cursor=cursor, limit=1000)
-        for record in page.records:
-            yield record
-        if page.cursor is None:
-            return
-        cursor = page.cursor
-
-
-def _queued_row(record: JobRecord) -> Listed:
-    return Listed(
-        id=record.id,
-        name=record.kind,
-        state=record.status,
-        attempts=record.attempts,
-        updated=record.updated_at,
-        source="queue",
-        last_error=record.last_error or record.dead_reason,
-        submitted=record.created_at,
-    )
-
-
-async def _offer_outcomes(
-    runner: Inspected,
-    wanted: JobStatus | None,
-    found: _Newest,
-    unreadable: dict[str, Unreadable],
-) -> None:
-    """Offer ``found`` the outcome records that may be among its newest rows,
-    most recently written first, a page at a time (see :func:`list_jobs`)."""
-    written_after = None if found.since is None else found.since - CLOCK_SLACK
-    infos = [
-        info
-        async for info in iter_outcomes(runner)
-        if written_after is None or info.modified >= written_after
-    ]
-    infos.sort(key=lambda info: info.modified, reverse=True)
-    page = min(_OUTCOME_PAGE, found.limit or _OUTCOME_PAGE)
-    for start in range(0, len(infos), page):
-        if found.newer_than(infos[start].modified):
-            return
-        for record in await read_outcomes(runner, infos[start : start + page]):
-            if isinstance(record, Unreadable):
-                unreadable[record.key] = record
-            elif wanted is None or record.status is wanted:
-                found.offer(_finished_row(record))
-
-
-def _finished_row(record: OutcomeRecord) -> Listed:
-    return Listed(
-        id=record.run_id,
-        name=record.name,
-        state=record.status,
-        attempts=record.attempts,
-        updated=record.finished_at,
-        source="outcome",
-        last_error=None if record.error is None else record.error.message,
-        submitted=record.submitted_at or record.finished_at,
-    )
-
-
-async def queue_counts(runner: Inspected) -> dict[str, int]:
-    """Queue records by status (no outcome is read: a LIST per thousand records)."""
-    if not isinstance(runner.queue, JobCounts):
-        raise _lacks(runner.queue, "count its jobs")
-    counts = await runner.queue.counts()
-    return {status.value: counts.get(status, 0) for status in QUEUE_STATUSES}
-
-
-async def stats(runner: Inspected) -> Counts:
-    """Queue records by status, and outcome records by status (a GET each)."""
-    queue = await queue_counts(runner)
-    outcomes = {status.value: 0 for status in JobStatus if status.finished}
-    unreadable: list[Unreadable] = []
-
-    async def count(infos: list[ObjectInfo]) -> None:
-        for record in await read_outcomes(runner, infos):
-            if isinstance(record, Unreadable):
-                unreadable.append(record)
-            else:
-                outcomes[record.status.value] += 1
-
-    batch: list[ObjectInfo] = []
-    async for info in iter_outcomes(runner):
-        batch.append(info)
-        if len(batch) >= 1000:
-            await count(batch)
-            batch.clear()
-    await count(batch)
-    return Counts(queue, outcomes, unreadable)
-
-
-async def retry(runner: Inspected, job_id: str) -> Unreadable | None:
-    """Run a dead job again: remove its failed outcome, then requeue it.
-
-    The claim the run died in, which the outcome describes, is first written
-    to the run's attempt history as a record of its own. The outcome goes
-    before the requeue because it is the run's answer: a worker that
-    claims a keyed job (or a job claimed before) and finds an outcome settles
-    without running, and a submit of the same key answers from it. Cut short
-    between the two, the job is dead with no outcome; retrying again finishes
-    the job. The requeued job keeps its incarnation, so the steps it finished
-    before it died replay from their memos instead of running again.
-
-    An outcome that will not decode is removed too (a dead job's run did not
-    succeed, so it cannot be an answer worth keeping) and returned, for the
-    caller to say so.
-    """
-    _check_id(job_id)
-    queue = runner.queue
-    if not isinstance(queue, DeadJobRequeue):
-        raise _lacks(queue, "requeue a dead job")
-    queued = await queue.get(job_id)
-    if queued is None:
-        outcome = await read_outcome(runner, job_id)
-        if outcome is None:
-            raise InspectError(f"no job {job_id} in {runner.store.location}")
-        raise InspectError(
-            f"job {job_id} has {_ended(outcome)} and left the queue; only a dead job can be retried"
-        )
-    if queued.status is not JobStatus.DEAD:
-        raise InspectError(
-            f"job {job_id} is {queued.status}, not dead; only a dead job can be retried"
-        )
-    outcome = await read_outcome(runner, job_id)
-    if isinstance(outcome, OutcomeRecord) and outcome.status is JobStatus.SUCCEEDED:
-        raise InspectError(f"job {job_id} succeeded; its outcome is kept and it is not retried")
-    if isinstance(outcome, OutcomeRecord):
-        # The outcome describes the claim the run died in: keep that in its history.
-        await keep_final_attempt(runner.store, runner.layout, outcome)
-    if outcome is not None:
-        await runner.store.delete(runner.layout.outcome(job_id))
-    if not await queue.requeue(job_id):
-        raise InspectError(f"job {job_id} is no longer dead; it was not requeued")
-    return outcome if isinstance(outcome, Unreadable) else None
-
-
-@dataclass(frozen=True, slots=True)
-class Retried:
-    """What :func:`retry_many` did: the jobs requeued, why each other one was
-    not, and the outcome records removed that would not decode."""
-
-    requeued: list[str]
-    refused: dict[str, str]
-    unreadable: list[Unreadable]
-
-
-async def retry_many(runner: Inspected, job_ids: Iterable[str]) -> Retried:
-    """Retry each dead job as :func:`retry` does, ``READ_CONCURRENCY`` at a
-    time. A job that cannot be retried (it is no longer dead, the store
-    refuses) is noted with why, and the others go on."""
-    refused: dict[str, str] = {}
-
-    async def one(job_id: str) -> tuple[str, Unreadable | None]:
-        try:
-            return job_id, await retry(runner, job_id)
-        except (InspectError, StoreError, QueueError) as exc:
-            refused[job_id] = str(exc)
-            return job_id, None
-
-    done = await _bounded(one(job_id) for job_id in job_ids)
-    return Retried(
-        [job_id for job_id, _ in done if job_id not in refused],
-        refused,
-        [removed for _, removed in done if removed is not None],
-    )
-
-
-def _ended(outcome: OutcomeRecord | Unreadable) -> str:
-    """How a run with this outcome ended, for a message."""
-    if isinstance(outcome, Unreadable):
-        return f"ended with an outcome that cannot be read ({outcome.key}: {outcome.reason})"
-    return f"finished ({outcome.status.value})"
-
-
-async def cancel(runner: Inspected, job_id: str) -> str:
-    """Cancel a live job, or discard a dead one from the queue; returns what was done.
-
-    The outcome is read first: a run that has one has ended (a dead run
-    keeps its queue record beside it), and cancelling over an outcome that
-    will not decode would have nothing to compare with.
-    """
-    _check_id(job_id)
-    outcome = await read_outcome(runner, job_id)
-    if outcome is None:
-        if await runner.cancel(job_id):
-            return "cancelled"
-        outcome = await read_outcome(runner, job_id)  # it ended meanwhile, or never was
-    queued = await runner.queue.get(job_id)
-    if queued is not None and queued.status is JobStatus.DEAD:
-        await runner.queue.cancel(job_id)
-        return "discarded"
-    if outcome is not None:
-        raise InspectError(f"job {job_id} has already {_ended(outcome)}")
-    raise InspectError(f"no job {job_id} in {runner.store.location}")
-
-
-async def purge(
-    runner: Inspected,
-    older_than: float,
-    *,
-    dry_run: bool = False,
-    on_progress: Callable[[int, int], None] | None = None,
-) -> list[str]:
-    """Remove finished runs (outcome, memos, progress) whose outcome is more
-    than ``older_than`` seconds old by the runner's clock; returns their ids.
-
-    Each goes through :func:`workflow.retention.sweep_one`, what the runner's
-    own retention sweep does: the outcome goes last, so a purge cut short
-    leaves runs that still answer and a rerun finishes it; the tombstones
-    of runs swept earlier that are past the age go too (they are no runs).
-    """
-    if older_than < 0:
-        raise InspectError("the age must not be negative")
-    cutoff = runner.clock.now() - older_than
-    infos = [info async for info in iter_outcomes(runner, older_than=cutoff)]
-    total = len(infos)
-    if on_progress is not None:
-        on_progress(0, total)
-    done = 0
-    semaphore = asyncio.Semaphore(READ_CONCURRENCY)
-
-    async def one(info: ObjectInfo) -> str | None:
-        nonlocal done
-        async with semaphore:
-            removed = await sweep_one(runner, info, dry_run=dry_run)
-        done += 1
-        if on_progress is not None:
-            on_progress(done, total)
-        return runner.layout.run_id_of_outcome(info.key) if removed else None
-
-    return [run_id for run_id in await asyncio.gather(*(one(i) for i in infos)) if run_id]
-
-
-def _check_id(job_id: str) -> None:
+def check_id(job_id: str) -> None:
     try:
         check_run_id(job_id)
     except ValueError as exc:
         raise InspectError(str(exc)) from None
 
 
-async def _bounded(coros: Iterable[Any]) -> list[Any]:
+async def bounded(coros: Iterable[Any]) -> list[Any]:
     semaphore = asyncio.Semaphore(READ_CONCURRENCY)
 
     async def guarded(coro: Any) -> Any:

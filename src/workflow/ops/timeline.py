@@ -18,15 +18,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stepstone.ops.reads import Detail, Memo
-from stepstone.records.history import AttemptInfo
+from stepstone.ops.reads import Detail, StoredMemo
+from stepstone.records.attempts import AttemptInfo
 
 
 @dataclass(frozen=True, slots=True)
-class Step:
+class RanStep:
     """A recorded step, in the order the steps ran."""
 
-    memo: Memo
+    memo: StoredMemo
     claim: int | None
     """The claim that recorded it (None: one not in the history, such as the
     claim running now)."""
@@ -42,7 +42,7 @@ class Step:
         return self.memo.modified
 
 
-def steps_in_order(memos: list[Memo], history: list[AttemptInfo]) -> list[Step]:
+def steps_in_order(memos: list[StoredMemo], history: list[AttemptInfo]) -> list[RanStep]:
     """``memos`` (of one incarnation) in the order they were recorded, each
     with the claim that recorded it and how long it took."""
     spans = sorted(
@@ -50,14 +50,14 @@ def steps_in_order(memos: list[Memo], history: list[AttemptInfo]) -> list[Step]:
         for a in history
         if a.claimed_at is not None
     )
-    steps: list[Step] = []
+    steps: list[RanStep] = []
     previous: dict[int | None, float] = {}
     for memo in sorted(memos, key=lambda m: m.modified):
         span = _span_of(memo.modified, spans)
         claim = None if span is None else span[2]
         start = previous.get(claim, None if span is None else span[0])
         seconds = None if start is None else max(0.0, memo.modified - start)
-        steps.append(Step(memo, claim, seconds))
+        steps.append(RanStep(memo, claim, seconds))
         previous[claim] = memo.modified
     return steps
 
@@ -84,16 +84,16 @@ def _span_of(at: float, spans: list[Span]) -> Span | None:
     return nearest
 
 
-def current_steps(found: Detail) -> list[Step]:
+def current_steps(found: Detail) -> list[RanStep]:
     """The steps of the run's current incarnation, in order."""
     memos = [m for m in found.memos if m.incarnation == (found.incarnation or "")]
     return steps_in_order(memos, found.history)
 
 
-def earlier_steps(found: Detail) -> dict[str, list[Memo]]:
+def earlier_steps(found: Detail) -> dict[str, list[StoredMemo]]:
     """Memos of other incarnations (an earlier run of the key), by
     incarnation, each in the order it was recorded."""
-    by_incarnation: dict[str, list[Memo]] = {}
+    by_incarnation: dict[str, list[StoredMemo]] = {}
     for memo in sorted(found.memos, key=lambda m: m.modified):
         if memo.incarnation != (found.incarnation or ""):
             by_incarnation.setdefault(memo.incarnation, []).append(memo)

@@ -17,10 +17,10 @@ from stepstone.runtime.errors import MalformedPayload
 ENVELOPE_VERSION = 1
 
 
-def input_hash(name: str, data: bytes) -> str:
-    """What "the same input" means for an idempotency key: the job type's
-    NAME and its canonical input bytes."""
-    return sha256_hex(name.encode(), data)
+def input_hash(kind: str, data: bytes) -> str:
+    """What "the same input" means for an idempotency key: the job's kind
+    and its canonical input bytes."""
+    return sha256_hex(kind.encode(), data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +28,7 @@ class Envelope:
     """A queued job's payload: which job type, its canonical input, and which
     incarnation of its run id this enqueue started."""
 
-    name: str
+    kind: str
     input: bytes
     incarnation: str
     input_hash: str
@@ -39,7 +39,10 @@ class Envelope:
     def encode(self) -> bytes:
         fields: dict[str, object] = {
             "v": ENVELOPE_VERSION,
-            "name": self.name,
+            "kind": self.kind,
+            # The same as "kind", for readers of releases before it was named
+            # so (a fleet mid-deploy runs both): drop once none is left.
+            "name": self.kind,
             "input": self.input,
             "inc": self.incarnation,
             "ih": self.input_hash,
@@ -56,15 +59,15 @@ class Envelope:
             if not isinstance(raw, dict) or raw.get("v") != ENVELOPE_VERSION:
                 raise ValueError("not a stepstone job envelope")
             envelope = cls(
-                name=raw["name"],
+                kind=raw["kind"] if "kind" in raw else raw["name"],
                 input=raw["input"],
                 incarnation=raw["inc"],
                 input_hash=raw["ih"],
                 keyed=bool(raw["keyed"]),
                 parent=raw.get("par"),
             )
-            if not isinstance(envelope.name, str) or not isinstance(envelope.input, bytes):
-                raise ValueError("name or input has the wrong type")
+            if not isinstance(envelope.kind, str) or not isinstance(envelope.input, bytes):
+                raise ValueError("kind or input has the wrong type")
             if envelope.parent is not None and not isinstance(envelope.parent, str):
                 raise ValueError("parent has the wrong type")
             return envelope

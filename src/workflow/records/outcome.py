@@ -14,6 +14,7 @@ run's outcome replaces it; the sweep removes it after another window.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -43,7 +44,7 @@ class OutcomeRecord:
     """The stored form: the result stays encoded until someone asks for it typed."""
 
     run_id: str
-    name: str
+    kind: str
     status: JobStatus
     input_hash: str
     incarnation: str
@@ -68,7 +69,10 @@ class OutcomeRecord:
             {
                 "v": RECORD_VERSION,
                 "run_id": self.run_id,
-                "name": self.name,
+                "kind": self.kind,
+                # The same as "kind", for readers of releases before it was
+                # named so (a fleet mid-deploy runs both): drop once none is left.
+                "name": self.kind,
                 "status": self.status.value,
                 "input_hash": self.input_hash,
                 "incarnation": self.incarnation,
@@ -95,7 +99,7 @@ class OutcomeRecord:
         """The record ``data`` holds; ValueError saying what is wrong when it
         holds none this library reads (garbage, a truncated object, another
         format version, a field missing or of the wrong type, a tombstone)."""
-        found = decode_slot(data)
+        found = decode_outcome_key(data)
         if isinstance(found, Tombstone):
             raise ValueError("a tombstone of a swept run, not an outcome record")
         return found
@@ -115,7 +119,7 @@ class OutcomeRecord:
             progress=self.progress,
             submitted_at=self.submitted_at,
             started_at=self.started_at,
-            name=self.name,
+            kind=self.kind,
         )
 
 
@@ -139,7 +143,7 @@ class Tombstone:
         )
 
 
-def decode_slot(data: bytes) -> OutcomeRecord | Tombstone:
+def decode_outcome_key(data: bytes) -> OutcomeRecord | Tombstone:
     """What an object at an outcome key holds: a record or a tombstone.
     ValueError saying what is wrong when it is neither (garbage, a truncated
     object, another format version, a field missing or of the wrong type)."""
@@ -155,7 +159,7 @@ def decode_slot(data: bytes) -> OutcomeRecord | Tombstone:
             error = raw.get("error")
             found = OutcomeRecord(
                 run_id=raw["run_id"],
-                name=raw["name"],
+                kind=raw["kind"] if "kind" in raw else raw["name"],
                 status=JobStatus(raw["status"]),
                 input_hash=raw["input_hash"],
                 incarnation=raw.get("incarnation", ""),
@@ -193,12 +197,18 @@ class Outcome(Generic[T]):
     progress: Any = field(default=None, repr=False)
     submitted_at: float | None = None
     started_at: float | None = None
-    name: str = ""
-    """The job type's NAME."""
+    kind: str = ""
+    """The job's kind (its type's NAME)."""
 
     @property
     def ok(self) -> bool:
         return self.status is JobStatus.SUCCEEDED
+
+    @property
+    def name(self) -> str:
+        """Deprecated: the job's kind, :attr:`kind`."""
+        warnings.warn("Outcome.name is deprecated: use Outcome.kind", DeprecationWarning, 2)
+        return self.kind
 
     def unwrap(self) -> T:
         if self.status is JobStatus.SUCCEEDED:
@@ -244,7 +254,7 @@ def _check_types(found: OutcomeRecord | Tombstone) -> None:
             raise ValueError("a field has the wrong type")
         return
     record = found
-    texts = (record.run_id, record.name, record.input_hash, record.incarnation)
+    texts = (record.run_id, record.kind, record.input_hash, record.incarnation)
     error = record.error
     if (
         not all(isinstance(text, str) for text in texts)

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from stepstone.records.layout import Layout
-from stepstone.records.outcome import OutcomeRecord, Tombstone, decode_slot
+from stepstone.records.outcome import OutcomeRecord, Tombstone, decode_outcome_key
 from stepstone.runtime.clock import Clock, subscribe
 from stepstone.runtime.queue import JobStatus, LeaseQueue
 from stepstone.store import NotFound, ObjectInfo, ObjectStore, PreconditionFailed
@@ -178,6 +178,6 @@ async def _remove(
 def _decoded(data: bytes) -> OutcomeRecord | Tombstone | None:
     """What an outcome object holds; None when it holds nothing readable."""
     try:
-        return decode_slot(data)
+        return decode_outcome_key(data)
     except ValueError:
         return None

@@ -22,7 +22,7 @@ from typing import Any
 from stepstone.errors import CorruptOutcome
 from stepstone.records.codec import pack, unpack
 from stepstone.records.layout import Layout
-from stepstone.records.outcome import OutcomeRecord, Tombstone, decode_slot
+from stepstone.records.outcome import OutcomeRecord, Tombstone, decode_outcome_key
 from stepstone.store import AlreadyExists, NotFound, ObjectStore, PreconditionFailed
 
 SEEN_ENDED = 10_000
@@ -31,7 +31,7 @@ newest) for ``seen_ended``."""
 
 
 @dataclass(frozen=True, slots=True)
-class Slot:
+class AtOutcomeKey:
     """What a run's outcome key holds: nothing, its record, or the tombstone
     of a swept run; and the etag to replace it by."""
 
@@ -61,16 +61,16 @@ class RunRecords:
                 self._ended.popitem(last=False)
         return record
 
-    async def slot(self, run_id: str) -> Slot:
+    async def at_outcome_key(self, run_id: str) -> AtOutcomeKey:
         """What the run's outcome key holds. Raises CorruptOutcome, naming the
         key, when the object there is no record this library reads."""
         key = self.layout.outcome(run_id)
         try:
             stored = await self.store.get(key)
         except NotFound:
-            return Slot(None)
+            return AtOutcomeKey(None)
         try:
-            return Slot(decode_slot(stored.data), stored.etag)
+            return AtOutcomeKey(decode_outcome_key(stored.data), stored.etag)
         except ValueError as exc:
             raise CorruptOutcome(key, str(exc)) from None
 
@@ -84,7 +84,7 @@ class RunRecords:
             content: OutcomeRecord | Tombstone | None = None
             if stored is not None:
                 try:
-                    content = decode_slot(stored.data)
+                    content = decode_outcome_key(stored.data)
                 except ValueError as exc:
                     found.append(CorruptOutcome(key, str(exc)))
                     continue
@@ -99,7 +99,7 @@ class RunRecords:
         record this library reads, or (given the run's ``input_hash``) when
         it records a run of another input: that is no answer for this run.
         """
-        content = (await self.slot(run_id)).content
+        content = (await self.at_outcome_key(run_id)).content
         if not isinstance(content, OutcomeRecord):
             return None
         return self._saw(answering(content, self.layout.outcome(run_id), input_hash))
@@ -122,15 +122,15 @@ class RunRecords:
                 return self._saw(record)
             except AlreadyExists:
                 pass
-            slot = await self.slot(record.run_id)
-            content = slot.content
+            found = await self.at_outcome_key(record.run_id)
+            content = found.content
             if isinstance(content, OutcomeRecord):
                 return self._saw(answering(content, key, record.input_hash))
             if isinstance(content, Tombstone):
                 if content.incarnation == record.incarnation and record.incarnation:
                     return None
                 with contextlib.suppress(PreconditionFailed, NotFound):
-                    await self.store.put_if_match(key, data, slot.etag)
+                    await self.store.put_if_match(key, data, found.etag)
                     return self._saw(record)
             # Removed or replaced since we looked: look again.
 
@@ -204,7 +204,7 @@ def answering(record: OutcomeRecord, key: str, input_hash: str | None) -> Outcom
     if input_hash and record.input_hash != input_hash:
         raise CorruptOutcome(
             key,
-            f"it records a run of another input (job {record.name!r}, input hash "
+            f"it records a run of another input (job {record.kind!r}, input hash "
             f"{record.input_hash[:12]}..., not {input_hash[:12]}...)",
         )
     return record

@@ -1,46 +1,34 @@
-"""Logs and traces that say which job they are about.
+"""Logs that say which run they are about.
 
-**Logging.** The engine's records carry ``job_id``, ``job_name`` (the
-runtime's say ``job_kind``; it is the same NAME) and ``attempt`` as record
-attributes. While a job's handler runs, the same three are also held in a
-context variable, so :class:`JobLogFilter` can stamp them onto *any* record
-logged inside the job, the application's own included, without the job
-passing them around. Install the filter on a handler (``configure_logging``
-does, and ``stepstone worker`` calls that); a logger's own filters do not see
-records propagated from child loggers, a handler's do.
-
-**Tracing.** With the ``otel`` extra installed, every attempt of a job is a
-span (``stepstone.job <NAME>``) and every step inside it a child span
-(``stepstone.step <name>``), on the globally configured TracerProvider or the
-one given to :func:`use_tracer_provider`. Without opentelemetry the hooks cost
-one failed import, once.
-
-**Metrics** (counters and histograms of claims, attempts and steps) are
-:mod:`stepstone.telemetry.metrics`; a step's duration is recorded here, beside its span.
+The engine's records carry ``run_id``, ``kind`` and ``attempt`` as record
+attributes. While a run's handler runs, the same three are also held in a
+context variable (set by :func:`stepstone.telemetry.tracing.job_scope`), so
+:class:`JobLogFilter` can stamp them onto *any* record logged inside the
+run, the application's own included, without the job passing them around.
+Install the filter on a handler (``configure_logging`` does, and ``stepstone
+worker`` calls that); a logger's own filters do not see records propagated
+from child loggers, a handler's do.
 """
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import json
 import logging
-import time
-from collections.abc import Iterator, Sized
 from dataclasses import dataclass
 from typing import Any
 
-from stepstone.runtime.worker import Attempt
 from stepstone.telemetry.escaping import escape_controls
-from stepstone.telemetry.metrics import record_step, step_timer
 
-JOB_FIELDS = ("job_id", "job_name", "attempt")
+JOB_FIELDS = ("run_id", "kind", "attempt")
 
 
 @dataclass(frozen=True, slots=True)
 class JobLogContext:
-    job_id: str
-    job_name: str
+    """The run whose handler runs in this context."""
+
+    run_id: str
+    kind: str
     attempt: int
 
 
@@ -50,27 +38,33 @@ _current: contextvars.ContextVar[JobLogContext | None] = contextvars.ContextVar(
 
 
 def current_job() -> JobLogContext | None:
-    """The job whose handler is running in this task (or thread it started), if any."""
+    """The run whose handler is running in this task (or thread it started), if any."""
     return _current.get()
 
 
-class JobLogFilter(logging.Filter):
-    """Gives every record ``job_id``, ``job_name`` and ``attempt`` attributes.
+def entering(context: JobLogContext) -> contextvars.Token[JobLogContext | None]:
+    """Make ``context`` the current run's; ``leaving(token)`` undoes it."""
+    return _current.set(context)
 
-    From the record's own ``extra`` when the engine passed them (``job_kind``
-    counts as ``job_name``), else from the job running in the current context,
-    else None, so a format string like ``%(job_id)s`` never fails. Never drops
-    a record.
+
+def leaving(token: contextvars.Token[JobLogContext | None]) -> None:
+    _current.reset(token)
+
+
+class JobLogFilter(logging.Filter):
+    """Gives every record ``run_id``, ``kind`` and ``attempt`` attributes.
+
+    From the record's own ``extra`` when the engine passed them, else from
+    the run whose handler runs in the current context, else None, so a format
+    string like ``%(run_id)s`` never fails. Never drops a record.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
         job = _current.get()
-        if getattr(record, "job_name", None) is None and getattr(record, "job_kind", None):
-            record.job_name = record.job_kind  # type: ignore[attr-defined]
-        if getattr(record, "job_id", None) is None:
-            record.job_id = job.job_id if job is not None else None
+        if getattr(record, "run_id", None) is None:
+            record.run_id = job.run_id if job is not None else None
             if job is not None:
-                record.job_name = getattr(record, "job_name", None) or job.job_name
+                record.kind = getattr(record, "kind", None) or job.kind
                 if getattr(record, "attempt", None) is None:
                     record.attempt = job.attempt
         for name in JOB_FIELDS:
@@ -165,120 +159,3 @@ def configure_logging(level: str | int = "INFO", *, json_lines: bool = False) ->
     root.addHandler(handler)
     root.setLevel(level.upper() if isinstance(level, str) else level)
     return handler
-
-
-# -- tracing ----------------------------------------------------------------------------
-
-_UNSET: Any = object()
-_tracer: Any = _UNSET
-_provider: Any = None
-_untraced_until = 0.0
-"""Until when (monotonic) the last look found no global TracerProvider."""
-
-GLOBAL_PROVIDER_RECHECK = 1.0
-"""How often (seconds) to look again for a global TracerProvider set after
-start-up. Looking costs an ``os.environ`` lookup inside opentelemetry, on
-every job and step; a provider set later starts tracing within this long."""
-
-
-def use_tracer_provider(provider: Any) -> None:
-    """Trace stepstone's spans on ``provider`` (an opentelemetry TracerProvider)
-    instead of the global one; None goes back to the global one."""
-    global _tracer, _provider, _untraced_until
-    _provider = provider
-    _tracer = _UNSET
-    _untraced_until = 0.0
-
-
-_trace: Any = None
-
-
-def _get_tracer() -> Any:
-    """The tracer, or None when spans would go nowhere: opentelemetry is not
-    installed, or no TracerProvider is configured (neither given to
-    :func:`use_tracer_provider` nor set globally). A no-op span still costs
-    several microseconds a step; a global provider set later is picked up
-    within GLOBAL_PROVIDER_RECHECK seconds (one given to
-    :func:`use_tracer_provider`, at once)."""
-    global _tracer, _trace, _untraced_until
-    if _tracer is _UNSET:
-        try:
-            from opentelemetry import trace
-        except ImportError:
-            _tracer = None
-        else:
-            _trace = trace
-            _tracer = trace.get_tracer("stepstone", tracer_provider=_provider)
-    if _tracer is not None and _provider is None:
-        now = time.monotonic()
-        if now < _untraced_until:
-            return None
-        if isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider):
-            _untraced_until = now + GLOBAL_PROVIDER_RECHECK
-            return None
-    return _tracer
-
-
-@contextlib.contextmanager
-def job_scope(name: str, attempt: Attempt) -> Iterator[None]:
-    """Around one attempt of a job: the log context, and a span when tracing is on.
-
-    The span records the exception a failed attempt raises (OpenTelemetry's
-    ``start_as_current_span`` does so and sets the status to ERROR).
-    """
-    delivery = attempt.delivery
-    token = _current.set(JobLogContext(delivery.id, name, delivery.attempt))
-    try:
-        tracer = _get_tracer()
-        if tracer is None:
-            yield
-            return
-        attributes = {
-            "stepstone.job.id": delivery.id,
-            "stepstone.job.name": name,
-            "stepstone.job.attempt": delivery.attempt,
-            "stepstone.job.max_attempts": delivery.max_attempts,
-        }
-        with tracer.start_as_current_span(f"stepstone.job {name}", attributes=attributes):
-            yield
-    finally:
-        _current.reset(token)
-
-
-_NO_SPAN: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
-
-
-def step_scope(
-    job_id: str, job_name: str, name: str, replayed: Sized
-) -> contextlib.AbstractContextManager[None]:
-    """Around one ``ctx.step``: a child span saying whether it ran or replayed
-    (``replayed``, the run's record of replayed steps, grew while it ran), and
-    the step's duration when metrics are on (:mod:`stepstone.telemetry.metrics`).
-
-    With neither a tracer nor metrics this is a shared no-op (a generator-based
-    context manager per step would cost more than the rest of the step's
-    bookkeeping)."""
-    tracer = _get_tracer()
-    timer = step_timer()
-    if tracer is None and timer is None:
-        return _NO_SPAN
-    return _observed_step(tracer, timer, job_id, job_name, name, replayed)
-
-
-@contextlib.contextmanager
-def _observed_step(
-    tracer: Any, timer: Any, job_id: str, job_name: str, name: str, replayed: Sized
-) -> Iterator[None]:
-    replayed_before = len(replayed)
-    started = time.perf_counter()
-    try:
-        if tracer is None:
-            yield
-            return
-        attributes = {"stepstone.step.name": name, "stepstone.job.id": job_id}
-        with tracer.start_as_current_span(f"stepstone.step {name}", attributes=attributes) as span:
-            yield
-            span.set_attribute("stepstone.step.replayed", len(replayed) > replayed_before)
-    finally:
-        if timer is not None and len(replayed) == replayed_before:
-            record_step(timer, job_name, name, time.perf_counter() - started)

@@ -9,9 +9,9 @@ the jobs in flight and the queue's depth by state when a reader collects.
 text format (:mod:`stepstone.telemetry.prometheus`). docs/observability.md lists
 every instrument with its unit and attributes.
 
-Off costs nothing per job: a runner that starts with no provider gives its
-worker no observer (:mod:`stepstone.runtime.observer`), and a step looks at
-one module global. Without opentelemetry installed the check is one failed
+Off costs next to nothing per job: a runner that starts with no provider
+has its observer return at once (:mod:`stepstone.runtime.observer`), and a
+step looks at one module global. Without opentelemetry installed the check is one failed
 import, once.
 
 What a reader sees depends on when it asks, never on a job: the jobs in
@@ -26,13 +26,13 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from stepstone.runtime.clock import Clock
 from stepstone.runtime.observer import AttemptReport
 from stepstone.runtime.queue import Delivery, JobStatus, LeaseQueue, Settlement
 from stepstone.runtime.queue_inspection import JobCounts
-from stepstone.runtime.worker import Worker
 
 QUEUE_DEPTH_MAX_AGE = 5.0
 """Seconds a count of the queue is reused for: readers collecting more often
@@ -48,7 +48,7 @@ DURATION_BUCKETS = (
 """Histogram bucket bounds in seconds: OpenTelemetry's advice for durations
 in seconds (5 ms to 10 s), extended to an hour for jobs that take that long."""
 
-JOB_NAME = "stepstone.job.name"
+JOB_KIND = "stepstone.job.kind"
 STEP_NAME = "stepstone.step.name"
 RESULT = "stepstone.job.result"
 STATE = "stepstone.job.state"
@@ -204,7 +204,7 @@ class _Instruments:
 
         totals: dict[str, int] = {}
         for runner in list(self.runners.values()):
-            for kind, n in runner.worker.in_flight_by_kind().items():
+            for kind, n in runner.in_flight_by_kind().items():
                 totals[kind] = totals.get(kind, 0) + n
         # A job type whose last job ended reports 0, not nothing: a series
         # that stops would keep its last value on a dashboard.
@@ -212,7 +212,7 @@ class _Instruments:
             for kind in runner.kinds_seen:
                 totals.setdefault(kind, 0)
         for kind, n in totals.items():
-            yield Observation(n, {JOB_NAME: kind})
+            yield Observation(n, {JOB_KIND: kind})
 
     def _observe_depth(self, options: Any) -> Iterator[Any]:
         from opentelemetry.metrics import Observation
@@ -228,42 +228,70 @@ class _Instruments:
 
 
 class RunnerMetrics:
-    """One running runner's metrics: the worker's observer, and what readers
-    ask of its worker and queue. Made by :func:`start_metrics`."""
+    """One runner's metrics: its worker's observer, and what readers ask of
+    its worker and queue. Made with the runner; it records from ``start``
+    (if metrics are on then) to ``stop``."""
 
-    def __init__(self, instruments: _Instruments, worker: Worker) -> None:
-        self._instruments = instruments
-        self.worker = worker
-        self.queue: LeaseQueue = worker.queue
+    def __init__(self, queue: LeaseQueue, clock: Clock) -> None:
+        self.queue = queue
+        self._clock = clock
+        self._instruments: _Instruments | None = None
+        self._in_flight: Callable[[], dict[str, int]] = dict
         self.kinds_seen: set[str] = set()
-        self._loop = asyncio.get_running_loop()
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._counts: dict[JobStatus, int] | None = None
         self._counted_at = float("-inf")
         self._counting: asyncio.Future[None] | None = None
 
+    def start(self, in_flight: Callable[[], dict[str, int]]) -> None:
+        """Record from now on, if metrics are on (see the module docstring);
+        ``in_flight`` counts the worker's jobs in flight by kind."""
+        instruments = _current()
+        if instruments is None:
+            return
+        self._in_flight = in_flight
+        self._loop = asyncio.get_running_loop()
+        self._instruments = instruments
+        instruments.runners[id(self)] = self
+
+    def stop(self) -> None:
+        """Record no more (the worker stopped)."""
+        if self._instruments is not None:
+            self._instruments.runners.pop(id(self), None)
+            self._instruments = None
+
+    def in_flight_by_kind(self) -> dict[str, int]:
+        return self._in_flight()
+
     # -- the worker's observer ------------------------------------------------
 
     def claimed(self, delivery: Delivery) -> None:
+        instruments = self._instruments
+        if instruments is None:
+            return
         kind = delivery.kind
         self.kinds_seen.add(kind)
-        attributes = {JOB_NAME: kind}
-        self._instruments.claimed.add(1, attributes)
+        attributes = {JOB_KIND: kind}
+        instruments.claimed.add(1, attributes)
         if delivery.claims == 1 and delivery.enqueued_at > 0:
-            waited = self.worker.clock.now() - delivery.enqueued_at
-            self._instruments.start_latency.record(max(0.0, waited), attributes)
+            waited = self._clock.now() - delivery.enqueued_at
+            instruments.start_latency.record(max(0.0, waited), attributes)
 
     def attempt_over(self, report: AttemptReport) -> None:
+        instruments = self._instruments
+        if instruments is None:
+            return
         kind = report.delivery.kind
-        attributes = {JOB_NAME: kind}
+        attributes = {JOB_KIND: kind}
         if report.error_type is not None:
-            self._instruments.failed.add(1, {JOB_NAME: kind, ERROR_TYPE: report.error_type})
+            instruments.failed.add(1, {JOB_KIND: kind, ERROR_TYPE: report.error_type})
         settled = report.settled
         if settled is not None:
             if settled is Settlement.DEAD and report.error_type is not None:
-                attributes = {JOB_NAME: kind, ERROR_TYPE: report.error_type}
-            self._instruments.settled[settled].add(1, attributes)
+                attributes = {JOB_KIND: kind, ERROR_TYPE: report.error_type}
+            instruments.settled[settled].add(1, attributes)
         result = "unsettled" if settled is None else _RESULTS[settled]
-        self._instruments.duration.record(report.seconds, {JOB_NAME: kind, RESULT: result})
+        instruments.duration.record(report.seconds, {JOB_KIND: kind, RESULT: result})
 
     # -- what readers ask ----------------------------------------------------------
 
@@ -289,42 +317,26 @@ class RunnerMetrics:
             if self._counting is None or self._counting.done():
                 self._counting = asyncio.ensure_future(self._count(queue))
             return self._counts
+        loop = self._loop
+        if loop is None:
+            return self._counts
         with contextlib.suppress(Exception):  # closed loop, timeout, queue error
-            asyncio.run_coroutine_threadsafe(self._count(queue), self._loop).result(
-                QUEUE_DEPTH_TIMEOUT
-            )
+            asyncio.run_coroutine_threadsafe(self._count(queue), loop).result(QUEUE_DEPTH_TIMEOUT)
         return self._counts
 
     async def _count(self, queue: JobCounts) -> None:
         self._counts = await queue.counts()
         self._counted_at = time.monotonic()
 
-    def close(self) -> None:
-        self._instruments.runners.pop(id(self), None)
-        if self.worker.observer is self:
-            self.worker.observer = None
-
-
-def start_metrics(worker: Worker) -> RunnerMetrics | None:
-    """Start recording ``worker``'s metrics, if metrics are on (see the module
-    docstring); call ``close()`` on what it returns when the worker stops."""
-    instruments = _current()
-    if instruments is None:
-        return None
-    metrics = RunnerMetrics(instruments, worker)
-    instruments.runners[id(metrics)] = metrics
-    worker.observer = metrics
-    return metrics
-
 
 def step_timer() -> Any:
     """The step-duration histogram, or None when metrics are off (what
-    :func:`stepstone.telemetry.logs.step_scope` asks once per step)."""
+    :func:`stepstone.telemetry.tracing.step_scope` asks once per step)."""
     instruments = _instruments
     if instruments is _UNSET or instruments is None:
         return None
     return instruments.step_duration
 
 
-def record_step(timer: Any, job_name: str, step: str, seconds: float) -> None:
-    timer.record(seconds, {JOB_NAME: job_name, STEP_NAME: step})
+def record_step(timer: Any, kind: str, step: str, seconds: float) -> None:
+    timer.record(seconds, {JOB_KIND: kind, STEP_NAME: step})

@@ -9,7 +9,7 @@ and outcome. Pages refresh themselves. Everything is read through
 - :mod:`.server`: uvicorn on a bound socket, the runner on its loop;
 - :mod:`.app`: the Starlette application and its Jinja2 templates;
 - :mod:`.routes`: the pages;
-- :mod:`.present`: what the pages show, made from inspection's records.
+- :mod:`.present`: what the pages show, made from the operator tools' reads (:mod:`stepstone.ops`).
 
 Needs the ``ui`` extra (starlette, uvicorn, jinja2); importing this package
 does not, so the CLI starts without it and says what to install.

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from stepstone.ops.reads import Detail, Memo, decode_value
+from stepstone.ops.reads import Detail, StoredMemo, decode_value
 from stepstone.ops.timeline import current_steps, earlier_steps, took
-from stepstone.records.history import AttemptInfo
+from stepstone.records.attempts import AttemptInfo
 from stepstone.runtime.queue import JobRecord, JobStatus
 
 VALUE_CHARS = 4000
@@ -78,7 +78,7 @@ class Filters:
 
 
 @dataclass(frozen=True, slots=True)
-class Step:
+class StepView:
     """A recorded step, in the order the steps ran (:mod:`stepstone.ops.timeline`)."""
 
     name: str
@@ -92,12 +92,12 @@ class Step:
 
 
 @dataclass(slots=True)
-class Run:
+class RunView:
     """Everything the run page shows."""
 
     detail: Detail
-    steps: list[Step]
-    leftovers: dict[str, list[Step]]
+    steps: list[StepView]
+    leftovers: dict[str, list[StepView]]
     """Memos of earlier incarnations (a run of the same key before a retry
     of the whole run, or a swept one), by incarnation."""
     attempts: list[AttemptInfo]
@@ -108,9 +108,9 @@ class Run:
     events: list[tuple[float, str]] = field(default_factory=list)
 
 
-def run_view(found: Detail) -> Run:
+def run_view(found: Detail) -> RunView:
     outcome, queued = found.outcome, found.queued
-    return Run(
+    return RunView(
         detail=found,
         steps=[_step(step.memo, step.seconds, step.claim) for step in current_steps(found)],
         leftovers={
@@ -126,9 +126,9 @@ def run_view(found: Detail) -> Run:
     )
 
 
-def _step(memo: Memo, seconds: float | None, claim: int | None) -> Step:
+def _step(memo: StoredMemo, seconds: float | None, claim: int | None) -> StepView:
     value = "" if memo.unreadable else pretty(memo.value)
-    return Step(memo.step, memo.modified, seconds, claim, value, memo.unreadable)
+    return StepView(memo.step, memo.modified, seconds, claim, value, memo.unreadable)
 
 
 def _events(found: Detail) -> list[tuple[float, str]]:

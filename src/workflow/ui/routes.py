@@ -13,7 +13,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from stepstone.ops import reads as inspection
+from stepstone.ops import listing, reads
 from stepstone.runner import JobRunner
 from stepstone.runtime.queue import JobStatus
 from stepstone.ui.present import SINCE, Filters, run_view
@@ -61,28 +61,28 @@ async def runs_page(request: Request) -> Response:
     except ValueError:
         problems.append(f"limit must be a number, not {query.get('limit')!r}")
         limit = LIMIT
-    rows: list[inspection.Listed] = []
-    unreadable: list[inspection.Unreadable] = []
+    rows: list[listing.Listed] = []
+    unreadable: list[reads.Unreadable] = []
     kinds = sorted({filters.kind} - {""})
     if not problems:
         try:
-            listing = await inspection.list_jobs(
+            listed = await listing.list_jobs(
                 runner,
                 filters.state or None,
                 kind=filters.kind or None,
                 since=filters.submitted_after(runner.clock.now()),
                 limit=limit,
             )
-        except inspection.InspectError as exc:
+        except reads.InspectError as exc:
             problems.append(str(exc))
         else:
-            kinds = sorted({row.name for row in listing.rows} | {filters.kind} - {""})
-            rows = listing.rows
-            unreadable = listing.unreadable
+            kinds = sorted({row.kind for row in listed.rows} | {filters.kind} - {""})
+            rows = listed.rows
+            unreadable = listed.unreadable
     counts: dict[str, int] | None = None
     try:
-        counts = await inspection.queue_counts(runner)
-    except inspection.InspectError:
+        counts = await listing.queue_counts(runner)
+    except reads.InspectError:
         counts = None  # a queue that cannot count (the page says nothing of it)
     return _render(
         request,
@@ -107,8 +107,8 @@ async def run_page(request: Request) -> Response:
     runner: JobRunner = request.app.state.runner
     job_id = request.path_params["job_id"]
     try:
-        found = await inspection.detail(runner, job_id)
-    except inspection.InspectError as exc:
+        found = await reads.detail(runner, job_id)
+    except reads.InspectError as exc:
         return _render(request, "missing.html", {"job_id": job_id, "why": str(exc)}, 404)
     return _render(request, "run.html", {"run": run_view(found)})
 

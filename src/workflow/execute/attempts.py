@@ -1,0 +1,259 @@
+"""Running one attempt of a job: the handler the worker calls for each claim.
+
+The worker (:mod:`stepstone.runtime.worker`) claims a job and calls the
+handler this module makes for its type. The handler decodes the job's
+envelope, replays or runs its steps through a :class:`~stepstone.JobContext`,
+and returns the success record; a failure propagates as the exception the
+job raised (classified permanent where the job says so) for the worker's
+pure ``decide`` to judge. What happens once the worker has decided that the
+run is over is :mod:`stepstone.execute.ending`'s.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+from pydantic import ValidationError
+
+from stepstone.errors import ClassifiedPermanent, CorruptMemo, CorruptOutcome, EncodingError
+from stepstone.execute.context import JobContext
+from stepstone.execute.scope import AttemptScope, InThread, log_extra
+from stepstone.job import ErrorClass, Job
+from stepstone.limits.gate import Limits
+from stepstone.records.attempt_log import AttemptLog
+from stepstone.records.codec import codec_for_type
+from stepstone.records.envelope import Envelope
+from stepstone.records.outcome import OutcomeRecord, Tombstone
+from stepstone.records.run_records import RunRecords, answering
+from stepstone.runtime.clock import Clock
+from stepstone.runtime.errors import MalformedPayload, Permanent
+from stepstone.runtime.queue import JobStatus
+from stepstone.runtime.suspension import Suspend
+from stepstone.runtime.worker import Attempt
+from stepstone.submit.created_here import CreatedHere
+from stepstone.submit.submitter import Submitter
+from stepstone.telemetry.tracing import job_scope
+
+log = logging.getLogger("stepstone")
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """What a handler returns to the worker: the success record to write."""
+
+    record: OutcomeRecord
+    envelope: Envelope
+    """The payload the attempt ran, decoded once for the attempt's whole path."""
+    already_recorded: bool = False
+    """The run's outcome was already recorded (by an earlier claim, or the
+    previous run of its key): nothing ran, nothing is to be written."""
+
+
+Handler = Callable[[Attempt], Awaitable[Finished]]
+"""What :meth:`AttemptRunner.handler_for` makes: the worker's handler of one job type."""
+
+
+class AttemptRunner:
+    """Runs attempts of the job types one runner knows.
+
+    ``submitter`` takes the children jobs submit; ``in_thread`` runs plain
+    code (a synchronous job's ``run``, a synchronous step) in the job thread
+    pool; ``limits`` admits each attempt under its concurrency key and rate
+    limit; ``history`` learns when each handler began; ``created_here``
+    says which keyed runs need no look for an outcome on their first claim;
+    ``state_of`` gives jobs their registered state.
+    """
+
+    def __init__(
+        self,
+        *,
+        records: RunRecords,
+        submitter: Submitter,
+        created_here: CreatedHere,
+        in_thread: InThread,
+        limits: Limits,
+        history: AttemptLog,
+        clock: Clock,
+        state_of: Callable[[type[Any]], Any],
+        wakes: bool,
+        wait_recheck: float,
+    ) -> None:
+        self._records = records
+        self._submitter = submitter
+        self._created_here = created_here
+        self._in_thread = in_thread
+        self._limits = limits
+        self._history = history
+        self._clock = clock
+        self._state_of = state_of
+        self._wakes = wakes
+        self._wait_recheck = wait_recheck
+
+    def handler_for(self, job_type: type[Job[Any]]) -> Handler:
+        """The worker's handler for jobs of ``job_type``."""
+        self._limits.register(job_type)
+
+        async def handle(attempt: Attempt) -> Finished:
+            self._history.begun(attempt.delivery)
+            with job_scope(job_type.NAME, attempt):  # log context, and a span with otel
+                return await self.run_attempt(job_type, attempt)
+
+        return handle
+
+    async def run_attempt(self, job_type: type[Job[Any]], attempt: Attempt) -> Finished:
+        """Run one attempt of a job of ``job_type``; returns its success record."""
+        delivery = attempt.delivery
+        envelope = Envelope.decode(delivery.payload)
+        run_id = delivery.id
+        extra = {"run_id": run_id, "kind": envelope.kind, "attempt": delivery.attempt}
+
+        # An outcome can already exist for a keyed run (a resubmit raced the
+        # end of the previous run) or after an earlier claim (a crash between
+        # the outcome write and the ack): then there is nothing to run. A
+        # keyed run this process's submit created, and checked after creating
+        # it, cannot have one on its first claim (the previous run's outcome
+        # was written before its ack, which came before our create).
+        verified = self._created_here.take(run_id, envelope.incarnation)
+        if delivery.claims > 1 or (envelope.keyed and not verified):
+            existing = await self._recorded(run_id, envelope)
+            if existing is not None:
+                log.info(
+                    "run %s (%s): outcome already recorded; settling without running",
+                    run_id,
+                    envelope.kind,
+                    extra=extra,
+                )
+                return Finished(existing, envelope, already_recorded=True)
+
+        memo_keys: set[str] | None = None
+        if delivery.claims > 1:
+            store, layout = self._records.store, self._records.layout
+            prefix = layout.memos(run_id, envelope.incarnation)
+            memo_keys = {info.key[len(prefix) :] async for info in store.scan(prefix)}
+
+        try:
+            job = job_type.model_validate_json(envelope.input)
+        except ValidationError as exc:
+            raise MalformedPayload(
+                f"the input does not validate as {job_type.__qualname__}: {exc}"
+            ) from exc
+
+        scope = AttemptScope(
+            submitter=self._submitter,
+            state_of=self._state_of,
+            in_thread=self._in_thread,
+            records=self._records,
+            attempt=attempt,
+            kind=envelope.kind,
+            incarnation=envelope.incarnation,
+            memo_keys=memo_keys,
+            headers=delivery.headers,
+            clock=self._clock,
+            wakes=self._wakes,
+            wait_recheck=self._wait_recheck,
+        )
+        # A slot of its concurrency key and its rate limit turn, or Suspend.
+        admitted = await self._limits.admit(job_type, job, scope)
+        started_at = self._clock.now()
+        ctx = JobContext(scope)
+        log.info(
+            "run %s (%s) attempt %d started", run_id, envelope.kind, delivery.attempt, extra=extra
+        )
+        try:
+            if job_type.is_async():
+                result = await cast(Awaitable[Any], job.run(ctx))
+            else:
+                result = await self._in_thread(job.run, ctx)
+        except Suspend:
+            await _flush(scope)
+            await admitted.suspending()
+            raise
+        except (Permanent, EncodingError, CorruptMemo) as exc:
+            # (Retrying cannot mend a value that cannot be stored or a memo
+            # that does not decode: the run fails for good, saying which.)
+            await _flush(scope)
+            if not isinstance(exc, Permanent):
+                raise ClassifiedPermanent(exc) from exc
+            raise
+        except Exception as exc:
+            await _flush(scope)
+            if job.classify(exc) is ErrorClass.PERMANENT:
+                raise ClassifiedPermanent(exc) from exc
+            raise
+        finally:
+            await admitted.leave()
+        await scope.flush_progress()
+        try:
+            encoded = _stored_result(envelope.kind, job_type.output_type(), result)
+        except EncodingError as exc:
+            raise ClassifiedPermanent(exc) from exc
+        record = OutcomeRecord(
+            run_id=run_id,
+            kind=envelope.kind,
+            status=JobStatus.SUCCEEDED,
+            input_hash=envelope.input_hash,
+            incarnation=envelope.incarnation,
+            attempts=delivery.attempt,
+            finished_at=self._clock.now(),
+            result=encoded,
+            progress=scope.progress,
+            submitted_at=delivery.enqueued_at or None,
+            started_at=started_at,
+            claims=delivery.claims,
+            claimed_at=self._history.claimed_at(delivery),
+            worker=self._history.worker_id(),
+        )
+        return Finished(record, envelope)
+
+    async def _recorded(self, run_id: str, envelope: Envelope) -> OutcomeRecord | None:
+        """The outcome that already answers this run, if one is recorded."""
+        try:
+            found = await self._records.at_outcome_key(run_id)
+            if isinstance(found.content, OutcomeRecord):
+                key = self._records.layout.outcome(run_id)
+                return answering(found.content, key, envelope.input_hash)
+        except CorruptOutcome as exc:
+            # No answer for this run, and nothing it did could be recorded
+            # (the object stands in the way): fail it now, unrun.
+            raise ClassifiedPermanent(exc) from exc
+        swept = found.content
+        if isinstance(swept, Tombstone) and swept.incarnation == envelope.incarnation:
+            # This very run was swept, and is claimed again since (a dead run
+            # retried): it runs again, and its outcome is to be recorded.
+            await self._records.clear_tombstone(run_id, found.etag)
+        return None
+
+
+def _stored_result(kind: str, output: Any, result: object) -> bytes:
+    """``result`` encoded for the outcome record, once it is known to read back
+    as the job's declared ``output`` type (what awaiting a handle does): a
+    job that returns a value of another type fails here, naming both, rather
+    than succeed with a result no handle can read."""
+    codec = codec_for_type(output)
+    try:
+        encoded = codec.encode(result)
+    except (TypeError, ValueError) as exc:
+        raise EncodingError(f"the job's result cannot be stored: {exc}", job=kind) from exc
+    try:
+        codec.decode(encoded)
+    except ValidationError as exc:
+        expected = output.__name__ if isinstance(output, type) else str(output)
+        reason = exc.errors()[0]["msg"] if exc.errors() else str(exc)
+        raise EncodingError(
+            f"the job returned a {type(result).__name__}, not its declared output type "
+            f"{expected} ({reason})",
+            job=kind,
+        ) from exc
+    return encoded
+
+
+async def _flush(scope: AttemptScope) -> None:
+    try:
+        await scope.flush_progress()
+    except Exception as exc:
+        log.warning(
+            "run %s: final progress not written: %s", scope.run_id, exc, extra=log_extra(scope)
+        )

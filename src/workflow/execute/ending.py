@@ -1,0 +1,196 @@
+"""How a run's end is recorded: the worker's attempt callbacks.
+
+When the worker has decided a run is over, it calls
+:meth:`RunEnding.on_terminal`, which writes the outcome record,
+create-if-absent, before the worker acks or dead-letters: the first record
+written is the answer, and a crash between the two leaves the record for
+the next claim to find. Once the outcome stands, the parent waiting for
+the run is woken, the handles awaiting it here are told, and its
+``on_settled`` hooks run.
+
+The worker also asks, of an attempt that has run a while, whether its run
+was cancelled meanwhile (:meth:`RunEnding.is_cancelled`, one GET), and
+reports how every claim ended (:meth:`RunEnding.attempt_over`), which the
+attempt history keeps.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from stepstone.errors import CorruptOutcome
+from stepstone.execute.attempts import Finished
+from stepstone.execute.hooks import SettledHooks
+from stepstone.handles.watch import OutcomeWatch
+from stepstone.limits.gate import Limits
+from stepstone.records.attempt_log import AttemptLog, Noted
+from stepstone.records.envelope import Envelope
+from stepstone.records.outcome import ErrorInfo, OutcomeRecord
+from stepstone.records.run_records import RunRecords
+from stepstone.runtime.clock import Clock
+from stepstone.runtime.decide import Failure, FailureKind, Success, Terminal
+from stepstone.runtime.errors import MalformedPayload
+from stepstone.runtime.observer import AttemptReport
+from stepstone.runtime.queue import Delivery, JobStatus
+from stepstone.runtime.suspension import Waking
+from stepstone.store import StoreUnavailable
+
+log = logging.getLogger("stepstone")
+
+
+class RunEnding:
+    """Records how the runs of one runner end (the worker's ``AttemptCallbacks``).
+
+    ``watch`` hears every outcome that stands, once it is recorded, and every
+    run whose outcome could not be recorded; ``hooks`` run for each outcome
+    that stands, before the worker acks; ``history`` learns which claims the
+    outcome record describes; ``limits`` hears of runs whose lease lapsed;
+    ``waking`` (None: the queue cannot wake runs) wakes a finished child's parent.
+    """
+
+    def __init__(
+        self,
+        *,
+        records: RunRecords,
+        watch: OutcomeWatch,
+        hooks: SettledHooks,
+        history: AttemptLog,
+        limits: Limits,
+        waking: Waking | None,
+        clock: Clock,
+    ) -> None:
+        self._records = records
+        self._watch = watch
+        self._hooks = hooks
+        self._history = history
+        self._limits = limits
+        self._waking = waking
+        self._clock = clock
+
+    async def attempt_over(self, report: AttemptReport) -> None:
+        """A claim ended: its history keeps it (unless the outcome describes it)."""
+        await self._history.attempt_over(report)
+
+    async def is_cancelled(self, delivery: Delivery) -> bool:
+        """Whether the run was cancelled while this attempt runs (one GET): the
+        cancel records a cancelled outcome for the run's incarnation before it
+        drops the queue record. Handles awaiting the run here hear of it at once."""
+        envelope = _envelope(delivery)
+        if envelope is None:
+            return False  # such a job does not run
+        try:
+            record = await self._records.outcome(delivery.id, envelope.input_hash)
+        except CorruptOutcome:
+            return False  # no answer for this run: its own end says so
+        if record is None or record.status is not JobStatus.CANCELLED:
+            return False
+        if record.incarnation and record.incarnation != envelope.incarnation:
+            return False  # an earlier run's, left behind: not this one's answer
+        self._watch.stands(record)
+        return True
+
+    async def on_terminal(self, delivery: Delivery, terminal: Terminal) -> None:
+        """Record the run's outcome, create-if-absent, before the worker acks
+        or dead-letters. The first record written is the answer.
+
+        When it cannot be recorded for good (the object at its key does not
+        decode, the store refuses the key), the handles awaiting it here raise
+        the error, and the worker, hearing it, dead-letters the run."""
+        try:
+            await self._record(delivery, terminal)
+        except StoreUnavailable:
+            raise  # the worker tries again later
+        except Exception as exc:
+            self._watch.unrecorded(delivery.id, exc)
+            raise
+
+    async def _record(self, delivery: Delivery, terminal: Terminal) -> None:
+        envelope: Envelope | None
+        if isinstance(terminal, Success) and isinstance(terminal.result, Finished):
+            record, envelope = terminal.result.record, terminal.result.envelope
+            if terminal.result.already_recorded:
+                self._history.note(delivery, Noted.ANSWERED)
+                await self._stands(record, envelope)
+                return
+        else:
+            assert isinstance(terminal, Failure)
+            envelope = _envelope(delivery)
+            record = self._failure_record(delivery, terminal, envelope)
+            if terminal.kind is FailureKind.EXPIRED:
+                await self._limits.abandoned(delivery)
+        recorded = await self._records.record_outcome(record)
+        extra = {"run_id": delivery.id, "kind": record.kind, "attempt": delivery.attempt}
+        if recorded is record:
+            self._history.note(delivery, Noted.DESCRIBED)
+        elif recorded is not None:
+            self._history.note(delivery, Noted.SUPERSEDED)
+        if recorded is None:
+            self._history.note(delivery, Noted.SWEPT)
+            log.warning(
+                "run %s (%s): the run was swept while attempt %d ran; its outcome is not "
+                "recorded (the key's next run gets its own)",
+                delivery.id,
+                record.kind,
+                delivery.attempt,
+                extra=extra,
+            )
+            return
+        record = recorded
+        if record.status is JobStatus.SUCCEEDED:
+            log.info(
+                "run %s (%s) succeeded on attempt %d",
+                delivery.id,
+                record.kind,
+                delivery.attempt,
+                extra=extra,
+            )
+        else:
+            log.warning(
+                "run %s (%s) %s: %s",
+                delivery.id,
+                record.kind,
+                record.status.value,
+                record.error.message if record.error else "",
+                extra=extra,
+            )
+        await self._stands(record, envelope)
+
+    async def _stands(self, record: OutcomeRecord, envelope: Envelope | None) -> None:
+        """The run's outcome stands: wake its parent (after the record, so the
+        parent finds it when it looks), tell the handles awaiting it here,
+        then call its hooks (a cancelled run's are the cancelling process's)."""
+        if self._waking is not None and envelope is not None and envelope.parent is not None:
+            await self._waking.wake(envelope.parent)
+        self._watch.stands(record)
+        if record.status is not JobStatus.CANCELLED:
+            await self._hooks.run(record, None if envelope is None else envelope.input)
+
+    def _failure_record(
+        self, delivery: Delivery, failure: Failure, envelope: Envelope | None
+    ) -> OutcomeRecord:
+        if envelope is not None:
+            kind, digest, incarnation = envelope.kind, envelope.input_hash, envelope.incarnation
+        else:
+            kind, digest, incarnation = delivery.kind, "", ""
+        return OutcomeRecord(
+            run_id=delivery.id,
+            kind=kind,
+            status=JobStatus.FAILED,
+            input_hash=digest,
+            incarnation=incarnation,
+            attempts=failure.attempt,
+            finished_at=self._clock.now(),
+            error=ErrorInfo(failure.kind, failure.message, failure.error_type, failure.traceback),
+            submitted_at=delivery.enqueued_at or None,
+            claims=delivery.claims,
+            claimed_at=self._history.claimed_at(delivery),
+            worker=self._history.worker_id(),
+        )
+
+
+def _envelope(delivery: Delivery) -> Envelope | None:
+    """The run's envelope, None when its payload does not decode."""
+    try:
+        return Envelope.decode(delivery.payload)
+    except MalformedPayload:
+        return None

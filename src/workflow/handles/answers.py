@@ -1,0 +1,64 @@
+"""RunAnswers: what answers a handle's questions about its run.
+
+A handle asks four things (:class:`~stepstone.handles.handle.Answers`): its
+outcome as soon as there is one (the outcome watch), the outcome recorded
+now (the run's records), where the run is (its records and queue record),
+and to cancel it. Cancelling stops an attempt this process runs and calls
+the run's hooks, which are the execute side's: it is handed in as a
+:class:`Cancels`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from stepstone.handles.handle import Submitted
+from stepstone.handles.state import JobState, read_state
+from stepstone.handles.watch import OutcomeWatch
+from stepstone.records.layout import check_run_id
+from stepstone.records.outcome import Outcome
+from stepstone.records.run_records import RunRecords
+from stepstone.runtime.queue import LeaseQueue
+
+
+class Cancels(Protocol):
+    """Cancels a run (:class:`stepstone.execute.cancelling.Canceller`)."""
+
+    async def cancel(self, run_id: str) -> bool: ...
+
+
+class RunAnswers:
+    """Answers handles on runs kept in ``records`` and ``queue``."""
+
+    def __init__(
+        self, records: RunRecords, queue: LeaseQueue, watch: OutcomeWatch, cancels: Cancels
+    ) -> None:
+        self._records = records
+        self._queue = queue
+        self._watch = watch
+        self._cancels = cancels
+
+    async def wait(
+        self,
+        run_id: str,
+        output: Any,
+        *,
+        fresh: bool = False,
+        input_hash: str | None = None,
+        submitted: Submitted | None = None,
+    ) -> Outcome[Any]:
+        return await self._watch.wait(
+            run_id, output, fresh=fresh, input_hash=input_hash, submitted=submitted
+        )
+
+    async def outcome(
+        self, run_id: str, output: Any, input_hash: str | None = None
+    ) -> Outcome[Any] | None:
+        record = await self._records.outcome(check_run_id(run_id), input_hash)
+        return None if record is None else record.typed(output)
+
+    async def status(self, run_id: str) -> JobState | None:
+        return await read_state(self._records, self._queue, check_run_id(run_id))
+
+    async def cancel(self, run_id: str) -> bool:
+        return await self._cancels.cancel(check_run_id(run_id))

@@ -1,0 +1,172 @@
+"""Operator actions that change runs: retry a dead run, cancel, purge.
+
+Each works on a store and a queue with no job type known, as the reads do
+(:mod:`stepstone.ops.reads`), and says what it did or why it could not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from stepstone.ops.reads import (
+    READ_CONCURRENCY,
+    Inspected,
+    InspectError,
+    Unreadable,
+    bounded,
+    check_id,
+    iter_outcomes,
+    lacks,
+    read_outcome,
+)
+from stepstone.records.attempt_log import keep_final_attempt
+from stepstone.records.outcome import OutcomeRecord
+from stepstone.records.retention import sweep_one
+from stepstone.runtime.errors import QueueError
+from stepstone.runtime.queue import JobStatus
+from stepstone.runtime.queue_inspection import DeadJobRequeue
+from stepstone.store import ObjectInfo, StoreError
+
+
+async def retry(runner: Inspected, job_id: str) -> Unreadable | None:
+    """Run a dead job again: remove its failed outcome, then requeue it.
+
+    The claim the run died in, which the outcome describes, is first written
+    to the run's attempt history as a record of its own. The outcome goes
+    before the requeue because it is the run's answer: a worker that
+    claims a keyed job (or a job claimed before) and finds an outcome settles
+    without running, and a submit of the same key answers from it. Cut short
+    between the two, the job is dead with no outcome; retrying again finishes
+    the job. The requeued job keeps its incarnation, so the steps it finished
+    before it died replay from their memos instead of running again.
+
+    An outcome that will not decode is removed too (a dead job's run did not
+    succeed, so it cannot be an answer worth keeping) and returned, for the
+    caller to say so.
+    """
+    check_id(job_id)
+    queue = runner.queue
+    if not isinstance(queue, DeadJobRequeue):
+        raise lacks(queue, "requeue a dead job")
+    queued = await queue.get(job_id)
+    if queued is None:
+        outcome = await read_outcome(runner, job_id)
+        if outcome is None:
+            raise InspectError(f"no job {job_id} in {runner.store.location}")
+        raise InspectError(
+            f"job {job_id} has {_ended(outcome)} and left the queue; only a dead job can be retried"
+        )
+    if queued.status is not JobStatus.DEAD:
+        raise InspectError(
+            f"job {job_id} is {queued.status}, not dead; only a dead job can be retried"
+        )
+    outcome = await read_outcome(runner, job_id)
+    if isinstance(outcome, OutcomeRecord) and outcome.status is JobStatus.SUCCEEDED:
+        raise InspectError(f"job {job_id} succeeded; its outcome is kept and it is not retried")
+    if isinstance(outcome, OutcomeRecord):
+        # The outcome describes the claim the run died in: keep that in its history.
+        await keep_final_attempt(runner.store, runner.layout, outcome)
+    if outcome is not None:
+        await runner.store.delete(runner.layout.outcome(job_id))
+    if not await queue.requeue(job_id):
+        raise InspectError(f"job {job_id} is no longer dead; it was not requeued")
+    return outcome if isinstance(outcome, Unreadable) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Retried:
+    """What :func:`retry_many` did: the jobs requeued, why each other one was
+    not, and the outcome records removed that would not decode."""
+
+    requeued: list[str]
+    refused: dict[str, str]
+    unreadable: list[Unreadable]
+
+
+async def retry_many(runner: Inspected, job_ids: Iterable[str]) -> Retried:
+    """Retry each dead job as :func:`retry` does, ``READ_CONCURRENCY`` at a
+    time. A job that cannot be retried (it is no longer dead, the store
+    refuses) is noted with why, and the others go on."""
+    refused: dict[str, str] = {}
+
+    async def one(job_id: str) -> tuple[str, Unreadable | None]:
+        try:
+            return job_id, await retry(runner, job_id)
+        except (InspectError, StoreError, QueueError) as exc:
+            refused[job_id] = str(exc)
+            return job_id, None
+
+    done = await bounded(one(job_id) for job_id in job_ids)
+    return Retried(
+        [job_id for job_id, _ in done if job_id not in refused],
+        refused,
+        [removed for _, removed in done if removed is not None],
+    )
+
+
+def _ended(outcome: OutcomeRecord | Unreadable) -> str:
+    """How a run with this outcome ended, for a message."""
+    if isinstance(outcome, Unreadable):
+        return f"ended with an outcome that cannot be read ({outcome.key}: {outcome.reason})"
+    return f"finished ({outcome.status.value})"
+
+
+async def cancel(runner: Inspected, job_id: str) -> str:
+    """Cancel a live job, or discard a dead one from the queue; returns what was done.
+
+    The outcome is read first: a run that has one has ended (a dead run
+    keeps its queue record beside it), and cancelling over an outcome that
+    will not decode would have nothing to compare with.
+    """
+    check_id(job_id)
+    outcome = await read_outcome(runner, job_id)
+    if outcome is None:
+        if await runner.cancel(job_id):
+            return "cancelled"
+        outcome = await read_outcome(runner, job_id)  # it ended meanwhile, or never was
+    queued = await runner.queue.get(job_id)
+    if queued is not None and queued.status is JobStatus.DEAD:
+        await runner.queue.cancel(job_id)
+        return "discarded"
+    if outcome is not None:
+        raise InspectError(f"job {job_id} has already {_ended(outcome)}")
+    raise InspectError(f"no job {job_id} in {runner.store.location}")
+
+
+async def purge(
+    runner: Inspected,
+    older_than: float,
+    *,
+    dry_run: bool = False,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> list[str]:
+    """Remove finished runs (outcome, memos, progress) whose outcome is more
+    than ``older_than`` seconds old by the runner's clock; returns their ids.
+
+    Each goes through :func:`workflow.retention.sweep_one`, what the runner's
+    own retention sweep does: the outcome goes last, so a purge cut short
+    leaves runs that still answer and a rerun finishes it; the tombstones
+    of runs swept earlier that are past the age go too (they are no runs).
+    """
+    if older_than < 0:
+        raise InspectError("the age must not be negative")
+    cutoff = runner.clock.now() - older_than
+    infos = [info async for info in iter_outcomes(runner, older_than=cutoff)]
+    total = len(infos)
+    if on_progress is not None:
+        on_progress(0, total)
+    done = 0
+    semaphore = asyncio.Semaphore(READ_CONCURRENCY)
+
+    async def one(info: ObjectInfo) -> str | None:
+        nonlocal done
+        async with semaphore:
+            removed = await sweep_one(runner, info, dry_run=dry_run)
+        done += 1
+        if on_progress is not None:
+            on_progress(done, total)
+        return runner.layout.run_id_of_outcome(info.key) if removed else None
+
+    return [run_id for run_id in await asyncio.gather(*(one(i) for i in infos)) if run_id]

@@ -1,0 +1,182 @@
+"""Attempt history: every claim of a run, who made it, when, and how it ended.
+
+What is stored, and what it costs:
+
+- **The claim that settles a run** (it succeeded, or failed for good) is
+  described by the outcome record, which carries its claim number, its
+  worker and when it was claimed (:class:`OutcomeRecord`): no request more.
+- **Every other claim** (a failure that is retried, an attempt handed back
+  uncounted, a durable sleep or wait, a drain, a lost lease, a claim that
+  found the outcome already recorded) writes one small object when it ends,
+  create-if-absent::
+
+      attempts/<run_id>/<incarnation>/<claim>
+
+  ``JobRunner(history=False)`` writes none of these.
+- **A claim whose worker stopped** (a crash, a lease that lapsed) before it
+  ended leaves nothing: a gap in the claim numbers, which reads as
+  :attr:`AttemptResult.UNRECORDED`.
+
+So a run that succeeds on its first attempt costs nothing here; one that
+fails twice and then succeeds, two PUTs. Reading a run's history is a LIST
+and a GET per object, beside the outcome and queue record (which say which
+incarnation is the run's). Retention and purge remove it with the run.
+
+Claims, not attempts, number the records: a suspended run's claims share
+an attempt (a durable sleep spends none), and every claim is a line of the
+history. Each record has both numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from stepstone.records.codec import pack, unpack
+from stepstone.records.outcome import OutcomeRecord
+from stepstone.runtime.queue import JobStatus
+
+HISTORY_VERSION = 1
+
+
+class AttemptResult(StrEnum):
+    """How one claim of a run ended."""
+
+    SUCCEEDED = "succeeded"
+    """The run succeeded: its outcome is recorded."""
+    FAILED = "failed"
+    """The attempt failed and the run will be tried again (the attempt counted)."""
+    DEFERRED = "deferred"
+    """Handed back without spending the attempt, to run again later: the job
+    raised RetryLater, or the store failed (the attempt's own, or the outcome's write)."""
+    DEAD = "dead"
+    """The run failed for good (its outcome records the error)."""
+    SUSPENDED = "suspended"
+    """The run went to sleep or to wait (for a time, an event, children);
+    another claim resumes it."""
+    RELEASED = "released"
+    """A drain (a worker stopping) cut the attempt short and gave the run back uncounted."""
+    LOST = "lost"
+    """The worker lost its lease (it stalled, or the store was out of reach
+    too long): the run may be another worker's now; nothing was settled."""
+    CANCELLED = "cancelled"
+    """The run was cancelled while this attempt ran (its lease was lost to the cancel)."""
+    ANSWERED = "answered"
+    """The run's outcome was already recorded (a worker stopped after writing
+    it, before acking): the claim settled the run without running it."""
+    UNSETTLED = "unsettled"
+    """The queue refused the settlement; the run came back when its lease lapsed."""
+    UNRECORDED = "unrecorded"
+    """No record of this claim: its worker stopped before it could write one
+    (a crash, a lapsed lease), or the history was off when it ended."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptInfo:
+    """One claim of a run: ``runner.history(job_id)`` lists them in order."""
+
+    claim: int | None
+    """The claim's number: 1 for the run's first, counting every claim,
+    suspensions and drains included. (None only for the last claim of a run
+    recorded by an older release of stepstone.)"""
+    number: int | None
+    """The attempt it was: attempts count failures, so the claims of a
+    suspended run share one. None for an unrecorded claim."""
+    result: AttemptResult
+    claimed_at: float | None = None
+    """When the worker claimed it (epoch seconds, the worker's clock)."""
+    ended_at: float | None = None
+    worker: str | None = None
+    """The worker's id (``worker-<hex>``, also in its log lines)."""
+    host: str | None = None
+    pid: int | None = None
+    error_type: str | None = None
+    """The exception's qualified class name, when an error ended it."""
+    message: str | None = None
+    """The error (``ExcType: text``), or what it waits for when suspended."""
+    traceback: str | None = None
+    """Where the error was raised: its last frames, at most 8,000 characters."""
+
+    @property
+    def seconds(self) -> float | None:
+        """How long the claim lasted, when both ends are known."""
+        if self.claimed_at is None or self.ended_at is None:
+            return None
+        return max(0.0, self.ended_at - self.claimed_at)
+
+
+def encode(info: AttemptInfo) -> bytes:
+    return pack(
+        {
+            "v": HISTORY_VERSION,
+            "claim": info.claim,
+            "attempt": info.number,
+            "result": info.result.value,
+            "claimed_at": info.claimed_at,
+            "ended_at": info.ended_at,
+            "worker": [info.host, info.pid, info.worker],
+            "error_type": info.error_type,
+            "message": info.message,
+            "traceback": info.traceback,
+        }
+    )
+
+
+def decode(data: bytes) -> AttemptInfo:
+    """The record ``data`` holds; ValueError saying what is wrong otherwise."""
+    try:
+        raw = unpack(data)
+    except Exception as exc:
+        raise ValueError(f"not a MessagePack document ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(raw, dict) or raw.get("v") != HISTORY_VERSION:
+        raise ValueError("not an attempt record of a version this library reads")
+    try:
+        host, pid, worker = raw["worker"]
+        info = AttemptInfo(
+            claim=int(raw["claim"]),
+            number=None if raw["attempt"] is None else int(raw["attempt"]),
+            result=AttemptResult(raw["result"]),
+            claimed_at=_float(raw["claimed_at"]),
+            ended_at=_float(raw["ended_at"]),
+            worker=worker,
+            host=host,
+            pid=pid,
+            error_type=raw["error_type"],
+            message=raw["message"],
+            traceback=raw["traceback"],
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"a field is missing or malformed ({type(exc).__name__}: {exc})") from exc
+    texts = (info.worker, info.host, info.error_type, info.message, info.traceback)
+    if not all(text is None or isinstance(text, str) for text in texts):
+        raise ValueError("a field has the wrong type")
+    return info
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def final_attempt(outcome: OutcomeRecord) -> AttemptInfo | None:
+    """The claim that recorded ``outcome``, as its record describes it; None
+    for a cancelled run (a cancel is no claim)."""
+    if outcome.status is JobStatus.CANCELLED:
+        return None
+    host, pid, worker = outcome.worker if outcome.worker is not None else (None, None, None)
+    error = outcome.error
+    return AttemptInfo(
+        claim=outcome.claims,
+        number=outcome.attempts,
+        result=AttemptResult.SUCCEEDED
+        if outcome.status is JobStatus.SUCCEEDED
+        else AttemptResult.DEAD,
+        claimed_at=outcome.claimed_at,
+        ended_at=outcome.finished_at,
+        worker=worker,
+        host=host,
+        pid=pid,
+        error_type=None if error is None else error.error_type,
+        message=None if error is None else f"{error.kind}: {error.message}",
+        traceback=None if error is None else error.traceback,
+    )
