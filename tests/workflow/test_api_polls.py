@@ -15,7 +15,7 @@ from stepstone import JobRunner
 from stepstone.handle import Submitted
 from stepstone.runtime import StoreQueue
 from stepstone.store import MemoryStore
-from stepstone.store.counting import GET, CountingStore
+from stepstone.store.wrappers.counting import GET, CountingStore
 from stepstone.waiting import (
     EXPECTED_STEP,
     MAX_POLL,

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 
-from .base import DEFAULT_PAGE_SIZE, NewObject, ObjectInfo, ObjectStore, StoredObject
-from .errors import StoreError
+from ..base import DEFAULT_PAGE_SIZE, NewObject, ObjectInfo, ObjectStore, StoredObject
+from ..errors import StoreError
 
 GET = "GET"
 HEAD = "HEAD"
