@@ -96,8 +96,9 @@ _REGION_CODES = {"PermanentRedirect", "AuthorizationHeaderMalformed", "IllegalLo
 
 _SESSIONS: dict[str | None, Any] = {}
 """One botocore session per profile, shared by every S3Store in the process:
-a session loads the service model and resolves credentials once (a few hundred
-ms); clients, which belong to an event loop, are made from it per loop."""
+a session loads the service model and resolves credentials once, which is
+slow next to making a client (docs/performance.md, "Known costs"); clients,
+which belong to an event loop, are made from it per loop."""
 
 
 def _session(profile: str | None) -> Any:
