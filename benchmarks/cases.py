@@ -66,7 +66,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from stepstone import JobHandle, JobRunner, JobStatus, SubmitOptions
-from stepstone.execute.executor import RECHECK_WAKING
+from stepstone.execute.durable_waits import RECHECK_WAKING
 from stepstone.runtime import Clock, FakeClock, MemoryQueue
 from stepstone.store import FileStore, MemoryStore, ObjectStore
 

@@ -41,7 +41,7 @@ they do not depend on W; in the stream they are included, and are 2 GETs
 and 1 conditional PUT a job); SlowDown answers per job, claims lost to
 another worker, listings; the bucket client's allowed send rates at the end
 (``send_rate_at_end``, requests a second, of the partitions a SlowDown ever
-cut: stepstone.store.throttle); and this process's CPU seconds per second
+cut: stepstone.store.wrappers.throttle); and this process's CPU seconds per second
 (``cpu_share``: one process drives the whole fleet, so a share near 1 means
 the host, not the bucket, set the pace).
 """

@@ -14,10 +14,10 @@ grows with the fleet shows up without a fleet.
   ``rates`` per second times ``scale``, holding at most a tenth of a
   second's worth. A request that finds its bucket empty is answered
   SlowDown after its round trip, as S3 does, and the client does what
-  ``S3Store`` does: it retries (stepstone.store.retry.RetryPolicy: full
+  ``S3Store`` does: it retries (stepstone.store.wrappers.retry.RetryPolicy: full
   jitter from 50 ms, five tries, then StoreUnavailable to the engine), and
   every request first waits on the adaptive send rate of its partition
-  (stepstone.store.throttle.AdaptiveRates: cut when a retry is refused
+  (stepstone.store.wrappers.throttle.AdaptiveRates: cut when a retry is refused
   too, once per congestion event, grown back on successes;
   ``adaptive=False`` turns it off, as ``S3Store`` allows).
 - **Partitions**: a key's partition is its first segment (``queue``,
@@ -42,8 +42,8 @@ from typing import TypeVar
 
 from stepstone.store import DEFAULT_PAGE_SIZE, ObjectInfo, ObjectStore, StoredObject
 from stepstone.store.errors import StoreUnavailable
-from stepstone.store.retry import RetryPolicy
-from stepstone.store.throttle import AdaptiveRates
+from stepstone.store.wrappers.retry import RetryPolicy
+from stepstone.store.wrappers.throttle import AdaptiveRates
 
 T = TypeVar("T")
 

@@ -10,7 +10,6 @@ stays fast for code that only needs files or memory.
 from typing import TYPE_CHECKING, Any
 
 from .base import DEFAULT_PAGE_SIZE, NewObject, ObjectInfo, ObjectStore, StoredObject
-from .counting import CountingStore
 from .errors import (
     AlreadyExists,
     InvalidKey,
@@ -21,12 +20,11 @@ from .errors import (
     StoreError,
     StoreUnavailable,
 )
-from .faults import FaultyStore
 from .file import FileStore
 from .keys import validate_key
 from .memory import MemoryStore
-from .retry import RetryPolicy
 from .url import open_store
+from .wrappers import CountingStore, FaultyStore, RetryPolicy
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",

@@ -60,8 +60,8 @@ class ObjectStore(abc.ABC):
     """An async object store with conditional writes.
 
     Keys are relative to the store's root (a bucket prefix, a directory) and
-    validated by :func:`store.keys.validate_key`. All methods raise
-    :class:`store.errors.StoreError` subclasses only.
+    validated by :func:`stepstone.store.keys.validate_key`. All methods raise
+    :class:`stepstone.store.errors.StoreError` subclasses only.
     """
 
     location: str
@@ -74,9 +74,9 @@ class ObjectStore(abc.ABC):
     remote: bool = False
     """Whether each call is a request to a service, billed per request (S3;
     a wrapper reports its inner store's). Callers that can trade a request
-    for work elsewhere do so on a remote store: a keyed submit there creates
-    its run's queue record before it looks for an outcome, and looks once
-    (:mod:`stepstone.workflow.submitting`)."""
+    for work elsewhere do so on a remote store: the keyed submit
+    (``JobRunner.submit`` with a key) there creates its run's queue record
+    before it looks for an outcome, and looks once."""
 
     @abc.abstractmethod
     async def get(self, key: str) -> StoredObject:

@@ -11,14 +11,15 @@ Why it is built the way it is:
   (PreconditionFailed, or AlreadyExists for a create) and is never retried;
   a 404 is NotFound; a missing bucket, refused credentials or a wrong region
   is one StoreConfigError naming the bucket; throttling, 5xx, timeouts and
-  connection failures are retried with :class:`store.retry.RetryPolicy` and
-  then become StoreUnavailable. botocore's own retries are switched off so
-  the policy is the only one.
+  connection failures are retried with
+  :class:`stepstone.store.wrappers.retry.RetryPolicy` and then become
+  StoreUnavailable. botocore's own retries are switched off so the policy is
+  the only one.
 - **Throttling slows the process down.** A SlowDown (or 429) that a retry
   meets again cuts the send rate of every request of the store to that
   partition (first key segment), which recovers on successes
-  (:mod:`store.throttle`, the AWS SDKs' adaptive mode): a crowd over a
-  partition's limit sends less instead of retrying harder.
+  (:mod:`stepstone.store.wrappers.throttle`, the AWS SDKs' adaptive mode): a
+  crowd over a partition's limit sends less instead of retrying harder.
 - **A retried write may already have landed.** If a try timed out or got a
   5xx after the request was sent, a later 412 may be our own earlier write.
   The store then reads the object back: if it holds exactly our bytes, the
@@ -27,7 +28,7 @@ Why it is built the way it is:
   belong to the loop that made them; tests and CLIs run several loops one
   after another, so the client is looked up by the running loop.
 
-aiobotocore is imported on first use so ``import store`` stays fast.
+aiobotocore is imported on first use so ``import stepstone.store`` stays fast.
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ from .errors import (
     StoreUnavailable,
 )
 from .keys import MAX_KEY_LENGTH, validate_key, validate_prefix
-from .retry import RetryPolicy
-from .throttle import AdaptiveRates
+from .wrappers.retry import RetryPolicy
+from .wrappers.throttle import AdaptiveRates
 
 T = TypeVar("T")
 
@@ -69,7 +70,8 @@ _THROTTLING_CODES = {
     "LimitExceededException",
 }
 """Answers that ask the client to send less (as do 429s): S3's SlowDown and
-botocore's throttling codes. They cut the store's send rate (store.throttle)."""
+botocore's throttling codes. They cut the store's send rate
+(stepstone.store.wrappers.throttle)."""
 _REFUSED_CODES = _THROTTLING_CODES | {
     "ConditionalRequestConflict",  # a concurrent conditional write is in flight: retry
 }
@@ -94,8 +96,9 @@ _REGION_CODES = {"PermanentRedirect", "AuthorizationHeaderMalformed", "IllegalLo
 
 _SESSIONS: dict[str | None, Any] = {}
 """One botocore session per profile, shared by every S3Store in the process:
-a session loads the service model and resolves credentials once (a few hundred
-ms); clients, which belong to an event loop, are made from it per loop."""
+a session loads the service model and resolves credentials once, which is
+slow next to making a client (docs/performance.md, "Known costs"); clients,
+which belong to an event loop, are made from it per loop."""
 
 
 def _session(profile: str | None) -> Any:
@@ -165,7 +168,8 @@ class S3Store(ObjectStore):
         else:
             rates = AdaptiveRates() if adaptive else None
         self.send_rates = rates
-        """The store's adaptive send rates (None: off); see store.throttle."""
+        """The store's adaptive send rates (None: off); see
+        stepstone.store.wrappers.throttle."""
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
         self._max_connections = max_connections

@@ -4,9 +4,9 @@ A listing is by UTF-8 bytes, from a prefix or a start-after key, a page at a
 time. Filtering and sorting every key in the store for each page made a
 page cost the size of the whole store: the retention sweep lists a run's
 memos and events for every run it removes, and the StoreQueue lists its
-records every claim round, so the time per job grew with the store (it
-doubled over 20,000 jobs). Here a page costs a binary search and the keys
-it returns.
+records every claim round, so the time per job grew with the store
+(docs/performance.md, "Growth with retention"). Here a page costs a binary
+search and the keys it returns.
 
 The keys are held in chunks of up to 2 * CHUNK sorted keys, beside the last
 key of each chunk: adding or removing one moves at most a chunk's worth of

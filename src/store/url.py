@@ -31,7 +31,7 @@ from .base import ObjectStore
 from .errors import StoreConfigError
 from .file import FileStore
 from .memory import MemoryStore
-from .retry import RetryPolicy
+from .wrappers.retry import RetryPolicy
 
 
 class _HasNow(Protocol):

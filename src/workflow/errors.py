@@ -19,13 +19,13 @@ one kind of trouble::
     └── JobError                  the job API refused a call, or a job ended badly
         ├── InputMismatch         an idempotency key reused with a different input
         ├── EncodingError         an input or result that cannot be stored (a ValueError)
-        ├── InvalidJobId          not a job id (a ValueError): safe to hand user input to
+        ├── InvalidRunId          not a run id (a ValueError): safe to hand user input to
         ├── DuplicateJobName      two job types registered under one NAME (a ValueError)
         ├── UnknownJob            no job type of that NAME is registered (a LookupError)
         ├── EventRefused          an event for a run that is not live: unknown or finished
         ├── CorruptOutcome        an outcome object that cannot answer this run (names its key)
         ├── CorruptMemo           a memoized step that does not decode (names the step and key)
-        └── JobFailed             awaiting a job that failed: kind, message, error_type
+        └── JobFailed             awaiting a run that failed: reason, message, error_type
             └── JobCancelled      ... because it was cancelled
 
 A job raises these to tell the worker what to do with its attempt; they are
@@ -36,6 +36,9 @@ not errors stepstone raises, so they stand outside the tree::
 """
 
 from __future__ import annotations
+
+import warnings
+from typing import Any
 
 from stepstone.runtime import (
     CorruptRecord,
@@ -66,7 +69,7 @@ __all__ = [
     "EncodingError",
     "EventRefused",
     "InputMismatch",
-    "InvalidJobId",
+    "InvalidRunId",
     "InvalidKey",
     "JobCancelled",
     "JobError",
@@ -100,14 +103,26 @@ class InputMismatch(JobError):
     the other input's result.
     """
 
-    def __init__(self, job_id: str, job_name: str = "") -> None:
-        self.job_id = job_id
-        self.job_name = job_name
-        what = f"job {job_name!r}" if job_name else "a job"
+    def __init__(self, run_id: str, kind: str = "") -> None:
+        self.run_id = run_id
+        self.kind = kind
+        what = f"job {kind!r}" if kind else "a job"
         super().__init__(
             f"{what} was submitted with an idempotency key already used for a different "
-            f"input (run {job_id})"
+            f"input (run {run_id})"
         )
+
+    @property
+    def job_id(self) -> str:
+        """Deprecated: :attr:`run_id`."""
+        warnings.warn("InputMismatch.job_id is deprecated: use run_id", DeprecationWarning, 2)
+        return self.run_id
+
+    @property
+    def job_name(self) -> str:
+        """Deprecated: :attr:`kind`."""
+        warnings.warn("InputMismatch.job_name is deprecated: use kind", DeprecationWarning, 2)
+        return self.kind
 
 
 class EncodingError(JobError, ValueError):
@@ -124,8 +139,8 @@ class EncodingError(JobError, ValueError):
         super().__init__(f"{where}: {message}")
 
 
-class InvalidJobId(JobError, ValueError):
-    """A string that is not a job id (8 to 64 lowercase hex digits).
+class InvalidRunId(JobError, ValueError):
+    """A string that is not a run id (8 to 64 lowercase hex digits).
 
     Raised before anything is read, so an API may pass an id from a request
     straight to ``runner.status`` or ``runner.handle`` and answer 404 on this.
@@ -178,18 +193,32 @@ class CorruptMemo(JobError):
 class JobFailed(JobError):
     """A job's run ended in failure; raised by awaiting its handle.
 
-    ``kind`` says why it stopped (a :class:`~stepstone.FailureKind`:
+    ``reason`` says why it stopped (a :class:`~stepstone.FailureKind`:
     ``permanent``, ``exhausted``, ``timeout``, ``unknown``, ``malformed``,
     ``expired``, ``cancelled``), ``message`` is the last error as recorded,
     ``error_type`` the exception's class when there was one.
     """
 
-    def __init__(self, job_id: str, kind: str, message: str, error_type: str | None = None) -> None:
-        self.job_id = job_id
-        self.kind = kind
+    def __init__(
+        self, run_id: str, reason: str, message: str, error_type: str | None = None
+    ) -> None:
+        self.run_id = run_id
+        self.reason = reason
         self.message = message
         self.error_type = error_type
-        super().__init__(f"job {job_id} failed ({kind}): {message}")
+        super().__init__(f"run {run_id} failed ({reason}): {message}")
+
+    @property
+    def job_id(self) -> str:
+        """Deprecated: :attr:`run_id`."""
+        warnings.warn("JobFailed.job_id is deprecated: use run_id", DeprecationWarning, 2)
+        return self.run_id
+
+    @property
+    def kind(self) -> str:
+        """Deprecated: :attr:`reason`."""
+        warnings.warn("JobFailed.kind is deprecated: use reason", DeprecationWarning, 2)
+        return self.reason
 
 
 class JobCancelled(JobFailed):
@@ -211,3 +240,16 @@ class ClassifiedPermanent(Permanent):
             # be lost with it, and the __str__'s error recorded instead.
             text = f"<unprintable {type(original).__name__}>"
         super().__init__(text)
+
+
+_RENAMED = {"InvalidJobId": "InvalidRunId"}
+
+
+def __getattr__(name: str) -> Any:
+    """Names kept for code written against earlier releases, with a warning."""
+    if name in _RENAMED:
+        warnings.warn(
+            f"stepstone.{name} is deprecated: use {_RENAMED[name]}", DeprecationWarning, 2
+        )
+        return globals()[_RENAMED[name]]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

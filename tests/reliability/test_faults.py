@@ -1,5 +1,5 @@
 """Store faults: the engine retries through a flaky, slow store, and rides out
-an outage. store.faults.FaultyStore over a FileStore, under a StoreQueue and
+an outage. stepstone.store.wrappers.faults.FaultyStore over a FileStore, under a StoreQueue and
 a JobRunner in this process (the submitter and the worker both see the faults).
 
 - 10% of all calls fail with StoreUnavailable (half of them after the write
@@ -25,7 +25,7 @@ from rel_support import wait_for
 from stepstone import JobHandle, JobRunner, JobStatus
 from stepstone.runtime.store_queue import StoreQueue
 from stepstone.store import FileStore, StoreUnavailable
-from stepstone.store.faults import FaultyStore
+from stepstone.store.wrappers.faults import FaultyStore
 
 pytestmark = pytest.mark.slow
 

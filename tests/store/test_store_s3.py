@@ -29,7 +29,7 @@ from stepstone.store import (
     open_store,
 )
 from stepstone.store.s3 import S3Store
-from stepstone.store.throttle import AdaptiveRates
+from stepstone.store.wrappers.throttle import AdaptiveRates
 
 FAST_RETRY = RetryPolicy(attempts=4, base=0.001, cap=0.005)
 

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from stepstone.store.throttle import CUT_AFTER, MIN_RATE, NAP, AdaptiveRate, AdaptiveRates
+from stepstone.store.wrappers.throttle import CUT_AFTER, MIN_RATE, NAP, AdaptiveRate, AdaptiveRates
 
 
 class FakeTime:

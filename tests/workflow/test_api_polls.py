@@ -1,7 +1,7 @@
 """How a runner that runs no worker (an API process) waits for a run it
 submitted: it polls the outcome record, first with a doubling backoff, then,
 once it has seen a few runs of the job's kind end, about when that kind's
-runs end (``stepstone.handles.watch``). A steady stream of runs then costs a few
+runs end (``stepstone.handles.poll_timing``). A steady stream of runs then costs a few
 reads each; a run far slower than the rest still gets its answer."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from stepstone.handles.poll_timing import (
 )
 from stepstone.runtime import StoreQueue
 from stepstone.store import MemoryStore
-from stepstone.store.counting import GET, CountingStore
+from stepstone.store.wrappers.counting import GET, CountingStore
 
 DEADLINE = 20.0
 PICKUP = 0.25

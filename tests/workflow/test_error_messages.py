@@ -10,7 +10,7 @@ import pytest
 from wf_jobs import Counters, MemoThenFail
 from wf_support import wait_until
 
-from stepstone import InvalidJobId, Job, JobContext, JobFailed, JobRunner, JobStatus
+from stepstone import InvalidRunId, Job, JobContext, JobFailed, JobRunner, JobStatus
 from stepstone.records.codec import pack
 from stepstone.testing import FakeClock
 
@@ -69,9 +69,9 @@ async def test_status_of_a_malformed_id_raises_invalid_job_id_before_reading(
     make_runner: MakeRunner, job_id: str
 ) -> None:
     runner = make_runner()
-    with pytest.raises(InvalidJobId):
+    with pytest.raises(InvalidRunId):
         await runner.status(job_id)
-    with pytest.raises(InvalidJobId):
+    with pytest.raises(InvalidRunId):
         runner.handle(job_id, IntKeyed)
-    with pytest.raises(ValueError):  # InvalidJobId is one, for an API's 400
+    with pytest.raises(ValueError):  # InvalidRunId is one, for an API's 400
         await runner.cancel(job_id)

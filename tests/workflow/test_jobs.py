@@ -572,7 +572,7 @@ async def test_a_handle_reads_nothing_while_this_process_queues_or_runs_its_job(
     """However long a job queues and runs, awaiting it where it runs costs no
     store reads: the worker hands the outcome over (polling is for jobs that
     peers took)."""
-    from stepstone.store.counting import GET, CountingStore
+    from stepstone.store.wrappers.counting import GET, CountingStore
 
     store = CountingStore(MemoryStore())
     # What handles read, so not the worker's cancellation check (its own read

@@ -11,10 +11,10 @@ Why it is built the way it is, and where each part lives:
 - **Durability is group-committed** (``batches``): writes queue, and one
   thread commits everything queued as a batch. On Linux both "made durable"
   steps are then one ``syncfs`` of the store's filesystem for the whole
-  batch, so N concurrent writes cost two flushes, not 2N fsyncs; a flush on
-  the disks measured here costs about the same for one file as for a
-  hundred. Elsewhere, or with ``sync="fsync"``, each temp file is fsynced
-  and each directory touched by the batch is fsynced once.
+  batch, so N concurrent writes cost two flushes, not 2N fsyncs, and a
+  flush costs about as much for one file as for many. Elsewhere, or with
+  ``sync="fsync"``, each temp file is fsynced and each directory touched by
+  the batch is fsynced once.
 - **Creates can be durable with one flush** (``journal``, ``creates``,
   ``recovery``): ``put_many_if_absent`` writes each object's key and bytes
   into this process's journal, flushes that one file with ``fdatasync``,

@@ -1,10 +1,10 @@
 """Group commit for the FileStore: writes from many tasks, made durable together.
 
-A durable write on a local disk costs one or two flushes, and on the VMs and
-SSDs this project runs on a flush costs about the same for one file as for a
-hundred. So the FileStore does not flush per write: writes queue here, and
-one thread at a time takes everything queued and commits it as a batch
-(``Committer.commit``: two ``syncfs`` calls for the whole batch on Linux).
+A durable write on a local disk costs one or two flushes, and on an SSD a
+flush costs about as much for one file as for many. So the FileStore does
+not flush per write: writes queue here, and one thread at a time takes
+everything queued and commits it as a batch (``Committer.commit``: two
+``syncfs`` calls for the whole batch on Linux).
 While a batch is on the disk the next one gathers, so the batch size follows
 the load by itself: a lone write pays for its own flush, as before; under
 load a flush covers as many writes as arrived during the previous one.

@@ -5,8 +5,8 @@ fifteen system calls a write, and each one gives up the interpreter lock and
 takes it back. Under load the event loop and that thread then take turns on
 the one lock instead of running side by side, and the loop sits idle while
 jobs wait for their writes. In a process of its own the same work runs on
-another core with a lock of its own: W3 one at a time on files gained 10
-to 13%, a worker draining a backlog 34 to 47% (docs/performance.md).
+another core with a lock of its own, so a busy store gets through more jobs
+a second (docs/performance.md, "Committing in a helper process").
 
 The helper runs this module's ``main``, started by the store that needs
 it, talking over its stdin and stdout: the store sends a batch of
@@ -72,8 +72,8 @@ main(sys.argv[1:3])
 """How the helper starts (``python -c BOOTSTRAP root sync paths...``): the
 packages above it are made empty, found where this process found them, so
 that it imports the file store's own modules and not the whole engine that
-``import stepstone`` brings (0.1 s to start and 25 MB instead of 0.5 s and
-40 MB)."""
+``import stepstone`` brings, and starts in a fraction of the time and
+memory (benchmarks/NOTES.md)."""
 
 _LENGTH = struct.Struct("<I")
 
@@ -102,7 +102,8 @@ IDLE_CPU_NEEDED = 0.5
 """CPUs that must have sat idle, on average, while a store committed its
 last writes in a thread, for a helper to start: it needs a CPU to run on.
 (One worker process on two CPUs leaves about one idle; four leave none,
-and there helpers only add switching: about 11% fewer jobs a second.)"""
+and there helpers only add switching, which costs jobs a second:
+docs/performance.md, "Committing in a helper process".)"""
 
 
 class CpuWatch:

@@ -1,10 +1,11 @@
 """Retired inodes: what a FileStore deletes or replaces, kept to become its next temp files.
 
-Why not just unlink? On ext4 without a journal (the disks this project was
-measured on), creating a file scans its block group past every inode freed
-in the last minute, reading each one's on-disk record, so a store that
-frees inodes as fast as it creates them pays more for each new file the
-busier it is: at 250 jobs a second, more than half of all CPU went there.
+Why not just unlink? On ext4 without a journal (as on the machine in
+docs/performance.md), creating a file scans its block group past every
+inode freed in the last minute, reading each one's on-disk record, so a
+store that frees inodes as fast as it creates them pays more for each new
+file the busier it is, until that scan is most of its CPU
+(benchmarks/NOTES.md).
 A store that *retires* inodes instead (renames a deleted object, or links a
 replaced one, into ``.stepstone-tmp/``) and rewrites them as its next
 objects frees nothing in the steady state; and on any filesystem, reusing

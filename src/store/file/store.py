@@ -442,8 +442,8 @@ class FileStore(ObjectStore):
         A call alone (the first of its turn of the event loop, with no batch
         under way) with a few creates, on a disk that flushes fast, commits
         them on this thread: handing them to the committing thread and back
-        would cost the caller more than the flush does (about a third of a
-        lone submit's time). It blocks the event loop for that flush, as
+        would cost the caller more than the flush does (docs/performance.md,
+        "One submit at a time"). It blocks the event loop for that flush, as
         long as a callback that does some work would; a slow disk, a big
         call, or calls that arrive together take the committing thread.
         """

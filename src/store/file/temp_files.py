@@ -88,8 +88,7 @@ class TempFiles:
 
         A spare is overwritten in place and then cut to length, not emptied
         first: emptying frees its block and the write allocates another,
-        74 us against 7 to 12 us a rewrite on ext4 (docs/performance.md,
-        session 4).
+        which costs several times the rewrite on ext4 (benchmarks/NOTES.md).
 
         A ``journaled`` create's file is new, never a spare, and is not
         flushed here (the journal holds its bytes). A spare may be the inode

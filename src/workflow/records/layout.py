@@ -32,7 +32,7 @@ import re
 import secrets
 from urllib.parse import quote, unquote
 
-from stepstone.errors import InvalidJobId
+from stepstone.errors import InvalidRunId
 from stepstone.store.keys import MAX_KEY_LENGTH, MAX_SEGMENT_LENGTH, join
 
 _HEX_ID = re.compile(r"^[0-9a-f]{8,64}$")
@@ -66,10 +66,10 @@ def fresh_incarnation() -> str:
 
 
 def check_run_id(run_id: object) -> str:
-    """``run_id`` if it is a job id; raises InvalidJobId before anything is read."""
+    """``run_id`` if it is a job id; raises InvalidRunId before anything is read."""
     if not isinstance(run_id, str) or not _HEX_ID.match(run_id):
         shown = repr(run_id if not isinstance(run_id, str) else run_id[:80])
-        raise InvalidJobId(f"not a job id: {shown} (expected 8 to 64 lowercase hex digits)")
+        raise InvalidRunId(f"not a job id: {shown} (expected 8 to 64 lowercase hex digits)")
     return run_id
 
 

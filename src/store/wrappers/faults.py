@@ -27,8 +27,8 @@ from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TypeVar
 
-from .base import DEFAULT_PAGE_SIZE, ObjectInfo, ObjectStore, StoredObject
-from .errors import StoreUnavailable
+from ..base import DEFAULT_PAGE_SIZE, ObjectInfo, ObjectStore, StoredObject
+from ..errors import StoreUnavailable
 
 T = TypeVar("T")
 

@@ -1,9 +1,10 @@
 """CountingStore: how many store requests the engine makes, by kind.
 
 On S3 the bill (and the latency) is per request, and the kinds are priced
-differently: PUT, COPY, POST and LIST cost roughly ten times a GET or HEAD,
-and DELETE is free. Benchmarks wrap the store in this to report requests per
-job, so a change that adds a LIST to every claim shows up as a number.
+differently: PUT, COPY, POST and LIST cost far more than a GET or HEAD, and
+DELETE is free (docs/storage.md). Benchmarks wrap the store in this to report
+requests per job, so a change that adds a LIST to every claim shows up as a
+number.
 
 Each call to the contract is counted once, whether it succeeds or fails (a
 failed request is still a request). One ``list`` call is one LIST even though
@@ -15,8 +16,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 
-from .base import DEFAULT_PAGE_SIZE, NewObject, ObjectInfo, ObjectStore, StoredObject
-from .errors import StoreError
+from ..base import DEFAULT_PAGE_SIZE, NewObject, ObjectInfo, ObjectStore, StoredObject
+from ..errors import StoreError
 
 GET = "GET"
 HEAD = "HEAD"

@@ -1,7 +1,7 @@
 """AdaptiveRates: a store's send rates, one per prefix, cut when S3 says SlowDown.
 
 Why: a partition of a bucket serves a bounded number of requests a second
-(3,500 writes and 5,500 reads on S3) and answers the rest 503 SlowDown.
+(S3's limits: docs/storage.md) and answers the rest 503 SlowDown.
 Retrying each refused request a few times, quickly, does not lower the rate
 at which the process sends: a crowd of workers over the limit stays over
 it, its retries add to the load, requests run out of tries, and the
@@ -22,20 +22,19 @@ process sending less. This is the AWS SDKs' "adaptive" retry mode
   a request that was never throttled does not wait, and an answer costs
   one clock reading.
 
-Three departures from botocore, each measured in the fleet simulation
+Three departures from botocore, each tried in the fleet simulation
 (benchmarks/NOTES.md). **A burst does not cut**: the rate is cut when one
-request is refused ``CUT_AFTER`` (3) times in a row, its two jittered
-retries within about 150 ms included. A SlowDown that a retry gets past was
-a burst, which the retry policy absorbs at the price of one request's
-delay; cutting for it costs seconds of sending below what the partition
-serves, since the rate grows back slowly near where it was cut (cutting on
-every refusal, ten simulated workers drained a backlog a third slower than
-without the adaptive rate, after a handful of SlowDowns among 8,000
-requests). **One cut per congestion event**, as TCP does, not one per
-throttling answer: a refusal of a request sent before the last cut says
-nothing of the rate since (botocore cuts again for each, so the hundreds of
-requests in flight when a crowd crosses a limit, refused together, cut the
-rate 0.7^n to its floor). And **waiters see the rate rise**: a waiter that
+request is refused ``CUT_AFTER`` times in a row, its quick jittered retries
+included. A SlowDown that a retry gets past was a burst, which the retry
+policy absorbs at the price of one request's delay; cutting for it costs
+seconds of sending below what the partition serves, since the rate grows
+back slowly near where it was cut (cutting on every refusal, ten simulated
+workers drained a backlog markedly slower than without the adaptive rate,
+after a handful of SlowDowns). **One cut per congestion event**, as TCP
+does, not one per throttling answer: a refusal of a request sent before the
+last cut says nothing of the rate since (botocore cuts again for each, so
+the hundreds of requests in flight when a crowd crosses a limit, refused
+together, cut the rate 0.7^n to its floor). And **waiters see the rate rise**: a waiter that
 would sleep longer than ``NAP`` wakes to look again, so a queue formed at a
 low rate drains at the rate that follows it.
 

@@ -1,0 +1,32 @@
+"""What wraps a store or its requests: counted, failing on purpose, retried, paced.
+
+None of these is a backend. Two are stores over another store, forwarding
+every call to it, so what they promise is the inner store's; two are what
+``S3Store`` wraps each of its requests in. Why each exists, and where it lives:
+
+- **Requests are what S3 bills** (``counting``, ``CountingStore``): it counts
+  every call to the contract by kind (GET, HEAD, PUT, conditional PUT, LIST,
+  DELETE), so the benchmarks and the tests can report and pin the requests a
+  job costs, and a change that adds one to every claim shows up as a number.
+- **The engine's promises must hold when the store misbehaves**
+  (``faults``, ``FaultyStore``): it fails calls on purpose, the ways S3 does
+  (a request refused, a request applied whose answer is lost, a slow
+  request, an outage), over any real store and reproducibly from a seed, for
+  the reliability tests.
+- **Short blips are cheaper absorbed than surfaced** (``retry``,
+  ``RetryPolicy``): a few quick retries with full jitter inside the store,
+  bounded and capped, rather than a failed job step; what is retried is the
+  caller's choice, when and how often this policy's.
+- **A crowd over a partition's limit must send less, not retry harder**
+  (``throttle``, ``AdaptiveRate``, ``AdaptiveRates``): one send rate per
+  partition of the bucket, cut when S3 answers SlowDown to a request its
+  retries could not get past and grown back on successes, after the AWS
+  SDKs' adaptive mode.
+"""
+
+from .counting import CountingStore
+from .faults import FaultyStore
+from .retry import RetryPolicy
+from .throttle import AdaptiveRate, AdaptiveRates
+
+__all__ = ["AdaptiveRate", "AdaptiveRates", "CountingStore", "FaultyStore", "RetryPolicy"]
