@@ -6,7 +6,7 @@
     curl -si -X POST localhost:8000/orders -H 'Idempotency-Key: 7b1c-order-1' \\
          -H 'content-type: application/json' \\
          -d '{"customer": "ada", "items": [{"sku": "book", "quantity": 2}]}'
-    curl -s localhost:8000/jobs/<job_id>
+    curl -s localhost:8000/jobs/<run_id>
 
 Why it is shaped this way:
 
@@ -37,8 +37,7 @@ from typing import Annotated, Any, ClassVar
 from fastapi import FastAPI, Header, HTTPException, Request, Response, status
 from pydantic import BaseModel, Field
 
-from stepstone import InputMismatch, Job, JobContext, JobRunner
-from stepstone.records.layout import check_run_id
+from stepstone import InputMismatch, InvalidRunId, Job, JobContext, JobRunner
 
 MAX_KEY_LENGTH = 200
 
@@ -93,7 +92,7 @@ class PlaceOrder(Job[OrderResult]):
             return sum(PRICES.get(i.sku, DEFAULT_PRICE) * i.quantity for i in order.items)
 
         async def reserve(order: OrderRequest) -> str:
-            return f"resv-{ctx.job_id[:12]}"
+            return f"resv-{ctx.run_id[:12]}"
 
         gateway = ctx.state(PaymentGateway)
         ctx.progress({"stage": "pricing", "done": 0, "of": 3})
@@ -104,7 +103,7 @@ class PlaceOrder(Job[OrderResult]):
         receipt = await ctx.step("charge", gateway.charge, self.order.customer, total)
         ctx.progress({"stage": "done", "done": 3, "of": 3})
         return OrderResult(
-            order_id=ctx.job_id, total_cents=total, reservation=reservation, receipt=receipt
+            order_id=ctx.run_id, total_cents=total, reservation=reservation, receipt=receipt
         )
 
 
@@ -156,33 +155,32 @@ def create_app(runner: JobRunner | None = None, *, run_worker: bool | None = Non
                 status.HTTP_409_CONFLICT,
                 "this Idempotency-Key was already used for a different request",
             ) from None
-        url = str(request.url_for("get_job", job_id=handle.id))
+        url = str(request.url_for("get_job", run_id=handle.id))
         response.headers["Location"] = url
-        return {"job_id": handle.id, "newly_submitted": handle.newly_submitted, "status_url": url}
+        return {"run_id": handle.id, "newly_submitted": handle.newly_submitted, "status_url": url}
 
-    @app.get("/jobs/{job_id}")
-    async def get_job(job_id: str) -> dict[str, Any]:
+    @app.get("/jobs/{run_id}")
+    async def get_job(run_id: str) -> dict[str, Any]:
         try:
-            check_run_id(job_id)
-        except ValueError:
+            state = await the_runner.status(run_id)  # (checks the id before reading)
+        except InvalidRunId:
             raise HTTPException(status.HTTP_404_NOT_FOUND, "no such job") from None
-        state = await the_runner.status(job_id)
         if state is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, "no such job")
         body: dict[str, Any] = {
-            "job_id": job_id,
-            "state": state.state,
+            "run_id": run_id,
+            "status": state.status,
             "attempts": state.attempts,
             "progress": state.progress,
             "result": None,
             "error": None,
         }
         if state.finished:
-            outcome = await the_runner.handle(job_id, PlaceOrder).fetch_result()
+            outcome = await the_runner.handle(run_id, PlaceOrder).poll()
             if outcome is not None and outcome.ok and outcome.result is not None:
                 body["result"] = outcome.result.model_dump()
             elif outcome is not None and outcome.error is not None:
-                body["error"] = {"kind": outcome.error.kind, "message": outcome.error.message}
+                body["error"] = {"reason": outcome.error.reason, "message": outcome.error.message}
         return body
 
     return app

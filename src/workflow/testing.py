@@ -232,16 +232,16 @@ async def run_job(
     return outcome.unwrap()
 
 
-def _stuck(job: Job[Any], job_id: str, timeout: float, state: JobState | None) -> str:
-    where = f"job {job_id} ({job.NAME}) did not finish within {timeout}s"
+def _stuck(job: Job[Any], run_id: str, timeout: float, state: JobState | None) -> str:
+    where = f"run {run_id} ({job.NAME}) did not finish within {timeout}s"
     if state is None:
         return f"{where}; the store knows nothing of it"
-    detail = f"{where}; it is {state.state} after {state.attempts} attempt(s)"
+    detail = f"{where}; it is {state.status} after {state.attempts} attempt(s)"
     if state.last_error:
         detail += f", last error: {state.last_error}"
-    if state.state == "scheduled" and state.run_at is not None:
+    if state.status == "scheduled" and state.run_at is not None:
         detail += f" (due at {state.run_at}: move the clock with advance())"
-    elif state.state == "ready":
+    elif state.status == "ready":
         detail += " (is a runner started, with the job type registered on it?)"
     return detail
 

@@ -40,7 +40,7 @@ async def test_a_running_job_cancelled_from_the_cli_stops_and_the_log_says_cance
 
     def about(job_id: str) -> list[dict[str, Any]]:
         records = [json.loads(line) for line in log_path.read_text().splitlines()]
-        return [r for r in records if r.get("job_id") == job_id]
+        return [r for r in records if r.get("run_id") == job_id]
 
     try:
         runner = file_runner(store_dir)  # submits only: the worker process runs the job

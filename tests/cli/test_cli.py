@@ -79,10 +79,10 @@ async def test_worker_runs_jobs_then_drains_on_sigterm(
     messages = [r["message"] for r in records]
     assert any("concurrency 3" in m for m in messages), messages
     assert any("drained" in m for m in messages), messages
-    about_greet = [r for r in records if r.get("job_id") == greet.id]
+    about_greet = [r for r in records if r.get("run_id") == greet.id]
     assert about_greet, "no log record carried the job's id"
     for record in about_greet:
-        assert record.get("job_name") == "cli.greet" and record.get("attempt") == 1, record
+        assert record.get("kind") == "cli.greet" and record.get("attempt") == 1, record
 
 
 def test_worker_refuses_a_bad_target(
@@ -124,24 +124,24 @@ async def test_ls_show_stats_cancel_retry_on_a_file_store(
     # ls: everything, one row per id, and where each row came from.
     listed = cli("ls", "--json", *store)
     assert listed.status == 0, listed.err
-    rows = {row["id"]: row for row in listed.json()["jobs"]}
+    rows = {row["id"]: row for row in listed.json()["runs"]}
     assert set(rows) == {greet.id, boom.id, later.id}
-    assert (rows[greet.id]["state"], rows[greet.id]["source"]) == ("succeeded", "outcome")
-    assert (rows[boom.id]["state"], rows[boom.id]["source"]) == ("dead", "queue+outcome")
+    assert (rows[greet.id]["status"], rows[greet.id]["source"]) == ("succeeded", "outcome")
+    assert (rows[boom.id]["status"], rows[boom.id]["source"]) == ("dead", "queue+outcome")
     assert "boom 4" in rows[boom.id]["last_error"]
-    assert (rows[later.id]["state"], rows[later.id]["source"]) == ("scheduled", "queue")
+    assert (rows[later.id]["status"], rows[later.id]["source"]) == ("scheduled", "queue")
 
     # Options go after the command or before it; the table says what it read.
     table = cli(*store, "ls", "--status", "succeeded")
     assert table.status == 0, table.err
     assert greet.id[:12] in table.out and boom.id[:12] not in table.out
-    assert "1 job(s) from outcomes/ (finished runs)" in table.out
+    assert "1 run(s) from outcomes/ (finished runs)" in table.out
     dead = cli("ls", "--status", "dead", "--json", env={"STEPSTONE_STORE": str(store_dir)})
-    assert [row["id"] for row in dead.json()["jobs"]] == [boom.id]
+    assert [row["id"] for row in dead.json()["runs"]] == [boom.id]
 
     # show: outcome, progress and memos by step name.
     shown = cli("show", greet.id, "--json", *store).json()
-    assert shown["state"] == "succeeded" and shown["outcome"]["result"] == "hello bob"
+    assert shown["status"] == "succeeded" and shown["outcome"]["result"] == "hello bob"
     assert shown["progress"] == {"done": 2, "of": 2}
     assert [(m["step"], m["current"]) for m in shown["memos"]] == [
         ("compose", True),
@@ -150,7 +150,7 @@ async def test_ls_show_stats_cancel_retry_on_a_file_store(
     assert shown["memos"][1]["value"] == {"who": "bob", "lang": "en"}
     text = cli("show", boom.id, *store)
     assert text.status == 0, text.err
-    expected = ["state        dead", "queue:", "outcome:", "error        permanent: "]
+    expected = ["status       dead", "queue:", "outcome:", "error        permanent: "]
     expected += [
         "attempts (1, by claim):",
         "  1  attempt 1   dead",
@@ -185,12 +185,12 @@ async def test_ls_show_stats_cancel_retry_on_a_file_store(
     assert cli("show", later.id, "--json", *store).json()["input"] == {"name": "later"}
     cancelled = cli("cancel", later.id, *store)
     assert (cancelled.status, cancelled.out.strip()) == (0, f"cancelled {later.id}"), cancelled.err
-    assert cli("show", later.id, "--json", *store).json()["state"] == "cancelled"
+    assert cli("show", later.id, "--json", *store).json()["status"] == "cancelled"
     one_line_error(cli("cancel", later.id, *store), "already finished (cancelled)")
 
     # retry: only a dead job; its failed outcome goes first, and the rerun
     # replays the step the failed run recorded.
-    one_line_error(cli("retry", greet.id, *store), "only a dead job can be retried")
+    one_line_error(cli("retry", greet.id, *store), "only a dead run can be retried")
     (cli_dir / "allow-boom").touch()
     retried = cli("retry", boom.id, *store)
     assert retried.status == 0, retried.err
@@ -198,7 +198,7 @@ async def test_ls_show_stats_cancel_retry_on_a_file_store(
     async with file_runner(store_dir) as runner:
         assert await runner.handle(boom.id, Boom).result(timeout=DEADLINE) == 8
     assert count("prepare") == 1, "the retried run executed a step that had a memo"
-    assert cli("show", boom.id, "--json", *store).json()["state"] == "succeeded"
+    assert cli("show", boom.id, "--json", *store).json()["status"] == "succeeded"
 
 
 async def test_purge_removes_only_runs_older_than_the_age(
@@ -245,13 +245,13 @@ def test_errors_are_one_line(
     cli: Cli, store_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     store = ["--store", str(store_dir)]
-    one_line_error(cli("show", "ab" * 16, *store), "no job " + "ab" * 16)
+    one_line_error(cli("show", "ab" * 16, *store), "no run " + "ab" * 16)
     one_line_error(cli("ls", "--store", "ftp://host/x"), "unknown scheme")
     # The rest in-process: the same main(), without paying for an interpreter each.
     for argv, fragments in [
-        (["show", "not-an-id", *store], ["not a job id"]),
-        (["retry", "cd" * 16, *store], ["no job"]),
-        (["cancel", "ef" * 16, *store], ["no job"]),
+        (["show", "not-an-id", *store], ["not a run id"]),
+        (["retry", "cd" * 16, *store], ["no run"]),
+        (["cancel", "ef" * 16, *store], ["no run"]),
         (["ls"], ["--store", "STEPSTONE_STORE"]),
         (["ls", "--store", str(tmp_path / "typo")], ["does not exist"]),
         (["ls", "--store", "typo"], ["does not exist", "relative to the working directory"]),
@@ -287,7 +287,7 @@ def test_ls_says_which_queue_cannot_list(
         )
     # Finished runs are outcome records, which every backend keeps.
     assert main(["ls", "--status", "succeeded", *app]) == 0
-    assert "0 job(s) from outcomes/" in capsys.readouterr().out
+    assert "0 run(s) from outcomes/" in capsys.readouterr().out
 
 
 def test_durations() -> None:
@@ -366,7 +366,7 @@ async def test_schedules_lists_next_ticks_and_show_says_what_a_run_waits_for(
         await wait_until(lambda: _sleeping(submitter, handle.id), message="the nap starts")
     shown = cli("show", handle.id, "--store", str(store_dir))
     assert shown.status == 0, shown.err
-    assert "state        sleeping" in shown.out and "waiting for  until " in shown.out
+    assert "status       sleeping" in shown.out and "waiting for  until " in shown.out
     assert (
         cli("show", handle.id, "--json", "--store", str(store_dir))
         .json()["queue"]["waiting_for"]
@@ -376,4 +376,4 @@ async def test_schedules_lists_next_ticks_and_show_says_what_a_run_waits_for(
 
 async def _sleeping(runner: JobRunner, job_id: str) -> bool:
     state = await runner.status(job_id)
-    return state is not None and state.state == "sleeping"
+    return state is not None and state.status == "sleeping"

@@ -111,7 +111,7 @@ async def test_the_counts_a_worker_serves_match_the_jobs_it_ran(
         assert time.monotonic() < deadline, f"the counts never settled: {samples}"
         await asyncio.sleep(0.05)
 
-    job = "stepstone_job_name"
+    job = "stepstone.job.kind"
     assert value(samples, "stepstone_job_claimed_total", **{job: "cli.greet"}) == 3
     assert value(samples, "stepstone_job_claimed_total", **{job: "cli.flaky"}) == 2
     assert value(samples, "stepstone_job_claimed_total", **{job: "cli.boom"}) == 1

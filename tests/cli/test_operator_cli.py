@@ -102,7 +102,7 @@ def store(store_dir: Path, cli_dir: Path) -> Store:
 def listed(run_cli: RunCli, store: Store, *options: str) -> list[str]:
     result = run_cli("ls", "--json", *store.args, *options)
     assert result.status == 0, result.err
-    return [row["id"] for row in result.json()["jobs"]]
+    return [row["id"] for row in result.json()["runs"]]
 
 
 def test_ls_lists_newest_first_and_filters(run_cli: RunCli, store: Store) -> None:
@@ -121,7 +121,7 @@ def test_ls_lists_newest_first_and_filters(run_cli: RunCli, store: Store) -> Non
 
     shown = run_cli("ls", *store.args, "--limit", "3")
     assert shown.out.splitlines()[-1] == (
-        "3 job(s) from the queue and outcomes/, newest first (--limit reached)"
+        "3 run(s) from the queue and outcomes/, newest first (--limit reached)"
     )
     one_line_error(run_cli("ls", *store.args, "--since", "last tuesday"), "10m, 2h, 3d")
 
@@ -134,7 +134,7 @@ def test_ls_fits_100_columns_with_long_names_and_errors_escaped(
     lines = shown.out.splitlines()
     assert all(len(line) <= 100 for line in lines), "\n".join(lines)
     header, dead, ran, mid, old = lines[:5]
-    assert header.split() == ["ID", "STATE", "NAME", "TRIES", "AGE", "LAST", "ERROR"]
+    assert header.split() == ["ID", "STATUS", "KIND", "TRIES", "AGE", "LAST", "ERROR"]
     assert dead.startswith(store.dead[:12] + "  dead")
     assert "cli.reports.quarterly-r…" in dead, "a long job name is cut with an ellipsis"
     assert "Permanent: \\x1b[2Jquota" in dead, "control characters are escaped"
@@ -150,21 +150,21 @@ def test_show_takes_an_id_prefix_or_an_idempotency_key(run_cli: RunCli, store: S
     assert by_prefix.json()["id"] == store.dead
     by_key = run_cli("show", "--key", "report:eu", "--json", *store.args)
     assert by_key.json()["id"] == store.dead
-    assert run_cli("show", store.old[:6], *store.args).out.startswith(f"job {store.old}\n")
+    assert run_cli("show", store.old[:6], *store.args).out.startswith(f"run {store.old}\n")
 
     # Two runs whose ids start alike: keys whose SHA-256 (the run id) share four digits.
     first, second = twins(4)
     a, b = submit_at(store.path, time.time(), Report(key=first), Report(key=second))
     ambiguous = run_cli("show", a[:4], *store.args)
-    one_line_error(ambiguous, "more than one job", a[:12], b[:12], "give more of the id")
+    one_line_error(ambiguous, "more than one run", a[:12], b[:12], "give more of the id")
     assert run_cli("show", a[:12], "--json", *store.args).json()["id"] == a
 
     taken = {i[:4] for i in (store.dead, store.ran, store.mid, store.old, a, b)}
     absent = next(p for p in (f"{n:04x}" for n in range(1 << 16)) if p not in taken)
-    one_line_error(run_cli("show", absent, *store.args), f"no job id starts with {absent}")
-    one_line_error(run_cli("show", "--key", "report:us", *store.args), "'report:us'", "no job")
+    one_line_error(run_cli("show", absent, *store.args), f"no run id starts with {absent}")
+    one_line_error(run_cli("show", "--key", "report:us", *store.args), "'report:us'", "no run")
     one_line_error(run_cli("show", *store.args), "--key IDEMPOTENCY_KEY")
-    one_line_error(run_cli("show", "xyz", *store.args), "not a job id or id prefix")
+    one_line_error(run_cli("show", "xyz", *store.args), "not a run id or id prefix")
 
 
 def twins(digits: int) -> tuple[str, str]:
@@ -231,7 +231,7 @@ async def test_a_run_that_cannot_be_retried_is_named_and_the_rest_go_on(
         done = await retry_many(runner, [greet.id, boom.id])
     assert done.requeued == [boom.id]
     assert list(done.refused) == [greet.id]
-    assert "only a dead job can be retried" in done.refused[greet.id]
+    assert "only a dead run can be retried" in done.refused[greet.id]
 
 
 def test_shared_options_go_before_or_after_every_command(

@@ -60,7 +60,7 @@ async def test_a_jobs_control_characters_are_escaped_in_ls_show_and_the_text_log
         shown = cli(*command, *store)
         assert shown.status == 0, shown.err
         assert raw_controls(shown.out) == [], command
-        assert "\\x1b[2J\\x1b[Hscreen cleared\\rrow" in shown.out, command
+        assert "\\x1b[2J\\x1b[Hscreen cleared\\r" in shown.out, command
     detail = cli("show", handle.id, "--json", *store).json()
     assert detail["outcome"]["error"]["message"] == f"Permanent: {HOSTILE}", "JSON stays exact"
 

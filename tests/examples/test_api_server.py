@@ -45,7 +45,7 @@ def until_finished(client: TestClient, job_id: str) -> dict[str, Any]:
     deadline = time.monotonic() + DEADLINE
     while True:
         body: dict[str, Any] = client.get(f"/jobs/{job_id}").json()
-        if body["state"] in ("succeeded", "failed", "cancelled"):
+        if body["status"] in ("succeeded", "failed", "cancelled"):
             return body
         if time.monotonic() > deadline:
             raise AssertionError(f"job {job_id} did not finish within {DEADLINE}s: {body}")
@@ -70,13 +70,13 @@ def test_orders_are_idempotent_by_key_and_survive_a_restart(tmp_path: Path) -> N
 
         first = post(client, "order-1")
         assert first.status_code == 202, first.text
-        job_id = first.json()["job_id"]
+        job_id = first.json()["run_id"]
         assert first.json()["newly_submitted"] is True
         assert first.headers["location"].endswith(f"/jobs/{job_id}")
 
         again = post(client, "order-1")
         assert again.status_code == 202
-        assert again.json()["job_id"] == job_id and again.json()["newly_submitted"] is False
+        assert again.json()["run_id"] == job_id and again.json()["newly_submitted"] is False
 
         changed = {**ORDER, "customer": "bob"}
         conflict = post(client, "order-1", changed)
@@ -84,7 +84,7 @@ def test_orders_are_idempotent_by_key_and_survive_a_restart(tmp_path: Path) -> N
         assert "different request" in conflict.json()["detail"]
 
         done = until_finished(client, job_id)
-        assert done["state"] == "succeeded", done
+        assert done["status"] == "succeeded", done
         assert done["result"]["total_cents"] == TOTAL
         assert done["result"]["receipt"] == "rcpt-000001"
         assert done["attempts"] == 2, "the injected charge failure should have cost one attempt"
@@ -102,7 +102,7 @@ def test_orders_are_idempotent_by_key_and_survive_a_restart(tmp_path: Path) -> N
     fresh = PaymentGateway()
     with TestClient(create_app(make_runner(store, payments=fresh, poll_interval=0.05))) as client:
         replay = post(client, "order-1")
-        assert replay.status_code == 202 and replay.json()["job_id"] == job_id
+        assert replay.status_code == 202 and replay.json()["run_id"] == job_id
         assert replay.json()["newly_submitted"] is False
         assert client.get(f"/jobs/{job_id}").json()["result"]["total_cents"] == TOTAL
         assert post(client, "order-1", changed).status_code == 409
@@ -113,10 +113,10 @@ def test_orders_are_idempotent_by_key_and_survive_a_restart(tmp_path: Path) -> N
 def test_orders_on_s3(stepstone_s3_url: str) -> None:
     """The same app on a bucket (moto, through the testing kit's fixtures)."""
     with TestClient(create_app(make_runner(stepstone_s3_url, poll_interval=0.05))) as client:
-        job_id = post(client, "s3-order").json()["job_id"]
-        assert post(client, "s3-order").json()["job_id"] == job_id
+        job_id = post(client, "s3-order").json()["run_id"]
+        assert post(client, "s3-order").json()["run_id"] == job_id
         done = until_finished(client, job_id)
-        assert done["state"] == "succeeded" and done["result"]["total_cents"] == TOTAL
+        assert done["status"] == "succeeded" and done["result"]["total_cents"] == TOTAL
 
 
 def test_the_api_submits_and_a_separate_worker_process_runs(tmp_path: Path) -> None:
@@ -136,9 +136,9 @@ def test_the_api_submits_and_a_separate_worker_process_runs(tmp_path: Path) -> N
     try:
         app = create_app(make_runner(store), run_worker=False)
         with TestClient(app) as client:
-            job_id = post(client, "split-1").json()["job_id"]
+            job_id = post(client, "split-1").json()["run_id"]
             done = until_finished(client, job_id)
-            assert done["state"] == "succeeded", done
+            assert done["status"] == "succeeded", done
             assert done["result"]["total_cents"] == TOTAL
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=DEADLINE) == 0, log.read_text()

@@ -119,7 +119,7 @@ async def test_attempts_are_counted_by_how_they_ended(reader: InMemoryMetricRead
         )
         points = await collect(reader)
 
-    name = "stepstone.job.name"
+    name = "stepstone.job.kind"
     assert total(points, "stepstone.job.claimed", **{name: "m.pay"}) == 2
     assert total(points, "stepstone.job.claimed", **{name: "m.nap"}) == 2
     assert total(points, "stepstone.job.claimed") == 5
@@ -140,7 +140,7 @@ async def test_attempts_are_counted_by_how_they_ended(reader: InMemoryMetricRead
     assert total(points, "stepstone.step.duration", **{name: "m.pay", step: "fetch"}) == 1
     assert total(points, "stepstone.step.duration", **{name: "m.pay", step: "charge"}) == 2
     assert total(points, "stepstone.job.in_flight") == 0
-    assert total(points, "stepstone.queue.depth", **{"stepstone.job.state": "dead"}) == 1
+    assert total(points, "stepstone.queue.depth", **{"stepstone.job.status": "dead"}) == 1
     assert total(points, "stepstone.queue.depth") == 1
 
 
@@ -153,17 +153,18 @@ async def test_in_flight_and_queue_depth_are_read_when_collected(
         held = [await runner.submit(Hold()) for _ in range(3)]
         await wait_until(lambda: runner.worker.in_flight == 1)
         points = await collect(reader)
-        assert total(points, "stepstone.job.in_flight", **{"stepstone.job.name": "m.hold"}) == 1
-        assert total(points, "stepstone.queue.depth", **{"stepstone.job.state": "running"}) == 1
-        assert total(points, "stepstone.queue.depth", **{"stepstone.job.state": "ready"}) == 2
+        assert total(points, "stepstone.job.in_flight", **{"stepstone.job.kind": "m.hold"}) == 1
+        assert total(points, "stepstone.queue.depth", **{"stepstone.job.status": "running"}) == 1
+        assert total(points, "stepstone.queue.depth", **{"stepstone.job.status": "ready"}) == 2
         Hold.gate.set()
         for handle in held:
             assert await handle.result(timeout=10) == "released"
 
 
 def test_without_a_meter_provider_a_runner_records_nothing() -> None:
-    """No provider: the worker gets no observer and steps no timer, so a job
-    pays for nothing (the benchmark's figure: docs/observability.md)."""
+    """No provider: the worker's observer records nothing and steps get no
+    timer, so a job pays for next to nothing (the benchmark's figure:
+    docs/observability.md)."""
     from opentelemetry import metrics
 
     if type(metrics.get_meter_provider()).__name__ != "_ProxyMeterProvider":
@@ -174,6 +175,6 @@ def test_without_a_meter_provider_a_runner_records_nothing() -> None:
     async def start_and_look() -> tuple[object, object]:
         runner = JobRunner("memory://")
         async with runner:
-            return runner.worker.observer, step_timer()
+            return runner._metrics.recording, step_timer()
 
-    assert asyncio.run(start_and_look()) == (None, None)
+    assert asyncio.run(start_and_look()) == (False, None)

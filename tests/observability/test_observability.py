@@ -115,17 +115,17 @@ async def test_every_engine_record_about_a_job_names_the_job_and_attempt(
         raw
         for raw in captured.raw
         if raw["name"].split(".")[0] == "stepstone"
-        and any(job_id in _text(raw) for job_id in names)
+        and any(run_id in _text(raw) for run_id in names)
     ]
     assert len(engine) >= 6, [r["msg"] for r in captured.raw]
     for raw in engine:
         where = f"{raw['name']}: {_text(raw)!r}"
-        job_id = raw.get("job_id")
-        assert job_id in names, f"no job_id on {where}"
-        assert (raw.get("job_name") or raw.get("job_kind")) == names[job_id], where
+        run_id = raw.get("run_id")
+        assert run_id in names, f"no run_id on {where}"
+        assert raw.get("kind") == names[run_id], where
         if "submitted" not in _text(raw):  # a submit is before any attempt
             assert isinstance(raw.get("attempt"), int) and raw["attempt"] >= 1, where
-    attempts = {raw.get("attempt") for raw in engine if raw.get("job_id") == charged.id}
+    attempts = {raw.get("attempt") for raw in engine if raw.get("run_id") == charged.id}
     assert {1, 2} <= attempts
 
     # The application's own records inside the job get the job's fields from
@@ -133,7 +133,7 @@ async def test_every_engine_record_about_a_job_names_the_job_and_attempt(
     own = [r for r in captured.records if r.name == "app.orders"]
     assert {r.getMessage() for r in own} >= {"looking up o-1", "charging o-1"}
     for record in own:
-        assert (record.job_id, record.job_name) == (charged.id, "obs.charge")  # type: ignore[attr-defined]
+        assert (record.run_id, record.kind) == (charged.id, "obs.charge")  # type: ignore[attr-defined]
         assert record.attempt in (1, 2)  # type: ignore[attr-defined]
     charging = [r for r in own if r.getMessage() == "charging o-1"]
     assert [r.attempt for r in charging] == [2]  # type: ignore[attr-defined]
@@ -141,9 +141,9 @@ async def test_every_engine_record_about_a_job_names_the_job_and_attempt(
     # Outside any job the fields exist and are None, so formats never break.
     plain = logging.LogRecord("x", logging.INFO, __file__, 1, "hello", (), None)
     JobLogFilter().filter(plain)
-    assert (plain.job_id, plain.job_name, plain.attempt) == (None, None, None)  # type: ignore[attr-defined]
+    assert (plain.run_id, plain.kind, plain.attempt) == (None, None, None)  # type: ignore[attr-defined]
     line = JsonFormatter().format(own[0])
-    assert f'"job_id": "{charged.id}"' in line and '"job_name": "obs.charge"' in line
+    assert f'"run_id": "{charged.id}"' in line and '"kind": "obs.charge"' in line
 
 
 def _text(raw: dict[str, Any]) -> str:
@@ -160,7 +160,7 @@ async def test_progress_is_visible_while_the_job_runs(stepstone_memory_runner: J
 
     async def reported() -> bool:
         state = await handle.status()
-        return state is not None and state.state == "running" and state.progress is not None
+        return state is not None and state.status == "running" and state.progress is not None
 
     await wait_until(reported, timeout=10)
     state = await handle.status()
@@ -168,7 +168,7 @@ async def test_progress_is_visible_while_the_job_runs(stepstone_memory_runner: J
     Waits.gate.set()
     assert await handle.result(timeout=10) == "done"
     final = await handle.status()
-    assert final is not None and final.state == "succeeded"
+    assert final is not None and final.status == "succeeded"
     assert final.progress == {"done": 3, "of": 10}
 
 
@@ -209,7 +209,7 @@ async def test_a_span_per_attempt_and_per_step(
     assert jobs[0].status.status_code is StatusCode.ERROR
     assert any(e.name == "exception" for e in jobs[0].events), "the failure was not recorded"
     assert jobs[1].status.status_code is not StatusCode.ERROR
-    assert len({s.attributes["stepstone.job.id"] for s in jobs}) == 1
+    assert len({s.attributes["stepstone.run.id"] for s in jobs}) == 1
 
     for job_span, expected in zip(
         jobs,
@@ -235,7 +235,7 @@ def test_no_spans_when_no_provider_is_configured() -> None:
     """With opentelemetry installed but no TracerProvider set up, steps pay for
     no spans at all (a no-op span per step is measurable)."""
     trace = pytest.importorskip("opentelemetry.trace", reason="needs the otel extra")
-    from stepstone.telemetry import logs as observability
+    from stepstone.telemetry import tracing as observability
 
     if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         pytest.skip("a global TracerProvider is configured in this process")

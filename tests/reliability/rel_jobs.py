@@ -274,7 +274,7 @@ class ThreeSteps(Job[list[str]]):
         return f"rel-three-steps:{self.n}"
 
     async def run(self, ctx: JobContext) -> list[str]:
-        return [await ctx.step(step, effect, ctx.job_id, step) for step in STEPS]
+        return [await ctx.step(step, effect, ctx.run_id, step) for step in STEPS]
 
 
 async def _gate(run: str, step: str, attempt: int) -> str:
@@ -299,8 +299,8 @@ class Gated(Job[list[str]]):
         return f"rel-gated:{self.n}"
 
     async def run(self, ctx: JobContext) -> list[str]:
-        first = await ctx.step("a", _gate, ctx.job_id, "a", ctx.attempt)
-        rest = [await ctx.step(step, effect, ctx.job_id, step) for step in ("b", "c")]
+        first = await ctx.step("a", _gate, ctx.run_id, "a", ctx.attempt)
+        rest = [await ctx.step(step, effect, ctx.run_id, step) for step in ("b", "c")]
         return [first, *rest]
 
 
@@ -354,7 +354,7 @@ class ClassifiesUnprintable(Job[int]):
         return ErrorClass.PERMANENT
 
     async def run(self, ctx: JobContext) -> int:
-        emit("EXEC", ctx.job_id, "run", os.getpid(), ctx.attempt)
+        emit("EXEC", ctx.run_id, "run", os.getpid(), ctx.attempt)
         raise Unprintable()
 
 
@@ -428,7 +428,7 @@ class Plain3(Job[list[str]]):
         return f"rel-plain3:{self.n}"
 
     async def run(self, ctx: JobContext) -> list[str]:
-        return [await ctx.step(step, effect, ctx.job_id, step) for step in STEPS]
+        return [await ctx.step(step, effect, ctx.run_id, step) for step in STEPS]
 
 
 ALL_JOBS = (*ALL_JOBS, Plain3)

@@ -37,9 +37,9 @@ class Sleeps(Job[list[str]]):
         return f"rel-sleeps:{self.n}"
 
     async def run(self, ctx: JobContext) -> list[str]:
-        a = await ctx.step("a", effect, ctx.job_id, "a")
+        a = await ctx.step("a", effect, ctx.run_id, "a")
         await ctx.sleep(self.seconds)
-        return [a, await ctx.step("b", after_wait, ctx.job_id)]
+        return [a, await ctx.step("b", after_wait, ctx.run_id)]
 
 
 class AwaitsGo(Job[list[Any]]):
@@ -54,9 +54,9 @@ class AwaitsGo(Job[list[Any]]):
         return f"rel-awaits-go:{self.n}"
 
     async def run(self, ctx: JobContext) -> list[Any]:
-        a = await ctx.step("a", effect, ctx.job_id, "a")
+        a = await ctx.step("a", effect, ctx.run_id, "a")
         go = await ctx.wait_for_event("go", type=str)
-        b = await ctx.step("b", after_wait, ctx.job_id)
+        b = await ctx.step("b", after_wait, ctx.run_id)
         again = await ctx.wait_for_event("go", timeout=1.0, type=str)
         return [a, go, b, again]
 
@@ -72,7 +72,7 @@ class Leaf(Job[str]):
 
     async def run(self, ctx: JobContext) -> str:
         await ctx.sleep(self.seconds)
-        return await ctx.step("leaf", effect, ctx.job_id, "leaf")
+        return await ctx.step("leaf", effect, ctx.run_id, "leaf")
 
 
 class FansIn(Job[list[str]]):
@@ -88,13 +88,13 @@ class FansIn(Job[list[str]]):
         return f"rel-fans-in:{self.n}"
 
     async def run(self, ctx: JobContext) -> list[str]:
-        a = await ctx.step("a", effect, ctx.job_id, "a")
+        a = await ctx.step("a", effect, ctx.run_id, "a")
         handles = [
             await ctx.submit(Leaf(parent=self.n, i=i, seconds=self.seconds))
             for i in range(self.children)
         ]
         leaves = await ctx.gather(*handles)
-        return [a, *leaves, await ctx.step("b", after_wait, ctx.job_id)]
+        return [a, *leaves, await ctx.step("b", after_wait, ctx.run_id)]
 
 
 async def _tick(run: str, at: float) -> float:
@@ -109,7 +109,7 @@ class Tick(Job[float]):
     at: float
 
     async def run(self, ctx: JobContext) -> float:
-        return await ctx.step("tick", _tick, ctx.job_id, self.at)
+        return await ctx.step("tick", _tick, ctx.run_id, self.at)
 
 
 WAIT_JOBS: tuple[type[Job[Any]], ...] = (Sleeps, AwaitsGo, Leaf, FansIn, Tick)

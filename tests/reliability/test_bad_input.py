@@ -95,7 +95,7 @@ async def test_an_unknown_job_type_is_dead_with_its_reason(env: Env) -> None:
     handle = await env.runner.submit(Stranger())
     outcome = await handle.join(timeout=20)
     assert outcome.status is JobStatus.FAILED and outcome.error is not None
-    assert outcome.error.kind == "unknown"
+    assert outcome.error.reason == "unknown"
     assert "no handler registered for job type `rel.stranger`" in outcome.error.message
     record = await dead_lettered(env, handle.id)
     assert record.dead_reason is not None and "rel.stranger" in record.dead_reason
@@ -159,7 +159,7 @@ async def test_malformed_payloads_in_valid_records_are_dead_as_malformed(env: En
         await env.runner.queue.enqueue(payload, kind=Normal.NAME, id=run)
         outcome = await env.runner.handle(run, Normal).join(timeout=20)
         assert outcome.status is JobStatus.FAILED and outcome.error is not None, what
-        assert outcome.error.kind == "malformed", (what, outcome.error)
+        assert outcome.error.reason == "malformed", (what, outcome.error)
         assert reason in outcome.error.message, (what, outcome.error.message)
         await dead_lettered(env, run)
         await env.still_works()
@@ -179,7 +179,7 @@ async def test_a_result_that_cannot_be_stored_fails_permanently_naming_the_job(
     handle = await env.runner.submit(BadResult())
     with pytest.raises(JobFailed) as failed:
         await handle.result(timeout=20)
-    assert failed.value.kind == "permanent"
+    assert failed.value.reason == "permanent"
     assert "rel.bad-result" in failed.value.message
     assert "cannot be stored" in failed.value.message
     assert (await handle.join()).attempts == 1, "a permanent failure was retried"
@@ -201,7 +201,7 @@ async def test_an_exception_whose_str_raises_is_recorded_as_unprintable(
     handle = await env.runner.submit(job)
     outcome = await handle.join(timeout=20)
     assert outcome.status is JobStatus.FAILED and outcome.error is not None
-    assert outcome.error.kind == kind, outcome.error
+    assert outcome.error.reason == kind, outcome.error
     assert outcome.error.message.startswith("<unprintable "), outcome.error.message
     assert outcome.attempts == attempts, outcome
     await env.still_works()

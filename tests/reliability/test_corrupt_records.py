@@ -75,7 +75,7 @@ class Victim(Job[int]):
         ctx.progress({"n": self.n, "attempt": ctx.attempt})
         if ctx.attempt == 1:
             raise RuntimeError("the first attempt fails; the retry waits on the clock")
-        gates.running.add(ctx.job_id)
+        gates.running.add(ctx.run_id)
         await gates.release.wait()
 
         async def two() -> int:
@@ -243,7 +243,7 @@ async def spoil_object(api: JobRunner, run_id: str, spoil: Spoil) -> None:
 def outcome_of(run_id: str, incarnation: str, input_hash: str) -> bytes:
     return OutcomeRecord(
         run_id=run_id,
-        name=Victim.NAME,
+        kind=Victim.NAME,
         status=JobStatus.SUCCEEDED,
         input_hash=input_hash,
         incarnation=incarnation,

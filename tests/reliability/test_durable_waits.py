@@ -76,7 +76,7 @@ async def wake_time(store: ObjectStore, run_id: str) -> float:
 async def in_state(api: JobRunner, wanted: dict[str, JobStatus]) -> bool:
     for job_id, status in wanted.items():
         state = await api.status(job_id)
-        if state is None or state.state is not status:
+        if state is None or state.status is not status:
             return False
     return True
 

@@ -70,7 +70,7 @@ async def test_a_scheduled_job_runs_when_the_clock_moves(
 
     async def scheduled() -> bool:
         state = await handle.status()
-        return state is not None and state.state == "scheduled"
+        return state is not None and state.status == "scheduled"
 
     await wait_until(scheduled, timeout=5)
     await advance(stepstone_clock, 2 * 3600)
@@ -111,7 +111,7 @@ async def test_run_job_raises_what_the_job_failed_with(
     with pytest.raises(JobFailed, match="not today"):
         await run_job(stepstone_memory_runner, Refuses(text="x"))
     outcome = await run_job_outcome(stepstone_memory_runner, Refuses(text="y"))
-    assert not outcome.ok and outcome.error is not None and outcome.error.kind == "permanent"
+    assert not outcome.ok and outcome.error is not None and outcome.error.reason == "permanent"
 
 
 @pytest.mark.slow

@@ -92,7 +92,7 @@ async def runs(store_url: str) -> AsyncIterator[Runs]:
 
         async def asleep() -> bool:
             state = await runner.status(napping.id)
-            return state is not None and state.state == "sleeping"
+            return state is not None and state.status == "sleeping"
 
         await wait_until(asleep, timeout=DEADLINE)
     await runner.close()

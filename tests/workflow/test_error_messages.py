@@ -38,7 +38,7 @@ async def test_replaying_a_memo_that_does_not_decode_fails_naming_the_step_and_k
         clock.advance(11)
         with pytest.raises(JobFailed) as failed:
             await handle.result(timeout=DEADLINE)
-    assert failed.value.kind == "permanent"
+    assert failed.value.reason == "permanent"
     assert failed.value.error_type == "stepstone.errors.CorruptMemo"
     message = failed.value.message
     assert "'expensive'" in message and info.key in message and MemoThenFail.NAME in message

@@ -94,7 +94,7 @@ async def test_both_hooks_hear_the_outcome_after_it_is_recorded_and_before_the_a
     assert (first, second) == ("job", "runner")  # the job type's, then the runner's
     assert who == "Ada"  # a method hook gets the run's input as self
     assert job_outcome == runner_outcome
-    assert (job_outcome.id, job_outcome.name) == (handle.id, "test.hooks.greets")
+    assert (job_outcome.id, job_outcome.kind) == (handle.id, "test.hooks.greets")
     assert (job_outcome.status, job_outcome.result) == (JobStatus.SUCCEEDED, "hello Ada")
     assert seen_then == [(True, True)]  # the outcome had landed; the queue entry not yet gone
     assert await runner.queue.get(handle.id) is None
@@ -125,14 +125,14 @@ async def test_a_failing_hook_is_logged_with_the_job_id_and_changes_nothing(
         await wait_until(lambda: runner.worker.stats.succeeded == 1)
         await wait_until(lambda: len(caplog.records) == 2)
         state = await handle.status()
-    assert state is not None and state.state is JobStatus.SUCCEEDED
+    assert state is not None and state.status is JobStatus.SUCCEEDED
     assert await runner.queue.get(handle.id) is None  # acked, not retried
     job_failure, runner_failure = caplog.records
     assert "HookRaises.on_settled failed: RuntimeError: the alerting service is down" in (
         job_failure.getMessage()
     )
     assert "the runner's on_settled failed: ValueError: bad hook" in runner_failure.getMessage()
-    assert [getattr(r, "job_id", None) for r in caplog.records] == [handle.id, handle.id]
+    assert [getattr(r, "run_id", None) for r in caplog.records] == [handle.id, handle.id]
 
 
 async def test_a_cancel_calls_the_hooks_in_the_cancelling_process(

@@ -103,7 +103,7 @@ async def test_permanent_failure_is_dead_with_the_error_recorded(runner: JobRunn
     handle = await runner.submit(KeyedFailure(n=7))
     with pytest.raises(JobFailed) as failed:
         await handle
-    assert failed.value.kind == "permanent"
+    assert failed.value.reason == "permanent"
     assert "refusing 7" in failed.value.message
     assert (await handle.join()).attempts == 1
     record = await runner.queue.get(handle.id)
@@ -139,7 +139,7 @@ async def test_input_mismatch_on_the_same_key(make_runner: MakeRunner) -> None:
     await runner.submit(FixedKey(content="alpha"))
     with pytest.raises(InputMismatch) as mismatch:
         await runner.submit(FixedKey(content="beta"))
-    assert mismatch.value.job_id == run_id_for_key("fixed")
+    assert mismatch.value.run_id == run_id_for_key("fixed")
     # And after a restart: a new runner on the same store and queue.
     with pytest.raises(InputMismatch):
         await make_runner().submit(FixedKey(content="beta"))
@@ -165,7 +165,7 @@ async def test_cached_success_after_completion_and_after_restart(
     restarted = make_runner()
     third = await restarted.submit(Keyed(n=42))
     assert not third.newly_submitted and third.id == first.id
-    cached = await third.fetch_result()
+    cached = await third.poll()
     assert cached is not None and cached.result == 42
     assert await third == 42
     assert counters.counts["keyed"] == 1
@@ -180,7 +180,7 @@ async def test_cached_failure_after_completion_and_after_restart(make_runner: Ma
         assert not second.newly_submitted and second.id == first.id
         with pytest.raises(JobFailed) as failed:
             await second
-        assert failed.value.kind == "permanent"
+        assert failed.value.reason == "permanent"
     third = await make_runner().submit(KeyedFailure(n=7))
     assert not third.newly_submitted
     outcome = await third.join()
@@ -197,7 +197,7 @@ async def test_resubmit_after_the_records_were_swept_runs_again_under_the_same_i
     assert old is not None
 
     await remove_run(runner, first.id)
-    assert await first.fetch_result() is None
+    assert await runner.outcome(first.id, int) is None
     # A zombie of the swept run writes its memo late: the next run must not see it.
     await store.put(runner.layout.memo(first.id, old.incarnation, "count"), pack(999))
 
@@ -219,11 +219,11 @@ async def test_retention_removes_the_outcome(make_runner: MakeRunner, clock: Fak
         clock.advance(31)
 
         async def swept() -> bool:
-            return await handle.fetch_result() is None
+            return await runner.outcome(handle.id, int) is None
 
         await wait_until(swept)
         assert [i async for i in runner.store.scan(memos)] == []
-        assert await keep.fetch_result() is not None, "a run inside the window was swept"
+        assert await runner.outcome(keep.id, int) is not None, "a run inside the window was swept"
 
 
 async def test_an_unknown_job_type_is_dead_with_no_handler_registered(
@@ -235,7 +235,7 @@ async def test_an_unknown_job_type_is_dead_with_no_handler_registered(
         assert outcome.status is JobStatus.FAILED
         assert outcome.error is not None
         assert "no handler registered" in outcome.error.message
-        assert outcome.error.kind == "unknown"
+        assert outcome.error.reason == "unknown"
         record = await runner.queue.get(handle.id)
         assert record is not None and record.status is JobStatus.DEAD
 
@@ -247,7 +247,7 @@ async def test_transient_failures_exhaust_and_dead_letter(
         handle = await runner.submit(AlwaysFlaky())
         with pytest.raises(JobFailed) as failed:
             await handle
-        assert failed.value.kind == "exhausted"
+        assert failed.value.reason == "exhausted"
         assert "flaky on attempt 2" in failed.value.message
         assert failed.value.error_type == "RuntimeError"
         assert counters.counts["flaky"] == 2
@@ -261,7 +261,7 @@ async def test_awaiting_after_the_run_finished_reads_the_outcome_record(
     handle = await runner.submit(Adder(a=11, b=31))
 
     async def recorded() -> bool:
-        return await handle.fetch_result() is not None
+        return await handle.poll() is not None
 
     await wait_until(recorded)
     assert await runner.queue.get(handle.id) is None, "the queue entry outlived the outcome"
@@ -286,9 +286,9 @@ async def test_a_scheduled_job_runs_when_the_clock_passes_run_at(
     run_at = datetime.fromtimestamp(clock.now() + 60, tz=UTC)
     handle = await runner.submit(Adder(a=5, b=7), SubmitOptions(run_at=run_at))
     state = await handle.status()
-    assert state is not None and state.state == "scheduled"
+    assert state is not None and state.status == "scheduled"
     clock.advance(30)
-    assert await handle.fetch_result() is None
+    assert await handle.poll() is None
     clock.advance(90)
     assert await handle.result(timeout=5) == 12
 
@@ -333,7 +333,7 @@ async def test_progress_is_readable_through_status(runner: JobRunner) -> None:
     handle = await runner.submit(Progressing())
     assert await handle == 5
     state = await handle.status()
-    assert state is not None and state.state == "succeeded"
+    assert state is not None and state.status == "succeeded"
     assert state.progress == {"done": 5, "of": 5}
 
 
@@ -342,7 +342,7 @@ async def test_a_step_result_that_cannot_be_stored_fails_permanently_naming_the_
 ) -> None:
     with pytest.raises(JobFailed) as failed:
         await (await runner.submit(Unserializable()))
-    assert failed.value.kind == "permanent"
+    assert failed.value.reason == "permanent"
     assert "test.unserializable-step" in failed.value.message
     assert "'bad'" in failed.value.message
     assert failed.value.error_type == "stepstone.errors.EncodingError"
@@ -454,7 +454,7 @@ async def test_first_writer_wins_against_a_zombie(
         await wait_until(lambda: counters.counts["attempt 1 saw: written by attempt 2"] == 1)
         await wait_until(lambda: zombie.worker.stats.lost == 1)
     assert counters.counts["zombie-step"] == 2
-    outcome = await handle.fetch_result()
+    outcome = await owner.outcome(handle.id, str)
     assert outcome is not None and outcome.result == "written by attempt 2"
     assert outcome.attempts == 2
     record = await read_outcome(owner, handle.id)
@@ -480,7 +480,7 @@ async def test_a_job_result_that_cannot_be_stored_fails_permanently_naming_the_j
     async with make_runner(jobs=[BadResult]) as runner:
         with pytest.raises(JobFailed) as failed:
             await (await runner.submit(BadResult()))
-    assert failed.value.kind == "permanent"
+    assert failed.value.reason == "permanent"
     assert "test.bad-result" in failed.value.message and "result" in failed.value.message
 
 
@@ -496,7 +496,7 @@ async def test_a_worker_that_finds_the_outcome_recorded_settles_without_running(
     assert queued is not None
     record = OutcomeRecord(
         run_id=handle.id,
-        name=Keyed.NAME,
+        kind=Keyed.NAME,
         status=JobStatus.SUCCEEDED,
         input_hash=Envelope.decode(queued.payload).input_hash,
         incarnation="an-earlier-run",
@@ -530,7 +530,7 @@ async def test_a_worker_with_only_registered_leaves_other_job_types_waiting(
         other = await runner.submit(Keyed(n=1))
         assert await (await runner.submit(Adder(a=1, b=1))) == 2
         state = await other.status()
-        assert state is not None and state.state == "ready", state
+        assert state is not None and state.status == "ready", state
 
 
 async def test_a_failed_runs_last_progress_is_readable_through_status(
@@ -541,7 +541,7 @@ async def test_a_failed_runs_last_progress_is_readable_through_status(
         with pytest.raises(JobFailed):
             await handle
     state = await handle.status()
-    assert state is not None and state.state == "failed"
+    assert state is not None and state.status == "failed"
     assert state.progress == {"done": 3, "of": 10}
 
 
@@ -563,7 +563,7 @@ async def test_a_job_types_attempt_timeout_fails_the_attempt(
         clock.advance(6)
         with pytest.raises(JobFailed) as failed:
             await handle.result(timeout=5)
-    assert failed.value.kind == "timeout"
+    assert failed.value.reason == "timeout"
 
 
 async def test_a_handle_reads_nothing_while_this_process_queues_or_runs_its_job(

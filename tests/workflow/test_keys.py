@@ -99,7 +99,7 @@ async def test_a_long_event_name_is_waited_for_and_delivered(store: ObjectStore)
 
         async def suspended() -> bool:
             state = await handle.status()
-            return state is not None and state.state == "waiting_for_event"
+            return state is not None and state.status == "waiting_for_event"
 
         await wait_until(suspended, 20)
         await runner.send_event(handle.id, name, "approved")

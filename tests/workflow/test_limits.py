@@ -45,7 +45,7 @@ def make_limited(
 
 async def status_of(runner: JobRunner, job_id: str) -> JobStatus | None:
     state = await runner.status(job_id)
-    return None if state is None else state.state
+    return None if state is None else state.status
 
 
 async def test_runs_of_a_key_stay_within_its_limit_and_waiting_spends_no_attempt(
@@ -115,7 +115,7 @@ async def test_a_run_whose_lease_lapsed_on_its_last_attempt_frees_its_slot(
         await advance(clock, 31)
         outcome = await stuck.join(timeout=10)
         assert not outcome.ok and outcome.error is not None
-        assert outcome.error.kind == "expired"
+        assert outcome.error.reason == "expired"
         # Woken by the expiry, not by the hour-long safety net.
         await wait_until(lambda: len(tracker.started) == 2, message="the next run starts")
         tracker.release.set()

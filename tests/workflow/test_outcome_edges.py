@@ -38,7 +38,7 @@ DEADLINE = 10.0
 def a_record(run_id: str) -> OutcomeRecord:
     return OutcomeRecord(
         run_id=run_id,
-        name=Keyed.NAME,
+        kind=Keyed.NAME,
         status=JobStatus.SUCCEEDED,
         input_hash="0" * 64,
         incarnation="0" * 16,
@@ -198,7 +198,7 @@ async def test_status_and_cancel_of_a_queued_job_do_not_take_another_inputs_outc
     key = runner.layout.outcome(handle.id)
     await runner.store.put(key, bad_object("another-input", handle.id))
     state = await handle.status()
-    assert state is not None and state.state is JobStatus.READY, state
+    assert state is not None and state.status is JobStatus.READY, state
     assert state.last_error is not None and key in state.last_error
     with pytest.raises(CorruptOutcome, match=key):
         await handle.cancel()

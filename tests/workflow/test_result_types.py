@@ -53,7 +53,7 @@ async def test_a_result_of_another_type_than_declared_fails_the_run_naming_both(
         handle = await runner.submit(job)
         with pytest.raises(JobFailed) as failed:
             await handle.result(timeout=DEADLINE)
-    assert failed.value.kind == "permanent"
+    assert failed.value.reason == "permanent"
     assert failed.value.error_type == "stepstone.errors.EncodingError"
     assert job.NAME in failed.value.message
     assert f"declared output type {expected}" in failed.value.message

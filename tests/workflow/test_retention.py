@@ -90,7 +90,7 @@ async def test_a_swept_dead_run_is_gone_as_a_whole_and_its_key_runs_again(
             assert await purge(runner, older_than=60) == [first.id]
 
         async def swept() -> bool:
-            gone = await first.fetch_result() is None
+            gone = await runner.outcome(first.id, int) is None
             return gone and await runner.queue.get(first.id) is None
 
         await wait_until(swept, DEADLINE)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import pytest
 from wf_jobs import RUNNER_JOBS, Adder, Counters, GatedKeyed
 
-import stepstone.submit.submitter as submitting
+import stepstone.submit.turns as submit_turns
 from stepstone import JobRunner
 
 pytestmark = pytest.mark.parametrize(
@@ -61,7 +61,7 @@ async def test_a_loop_of_submits_lets_other_tasks_run_every_few_submits(
 async def test_a_submit_past_the_stretch_gives_a_turn(
     make_runner: Callable[..., JobRunner], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(submitting, "TURN_EVERY", 0.0)  # every stretch is long enough
+    monkeypatch.setattr(submit_turns, "TURN_EVERY", 0.0)  # every stretch is long enough
     async with make_runner(jobs=RUNNER_JOBS) as runner:
         turns, counter = _count_turns()
         await asyncio.sleep(0)

@@ -91,14 +91,14 @@ async def test_a_swept_run_leaves_a_tombstone_that_answers_nothing_and_goes_a_wi
         first = await worker.submit(KeyedStep(n=1))
         assert await first.result(timeout=DEADLINE) == 1
         key = worker.layout.outcome(first.id)
-        record = await first.fetch_result()
+        record = await worker.outcome(first.id, int)
         assert record is not None
 
         clock.advance(61)
         await wait_until(lambda: _holds_tombstone(store, key), DEADLINE)
         tombstone = decode_outcome_key(store._objects[key].data)
         assert isinstance(tombstone, Tombstone) and tombstone.run_id == first.id
-        assert await first.fetch_result() is None
+        assert await worker.outcome(first.id, int) is None
         assert await worker.status(first.id) is None
         assert [i async for i in store.scan(worker.layout.memos(first.id))] == []
 
@@ -126,7 +126,7 @@ async def test_the_keys_next_run_replaces_the_tombstone_with_its_outcome(
         second = await worker.submit(KeyedStep(n=2))
         assert second.newly_submitted
         assert await second.result(timeout=DEADLINE) == 2
-        outcome = await worker.handle(second.id, KeyedStep).fetch_result()
+        outcome = await worker.handle(second.id, KeyedStep).poll()
         assert outcome is not None and outcome.result == 2
 
 
@@ -162,5 +162,5 @@ async def test_a_run_claimed_again_after_it_was_swept_runs_and_records_its_outco
     async with runner(store, clock, counters, jobs=[Keyed]):
         assert await handle.result(timeout=DEADLINE) == 7
     assert counters.counts["keyed"] == 1
-    outcome = await handle.fetch_result()
+    outcome = await handle.poll()
     assert outcome is not None and outcome.result == 7

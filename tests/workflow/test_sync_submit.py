@@ -76,7 +76,7 @@ async def test_a_sync_handle_blocks_for_the_outcome_and_raises_as_awaiting_does(
         again = web.handle_sync(handle.id, KeyedFailure)
         state = again.status()
         assert state is not None
-        return outcome.status, state.state
+        return outcome.status, state.status
 
     assert await asyncio.to_thread(fail) == (JobStatus.FAILED, JobStatus.FAILED)
 

@@ -46,7 +46,7 @@ def make_waiter(make_runner: Callable[..., JobRunner]) -> Callable[..., JobRunne
 
 async def status_of(runner: JobRunner, job_id: str) -> JobStatus | None:
     state = await runner.status(job_id)
-    return None if state is None else state.state
+    return None if state is None else state.status
 
 
 async def test_a_30_day_sleep_holds_no_worker_and_resumes_once(

@@ -243,7 +243,7 @@ class Pid(Job[int]):
     async def run(self, ctx: JobContext) -> int:
         log = os.environ.get("STEPSTONE_TEST_LOG")
         if log:
-            line = f"{ctx.job_id} {os.getpid()}\n"
+            line = f"{ctx.run_id} {os.getpid()}\n"
             await asyncio.to_thread(_append, log, line)
         return os.getpid()
 

@@ -61,7 +61,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         if args.json:
             emit_json(
                 {
-                    "jobs": [listed_json(r) for r in rows],
+                    "runs": [listed_json(r) for r in rows],
                     "unreadable": unreadable_json(listed.unreadable),
                 }
             )
@@ -71,7 +71,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
             print_listing(out, rows, now)
         where = _sources(args.status)
         more = " (--limit reached)" if len(rows) >= args.limit else ""
-        out.write(f"{len(rows)} job(s) from {where}, newest first{more}\n")
+        out.write(f"{len(rows)} run(s) from {where}, newest first{more}\n")
         return 0
 
     return asyncio.run(_with_runner(args, body))
@@ -91,7 +91,7 @@ def _sources(status: str | None) -> str:
 
 def cmd_show(args: argparse.Namespace) -> int:
     if (args.id is None) == (args.key is None):
-        raise CliError("show takes a job id (or a prefix of one), or --key IDEMPOTENCY_KEY", 2)
+        raise CliError("show takes a run id (or a prefix of one), or --key IDEMPOTENCY_KEY", 2)
 
     async def body(runner: JobRunner) -> int:
         if args.key is not None:
@@ -109,9 +109,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 async def _keyed(runner: JobRunner, key: str) -> reads.Detail:
     """The run a job submitted with idempotency key ``key`` runs as."""
-    job_id = run_id_for_key(key)
+    run_id = run_id_for_key(key)
     try:
-        return await reads.detail(runner, job_id)
+        return await reads.detail(runner, run_id)
     except reads.InspectError as exc:
         raise reads.InspectError(f"idempotency key {key!r}: {exc}") from None
 
@@ -119,12 +119,12 @@ async def _keyed(runner: JobRunner, key: str) -> reads.Detail:
 def cmd_retry(args: argparse.Namespace) -> int:
     if args.status is not None:
         if args.id is not None:
-            raise CliError("retry takes a job id or --status dead, not both", 2)
+            raise CliError("retry takes a run id or --status dead, not both", 2)
         return _retry_dead(args)
     if args.id is None:
-        raise CliError("retry takes a job id, or --status dead [--kind K] [--since T]", 2)
+        raise CliError("retry takes a run id, or --status dead [--kind K] [--since T]", 2)
     if args.kind is not None or args.since is not None:
-        raise CliError("--kind and --since choose runs for --status dead, not with a job id", 2)
+        raise CliError("--kind and --since choose runs for --status dead, not with a run id", 2)
 
     async def body(runner: JobRunner) -> int:
         removed = await actions.retry(runner, args.id)
@@ -171,8 +171,8 @@ def _retry_dead(args: argparse.Namespace) -> int:
             )
         else:
             print(f"requeued {len(done.requeued)} of {matched}")
-            for job_id, why in done.refused.items():
-                print(escape_controls(f"not retried {job_id}: {why}"))
+            for run_id, why in done.refused.items():
+                print(escape_controls(f"not retried {run_id}: {why}"))
         return 1 if done.refused else 0
 
     return asyncio.run(_with_runner(args, body))

@@ -127,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Show everything stored about one job, by its id, a unique "
         "start of its id (4 or more digits), or the idempotency key it was submitted with.",
     )
-    show.add_argument("id", nargs="?", help="the job id, or a unique start of it")
+    show.add_argument("id", nargs="?", help="the run id, or a unique start of it")
     show.add_argument(
         "--key",
         metavar="IDEMPOTENCY_KEY",
@@ -144,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
         "finished replay from their memos. With --status dead instead of an id, every "
         "dead job that --kind and --since choose, after a confirmation.",
     )
-    retry.add_argument("id", nargs="?", help="the job id")
+    retry.add_argument("id", nargs="?", help="the run id")
     retry.add_argument(
         "--status", choices=[JobStatus.DEAD.value], help="retry every dead job that matches"
     )
@@ -159,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="cancel a job that has not finished (or discard a dead one)",
     )
-    cancel.add_argument("id", help="the job id")
+    cancel.add_argument("id", help="the run id")
     cancel.set_defaults(handler=cmd_cancel)
 
     purge = sub.add_parser(

@@ -160,7 +160,7 @@ def detail_json(found: Detail) -> dict[str, Any]:
             "error": None
             if outcome.error is None
             else {
-                "kind": outcome.error.kind,
+                "reason": outcome.error.reason,
                 "message": outcome.error.message,
                 "type": outcome.error.error_type,
                 "traceback": outcome.error.traceback,
@@ -224,7 +224,7 @@ def print_detail(out: TextIO, found: Detail) -> None:
     def line(label: str, value: object, indent: str = "  ") -> None:
         out.write(f"{indent}{label:<12} {escape_controls(str(value))}\n")
 
-    out.write(f"job {found.id}\n")
+    out.write(f"run {found.id}\n")
     line("status", found.status or "unknown")
     line("kind", found.kind or "-")
     if found.input is not None:
@@ -274,7 +274,7 @@ def print_detail(out: TextIO, found: Detail) -> None:
         line("attempts", outcome.attempts)
         line("finished", when(outcome.finished_at))
         if outcome.error is not None:
-            line("error", f"{outcome.error.kind}: {short(outcome.error.message)}")
+            line("error", f"{outcome.error.reason}: {short(outcome.error.message)}")
             if outcome.error.error_type:
                 line("error type", outcome.error.error_type)
             if outcome.error.traceback:

@@ -1,6 +1,6 @@
 """Durable waits: sleep, events and children, holding no worker.
 
-A run that must wait gives back its worker slot and its lease: it raises
+A run that must wait gives back its place in the worker and its lease: it raises
 :class:`~stepstone.runtime.suspension.Suspend`, and the worker hands the job
 back to the queue, the attempt not counted, due again at its wake time. When
 it is claimed again, its recorded steps replay and the run comes back to the

@@ -49,7 +49,7 @@ log = logging.getLogger("stepstone")
 
 HOOK_TIMEOUT = 60.0
 """Seconds a hook may run before the worker stops waiting for it (and logs
-that); the run's lease is renewed meanwhile, and its slot stays taken."""
+that); the run's lease is renewed meanwhile, and its concurrency slot, if it holds one, stays taken."""
 
 SettledHook = Callable[[Outcome[Any]], Awaitable[None] | None]
 """A runner-wide hook: ``JobRunner(on_settled=...)``."""
@@ -148,13 +148,13 @@ def _is_async(hook: Callable[..., Any]) -> bool:
 def _failed(record: OutcomeRecord, what: str, error: BaseException | str) -> None:
     reason = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
     log.error(
-        "job %s (%s): %s: %s",
+        "run %s (%s): %s: %s",
         record.run_id,
         record.kind,
         what,
         reason,
         exc_info=error if isinstance(error, Exception) and not _expected(error) else None,
-        extra={"job_id": record.run_id, "job_name": record.kind},
+        extra={"run_id": record.run_id, "kind": record.kind},
     )
 
 

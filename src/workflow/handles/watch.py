@@ -188,7 +188,7 @@ class OutcomeWatch:
         except StoreUnavailable as exc:
             # Waiting is polling: a read the store failed is one more poll
             # that learned nothing (the caller's timeout bounds it).
-            log.debug("job %s: outcome not readable yet: %s", run_id, exc)
+            log.debug("run %s: outcome not readable yet: %s", run_id, exc)
             return None
 
     async def _ended_without_outcome(

@@ -175,7 +175,7 @@ class Limits:
         try:
             await self.decide(table, self._forget(delivery.id))
         except Exception as exc:
-            log.warning("job %s: freeing its concurrency slot failed: %s", delivery.id, exc)
+            log.warning("run %s: freeing its concurrency slot failed: %s", delivery.id, exc)
 
     async def decide(self, table: SharedObject[slots.SlotTable], decide: Decide) -> slots.Decision:
         """Apply ``decide`` to a key's table, then wake the runs it names."""
@@ -201,7 +201,7 @@ class Limits:
                 if await waking.wake(run_id):
                     continue
             except Exception as exc:
-                log.warning("job %s: waking it for its slot failed: %s", run_id, exc)
+                log.warning("run %s: waking it for its slot failed: %s", run_id, exc)
                 continue
             await self.decide(table, self._forget(run_id))
 
@@ -334,7 +334,7 @@ class Admitted:
             await slot.release()
         except Exception as exc:
             log.warning(
-                "job %s: releasing its concurrency slot failed "
+                "run %s: releasing its concurrency slot failed "
                 "(it frees when its lease lapses): %s",
                 slot.run,
                 exc,

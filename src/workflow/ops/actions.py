@@ -30,7 +30,7 @@ from stepstone.runtime.queue_inspection import DeadJobRequeue
 from stepstone.store import ObjectInfo, StoreError
 
 
-async def retry(runner: Inspected, job_id: str) -> Unreadable | None:
+async def retry(runner: Inspected, run_id: str) -> Unreadable | None:
     """Run a dead job again: remove its failed outcome, then requeue it.
 
     The claim the run died in, which the outcome describes, is first written
@@ -46,32 +46,32 @@ async def retry(runner: Inspected, job_id: str) -> Unreadable | None:
     succeed, so it cannot be an answer worth keeping) and returned, for the
     caller to say so.
     """
-    check_id(job_id)
+    check_id(run_id)
     queue = runner.queue
     if not isinstance(queue, DeadJobRequeue):
         raise lacks(queue, "requeue a dead job")
-    queued = await queue.get(job_id)
+    queued = await queue.get(run_id)
     if queued is None:
-        outcome = await read_outcome(runner, job_id)
+        outcome = await read_outcome(runner, run_id)
         if outcome is None:
-            raise InspectError(f"no job {job_id} in {runner.store.location}")
+            raise InspectError(f"no run {run_id} in {runner.store.location}")
         raise InspectError(
-            f"job {job_id} has {_ended(outcome)} and left the queue; only a dead job can be retried"
+            f"run {run_id} has {_ended(outcome)} and left the queue; only a dead run can be retried"
         )
     if queued.status is not JobStatus.DEAD:
         raise InspectError(
-            f"job {job_id} is {queued.status}, not dead; only a dead job can be retried"
+            f"run {run_id} is {queued.status}, not dead; only a dead run can be retried"
         )
-    outcome = await read_outcome(runner, job_id)
+    outcome = await read_outcome(runner, run_id)
     if isinstance(outcome, OutcomeRecord) and outcome.status is JobStatus.SUCCEEDED:
-        raise InspectError(f"job {job_id} succeeded; its outcome is kept and it is not retried")
+        raise InspectError(f"run {run_id} succeeded; its outcome is kept and it is not retried")
     if isinstance(outcome, OutcomeRecord):
         # The outcome describes the claim the run died in: keep that in its history.
         await keep_final_attempt(runner.store, runner.layout, outcome)
     if outcome is not None:
-        await runner.store.delete(runner.layout.outcome(job_id))
-    if not await queue.requeue(job_id):
-        raise InspectError(f"job {job_id} is no longer dead; it was not requeued")
+        await runner.store.delete(runner.layout.outcome(run_id))
+    if not await queue.requeue(run_id):
+        raise InspectError(f"run {run_id} is no longer dead; it was not requeued")
     return outcome if isinstance(outcome, Unreadable) else None
 
 
@@ -85,22 +85,22 @@ class Retried:
     unreadable: list[Unreadable]
 
 
-async def retry_many(runner: Inspected, job_ids: Iterable[str]) -> Retried:
+async def retry_many(runner: Inspected, run_ids: Iterable[str]) -> Retried:
     """Retry each dead job as :func:`retry` does, ``READ_CONCURRENCY`` at a
     time. A job that cannot be retried (it is no longer dead, the store
     refuses) is noted with why, and the others go on."""
     refused: dict[str, str] = {}
 
-    async def one(job_id: str) -> tuple[str, Unreadable | None]:
+    async def one(run_id: str) -> tuple[str, Unreadable | None]:
         try:
-            return job_id, await retry(runner, job_id)
+            return run_id, await retry(runner, run_id)
         except (InspectError, StoreError, QueueError) as exc:
-            refused[job_id] = str(exc)
-            return job_id, None
+            refused[run_id] = str(exc)
+            return run_id, None
 
-    done = await bounded(one(job_id) for job_id in job_ids)
+    done = await bounded(one(run_id) for run_id in run_ids)
     return Retried(
-        [job_id for job_id, _ in done if job_id not in refused],
+        [run_id for run_id, _ in done if run_id not in refused],
         refused,
         [removed for _, removed in done if removed is not None],
     )
@@ -113,26 +113,26 @@ def _ended(outcome: OutcomeRecord | Unreadable) -> str:
     return f"finished ({outcome.status.value})"
 
 
-async def cancel(runner: Inspected, job_id: str) -> str:
+async def cancel(runner: Inspected, run_id: str) -> str:
     """Cancel a live job, or discard a dead one from the queue; returns what was done.
 
     The outcome is read first: a run that has one has ended (a dead run
     keeps its queue record beside it), and cancelling over an outcome that
     will not decode would have nothing to compare with.
     """
-    check_id(job_id)
-    outcome = await read_outcome(runner, job_id)
+    check_id(run_id)
+    outcome = await read_outcome(runner, run_id)
     if outcome is None:
-        if await runner.cancel(job_id):
+        if await runner.cancel(run_id):
             return "cancelled"
-        outcome = await read_outcome(runner, job_id)  # it ended meanwhile, or never was
-    queued = await runner.queue.get(job_id)
+        outcome = await read_outcome(runner, run_id)  # it ended meanwhile, or never was
+    queued = await runner.queue.get(run_id)
     if queued is not None and queued.status is JobStatus.DEAD:
-        await runner.queue.cancel(job_id)
+        await runner.queue.cancel(run_id)
         return "discarded"
     if outcome is not None:
-        raise InspectError(f"job {job_id} has already {_ended(outcome)}")
-    raise InspectError(f"no job {job_id} in {runner.store.location}")
+        raise InspectError(f"run {run_id} has already {_ended(outcome)}")
+    raise InspectError(f"no run {run_id} in {runner.store.location}")
 
 
 async def purge(

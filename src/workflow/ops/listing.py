@@ -104,13 +104,13 @@ async def list_jobs(
     # A dead job keeps its failed outcome beside its queue record: say so.
     dead = [row.id for row in rows if row.status is JobStatus.DEAD]
     beside: set[str] = set()
-    for job_id, outcome in zip(
-        dead, await bounded(read_outcome(runner, job_id) for job_id in dead), strict=True
+    for run_id, outcome in zip(
+        dead, await bounded(read_outcome(runner, run_id) for run_id in dead), strict=True
     ):
         if isinstance(outcome, Unreadable):
             unreadable[outcome.key] = outcome
         elif outcome is not None:
-            beside.add(job_id)
+            beside.add(run_id)
     rows = [
         dataclasses.replace(row, source="queue+outcome") if row.id in beside else row
         for row in rows

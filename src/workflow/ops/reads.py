@@ -47,7 +47,7 @@ class Inspected(Runs, Protocol):
     """What the tools work on: a store, a layout, a clock, the queue, and
     cancelling a run (a JobRunner is one)."""
 
-    async def cancel(self, job_id: str) -> bool: ...
+    async def cancel(self, run_id: str) -> bool: ...
 
 
 def parse_status(name: str) -> JobStatus:
@@ -150,10 +150,10 @@ def decode_value(data: bytes | None) -> Any:
         return f"<{len(data)} undecodable bytes>"
 
 
-async def read_outcome(runner: Inspected, job_id: str) -> OutcomeRecord | Unreadable | None:
+async def read_outcome(runner: Inspected, run_id: str) -> OutcomeRecord | Unreadable | None:
     """The run's outcome record; Unreadable when it does not decode; None when
     there is none (a swept run's tombstone is none)."""
-    return await _read_outcome_at(runner, runner.layout.outcome(job_id))
+    return await _read_outcome_at(runner, runner.layout.outcome(run_id))
 
 
 async def _read_outcome_at(runner: Inspected, key: str) -> OutcomeRecord | Unreadable | None:
@@ -168,12 +168,12 @@ async def _read_outcome_at(runner: Inspected, key: str) -> OutcomeRecord | Unrea
     return found if isinstance(found, OutcomeRecord) else None  # not a tombstone
 
 
-async def read_progress(runner: Inspected, job_id: str, incarnation: str | None) -> Any:
+async def read_progress(runner: Inspected, run_id: str, incarnation: str | None) -> Any:
     """The last progress value the run's ``incarnation`` reported (None when
     there is none); Unreadable when its record does not decode."""
     if incarnation is None:
         return None
-    key = runner.layout.progress(job_id, incarnation)
+    key = runner.layout.progress(run_id, incarnation)
     try:
         stored = await runner.store.get(key)
     except NotFound:
@@ -187,9 +187,9 @@ async def read_progress(runner: Inspected, job_id: str, incarnation: str | None)
     return raw["value"]
 
 
-async def list_memos(runner: Inspected, job_id: str, *, values: bool = True) -> list[StoredMemo]:
+async def list_memos(runner: Inspected, run_id: str, *, values: bool = True) -> list[StoredMemo]:
     """Every memo of every incarnation of the run, in key order."""
-    prefix = runner.layout.memos(job_id)
+    prefix = runner.layout.memos(run_id)
     infos = [info async for info in runner.store.scan(prefix)]
 
     async def one(info: ObjectInfo) -> StoredMemo:
@@ -208,15 +208,15 @@ async def list_memos(runner: Inspected, job_id: str, *, values: bool = True) -> 
     return await bounded(one(info) for info in infos)
 
 
-async def detail(runner: Inspected, job_id: str) -> Detail:
+async def detail(runner: Inspected, run_id: str) -> Detail:
     """The job's queue record, outcome, progress, memos and attempt history,
     and which of them would not decode. Raises InspectError when the store
     knows nothing of the id."""
-    check_id(job_id)
+    check_id(run_id)
     queued, outcome, memos = await asyncio.gather(
-        _read_queued(runner, job_id),
-        read_outcome(runner, job_id),
-        list_memos(runner, job_id),
+        _read_queued(runner, run_id),
+        read_outcome(runner, run_id),
+        list_memos(runner, run_id),
     )
     input_json: Any = None
     incarnation: str | None = None
@@ -230,15 +230,15 @@ async def detail(runner: Inspected, job_id: str) -> Detail:
         incarnation = outcome.incarnation or None
     recorded = outcome if isinstance(outcome, OutcomeRecord) else None
     progress, history = await asyncio.gather(
-        read_progress(runner, job_id, incarnation),
-        read_history(runner.store, runner.layout, job_id, incarnation, recorded),
+        read_progress(runner, run_id, incarnation),
+        read_history(runner.store, runner.layout, run_id, incarnation, recorded),
     )
     if queued is None and outcome is None and progress is None and not memos:
-        raise InspectError(f"no job {job_id} in {runner.store.location}")
+        raise InspectError(f"no run {run_id} in {runner.store.location}")
     parts = {"queue": queued, "outcome": outcome, "progress": progress}
     unreadable = {part: item for part, item in parts.items() if isinstance(item, Unreadable)}
     found = Detail(
-        job_id,
+        run_id,
         None if isinstance(queued, Unreadable) else queued,
         None if isinstance(outcome, Unreadable) else outcome,
         None if isinstance(progress, Unreadable) else progress,
@@ -270,7 +270,7 @@ async def resolve_id(runner: Inspected, prefix: str) -> str:
     """
     if not _ID_PREFIX.fullmatch(prefix):
         raise InspectError(
-            f"not a job id or id prefix: {prefix[:80]!r} (expected 4 to 64 lowercase hex digits)"
+            f"not a run id or id prefix: {prefix[:80]!r} (expected 4 to 64 lowercase hex digits)"
         )
     outcomes = await runner.store.list(runner.layout.outcome(prefix), limit=CANDIDATES + 1)
     found = {runner.layout.run_id_of_outcome(info.key) for info in outcomes}
@@ -283,11 +283,11 @@ async def resolve_id(runner: Inspected, prefix: str) -> str:
     if not found:
         with contextlib.suppress(ValueError):
             return check_run_id(prefix)
-        raise InspectError(f"no job id starts with {prefix} in {runner.store.location}")
+        raise InspectError(f"no run id starts with {prefix} in {runner.store.location}")
     some = sorted(found)[:CANDIDATES]
-    shown = ", ".join(job_id[: len(prefix) + 8] + "…" for job_id in some)
+    shown = ", ".join(run_id[: len(prefix) + 8] + "…" for run_id in some)
     more = ", and more" if len(found) > len(some) else ""
-    raise InspectError(f"{prefix} names more than one job ({shown}{more}); give more of the id")
+    raise InspectError(f"{prefix} names more than one run ({shown}{more}); give more of the id")
 
 
 def _just_before(prefix: str) -> str | None:
@@ -300,9 +300,9 @@ def _just_before(prefix: str) -> str | None:
     return head + chr(ord(last) - 1) + "~"
 
 
-async def _read_queued(runner: Inspected, job_id: str) -> JobRecord | Unreadable | None:
+async def _read_queued(runner: Inspected, run_id: str) -> JobRecord | Unreadable | None:
     try:
-        return await runner.queue.get(job_id)
+        return await runner.queue.get(run_id)
     except CorruptRecord as exc:
         return Unreadable(exc.key, str(exc).removesuffix(f" (record {exc.key})"))
 
@@ -326,9 +326,9 @@ async def read_outcomes(
     return [record for record in found if record is not None]
 
 
-def check_id(job_id: str) -> None:
+def check_id(run_id: str) -> None:
     try:
-        check_run_id(job_id)
+        check_run_id(run_id)
     except ValueError as exc:
         raise InspectError(str(exc)) from None
 

@@ -74,7 +74,7 @@ class AttemptResult(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class AttemptInfo:
-    """One claim of a run: ``runner.history(job_id)`` lists them in order."""
+    """One claim of a run: ``runner.history(run_id)`` lists them in order."""
 
     claim: int | None
     """The claim's number: 1 for the run's first, counting every claim,
@@ -177,6 +177,6 @@ def final_attempt(outcome: OutcomeRecord) -> AttemptInfo | None:
         host=host,
         pid=pid,
         error_type=None if error is None else error.error_type,
-        message=None if error is None else f"{error.kind}: {error.message}",
+        message=None if error is None else f"{error.reason}: {error.message}",
         traceback=None if error is None else error.traceback,
     )

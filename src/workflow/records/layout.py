@@ -50,10 +50,10 @@ def run_id_for_key(idempotency_key: str) -> str:
     return hashlib.sha256(idempotency_key.encode()).hexdigest()
 
 
-def limit_digest(job_name: str, key: str | None) -> str:
+def limit_digest(kind: str, key: str | None) -> str:
     """The object name of a job type's concurrency or rate key (None: the
     type as a whole): hex SHA-256, so any key text makes a safe name."""
-    text = job_name if key is None else f"{job_name}\0{key}"
+    text = kind if key is None else f"{kind}\0{key}"
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -66,10 +66,10 @@ def fresh_incarnation() -> str:
 
 
 def check_run_id(run_id: object) -> str:
-    """``run_id`` if it is a job id; raises InvalidRunId before anything is read."""
+    """``run_id`` if it is a run id; raises InvalidRunId before anything is read."""
     if not isinstance(run_id, str) or not _HEX_ID.match(run_id):
         shown = repr(run_id if not isinstance(run_id, str) else run_id[:80])
-        raise InvalidRunId(f"not a job id: {shown} (expected 8 to 64 lowercase hex digits)")
+        raise InvalidRunId(f"not a run id: {shown} (expected 8 to 64 lowercase hex digits)")
     return run_id
 
 

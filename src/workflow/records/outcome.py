@@ -30,13 +30,20 @@ RECORD_VERSION = 1
 
 @dataclass(frozen=True, slots=True)
 class ErrorInfo:
-    """Why a run failed: the kind of stop, the last error's message and class,
-    and where it was raised (the traceback's last frames, when there was one)."""
+    """Why a run failed: the reason it stopped, the last error's message and
+    class, and where it was raised (the traceback's last frames, when there
+    was one)."""
 
-    kind: FailureKind
+    reason: FailureKind
     message: str
     error_type: str | None = None
     traceback: str | None = None
+
+    @property
+    def kind(self) -> FailureKind:
+        """Deprecated: :attr:`reason`."""
+        warnings.warn("ErrorInfo.kind is deprecated: use reason", DeprecationWarning, 2)
+        return self.reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +88,7 @@ class OutcomeRecord:
                 "result": self.result,
                 "error": None
                 if self.error is None
-                else [self.error.kind, self.error.message, self.error.error_type],
+                else [self.error.reason, self.error.message, self.error.error_type],
                 # Beside "error" rather than in it: a reader of an older
                 # version takes the error's three fields and skips this key.
                 "traceback": None if self.error is None else self.error.traceback,
@@ -215,7 +222,7 @@ class Outcome(Generic[T]):
             return self.result  # type: ignore[return-value]
         error = self.error or ErrorInfo(FailureKind.UNKNOWN, "no error recorded")
         exc = JobCancelled if self.status is JobStatus.CANCELLED else JobFailed
-        raise exc(self.id, error.kind, error.message, error.error_type)
+        raise exc(self.id, error.reason, error.message, error.error_type)
 
 
 def _worker(value: Any) -> tuple[str, int, str] | None:
@@ -228,8 +235,8 @@ def _worker(value: Any) -> tuple[str, int, str] | None:
 
 
 def _error_info(error: list[Any], traceback: Any) -> ErrorInfo:
-    kind, message = FailureKind(error[0]), error[1]
-    return ErrorInfo(kind, message, error[2] if len(error) > 2 else None, traceback)
+    reason, message = FailureKind(error[0]), error[1]
+    return ErrorInfo(reason, message, error[2] if len(error) > 2 else None, traceback)
 
 
 def _fields(data: bytes) -> dict[str, Any]:

@@ -50,7 +50,7 @@ class RunRecords:
     def seen_ended(self, run_id: str) -> bool:
         """Whether this process read or wrote the run's outcome record lately:
         a hint (a sweep may have removed it since) that a resubmission of its
-        key will find it (:mod:`stepstone.workflow.submitting`)."""
+        key will find it (:mod:`stepstone.submit.look_first`)."""
         return run_id in self._ended
 
     def _saw(self, record: OutcomeRecord | None) -> OutcomeRecord | None:

@@ -51,7 +51,7 @@ in seconds (5 ms to 10 s), extended to an hour for jobs that take that long."""
 JOB_KIND = "stepstone.job.kind"
 STEP_NAME = "stepstone.step.name"
 RESULT = "stepstone.job.result"
-STATE = "stepstone.job.state"
+STATUS = "stepstone.job.status"
 ERROR_TYPE = "error.type"
 
 _RESULTS = {
@@ -113,8 +113,8 @@ def _look_for_provider() -> _Instruments | None:
 
 def meter_provider(*readers: Any) -> Any:
     """A MeterProvider for stepstone's metrics, as ``stepstone worker`` makes one:
-    the SDK's with ``readers`` and exemplars off (sampling an exemplar on every
-    record doubles its cost, and the Prometheus text format has no place for
+    the SDK's with ``readers`` and exemplars off (sampling an exemplar adds a
+    cost to every record, and the Prometheus text format has no place for
     them). Needs opentelemetry-sdk."""
     from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
 
@@ -178,7 +178,7 @@ class _Instruments:
             ),
         }
         self.duration = histogram(
-            "stepstone.job.duration", "How long one attempt held a worker slot, claim to settled."
+            "stepstone.job.duration", "How long one attempt held its worker, claim to settled."
         )
         self.start_latency = histogram(
             "stepstone.job.start_latency", "From submit to the first claim of the run."
@@ -224,7 +224,7 @@ class _Instruments:
             seen.add(id(runner.queue))
             counts = runner.queue_depth()
             for status, n in (counts or {}).items():
-                yield Observation(n, {STATE: status.value})
+                yield Observation(n, {STATUS: status.value})
 
 
 class RunnerMetrics:
@@ -259,6 +259,11 @@ class RunnerMetrics:
         if self._instruments is not None:
             self._instruments.runners.pop(id(self), None)
             self._instruments = None
+
+    @property
+    def recording(self) -> bool:
+        """Whether it records now (started, with metrics on)."""
+        return self._instruments is not None
 
     def in_flight_by_kind(self) -> dict[str, int]:
         return self._in_flight()

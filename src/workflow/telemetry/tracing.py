@@ -47,8 +47,8 @@ _trace: Any = None
 def _get_tracer() -> Any:
     """The tracer, or None when spans would go nowhere: opentelemetry is not
     installed, or no TracerProvider is configured (neither given to
-    :func:`use_tracer_provider` nor set globally). A no-op span still costs
-    several microseconds a step; a global provider set later is picked up
+    :func:`use_tracer_provider` nor set globally): a no-op span still costs
+    time on every step. A global provider set later is picked up
     within GLOBAL_PROVIDER_RECHECK seconds (one given to
     :func:`use_tracer_provider`, at once)."""
     global _tracer, _trace, _untraced_until

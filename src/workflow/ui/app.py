@@ -54,7 +54,7 @@ def create_app(runner: JobRunner, *, refresh: float) -> Starlette:
     app = Starlette(
         routes=[
             Route("/", routes.runs_page, name="runs"),
-            Route("/runs/{job_id}", routes.run_page, name="run"),
+            Route("/runs/{run_id}", routes.run_page, name="run"),
             Route("/static/{name}", routes.static, name="static"),
         ]
     )

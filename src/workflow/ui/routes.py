@@ -47,7 +47,7 @@ def _render(request: Request, name: str, context: dict[str, Any], status: int = 
 
 async def runs_page(request: Request) -> Response:
     """Runs newest first, filtered by state, job type and age (through
-    :func:`stepstone.ops.reads.list_jobs`, as ``stepstone ls``); the queue's counts."""
+    :func:`stepstone.ops.listing.list_jobs`, as ``stepstone ls``); the queue's counts."""
     runner: JobRunner = request.app.state.runner
     query = request.query_params
     filters = Filters(query.get("state", ""), query.get("kind", ""), query.get("since", ""))
@@ -105,11 +105,11 @@ async def runs_page(request: Request) -> Response:
 async def run_page(request: Request) -> Response:
     """Everything stored about one run."""
     runner: JobRunner = request.app.state.runner
-    job_id = request.path_params["job_id"]
+    run_id = request.path_params["run_id"]
     try:
-        found = await reads.detail(runner, job_id)
+        found = await reads.detail(runner, run_id)
     except reads.InspectError as exc:
-        return _render(request, "missing.html", {"job_id": job_id, "why": str(exc)}, 404)
+        return _render(request, "missing.html", {"run_id": run_id, "why": str(exc)}, 404)
     return _render(request, "run.html", {"run": run_view(found)})
 
 
