@@ -49,7 +49,8 @@ log = logging.getLogger("stepstone")
 
 HOOK_TIMEOUT = 60.0
 """Seconds a hook may run before the worker stops waiting for it (and logs
-that); the run's lease is renewed meanwhile, and its concurrency slot, if it holds one, stays taken."""
+that); the run's lease is renewed meanwhile, and its concurrency slot, if
+it holds one, stays taken."""
 
 SettledHook = Callable[[Outcome[Any]], Awaitable[None] | None]
 """A runner-wide hook: ``JobRunner(on_settled=...)``."""
