@@ -31,7 +31,7 @@ from typing import TypeVar
 
 from .clock import Clock
 from .errors import PayloadTooLarge
-from .job_id import check_job_id
+from .run_id import check_run_id
 
 PRIORITY_HIGH = 0
 PRIORITY_NORMAL = 5
@@ -236,7 +236,7 @@ def check_enqueue(
         )
     if max_attempts is not None and max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
-    return check_job_id(id) if id is not None else secrets.token_hex(16)
+    return check_run_id(id) if id is not None else secrets.token_hex(16)
 
 
 def all_or_first_error(results: Sequence[T | BaseException | None]) -> list[T]:
@@ -378,18 +378,18 @@ class LeaseQueue(abc.ABC):
         """Give the job back at once, the attempt not counted. RELEASED or LOST."""
 
     @abc.abstractmethod
-    async def cancel(self, id: str) -> bool:
+    async def cancel(self, run_id: str) -> bool:
         """Remove a job in any state; True if there was one. A worker holding
         it finds out at its next renew or settlement (LOST)."""
 
     @abc.abstractmethod
-    async def discard_dead(self, id: str) -> bool:
+    async def discard_dead(self, run_id: str) -> bool:
         """Remove the job's record if it is dead, so that its id is free again
         (its run is being forgotten: retention, purge). A live job, and one
         requeued meanwhile, is left alone. True if a dead record went."""
 
     @abc.abstractmethod
-    async def get(self, id: str) -> JobRecord | None:
+    async def get(self, run_id: str) -> JobRecord | None:
         """The job's record, or None (never enqueued, acked or cancelled)."""
 
     async def next_due(self) -> float | None:
@@ -398,7 +398,7 @@ class LeaseQueue(abc.ABC):
         A hint for how long a worker may sleep; None when nothing is pending."""
         return None
 
-    def pending_here(self, id: str) -> bool:
+    def pending_here(self, run_id: str) -> bool:
         """Whether this process knows, without asking anyone, that the job has
         not ended: it waits unclaimed, or this process holds its lease, as of
         this process's own write or a recent look (a few seconds at most). A

@@ -55,7 +55,7 @@ class DeadJobRequeue(Protocol):
     """A queue that can bring a dead job back."""
 
     @abc.abstractmethod
-    async def requeue(self, id: str) -> bool:
+    async def requeue(self, run_id: str) -> bool:
         """Move a dead job back to ready with its attempts reset; True if it was dead."""
 
 

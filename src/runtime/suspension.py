@@ -41,7 +41,7 @@ class Waking(Protocol):
     """A queue that can make a suspended job due at once."""
 
     @abc.abstractmethod
-    async def wake(self, id: str) -> bool:
+    async def wake(self, run_id: str) -> bool:
         """Make the job due now if it is suspended or scheduled; if it is held
         (running), mark it so its next suspension returns at once. False if
         there is no such job (ended, never enqueued) or it is dead."""

@@ -59,6 +59,7 @@ import inspect
 import logging
 import math
 import secrets
+import warnings
 from collections.abc import Awaitable, Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -232,7 +233,15 @@ class Attempt:
         return self.delivery.attempt
 
     @property
+    def run_id(self) -> str:
+        return self.delivery.id
+
+    @property
     def job_id(self) -> str:
+        """Deprecated: :attr:`run_id`."""
+        warnings.warn(
+            "Attempt.job_id is deprecated; use Attempt.run_id", DeprecationWarning, stacklevel=2
+        )
         return self.delivery.id
 
     @property
@@ -478,26 +487,26 @@ class Worker:
         """Jobs in flight here, by kind (a copy; safe to call from another thread)."""
         return self._by_kind.copy()
 
-    def holds(self, job_id: str) -> bool:
+    def holds(self, run_id: str) -> bool:
         """Whether this worker has the job in flight under a lease that has not
         lapsed by its clock (so whoever waits for the job's end here will hear
         of it without asking the store). A lapsed lease may have let another
         process take the job over and finish it."""
-        if job_id not in self._held:
+        if run_id not in self._held:
             return False
         now = self.clock.now()
         return any(
-            job.delivery.id == job_id and not job.lease.lost and job.lease.expires_at > now
+            job.delivery.id == run_id and not job.lease.lost and job.lease.expires_at > now
             for job in self._jobs
         )
 
-    def cancel_running(self, job_id: str) -> bool:
+    def cancel_running(self, run_id: str) -> bool:
         """The job was cancelled (its outcome recorded, its queue record
         dropped): stop its attempt here at once, if one runs here. Nothing is
         settled; the log says it was cancelled. True if one was running."""
         found = False
         for job in list(self._jobs):
-            if job.delivery.id == job_id and job.handler_task is not None:
+            if job.delivery.id == run_id and job.handler_task is not None:
                 self._cancel(job, _Stop.CANCELLED)
                 found = True
         return found
@@ -737,8 +746,8 @@ class Worker:
                     delivery.id,
                     describe(error),
                     extra={
-                        "job_id": delivery.id,
-                        "job_kind": delivery.kind,
+                        "run_id": delivery.id,
+                        "kind": delivery.kind,
                         "attempt": delivery.attempt,
                     },
                 )
@@ -1255,5 +1264,5 @@ class Worker:
             job.where(),
             *args,
             exc_info=exc_info,
-            extra={"job_id": d.id, "job_kind": d.kind, "attempt": d.attempt},
+            extra={"run_id": d.id, "kind": d.kind, "attempt": d.attempt},
         )

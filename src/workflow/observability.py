@@ -1,7 +1,7 @@
 """Logs and traces that say which job they are about.
 
 **Logging.** The engine's records carry ``job_id``, ``job_name`` (the
-runtime's say ``job_kind``; it is the same NAME) and ``attempt`` as record
+runtime's say ``run_id`` and ``kind``; they are the same) and ``attempt`` as record
 attributes. While a job's handler runs, the same three are also held in a
 context variable, so :class:`JobLogFilter` can stamp them onto *any* record
 logged inside the job, the application's own included, without the job
@@ -58,16 +58,18 @@ def current_job() -> JobLogContext | None:
 class JobLogFilter(logging.Filter):
     """Gives every record ``job_id``, ``job_name`` and ``attempt`` attributes.
 
-    From the record's own ``extra`` when the engine passed them (``job_kind``
-    counts as ``job_name``), else from the job running in the current context,
-    else None, so a format string like ``%(job_id)s`` never fails. Never drops
-    a record.
+    From the record's own ``extra`` when the engine passed them (the
+    runtime's ``run_id`` counts as ``job_id``, its ``kind`` as ``job_name``),
+    else from the job running in the current context, else None, so a format
+    string like ``%(job_id)s`` never fails. Never drops a record.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
         job = _current.get()
-        if getattr(record, "job_name", None) is None and getattr(record, "job_kind", None):
-            record.job_name = record.job_kind  # type: ignore[attr-defined]
+        if getattr(record, "job_name", None) is None and getattr(record, "kind", None):
+            record.job_name = record.kind  # type: ignore[attr-defined]
+        if getattr(record, "job_id", None) is None and getattr(record, "run_id", None):
+            record.job_id = record.run_id  # type: ignore[attr-defined]
         if getattr(record, "job_id", None) is None:
             record.job_id = job.job_id if job is not None else None
             if job is not None:

@@ -119,12 +119,14 @@ async def test_every_engine_record_about_a_job_names_the_job_and_attempt(
     assert len(engine) >= 6, [r["msg"] for r in captured.raw]
     for raw in engine:
         where = f"{raw['name']}: {_text(raw)!r}"
-        job_id = raw.get("job_id")
+        job_id = raw.get("job_id") or raw.get("run_id")
         assert job_id in names, f"no job_id on {where}"
-        assert (raw.get("job_name") or raw.get("job_kind")) == names[job_id], where
+        assert (raw.get("job_name") or raw.get("kind")) == names[job_id], where
         if "submitted" not in _text(raw):  # a submit is before any attempt
             assert isinstance(raw.get("attempt"), int) and raw["attempt"] >= 1, where
-    attempts = {raw.get("attempt") for raw in engine if raw.get("job_id") == charged.id}
+    attempts = {
+        raw.get("attempt") for raw in engine if charged.id in (raw.get("job_id"), raw.get("run_id"))
+    }
     assert {1, 2} <= attempts
 
     # The application's own records inside the job get the job's fields from

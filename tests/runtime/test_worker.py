@@ -231,7 +231,7 @@ async def test_retries_wait_exactly_the_backoff_when_jitter_is_zero(env: Env) ->
         raise TimeoutError("upstream slow")
 
     async def marker(attempt: Attempt) -> None:
-        markers.append(attempt.job_id)
+        markers.append(attempt.run_id)
 
     await env.queue.enqueue(b"", kind="k", id="j", max_attempts=4)
     worker = env.worker(backoff=Backoff(base=10.0, cap=25.0, jitter=0.0))
@@ -584,10 +584,10 @@ async def test_ensure_at_least_extends_the_queues_lease(env: Env) -> None:
         expiries.append(attempt.lease.expires_at)
         await attempt.lease.ensure_at_least(300.0)
         expiries.append(attempt.lease.expires_at)
-        record = await env.queue.get(attempt.job_id)
+        record = await env.queue.get(attempt.run_id)
         assert record is not None
         expiries.append(record.lease_expires_at or 0.0)
-        await env.queue.cancel(attempt.job_id)
+        await env.queue.cancel(attempt.run_id)
         try:
             await attempt.lease.ensure_at_least(900.0)
         except LeaseLost:
@@ -638,7 +638,7 @@ async def test_higher_priority_runs_first(env: Env) -> None:
     order: list[str] = []
 
     async def handler(attempt: Attempt) -> None:
-        order.append(attempt.job_id)
+        order.append(attempt.run_id)
 
     await env.queue.enqueue(b"", kind="k", id="low", priority=9)
     await env.queue.enqueue(b"", kind="k", id="normal", priority=5)
@@ -661,8 +661,8 @@ async def test_a_stream_of_urgent_work_does_not_starve_a_low_priority_job(
     start = env.clock.now()
 
     async def handler(attempt: Attempt) -> None:
-        order.append(attempt.job_id)
-        if attempt.job_id.startswith("high") and len(order) < 40:
+        order.append(attempt.run_id)
+        if attempt.run_id.startswith("high") and len(order) < 40:
             env.clock.advance(1.0)
             await queue.enqueue(b"", kind="k", id=f"high-{len(order)}", priority=0)
 
@@ -681,7 +681,7 @@ async def test_a_run_at_job_waits_for_its_time_then_runs_at_once(env: Env) -> No
     ran: list[str] = []
 
     async def handler(attempt: Attempt) -> None:
-        ran.append(attempt.job_id)
+        ran.append(attempt.run_id)
 
     # A long poll interval: only the clock's wake-up can make it run promptly.
     worker = env.worker(poll_interval=60.0)
@@ -1094,7 +1094,7 @@ async def test_log_records_about_a_job_carry_its_id_kind_and_attempt(
     assert about_job
     for record in about_job:
         extra: Mapping[str, object] = record.__dict__
-        assert (extra["job_id"], extra["job_kind"], extra["attempt"]) == ("job-77", "k", 1)
+        assert (extra["run_id"], extra["kind"], extra["attempt"]) == ("job-77", "k", 1)
         assert f"attempt 1/{DEFAULT_MAX_ATTEMPTS}" in record.getMessage()
 
 
@@ -1168,7 +1168,7 @@ async def test_a_lost_settlement_is_logged_and_counted_never_raised(
         await until(lambda: worker.in_flight == 0, "it was settled")
     assert worker.stats.lost == 1 and worker.stats.succeeded == 0
     [warning] = [r for r in caplog.records if "no longer ours" in r.getMessage()]
-    assert warning.levelno == logging.WARNING and warning.__dict__["job_id"] == "j"
+    assert warning.levelno == logging.WARNING and warning.__dict__["run_id"] == "j"
     await env.queue.enqueue(b"", kind="k", id="next")
     await until(lambda: worker.stats.succeeded == 1, "the loop carries on")
 
@@ -1225,7 +1225,7 @@ async def test_the_observer_hears_each_claim_and_how_each_attempt_ended(env: Env
 
     async def handler(attempt: Attempt) -> str:
         nonlocal tries
-        if attempt.job_id == "bad":
+        if attempt.run_id == "bad":
             raise Permanent("never")
         tries += 1
         if tries == 1:

@@ -81,7 +81,11 @@ def fresh_jobs() -> None:
 
 
 def said(caplog: pytest.LogCaptureFixture, job_id: str) -> list[str]:
-    return [r.getMessage() for r in caplog.records if getattr(r, "job_id", None) == job_id]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if job_id in (getattr(r, "job_id", None), getattr(r, "run_id", None))
+    ]
 
 
 async def test_a_job_cancelled_by_its_own_runner_stops_at_once(

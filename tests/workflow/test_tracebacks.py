@@ -116,6 +116,6 @@ async def test_each_failed_attempt_is_logged_once_with_its_traceback_id_and_kind
     with_traces = [r for r in caplog.records if r.exc_info is not None]
     assert len(with_traces) == 2, [r.getMessage() for r in with_traces]  # one per attempt
     for record in with_traces:
-        assert record.job_id == handle.id and record.job_kind == MissingQty.NAME  # type: ignore[attr-defined]
+        assert record.run_id == handle.id and record.kind == MissingQty.NAME  # type: ignore[attr-defined]
         assert record.exc_info is not None and record.exc_info[0] is KeyError
     assert [r.attempt for r in with_traces] == [1, 2]  # type: ignore[attr-defined]

@@ -307,15 +307,15 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
         deduplicate, so another process's enqueue of the same id adds a second
         message, and the workflow layer would run it as a second incarnation
         (see the class docstring)."""
-        job_id = check_enqueue(
+        run_id = check_enqueue(
             payload,
             id=id,
             priority=priority,
             max_attempts=max_attempts,
             max_payload_bytes=self.max_payload_bytes,
         )
-        if self._markers is None and self._local.is_live(job_id):
-            return Enqueued(job_id, created=False)
+        if self._markers is None and self._local.is_live(run_id):
+            return Enqueued(run_id, created=False)
         if self._markers is None and len(payload) * 4 // 3 + 1024 > self.max_message_bytes:
             raise PayloadTooLarge(
                 f"payload of {len(payload)} bytes is over what one SQS message of "
@@ -325,7 +325,7 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
         now = self.clock.now()
         due = now if run_at is None else run_at
         message = JobMessage(
-            id=job_id,
+            id=run_id,
             kind=kind,
             priority=priority,
             max_attempts=max_attempts or self.default_max_attempts,
@@ -345,19 +345,19 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
                 message, token=secrets.token_hex(8), spilled=base64_size > self.spill_bytes
             )
             if not await self._markers.create(message):
-                return Enqueued(job_id, created=False)
-        self._local.uncancel(job_id)
-        self._local.remember(job_id, message)
+                return Enqueued(run_id, created=False)
+        self._local.uncancel(run_id)
+        self._local.remember(run_id, message)
         try:
             await self._send(await self._tier_url(priority), message, due)
         except BaseException:
-            self._local.forget(job_id)
+            self._local.forget(run_id)
             if self._markers is not None:
                 with contextlib.suppress(Exception):
-                    await self._markers.drop(job_id)
+                    await self._markers.drop(run_id)
             raise
         self._notify()
-        return Enqueued(job_id, created=True)
+        return Enqueued(run_id, created=True)
 
     async def _receive(self, tier: int, n: int, lease: int, wait: int) -> list[Delivery]:
         return (await self._receive_counted(tier, n, lease, wait))[0]
@@ -407,10 +407,10 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
             await self._send(await self._dead_url(), foreign, 0.0)
             await self._delete(url, receipt)
             return None
-        job_id = message.id
+        run_id = message.id
         attempt = message.attempts + receives
         claims = message.claims + receives
-        if job_id in self._local.cancelled:
+        if run_id in self._local.cancelled:
             await self._delete(url, receipt)
             return None
         if self._markers is not None and message.token is not None:
@@ -425,7 +425,7 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
         if message.payload is None:
             # Spilled by a process with an id store: this one, without, cannot
             # read the payload. Leave it to them (it shows again after the lease).
-            logger.warning("%r: job %s keeps its payload in an id store", self, job_id)
+            logger.warning("%r: job %s keeps its payload in an id store", self, run_id)
             return None
         if message.run_at > self.clock.now():
             # Arrived before its run-at (DelaySeconds stops at 15 minutes):
@@ -445,9 +445,9 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
             lease=lease,
             now=self.clock.now(),
         )
-        self._local.remember(job_id)
+        self._local.remember(run_id)
         return Delivery(
-            id=job_id,
+            id=run_id,
             kind=message.kind,
             payload=message.payload,
             attempt=attempt,
@@ -675,7 +675,7 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
         self._notify()
         return Settlement.RELEASED
 
-    async def cancel(self, id: str) -> bool:
+    async def cancel(self, run_id: str) -> bool:
         """Cancel the job.
 
         With an id store, the job's marker is deleted: every process's claim
@@ -689,33 +689,33 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
         deleted (its holder's next renew or settlement answers LOST) and the id
         is remembered, so a claim here drops its message when it shows up.
         True when this process knew the job as live."""
-        known = self._local.is_live(id)
-        self._local.cancel(id)
-        for receipt, held in self._fence.receipts_of(id):
+        known = self._local.is_live(run_id)
+        self._local.cancel(run_id)
+        for receipt, held in self._fence.receipts_of(run_id):
             self._fence.drop(receipt)
             await self._delete(held.url, receipt)
             known = True
         if self._markers is not None:
-            if await self._markers.read(id) is not None:
+            if await self._markers.read(run_id) is not None:
                 known = True
-            await self._markers.drop(id)
+            await self._markers.drop(run_id)
         return known
 
-    async def discard_dead(self, id: str) -> bool:
+    async def discard_dead(self, run_id: str) -> bool:
         """Free a dead job's id: its marker in the id store, if it says dead
         (a delete fenced on that marker's etag, so a requeue in between
         wins), and what this process remembers of it. Its message in the
         dead-letter queue stays until SQS's retention drops it; a requeue
         that meets it finds no marker naming it and deletes it."""
-        remembered = self._local.live(id)
+        remembered = self._local.live(run_id)
         discarded = remembered is not None and remembered.dead_reason is not None
         if discarded:
-            self._local.forget(id)
+            self._local.forget(run_id)
         if self._markers is not None:
-            discarded = await self._markers.drop_dead(id) or discarded
+            discarded = await self._markers.drop_dead(run_id) or discarded
         return discarded
 
-    async def requeue(self, id: str) -> bool:
+    async def requeue(self, run_id: str) -> bool:
         """Move a dead job back to its tier queue with its attempts reset.
 
         SQS has no lookup by id, so this scans the dead-letter queue: it
@@ -723,7 +723,7 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
         seconds so the scan moves on), and gives back the ones that do not
         match. Cost: about 2 requests per 10 dead messages looked at, plus 3
         for the match. Use :meth:`requeue_all` to empty it in one pass."""
-        return await self._requeue(lambda message: message.id == id, stop_at_first=True) > 0
+        return await self._requeue(lambda message: message.id == run_id, stop_at_first=True) > 0
 
     async def requeue_all(self) -> int:
         """Move every dead job back (attempts reset); returns how many."""
@@ -767,7 +767,7 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
             if moved:
                 self._notify()
 
-    async def get(self, id: str) -> JobRecord | None:
+    async def get(self, run_id: str) -> JobRecord | None:
         """What can honestly be said about the job.
 
         Held by this process: its record, RUNNING, exact. Otherwise, with an
@@ -779,7 +779,7 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
         :class:`SqsUnsupported` rather than answer None (which would claim the
         job is gone). SQS has no lookup by id."""
         now = self.clock.now()
-        held = self._fence.holding(id)
+        held = self._fence.holding(run_id)
         if held is not None:
             return _record(
                 held.message,
@@ -789,14 +789,14 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
             )
         message: JobMessage | None
         if self._markers is not None:
-            message = await self._markers.read(id)
+            message = await self._markers.read(run_id)
             if message is None:
                 return None
         else:
-            message = self._local.live(id)
+            message = self._local.live(run_id)
             if message is None:
                 raise SqsUnsupported(
-                    f"SqsQueue cannot look up job {id!r}: SQS has no lookup by id, this "
+                    f"SqsQueue cannot look up job {run_id!r}: SQS has no lookup by id, this "
                     "process does not hold it and no id store was given; read the job's "
                     "outcome record instead"
                 )

@@ -43,7 +43,6 @@ from stepstone.store.errors import (
 from stepstone.store.keys import validate_key
 
 from ..clock import Clock, SystemClock
-from ..job_id import check_job_id
 from ..queue import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -62,6 +61,7 @@ from ..queue import (
     check_enqueue,
 )
 from ..queue_inspection import Page, QueueInspection
+from ..run_id import check_run_id
 from ..suspension import Waking
 from .lost_answers import landed
 from .pacing import ScanPacing, in_slice
@@ -218,47 +218,47 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
 
     # -- reading records ---------------------------------------------------
 
-    def _key(self, job_id: str) -> str:
-        return self._jobs + job_id
+    def _key(self, run_id: str) -> str:
+        return self._jobs + run_id
 
-    def _decode(self, job_id: str, etag: str, data: bytes, *, learn: bool = True) -> StoredJob:
+    def _decode(self, run_id: str, etag: str, data: bytes, *, learn: bool = True) -> StoredJob:
         """Decode a record read from the store and (if ``learn``) remember it.
         An undecodable one is counted and logged once per version, remembered
         by etag so listings do not fetch it again, and raised as CorruptRecord."""
-        key = self._key(job_id)
+        key = self._key(run_id)
         try:
             job = decode(data, key=key)
-            if job.id != job_id:
+            if job.id != run_id:
                 raise CorruptRecord(f"holds job id {job.id!r}", key=key)
         except CorruptRecord as exc:
-            seen = self._view.get(job_id)
+            seen = self._view.get(run_id)
             if seen is None or seen.etag != etag:
                 self.stats.corrupt_records += 1
                 self.stats.corrupt_keys.add(key)
                 log.warning("skipping an undecodable queue record: %s", exc)
             if learn:
-                self._view.file(job_id, Seen(etag, None, len(data)))
+                self._view.file(run_id, Seen(etag, None, len(data)))
             raise
         if learn:
-            self._view.learn_read(job_id, etag, job, len(data))
+            self._view.learn_read(run_id, etag, job, len(data))
         return job
 
-    async def _get(self, job_id: str) -> StoredObject | None:
+    async def _get(self, run_id: str) -> StoredObject | None:
         async with self._fetch_slots:
             try:
-                obj = await self.store.get(self._key(job_id))
+                obj = await self.store.get(self._key(run_id))
             except NotFound:
                 return None
         self.stats.fetches += 1
         return obj
 
-    async def _fetch(self, job_id: str) -> tuple[str, StoredJob] | None:
+    async def _fetch(self, run_id: str) -> tuple[str, StoredJob] | None:
         """GET one record and learn it; None when it is gone. Raises CorruptRecord."""
-        obj = await self._get(job_id)
+        obj = await self._get(run_id)
         if obj is None:
-            self._view.forget(job_id)
+            self._view.forget(run_id)
             return None
-        return obj.etag, self._decode(job_id, obj.etag, obj.data)
+        return obj.etag, self._decode(run_id, obj.etag, obj.data)
 
     def _candidates(
         self,
@@ -284,7 +284,7 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
             if self._scan_epoch != epoch:
                 return  # someone listed while we waited: their view is ours
             now = self.clock.now()
-            before = {job_id: seen.etag for job_id, seen in self._view.items()}
+            before = {run_id: seen.etag for run_id, seen in self._view.items()}
             listed: set[str] = set()
             unread: list[tuple[str, str | None, float]] = []
             passed: dict[str, str] = {}
@@ -292,39 +292,39 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
             count = 0
             async for info in self.store.scan(self._jobs):
                 count += 1
-                job_id = info.key[len(self._jobs) :]
-                listed.add(job_id)
-                seen = self._view.get(job_id)
+                run_id = info.key[len(self._jobs) :]
+                listed.add(run_id)
+                seen = self._view.get(run_id)
                 if seen is not None:
                     if seen.etag == info.etag:
                         seen.confirmed = time.monotonic()
                         continue
                     if (moved := guess_changed(seen, info, now, self._lease_hint)) is not None:
-                        self._view.file(job_id, moved)
+                        self._view.file(run_id, moved)
                         continue
                     if renewed_elsewhere(seen, info, now):
                         continue
                     if (guess := claimed_elsewhere(seen, info, now, self._lease_hint)) is not None:
-                        self._view.file(job_id, guess)
+                        self._view.file(run_id, guess)
                         continue
                     if seen.own:
                         # Perhaps listed before our own write landed: read it only
                         # if the view still holds that write when its turn comes.
-                        unread.append((job_id, seen.etag, listed_place(info, self.priority_aging)))
+                        unread.append((run_id, seen.etag, listed_place(info, self.priority_aging)))
                         continue
                     # Moved on: no claim may swap against the old version.
-                    self._view.forget(job_id, seen.etag)
+                    self._view.forget(run_id, seen.etag)
                 elif (
                     part is not None
-                    and not in_slice(job_id, part)
-                    and self._passed.get(job_id) != info.etag
+                    and not in_slice(run_id, part)
+                    and self._passed.get(run_id) != info.etag
                 ):
-                    passed[job_id] = info.etag  # another's slice, this time
+                    passed[run_id] = info.etag  # another's slice, this time
                     continue
-                unread.append((job_id, None, listed_place(info, self.priority_aging)))
-            for job_id, etag in before.items():
-                if job_id not in listed:
-                    self._view.forget(job_id, etag)
+                unread.append((run_id, None, listed_place(info, self.priority_aging)))
+            for run_id, etag in before.items():
+                if run_id not in listed:
+                    self._view.forget(run_id, etag)
             self._unread.reset(unread)
             self._passed = passed
             self.stats.scans += 1
@@ -339,26 +339,26 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
         jumps, and reads only a few where it lands, in case that is taken too;
         each batch found free doubles the next (:mod:`runtime.store_queue.pacing`)."""
         batch = self._unread.take(min(want, self._pacing.read_batch))
-        jobs = await asyncio.gather(*(self._refresh(job_id, etag) for job_id, etag in batch))
+        jobs = await asyncio.gather(*(self._refresh(run_id, etag) for run_id, etag in batch))
         taken = sum(1 for job in jobs if job is None or (job.token and not job.claimable(now)))
         self._pacing.read(taken)
         self._pacing.tried(won=0, lost=taken)
         if taken:
             self._unread.jump()
 
-    async def _refresh(self, job_id: str, known: str | None) -> StoredJob | None:
+    async def _refresh(self, run_id: str, known: str | None) -> StoredJob | None:
         """Read a record a listing showed had moved on from etag ``known``,
         unless this instance wrote it meanwhile (its answer would be older).
         Returns what the view then holds for it."""
-        if self._view.etag(job_id) == known:
-            obj = await self._get(job_id)
-            if self._view.etag(job_id) == known:
+        if self._view.etag(run_id) == known:
+            obj = await self._get(run_id)
+            if self._view.etag(run_id) == known:
                 if obj is None:
-                    self._view.forget(job_id, known)
+                    self._view.forget(run_id, known)
                 else:
                     with contextlib.suppress(CorruptRecord):
-                        self._decode(job_id, obj.etag, obj.data)
-        seen = self._view.get(job_id)
+                        self._decode(run_id, obj.etag, obj.data)
+        seen = self._view.get(run_id)
         return None if seen is None else seen.job
 
     def _notify(self) -> None:
@@ -446,7 +446,7 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
         return answers
 
     def _new_record(self, job: NewJob, now: float) -> StoredJob:
-        job_id = check_enqueue(
+        run_id = check_enqueue(
             job.payload,
             id=job.id,
             priority=job.priority,
@@ -454,7 +454,7 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
             max_payload_bytes=self.max_payload_bytes,
         )
         return StoredJob(
-            id=job_id,
+            id=run_id,
             kind=job.kind,
             payload=bytes(job.payload),
             priority=job.priority,
@@ -527,25 +527,25 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
         return out
 
     async def _claim_one(
-        self, job_id: str, now: float, lease: float, fresh_since: float
+        self, run_id: str, now: float, lease: float, fresh_since: float
     ) -> Delivery | None:
-        seen = self._view.get(job_id)
+        seen = self._view.get(run_id)
         # Checked again here, not only when the candidates were picked: a
         # concurrent claim in this process may have taken it since, and its
         # etag in the view is then the one our swap would match.
         if (
             seen is None
             or seen.job is None
-            or job_id in self._claiming
+            or run_id in self._claiming
             or not seen.job.claimable(now)
         ):
             return None
-        self._claiming.add(job_id)
+        self._claiming.add(run_id)
         try:
             etag, job = seen.etag, seen.job
             if job.partial:  # a lapsed lease of another process: its payload is not here
                 try:
-                    fetched = await self._fetch(job_id)
+                    fetched = await self._fetch(run_id)
                 except (CorruptRecord, StoreUnavailable):
                     return None
                 if fetched is None or not fetched[1].claimable(now):
@@ -561,11 +561,11 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
                 woken=False,
             )
             try:
-                await self._swap(job_id, new, etag)
+                await self._swap(run_id, new, etag)
             except NotFound:
                 self._pacing.refused(seen.confirmed, fresh_since)
                 self._pacing.tried(won=0, lost=1)
-                self._view.forget(job_id, etag)
+                self._view.forget(run_id, etag)
                 return None
             except PreconditionFailed:
                 # Someone else moved it first, most likely by claiming it. Say
@@ -574,16 +574,16 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
                 self.stats.lost_races += 1
                 self._pacing.refused(seen.confirmed, fresh_since)
                 self._pacing.tried(won=0, lost=1)
-                current = self._view.get(job_id)
+                current = self._view.get(run_id)
                 if current is not None and current.etag == etag:
-                    self._view.file(job_id, held_elsewhere(job, etag, now, self._lease_hint))
+                    self._view.file(run_id, held_elsewhere(job, etag, now, self._lease_hint))
                 return None
             except StoreUnavailable:
                 # Not raised: the other claims of this batch landed, and failing
                 # the batch would strand them. The write itself may have landed
                 # with only its answer lost: then the record holds our token.
                 try:
-                    fetched = await self._fetch(job_id)
+                    fetched = await self._fetch(run_id)
                 except (CorruptRecord, StoreUnavailable):
                     return None
                 if fetched is None or fetched[1].token != new.token:
@@ -593,28 +593,28 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
             self._pacing.tried(won=1, lost=0)
             return delivery_of(new)
         finally:
-            self._claiming.discard(job_id)
+            self._claiming.discard(run_id)
 
-    async def _swap(self, job_id: str, new: StoredJob, etag: str) -> None:
+    async def _swap(self, run_id: str, new: StoredJob, etag: str) -> None:
         """Write ``new`` over version ``etag`` and learn it. Raises
         PreconditionFailed or NotFound when the record moved on or went, and
         StoreUnavailable only when the write certainly did not land."""
         data = encode(new)
-        key = self._key(job_id)
+        key = self._key(run_id)
         try:
             new_etag = await self.store.put_if_match(key, data, etag)
         except StoreUnavailable as error:
             new_etag = await landed(self.store, key, data, etag, error)
-        self._view.learn(job_id, new_etag, new, len(data))
+        self._view.learn(run_id, new_etag, new, len(data))
 
-    async def _remove(self, job_id: str, etag: str) -> None:
+    async def _remove(self, run_id: str, etag: str) -> None:
         """Delete version ``etag``; like :meth:`_swap` for a delete."""
-        key = self._key(job_id)
+        key = self._key(run_id)
         try:
             await self.store.delete(key, if_match=etag)
         except StoreUnavailable as error:
             await landed(self.store, key, None, etag, error)
-        self._view.forget(job_id)
+        self._view.forget(run_id)
 
     async def _settle(
         self,
@@ -627,9 +627,9 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
         itself to write nothing (then a HEAD confirms the token still owns it).
         Returns what was written (None for a delete), or Settlement.LOST.
         """
-        job_id = delivery.id
-        key = self._key(job_id)
-        seen = self._view.get(job_id)
+        run_id = delivery.id
+        key = self._key(run_id)
+        seen = self._view.get(run_id)
         known: tuple[str, StoredJob] | None = None
         if (
             seen is not None
@@ -642,7 +642,7 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
         for _ in range(_SETTLE_TRIES):
             if known is None:
                 try:
-                    known = await self._fetch(job_id)
+                    known = await self._fetch(run_id)
                 except CorruptRecord as exc:
                     log.warning("treating a settlement as lost: %s", exc)
                     return Settlement.LOST
@@ -654,17 +654,17 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
             new = change(job, self.clock.now())
             try:
                 if new is None:
-                    await self._remove(job_id, etag)
+                    await self._remove(run_id, etag)
                 elif new is job:
                     if (await self.store.head(key)).etag != etag:
                         raise PreconditionFailed("moved on", key=key)
                 else:
-                    await self._swap(job_id, new, etag)
+                    await self._swap(run_id, new, etag)
                 return new
             except PreconditionFailed:
                 known = None
             except NotFound:
-                self._view.forget(job_id)
+                self._view.forget(run_id)
                 return Settlement.LOST
         return Settlement.LOST
 
@@ -739,12 +739,12 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
             return Settlement.RETRIED
         return Settlement.SUSPENDED
 
-    async def wake(self, id: str) -> bool:
-        if not _valid_id(id):
+    async def wake(self, run_id: str) -> bool:
+        if not _valid_id(run_id):
             return False
         for _ in range(_SETTLE_TRIES):
             try:
-                fetched = await self._fetch(id)
+                fetched = await self._fetch(run_id)
             except CorruptRecord:
                 return False
             if fetched is None or fetched[1].dead:
@@ -766,7 +766,7 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
             else:
                 return True  # due already
             try:
-                await self._swap(id, new, etag)
+                await self._swap(run_id, new, etag)
             except (PreconditionFailed, NotFound):
                 continue  # it moved on (claimed, settled): look again
             if new.token is None:
@@ -796,11 +796,11 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
         self._notify()
         return Settlement.RELEASED
 
-    async def cancel(self, id: str) -> bool:
-        if not _valid_id(id):
+    async def cancel(self, run_id: str) -> bool:
+        if not _valid_id(run_id):
             return False
-        key = self._key(id)
-        seen = self._view.get(id)
+        key = self._key(run_id)
+        seen = self._view.get(run_id)
         etag = None if seen is None else seen.etag
         for _ in range(_SETTLE_TRIES):
             try:
@@ -811,13 +811,13 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
                 etag = None
                 continue
             except NotFound:
-                self._view.forget(id)
+                self._view.forget(run_id)
                 return False
-            self._view.forget(id)
+            self._view.forget(run_id)
             return True
         # It keeps changing under us (a busy holder renewing): it exists, so remove it.
         await self.store.delete(key)
-        self._view.forget(id)
+        self._view.forget(run_id)
         return True
 
     async def withdraw(self, enqueued: Enqueued) -> bool:
@@ -832,18 +832,18 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
             return False
         return True
 
-    async def discard_dead(self, id: str) -> bool:
+    async def discard_dead(self, run_id: str) -> bool:
         """Delete the record if it is dead, fenced on the dead version's etag
         (a requeue in between wins)."""
-        return await self._if_dead(id, lambda etag, _: self._remove(id, etag))
+        return await self._if_dead(run_id, lambda etag, _: self._remove(run_id, etag))
 
-    async def requeue(self, id: str) -> bool:
+    async def requeue(self, run_id: str) -> bool:
         async def revive(etag: str, job: StoredJob) -> None:
             now = self.clock.now()
             new = job.next(now, dead=False, dead_reason=None, attempts=0, run_at=now)
-            await self._swap(id, new, etag)
+            await self._swap(run_id, new, etag)
 
-        if not await self._if_dead(id, revive):
+        if not await self._if_dead(run_id, revive):
             return False
         self._notify()
         return True
@@ -865,10 +865,10 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
             return True
         return False
 
-    async def get(self, id: str) -> JobRecord | None:
-        if not _valid_id(id):
+    async def get(self, run_id: str) -> JobRecord | None:
+        if not _valid_id(run_id):
             return None
-        fetched = await self._fetch(id)
+        fetched = await self._fetch(run_id)
         if fetched is None:
             return None
         return record_of(fetched[1], self.clock.now())
@@ -881,24 +881,24 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
         Gone or undecodable ones come back as None."""
 
         async def one(info: ObjectInfo) -> tuple[str, StoredJob | None]:
-            job_id = info.key[len(self._jobs) :]
-            seen = self._view.get(job_id)
+            run_id = info.key[len(self._jobs) :]
+            seen = self._view.get(run_id)
             if seen is not None and seen.etag == info.etag:
                 if seen.job is None:
-                    return job_id, None
+                    return run_id, None
                 if not (payload and seen.job.partial):
-                    return job_id, seen.job
-            before = self._view.etag(job_id)
-            obj = await self._get(job_id)
+                    return run_id, seen.job
+            before = self._view.etag(run_id)
+            obj = await self._get(run_id)
             if obj is None:
-                return job_id, None
+                return run_id, None
             try:
                 job = self._decode(
-                    job_id, obj.etag, obj.data, learn=self._view.etag(job_id) == before
+                    run_id, obj.etag, obj.data, learn=self._view.etag(run_id) == before
                 )
             except CorruptRecord:
-                return job_id, None
-            return job_id, job
+                return run_id, None
+            return run_id, job
 
         return list(await asyncio.gather(*(one(info) for info in infos)))
 
@@ -919,8 +919,8 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
                     return Page(out, last)  # more keys follow the last one examined
                 chunk = page[pos : pos + limit - len(out)]
                 pos += len(chunk)
-                for job_id, job in await self._load(chunk, payload=True):
-                    last = job_id
+                for run_id, job in await self._load(chunk, payload=True):
+                    last = run_id
                     if job is None:
                         continue
                     record = record_of(job, now)
@@ -953,12 +953,12 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
             return self.clock.now()
         return self._view.next_due()
 
-    def pending_here(self, id: str) -> bool:
+    def pending_here(self, run_id: str) -> bool:
         """True for a record this instance's view holds as waiting, or as
         claimed by this instance under a lease not yet lapsed, and that it
         wrote, read or listed unchanged within ``PENDING_HINT_SECONDS``: a peer
         may have taken it since, but not longer ago than that."""
-        seen = self._view.get(id)
+        seen = self._view.get(run_id)
         if seen is None or seen.job is None or seen.guessed or seen.job.dead:
             return False
         if time.monotonic() - seen.confirmed >= PENDING_HINT_SECONDS:
@@ -994,10 +994,10 @@ def _killed(job: StoredJob, now: float, reason: str, last_error: str | None) -> 
     )
 
 
-def _valid_id(job_id: str) -> bool:
+def _valid_id(run_id: str) -> bool:
     """Whether an id could name a record (a lookup of one that cannot finds nothing)."""
     try:
-        check_job_id(job_id)
+        check_run_id(run_id)
     except ValueError:
         return False
     return True

@@ -188,7 +188,7 @@ class ScanPacing:
         self._idle_scans = 0
 
 
-def in_slice(job_id: str, part: Slice) -> bool:
-    """Whether ``job_id`` hashes into ``part``."""
+def in_slice(run_id: str, part: Slice) -> bool:
+    """Whether ``run_id`` hashes into ``part``."""
     start, width = part
-    return (zlib.crc32(job_id.encode()) / 2**32 - start) % 1.0 < width
+    return (zlib.crc32(run_id.encode()) / 2**32 - start) % 1.0 < width

@@ -73,7 +73,7 @@ class ReadLine:
         self._count = len(in_line)
 
     def _add_chunk(self, part: list[tuple[str, str | None, float]]) -> None:
-        entries = collections.deque((job_id, known) for job_id, known, _ in sorted(part))
+        entries = collections.deque((run_id, known) for run_id, known, _ in sorted(part))
         entries.rotate(-self._rng.randrange(len(entries)))
         self._chunks.append(entries)
 
