@@ -5,6 +5,7 @@ enqueue and a handler, under leases, with retries.
 """
 
 from .backoff import Backoff
+from .capabilities import DeadJobRequeue, JobCounts, JobListing, Page, QueueInspection, Waking
 from .clock import Clock, FakeClock, SystemClock
 from .decide import AttemptEnd, Failure, FailureKind, Success, Terminal
 from .errors import (
@@ -33,10 +34,9 @@ from .queue import (
     Settlement,
     Wait,
 )
-from .queue_inspection import DeadJobRequeue, JobCounts, JobListing, Page, QueueInspection
 from .sqs import SqsQueue, SqsUnsupported  # aiobotocore loads on first use
 from .store_queue import CorruptRecord, StoreQueue, StoreQueueStats
-from .suspension import Suspend, Waking
+from .suspension import Suspend
 from .worker import Attempt, Handler, Lease, OnTerminal, Worker, WorkerStats
 
 __all__ = [

@@ -19,6 +19,7 @@ import secrets
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
+from .capabilities import Page, QueueInspection, Waking
 from .clock import Clock, SystemClock
 from .queue import (
     DEFAULT_MAX_ATTEMPTS,
@@ -36,8 +37,6 @@ from .queue import (
     check_enqueue,
     sort_key,
 )
-from .queue_inspection import Page, QueueInspection
-from .suspension import Waking
 
 
 @dataclass(slots=True)

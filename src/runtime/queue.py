@@ -1,9 +1,10 @@
 """The LeaseQueue contract: how the worker gets jobs and gives them back.
 
 This is all the worker and the workflow layer's submit and await path ask
-of a queue, and every backend offers all of it. What only operators' tools
-ask (listing, counts, requeue) is in :mod:`runtime.queue_inspection`,
-offered by the backends that can.
+of a queue, and every backend offers all of it. What some backends cannot
+do (waking a suspended job; listing, counts and requeue, which only
+operators' tools ask) is in :mod:`stepstone.runtime.capabilities`, offered
+by the backends that can.
 
 A job is enqueued once (an optional id deduplicates), claimed under a lease
 that carries a fencing token, and settled exactly once by the holder of the
@@ -360,7 +361,7 @@ class LeaseQueue(abc.ABC):
 
     async def suspend(self, delivery: Delivery, *, until: float, wait: Wait) -> Settlement:
         """Give the job back, the attempt not counted, due again at ``until``
-        (clock time) or when woken (see :class:`~stepstone.runtime.wake.Waking`),
+        (clock time) or when woken (see :class:`~stepstone.runtime.capabilities.Waking`),
         remembering ``wait`` for people to see. SUSPENDED; RETRIED when a wake
         came while the job was held (it is due at once); or LOST.
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 
+from stepstone.runtime.capabilities import Waking
 from stepstone.runtime.clock import Clock
 from stepstone.runtime.decide import FailureKind
 from stepstone.runtime.errors import MalformedPayload
 from stepstone.runtime.queue import JobRecord, JobStatus, LeaseQueue
-from stepstone.runtime.suspension import Waking
 
 from .envelope import Envelope
 from .errors import CorruptOutcome

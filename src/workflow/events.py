@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from stepstone.runtime.capabilities import Waking
 from stepstone.runtime.clock import Clock
 from stepstone.runtime.errors import MalformedPayload
 from stepstone.runtime.queue import LeaseQueue
-from stepstone.runtime.suspension import Waking
 
 from .codec import codec_for_type
 from .envelope import Envelope

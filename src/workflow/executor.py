@@ -21,11 +21,12 @@ from typing import Any, cast
 
 from pydantic import ValidationError
 
+from stepstone.runtime.capabilities import Waking
 from stepstone.runtime.clock import Clock
 from stepstone.runtime.decide import Failure, FailureKind, Success, Terminal
 from stepstone.runtime.errors import MalformedPayload, Permanent
 from stepstone.runtime.queue import Delivery, JobStatus
-from stepstone.runtime.suspension import Suspend, Waking
+from stepstone.runtime.suspension import Suspend
 from stepstone.runtime.worker import Attempt, Worker
 from stepstone.store import StoreUnavailable
 

@@ -26,10 +26,10 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from stepstone.runtime.capabilities import DeadJobRequeue, JobCounts, JobListing
 from stepstone.runtime.decide import describe
 from stepstone.runtime.errors import MalformedPayload, QueueError
 from stepstone.runtime.queue import QUEUE_STATUSES, JobRecord, JobStatus
-from stepstone.runtime.queue_inspection import DeadJobRequeue, JobCounts, JobListing
 from stepstone.runtime.store_queue import CorruptRecord
 from stepstone.store import NotFound, ObjectInfo, StoreError
 
@@ -66,7 +66,7 @@ class InspectError(Exception):
 
 def _lacks(queue: object, doing: str, instead: str = "") -> InspectError:
     """The error for a command the queue's backend does not offer (see
-    :mod:`runtime.queue_inspection`; SqsQueue cannot list, for one)."""
+    :mod:`stepstone.runtime.capabilities`; SqsQueue cannot list, for one)."""
     return InspectError(f"the queue cannot {doing}: {queue!r} does not offer it{instead}")
 
 

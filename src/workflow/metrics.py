@@ -29,9 +29,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from stepstone.runtime.capabilities import JobCounts
 from stepstone.runtime.observer import AttemptReport
 from stepstone.runtime.queue import Delivery, JobStatus, LeaseQueue, Settlement
-from stepstone.runtime.queue_inspection import JobCounts
 from stepstone.runtime.worker import Worker
 
 QUEUE_DEPTH_MAX_AGE = 5.0

@@ -19,6 +19,7 @@ from typing import Any
 
 from stepstone.store import ObjectStore
 
+from ..capabilities import DeadJobRequeue, JobCounts
 from ..clock import Clock, SystemClock
 from ..errors import PayloadTooLarge, QueueError
 from ..queue import (
@@ -34,7 +35,6 @@ from ..queue import (
     Settlement,
     check_enqueue,
 )
-from ..queue_inspection import DeadJobRequeue, JobCounts
 from . import dead_letters
 from .batcher import Batcher
 from .client import SqsClient, error_code, is_lost

@@ -42,6 +42,7 @@ from stepstone.store.errors import (
 )
 from stepstone.store.keys import validate_key
 
+from ..capabilities import Page, QueueInspection, Waking
 from ..clock import Clock, SystemClock
 from ..queue import (
     DEFAULT_MAX_ATTEMPTS,
@@ -60,9 +61,7 @@ from ..queue import (
     all_or_first_error,
     check_enqueue,
 )
-from ..queue_inspection import Page, QueueInspection
 from ..run_id import check_run_id
-from ..suspension import Waking
 from .lost_answers import landed
 from .pacing import ScanPacing, in_slice
 from .read_line import ReadLine
