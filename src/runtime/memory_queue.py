@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import secrets
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from .capabilities import Page, QueueInspection, Waking
@@ -25,7 +25,6 @@ from .queue import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_PAYLOAD_BYTES,
     DEFAULT_PRIORITY_AGING,
-    PRIORITY_NORMAL,
     Delivery,
     Enqueued,
     JobRecord,
@@ -35,6 +34,7 @@ from .queue import (
     Settlement,
     Wait,
     check_enqueue,
+    enqueue_each,
     sort_key,
 )
 
@@ -165,18 +165,11 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
 
     # -- the contract ------------------------------------------------------
 
-    async def enqueue(
-        self,
-        payload: bytes,
-        *,
-        kind: str = "",
-        id: str | None = None,
-        priority: int = PRIORITY_NORMAL,
-        run_at: float | None = None,
-        max_attempts: int | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> Enqueued:
-        run_id, rec = self._add(NewJob(payload, kind, id, priority, run_at, max_attempts, headers))
+    async def enqueue_many(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
+        return await enqueue_each(jobs, self._enqueue_one)
+
+    async def _enqueue_one(self, job: NewJob) -> Enqueued:
+        run_id, rec = self._add(job)
         if rec is None:
             return Enqueued(run_id, created=False)
         self._touch(rec)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import secrets
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TypeVar
@@ -252,6 +252,33 @@ def all_or_first_error(results: Sequence[T | BaseException | None]) -> list[T]:
     return out
 
 
+async def enqueue_each(
+    jobs: Sequence[NewJob], one: Callable[[NewJob], Awaitable[Enqueued]]
+) -> list[Enqueued]:
+    """``enqueue_many`` for a backend that enqueues one job at a time with
+    ``one``: one id's jobs in order, different ids side by side. Every job
+    is tried, then the first error met is raised. A batch of one id (an
+    ``enqueue``) runs in the caller's task, without a task per id."""
+    results: list[Enqueued | BaseException | None] = [None] * len(jobs)
+    by_id: dict[object, list[int]] = {}
+    for i, job in enumerate(jobs):
+        by_id.setdefault(job.id if job.id is not None else object(), []).append(i)
+
+    async def enqueue(indexes: list[int]) -> None:
+        for i in indexes:
+            try:
+                results[i] = await one(jobs[i])
+            except Exception as exc:
+                results[i] = exc
+
+    if len(by_id) == 1:
+        [indexes] = by_id.values()
+        await enqueue(indexes)
+    else:
+        await asyncio.gather(*(enqueue(indexes) for indexes in by_id.values()))
+    return all_or_first_error(results)
+
+
 class LeaseQueue(abc.ABC):
     """A queue of jobs claimed under fenced leases. See the module docstring.
 
@@ -264,7 +291,6 @@ class LeaseQueue(abc.ABC):
         """The time run-at times and leases are read by. The worker judges
         lease expiry by it too, so both agree on when a lease lapses."""
 
-    @abc.abstractmethod
     async def enqueue(
         self,
         payload: bytes,
@@ -276,46 +302,29 @@ class LeaseQueue(abc.ABC):
         max_attempts: int | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> Enqueued:
-        """Add a job. With ``id``, a second enqueue of a live id adds nothing
-        and answers ``created=False``. Raises PayloadTooLarge over the limit."""
+        """Add a job: ``enqueue_many`` of one. With ``id``, a second enqueue of
+        a live id adds nothing and answers ``created=False``. Raises
+        PayloadTooLarge over the limit."""
+        job = NewJob(payload, kind, id, priority, run_at, max_attempts, headers)
+        [enqueued] = await self.enqueue_many([job])
+        return enqueued
 
+    @abc.abstractmethod
     async def enqueue_many(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
-        """Enqueue each job as ``enqueue`` does; returns, in order, what each
-        did. Jobs of one id are enqueued in order (the first may create it,
-        the rest are its duplicates). A backend may write them together: a
-        StoreQueue on files makes the whole batch durable with one flush.
+        """Enqueue each job; returns, in order, what each did. Jobs of one id
+        are enqueued in order (the first may create it, the rest are its
+        duplicates). A backend may write them together: a StoreQueue on files
+        makes the whole batch durable with one flush; one that enqueues a job
+        at a time uses :func:`enqueue_each`.
 
         Every job is tried; then the first error met is raised (the jobs
         before and after it may have been enqueued)."""
-        results: list[Enqueued | BaseException | None] = [None] * len(jobs)
-        by_id: dict[object, list[int]] = {}
-        for i, job in enumerate(jobs):
-            by_id.setdefault(job.id if job.id is not None else object(), []).append(i)
-
-        async def enqueue(indexes: list[int]) -> None:
-            for i in indexes:
-                job = jobs[i]
-                try:
-                    results[i] = await self.enqueue(
-                        job.payload,
-                        kind=job.kind,
-                        id=job.id,
-                        priority=job.priority,
-                        run_at=job.run_at,
-                        max_attempts=job.max_attempts,
-                        headers=job.headers,
-                    )
-                except Exception as exc:
-                    results[i] = exc
-
-        await asyncio.gather(*(enqueue(indexes) for indexes in by_id.values()))
-        return all_or_first_error(results)
 
     async def enqueue_claimed(
         self, job: NewJob, *, lease: float
     ) -> tuple[Enqueued, Delivery | None]:
         """Enqueue ``job`` already claimed by the caller, leased for ``lease``
-        seconds: for a worker in the submitting process with a free slot and
+        seconds: for a worker in the submitting process with free capacity and
         nothing else to take, one write where an enqueue and a claim take two.
         The delivery is the caller's to run, renew and settle as a claim's,
         or to ``release``; if the caller goes away instead, the lease lapses

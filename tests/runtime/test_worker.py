@@ -12,7 +12,15 @@ import asyncio
 import dataclasses
 import logging
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sized
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Mapping,
+    Sequence,
+    Sized,
+)
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -840,8 +848,8 @@ class FlakyQueue(LeaseQueue):
             raise StoreError("bucket unreachable")
         return await self.inner.claim(n + self.overdeliver, lease=lease, kinds=kinds)
 
-    async def enqueue(self, payload: bytes, **kwargs: Any) -> Enqueued:
-        return await self.inner.enqueue(payload, **kwargs)
+    async def enqueue_many(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
+        return await self.inner.enqueue_many(jobs)
 
     async def renew(self, delivery: Delivery, at_least: float) -> float | None:
         return await self.inner.renew(delivery, at_least)

@@ -14,7 +14,7 @@ import logging
 import math
 import secrets
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from stepstone.store import ObjectStore
@@ -25,15 +25,16 @@ from ..errors import PayloadTooLarge, QueueError
 from ..queue import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_PAYLOAD_BYTES,
-    PRIORITY_NORMAL,
     QUEUE_STATUSES,
     Delivery,
     Enqueued,
     JobRecord,
     JobStatus,
     LeaseQueue,
+    NewJob,
     Settlement,
     check_enqueue,
+    enqueue_each,
 )
 from . import dead_letters
 from .batcher import Batcher
@@ -287,17 +288,10 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
 
     # -- the contract ------------------------------------------------------
 
-    async def enqueue(
-        self,
-        payload: bytes,
-        *,
-        kind: str = "",
-        id: str | None = None,
-        priority: int = PRIORITY_NORMAL,
-        run_at: float | None = None,
-        max_attempts: int | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> Enqueued:
+    async def enqueue_many(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
+        return await enqueue_each(jobs, self._enqueue_one)
+
+    async def _enqueue_one(self, job: NewJob) -> Enqueued:
         """Send the job to its tier's queue.
 
         With an id store, the job's marker is written first, create-if-absent:
@@ -307,11 +301,12 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
         deduplicate, so another process's enqueue of the same id adds a second
         message, and the workflow layer would run it as a second incarnation
         (see the class docstring)."""
+        payload, run_at, priority = job.payload, job.run_at, job.priority
         run_id = check_enqueue(
             payload,
-            id=id,
+            id=job.id,
             priority=priority,
-            max_attempts=max_attempts,
+            max_attempts=job.max_attempts,
             max_payload_bytes=self.max_payload_bytes,
         )
         if self._markers is None and self._local.is_live(run_id):
@@ -326,14 +321,14 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
         due = now if run_at is None else run_at
         message = JobMessage(
             id=run_id,
-            kind=kind,
+            kind=job.kind,
             priority=priority,
-            max_attempts=max_attempts or self.default_max_attempts,
+            max_attempts=job.max_attempts or self.default_max_attempts,
             run_at=due,
             enqueued_at=now,
             attempts=0,
             claims=0,
-            headers=dict(headers or {}),
+            headers=dict(job.headers or {}),
             payload=payload,
         )
         if self._markers is not None:

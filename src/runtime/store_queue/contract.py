@@ -23,7 +23,7 @@ import logging
 import random
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from stepstone.store.base import (
@@ -48,7 +48,6 @@ from ..queue import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_PAYLOAD_BYTES,
     DEFAULT_PRIORITY_AGING,
-    PRIORITY_NORMAL,
     QUEUE_STATUSES,
     Delivery,
     Enqueued,
@@ -369,21 +368,6 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
                 log.exception("a queue listener failed")
 
     # -- the contract ------------------------------------------------------
-
-    async def enqueue(
-        self,
-        payload: bytes,
-        *,
-        kind: str = "",
-        id: str | None = None,
-        priority: int = PRIORITY_NORMAL,
-        run_at: float | None = None,
-        max_attempts: int | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> Enqueued:
-        job = NewJob(payload, kind, id, priority, run_at, max_attempts, headers)
-        [enqueued] = await self.enqueue_many([job])
-        return enqueued
 
     async def enqueue_many(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
         now = self.clock.now()
