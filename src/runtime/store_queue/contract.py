@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 
 from stepstone.store.base import (
     DEFAULT_PAGE_SIZE,
-    NewObject,
     ObjectInfo,
     ObjectStore,
     StoredObject,
@@ -40,6 +39,7 @@ from stepstone.store.errors import (
     StoreError,
     StoreUnavailable,
 )
+from stepstone.store.file import RecoverableObject
 from stepstone.store.keys import validate_key
 
 from ..capabilities import Page, QueueInspection, Waking
@@ -407,7 +407,7 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
         encoded = [encode_created(record) for record in records]
         created = await self.store.put_many_if_absent(
             [
-                NewObject(self._key(r.id), data, recovered)
+                RecoverableObject(self._key(r.id), data, recovered)
                 for r, (data, recovered) in zip(records, encoded, strict=True)
             ]
         )
