@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from .capabilities import Page, QueueInspection, Waking
 from .clock import Clock, SystemClock
+from .listeners import Listeners
 from .queue import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -86,7 +87,7 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
         self._ready: list[tuple[float, int, str, int]] = []
         self._timed: list[tuple[float, int, str, int]] = []
         self._seq = itertools.count()
-        self._listeners: list[Callable[[], None]] = []
+        self._listeners = Listeners()
         self._token_prefix = secrets.token_hex(4)
         self._tokens = itertools.count(1)
 
@@ -126,8 +127,7 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
             self._push_ready(rec)
 
     def _notify(self) -> None:
-        for listener in list(self._listeners):
-            listener()
+        self._listeners.call()
 
     def _owned(self, delivery: Delivery) -> _Rec | None:
         rec = self._records.get(delivery.id)
@@ -420,10 +420,4 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
         return None
 
     def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
-        self._listeners.append(listener)
-
-        def unsubscribe() -> None:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
-
-        return unsubscribe
+        return self._listeners.add(listener)
