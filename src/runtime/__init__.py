@@ -37,7 +37,16 @@ from .queue import (
 from .sqs import SqsQueue, SqsUnsupported  # aiobotocore loads on first use
 from .store_queue import CorruptRecord, StoreQueue, StoreQueueStats
 from .suspension import Suspend
-from .worker import Attempt, Handler, Lease, OnTerminal, Worker, WorkerStats
+from .worker import (
+    Attempt,
+    AttemptCallbacks,
+    Handler,
+    JobThreads,
+    Lease,
+    OnTerminal,
+    Worker,
+    WorkerStats,
+)
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
@@ -46,6 +55,7 @@ __all__ = [
     "PRIORITY_NORMAL",
     "QUEUE_STATUSES",
     "Attempt",
+    "AttemptCallbacks",
     "AttemptEnd",
     "AttemptReport",
     "Backoff",
@@ -58,6 +68,7 @@ __all__ = [
     "FailureKind",
     "FakeClock",
     "Handler",
+    "JobThreads",
     "JobCounts",
     "JobListing",
     "JobRecord",

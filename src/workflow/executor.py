@@ -77,7 +77,8 @@ class Executor:
     before the worker acks; ``history`` learns which claims the outcome
     record describes, and when each began; ``unrecorded`` hears every run
     whose outcome could not be recorded, with the error; ``state_of`` gives jobs their
-    registered state; ``worker`` runs synchronous jobs in its thread pool.
+    registered state; ``in_thread`` runs synchronous jobs (the worker's
+    thread pool).
     """
 
     def __init__(
@@ -86,6 +87,7 @@ class Executor:
         records: RunRecords,
         submitter: Submitter,
         worker: Worker,
+        in_thread: Callable[..., Awaitable[Any]],
         clock: Clock,
         state_of: Callable[[type[Any]], Any],
         settled: Callable[[OutcomeRecord], None],
@@ -96,7 +98,7 @@ class Executor:
     ) -> None:
         self._records = records
         self._submitter = submitter
-        self._worker = worker
+        self._in_thread = in_thread
         self._clock = clock
         self._state_of = state_of
         self._settled = settled
@@ -190,7 +192,7 @@ class Executor:
             if job_type.is_async():
                 result = await cast(Awaitable[Any], job.run(ctx))
             else:
-                result = await self._worker.in_thread(job.run, ctx)
+                result = await self._in_thread(job.run, ctx)
         except Suspend:
             await _flush(run)
             await admitted.suspending()

@@ -9,10 +9,12 @@ the jobs in flight and the queue's depth by state when a reader collects.
 text format (:mod:`stepstone.prometheus`). docs/observability.md lists
 every instrument with its unit and attributes.
 
-Off costs nothing per job: a runner that starts with no provider gives its
-worker no observer (:mod:`stepstone.runtime.observer`), and a step looks at
-one module global. Without opentelemetry installed the check is one failed
-import, once.
+Off costs next to nothing per job: a runner's worker is built with a
+:class:`MetricsObserver` (:mod:`stepstone.runtime.observer`), which records
+only if a provider was there when the runner started, so off it is one
+``is None`` test per claim and per attempt, and a step looks at one module
+global. Without opentelemetry installed the check is one failed import,
+once.
 
 What a reader sees depends on when it asks, never on a job: the jobs in
 flight are read from the worker at collection, and the queue's depth is
@@ -227,9 +229,37 @@ class _Instruments:
                 yield Observation(n, {STATE: status.value})
 
 
+class MetricsObserver:
+    """A runner's worker's observer, made with the runner: it records while
+    the runner runs (:meth:`start` to :meth:`close`), if metrics are on when
+    it starts (see the module docstring), and does nothing otherwise."""
+
+    def __init__(self) -> None:
+        self.recording: RunnerMetrics | None = None
+        """What records the runner's metrics now (None: nothing)."""
+
+    def start(self, worker: Worker) -> None:
+        """Start recording ``worker``'s metrics, if metrics are on."""
+        self.close()
+        self.recording = start_metrics(worker)
+
+    def close(self) -> None:
+        if self.recording is not None:
+            self.recording.close()
+            self.recording = None
+
+    def claimed(self, delivery: Delivery) -> None:
+        if (recording := self.recording) is not None:
+            recording.claimed(delivery)
+
+    def attempt_over(self, report: AttemptReport) -> None:
+        if (recording := self.recording) is not None:
+            recording.attempt_over(report)
+
+
 class RunnerMetrics:
-    """One running runner's metrics: the worker's observer, and what readers
-    ask of its worker and queue. Made by :func:`start_metrics`."""
+    """One running runner's metrics: what its worker's observer records, and
+    what readers ask of its worker and queue. Made by :func:`start_metrics`."""
 
     def __init__(self, instruments: _Instruments, worker: Worker) -> None:
         self._instruments = instruments
@@ -301,19 +331,17 @@ class RunnerMetrics:
 
     def close(self) -> None:
         self._instruments.runners.pop(id(self), None)
-        if self.worker.observer is self:
-            self.worker.observer = None
 
 
 def start_metrics(worker: Worker) -> RunnerMetrics | None:
     """Start recording ``worker``'s metrics, if metrics are on (see the module
-    docstring); call ``close()`` on what it returns when the worker stops."""
+    docstring); call ``close()`` on what it returns when the worker stops.
+    What its observer hears goes to it (:class:`MetricsObserver`)."""
     instruments = _current()
     if instruments is None:
         return None
     metrics = RunnerMetrics(instruments, worker)
     instruments.runners[id(metrics)] = metrics
-    worker.observer = metrics
     return metrics
 
 

@@ -30,9 +30,11 @@ from typing import Any, TypeVar, cast
 
 from stepstone.runtime.backoff import Backoff
 from stepstone.runtime.clock import Clock, SystemClock
-from stepstone.runtime.queue import DEFAULT_MAX_ATTEMPTS, LeaseQueue
+from stepstone.runtime.decide import Terminal
+from stepstone.runtime.observer import AttemptReport
+from stepstone.runtime.queue import DEFAULT_MAX_ATTEMPTS, Delivery, LeaseQueue
 from stepstone.runtime.store_queue import StoreQueue
-from stepstone.runtime.worker import Worker
+from stepstone.runtime.worker import JobThreads, Worker
 from stepstone.store import ObjectStore, open_store
 
 from .control import cancel_run, job_state
@@ -45,7 +47,7 @@ from .history import AttemptInfo, AttemptLog, read_history
 from .hooks import SettledHook, SettledHooks
 from .job import Job
 from .layout import Layout, check_run_id, run_id_for_key
-from .metrics import RunnerMetrics, start_metrics
+from .metrics import MetricsObserver
 from .outcome import Outcome
 from .records import RunRecords
 from .retention import Sweeper
@@ -119,7 +121,10 @@ class JobRunner:
         """The loop the worker runs on, while it runs: where blocking calls go."""
         self._private = LoopThread("stepstone-sync")
         """Where blocking calls go when no worker runs here (started on first use)."""
-        self._metrics: RunnerMetrics | None = None
+        self._metrics = MetricsObserver()
+        """The worker's observer: records metrics while the runner runs, if on."""
+        self._threads = JobThreads(concurrency)
+        """Where synchronous job code runs: plain handlers, ``def run``, plain hooks."""
         self.worker = Worker(
             self.queue,
             concurrency=concurrency,
@@ -132,6 +137,9 @@ class JobRunner:
             clock=self.clock,
             cancel_check=cancel_check,
             only_registered=only_registered,
+            callbacks=_AttemptCallbacks(self),
+            observer=self._metrics,
+            threads=self._threads,
         )
         self._records = RunRecords(self.store, self.layout)
         self._waiting = Waiting(
@@ -148,16 +156,16 @@ class JobRunner:
             worker=self.worker,
         )
         self._hooks = SettledHooks(
-            on_settled, job_type=self._jobs.get, in_thread=self.worker.in_thread
+            on_settled, job_type=self._jobs.get, in_thread=self._threads.call
         )
         self._history = AttemptLog(
             self.store, self.layout, self.worker, self.clock, enabled=history
         )
-        self.worker.on_attempt_over = self._history.attempt_over
         self._executor = Executor(
             records=self._records,
             submitter=self._submitter,
             worker=self.worker,
+            in_thread=self._threads.call,
             clock=self.clock,
             state_of=self.state_of,
             settled=self._waiting.settled,
@@ -166,8 +174,6 @@ class JobRunner:
             hooks=self._hooks,
             history=self._history,
         )
-        self.worker.on_terminal = self._executor.on_terminal
-        self.worker.is_cancelled = self._executor.is_cancelled
         self._sweeper: Sweeper | None = (
             None if retention is None else Sweeper(self, retention, interval=sweep_interval)
         )
@@ -241,7 +247,7 @@ class JobRunner:
             return
         self._running = True
         self._home = asyncio.get_running_loop()
-        self._metrics = start_metrics(self.worker)
+        self._metrics.start(self.worker)
         await self.worker.start()
         if self._sweeper is not None:
             self._sweeper.start()
@@ -258,9 +264,10 @@ class JobRunner:
         if self._sweeper is not None:
             await self._sweeper.stop()
         await self.worker.stop(drain_timeout)
-        if self._metrics is not None:
-            self._metrics.close()
-            self._metrics = None
+        # Threads of drained or timed-out sync jobs cannot be stopped; don't
+        # wait for them (they finish on their own, unobserved).
+        self._threads.shutdown(wait=False)
+        self._metrics.close()
 
     async def check_store(self) -> None:
         """Read the store once (a LIST of at most one key under the runner's
@@ -445,3 +452,22 @@ class JobRunner:
 def _default_queue(store: ObjectStore, layout: Layout, clock: Clock) -> LeaseQueue:
     prefix = f"{layout.prefix}/queue" if layout.prefix else "queue"
     return StoreQueue(store, prefix=prefix, clock=clock)
+
+
+class _AttemptCallbacks:
+    """The runner's part in each attempt of its worker (``AttemptCallbacks``):
+    its executor records the outcome and looks for a cancel, its attempt log
+    writes the history. The worker is built before them, so they are looked
+    up at each call."""
+
+    def __init__(self, runner: JobRunner) -> None:
+        self._runner = runner
+
+    async def on_terminal(self, delivery: Delivery, terminal: Terminal) -> None:
+        await self._runner._executor.on_terminal(delivery, terminal)
+
+    async def is_cancelled(self, delivery: Delivery) -> bool:
+        return await self._runner._executor.is_cancelled(delivery)
+
+    async def attempt_over(self, report: AttemptReport) -> None:
+        await self._runner._history.attempt_over(report)

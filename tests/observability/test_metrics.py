@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import pytest
 
 from stepstone import Job, JobContext, JobRunner, Permanent
-from stepstone.metrics import metrics_enabled, step_timer, use_meter_provider
+from stepstone.metrics import MetricsObserver, metrics_enabled, step_timer, use_meter_provider
 from stepstone.testing import fail_once, wait_until
 
 pytest.importorskip("opentelemetry.sdk", reason="metrics need the otel extra")
@@ -108,7 +108,8 @@ def total(points: Points, name: str, **attributes: str) -> Any:
 async def test_attempts_are_counted_by_how_they_ended(reader: InMemoryMetricReader) -> None:
     runner = JobRunner("memory://", jobs=[Pay, Refuse, Nap], retry_backoff=0.0)
     async with runner:
-        assert runner.worker.observer is not None
+        observer = runner.worker.observer
+        assert isinstance(observer, MetricsObserver) and observer.recording is not None
         assert await (await runner.submit(Pay(order="o-1"))).result(timeout=10) == "charged o-1"
         refused = await (await runner.submit(Refuse())).join(timeout=10)
         assert not refused.ok
@@ -162,7 +163,7 @@ async def test_in_flight_and_queue_depth_are_read_when_collected(
 
 
 def test_without_a_meter_provider_a_runner_records_nothing() -> None:
-    """No provider: the worker gets no observer and steps no timer, so a job
+    """No provider: the worker's observer records nothing and steps get no timer, so a job
     pays for nothing (the benchmark's figure: docs/observability.md)."""
     from opentelemetry import metrics
 
@@ -174,6 +175,8 @@ def test_without_a_meter_provider_a_runner_records_nothing() -> None:
     async def start_and_look() -> tuple[object, object]:
         runner = JobRunner("memory://")
         async with runner:
-            return runner.worker.observer, step_timer()
+            observer = runner.worker.observer
+            assert isinstance(observer, MetricsObserver)
+            return observer.recording, step_timer()
 
     assert asyncio.run(start_and_look()) == (None, None)

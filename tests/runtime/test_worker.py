@@ -40,6 +40,7 @@ from stepstone.runtime import (
     LeaseLost,
     LeaseQueue,
     MemoryQueue,
+    OnTerminal,
     Permanent,
     RetryLater,
     Settlement,
@@ -85,6 +86,23 @@ class Reported:
 
 
 @dataclass
+class OnTerminalOnly:
+    """Attempt callbacks that hear terminal results and nothing else: no job
+    is ever found cancelled, nothing is written when an attempt is over."""
+
+    terminal: OnTerminal
+
+    async def on_terminal(self, delivery: Delivery, terminal: Terminal) -> None:
+        await self.terminal(delivery, terminal)
+
+    async def is_cancelled(self, delivery: Delivery) -> bool:
+        return False
+
+    async def attempt_over(self, report: AttemptReport) -> None:
+        return None
+
+
+@dataclass
 class Env:
     clock: FakeClock
     queue: MemoryQueue
@@ -99,8 +117,11 @@ class Env:
 
         kwargs.setdefault("poll_interval", 0.05)
         kwargs.setdefault("backoff", NO_BACKOFF)
-        kwargs.setdefault("on_terminal", on_terminal)
-        worker = Worker(kwargs.pop("queue", self.queue), clock=self.clock, **kwargs)
+        terminal = kwargs.pop("on_terminal", on_terminal)
+        callbacks = None if terminal is None else OnTerminalOnly(terminal)
+        worker = Worker(
+            kwargs.pop("queue", self.queue), clock=self.clock, callbacks=callbacks, **kwargs
+        )
         self.workers.append(worker)
         return worker
 
@@ -1242,9 +1263,8 @@ async def test_the_observer_hears_each_claim_and_how_each_attempt_ended(env: Env
 
     await env.queue.enqueue(b"", kind="k", id="flaky")
     await env.queue.enqueue(b"", kind="k", id="bad")
-    worker = env.worker()
+    worker = env.worker(observer=Observer())
     worker.register("k", handler)
-    worker.observer = Observer()
     await worker.start()
     await until(lambda: len(reports) == 3, "three attempts ended")
     assert sorted(claims) == ["bad", "flaky", "flaky"]
@@ -1269,9 +1289,8 @@ async def test_an_observer_that_raises_never_changes_how_a_job_settles(
 
     caplog.set_level(logging.ERROR, logger="stepstone.runtime.worker")
     await env.queue.enqueue(b"", kind="k", id="j")
-    worker = env.worker()
+    worker = env.worker(observer=Broken())
     worker.register("k", lambda attempt: "done")
-    worker.observer = Broken()
     await worker.start()
     await until(lambda: worker.stats.succeeded == 1, "the job was acked")
     assert await env.record("j") is None

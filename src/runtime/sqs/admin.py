@@ -17,7 +17,7 @@ from .message import JobMessage
 from .parts import Parts
 
 
-class Admin:
+class SqsAdmin:
     """One SqsQueue's cancels, discards and requeues; ``notify`` tells this
     process's listeners when a requeue brings work back."""
 

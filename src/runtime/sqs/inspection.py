@@ -17,7 +17,7 @@ class SqsUnsupported(QueueError, NotImplementedError):
     """SQS cannot answer this (it has no lookup by id)."""
 
 
-class Inspection:
+class SqsInspection:
     """One SqsQueue's reads for status and counts, over ``queue_names`` (the
     tiers', then the dead-letter queue, ``dead_queue_name``)."""
 

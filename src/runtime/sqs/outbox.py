@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from ..clock import Clock
 from ..errors import PayloadTooLarge, QueueError
-from .batcher import Batcher
+from .batcher import RequestBatcher
 from .client import SqsClient, is_lost
 from .message import ForeignMessage, JobMessage
 from .message import encode as encode_message
@@ -42,8 +42,8 @@ class Outbox:
         self._clock = clock
         self._max_message_bytes = max_message_bytes
         self._max_delay_seconds = max_delay_seconds
-        self._sender = Batcher(sqs, "send_message_batch", batch_window)
-        self._deleter = Batcher(sqs, "delete_message_batch", batch_window)
+        self._sender = RequestBatcher(sqs, "send_message_batch", batch_window)
+        self._deleter = RequestBatcher(sqs, "delete_message_batch", batch_window)
 
     @property
     def dead_queue_name(self) -> str:

@@ -28,12 +28,12 @@ from ..queue import (
     Settlement,
     enqueue_each,
 )
-from .admin import Admin
+from .admin import SqsAdmin
 from .client import SqsClient
 from .enqueues import Enqueues
 from .fence import Fence
 from .holds import Holds
-from .inspection import Inspection, SqsUnsupported
+from .inspection import SqsInspection, SqsUnsupported
 from .limits import (
     DEFAULT_MAX_RECEIVE_COUNT,
     NAME,
@@ -50,7 +50,7 @@ from .outbox import Outbox
 from .parts import Parts
 from .receiving import Receiver
 from .tiers import DEFAULT_TIERS, Tier, check_tiers
-from .transitions import Transitions
+from .transitions import SqsTransitions
 
 __all__ = ["SqsQueue", "SqsUnsupported"]
 
@@ -164,7 +164,7 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
             max_message_bytes=max_message_bytes,
             spill_bytes=spill_bytes,
         )
-        self._transitions = Transitions(
+        self._transitions = SqsTransitions(
             parts, fence_margin=fence_margin, max_visibility_backoff=max_visibility_backoff
         )
         self._receiver = Receiver(
@@ -175,8 +175,8 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
             put_back=self._put_back,
             label=repr(self),
         )
-        self._admin = Admin(parts, dead_scan_visibility=dead_scan_visibility)
-        self._inspection = Inspection(
+        self._admin = SqsAdmin(parts, dead_scan_visibility=dead_scan_visibility)
+        self._inspection = SqsInspection(
             parts, queue_names=self.queue_names, dead_queue_name=self.dead_queue_name
         )
         self._outbox = outbox

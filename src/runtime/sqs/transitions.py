@@ -21,7 +21,7 @@ from .limits import SQS_MAX_VISIBILITY_SECONDS, VISIBILITY_SAFETY
 from .parts import Parts
 
 
-class Transitions:
+class SqsTransitions:
     """One SqsQueue's renewals and settlements; ``notify`` tells this
     process's listeners when one makes work due now."""
 

@@ -20,7 +20,7 @@ from .record_io import SWAP_TRIES, RecordIO
 from .records import StoredJob
 
 
-class Admin:
+class RecordAdmin:
     """One instance's cancels, withdrawals, discards and requeues; ``notify``
     tells this process's listeners when a requeue makes work due."""
 

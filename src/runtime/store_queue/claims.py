@@ -33,7 +33,7 @@ CLAIM_ROUNDS = 8
 """Bound on the rounds of swaps (and re-listings between them) of one claim."""
 
 
-class Claims:
+class ClaimRace:
     """One instance's claims."""
 
     def __init__(

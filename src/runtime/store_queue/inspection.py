@@ -20,7 +20,7 @@ from .record_io import RecordIO
 from .records import CorruptRecord, StoredJob, record_of, status_of
 
 
-class Inspection:
+class RecordInspection:
     """One instance's reads of records for status, listings (a page at a time) and counts."""
 
     def __init__(self, io: RecordIO, clock: Clock) -> None:

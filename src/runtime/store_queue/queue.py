@@ -40,15 +40,15 @@ from ..queue import (
     all_or_first_error,
 )
 from . import creates
-from .admin import Admin
-from .claims import Claims
+from .admin import RecordAdmin
+from .claims import ClaimRace
 from .discovery import Discovery
-from .inspection import Inspection
+from .inspection import RecordInspection
 from .pacing import ScanPacing
 from .record_io import RecordIO, StoreQueueStats
 from .records import StoredJob, delivery_of
 from .size_hints import new_token
-from .transitions import Transitions
+from .transitions import RecordTransitions
 from .view import View
 
 log = logging.getLogger("stepstone.runtime.store_queue")
@@ -143,10 +143,10 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
             fetch_limit=fetch_limit,
             claim_jitter=self.claim_jitter,
         )
-        self._claims = Claims(self._io, self._discovery, self._pacing, self._clock)
-        self._transitions = Transitions(self._io, self._clock, self._notify)
-        self._admin = Admin(self._io, self._clock, self._notify)
-        self._inspection = Inspection(self._io, self._clock)
+        self._claims = ClaimRace(self._io, self._discovery, self._pacing, self._clock)
+        self._transitions = RecordTransitions(self._io, self._clock, self._notify)
+        self._admin = RecordAdmin(self._io, self._clock, self._notify)
+        self._inspection = RecordInspection(self._io, self._clock)
 
     def __repr__(self) -> str:
         return f"<StoreQueue {self.store!r} prefix={self.prefix!r}>"
@@ -166,7 +166,7 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
         limit: int,
         skip: Collection[str] = (),
     ) -> list[str]:
-        """The ids a claim would try now (:meth:`Claims.candidates`)."""
+        """The ids a claim would try now (:meth:`ClaimRace.candidates`)."""
         return self._claims.candidates(now, kinds, limit, skip)
 
     # -- enqueue (stepstone.runtime.store_queue.creates) --------------------

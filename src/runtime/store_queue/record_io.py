@@ -42,7 +42,7 @@ class StoreQueueStats:
     fetches: int = 0
     """Records read because the view did not know their current version."""
     lost_races: int = 0
-    """Claims that another process (or coroutine) won first."""
+    """ClaimRace that another process (or coroutine) won first."""
     corrupt_records: int = 0
     """Distinct (key, etag) versions whose bytes would not decode; skipped."""
     corrupt_keys: set[str] = field(default_factory=set)

@@ -2,7 +2,7 @@
 
 Every change of a claimed record (renew, and the settlements: ack, nack,
 suspend, dead-letter, release) is made by the holder of the record's token
-and fenced by it: :meth:`Transitions.fenced` reads the record (the view's
+and fenced by it: :meth:`RecordTransitions.fenced` reads the record (the view's
 copy, when it holds this token's version), checks the token still owns it,
 and swaps the changed record over that version; a swap refused because the
 record moved on reads it again. A token that no longer owns the record
@@ -30,7 +30,7 @@ Change = Callable[[StoredJob, float], StoredJob | None]
 itself: write nothing, only confirm the token still owns it)."""
 
 
-class Transitions:
+class RecordTransitions:
     """One instance's changes of the records its claims hold; ``notify``
     tells this process's listeners when a change makes work due now."""
 
