@@ -6,8 +6,8 @@ like a PUT (12.5 GETs), so listings are paced:
 - **By the last listing's size.** After a listing of ``p`` pages the next
   waits ``p * scan_interval``, so a big backlog is not re-listed every second.
 - **Slower while idle.** From the second listing in a row that found nothing
-  new, each doubles the wait, up to ``idle_scan_max`` (an idle worker
-  listing every second costs ~$13 a month on S3, every 5 s ~$2.6). Work this
+  new, each doubles the wait, up to ``idle_scan_max``: an idle worker lists
+  for nothing, and pays for each listing (docs/queue.md prices it). Work this
   process makes, or a listing that finds a change, restores the pace.
 - **Sooner when the view has gone stale.** Each swap refused on a version the
   view held from before the claim began counts as one request wasted, like a

@@ -44,7 +44,7 @@ class Seen:
     """Set when filed in the view; heap entries with another stamp are stale."""
     guessed: bool = False
     """``job`` is inferred from a listed size (a claim elsewhere), not read:
-    see :mod:`runtime.store_queue.size_hints`."""
+    see :mod:`stepstone.runtime.store_queue.size_hints`."""
     own: bool = False
     """This instance wrote this version (so no other process has listed it yet)."""
 
@@ -53,7 +53,7 @@ class View(Mapping[str, Seen]):
     """The records one instance knows, by id, in filing order, with the two
     heaps that say which are due and in what order; see the module docstring.
 
-    ``priority_aging`` places entries in line (:func:`runtime.queue.sort_key`);
+    ``priority_aging`` places entries in line (:func:`stepstone.runtime.queue.sort_key`);
     ``claim_jitter`` is the most this instance adds to the place of a job it
     learned by reading (see :meth:`_jitter`).
     """
