@@ -314,7 +314,7 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
         if not self._sqs.opened:
             return
         try:
-            for delivery in await self._receiver.polls.settle():
+            for delivery in await self._receiver.polls.wind_down():
                 await self._put_back(delivery)
             await self.flush()
         finally:

@@ -15,7 +15,7 @@ One module per part, each with the reason it is so:
 - ``records``: a job's record, its codec, and the padding that makes a
   record's size say its priority.
 - ``record_io``: reading and writing one record, so every read is counted,
-  every version learnt by the view, and a lost answer settled.
+  every version learnt by the view, and a lost answer resolved.
 - ``view``: what one instance knows of the records, and which are due.
 - ``discovery``: listing the prefix and reading what it showed, as claims
   need them.

@@ -1,5 +1,5 @@
 """Creating records: each one create-if-absent, a batch of them in one
-``put_many_if_absent``, and a create whose answer was lost settled by what
+``put_many_if_absent``, and a create whose answer was lost decided by what
 the store holds.
 
 A batch is one request to the store, so a FileStore makes every create of it
@@ -72,11 +72,11 @@ async def create(io: RecordIO, records: list[StoredJob]) -> list[Enqueued | Base
         else:  # refused, or its answer lost: ``_created`` says which
             unsure.append((len(answers), record, data, result))
             answers.append(Enqueued(record.id, created=False))
-    settled = await asyncio.gather(
+    decided = await asyncio.gather(
         *(_created(io, record, data, result) for _, record, data, result in unsure),
         return_exceptions=True,
     )
-    for (i, *_), answer in zip(unsure, settled, strict=True):
+    for (i, *_), answer in zip(unsure, decided, strict=True):
         answers[i] = answer
     return answers
 

@@ -5,7 +5,7 @@ conditional PUT, or a conditional DELETE). Going through here, every read is
 counted, a version that does not decode is logged once and remembered so
 listings do not read it again, and the per-process view
 (:mod:`stepstone.runtime.store_queue.view`) learns every version this
-instance reads or writes. A swap or delete whose answer was lost is settled
+instance reads or writes. A swap or delete whose answer was lost is decided
 by what the store then holds (:mod:`stepstone.runtime.store_queue.lost_answers`),
 so a caller sees it either land or raise.
 """
