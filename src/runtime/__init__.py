@@ -5,6 +5,7 @@ enqueue and a handler, under leases, with retries.
 """
 
 from .backoff import Backoff
+from .capabilities import DeadJobRequeue, JobCounts, JobListing, Page, QueueInspection, Waking
 from .clock import Clock, FakeClock, SystemClock
 from .decide import AttemptEnd, Failure, FailureKind, Success, Terminal
 from .errors import (
@@ -33,11 +34,19 @@ from .queue import (
     Settlement,
     Wait,
 )
-from .queue_inspection import DeadJobRequeue, JobCounts, JobListing, Page, QueueInspection
 from .sqs import SqsQueue, SqsUnsupported  # aiobotocore loads on first use
 from .store_queue import CorruptRecord, StoreQueue, StoreQueueStats
-from .suspension import Suspend, Waking
-from .worker import Attempt, Handler, Lease, OnTerminal, Worker, WorkerStats
+from .suspension import Suspend
+from .worker import (
+    Attempt,
+    AttemptCallbacks,
+    Handler,
+    JobThreads,
+    Lease,
+    OnTerminal,
+    Worker,
+    WorkerStats,
+)
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
@@ -46,6 +55,7 @@ __all__ = [
     "PRIORITY_NORMAL",
     "QUEUE_STATUSES",
     "Attempt",
+    "AttemptCallbacks",
     "AttemptEnd",
     "AttemptReport",
     "Backoff",
@@ -58,6 +68,7 @@ __all__ = [
     "FailureKind",
     "FakeClock",
     "Handler",
+    "JobThreads",
     "JobCounts",
     "JobListing",
     "JobRecord",

@@ -62,17 +62,17 @@ class Backoff:
                 value, previous = value + previous, value
         return min(value, self.cap)
 
-    def delay(self, attempt: int, job_id: str) -> float:
-        """Seconds to wait after failed ``attempt`` of ``job_id``: the undelayed
+    def delay(self, attempt: int, run_id: str) -> float:
+        """Seconds to wait after failed ``attempt`` of ``run_id``: the undelayed
         delay with a deterministic share of up to ``jitter`` of it taken off."""
         full = self.undelayed(attempt)
         if full == 0 or self.jitter == 0:
             return full
-        return full * (1.0 - self.jitter * _unit(job_id, attempt))
+        return full * (1.0 - self.jitter * _unit(run_id, attempt))
 
 
-def _unit(job_id: str, attempt: int) -> float:
-    """A number in [0, 1) fixed by (job_id, attempt): blake2b, not ``hash()``,
+def _unit(run_id: str, attempt: int) -> float:
+    """A number in [0, 1) fixed by (run_id, attempt): blake2b, not ``hash()``,
     which is salted per process and would differ between workers."""
-    digest = hashlib.blake2b(f"{job_id}\x00{attempt}".encode(), digest_size=8).digest()
+    digest = hashlib.blake2b(f"{run_id}\x00{attempt}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") / _HASH_SPAN

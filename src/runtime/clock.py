@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
+from .listeners import Listeners
+
 
 @runtime_checkable
 class Clock(Protocol):
@@ -40,7 +42,7 @@ class FakeClock:
 
     def __init__(self, start: float = 1_700_000_000.0) -> None:
         self._now = float(start)
-        self._listeners: list[Callable[[], None]] = []
+        self._listeners = Listeners()
 
     def now(self) -> float:
         return self._now
@@ -52,18 +54,11 @@ class FakeClock:
 
     def set(self, when: float) -> None:
         self._now = float(when)
-        for listener in list(self._listeners):
-            listener()
+        self._listeners.call()
 
     def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
         """Call ``listener`` whenever the time changes; returns an unsubscribe function."""
-        self._listeners.append(listener)
-
-        def unsubscribe() -> None:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
-
-        return unsubscribe
+        return self._listeners.add(listener)
 
     def __repr__(self) -> str:
         return f"FakeClock({self._now!r})"

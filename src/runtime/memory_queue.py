@@ -16,15 +16,16 @@ from __future__ import annotations
 import heapq
 import itertools
 import secrets
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
+from .capabilities import Page, QueueInspection, Waking
 from .clock import Clock, SystemClock
+from .listeners import Listeners
 from .queue import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_PAYLOAD_BYTES,
     DEFAULT_PRIORITY_AGING,
-    PRIORITY_NORMAL,
     Delivery,
     Enqueued,
     JobRecord,
@@ -34,10 +35,9 @@ from .queue import (
     Settlement,
     Wait,
     check_enqueue,
+    enqueue_each,
     sort_key,
 )
-from .queue_inspection import Page, QueueInspection
-from .suspension import Waking
 
 
 @dataclass(slots=True)
@@ -87,7 +87,7 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
         self._ready: list[tuple[float, int, str, int]] = []
         self._timed: list[tuple[float, int, str, int]] = []
         self._seq = itertools.count()
-        self._listeners: list[Callable[[], None]] = []
+        self._listeners = Listeners()
         self._token_prefix = secrets.token_hex(4)
         self._tokens = itertools.count(1)
 
@@ -127,8 +127,7 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
             self._push_ready(rec)
 
     def _notify(self) -> None:
-        for listener in list(self._listeners):
-            listener()
+        self._listeners.call()
 
     def _owned(self, delivery: Delivery) -> _Rec | None:
         rec = self._records.get(delivery.id)
@@ -166,20 +165,13 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
 
     # -- the contract ------------------------------------------------------
 
-    async def enqueue(
-        self,
-        payload: bytes,
-        *,
-        kind: str = "",
-        id: str | None = None,
-        priority: int = PRIORITY_NORMAL,
-        run_at: float | None = None,
-        max_attempts: int | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> Enqueued:
-        job_id, rec = self._add(NewJob(payload, kind, id, priority, run_at, max_attempts, headers))
+    async def enqueue_many(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
+        return await enqueue_each(jobs, self._enqueue_one)
+
+    async def _enqueue_one(self, job: NewJob) -> Enqueued:
+        run_id, rec = self._add(job)
         if rec is None:
-            return Enqueued(job_id, created=False)
+            return Enqueued(run_id, created=False)
         self._touch(rec)
         self._notify()
         return Enqueued(rec.id, created=True, version=rec.made)
@@ -187,9 +179,9 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
     async def enqueue_claimed(
         self, job: NewJob, *, lease: float
     ) -> tuple[Enqueued, Delivery | None]:
-        job_id, rec = self._add(job)
+        run_id, rec = self._add(job)
         if rec is None:
-            return Enqueued(job_id, created=False), None
+            return Enqueued(run_id, created=False), None
         now = self.clock.now()
         if rec.run_at > now:
             self._touch(rec)
@@ -201,18 +193,18 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
     def _add(self, job: NewJob) -> tuple[str, _Rec | None]:
         """``job``'s id and its new record, not yet placed in a heap
         (``_touch``); no record if the id is taken."""
-        job_id = check_enqueue(
+        run_id = check_enqueue(
             job.payload,
             id=job.id,
             priority=job.priority,
             max_attempts=job.max_attempts,
             max_payload_bytes=self.max_payload_bytes,
         )
-        if job_id in self._records:
-            return job_id, None
+        if run_id in self._records:
+            return run_id, None
         now = self.clock.now()
         rec = _Rec(
-            id=job_id,
+            id=run_id,
             kind=job.kind,
             payload=bytes(job.payload),
             priority=job.priority,
@@ -223,8 +215,8 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
             updated_at=now,
             serial=next(self._seq),
         )
-        self._records[job_id] = rec
-        return job_id, rec
+        self._records[run_id] = rec
+        return run_id, rec
 
     async def claim(
         self, n: int, *, lease: float, kinds: Collection[str] | None = None
@@ -323,8 +315,8 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
         self._touch(rec)
         return Settlement.SUSPENDED
 
-    async def wake(self, id: str) -> bool:
-        rec = self._records.get(id)
+    async def wake(self, run_id: str) -> bool:
+        rec = self._records.get(run_id)
         if rec is None or rec.dead:
             return False
         if rec.token is not None:
@@ -364,8 +356,8 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
         self._notify()
         return Settlement.RELEASED
 
-    async def cancel(self, id: str) -> bool:
-        return self._records.pop(id, None) is not None
+    async def cancel(self, run_id: str) -> bool:
+        return self._records.pop(run_id, None) is not None
 
     async def withdraw(self, enqueued: Enqueued) -> bool:
         rec = self._records.get(enqueued.id)
@@ -374,15 +366,15 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
         del self._records[enqueued.id]
         return True
 
-    async def discard_dead(self, id: str) -> bool:
-        rec = self._records.get(id)
+    async def discard_dead(self, run_id: str) -> bool:
+        rec = self._records.get(run_id)
         if rec is None or not rec.dead:
             return False
-        del self._records[id]
+        del self._records[run_id]
         return True
 
-    async def requeue(self, id: str) -> bool:
-        rec = self._records.get(id)
+    async def requeue(self, run_id: str) -> bool:
+        rec = self._records.get(run_id)
         if rec is None or not rec.dead:
             return False
         rec.dead = False
@@ -393,8 +385,8 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
         self._notify()
         return True
 
-    async def get(self, id: str) -> JobRecord | None:
-        rec = self._records.get(id)
+    async def get(self, run_id: str) -> JobRecord | None:
+        rec = self._records.get(run_id)
         return None if rec is None else self._record(rec, self.clock.now())
 
     async def list(
@@ -414,8 +406,8 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
         more = bool(ids) and last != ids[-1]
         return Page(out, last if more else None)
 
-    def pending_here(self, id: str) -> bool:
-        rec = self._records.get(id)
+    def pending_here(self, run_id: str) -> bool:
+        rec = self._records.get(run_id)
         return rec is not None and not rec.dead
 
     async def next_due(self) -> float | None:
@@ -428,10 +420,4 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
         return None
 
     def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
-        self._listeners.append(listener)
-
-        def unsubscribe() -> None:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
-
-        return unsubscribe
+        return self._listeners.add(listener)

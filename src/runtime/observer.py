@@ -1,12 +1,12 @@
 """What the worker tells about each attempt: what metrics count and history keeps.
 
-The worker calls an observer, when it has one, twice per attempt: when it
-claims a job and when the attempt is over (settled, or given up on). The
-workflow layer's metrics (:mod:`stepstone.telemetry.metrics`) are one; without an
-observer the worker pays one ``is None`` test per call site, so an engine
-with metrics off does no work for them. The same :class:`AttemptReport` goes
-to the worker's ``on_attempt_over``, an async hook the workflow layer's
-attempt history (:mod:`stepstone.records.history`) writes from.
+The worker calls an observer, when it was given one, twice per attempt:
+when it claims a job and when the attempt is over (settled, or given up
+on). The workflow layer's metrics (:mod:`stepstone.telemetry.metrics`) are one;
+without an observer the worker pays one ``is None`` test per call site. The
+same :class:`AttemptReport` goes to the worker's callbacks
+(:meth:`stepstone.runtime.worker.AttemptCallbacks.attempt_over`), which the
+workflow layer's attempt history (:mod:`stepstone.records.attempt_log`) writes from.
 
 An observer runs on the worker's event loop, inside the job's own task: it
 must be quick and must not block. The worker logs and swallows whatever it

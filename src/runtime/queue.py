@@ -1,9 +1,10 @@
 """The LeaseQueue contract: how the worker gets jobs and gives them back.
 
 This is all the worker and the workflow layer's submit and await path ask
-of a queue, and every backend offers all of it. What only operators' tools
-ask (listing, counts, requeue) is in :mod:`runtime.queue_inspection`,
-offered by the backends that can.
+of a queue, and every backend offers all of it. What some backends cannot
+do (waking a suspended job; listing, counts and requeue, which only
+operators' tools ask) is in :mod:`stepstone.runtime.capabilities`, offered
+by the backends that can.
 
 A job is enqueued once (an optional id deduplicates), claimed under a lease
 that carries a fencing token, and settled exactly once by the holder of the
@@ -24,14 +25,14 @@ from __future__ import annotations
 import abc
 import asyncio
 import secrets
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TypeVar
 
 from .clock import Clock
 from .errors import PayloadTooLarge
-from .job_id import check_job_id
+from .run_id import check_run_id
 
 PRIORITY_HIGH = 0
 PRIORITY_NORMAL = 5
@@ -236,7 +237,7 @@ def check_enqueue(
         )
     if max_attempts is not None and max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
-    return check_job_id(id) if id is not None else secrets.token_hex(16)
+    return check_run_id(id) if id is not None else secrets.token_hex(16)
 
 
 def all_or_first_error(results: Sequence[T | BaseException | None]) -> list[T]:
@@ -251,6 +252,33 @@ def all_or_first_error(results: Sequence[T | BaseException | None]) -> list[T]:
     return out
 
 
+async def enqueue_each(
+    jobs: Sequence[NewJob], one: Callable[[NewJob], Awaitable[Enqueued]]
+) -> list[Enqueued]:
+    """``enqueue_many`` for a backend that enqueues one job at a time with
+    ``one``: one id's jobs in order, different ids side by side. Every job
+    is tried, then the first error met is raised. A batch of one id (an
+    ``enqueue``) runs in the caller's task, without a task per id."""
+    results: list[Enqueued | BaseException | None] = [None] * len(jobs)
+    by_id: dict[object, list[int]] = {}
+    for i, job in enumerate(jobs):
+        by_id.setdefault(job.id if job.id is not None else object(), []).append(i)
+
+    async def enqueue(indexes: list[int]) -> None:
+        for i in indexes:
+            try:
+                results[i] = await one(jobs[i])
+            except Exception as exc:
+                results[i] = exc
+
+    if len(by_id) == 1:
+        [indexes] = by_id.values()
+        await enqueue(indexes)
+    else:
+        await asyncio.gather(*(enqueue(indexes) for indexes in by_id.values()))
+    return all_or_first_error(results)
+
+
 class LeaseQueue(abc.ABC):
     """A queue of jobs claimed under fenced leases. See the module docstring.
 
@@ -263,7 +291,6 @@ class LeaseQueue(abc.ABC):
         """The time run-at times and leases are read by. The worker judges
         lease expiry by it too, so both agree on when a lease lapses."""
 
-    @abc.abstractmethod
     async def enqueue(
         self,
         payload: bytes,
@@ -275,46 +302,29 @@ class LeaseQueue(abc.ABC):
         max_attempts: int | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> Enqueued:
-        """Add a job. With ``id``, a second enqueue of a live id adds nothing
-        and answers ``created=False``. Raises PayloadTooLarge over the limit."""
+        """Add a job: ``enqueue_many`` of one. With ``id``, a second enqueue of
+        a live id adds nothing and answers ``created=False``. Raises
+        PayloadTooLarge over the limit."""
+        job = NewJob(payload, kind, id, priority, run_at, max_attempts, headers)
+        [enqueued] = await self.enqueue_many([job])
+        return enqueued
 
+    @abc.abstractmethod
     async def enqueue_many(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
-        """Enqueue each job as ``enqueue`` does; returns, in order, what each
-        did. Jobs of one id are enqueued in order (the first may create it,
-        the rest are its duplicates). A backend may write them together: a
-        StoreQueue on files makes the whole batch durable with one flush.
+        """Enqueue each job; returns, in order, what each did. Jobs of one id
+        are enqueued in order (the first may create it, the rest are its
+        duplicates). A backend may write them together: a StoreQueue on files
+        makes the whole batch durable with one flush; one that enqueues a job
+        at a time uses :func:`enqueue_each`.
 
         Every job is tried; then the first error met is raised (the jobs
         before and after it may have been enqueued)."""
-        results: list[Enqueued | BaseException | None] = [None] * len(jobs)
-        by_id: dict[object, list[int]] = {}
-        for i, job in enumerate(jobs):
-            by_id.setdefault(job.id if job.id is not None else object(), []).append(i)
-
-        async def enqueue(indexes: list[int]) -> None:
-            for i in indexes:
-                job = jobs[i]
-                try:
-                    results[i] = await self.enqueue(
-                        job.payload,
-                        kind=job.kind,
-                        id=job.id,
-                        priority=job.priority,
-                        run_at=job.run_at,
-                        max_attempts=job.max_attempts,
-                        headers=job.headers,
-                    )
-                except Exception as exc:
-                    results[i] = exc
-
-        await asyncio.gather(*(enqueue(indexes) for indexes in by_id.values()))
-        return all_or_first_error(results)
 
     async def enqueue_claimed(
         self, job: NewJob, *, lease: float
     ) -> tuple[Enqueued, Delivery | None]:
         """Enqueue ``job`` already claimed by the caller, leased for ``lease``
-        seconds: for a worker in the submitting process with a free slot and
+        seconds: for a worker in the submitting process with free capacity and
         nothing else to take, one write where an enqueue and a claim take two.
         The delivery is the caller's to run, renew and settle as a claim's,
         or to ``release``; if the caller goes away instead, the lease lapses
@@ -360,7 +370,7 @@ class LeaseQueue(abc.ABC):
 
     async def suspend(self, delivery: Delivery, *, until: float, wait: Wait) -> Settlement:
         """Give the job back, the attempt not counted, due again at ``until``
-        (clock time) or when woken (see :class:`~stepstone.runtime.wake.Waking`),
+        (clock time) or when woken (see :class:`~stepstone.runtime.capabilities.Waking`),
         remembering ``wait`` for people to see. SUSPENDED; RETRIED when a wake
         came while the job was held (it is due at once); or LOST.
 
@@ -378,18 +388,18 @@ class LeaseQueue(abc.ABC):
         """Give the job back at once, the attempt not counted. RELEASED or LOST."""
 
     @abc.abstractmethod
-    async def cancel(self, id: str) -> bool:
+    async def cancel(self, run_id: str) -> bool:
         """Remove a job in any state; True if there was one. A worker holding
         it finds out at its next renew or settlement (LOST)."""
 
     @abc.abstractmethod
-    async def discard_dead(self, id: str) -> bool:
+    async def discard_dead(self, run_id: str) -> bool:
         """Remove the job's record if it is dead, so that its id is free again
         (its run is being forgotten: retention, purge). A live job, and one
         requeued meanwhile, is left alone. True if a dead record went."""
 
     @abc.abstractmethod
-    async def get(self, id: str) -> JobRecord | None:
+    async def get(self, run_id: str) -> JobRecord | None:
         """The job's record, or None (never enqueued, acked or cancelled)."""
 
     async def next_due(self) -> float | None:
@@ -398,7 +408,7 @@ class LeaseQueue(abc.ABC):
         A hint for how long a worker may sleep; None when nothing is pending."""
         return None
 
-    def pending_here(self, id: str) -> bool:
+    def pending_here(self, run_id: str) -> bool:
         """Whether this process knows, without asking anyone, that the job has
         not ended: it waits unclaimed, or this process holds its lease, as of
         this process's own write or a recent look (a few seconds at most). A

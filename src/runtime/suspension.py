@@ -5,7 +5,8 @@ by raising :class:`Suspend` from its handler: the worker gives its claim
 back with a wake time (:meth:`LeaseQueue.suspend`), the attempt not
 counted, and the job holds no worker while it waits. When what it waits
 for happens first (an event is sent, a child ends), whoever made it happen
-wakes the job (:class:`Waking`): it becomes due at once.
+wakes the job (:class:`stepstone.runtime.capabilities.Waking`): it becomes
+due at once.
 
 A wake can arrive while the job still runs, between its last look at what
 it waits for and its suspension. It must not be lost, so a backend that
@@ -19,9 +20,6 @@ time and looks again when they come due.
 
 from __future__ import annotations
 
-import abc
-from typing import Protocol, runtime_checkable
-
 from .queue import Wait
 
 
@@ -34,14 +32,3 @@ class Suspend(Exception):
         self.wait = wait
         what = f"{wait.status.value}: {wait.detail}" if wait.detail else wait.status.value
         super().__init__(f"suspended ({what})")
-
-
-@runtime_checkable
-class Waking(Protocol):
-    """A queue that can make a suspended job due at once."""
-
-    @abc.abstractmethod
-    async def wake(self, id: str) -> bool:
-        """Make the job due now if it is suspended or scheduled; if it is held
-        (running), mark it so its next suspension returns at once. False if
-        there is no such job (ended, never enqueued) or it is dead."""

@@ -38,13 +38,13 @@ class ObjectInfo:
 
 @dataclass(frozen=True, slots=True)
 class NewObject:
-    """One object for :meth:`ObjectStore.put_many_if_absent` to create."""
+    """One object for :meth:`ObjectStore.put_many_if_absent` to create. A
+    store may take a subclass that says more about the create (a FileStore:
+    :class:`stepstone.store.file.RecoverableObject`); every store creates
+    ``data`` at ``key``."""
 
     key: str
     data: bytes
-    recovered: bytes | None = None
-    """What the object holds if a recovery after a power cut brings it back
-    (None: ``data``). See :meth:`ObjectStore.put_many_if_absent`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +60,8 @@ class ObjectStore(abc.ABC):
     """An async object store with conditional writes.
 
     Keys are relative to the store's root (a bucket prefix, a directory) and
-    validated by :func:`stepstone.store.keys.validate_key`. All methods raise
-    :class:`stepstone.store.errors.StoreError` subclasses only.
+    validated by :func:`store.keys.validate_key`. All methods raise
+    :class:`store.errors.StoreError` subclasses only.
     """
 
     location: str
@@ -74,9 +74,9 @@ class ObjectStore(abc.ABC):
     remote: bool = False
     """Whether each call is a request to a service, billed per request (S3;
     a wrapper reports its inner store's). Callers that can trade a request
-    for work elsewhere do so on a remote store: the keyed submit
-    (``JobRunner.submit`` with a key) there creates its run's queue record
-    before it looks for an outcome, and looks once."""
+    for work elsewhere do so on a remote store: a keyed submit there creates
+    its run's queue record before it looks for an outcome, and looks once
+    (:mod:`stepstone.submitting`)."""
 
     @abc.abstractmethod
     async def get(self, key: str) -> StoredObject:
@@ -116,13 +116,10 @@ class ObjectStore(abc.ABC):
         (AlreadyExists when another writer got there first). Objects of one key
         are created in order: the first can win, the rest find it there.
 
-        A store may make the whole batch durable at once. The FileStore does,
-        with one flush of a journal of its creates (docs/storage.md): after a
-        power cut it brings back every object the journal holds that is not
-        on the disk, and those it brings back hold ``recovered``. That
-        includes an object deleted within the moment before the cut, while
-        its journal entry was still needed; so a caller for whom a deleted
-        object coming back matters says, in ``recovered``, that it may be one.
+        A store may make the whole batch durable at once: the FileStore does,
+        with one flush of a journal of its creates (docs/storage.md, and
+        :class:`stepstone.store.file.RecoverableObject` for what a recovery
+        from that journal writes back).
         """
         results: list[str | StoreError] = [""] * len(objects)
         by_key: dict[str, list[int]] = {}

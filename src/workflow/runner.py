@@ -51,10 +51,10 @@ from stepstone.records.outcome import Outcome
 from stepstone.records.retention import Sweeper
 from stepstone.records.run_records import RunRecords
 from stepstone.runtime.backoff import Backoff
+from stepstone.runtime.capabilities import Waking
 from stepstone.runtime.clock import Clock, SystemClock
 from stepstone.runtime.queue import DEFAULT_MAX_ATTEMPTS, LeaseQueue
 from stepstone.runtime.store_queue import StoreQueue
-from stepstone.runtime.suspension import Waking
 from stepstone.runtime.worker import JobThreads, Worker
 from stepstone.schedules import Schedule, Scheduler
 from stepstone.store import ObjectStore, open_store

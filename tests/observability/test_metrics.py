@@ -11,7 +11,12 @@ from typing import Any, ClassVar
 import pytest
 
 from stepstone import Job, JobContext, JobRunner, Permanent
-from stepstone.telemetry.metrics import metrics_enabled, step_timer, use_meter_provider
+from stepstone.telemetry.metrics import (
+    RunnerMetrics,
+    metrics_enabled,
+    step_timer,
+    use_meter_provider,
+)
 from stepstone.testing import fail_once, wait_until
 
 pytest.importorskip("opentelemetry.sdk", reason="metrics need the otel extra")
@@ -108,7 +113,8 @@ def total(points: Points, name: str, **attributes: str) -> Any:
 async def test_attempts_are_counted_by_how_they_ended(reader: InMemoryMetricReader) -> None:
     runner = JobRunner("memory://", jobs=[Pay, Refuse, Nap], retry_backoff=0.0)
     async with runner:
-        assert runner.worker.observer is not None
+        observer = runner.worker.observer
+        assert isinstance(observer, RunnerMetrics) and observer.recording
         assert await (await runner.submit(Pay(order="o-1"))).result(timeout=10) == "charged o-1"
         refused = await (await runner.submit(Refuse())).join(timeout=10)
         assert not refused.ok

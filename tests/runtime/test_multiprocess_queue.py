@@ -59,7 +59,7 @@ async def _work(url: str, out: Path, name: str, lease: float, hang: bool, work: 
     log = (out / f"{name}.log").open("a", buffering=1)
 
     async def handle(attempt: Attempt) -> None:
-        log.write(f"{attempt.job_id} {attempt.attempt}\n")
+        log.write(f"{attempt.run_id} {attempt.attempt}\n")
         if hang:  # a worker that wedges holding its jobs, until it is killed
             await asyncio.Event().wait()
         await asyncio.sleep(work)

@@ -3,7 +3,7 @@
 Each test runs on MemoryQueue, on StoreQueue over a MemoryStore, a FileStore
 and S3 (moto), and on SqsQueue over moto's SQS except where ``SQS_CANNOT``
 says why not. Time is a FakeClock throughout: nothing sleeps. The inspection
-section checks the capabilities of runtime.queue_inspection on the backends
+section checks the capabilities of stepstone.runtime.capabilities on the backends
 that offer them. The last section runs two StoreQueue instances on one
 store, standing in for two processes: each has its own view and learns the
 other's work only through the store.
@@ -586,7 +586,7 @@ async def test_get_of_an_unknown_id_is_none(queue: LeaseQueue) -> None:
     assert await queue.get("nope") is None
 
 
-# -- inspection (runtime.queue_inspection), where a backend offers it ------
+# -- inspection (stepstone.runtime.capabilities), where a backend offers it ------
 
 NOT_OFFERED = {
     JobListing: "SQS has no listing of messages",
@@ -712,7 +712,7 @@ async def test_next_due_is_the_earliest_run_at_or_lease_expiry(
     assert await queue.next_due() == clock.now() + 100
 
 
-# -- suspend and wake (runtime.suspension), where a backend offers them ----
+# -- suspend and wake (stepstone.runtime.capabilities.Waking), where a backend offers them ----
 
 SLEEPING = Wait(JobStatus.SLEEPING, "until noon")
 

@@ -945,7 +945,7 @@ async def test_pending_here_is_false_for_a_job_a_peer_holds(
 async def test_pending_here_trusts_a_look_only_for_a_few_seconds(
     backing: MemoryStore, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import stepstone.runtime.store_queue.contract as module
+    import stepstone.runtime.store_queue.queue as module
 
     a, _ = make(backing, clock)
     await a.enqueue(b"", id="mine")

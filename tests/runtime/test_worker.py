@@ -12,7 +12,15 @@ import asyncio
 import dataclasses
 import logging
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sized
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Mapping,
+    Sequence,
+    Sized,
+)
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +40,7 @@ from stepstone.runtime import (
     LeaseLost,
     LeaseQueue,
     MemoryQueue,
+    OnTerminal,
     Permanent,
     RetryLater,
     Settlement,
@@ -77,6 +86,23 @@ class Reported:
 
 
 @dataclass
+class OnTerminalOnly:
+    """Attempt callbacks that hear terminal results and nothing else: no job
+    is ever found cancelled, nothing is written when an attempt is over."""
+
+    terminal: OnTerminal
+
+    async def on_terminal(self, delivery: Delivery, terminal: Terminal) -> None:
+        await self.terminal(delivery, terminal)
+
+    async def is_cancelled(self, delivery: Delivery) -> bool:
+        return False
+
+    async def attempt_over(self, report: AttemptReport) -> None:
+        return None
+
+
+@dataclass
 class Env:
     clock: FakeClock
     queue: MemoryQueue
@@ -91,8 +117,11 @@ class Env:
 
         kwargs.setdefault("poll_interval", 0.05)
         kwargs.setdefault("backoff", NO_BACKOFF)
-        kwargs.setdefault("on_terminal", on_terminal)
-        worker = Worker(kwargs.pop("queue", self.queue), clock=self.clock, **kwargs)
+        terminal = kwargs.pop("on_terminal", on_terminal)
+        callbacks = None if terminal is None else OnTerminalOnly(terminal)
+        worker = Worker(
+            kwargs.pop("queue", self.queue), clock=self.clock, callbacks=callbacks, **kwargs
+        )
         self.workers.append(worker)
         return worker
 
@@ -231,7 +260,7 @@ async def test_retries_wait_exactly_the_backoff_when_jitter_is_zero(env: Env) ->
         raise TimeoutError("upstream slow")
 
     async def marker(attempt: Attempt) -> None:
-        markers.append(attempt.job_id)
+        markers.append(attempt.run_id)
 
     await env.queue.enqueue(b"", kind="k", id="j", max_attempts=4)
     worker = env.worker(backoff=Backoff(base=10.0, cap=25.0, jitter=0.0))
@@ -584,10 +613,10 @@ async def test_ensure_at_least_extends_the_queues_lease(env: Env) -> None:
         expiries.append(attempt.lease.expires_at)
         await attempt.lease.ensure_at_least(300.0)
         expiries.append(attempt.lease.expires_at)
-        record = await env.queue.get(attempt.job_id)
+        record = await env.queue.get(attempt.run_id)
         assert record is not None
         expiries.append(record.lease_expires_at or 0.0)
-        await env.queue.cancel(attempt.job_id)
+        await env.queue.cancel(attempt.run_id)
         try:
             await attempt.lease.ensure_at_least(900.0)
         except LeaseLost:
@@ -638,7 +667,7 @@ async def test_higher_priority_runs_first(env: Env) -> None:
     order: list[str] = []
 
     async def handler(attempt: Attempt) -> None:
-        order.append(attempt.job_id)
+        order.append(attempt.run_id)
 
     await env.queue.enqueue(b"", kind="k", id="low", priority=9)
     await env.queue.enqueue(b"", kind="k", id="normal", priority=5)
@@ -661,8 +690,8 @@ async def test_a_stream_of_urgent_work_does_not_starve_a_low_priority_job(
     start = env.clock.now()
 
     async def handler(attempt: Attempt) -> None:
-        order.append(attempt.job_id)
-        if attempt.job_id.startswith("high") and len(order) < 40:
+        order.append(attempt.run_id)
+        if attempt.run_id.startswith("high") and len(order) < 40:
             env.clock.advance(1.0)
             await queue.enqueue(b"", kind="k", id=f"high-{len(order)}", priority=0)
 
@@ -681,7 +710,7 @@ async def test_a_run_at_job_waits_for_its_time_then_runs_at_once(env: Env) -> No
     ran: list[str] = []
 
     async def handler(attempt: Attempt) -> None:
-        ran.append(attempt.job_id)
+        ran.append(attempt.run_id)
 
     # A long poll interval: only the clock's wake-up can make it run promptly.
     worker = env.worker(poll_interval=60.0)
@@ -840,8 +869,8 @@ class FlakyQueue(LeaseQueue):
             raise StoreError("bucket unreachable")
         return await self.inner.claim(n + self.overdeliver, lease=lease, kinds=kinds)
 
-    async def enqueue(self, payload: bytes, **kwargs: Any) -> Enqueued:
-        return await self.inner.enqueue(payload, **kwargs)
+    async def enqueue_many(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
+        return await self.inner.enqueue_many(jobs)
 
     async def renew(self, delivery: Delivery, at_least: float) -> float | None:
         return await self.inner.renew(delivery, at_least)
@@ -1094,7 +1123,7 @@ async def test_log_records_about_a_job_carry_its_id_kind_and_attempt(
     assert about_job
     for record in about_job:
         extra: Mapping[str, object] = record.__dict__
-        assert (extra["job_id"], extra["job_kind"], extra["attempt"]) == ("job-77", "k", 1)
+        assert (extra["run_id"], extra["kind"], extra["attempt"]) == ("job-77", "k", 1)
         assert f"attempt 1/{DEFAULT_MAX_ATTEMPTS}" in record.getMessage()
 
 
@@ -1168,7 +1197,7 @@ async def test_a_lost_settlement_is_logged_and_counted_never_raised(
         await until(lambda: worker.in_flight == 0, "it was settled")
     assert worker.stats.lost == 1 and worker.stats.succeeded == 0
     [warning] = [r for r in caplog.records if "no longer ours" in r.getMessage()]
-    assert warning.levelno == logging.WARNING and warning.__dict__["job_id"] == "j"
+    assert warning.levelno == logging.WARNING and warning.__dict__["run_id"] == "j"
     await env.queue.enqueue(b"", kind="k", id="next")
     await until(lambda: worker.stats.succeeded == 1, "the loop carries on")
 
@@ -1225,7 +1254,7 @@ async def test_the_observer_hears_each_claim_and_how_each_attempt_ended(env: Env
 
     async def handler(attempt: Attempt) -> str:
         nonlocal tries
-        if attempt.job_id == "bad":
+        if attempt.run_id == "bad":
             raise Permanent("never")
         tries += 1
         if tries == 1:
@@ -1234,9 +1263,8 @@ async def test_the_observer_hears_each_claim_and_how_each_attempt_ended(env: Env
 
     await env.queue.enqueue(b"", kind="k", id="flaky")
     await env.queue.enqueue(b"", kind="k", id="bad")
-    worker = env.worker()
+    worker = env.worker(observer=Observer())
     worker.register("k", handler)
-    worker.observer = Observer()
     await worker.start()
     await until(lambda: len(reports) == 3, "three attempts ended")
     assert sorted(claims) == ["bad", "flaky", "flaky"]
@@ -1261,9 +1289,8 @@ async def test_an_observer_that_raises_never_changes_how_a_job_settles(
 
     caplog.set_level(logging.ERROR, logger="stepstone.runtime.worker")
     await env.queue.enqueue(b"", kind="k", id="j")
-    worker = env.worker()
+    worker = env.worker(observer=Broken())
     worker.register("k", lambda attempt: "done")
-    worker.observer = Broken()
     await worker.start()
     await until(lambda: worker.stats.succeeded == 1, "the job was acked")
     assert await env.record("j") is None

@@ -26,7 +26,8 @@ import pytest
 
 import stepstone.store.file.creates as creates_module
 import stepstone.store.file.recovery as recovery_module
-from stepstone.store import AlreadyExists, FileStore, NewObject
+from stepstone.store import AlreadyExists, FileStore
+from stepstone.store.file import RecoverableObject
 from stepstone.store.file.flush import HAVE_SYNCFS
 from stepstone.store.file.journal import (
     CREATE,
@@ -55,9 +56,9 @@ def _recovered(key: str) -> bytes:
     return b"recovered " + key.encode()
 
 
-def _objects(prefix: str, n: int) -> list[NewObject]:
+def _objects(prefix: str, n: int) -> list[RecoverableObject]:
     return [
-        NewObject(f"{prefix}/{i}", f"{prefix} {i}".encode(), _recovered(f"{prefix}/{i}"))
+        RecoverableObject(f"{prefix}/{i}", f"{prefix} {i}".encode(), _recovered(f"{prefix}/{i}"))
         for i in range(n)
     ]
 
@@ -103,7 +104,10 @@ async def _killed_before_linking(store: FileStore, note: Callable[[list[str]], N
 async def _refused_then_deleted(store: FileStore, note: Callable[[list[str]], None]) -> None:
     await store.put("taken", b"first")
     results = await store.put_many_if_absent(
-        [NewObject("taken", b"second", b"second, recovered"), NewObject("free", b"x", b"y")]
+        [
+            RecoverableObject("taken", b"second", b"second, recovered"),
+            RecoverableObject("free", b"x", b"y"),
+        ]
     )
     assert isinstance(results[0], AlreadyExists) and isinstance(results[1], str)
     await store.delete("taken")  # a naive recovery would now make "taken" hold "second"
@@ -113,8 +117,8 @@ async def _refused_then_deleted(store: FileStore, note: Callable[[list[str]], No
 async def _replaced_and_deleted(store: FileStore, note: Callable[[list[str]], None]) -> None:
     await store.put_many_if_absent(
         [
-            NewObject("replaced", b"v1", b"v1, recovered"),
-            NewObject("deleted", b"d", b"d, recovered"),
+            RecoverableObject("replaced", b"v1", b"v1, recovered"),
+            RecoverableObject("deleted", b"d", b"d, recovered"),
         ]
     )
     await store.put("replaced", b"v2")
@@ -249,7 +253,7 @@ async def test_a_create_is_answered_once_its_journal_entry_is_flushed_and_its_na
     root = tmp_path / "s"
     async with FileStore(root) as store:
 
-        async def create(group: list[NewObject]) -> tuple[int, int]:
+        async def create(group: list[RecoverableObject]) -> tuple[int, int]:
             asked = timeline.now()
             results = await store.put_many_if_absent(group)
             assert all(isinstance(r, str) for r in results)

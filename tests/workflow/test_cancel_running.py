@@ -20,6 +20,7 @@ import pytest
 from wf_support import wait_until
 
 from stepstone import Job, JobCancelled, JobContext, JobRunner
+from stepstone.execute.ending import RunEnding
 
 STOPPED_WITHIN = 5.0
 """Seconds a stop may take in these tests: far under a heartbeat of the default
@@ -167,18 +168,17 @@ async def test_a_synchronous_job_stops_at_its_next_step(
 
 
 async def test_jobs_shorter_than_the_cancel_check_cost_no_read(
-    make_runner: Callable[..., JobRunner],
+    make_runner: Callable[..., JobRunner], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     asked: list[str] = []
     runner = make_runner(jobs=[Quick], cancel_check=1.0)
-    checks = runner.worker.is_cancelled
-    assert checks is not None
+    checks = RunEnding.is_cancelled
 
-    async def counting(delivery: Any) -> bool:
+    async def counting(ending: RunEnding, delivery: Any) -> bool:
         asked.append(delivery.id)
-        return await checks(delivery)
+        return await checks(ending, delivery)
 
-    runner.worker.is_cancelled = counting
+    monkeypatch.setattr(RunEnding, "is_cancelled", counting)
     async with runner:
         handles = [await runner.submit(Quick(n=n)) for n in range(20)]
         assert [await h.result(timeout=STOPPED_WITHIN) for h in handles] == list(range(20))

@@ -4,8 +4,7 @@ its handle resolves; nothing takes another run's outcome for this one's."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import pytest
 from wf_jobs import Adder, Counters, Keyed
@@ -24,7 +23,7 @@ from stepstone.records.codec import pack
 from stepstone.records.layout import Layout
 from stepstone.records.outcome import OutcomeRecord
 from stepstone.runtime import MemoryQueue
-from stepstone.runtime.queue import Enqueued
+from stepstone.runtime.queue import Enqueued, NewJob
 from stepstone.store import MemoryStore, ObjectStore
 from stepstone.store.base import ObjectInfo, StoredObject
 from stepstone.testing import FakeClock
@@ -214,10 +213,11 @@ class FinishesAnotherInputFirst(MemoryQueue):
         self.store = store
         self.runner_layout = runner_layout
 
-    async def enqueue(self, payload: bytes, **kwargs: Any) -> Enqueued:
-        run_id = kwargs["id"]
-        await self.store.put(self.runner_layout.outcome(run_id), a_record(run_id).encode())
-        return await super().enqueue(payload, **kwargs)
+    async def enqueue_many(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
+        for job in jobs:
+            assert job.id is not None
+            await self.store.put(self.runner_layout.outcome(job.id), a_record(job.id).encode())
+        return await super().enqueue_many(jobs)
 
 
 async def test_a_submit_that_loses_the_race_to_another_input_leaves_no_record_behind(

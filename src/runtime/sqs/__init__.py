@@ -7,45 +7,49 @@ form), with the module that holds each part:
 - **Lease = visibility timeout.** A claim is a ReceiveMessage with
   ``VisibilityTimeout`` = the lease; renew is ChangeMessageVisibility; a
   lease that lapses makes the message visible again and the next receive is
-  the reclaim, counted. (:mod:`.queue`, which carries out the contract.)
+  the reclaim, counted. (``queue``, the class, hands each operation to a part:
+  ``enqueues``, ``receiving`` for claims, ``transitions`` for renewals and
+  settlements, ``admin`` for cancel and requeue, ``inspection`` for get and
+  counts.)
 - **Token = receipt handle, plus a local fence.** SQS accepts a stale
   receipt handle, so this process fences each delivery on the lease deadline
   it measured itself and on the newest handle it saw for the message; past
   either, every transition answers LOST without calling SQS. What remains is
   at-least-once delivery, which the workflow layer's first-writer-wins
-  outcome records and memos make harmless. (:mod:`.fence`)
+  outcome records and memos make harmless. (``fence``, and ``holds``, which
+  adds the id store's marker to the fence's answer)
 - **Attempts = ApproximateReceiveCount + a carried base.** Every receive
   bumps SQS's count; operations that must not burn an attempt (release, an
   uncounted nack, a message put back because it came early or is of an
   unwanted kind) re-send the message with the base lowered by one and delete
   the received copy, so the count restarts from the right number. The base
-  travels in the message body. (:mod:`.message`, the body and its codec)
+  travels in the message body. (``message``, the body and its codec)
 - **Delays = DelaySeconds, capped at 15 minutes.** A run-at or backoff further
   out is sent with the cap; when the message arrives early it is re-sent with
   the remaining delay (re-deferred) instead of delivered. A counted nack whose
   delay fits in the visibility window is one ChangeMessageVisibility instead.
-  (:mod:`.limits` has SQS's numbers.)
+  (``limits`` has SQS's numbers.)
 - **Dead = a dead-letter queue.** ``dead_letter`` sends the message there with
   the reason in the body; the tier queues also carry a RedrivePolicy as a
   last-resort net. ``requeue(id)`` has to scan the dead-letter queue: SQS
-  cannot find a message by id. (:mod:`.dead_letters`)
+  cannot find a message by id. (``dead_letters``)
 - **Priorities = one SQS queue per tier**, polled by weight (4:2:1 by default)
-  so lower tiers are never starved (:mod:`.tiers`); long polling only when
+  so lower tiers are never starved (``tiers``); long polling only when
   every tier came back empty, and what a long poll brings after its claim
-  returned is kept for the next (:mod:`.prefetch`).
+  returned is kept for the next (``prefetch``).
 - **Ids live in an id store, or in this process only.** SQS standard queues
   do not deduplicate. With ``id_store`` (an ObjectStore: the bucket) each job
   has a create-if-absent marker, so dedup by id, ``get``, ``cancel`` and
-  dropping SQS's duplicate deliveries work fleet-wide (:mod:`.markers`);
-  without it they work within this process only (:mod:`.local_jobs`). The
+  dropping SQS's duplicate deliveries work fleet-wide (``markers``);
+  without it they work within this process only (``local_jobs``). The
   marker also holds the payload, so a payload over ``spill_bytes`` is left out
   of the message (kept on S3, read back by the claim's marker check at no
   extra request).
 - **Requests are batched.** Sends and deletes wait a few milliseconds to go
-  out ten to a request (:mod:`.batcher`), through one client that counts
-  every request (:mod:`.client`).
+  out ten to a request (``outbox``, over ``batcher``), through one client
+  that counts every request (``client``).
 - **What SQS cannot do is left out or refused, not faked.** There is no
-  ``list`` (the queue is no :class:`runtime.queue_inspection.JobListing`);
+  ``list`` (the queue is no :class:`stepstone.runtime.capabilities.JobListing`);
   ``get`` is exact for jobs this process holds and says "live"
   (READY/SCHEDULED) or DEAD from the marker for the rest (or raises
   :class:`SqsUnsupported`, without an id store, for jobs this process never
@@ -55,8 +59,9 @@ aiobotocore is imported when the first request is made, so importing
 ``stepstone.runtime`` stays cheap for users who never touch SQS.
 """
 
+from .inspection import SqsUnsupported
 from .message import MalformedMessage
-from .queue import SqsQueue, SqsUnsupported
+from .queue import SqsQueue
 from .tiers import DEFAULT_TIERS, Tier
 
 __all__ = ["DEFAULT_TIERS", "MalformedMessage", "SqsQueue", "SqsUnsupported", "Tier"]

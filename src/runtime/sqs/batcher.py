@@ -33,7 +33,7 @@ class _Pending:
 
 
 @dataclass(slots=True)
-class Batcher:
+class RequestBatcher:
     """Collects single entries for ``window`` seconds (or 10 of them) and sends
     them as one ``operation`` call per queue URL."""
 

@@ -125,14 +125,14 @@ class Fence:
         for receipt in [r for r, h in self.held.items() if h.deadline < now]:
             self.drop(receipt)
 
-    def holding(self, job_id: str) -> Held | None:
+    def holding(self, run_id: str) -> Held | None:
         """A delivery of the job this process holds within its lease, if any."""
         now = time.monotonic()
         for held in self.held.values():
-            if held.message.id == job_id and now < held.deadline:
+            if held.message.id == run_id and now < held.deadline:
                 return held
         return None
 
-    def receipts_of(self, job_id: str) -> list[tuple[str, Held]]:
+    def receipts_of(self, run_id: str) -> list[tuple[str, Held]]:
         """Every delivery of the job this process has (lease run out or not)."""
-        return [(r, h) for r, h in self.held.items() if h.message.id == job_id]
+        return [(r, h) for r, h in self.held.items() if h.message.id == run_id]

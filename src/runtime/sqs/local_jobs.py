@@ -27,44 +27,44 @@ class LocalJobs:
         self._live_bytes = 0
         self._cancelled: OrderedDict[str, None] = OrderedDict()
 
-    def is_live(self, job_id: str) -> bool:
-        return job_id in self._live
+    def is_live(self, run_id: str) -> bool:
+        return run_id in self._live
 
-    def live(self, job_id: str) -> JobMessage | None:
+    def live(self, run_id: str) -> JobMessage | None:
         """The job's message as this process last sent it, if it remembers one."""
-        return self._live.get(job_id)
+        return self._live.get(run_id)
 
-    def remember(self, job_id: str, message: JobMessage | None = None) -> None:
+    def remember(self, run_id: str, message: JobMessage | None = None) -> None:
         """The job is live: with ``message``, as that message says; without,
         keep what is known (a delivery of it was received here)."""
-        if job_id in self._live:
+        if run_id in self._live:
             if message is None:
-                self._live.move_to_end(job_id)
+                self._live.move_to_end(run_id)
                 return
-            self.forget(job_id)
-        self._live[job_id] = message
+            self.forget(run_id)
+        self._live[run_id] = message
         self._live_bytes += _size(message)
         while self._live and (len(self._live) > self.max_ids or self._live_bytes > self.max_bytes):
             self.forget(next(iter(self._live)))
 
-    def forget(self, job_id: str) -> None:
+    def forget(self, run_id: str) -> None:
         """The job is settled (or no longer worth remembering)."""
-        self._live_bytes -= _size(self._live.pop(job_id, None))
+        self._live_bytes -= _size(self._live.pop(run_id, None))
 
     @property
     def cancelled(self) -> Container[str]:
         """The ids cancelled here (and not enqueued or requeued since)."""
         return self._cancelled.keys()
 
-    def cancel(self, job_id: str) -> None:
-        self._cancelled[job_id] = None
+    def cancel(self, run_id: str) -> None:
+        self._cancelled[run_id] = None
         while len(self._cancelled) > self.max_ids:
             self._cancelled.popitem(last=False)
-        self.forget(job_id)
+        self.forget(run_id)
 
-    def uncancel(self, job_id: str) -> None:
+    def uncancel(self, run_id: str) -> None:
         """The id is live again (enqueued, or requeued from the dead)."""
-        self._cancelled.pop(job_id, None)
+        self._cancelled.pop(run_id, None)
 
 
 def _size(message: JobMessage | None) -> int:

@@ -28,9 +28,9 @@ class IdMarkers:
         self.store = store
         self.prefix = prefix
 
-    def key(self, job_id: str) -> str:
+    def key(self, run_id: str) -> str:
         """Where the job's marker is: job ids are any text, so the key is their SHA-256."""
-        return f"{self.prefix}/{hashlib.sha256(job_id.encode()).hexdigest()}"
+        return f"{self.prefix}/{hashlib.sha256(run_id.encode()).hexdigest()}"
 
     async def create(self, message: JobMessage) -> bool:
         """Write the job's marker unless one exists; False if one did (the id is live)."""
@@ -44,14 +44,14 @@ class IdMarkers:
         """Replace the job's marker (it died, or came back from the dead)."""
         await self.store.put(self.key(message.id), encode(message).encode())
 
-    async def read(self, job_id: str) -> JobMessage | None:
+    async def read(self, run_id: str) -> JobMessage | None:
         """The job's marker, or None when it has none. A marker that is not a
         job's message with its payload raises MalformedMessage."""
-        found = await self._read(job_id)
+        found = await self._read(run_id)
         return None if found is None else found[0]
 
-    async def _read(self, job_id: str) -> tuple[JobMessage, str] | None:
-        key = self.key(job_id)
+    async def _read(self, run_id: str) -> tuple[JobMessage, str] | None:
+        key = self.key(run_id)
         try:
             found = await self.store.get(key)
         except NotFound:
@@ -59,9 +59,9 @@ class IdMarkers:
         try:
             marker = decode(found.data)
         except MalformedMessage as exc:
-            raise MalformedMessage(f"id-store marker {key} of job {job_id!r}: {exc}") from exc
+            raise MalformedMessage(f"id-store marker {key} of job {run_id!r}: {exc}") from exc
         if marker.payload is None:
-            raise MalformedMessage(f"id-store marker {key} of job {job_id!r} has no payload")
+            raise MalformedMessage(f"id-store marker {key} of job {run_id!r} has no payload")
         return marker, found.etag
 
     async def of(self, message: JobMessage) -> JobMessage | None:
@@ -79,10 +79,10 @@ class IdMarkers:
             return None
         return found
 
-    async def drop_dead(self, job_id: str) -> bool:
+    async def drop_dead(self, run_id: str) -> bool:
         """Delete the job's marker if it says the job is dead, fenced on the
         version read; True if it did."""
-        key = self.key(job_id)
+        key = self.key(run_id)
         try:
             found = await self.store.get(key)
         except NotFound:
@@ -99,11 +99,11 @@ class IdMarkers:
             return False
         return True
 
-    async def drop(self, job_id: str, *, if_match: str | None = None) -> bool:
+    async def drop(self, run_id: str, *, if_match: str | None = None) -> bool:
         """Delete the job's marker (only the version ``if_match``, if given);
         False if it was gone, or replaced since."""
         try:
-            await self.store.delete(self.key(job_id), if_match=if_match)
+            await self.store.delete(self.key(run_id), if_match=if_match)
         except (NotFound, PreconditionFailed):
             return False
         return True

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import QueueError
-from ..job_id import check_job_id
+from ..run_id import check_run_id
 
 __all__ = ["FORMAT", "ForeignMessage", "JobMessage", "MalformedMessage", "decode", "encode"]
 
@@ -150,15 +150,15 @@ def decode(text: str | bytes) -> JobMessage:
     if type(body["v"]) is not int or body["v"] != FORMAT:
         raise MalformedMessage(f"unknown message format {body['v']!r}")
     fields = _Fields(body)
-    job_id = fields.text("id", "id")
+    run_id = fields.text("id", "id")
     try:
-        check_job_id(job_id)
+        check_run_id(run_id)
     except ValueError as exc:
         raise MalformedMessage(f"field 'id': {exc}") from exc
     spilled = fields.spilled()
     payload = fields.payload(required=not spilled)
     return JobMessage(
-        id=job_id,
+        id=run_id,
         kind=fields.text("kind", "kind"),
         priority=fields.integer("prio", "priority", lowest=0, highest=9),
         max_attempts=fields.integer("max", "max_attempts", lowest=1),

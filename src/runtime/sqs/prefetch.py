@@ -82,7 +82,7 @@ class LongPolls:
         """The oldest delivery a poll brought, or None."""
         return self._prefetched.pop(0) if self._prefetched else None
 
-    async def settle(self) -> list[Delivery]:
+    async def wind_down(self) -> list[Delivery]:
         """Wait out every poll (at most its ``wait``) and hand over, and
         forget, all they brought; an error one raised is dropped."""
         if self._polls:

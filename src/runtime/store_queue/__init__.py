@@ -10,18 +10,30 @@ explains each choice.
 
 One module per part, each with the reason it is so:
 
-- ``contract``: :class:`StoreQueue` itself, the LeaseQueue contract's
-  operations and the inspection ones.
+- ``queue``: :class:`StoreQueue` itself, which holds an instance's parts and
+  hands each operation of the contract and the capabilities to one of them.
 - ``records``: a job's record, its codec, and the padding that makes a
   record's size say its priority.
+- ``record_io``: reading and writing one record, so every read is counted,
+  every version learnt by the view, and a lost answer resolved.
 - ``view``: what one instance knows of the records, and which are due.
+- ``discovery``: listing the prefix and reading what it showed, as claims
+  need them.
 - ``pacing``: when to list again, how much to read, how widely to pick.
 - ``size_hints``: what a listed size says, so the record need not be read.
 - ``read_line``: the order records a listing showed are read in.
+- ``creates``: enqueues, a batch of creates in one request, and a create
+  whose answer was lost.
+- ``claims``: the claim race, a compare-and-swap per record against others.
+- ``transitions``: the changes a claim's token makes (renew, the
+  settlements) and wakes, each a compare-and-swap.
+- ``admin``: cancel, withdraw, discard and requeue, outside any claim.
+- ``inspection``: one record, listings and counts, for people.
 - ``lost_answers``: whether a write whose answer was lost happened.
 """
 
-from .contract import StoreQueue, StoreQueueStats
+from .queue import StoreQueue
+from .record_io import StoreQueueStats
 from .records import CorruptRecord
 
 __all__ = ["CorruptRecord", "StoreQueue", "StoreQueueStats"]

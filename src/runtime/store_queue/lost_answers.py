@@ -4,7 +4,7 @@ A timeout or a 5xx after the request was sent leaves a write in doubt: it
 may have landed. Raising would be wrong both ways: an enqueue that did land
 would be retried as a false duplicate, and an ack that did land would be
 reported failed though the job is gone. Every StoreQueue write's bytes are
-unique (a record's ``rev`` and ``nonce``, :mod:`runtime.store_queue.records`),
+unique (a record's ``rev`` and ``nonce``, :mod:`stepstone.runtime.store_queue.records`),
 so one read of the record decides.
 """
 

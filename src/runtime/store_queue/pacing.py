@@ -6,8 +6,8 @@ like a PUT (12.5 GETs), so listings are paced:
 - **By the last listing's size.** After a listing of ``p`` pages the next
   waits ``p * scan_interval``, so a big backlog is not re-listed every second.
 - **Slower while idle.** From the second listing in a row that found nothing
-  new, each doubles the wait, up to ``idle_scan_max`` (an idle worker
-  listing every second costs ~$13 a month on S3, every 5 s ~$2.6). Work this
+  new, each doubles the wait, up to ``idle_scan_max``: an idle worker lists
+  for nothing, and pays for each listing (docs/queue.md prices it). Work this
   process makes, or a listing that finds a change, restores the pace.
 - **Sooner when the view has gone stale.** Each swap refused on a version the
   view held from before the claim began counts as one request wasted, like a
@@ -188,7 +188,7 @@ class ScanPacing:
         self._idle_scans = 0
 
 
-def in_slice(job_id: str, part: Slice) -> bool:
-    """Whether ``job_id`` hashes into ``part``."""
+def in_slice(run_id: str, part: Slice) -> bool:
+    """Whether ``run_id`` hashes into ``part``."""
     start, width = part
-    return (zlib.crc32(job_id.encode()) / 2**32 - start) % 1.0 < width
+    return (zlib.crc32(run_id.encode()) / 2**32 - start) % 1.0 < width

@@ -7,11 +7,11 @@ would pay P GETs for every job one of them runs. So a StoreQueue reads
 unknown records only as its claims need them, in this order:
 
 - **In line order, as far as a listing shows it.** A record's place in line
-  is ``run_at + priority * priority_aging`` (:func:`runtime.queue.sort_key`);
+  is ``run_at + priority * priority_aging`` (:func:`stepstone.runtime.queue.sort_key`);
   the listing gives its last-modified time (for a waiting record, when it
   was enqueued or given back: its run-at, unless it was scheduled later)
   and, through its size, its priority
-  (:func:`runtime.store_queue.records.listed_priority`). So an urgent job another
+  (:func:`stepstone.runtime.store_queue.records.listed_priority`). So an urgent job another
   process enqueued is read before a backlog of ordinary ones, and a backlog
   is read first in first out.
 - **In chunks**: records whose estimated places are within ``window`` (the
@@ -73,7 +73,7 @@ class ReadLine:
         self._count = len(in_line)
 
     def _add_chunk(self, part: list[tuple[str, str | None, float]]) -> None:
-        entries = collections.deque((job_id, known) for job_id, known, _ in sorted(part))
+        entries = collections.deque((run_id, known) for run_id, known, _ in sorted(part))
         entries.rotate(-self._rng.randrange(len(entries)))
         self._chunks.append(entries)
 

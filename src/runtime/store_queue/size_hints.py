@@ -19,8 +19,8 @@ to skip most of those reads:
   the lease or an error, or deletes the record. A held record whose size did
   not change is read when the lease it was seen with would have lapsed.
 - **A place in line.** A record's size also says its priority (the padding
-  of :mod:`runtime.store_queue.records`), which with its last-modified time
-  places it in the unread line (:mod:`runtime.store_queue.read_line`).
+  of :mod:`stepstone.runtime.store_queue.records`), which with its last-modified time
+  places it in the unread line (:mod:`stepstone.runtime.store_queue.read_line`).
 
 A wrong guess (another change of the same size) only delays when this
 process looks again: nothing is ever written from a guess (a claim of a

@@ -44,7 +44,7 @@ class Seen:
     """Set when filed in the view; heap entries with another stamp are stale."""
     guessed: bool = False
     """``job`` is inferred from a listed size (a claim elsewhere), not read:
-    see :mod:`runtime.store_queue.size_hints`."""
+    see :mod:`stepstone.runtime.store_queue.size_hints`."""
     own: bool = False
     """This instance wrote this version (so no other process has listed it yet)."""
 
@@ -53,7 +53,7 @@ class View(Mapping[str, Seen]):
     """The records one instance knows, by id, in filing order, with the two
     heaps that say which are due and in what order; see the module docstring.
 
-    ``priority_aging`` places entries in line (:func:`runtime.queue.sort_key`);
+    ``priority_aging`` places entries in line (:func:`stepstone.runtime.queue.sort_key`);
     ``claim_jitter`` is the most this instance adds to the place of a job it
     learned by reading (see :meth:`_jitter`).
     """
@@ -73,8 +73,8 @@ class View(Mapping[str, Seen]):
         self._line: list[tuple[float, str, int]] = []
         self._stamps = itertools.count(1)
 
-    def __getitem__(self, job_id: str) -> Seen:
-        return self._entries[job_id]
+    def __getitem__(self, run_id: str) -> Seen:
+        return self._entries[run_id]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._entries)
@@ -82,27 +82,27 @@ class View(Mapping[str, Seen]):
     def __len__(self) -> int:
         return len(self._entries)
 
-    def etag(self, job_id: str) -> str | None:
-        seen = self._entries.get(job_id)
+    def etag(self, run_id: str) -> str | None:
+        seen = self._entries.get(run_id)
         return None if seen is None else seen.etag
 
-    def learn(self, job_id: str, etag: str, job: StoredJob, size: int) -> None:
+    def learn(self, run_id: str, etag: str, job: StoredJob, size: int) -> None:
         """Remember a version this instance wrote. A dead one keeps no payload."""
-        self.file(job_id, Seen(etag, job.stripped() if job.dead else job, size, own=True))
+        self.file(run_id, Seen(etag, job.stripped() if job.dead else job, size, own=True))
 
-    def learn_read(self, job_id: str, etag: str, job: StoredJob, size: int) -> None:
+    def learn_read(self, run_id: str, etag: str, job: StoredJob, size: int) -> None:
         """Remember a version this instance read. One that is held (by some
         other token, as far as this instance knows) or dead keeps no payload:
         nothing here needs it before it changes, and a change means a GET."""
         held = job.token is not None or job.dead
-        self.file(job_id, Seen(etag, job.stripped() if held else job, size))
+        self.file(run_id, Seen(etag, job.stripped() if held else job, size))
 
-    def forget(self, job_id: str, etag: str | None = None) -> None:
+    def forget(self, run_id: str, etag: str | None = None) -> None:
         """Drop an entry, but only the version ``etag`` if given, so a newer
         version another coroutine learned meanwhile survives."""
-        seen = self._entries.get(job_id)
+        seen = self._entries.get(run_id)
         if seen is not None and (etag is None or seen.etag == etag):
-            del self._entries[job_id]
+            del self._entries[run_id]
             self.payload_bytes -= _payload_size(seen)
 
     def clear(self) -> None:
@@ -111,7 +111,7 @@ class View(Mapping[str, Seen]):
         self._timed.clear()
         self._line.clear()
 
-    def file(self, job_id: str, seen: Seen) -> None:
+    def file(self, run_id: str, seen: Seen) -> None:
         """Put an entry in the view and in the heap its state belongs to.
 
         ``_timed`` orders entries by when they become claimable (run-at,
@@ -120,14 +120,14 @@ class View(Mapping[str, Seen]):
         popped one whose stamp is not the view's is skipped.
         """
         seen.stamp = next(self._stamps)
-        old = self._entries.pop(job_id, None)  # re-inserted last: the view is in filing order
+        old = self._entries.pop(run_id, None)  # re-inserted last: the view is in filing order
         self.payload_bytes += _payload_size(seen) - _payload_size(old)
-        self._entries[job_id] = seen
+        self._entries[run_id] = seen
         self._bound()
         job = seen.job
         if job is None or job.dead:
             return
-        heapq.heappush(self._timed, (job.due, seen.stamp, job_id))
+        heapq.heappush(self._timed, (job.due, seen.stamp, run_id))
         if len(self._timed) + len(self._line) > 2 * len(self._entries) + 1024:
             self._reindex()
 
@@ -144,14 +144,14 @@ class View(Mapping[str, Seen]):
         """Rebuild both heaps from the view, dropping stale entries."""
         self._timed = []
         self._line = []
-        for job_id, seen in self._entries.items():
+        for run_id, seen in self._entries.items():
             job = seen.job
             if job is not None and not job.dead:
-                self._timed.append((job.due, seen.stamp, job_id))
+                self._timed.append((job.due, seen.stamp, run_id))
         heapq.heapify(self._timed)
 
-    def _current(self, job_id: str, stamp: int) -> StoredJob | None:
-        seen = self._entries.get(job_id)
+    def _current(self, run_id: str, stamp: int) -> StoredJob | None:
+        seen = self._entries.get(run_id)
         if seen is None or seen.stamp != stamp:
             return None
         return seen.job
@@ -159,15 +159,15 @@ class View(Mapping[str, Seen]):
     def _promote(self, now: float) -> None:
         """Move entries that have become claimable from ``_timed`` to ``_line``."""
         while self._timed and self._timed[0][0] <= now:
-            _, stamp, job_id = heapq.heappop(self._timed)
-            job = self._current(job_id, stamp)
+            _, stamp, run_id = heapq.heappop(self._timed)
+            job = self._current(run_id, stamp)
             if job is not None:
                 key = sort_key(job.run_at, job.priority, self.priority_aging)
-                if not self._entries[job_id].own:
-                    key += self._jitter(job_id)
-                heapq.heappush(self._line, (key, job_id, stamp))
+                if not self._entries[run_id].own:
+                    key += self._jitter(run_id)
+                heapq.heappush(self._line, (key, run_id, stamp))
 
-    def _jitter(self, job_id: str) -> float:
+    def _jitter(self, run_id: str) -> float:
         """This instance's own offset for a job, in ``[0, claim_jitter)`` seconds.
 
         Processes that list the same burst of jobs would otherwise all walk
@@ -180,7 +180,7 @@ class View(Mapping[str, Seen]):
         """
         if not self.claim_jitter:
             return 0.0
-        digest = hashlib.blake2b(job_id.encode(), digest_size=8, key=self._salt).digest()
+        digest = hashlib.blake2b(run_id.encode(), digest_size=8, key=self._salt).digest()
         return int.from_bytes(digest, "big") / 2**64 * self.claim_jitter
 
     def candidates(
@@ -197,19 +197,19 @@ class View(Mapping[str, Seen]):
         keep: list[tuple[float, str, int]] = []
         while self._line and len(out) < limit:
             entry = heapq.heappop(self._line)
-            _, job_id, stamp = entry
-            job = self._current(job_id, stamp)
+            _, run_id, stamp = entry
+            job = self._current(run_id, stamp)
             if job is None:
                 continue  # stale: the view has moved on, and refiled it
             if not job.claimable(now):  # only if the clock went back
-                heapq.heappush(self._timed, (job.due, stamp, job_id))
+                heapq.heappush(self._timed, (job.due, stamp, run_id))
                 continue
             keep.append(entry)
-            if job_id in skip:
+            if run_id in skip:
                 continue
             if kinds is not None and job.kind not in kinds:
                 continue
-            out.append(job_id)
+            out.append(run_id)
         for entry in keep:  # still due: they stay in line until claimed
             heapq.heappush(self._line, entry)
         return out
@@ -217,8 +217,8 @@ class View(Mapping[str, Seen]):
     def next_due(self) -> float | None:
         """The earliest run-at or lease expiry of an entry not yet seen due."""
         while self._timed:
-            due, stamp, job_id = self._timed[0]
-            if self._current(job_id, stamp) is not None:
+            due, stamp, run_id = self._timed[0]
+            if self._current(run_id, stamp) is not None:
                 return due
             heapq.heappop(self._timed)
         return None

@@ -20,7 +20,9 @@ Why it is built the way it is, and where each part lives:
   into this process's journal, flushes that one file with ``fdatasync``,
   then links the objects into place and answers; the next flush of the
   filesystem retires the entries. After a power cut, the next store opened
-  on the root writes back from a dead process's journal what the disk lost.
+  on the root writes back from a dead process's journal what the disk lost;
+  a caller says what that should be for an object it may have deleted since
+  (``RecoverableObject``).
 - **Conditional writes hold across processes** (``locks``). Every mutation
   of a key runs under an exclusive ``flock`` on one of a fixed set of lock
   files (striped by a hash of the key), so a compare-and-swap in one process
@@ -59,6 +61,7 @@ refused with InvalidKey (``os_errors``). The engine's key layout never does
 this.
 """
 
+from .creates import RecoverableObject
 from .store import FileStore, SyncMode
 
-__all__ = ["FileStore", "SyncMode"]
+__all__ = ["FileStore", "RecoverableObject", "SyncMode"]

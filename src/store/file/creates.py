@@ -22,13 +22,32 @@ from __future__ import annotations
 
 import os
 import threading
+from dataclasses import dataclass
 
+from ..base import NewObject
 from .batches import Creates, Write
 from .commit import attempt, link_new
 from .journal import CREATE, REFUSED, Journal, create_entry, refused_entry
 from .os_errors import store_error
 from .paths import KeyPaths
 from .temp_files import TempFiles
+
+
+@dataclass(frozen=True, slots=True)
+class RecoverableObject(NewObject):
+    """A create for :meth:`FileStore.put_many_if_absent` that says what the
+    object holds if a recovery after a power cut brings it back.
+
+    After a power cut the FileStore brings back every object its journal
+    holds that is not on the disk (``recovery``). That includes an object
+    deleted within the moment before the cut, while its journal entry was
+    still needed; so a caller for whom a deleted object coming back matters
+    says, in ``recovered``, that it may be one. Another store takes it as the
+    plain :class:`~stepstone.store.base.NewObject` it also is, so a caller
+    can hand it to any store, or to a wrapper around a FileStore."""
+
+    recovered: bytes | None = None
+    """What a recovery writes back in the object's place (None: ``data``)."""
 
 
 class Creator:

@@ -32,7 +32,7 @@ from .commit_process import (
     can_start,
     worth_starting,
 )
-from .creates import Creator
+from .creates import Creator, RecoverableObject
 from .flush import HAVE_SYNCFS, fsync_directory, syncfs
 from .forks import forks
 from .journal import Journal
@@ -452,7 +452,7 @@ class FileStore(ObjectStore):
         self._forked()
         if self._journal.broken:
             return await super().put_many_if_absent(objects)
-        writes = [Write(o.key, bytes(o.data), "absent", recovered=o.recovered) for o in objects]
+        writes = [Write(o.key, bytes(o.data), "absent", recovered=_recovered(o)) for o in objects]
         request = Creates("", writes=writes)
         if self._may_create_here(len(writes)) and self._creator.commit_now(request):
             self._journal.checkpoint_soon()
@@ -518,3 +518,8 @@ def _answer(write: Write) -> str | StoreError:
 def _etag_of(result: str | None) -> str:
     assert result is not None, "a committed put has an etag"
     return result
+
+
+def _recovered(obj: NewObject) -> bytes | None:
+    """What a recovery writes back for ``obj`` (None: its data)."""
+    return obj.recovered if isinstance(obj, RecoverableObject) else None

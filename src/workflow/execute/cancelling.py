@@ -16,11 +16,11 @@ from stepstone.handles.watch import OutcomeWatch
 from stepstone.records.envelope import Envelope
 from stepstone.records.outcome import ErrorInfo, OutcomeRecord
 from stepstone.records.run_records import RunRecords
+from stepstone.runtime.capabilities import Waking
 from stepstone.runtime.clock import Clock
 from stepstone.runtime.decide import FailureKind
 from stepstone.runtime.errors import MalformedPayload
 from stepstone.runtime.queue import JobStatus, LeaseQueue
-from stepstone.runtime.suspension import Waking
 from stepstone.runtime.worker import Worker
 
 

@@ -18,10 +18,11 @@ so a replay decides the same:
 
 What it waits for may happen while the run is still running, between its
 look and its suspension. Whoever makes it happen writes first (the event,
-the child's outcome) and then wakes the run (:class:`~stepstone.runtime.
-suspension.Waking`); a wake that finds the run still held marks it, and its
-suspension then makes it due at once. A queue that cannot wake (SQS) makes
-waiting runs look again every ``wait_recheck`` seconds instead.
+the child's outcome) and then wakes the run
+(:class:`~stepstone.runtime.capabilities.Waking`); a wake that finds the run
+still held marks it, and its suspension then makes it due at once. A queue
+that cannot wake (SQS) makes waiting runs look again every ``wait_recheck``
+seconds instead.
 """
 
 from __future__ import annotations

@@ -27,12 +27,12 @@ from stepstone.records.attempt_log import AttemptLog, Noted
 from stepstone.records.envelope import Envelope
 from stepstone.records.outcome import ErrorInfo, OutcomeRecord
 from stepstone.records.run_records import RunRecords
+from stepstone.runtime.capabilities import Waking
 from stepstone.runtime.clock import Clock
 from stepstone.runtime.decide import Failure, FailureKind, Success, Terminal
 from stepstone.runtime.errors import MalformedPayload
 from stepstone.runtime.observer import AttemptReport
 from stepstone.runtime.queue import Delivery, JobStatus
-from stepstone.runtime.suspension import Waking
 from stepstone.store import StoreUnavailable
 
 log = logging.getLogger("stepstone")

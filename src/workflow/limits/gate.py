@@ -21,7 +21,7 @@ queue, the attempt not counted, holding no worker):
 
 Whoever frees a slot (a release, a lapsed holder dropped, a run that ended
 without its code running) wakes the runs whose turn has come
-(:class:`~stepstone.runtime.suspension.Waking`); a wake that finds no job
+(:class:`~stepstone.runtime.capabilities.Waking`); a wake that finds no job
 gives the place to the next. A queue that cannot wake (SQS) leaves waiting
 runs to look again every ``wait_recheck`` seconds.
 """
@@ -45,10 +45,11 @@ from stepstone.limits.shared import SharedObject
 from stepstone.records.codec import codec_for_type
 from stepstone.records.envelope import Envelope
 from stepstone.records.layout import Layout, limit_digest
+from stepstone.runtime.capabilities import Waking
 from stepstone.runtime.clock import Clock
 from stepstone.runtime.errors import MalformedPayload
 from stepstone.runtime.queue import Delivery, JobStatus, Wait
-from stepstone.runtime.suspension import Suspend, Waking
+from stepstone.runtime.suspension import Suspend
 from stepstone.store import ObjectStore
 
 log = logging.getLogger("stepstone")

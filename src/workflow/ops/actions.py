@@ -24,9 +24,9 @@ from stepstone.ops.reads import (
 from stepstone.records.attempt_log import keep_final_attempt
 from stepstone.records.outcome import OutcomeRecord
 from stepstone.records.retention import sweep_one
+from stepstone.runtime.capabilities import DeadJobRequeue
 from stepstone.runtime.errors import QueueError
 from stepstone.runtime.queue import JobStatus
-from stepstone.runtime.queue_inspection import DeadJobRequeue
 from stepstone.store import ObjectInfo, StoreError
 
 

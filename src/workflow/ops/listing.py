@@ -24,8 +24,8 @@ from stepstone.ops.reads import (
     read_outcomes,
 )
 from stepstone.records.outcome import OutcomeRecord
+from stepstone.runtime.capabilities import JobCounts, JobListing
 from stepstone.runtime.queue import QUEUE_STATUSES, JobRecord, JobStatus
-from stepstone.runtime.queue_inspection import JobCounts, JobListing
 from stepstone.store import ObjectInfo
 
 

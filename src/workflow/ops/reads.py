@@ -32,10 +32,10 @@ from stepstone.records.history import read_history
 from stepstone.records.layout import check_run_id, step_name
 from stepstone.records.outcome import OutcomeRecord, decode_outcome_key
 from stepstone.records.retention import Runs
+from stepstone.runtime.capabilities import JobListing
 from stepstone.runtime.decide import describe
 from stepstone.runtime.errors import MalformedPayload
 from stepstone.runtime.queue import JobRecord, JobStatus
-from stepstone.runtime.queue_inspection import JobListing
 from stepstone.runtime.store_queue import CorruptRecord
 from stepstone.store import NotFound, ObjectInfo
 
@@ -65,7 +65,7 @@ class InspectError(Exception):
 
 def lacks(queue: object, doing: str, instead: str = "") -> InspectError:
     """The error for a command the queue's backend does not offer (see
-    :mod:`runtime.queue_inspection`; SqsQueue cannot list, for one)."""
+    :mod:`stepstone.runtime.capabilities`; SqsQueue cannot list, for one)."""
     return InspectError(f"the queue cannot {doing}: {queue!r} does not offer it{instead}")
 
 

@@ -22,10 +22,10 @@ from stepstone.records.codec import codec_for_type
 from stepstone.records.envelope import Envelope
 from stepstone.records.layout import event_seq, name_key
 from stepstone.records.run_records import RunRecords
+from stepstone.runtime.capabilities import Waking
 from stepstone.runtime.clock import Clock
 from stepstone.runtime.errors import MalformedPayload
 from stepstone.runtime.queue import LeaseQueue
-from stepstone.runtime.suspension import Waking
 
 
 async def send_event(

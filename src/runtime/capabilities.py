@@ -1,0 +1,100 @@
+"""What a queue backend may offer beyond the lease contract, in one place.
+
+The worker, and the workflow layer's submit and await path, need only
+:class:`stepstone.runtime.queue.LeaseQueue`, which every backend offers in
+full. What some backends cannot do is a capability of its own: a
+:class:`typing.Protocol` a backend offers by having the method, never a
+method that raises. A caller that needs one checks for it,
+``isinstance(queue, JobListing)``, and says which backend lacks it.
+
+- :class:`Waking` (``wake``): makes a suspended run due at once when what
+  it waits for arrives (an event sent, a child ended, a concurrency slot
+  freed). MemoryQueue, StoreQueue.
+- :class:`JobListing` (``list``): the jobs a page at a time, for
+  ``stepstone ls``. MemoryQueue, StoreQueue.
+- :class:`JobCounts` (``counts``): jobs by status, for ``stepstone stats``
+  and the queue-depth metric. MemoryQueue, StoreQueue, SqsQueue (SQS's
+  approximate numbers).
+- :class:`DeadJobRequeue` (``requeue``): a dead job back to ready, for
+  ``stepstone retry``. MemoryQueue, StoreQueue, SqsQueue.
+- :class:`QueueInspection`: the last three together, with ``counts`` over
+  ``list`` unless the backend knows better. MemoryQueue, StoreQueue.
+
+Why SqsQueue lacks two: SQS has no listing of messages, and cannot change a
+message it does not hold, so nothing can make a waiting job due early (the
+workflow layer then has waiting runs look again every ``wait_recheck``
+seconds; :mod:`stepstone.runtime.suspension` says how suspending and waking
+fit together).
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from .queue import QUEUE_STATUSES, JobRecord, JobStatus
+
+__all__ = ["DeadJobRequeue", "JobCounts", "JobListing", "Page", "QueueInspection", "Waking"]
+
+
+@runtime_checkable
+class Waking(Protocol):
+    """A queue that can make a suspended job due at once."""
+
+    @abc.abstractmethod
+    async def wake(self, run_id: str) -> bool:
+        """Make the job due now if it is suspended or scheduled; if it is held
+        (running), mark it so its next suspension returns at once. False if
+        there is no such job (ended, never enqueued) or it is dead."""
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    records: list[JobRecord]
+    cursor: str | None
+    """Pass back to get the next page; None when there is no more."""
+
+
+@runtime_checkable
+class JobListing(Protocol):
+    """A queue that can list its jobs."""
+
+    @abc.abstractmethod
+    async def list(
+        self, status: JobStatus | None = None, *, cursor: str | None = None, limit: int = 100
+    ) -> Page:
+        """Records (of ``status`` if given), a page at a time, in id order."""
+
+
+@runtime_checkable
+class JobCounts(Protocol):
+    """A queue that can count its jobs by status."""
+
+    @abc.abstractmethod
+    async def counts(self) -> dict[JobStatus, int]:
+        """How many jobs are in each status."""
+
+
+@runtime_checkable
+class DeadJobRequeue(Protocol):
+    """A queue that can bring a dead job back."""
+
+    @abc.abstractmethod
+    async def requeue(self, run_id: str) -> bool:
+        """Move a dead job back to ready with its attempts reset; True if it was dead."""
+
+
+class QueueInspection(JobListing, JobCounts, DeadJobRequeue, Protocol):
+    """All three; ``counts`` walks :meth:`list` unless the backend knows better."""
+
+    async def counts(self) -> dict[JobStatus, int]:
+        totals = dict.fromkeys(QUEUE_STATUSES, 0)
+        cursor: str | None = None
+        while True:
+            page = await self.list(cursor=cursor, limit=1000)
+            for record in page.records:
+                totals[record.status] += 1
+            if page.cursor is None:
+                return totals
+            cursor = page.cursor

@@ -1,0 +1,176 @@
+"""The claim race: taking due records by compare-and-swap, against other
+processes that race for the same ones.
+
+A claim picks due records from the view, in line order, and writes each one
+claimed (a new token, a lease) over the version it knows. Two processes that
+race for a record cannot both win: the loser's swap is refused and it moves
+on, remembering the record as held elsewhere. Under contention, processes
+holding the same view race for its head, so a claim takes its records at
+random from a wider head (``spread``), and a view that keeps losing races is
+listed again sooner (:mod:`stepstone.runtime.store_queue.pacing`). What a
+listing showed but nobody read yet is read as the claim needs it
+(:class:`stepstone.runtime.store_queue.discovery.Discovery`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Collection
+
+from stepstone.store.errors import NotFound, PreconditionFailed, StoreUnavailable
+
+from ..clock import Clock
+from ..queue import Delivery
+from .discovery import Discovery
+from .pacing import ScanPacing
+from .record_io import RecordIO
+from .records import CorruptRecord, delivery_of
+from .size_hints import held_elsewhere, new_token
+
+CLAIM_ROUNDS = 8
+"""Bound on the rounds of swaps (and re-listings between them) of one claim."""
+
+
+class ClaimRace:
+    """One instance's claims."""
+
+    def __init__(
+        self, io: RecordIO, discovery: Discovery, pacing: ScanPacing, clock: Clock
+    ) -> None:
+        self._io = io
+        self._view = io.view
+        self._discovery = discovery
+        self._pacing = pacing
+        self._clock = clock
+        self._claiming: set[str] = set()
+        self.lease_hint = 60.0
+        """The last lease this instance claimed with: the guess for others' leases."""
+        self.came_up_short = False
+        """The last claim returned fewer jobs than asked."""
+
+    def candidates(
+        self,
+        now: float,
+        kinds: frozenset[str] | None,
+        limit: int,
+        skip: Collection[str] = (),
+    ) -> list[str]:
+        """Up to ``limit`` ids due now, in line order, of ``kinds`` if given,
+        not in ``skip`` or being claimed."""
+        busy = self._claiming.union(skip) if skip else self._claiming
+        return self._view.candidates(now, kinds, limit, busy)
+
+    async def claim(
+        self, n: int, *, lease: float, kinds: Collection[str] | None = None
+    ) -> list[Delivery]:
+        if n <= 0:
+            return []
+        self.lease_hint = lease
+        wanted = None if kinds is None else frozenset(kinds)
+        now = self._clock.now()
+        candidates = self.candidates(now, wanted, n)
+        began = time.monotonic()
+        if self._pacing.list_first(
+            began, len(candidates) < n, (self._view[i].confirmed for i in candidates)
+        ):
+            await self._discovery.scan(self.lease_hint)
+            now = self._clock.now()
+        out: list[Delivery] = []
+        tried: set[str] = set()
+        refused_before = self._pacing.refusals
+        for _ in range(CLAIM_ROUNDS):
+            need = n - len(out)
+            # Under contention other processes hold the same view in the same
+            # order and race for its head: take ours from a wider, shuffled head.
+            candidates = self.candidates(now, wanted, need * self._pacing.spread, tried)
+            if len(candidates) < need and self._discovery.unread:
+                await self._discovery.read_ahead(need - len(candidates), now)
+                candidates = self.candidates(now, wanted, need * self._pacing.spread, tried)
+            if candidates:
+                picked = sorted(random.sample(range(len(candidates)), min(need, len(candidates))))
+                batch = [candidates[i] for i in picked]
+                tried.update(batch)
+                won = await asyncio.gather(*(self._claim_one(i, now, lease, began) for i in batch))
+                out.extend(d for d in won if d is not None)
+                if len(out) >= n:
+                    break
+            elif not self._discovery.unread:
+                break
+            # (else all it read was taken: read on from wherever it jumped to)
+            if self._pacing.stale():
+                await self._discovery.scan(self.lease_hint)  # cheaper than more refusals
+                now = self._clock.now()
+        self.came_up_short = len(out) < n
+        self._pacing.claimed(contended=self._pacing.refusals > refused_before)
+        return out
+
+    async def _claim_one(
+        self, run_id: str, now: float, lease: float, fresh_since: float
+    ) -> Delivery | None:
+        seen = self._view.get(run_id)
+        # Checked again here, not only when the candidates were picked: a
+        # concurrent claim in this process may have taken it since, and its
+        # etag in the view is then the one our swap would match.
+        if (
+            seen is None
+            or seen.job is None
+            or run_id in self._claiming
+            or not seen.job.claimable(now)
+        ):
+            return None
+        self._claiming.add(run_id)
+        try:
+            etag, job = seen.etag, seen.job
+            if job.partial:  # a lapsed lease of another process: its payload is not here
+                try:
+                    fetched = await self._io.fetch(run_id)
+                except (CorruptRecord, StoreUnavailable):
+                    return None
+                if fetched is None or not fetched[1].claimable(now):
+                    return None
+                etag, job = fetched
+            new = job.next(
+                now,
+                attempts=job.attempts + 1,
+                claims=job.claims + 1,
+                token=new_token(),
+                lease_expires_at=now + lease,
+                wait=None,
+                woken=False,
+            )
+            try:
+                await self._io.swap(run_id, new, etag)
+            except NotFound:
+                self._pacing.refused(seen.confirmed, fresh_since)
+                self._pacing.tried(won=0, lost=1)
+                self._view.forget(run_id, etag)
+                return None
+            except PreconditionFailed:
+                # Someone else moved it first, most likely by claiming it. Say
+                # so (keeping the stale etag): the next listing then reads it
+                # only if its size says otherwise.
+                self._io.stats.lost_races += 1
+                self._pacing.refused(seen.confirmed, fresh_since)
+                self._pacing.tried(won=0, lost=1)
+                current = self._view.get(run_id)
+                if current is not None and current.etag == etag:
+                    self._view.file(run_id, held_elsewhere(job, etag, now, self.lease_hint))
+                return None
+            except StoreUnavailable:
+                # Not raised: the other claims of this batch landed, and failing
+                # the batch would strand them. The write itself may have landed
+                # with only its answer lost: then the record holds our token.
+                try:
+                    fetched = await self._io.fetch(run_id)
+                except (CorruptRecord, StoreUnavailable):
+                    return None
+                if fetched is None or fetched[1].token != new.token:
+                    return None
+                self._pacing.tried(won=1, lost=0)
+                return delivery_of(fetched[1])
+            self._pacing.tried(won=1, lost=0)
+            return delivery_of(new)
+        finally:
+            self._claiming.discard(run_id)

@@ -1,0 +1,145 @@
+"""Finding other processes' work: listing the jobs prefix, and reading what
+a listing showed as claims need it.
+
+A LIST is what finds records this instance did not write, and a GET is what
+reads one, and both are billed, so neither happens before a claim needs it
+(:mod:`stepstone.runtime.store_queue.pacing` decides when to list and how
+much to read). A listing confirms what the view knows, guesses what it can
+from sizes (:mod:`stepstone.runtime.store_queue.size_hints`), drops what is
+gone, and lines up the rest to be read in about the order a claim would take
+them (:mod:`stepstone.runtime.store_queue.read_line`). In a crowd, a
+listing leaves new records outside this instance's slice to the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from ..clock import Clock
+from .pacing import ScanPacing, in_slice
+from .read_line import ReadLine
+from .record_io import RecordIO
+from .records import CorruptRecord, StoredJob
+from .size_hints import claimed_elsewhere, guess_changed, listed_place, renewed_elsewhere
+
+
+class Discovery:
+    """One instance's listings of the prefix and reads of the unread line."""
+
+    def __init__(
+        self,
+        io: RecordIO,
+        pacing: ScanPacing,
+        clock: Clock,
+        *,
+        priority_aging: float,
+        fetch_limit: int,
+        claim_jitter: float,
+    ) -> None:
+        self._io = io
+        self._view = io.view
+        self._pacing = pacing
+        self._clock = clock
+        self._priority_aging = priority_aging
+        self._unread = ReadLine(fetch_limit, claim_jitter)
+        """What the last listing showed that the view does not know, read as
+        claims need them (:meth:`read_ahead`)."""
+        self._passed: dict[str, str] = {}
+        """New records the last listing left to others (outside this
+        instance's slice), by etag: read if the next shows them unchanged."""
+        self._scan_lock = asyncio.Lock()
+        self._scan_epoch = 0
+
+    @property
+    def unread(self) -> bool:
+        """Whether the last listing showed records not read yet."""
+        return bool(self._unread)
+
+    async def scan(self, lease_hint: float) -> None:
+        """List the jobs prefix: confirm what the view knows, guess what it
+        can from sizes (others' leases taken to be ``lease_hint`` long), line
+        up the rest to be read as claims need them, and drop entries whose
+        objects are gone. Concurrent callers share one listing."""
+        epoch = self._scan_epoch
+        async with self._scan_lock:
+            if self._scan_epoch != epoch:
+                return  # someone listed while we waited: their view is ours
+            now = self._clock.now()
+            before = {run_id: seen.etag for run_id, seen in self._view.items()}
+            listed: set[str] = set()
+            unread: list[tuple[str, str | None, float]] = []
+            passed: dict[str, str] = {}
+            part = self._pacing.slice()
+            count = 0
+            async for info in self._io.store.scan(self._io.jobs):
+                count += 1
+                run_id = self._io.run_id_of(info.key)
+                listed.add(run_id)
+                seen = self._view.get(run_id)
+                if seen is not None:
+                    if seen.etag == info.etag:
+                        seen.confirmed = time.monotonic()
+                        continue
+                    if (moved := guess_changed(seen, info, now, lease_hint)) is not None:
+                        self._view.file(run_id, moved)
+                        continue
+                    if renewed_elsewhere(seen, info, now):
+                        continue
+                    if (guess := claimed_elsewhere(seen, info, now, lease_hint)) is not None:
+                        self._view.file(run_id, guess)
+                        continue
+                    if seen.own:
+                        # Perhaps listed before our own write landed: read it only
+                        # if the view still holds that write when its turn comes.
+                        unread.append((run_id, seen.etag, listed_place(info, self._priority_aging)))
+                        continue
+                    # Moved on: no claim may swap against the old version.
+                    self._view.forget(run_id, seen.etag)
+                elif (
+                    part is not None
+                    and not in_slice(run_id, part)
+                    and self._passed.get(run_id) != info.etag
+                ):
+                    passed[run_id] = info.etag  # another's slice, this time
+                    continue
+                unread.append((run_id, None, listed_place(info, self._priority_aging)))
+            for run_id, etag in before.items():
+                if run_id not in listed:
+                    self._view.forget(run_id, etag)
+            self._unread.reset(unread)
+            self._passed = passed
+            self._io.stats.scans += 1
+            self._scan_epoch += 1
+            changed = bool(unread or passed) or len(listed) != len(before)
+            self._pacing.listed(count, changed)
+
+    async def read_ahead(self, want: int, now: float) -> None:
+        """Read the next ``want`` records of the unread line, at most the
+        pacing's ``read_batch``. If any turned out taken since the listing (claimed
+        elsewhere, or gone), this process has run into another's stretch: it
+        jumps, and reads only a few where it lands, in case that is taken too;
+        each batch found free doubles the next (:mod:`stepstone.runtime.store_queue.pacing`)."""
+        batch = self._unread.take(min(want, self._pacing.read_batch))
+        jobs = await asyncio.gather(*(self._refresh(run_id, etag) for run_id, etag in batch))
+        taken = sum(1 for job in jobs if job is None or (job.token and not job.claimable(now)))
+        self._pacing.read(taken)
+        self._pacing.tried(won=0, lost=taken)
+        if taken:
+            self._unread.jump()
+
+    async def _refresh(self, run_id: str, known: str | None) -> StoredJob | None:
+        """Read a record a listing showed had moved on from etag ``known``,
+        unless this instance wrote it meanwhile (its answer would be older).
+        Returns what the view then holds for it."""
+        if self._view.etag(run_id) == known:
+            obj = await self._io.get(run_id)
+            if self._view.etag(run_id) == known:
+                if obj is None:
+                    self._view.forget(run_id, known)
+                else:
+                    with contextlib.suppress(CorruptRecord):
+                        self._io.decode(run_id, obj.etag, obj.data)
+        seen = self._view.get(run_id)
+        return None if seen is None else seen.job

@@ -1,0 +1,110 @@
+"""Reading records for people: one run's record, the records a page at a
+time, and counts by status.
+
+A record whose current version the view holds costs no GET: a listing shows
+each record's etag, and only the ones the view does not know are read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+
+from stepstone.store.base import DEFAULT_PAGE_SIZE, ObjectInfo
+
+from ..capabilities import Page
+from ..clock import Clock
+from ..queue import QUEUE_STATUSES, JobRecord, JobStatus
+from ..run_id import is_run_id
+from .record_io import RecordIO
+from .records import CorruptRecord, StoredJob, record_of, status_of
+
+
+class RecordInspection:
+    """One instance's reads of records for status, listings (a page at a time) and counts."""
+
+    def __init__(self, io: RecordIO, clock: Clock) -> None:
+        self._io = io
+        self._view = io.view
+        self._clock = clock
+
+    async def get(self, run_id: str) -> JobRecord | None:
+        if not is_run_id(run_id):
+            return None
+        fetched = await self._io.fetch(run_id)
+        if fetched is None:
+            return None
+        return record_of(fetched[1], self._clock.now())
+
+    async def page(
+        self, status: JobStatus | None = None, *, cursor: str | None = None, limit: int = 100
+    ) -> Page:
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        store, jobs = self._io.store, self._io.jobs
+        now = self._clock.now()
+        out: list[JobRecord] = []
+        last: str | None = None
+        after = None if cursor is None else self._io.key(cursor)
+        while True:
+            page = await store.list(jobs, start_after=after, limit=DEFAULT_PAGE_SIZE)
+            pos = 0
+            while pos < len(page):
+                if len(out) == limit:
+                    return Page(out, last)  # more keys follow the last one examined
+                chunk = page[pos : pos + limit - len(out)]
+                pos += len(chunk)
+                for run_id, job in await self._load(chunk, payload=True):
+                    last = run_id
+                    if job is None:
+                        continue
+                    record = record_of(job, now)
+                    if status is None or record.status == status:
+                        out.append(record)
+            if len(page) < DEFAULT_PAGE_SIZE:
+                return Page(out, None)
+            after = page[-1].key
+
+    async def counts(self) -> dict[JobStatus, int]:
+        """As QueueInspection's, but a record whose etag the view knows costs no GET."""
+        store, jobs = self._io.store, self._io.jobs
+        totals = dict.fromkeys(QUEUE_STATUSES, 0)
+        now = self._clock.now()
+        after: str | None = None
+        while True:
+            page = await store.list(jobs, start_after=after, limit=DEFAULT_PAGE_SIZE)
+            for _, job in await self._load(page, payload=False):
+                if job is not None:
+                    totals[status_of(job, now)] += 1
+            if len(page) < DEFAULT_PAGE_SIZE:
+                return totals
+            after = page[-1].key
+
+    async def _load(
+        self, infos: Iterable[ObjectInfo], *, payload: bool
+    ) -> list[tuple[str, StoredJob | None]]:
+        """The records behind listed objects, from the view where its etag is
+        current (and it holds the payload, if ``payload``), else by GET.
+        Gone or undecodable ones come back as None."""
+
+        async def one(info: ObjectInfo) -> tuple[str, StoredJob | None]:
+            run_id = self._io.run_id_of(info.key)
+            seen = self._view.get(run_id)
+            if seen is not None and seen.etag == info.etag:
+                if seen.job is None:
+                    return run_id, None
+                if not (payload and seen.job.partial):
+                    return run_id, seen.job
+            before = self._view.etag(run_id)
+            obj = await self._io.get(run_id)
+            if obj is None:
+                return run_id, None
+            try:
+                job = self._io.decode(
+                    run_id, obj.etag, obj.data, learn=self._view.etag(run_id) == before
+                )
+            except CorruptRecord:
+                return run_id, None
+            return run_id, job
+
+        return list(await asyncio.gather(*(one(info) for info in infos)))

@@ -1,0 +1,135 @@
+"""Reading and writing one StoreQueue record, for every other part of the queue.
+
+A record is read by GET and written by a compare-and-swap on its etag (a
+conditional PUT, or a conditional DELETE). Going through here, every read is
+counted, a version that does not decode is logged once and remembered so
+listings do not read it again, and the per-process view
+(:mod:`stepstone.runtime.store_queue.view`) learns every version this
+instance reads or writes. A swap or delete whose answer was lost is decided
+by what the store then holds (:mod:`stepstone.runtime.store_queue.lost_answers`),
+so a caller sees it either land or raise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from stepstone.store.base import ObjectStore, StoredObject
+from stepstone.store.errors import NotFound, StoreUnavailable
+
+from .lost_answers import landed
+from .records import CorruptRecord, StoredJob, decode, encode
+from .view import Seen, View
+
+log = logging.getLogger("stepstone.runtime.store_queue")
+
+SWAP_TRIES = 3
+"""A change re-reads the record after a failed swap at most this often.
+
+A swap fails when the view's etag is stale; one re-read decides whether the
+token still owns the job. More than one retry only happens when some other
+writer keeps changing a record this token owns, which is already a bug."""
+
+
+@dataclass(slots=True)
+class StoreQueueStats:
+    """Counters for operators and tests: how hard the queue is working."""
+
+    scans: int = 0
+    """Listings of the jobs prefix (each one or more LIST requests)."""
+    fetches: int = 0
+    """Records read because the view did not know their current version."""
+    lost_races: int = 0
+    """ClaimRace that another process (or coroutine) won first."""
+    corrupt_records: int = 0
+    """Distinct (key, etag) versions whose bytes would not decode; skipped."""
+    corrupt_keys: set[str] = field(default_factory=set)
+
+
+class RecordIO:
+    """One instance's reads and writes of the records under ``jobs`` (the
+    key prefix, ending in ``/``), at most ``fetch_concurrency`` GETs at once."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        jobs: str,
+        view: View,
+        stats: StoreQueueStats,
+        *,
+        fetch_concurrency: int,
+    ) -> None:
+        self.store = store
+        self.jobs = jobs
+        self.view = view
+        self.stats = stats
+        self._fetching = asyncio.Semaphore(fetch_concurrency)
+
+    def key(self, run_id: str) -> str:
+        return self.jobs + run_id
+
+    def run_id_of(self, key: str) -> str:
+        return key[len(self.jobs) :]
+
+    def decode(self, run_id: str, etag: str, data: bytes, *, learn: bool = True) -> StoredJob:
+        """Decode a record read from the store and (if ``learn``) remember it.
+        An undecodable one is counted and logged once per version, remembered
+        by etag so listings do not fetch it again, and raised as CorruptRecord."""
+        key = self.key(run_id)
+        try:
+            job = decode(data, key=key)
+            if job.id != run_id:
+                raise CorruptRecord(f"holds job id {job.id!r}", key=key)
+        except CorruptRecord as exc:
+            seen = self.view.get(run_id)
+            if seen is None or seen.etag != etag:
+                self.stats.corrupt_records += 1
+                self.stats.corrupt_keys.add(key)
+                log.warning("skipping an undecodable queue record: %s", exc)
+            if learn:
+                self.view.file(run_id, Seen(etag, None, len(data)))
+            raise
+        if learn:
+            self.view.learn_read(run_id, etag, job, len(data))
+        return job
+
+    async def get(self, run_id: str) -> StoredObject | None:
+        """GET one record, counted; None when it is gone."""
+        async with self._fetching:
+            try:
+                obj = await self.store.get(self.key(run_id))
+            except NotFound:
+                return None
+        self.stats.fetches += 1
+        return obj
+
+    async def fetch(self, run_id: str) -> tuple[str, StoredJob] | None:
+        """GET one record and learn it; None when it is gone. Raises CorruptRecord."""
+        obj = await self.get(run_id)
+        if obj is None:
+            self.view.forget(run_id)
+            return None
+        return obj.etag, self.decode(run_id, obj.etag, obj.data)
+
+    async def swap(self, run_id: str, new: StoredJob, etag: str) -> None:
+        """Write ``new`` over version ``etag`` and learn it. Raises
+        PreconditionFailed or NotFound when the record moved on or went, and
+        StoreUnavailable only when the write certainly did not land."""
+        data = encode(new)
+        key = self.key(run_id)
+        try:
+            new_etag = await self.store.put_if_match(key, data, etag)
+        except StoreUnavailable as error:
+            new_etag = await landed(self.store, key, data, etag, error)
+        self.view.learn(run_id, new_etag, new, len(data))
+
+    async def remove(self, run_id: str, etag: str) -> None:
+        """Delete version ``etag``; like :meth:`swap` for a delete."""
+        key = self.key(run_id)
+        try:
+            await self.store.delete(key, if_match=etag)
+        except StoreUnavailable as error:
+            await landed(self.store, key, None, etag, error)
+        self.view.forget(run_id)

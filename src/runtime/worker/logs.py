@@ -1,0 +1,52 @@
+"""The worker's log: one logger, ``stepstone.runtime.worker``, and a line
+about one job that says which worker, which run, which kind and attempt.
+
+A job's line carries ``run_id``, ``kind`` and ``attempt`` as record
+attributes (``extra``), so a log pipeline can index them
+(:class:`stepstone.observability.JobLogFilter` maps them to its own names).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ..queue import Delivery
+
+logger = logging.getLogger("stepstone.runtime.worker")
+
+
+def where(delivery: Delivery) -> str:
+    d = delivery
+    return f"job {d.id} (kind {d.kind!r}, attempt {d.attempt}/{d.max_attempts})"
+
+
+def extra(delivery: Delivery) -> dict[str, object]:
+    return {"run_id": delivery.id, "kind": delivery.kind, "attempt": delivery.attempt}
+
+
+class JobLog:
+    """Lines about the jobs of the worker ``name``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(
+        self,
+        delivery: Delivery,
+        level: int,
+        message: str,
+        *args: Any,
+        exc_info: bool | BaseException | None = False,
+    ) -> None:
+        if not logger.isEnabledFor(level):
+            return  # skip building the prefix and extra: twice per job at DEBUG
+        logger.log(
+            level,
+            "%s: %s: " + message,
+            self.name,
+            where(delivery),
+            *args,
+            exc_info=exc_info,
+            extra=extra(delivery),
+        )

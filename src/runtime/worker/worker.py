@@ -1,0 +1,388 @@
+"""The Worker: claims jobs from a LeaseQueue, runs their handlers, settles them.
+
+One loop per worker, with at most ``concurrency`` handlers in flight (its
+capacity). Each turn of the loop:
+
+1. **Watches** what is in flight: renews leases whose heartbeat is due, and
+   cancels handlers past their attempt timeout
+   (:mod:`stepstone.runtime.worker.watch`).
+2. **Fills** free capacity by claiming a batch (kinds at their per-kind cap
+   are left out of the claim, so their jobs stay queued rather than claimed
+   and idle: :mod:`stepstone.runtime.worker.claims`).
+3. **Sleeps** until something can change: a handler finishes, the queue says
+   work arrived in this process (``queue.subscribe``), the clock moves
+   (a FakeClock's ``advance``), the next job comes due (``queue.next_due``),
+   a heartbeat or timeout falls due, or ``poll_interval`` passes (other
+   processes enqueue without telling us).
+
+Each claimed job then runs as its own task, and is settled there
+(:mod:`stepstone.runtime.worker.attempts`, :mod:`stepstone.runtime.worker.settle`);
+a stop drains what is in flight (:mod:`stepstone.runtime.worker.drain`).
+
+Time: every decision about *when* (run-at, lease expiry, attempt timeout)
+reads the injected clock; heartbeats, poll intervals and the drain window
+are real seconds, because they are about this process's liveness.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Callable
+from types import TracebackType
+
+from .. import clock as clock_mod
+from ..backoff import Backoff
+from ..clock import Clock
+from ..observer import WorkerObserver
+from ..queue import Delivery, LeaseQueue
+from .attempts import Attempts
+from .callbacks import AttemptCallbacks
+from .claims import ClaimLoop
+from .drain import drain
+from .hand_off import may_take
+from .handlers import Handler, Registration, is_async
+from .in_flight import InFlight, Stop
+from .logs import JobLog, logger
+from .pauses import Wakeup
+from .settle import Settler
+from .stats import WorkerStats
+from .threads import JobThreads
+from .watch import Watch
+
+
+class Worker:
+    """Runs the handlers registered for each job kind over jobs claimed from ``queue``.
+
+    ``lease`` is the claim's lease in seconds, renewed every ``heartbeat``
+    seconds (default lease/3; 0 disables renewal). ``attempt_timeout`` bounds
+    one attempt (``register(timeout=)`` overrides it per kind). ``backoff``
+    spaces retries. ``callbacks`` are the layer above's part in each attempt
+    (:class:`~stepstone.runtime.worker.callbacks.AttemptCallbacks`): it hears
+    every job's final result before the queue lets go of it, is asked, every
+    ``cancel_check`` seconds once an attempt has run that long, whether its
+    job was cancelled, and hears how each attempt ended; without them the
+    worker settles as decided and a cancel is found by the heartbeat, when the
+    lease turns out gone. ``observer`` hears each claim and each attempt's end
+    (metrics: :mod:`stepstone.runtime.observer`). ``threads`` is where plain
+    handlers run; without it the worker makes its own, one thread per unit
+    of capacity, and shuts it down when it stops. ``clock`` defaults to the
+    queue's own (``queue.clock``) so both judge lease expiry and run-at by
+    the same time.
+
+    By default a job of a kind nobody registered is claimed and dead-lettered
+    (``FailureKind.UNKNOWN``), so a typo'd or retired job type fails loudly
+    instead of waiting forever. A fleet in which different workers run
+    different kinds over one queue must pass ``only_registered=True``, or
+    each worker would dead-letter the others' jobs.
+
+    With a FakeClock, heartbeats still tick in real seconds: advancing the
+    clock past a lease between two beats lapses it, as a process that stalled
+    that long would in production.
+    """
+
+    def __init__(
+        self,
+        queue: LeaseQueue,
+        *,
+        concurrency: int = 16,
+        lease: float = 60.0,
+        heartbeat: float | None = None,
+        poll_interval: float = 1.0,
+        attempt_timeout: float | None = None,
+        backoff: Backoff = Backoff(),  # noqa: B008 - frozen, so sharing it is safe
+        drain_timeout: float = 30.0,
+        clock: Clock | None = None,
+        callbacks: AttemptCallbacks | None = None,
+        observer: WorkerObserver | None = None,
+        threads: JobThreads | None = None,
+        cancel_check: float | None = 1.0,
+        name: str | None = None,
+        only_registered: bool = False,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        if lease <= 0:
+            raise ValueError(f"lease must be positive, got {lease}")
+        if poll_interval <= 0:
+            raise ValueError(f"poll_interval must be positive, got {poll_interval}")
+        if heartbeat is not None and not 0 <= heartbeat < lease:
+            # A beat as long as the lease would renew only after it lapsed.
+            raise ValueError(f"heartbeat must be >= 0 and shorter than the lease, got {heartbeat}")
+        if attempt_timeout is not None and attempt_timeout <= 0:
+            raise ValueError(f"attempt_timeout must be positive, got {attempt_timeout}")
+        if cancel_check is not None and cancel_check <= 0:
+            raise ValueError(f"cancel_check must be positive (or None), got {cancel_check}")
+        self.queue = queue
+        self._concurrency = concurrency
+        self.lease = lease
+        self.heartbeat = lease / 3 if heartbeat is None else heartbeat
+        self.poll_interval = poll_interval
+        self.attempt_timeout = attempt_timeout
+        self.backoff = backoff
+        self.drain_timeout = drain_timeout
+        self.clock: Clock = clock or queue.clock
+        self.cancel_check = cancel_check
+        self.name = name or f"worker-{secrets.token_hex(3)}"
+        self.only_registered = only_registered
+        self.stats = WorkerStats()
+        self._callbacks = callbacks
+        self._observer = observer
+        self._own_threads = threads is None
+        self._threads = JobThreads(concurrency, name=self.name) if threads is None else threads
+
+        self._handlers: dict[str, Registration] = {}
+        self._jobs = InFlight()
+        log = JobLog(self.name)
+        self._watch = Watch(
+            self._jobs,
+            self.clock,
+            lease=lease,
+            heartbeat=self.heartbeat,
+            is_cancelled=None if callbacks is None else callbacks.is_cancelled,
+            cancel_check=cancel_check,
+            stats=self.stats,
+            log=log,
+            wake=self.wake,
+        )
+        self._attempts = Attempts(
+            queue,
+            self.clock,
+            self._jobs,
+            self._handlers,
+            watch=self._watch,
+            settler=Settler(
+                queue,
+                self.clock,
+                backoff=backoff,
+                lease=lease,
+                poll_interval=poll_interval,
+                on_terminal=None if callbacks is None else callbacks.on_terminal,
+                stats=self.stats,
+                log=log,
+            ),
+            threads=self._threads,
+            callbacks=callbacks,
+            observer=observer,
+            backoff=backoff,
+            attempt_timeout=attempt_timeout,
+            heartbeat=self.heartbeat,
+            stats=self.stats,
+            log=log,
+            wake=self.wake,
+        )
+        self._claims = ClaimLoop(
+            queue,
+            self.clock,
+            self._jobs,
+            self._handlers,
+            lease=lease,
+            poll_interval=poll_interval,
+            only_registered=only_registered,
+            stats=self.stats,
+            begin=self._attempts.begin,
+            name=self.name,
+        )
+        self._loop_task: asyncio.Task[None] | None = None
+        self._wakeup: Wakeup | None = None
+        self._stopping = False
+        self._drain_window: float | None = None
+        self._unsubscribe: list[Callable[[], None]] = []
+
+    # -- configuration -------------------------------------------------------
+
+    @property
+    def concurrency(self) -> int:
+        """Jobs in flight at most (the worker's capacity). Set before the
+        worker starts (the CLI's ``--concurrency``), it resizes the threads
+        plain handlers run in too, as they are sized by it."""
+        return self._concurrency
+
+    @concurrency.setter
+    def concurrency(self, value: int) -> None:
+        if value < 1:
+            raise ValueError(f"concurrency must be at least 1, got {value}")
+        self._concurrency = value
+        self._threads.resize(value)
+
+    @property
+    def observer(self) -> WorkerObserver | None:
+        """What hears each claim and each attempt's end (given when the worker was built)."""
+        return self._observer
+
+    def register(
+        self,
+        kind: str,
+        handler: Handler,
+        *,
+        max_in_flight: int | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Run ``handler`` for jobs of ``kind``, at most ``max_in_flight`` at
+        once in this worker, each attempt bounded by ``timeout`` seconds.
+
+        A plain (non-async) handler runs in a thread. Python cannot stop a
+        thread, so a sync handler that times out, is drained or cancelled keeps
+        running in the background until it looks at ``Attempt.stopped``; its
+        job is settled (timeout), released (drain) or left to the cancel
+        regardless, and whatever it returns afterwards is ignored.
+        """
+        if kind in self._handlers:
+            raise ValueError(f"a handler is already registered for job type `{kind}`")
+        if max_in_flight is not None and max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"timeout must be positive, got {timeout}")
+        self._handlers[kind] = Registration(handler, is_async(handler), max_in_flight, timeout)
+
+    # -- what is in flight -----------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._jobs)
+
+    def in_flight_by_kind(self) -> dict[str, int]:
+        """Jobs in flight here, by kind (a copy; safe to call from another thread)."""
+        return self._jobs.by_kind()
+
+    def holds(self, run_id: str) -> bool:
+        """Whether this worker has the job in flight under a lease that has not
+        lapsed by its clock (so whoever waits for the job's end here will hear
+        of it without asking the store). A lapsed lease may have let another
+        process take the job over and finish it."""
+        jobs = self._jobs.of_run(run_id)
+        if not jobs:
+            return False
+        now = self.clock.now()
+        return any(not job.lease.lost and job.lease.expires_at > now for job in jobs)
+
+    def cancel_running(self, run_id: str) -> bool:
+        """The job was cancelled (its outcome recorded, its queue record
+        dropped): stop its attempt here at once, if one runs here. Nothing is
+        settled; the log says it was cancelled. True if one was running."""
+        found = False
+        for job in self._jobs.of_run(run_id):
+            if job.handler_task is not None:
+                self._attempts.stop(job, Stop.CANCELLED)
+                found = True
+        return found
+
+    # -- hand-off (stepstone.runtime.worker.hand_off) --------------------------
+
+    def ready_for(self, kind: str) -> bool:
+        """Whether a job of ``kind`` may be handed to this worker as it is
+        enqueued (``take``, after ``LeaseQueue.enqueue_claimed``): it runs on
+        this event loop with free capacity and room under the kind's cap, and
+        no job waiting in the queue is passed over for it."""
+        try:
+            here = self._wakeup is not None and asyncio.get_running_loop() is self._wakeup.loop
+        except RuntimeError:
+            here = False
+        return may_take(
+            kind,
+            open_here=here and not self._stopping and self._loop_task is not None,
+            claims=self._claims,
+            handlers=self._handlers,
+            jobs=self._jobs,
+            capacity=self._concurrency,
+        )
+
+    def take(self, delivery: Delivery) -> bool:
+        """Run ``delivery`` (a claim made for this worker) as a claimed job,
+        if ``ready_for`` its kind still; False, and nothing done, if not."""
+        if not self.ready_for(delivery.kind):
+            return False
+        self._attempts.begin(delivery, self.clock.now())
+        return True
+
+    # -- lifecycle -------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the loop as a background task and return at once."""
+        if self._loop_task is not None:
+            raise RuntimeError(f"{self.name} was already started")
+        self._wakeup = Wakeup(asyncio.get_running_loop())
+        self._stopping = False
+        self._claims.work_came()
+        self._unsubscribe = [
+            self.queue.subscribe(self._work_came),
+            clock_mod.subscribe(self.clock, self.wake),
+        ]
+        self._loop_task = asyncio.create_task(self._run(), name=f"{self.name} loop")
+        logger.info("%s started (concurrency %d)", self.name, self._concurrency)
+
+    async def stop(self, drain_timeout: float | None = None) -> None:
+        """Stop claiming, drain, and return when the loop has ended.
+
+        In-flight handlers get ``drain_timeout`` seconds (default: the
+        worker's) to finish and be settled; the rest are cancelled and their
+        jobs released with the attempt not counted.
+        """
+        task = self._loop_task
+        if task is None:
+            return
+        if not self._stopping:
+            self._stopping = True
+            self._drain_window = self.drain_timeout if drain_timeout is None else drain_timeout
+            self.wake()
+        await asyncio.shield(task)
+
+    async def __aenter__(self) -> Worker:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    def wake(self) -> None:
+        """Look for work now instead of at the next poll. Safe from any thread."""
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    def _work_came(self) -> None:
+        """The queue has work for us: claim it, and hand nothing over meanwhile."""
+        self._claims.work_came()
+        self.wake()
+
+    # -- the loop --------------------------------------------------------------
+
+    async def _run(self) -> None:
+        wakeup = self._wakeup
+        assert wakeup is not None
+        try:
+            while not self._stopping:
+                wakeup.clear()
+                try:
+                    self._watch.look()
+                    await self._claims.fill(self._concurrency, lambda: self._stopping)
+                    # (A stop during the fill has set the wake-up: the sleep
+                    # below returns at once and the loop condition ends it.)
+                    pause = await self._claims.idle_for(self._concurrency, self._watch.pause)
+                except Exception:
+                    # A bug of ours, not a queue outage (those are handled
+                    # where they happen): log it and keep the worker alive.
+                    logger.exception("%s: unexpected error in the worker loop", self.name)
+                    pause = self.poll_interval
+                await wakeup.sleep(pause)
+            await drain(
+                self._jobs,
+                window=self.drain_timeout if self._drain_window is None else self._drain_window,
+                watch=self._watch,
+                wakeup=wakeup,
+                stop=self._attempts.stop,
+                name=self.name,
+            )
+            if self._own_threads:
+                # Threads of drained or timed-out sync handlers cannot be
+                # stopped; don't wait for them (they finish on their own).
+                self._threads.shutdown(wait=False)
+        finally:
+            for unsubscribe in self._unsubscribe:
+                unsubscribe()
+            self._unsubscribe = []
+            logger.info("%s stopped", self.name)
