@@ -76,7 +76,7 @@ class ObjectStore(abc.ABC):
     a wrapper reports its inner store's). Callers that can trade a request
     for work elsewhere do so on a remote store: a keyed submit there creates
     its run's queue record before it looks for an outcome, and looks once
-    (:mod:`stepstone.submitting`)."""
+    (the keyed submit, ``JobRunner.submit`` with a key)."""
 
     @abc.abstractmethod
     async def get(self, key: str) -> StoredObject:

@@ -111,7 +111,7 @@ async def test_the_counts_a_worker_serves_match_the_jobs_it_ran(
         assert time.monotonic() < deadline, f"the counts never settled: {samples}"
         await asyncio.sleep(0.05)
 
-    job = "stepstone.job.kind"
+    job = "stepstone_job_kind"
     assert value(samples, "stepstone_job_claimed_total", **{job: "cli.greet"}) == 3
     assert value(samples, "stepstone_job_claimed_total", **{job: "cli.flaky"}) == 2
     assert value(samples, "stepstone_job_claimed_total", **{job: "cli.boom"}) == 1
@@ -132,5 +132,5 @@ async def test_the_counts_a_worker_serves_match_the_jobs_it_ran(
     succeeded = {"stepstone_job_result": "succeeded"}
     assert value(samples, "stepstone_job_duration_seconds_count", **succeeded) == 4
     assert value(samples, "stepstone_job_in_flight") == 0
-    assert value(samples, "stepstone_queue_depth", stepstone_job_state="dead") == 1
-    assert value(samples, "stepstone_queue_depth", stepstone_job_state="ready") == 0
+    assert value(samples, "stepstone_queue_depth", stepstone_job_status="dead") == 1
+    assert value(samples, "stepstone_queue_depth", stepstone_job_status="ready") == 0
