@@ -61,7 +61,8 @@ class FailureKind(StrEnum):
 
 @dataclass(frozen=True)
 class Failure:
-    kind: FailureKind
+    reason: FailureKind
+    """Why the run failed for good."""
     message: str
     """``"ExcType: text"``, safe to print and at most MAX_MESSAGE_CHARS long."""
     error_type: str | None

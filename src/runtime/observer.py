@@ -61,7 +61,7 @@ class WorkerObserver(Protocol):
 def error_type(ended: AttemptEnd | None, decision: Decision | None) -> str | None:
     """The type of error an attempt ended in (see :attr:`AttemptReport.error_type`)."""
     if isinstance(decision, Dead):
-        return decision.terminal.error_type or decision.terminal.kind.value
+        return decision.terminal.error_type or decision.terminal.reason.value
     if isinstance(ended, TimedOut):
         return "TimeoutError"
     if isinstance(ended, Raised) and not isinstance(ended.error, Suspend):

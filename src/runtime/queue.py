@@ -32,7 +32,7 @@ from typing import TypeVar
 
 from .clock import Clock
 from .errors import PayloadTooLarge
-from .run_id import check_run_id
+from .run_id import check_storable_id
 
 PRIORITY_HIGH = 0
 PRIORITY_NORMAL = 5
@@ -237,7 +237,7 @@ def check_enqueue(
         )
     if max_attempts is not None and max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
-    return check_run_id(id) if id is not None else secrets.token_hex(16)
+    return check_storable_id(id) if id is not None else secrets.token_hex(16)
 
 
 def all_or_first_error(results: Sequence[T | BaseException | None]) -> list[T]:

@@ -14,22 +14,22 @@ MAX_ID_LENGTH = 200
 _ID = re.compile(r"[A-Za-z0-9._-]+")
 
 
-def check_run_id(run_id: str) -> str:
+def check_storable_id(run_id: str) -> str:
     """Return ``run_id`` if every backend can hold it, else raise ValueError naming it.
 
     Ids become object keys (and SQS message attributes), so they are limited to
     ``[A-Za-z0-9._-]``, at most 200 characters, and not ``.`` or ``..``: no
     escaping scheme to get wrong, and the key order is the id order.
     """
-    if not is_run_id(run_id):
+    if not is_storable_id(run_id):
         raise ValueError(
-            f"invalid job id {run_id!r}: use 1 to {MAX_ID_LENGTH} characters "
+            f"invalid run id {run_id!r}: use 1 to {MAX_ID_LENGTH} characters "
             "from A-Z a-z 0-9 . _ - (and not '.' or '..')"
         )
     return run_id
 
 
-def is_run_id(run_id: object) -> bool:
+def is_storable_id(run_id: object) -> bool:
     """Whether ``run_id`` could name a run (a lookup of one that cannot finds nothing)."""
     return (
         isinstance(run_id, str)

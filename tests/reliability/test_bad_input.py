@@ -240,7 +240,7 @@ async def test_store_keys_with_dot_dot_are_invalid(tmp_path: Path) -> None:
                 await store.put(key, b"x")
             with pytest.raises(InvalidKey):
                 await store.get(key)
-        with pytest.raises(ValueError, match="invalid job id"):
+        with pytest.raises(ValueError, match="invalid run id"):
             from stepstone.runtime.store_queue import StoreQueue
 
             await StoreQueue(store).enqueue(b"x", id="../x")

@@ -218,7 +218,7 @@ async def test_enqueue_many_answers_each_job_in_order(queue: LeaseQueue) -> None
 
 @pytest.mark.parametrize("bad", ["", "a/b", "../x", "sp ace", ".", "x" * 201, "é"])
 async def test_an_id_that_no_backend_can_hold_is_refused(queue: LeaseQueue, bad: str) -> None:
-    with pytest.raises(ValueError, match="invalid job id"):
+    with pytest.raises(ValueError, match="invalid run id"):
         await queue.enqueue(b"", id=bad)
     assert await queue.claim(1, lease=LEASE) == []
 

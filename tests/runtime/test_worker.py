@@ -243,7 +243,7 @@ async def test_transient_failures_are_dead_at_max_attempts_with_the_last_error(e
     assert record.dead_reason == "exhausted: ConnectionError: reset on attempt 3"
     [failure] = env.reported.of("j")
     assert isinstance(failure, Failure)
-    assert failure.kind is FailureKind.EXHAUSTED
+    assert failure.reason is FailureKind.EXHAUSTED
     assert failure.message == "ConnectionError: reset on attempt 3"
     assert failure.error_type == "ConnectionError"
     assert failure.attempt == 3
@@ -338,7 +338,7 @@ async def test_a_job_of_an_unregistered_kind_is_dead_with_a_clear_reason(env: En
     assert record is not None
     assert record.dead_reason == "unknown: no handler registered for job type `mail.send`"
     [failure] = env.reported.of("j")
-    assert isinstance(failure, Failure) and failure.kind is FailureKind.UNKNOWN
+    assert isinstance(failure, Failure) and failure.reason is FailureKind.UNKNOWN
 
 
 async def test_retry_later_reschedules_without_spending_an_attempt(env: Env) -> None:
@@ -395,7 +395,7 @@ async def test_an_attempt_timeout_is_a_counted_failure_then_a_timeout_failure(en
     await until(lambda: worker.stats.dead == 1, "the second attempt timed out")
     assert cancelled == 2
     [failure] = env.reported.of("j")
-    assert isinstance(failure, Failure) and failure.kind is FailureKind.TIMEOUT
+    assert isinstance(failure, Failure) and failure.reason is FailureKind.TIMEOUT
 
 
 # -- on_terminal -----------------------------------------------------------------------
@@ -417,7 +417,7 @@ async def test_on_terminal_hears_the_result_before_the_job_is_acked_or_dead(env:
     by_id = {d.id: (terminal, status) for d, terminal, status in env.reported.calls}
     assert by_id["good"] == (Success({"answer": 42}), JobStatus.RUNNING)
     failure, status = by_id["bad"]
-    assert isinstance(failure, Failure) and failure.kind is FailureKind.PERMANENT
+    assert isinstance(failure, Failure) and failure.reason is FailureKind.PERMANENT
     assert status is JobStatus.RUNNING
     assert await env.record("good") is None
     assert await env.status("bad") is JobStatus.DEAD

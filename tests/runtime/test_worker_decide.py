@@ -59,7 +59,7 @@ def test_a_transient_error_on_the_last_attempt_is_exhausted_with_that_error() ->
     decision = decide(delivery(attempt=3), Raised(ValueError("third")), BACKOFF, NOW)
     assert isinstance(decision, Dead)
     failure = decision.terminal
-    assert failure.kind is FailureKind.EXHAUSTED
+    assert failure.reason is FailureKind.EXHAUSTED
     assert failure.message == "ValueError: third"
     assert failure.error_type == "ValueError"
     assert failure.attempt == 3
@@ -77,7 +77,7 @@ def test_a_transient_error_on_the_last_attempt_is_exhausted_with_that_error() ->
 def test_permanent_errors_die_on_the_first_attempt(error: Exception, kind: FailureKind) -> None:
     decision = decide(delivery(attempt=1), Raised(error), BACKOFF, NOW)
     assert isinstance(decision, Dead)
-    assert decision.terminal.kind is kind
+    assert decision.terminal.reason is kind
     assert decision.terminal.attempt == 1
     assert decision.terminal.error_type == qualified_name(type(error))
 
@@ -88,7 +88,7 @@ def test_a_timeout_retries_then_dies_as_a_timeout() -> None:
     assert "timed out after 5s" in first.error
     last = decide(delivery(attempt=3), TimedOut(5.0), BACKOFF, NOW)
     assert isinstance(last, Dead)
-    assert last.terminal.kind is FailureKind.TIMEOUT
+    assert last.terminal.reason is FailureKind.TIMEOUT
 
 
 def test_retry_later_waits_its_own_delay_and_spends_no_attempt() -> None:
@@ -100,7 +100,7 @@ def test_retry_later_waits_its_own_delay_and_spends_no_attempt() -> None:
 def test_a_counted_retry_later_on_the_last_attempt_is_exhausted() -> None:
     decision = decide(delivery(attempt=3), Raised(RetryLater(5.0, count=True)), BACKOFF, NOW)
     assert isinstance(decision, Dead)
-    assert decision.terminal.kind is FailureKind.EXHAUSTED
+    assert decision.terminal.reason is FailureKind.EXHAUSTED
 
 
 def test_a_cancelled_error_from_the_handler_is_an_ordinary_failure() -> None:
@@ -111,14 +111,14 @@ def test_a_cancelled_error_from_the_handler_is_an_ordinary_failure() -> None:
 def test_no_handler_is_unknown_and_names_the_kind() -> None:
     decision = decide(delivery(kind="mail.send"), NoHandler(), BACKOFF, NOW)
     assert isinstance(decision, Dead)
-    assert decision.terminal.kind is FailureKind.UNKNOWN
+    assert decision.terminal.reason is FailureKind.UNKNOWN
     assert decision.terminal.message == "no handler registered for job type `mail.send`"
 
 
 def test_a_delivery_past_its_last_attempt_is_expired() -> None:
     decision = decide(delivery(attempt=4, max_attempts=3), Expired(), BACKOFF, NOW)
     assert isinstance(decision, Dead)
-    assert decision.terminal.kind is FailureKind.EXPIRED
+    assert decision.terminal.reason is FailureKind.EXPIRED
     assert decision.terminal.message == "lease expired on attempt 3, the last of 3"
     assert decision.terminal.attempt == 3
 
@@ -166,7 +166,7 @@ def test_a_permanent_wrapper_reports_the_error_it_wraps() -> None:
 
     decision = decide(delivery(attempt=1), Raised(Classified(KeyError("sku-9"))), BACKOFF, NOW)
     assert isinstance(decision, Dead)
-    assert decision.terminal.kind is FailureKind.PERMANENT
+    assert decision.terminal.reason is FailureKind.PERMANENT
     assert decision.terminal.message == "KeyError: 'sku-9'"
     assert decision.terminal.error_type == "KeyError"
 

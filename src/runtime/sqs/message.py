@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import QueueError
-from ..run_id import check_run_id
+from ..run_id import check_storable_id
 
 __all__ = ["FORMAT", "ForeignMessage", "JobMessage", "MalformedMessage", "decode", "encode"]
 
@@ -152,7 +152,7 @@ def decode(text: str | bytes) -> JobMessage:
     fields = _Fields(body)
     run_id = fields.text("id", "id")
     try:
-        check_run_id(run_id)
+        check_storable_id(run_id)
     except ValueError as exc:
         raise MalformedMessage(f"field 'id': {exc}") from exc
     spilled = fields.spilled()

@@ -15,7 +15,7 @@ from stepstone.store.errors import NotFound, PreconditionFailed
 
 from ..clock import Clock
 from ..queue import Enqueued
-from ..run_id import is_run_id
+from ..run_id import is_storable_id
 from .record_io import SWAP_TRIES, RecordIO
 from .records import StoredJob
 
@@ -31,7 +31,7 @@ class RecordAdmin:
         self._notify = notify
 
     async def cancel(self, run_id: str) -> bool:
-        if not is_run_id(run_id):
+        if not is_storable_id(run_id):
             return False
         store, key = self._io.store, self._io.key(run_id)
         seen = self._view.get(run_id)
@@ -57,7 +57,7 @@ class RecordAdmin:
     async def withdraw(self, enqueued: Enqueued) -> bool:
         """A delete fenced on the etag the create answered."""
         etag = enqueued.version
-        if etag is None or not is_run_id(enqueued.id):  # (only a create has a version)
+        if etag is None or not is_storable_id(enqueued.id):  # (only a create has a version)
             return False
         try:
             await self._io.remove(enqueued.id, etag)
@@ -86,7 +86,7 @@ class RecordAdmin:
         """Do ``act(etag, job)`` to the record if it is dead, a write fenced on
         that etag; a record that moved on meanwhile is looked at again. False
         when there is no dead record of ``run_id`` (or it kept moving)."""
-        if not is_run_id(run_id):
+        if not is_storable_id(run_id):
             return False
         for _ in range(SWAP_TRIES):
             fetched = await self._io.fetch(run_id)

@@ -15,7 +15,7 @@ from stepstone.store.base import DEFAULT_PAGE_SIZE, ObjectInfo
 from ..capabilities import Page
 from ..clock import Clock
 from ..queue import QUEUE_STATUSES, JobRecord, JobStatus
-from ..run_id import is_run_id
+from ..run_id import is_storable_id
 from .record_io import RecordIO
 from .records import CorruptRecord, StoredJob, record_of, status_of
 
@@ -29,7 +29,7 @@ class RecordInspection:
         self._clock = clock
 
     async def get(self, run_id: str) -> JobRecord | None:
-        if not is_run_id(run_id):
+        if not is_storable_id(run_id):
             return None
         fetched = await self._io.fetch(run_id)
         if fetched is None:

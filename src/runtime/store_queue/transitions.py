@@ -19,7 +19,7 @@ from stepstone.store.errors import NotFound, PreconditionFailed
 
 from ..clock import Clock
 from ..queue import Delivery, Settlement, Wait
-from ..run_id import is_run_id
+from ..run_id import is_storable_id
 from .record_io import SWAP_TRIES, RecordIO
 from .records import CorruptRecord, StoredJob
 
@@ -182,7 +182,7 @@ class RecordTransitions:
         return Settlement.RELEASED
 
     async def wake(self, run_id: str) -> bool:
-        if not is_run_id(run_id):
+        if not is_storable_id(run_id):
             return False
         for _ in range(SWAP_TRIES):
             try:

@@ -116,7 +116,7 @@ class RunEnding:
             assert isinstance(terminal, Failure)
             envelope = _envelope(delivery)
             record = self._failure_record(delivery, terminal, envelope)
-            if terminal.kind is FailureKind.EXPIRED:
+            if terminal.reason is FailureKind.EXPIRED:
                 await self._limits.abandoned(delivery)
         recorded = await self._records.record_outcome(record)
         extra = {"run_id": delivery.id, "kind": record.kind, "attempt": delivery.attempt}
@@ -180,7 +180,7 @@ class RunEnding:
             incarnation=incarnation,
             attempts=failure.attempt,
             finished_at=self._clock.now(),
-            error=ErrorInfo(failure.kind, failure.message, failure.error_type, failure.traceback),
+            error=ErrorInfo(failure.reason, failure.message, failure.error_type, failure.traceback),
             submitted_at=delivery.enqueued_at or None,
             claims=delivery.claims,
             claimed_at=self._history.claimed_at(delivery),
