@@ -6,14 +6,14 @@ import random
 
 import pytest
 
-from stepstone.runtime.store_queue.read_line import Entry, ReadLine
+from stepstone.runtime.store_queue.read_line import ReadLine, ReadLineEntry
 
 
 def listed(ids: str, place: float) -> list[tuple[str, str | None, float]]:
     return [(job_id, None, place) for job_id in ids]
 
 
-def ids(entries: list[Entry]) -> str:
+def ids(entries: list[ReadLineEntry]) -> str:
     return "".join(job_id for job_id, _ in entries)
 
 

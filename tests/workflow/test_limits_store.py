@@ -17,7 +17,7 @@ from stepstone.store import ObjectStore
 from stepstone.store.wrappers.counting import CONDITIONAL_PUT, GET, CountingStore
 
 KEY = "slots/k"
-Decided = tuple[slots.SlotTable | None, slots.Decision]
+Decided = tuple[slots.SlotTable | None, slots.SlotDecision]
 GRACE = 60.0
 
 
@@ -27,7 +27,7 @@ def process(store: ObjectStore, clock: FakeClock) -> SharedObject[slots.SlotTabl
 
 async def acquire(
     table: SharedObject[slots.SlotTable], run: str, *, limit: int = 1, lease: float = 10.0
-) -> slots.Decision:
+) -> slots.SlotDecision:
     def change(state: slots.SlotTable | None, now: float) -> Decided:
         decision = slots.acquire(
             state,
@@ -46,8 +46,8 @@ async def acquire(
 
 
 async def apply(
-    table: SharedObject[slots.SlotTable], decide: partial[slots.Decision]
-) -> slots.Decision:
+    table: SharedObject[slots.SlotTable], decide: partial[slots.SlotDecision]
+) -> slots.SlotDecision:
     def change(state: slots.SlotTable | None, now: float) -> Decided:
         decision = decide(state, now=now, grace=GRACE)
         return decision.table, decision

@@ -38,7 +38,7 @@ import operator
 import random
 from collections.abc import Iterable
 
-Entry = tuple[str, "str | None"]
+ReadLineEntry = tuple[str, "str | None"]
 """``(id, the etag the view held when listed)``."""
 
 
@@ -52,7 +52,7 @@ class ReadLine:
         self.chunk = chunk
         self.window = window
         self._rng = rng or random.Random()
-        self._chunks: collections.deque[collections.deque[Entry]] = collections.deque()
+        self._chunks: collections.deque[collections.deque[ReadLineEntry]] = collections.deque()
         self._count = 0
 
     def __len__(self) -> int:
@@ -77,9 +77,9 @@ class ReadLine:
         entries.rotate(-self._rng.randrange(len(entries)))
         self._chunks.append(entries)
 
-    def take(self, n: int) -> list[Entry]:
+    def take(self, n: int) -> list[ReadLineEntry]:
         """Remove and return the next ``n`` entries (fewer if the line is shorter)."""
-        out: list[Entry] = []
+        out: list[ReadLineEntry] = []
         while self._chunks and len(out) < n:
             head = self._chunks[0]
             while head and len(out) < n:

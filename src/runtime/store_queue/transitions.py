@@ -25,7 +25,7 @@ from .records import CorruptRecord, StoredJob
 
 log = logging.getLogger("stepstone.runtime.store_queue")
 
-Change = Callable[[StoredJob, float], StoredJob | None]
+RecordChange = Callable[[StoredJob, float], StoredJob | None]
 """The next version of a record at a time (None: delete it; the record
 itself: write nothing, only confirm the token still owns it)."""
 
@@ -40,7 +40,9 @@ class RecordTransitions:
         self._clock = clock
         self._notify = notify
 
-    async def fenced(self, delivery: Delivery, change: Change) -> StoredJob | Settlement | None:
+    async def fenced(
+        self, delivery: Delivery, change: RecordChange
+    ) -> StoredJob | Settlement | None:
         """Apply ``change`` to the record the delivery's token owns, by swap.
 
         ``change`` returns the next version, None to delete, or the record

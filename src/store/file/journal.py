@@ -54,7 +54,7 @@ INITIAL_SIZE = 256 * 1024
 """A new journal's size; it doubles when a batch does not fit."""
 
 CREATE, REFUSED, EPOCH = 1, 2, 3
-"""Entry kinds: an object about to be linked; one that was not (its key was
+"""JournalEntry kinds: an object about to be linked; one that was not (its key was
 taken, or the link failed); the first entry of an epoch."""
 
 _HEAD = struct.Struct("<IIIB")  # crc32 (of all that follows it), epoch, body length, kind
@@ -75,7 +75,7 @@ def boot_id() -> bytes | None:
 
 
 @dataclass(frozen=True, slots=True)
-class Entry:
+class JournalEntry:
     """One create as the journal holds it."""
 
     kind: int
@@ -114,7 +114,7 @@ def _framed(epoch: int, kind: int, body: bytes) -> bytes:
     return struct.pack("<I", zlib.crc32(rest)) + rest
 
 
-def read_journal(fd: int) -> tuple[bytes | None, list[Entry]]:
+def read_journal(fd: int) -> tuple[bytes | None, list[JournalEntry]]:
     """The boot id a journal was written in (None: unknown) and its entries
     of the current epoch, in order."""
     data = b""
@@ -126,7 +126,7 @@ def read_journal(fd: int) -> tuple[bytes | None, list[Entry]]:
     return (None if boot == bytes(16) else boot), list(_entries(data))
 
 
-def _entries(data: bytes) -> Iterator[Entry]:
+def _entries(data: bytes) -> Iterator[JournalEntry]:
     offset, first = HEADER_SIZE, None
     while offset + _HEAD.size <= len(data):
         crc, epoch, length, kind = _HEAD.unpack_from(data, offset)
@@ -143,17 +143,17 @@ def _entries(data: bytes) -> Iterator[Entry]:
             yield _entry(kind, body)
 
 
-def _entry(kind: int, body: bytes) -> Entry:
+def _entry(kind: int, body: bytes) -> JournalEntry:
     ino, mtime_ns, key_length = _IDENT.unpack_from(body)
     at = _IDENT.size + key_length
     key = body[_IDENT.size : at].decode()
     if kind == REFUSED:
-        return Entry(kind, key, ino, mtime_ns)
+        return JournalEntry(kind, key, ino, mtime_ns)
     data_length, recovered_length = _SIZES.unpack_from(body, at)
     at += _SIZES.size
     data = body[at : at + data_length]
     recovered = data if recovered_length == _SAME else body[at + data_length :]
-    return Entry(kind, key, ino, mtime_ns, data, recovered)
+    return JournalEntry(kind, key, ino, mtime_ns, data, recovered)
 
 
 class Journal:

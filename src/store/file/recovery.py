@@ -32,7 +32,7 @@ from collections.abc import Callable
 from ..errors import StoreError, StoreUnavailable
 from .batches import Write
 from .commit import Committer
-from .journal import CREATE, SUFFIX, Entry, boot_id, read_journal
+from .journal import CREATE, SUFFIX, JournalEntry, boot_id, read_journal
 from .paths import KeyPaths
 from .stats import stat_any
 
@@ -59,7 +59,7 @@ def recover(
         if not taken:
             return
         now = boot_id()
-        entries: list[Entry] = []
+        entries: list[JournalEntry] = []
         for _, fd in taken:
             boot, journal = read_journal(fd)
             if now is None or boot != now:
@@ -94,10 +94,10 @@ def _take(path: str) -> int | None:
     return None
 
 
-def _restore(entries: list[Entry], paths: KeyPaths, committer: Committer) -> bool:
+def _restore(entries: list[JournalEntry], paths: KeyPaths, committer: Committer) -> bool:
     """Write each key's latest create where the disk lost it; False if the
     disk failed a write (one refused for its key is only logged)."""
-    latest: dict[str, Entry] = {}
+    latest: dict[str, JournalEntry] = {}
     refused: set[tuple[str, int, int]] = set()
     for entry in entries:
         if entry.kind != CREATE:
@@ -122,7 +122,7 @@ def _restore(entries: list[Entry], paths: KeyPaths, committer: Committer) -> boo
     return not any(isinstance(w.error, StoreUnavailable) for w in failed)
 
 
-def _lost(entry: Entry, paths: KeyPaths) -> bool:
+def _lost(entry: JournalEntry, paths: KeyPaths) -> bool:
     """Whether the disk lost what ``entry`` created: nothing at its key, or
     its inode there without its bytes."""
     try:

@@ -52,7 +52,7 @@ class Finished:
     previous run of its key): nothing ran, nothing is to be written."""
 
 
-Handler = Callable[[Attempt], Awaitable[Finished]]
+AttemptHandler = Callable[[Attempt], Awaitable[Finished]]
 """What :meth:`AttemptRunner.handler_for` makes: the worker's handler of one job type."""
 
 
@@ -92,7 +92,7 @@ class AttemptRunner:
         self._wakes = wakes
         self._wait_recheck = wait_recheck
 
-    def handler_for(self, job_type: type[Job[Any]]) -> Handler:
+    def handler_for(self, job_type: type[Job[Any]]) -> AttemptHandler:
         """The worker's handler for jobs of ``job_type``."""
         self._limits.register(job_type)
 

@@ -62,9 +62,9 @@ recently used beyond that are forgotten (costing one read when next used)."""
 
 _FLOAT = codec_for_type(float)
 
-Decide = Callable[[slots.SlotTable | None, float], slots.Decision]
+Decide = Callable[[slots.SlotTable | None, float], slots.SlotDecision]
 """A slot decision about a key's table (None: no one holds or waits), at a time."""
-_Decided = tuple[slots.SlotTable | None, slots.Decision]
+_Decided = tuple[slots.SlotTable | None, slots.SlotDecision]
 
 
 class _Kept(Generic[S]):
@@ -178,7 +178,9 @@ class Limits:
         except Exception as exc:
             log.warning("run %s: freeing its concurrency slot failed: %s", delivery.id, exc)
 
-    async def decide(self, table: SharedObject[slots.SlotTable], decide: Decide) -> slots.Decision:
+    async def decide(
+        self, table: SharedObject[slots.SlotTable], decide: Decide
+    ) -> slots.SlotDecision:
         """Apply ``decide`` to a key's table, then wake the runs it names."""
 
         def change(state: slots.SlotTable | None, now: float) -> _Decided:
@@ -216,7 +218,7 @@ class Limits:
         token = secrets.token_hex(8)
         grace = self.grace
 
-        def acquire(state: slots.SlotTable | None, now: float) -> slots.Decision:
+        def acquire(state: slots.SlotTable | None, now: float) -> slots.SlotDecision:
             return slots.acquire(
                 state,
                 job=job_type.NAME,

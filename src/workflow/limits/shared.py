@@ -51,7 +51,7 @@ CONFLICT_PAUSE = 0.002
 """After the second refused write in a row, pause up to this, doubling per
 refusal (capped at 0.1 s), so processes racing for one object spread out."""
 
-Change = Callable[[S | None, float], tuple[S | None, T]]
+StateChange = Callable[[S | None, float], tuple[S | None, T]]
 """A pure update: (state or None when absent, now) -> (new state or None, answer)."""
 
 
@@ -90,7 +90,7 @@ class SharedObject(Generic[S]):
         self._to_fields = to_fields
         self._from_fields = from_fields
         self._kept: _Version[S] | None = _Version(None, None)
-        self._pending: list[tuple[Change[S, Any], asyncio.Future[Any]]] = []
+        self._pending: list[tuple[StateChange[S, Any], asyncio.Future[Any]]] = []
         self._writer: asyncio.Task[None] | None = None
 
     @property
@@ -98,7 +98,7 @@ class SharedObject(Generic[S]):
         """Whether updates are waiting or being written."""
         return bool(self._pending) or (self._writer is not None and not self._writer.done())
 
-    async def update(self, change: Change[S, T]) -> T:
+    async def update(self, change: StateChange[S, T]) -> T:
         """Apply ``change`` to the object as it stands, durably; its answer.
 
         The update goes out even if the caller is cancelled meanwhile."""
@@ -122,7 +122,7 @@ class SharedObject(Generic[S]):
                 if not future.done():
                     future.set_result(answer)
 
-    async def _commit(self, changes: list[Change[S, Any]]) -> list[Any]:
+    async def _commit(self, changes: list[StateChange[S, Any]]) -> list[Any]:
         version, fresh = self._kept, False
         for conflicts in range(MAX_CONFLICTS):
             if version is None:

@@ -84,7 +84,7 @@ class SlotTable:
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class SlotDecision:
     """What an operation decided."""
 
     table: SlotTable | None
@@ -108,7 +108,7 @@ def acquire(
     until: float,
     now: float,
     grace: float,
-) -> Decision:
+) -> SlotDecision:
     """``run`` asks for a slot: it takes one, or waits in line."""
     base = table if table is not None else SlotTable(job, key, limit)
     current = _without_lapsed(replace(base, limit=limit), now)
@@ -127,10 +127,12 @@ def acquire(
     return replace(decision, ahead=ahead)
 
 
-def release(table: SlotTable | None, *, run: str, token: str, now: float, grace: float) -> Decision:
+def release(
+    table: SlotTable | None, *, run: str, token: str, now: float, grace: float
+) -> SlotDecision:
     """The holder ``(run, token)`` is done: its slot goes to the next in line."""
     if table is None:
-        return Decision(None, held=False)
+        return SlotDecision(None, held=False)
     held = Holder(run, token, 0.0)
     holders = tuple(h for h in table.holders if not _same(h, held))
     current = _without_lapsed(replace(table, holders=holders), now)
@@ -139,12 +141,12 @@ def release(table: SlotTable | None, *, run: str, token: str, now: float, grace:
 
 def renew(
     table: SlotTable | None, *, run: str, token: str, until: float, now: float, grace: float
-) -> Decision:
+) -> SlotDecision:
     """Carry the holder ``(run, token)`` to ``until``; ``held`` False if it is
     no longer a holder. Its own entry counts even if it lapsed: had anyone
     acted on the lapse, the entry would be gone."""
     if table is None:
-        return Decision(None, held=False)
+        return SlotDecision(None, held=False)
     wanted = Holder(run, token, until)
     holders = tuple(
         replace(h, until=max(h.until, until)) if _same(h, wanted) else h for h in table.holders
@@ -154,12 +156,12 @@ def renew(
     return _woken(current, held, now, grace)
 
 
-def forget(table: SlotTable | None, *, run: str, now: float, grace: float) -> Decision:
+def forget(table: SlotTable | None, *, run: str, now: float, grace: float) -> SlotDecision:
     """``run`` has ended (or is gone): drop its holder entry and its place in
     line, without a token (for a run that could not release, and a waiter
     whose wake found no job)."""
     if table is None:
-        return Decision(None, held=False)
+        return SlotDecision(None, held=False)
     holders = tuple(h for h in table.holders if h.run != run)
     waiters = tuple(w for w in table.waiters if w.run != run)
     current = _without_lapsed(replace(table, holders=holders, waiters=waiters), now)
@@ -177,7 +179,7 @@ def _without_lapsed(table: SlotTable, now: float, *, keep: Holder | None = None)
     return table if len(holders) == len(table.holders) else replace(table, holders=holders)
 
 
-def _woken(table: SlotTable, held: bool, now: float, grace: float) -> Decision:
+def _woken(table: SlotTable, held: bool, now: float, grace: float) -> SlotDecision:
     """Mark the waiters whose turn has come as woken; name those to wake now."""
     wake: list[str] = []
     waiters = list(table.waiters)
@@ -187,7 +189,7 @@ def _woken(table: SlotTable, held: bool, now: float, grace: float) -> Decision:
             wake.append(waiter.run)
     if wake:
         table = replace(table, waiters=tuple(waiters))
-    return Decision(_stored(table), held=held, wake=tuple(wake))
+    return SlotDecision(_stored(table), held=held, wake=tuple(wake))
 
 
 def _stored(table: SlotTable) -> SlotTable | None:
