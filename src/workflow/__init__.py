@@ -19,8 +19,12 @@ Everything an application touches is importable from here::
   :class:`Permanent` and :class:`RetryLater`.
 
 Test helpers (a fake clock, pytest fixtures) are in :mod:`stepstone.testing`;
-the layers underneath are :mod:`stepstone.runtime` (the lease queue and the
-worker) and :mod:`stepstone.store` (the object stores).
+logs, traces and metrics in :mod:`stepstone.telemetry`. The parts the runner
+is built from are packages by side of the work (:mod:`stepstone.submit`,
+:mod:`stepstone.handles`, :mod:`stepstone.execute`, :mod:`stepstone.records`,
+:mod:`stepstone.limits`, :mod:`stepstone.ops`; docs/architecture.md maps
+them), and the layers underneath are :mod:`stepstone.runtime` (the lease
+queue and the worker) and :mod:`stepstone.store` (the object stores).
 """
 
 from stepstone.errors import (

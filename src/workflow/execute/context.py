@@ -269,7 +269,7 @@ class JobContext:
     @property
     def sync(self) -> SyncContext:
         """The same context for a synchronous ``run`` (which runs in a thread)."""
-        return SyncContext(self, self._loop)
+        return SyncContext(self, self._run, self._loop)
 
 
 class SyncContext:
@@ -282,13 +282,16 @@ class SyncContext:
     run still has its result recorded.
     """
 
-    def __init__(self, ctx: JobContext, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, ctx: JobContext, scope: AttemptScope, loop: asyncio.AbstractEventLoop
+    ) -> None:
         self._ctx = ctx
+        self._scope = scope
         self._loop = loop
 
     def _call(self, awaitable: Awaitable[R]) -> R:
         """Run ``awaitable`` on the job's loop, unless the attempt was stopped."""
-        stopped = self._ctx._run.attempt.stopped
+        stopped = self._scope.attempt.stopped
         if stopped is not None:
             _discard(awaitable)
             raise asyncio.CancelledError(f"this attempt was stopped: {stopped}")
@@ -303,7 +306,7 @@ class SyncContext:
 
     def step(self, name: str, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
         """Run ``fn`` in this (the job's) thread, once per run; see JobContext.step."""
-        memo = Memo(self._ctx._run, name, codec_for(fn))
+        memo = Memo(self._scope, name, codec_for(fn))
         found, value = self._call(memo.lookup())
         if found:
             return cast(R, value)

@@ -9,6 +9,6 @@ when its turn comes. One module per part:
 - :mod:`~stepstone.limits.rate`: :class:`RateLimit` and the turns it gives (pure);
 - :mod:`~stepstone.limits.shared`: one object updated by compare-and-swap,
   many updates of one process in one write;
-- :mod:`~stepstone.limits.gate`: what the executor asks before a run's code
+- :mod:`~stepstone.limits.gate`: what an attempt asks before a run's code
   starts, and tells when it ends.
 """

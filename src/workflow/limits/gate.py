@@ -1,4 +1,4 @@
-"""What the executor asks before a run's code starts, and tells when it ends.
+"""What an attempt asks before a run's code starts, and tells when it ends.
 
 :meth:`Limits.admit` runs after the run's input is decoded and before its
 code, and either lets the run in or suspends it (raises

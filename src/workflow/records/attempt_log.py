@@ -1,6 +1,6 @@
 """Writing attempt records: the one place a run's history is written.
 
-The executor tells :class:`AttemptLog` when a handler begins and how the
+The attempt runner tells :class:`AttemptLog` when a handler begins, and how the
 run's outcome stood when a claim ended; the worker reports each claim's end
 (``AttemptCallbacks.attempt_over``); the log writes a record of every claim
 the outcome record does not describe. ``stepstone retry`` keeps the claim a
@@ -42,7 +42,7 @@ class Noted(Enum):
 class AttemptLog:
     """Writes the history of the claims one runner's worker makes.
 
-    The executor tells it when a handler begins (:meth:`begun`, the claim
+    The attempt runner tells it when a handler begins (:meth:`begun`, the claim
     time an outcome record keeps) and which claims' ends the outcome record
     describes, or how the run's outcome stood when they ended
     (:meth:`note`); the worker tells it how each claim ended

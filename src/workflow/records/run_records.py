@@ -6,7 +6,7 @@ of a swept run keeps its key from that run's zombies (see
 reported, one per incarnation (as memos are), written by compare-and-swap
 so that an attempt whose lease another worker took over cannot overwrite
 the new owner's (it carries the claim number of the attempt that wrote it).
-The submit path, the handles, the executor and ``status`` all read and write
+The submit path, the handles, the attempt runner and ``status`` all read and write
 them through :class:`RunRecords`, so how they are keyed and what
 "create-if-absent" means for them is said once.
 """
