@@ -23,7 +23,7 @@ Why it is shaped this way:
   ``stepstone worker examples.api_server:make_runner`` on other machines and
   ``RUN_WORKER=0`` here, on the same bucket).
 - **GET /jobs/{id} reads the records**: ``runner.status`` (queue record or
-  outcome, and progress) and ``handle.fetch_result()`` (the typed result from
+  outcome, and progress) and ``handle.poll()`` (the typed result from
   the outcome record), so any API replica can answer for any job.
 """
 

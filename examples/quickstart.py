@@ -99,7 +99,7 @@ async def main(directory: str) -> None:
 
         state = await again.status()
         assert state is not None
-        print(f"3. status of {again.id[:12]}...: {state.state}, {state.attempts} attempt(s)")
+        print(f"3. status of {again.id[:12]}...: {state.status}, {state.attempts} attempt(s)")
 
 
 if __name__ == "__main__":
