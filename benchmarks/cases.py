@@ -851,7 +851,7 @@ async def suspended(spec: Spec) -> dict[str, Any]:
             started = await _watch(store, spec.window)
             later = await _watch(store, spec.window)
         status = await runner.status(handles[0].id)
-        assert status is not None and status.state is JobStatus.SLEEPING
+        assert status is not None and status.status is JobStatus.SLEEPING
     out.update(
         {
             f"{name}_per_minute": {op: round(n * per_minute, 1) for op, n in counts.items()}

@@ -12,7 +12,7 @@ import pytest
 
 from stepstone import RateLimit
 from stepstone.limits import rate, slots
-from stepstone.limits.slots import Decision, Holder, SlotTable, Waiter
+from stepstone.limits.slots import SlotDecision, Holder, SlotTable, Waiter
 
 GRACE = 60.0
 acquire = partial(slots.acquire, job="t", key="k", grace=GRACE)
@@ -21,7 +21,7 @@ renew = partial(slots.renew, grace=GRACE)
 forget = partial(slots.forget, grace=GRACE)
 
 
-def take(table: SlotTable | None, run: str, *, now: float = 0.0, limit: int = 1) -> Decision:
+def take(table: SlotTable | None, run: str, *, now: float = 0.0, limit: int = 1) -> SlotDecision:
     return acquire(table, limit=limit, run=run, token=f"tok-{run}", until=now + 30, now=now)
 
 
