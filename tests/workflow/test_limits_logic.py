@@ -12,7 +12,7 @@ import pytest
 
 from stepstone import RateLimit
 from stepstone.limits import rate, slots
-from stepstone.limits.slots import SlotDecision, Holder, SlotTable, Waiter
+from stepstone.limits.slots import Holder, SlotDecision, SlotTable, Waiter
 
 GRACE = 60.0
 acquire = partial(slots.acquire, job="t", key="k", grace=GRACE)
