@@ -54,6 +54,20 @@ def texts(browser: Any, selector: str) -> list[str]:
     return found
 
 
+def click(browser: Any, selector: str, link_text: str | None = None) -> None:
+    """Click what ``selector`` finds (the link reading ``link_text``, if given)
+    as the user would, found and clicked in one script: the live refresh can
+    replace an element between a lookup and a click made apart."""
+    clicked = browser.execute_script(
+        """const found = [...document.querySelectorAll(arguments[0])].find(
+            (e) => arguments[1] === null || e.innerText === arguments[1]);
+        if (found) { found.click(); return true; } return false;""",
+        selector,
+        link_text,
+    )
+    assert clicked, f"nothing to click: {selector} {link_text or ''}"
+
+
 def never_ran_injected_script(browser: Any) -> None:
     assert browser.execute_script("return window.__pwned") is None
     assert "PWNED" not in browser.title
@@ -98,7 +112,7 @@ async def test_the_runs_list_shows_each_run_newest_first_and_filters(
 
     # Filters: by state, then by job type, through the form as a user would.
     Select(browser.find_element(By.NAME, "state")).select_by_visible_text("dead")
-    browser.find_element(By.CSS_SELECTOR, "form.filters button").click()
+    click(browser, "form.filters button")
     wait_for(lambda: "state=dead" in browser.current_url, "the state filter")
     assert list(rows(browser)) == [runs.dead]
     never_ran_injected_script(browser)
@@ -113,7 +127,7 @@ async def test_a_runs_page_shows_input_steps_in_order_attempts_and_outcome(
     runs: Runs, ui: str, browser: Any
 ) -> None:
     browser.get(ui)
-    browser.find_element(By.LINK_TEXT, runs.succeeded[:12]).click()
+    click(browser, "a", runs.succeeded[:12])
     wait_for(lambda: runs.succeeded in browser.current_url, "the run's page")
     heading = text(browser, "h1")
     assert heading.startswith("orders.ship") and heading.endswith("succeeded")
