@@ -25,6 +25,8 @@ one kind of trouble::
         ├── EventRefused          an event for a run that is not live: unknown or finished
         ├── CorruptOutcome        an outcome object that cannot answer this run (names its key)
         ├── CorruptMemo           a memoized step that does not decode (names the step and key)
+        ├── InspectError          an operator's request that cannot be done (no such run, a
+        │                         queue that cannot list), with the reason to show
         └── JobFailed             awaiting a run that failed: reason, message, error_type
             └── JobCancelled      ... because it was cancelled
 
@@ -69,6 +71,7 @@ __all__ = [
     "EncodingError",
     "EventRefused",
     "InputMismatch",
+    "InspectError",
     "InvalidRunId",
     "InvalidKey",
     "JobCancelled",
@@ -223,6 +226,12 @@ class JobFailed(JobError):
 
 class JobCancelled(JobFailed):
     """The job was cancelled before it finished."""
+
+
+class InspectError(JobError):
+    """A request an operator made (``stepstone`` commands, ``runner.runs()``)
+    that cannot be done, with the reason to show: no such run, an id prefix
+    that names several, a queue that cannot list its jobs."""
 
 
 class ClassifiedPermanent(Permanent):

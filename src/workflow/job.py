@@ -58,6 +58,12 @@ class Job(BaseModel, Generic[Out]):
     """Seconds one attempt may run before it is cancelled and counted as failed
     (kind ``timeout`` on the last attempt); None takes the runner's default."""
 
+    VERSION: ClassVar[str | None] = None
+    """The version of this job type's code, recorded with each run submitted
+    (``stepstone ls --version``, ``show``, the web view), so an operator can
+    tell which runs still need old code. None: not recorded. Change it when a
+    change to ``run`` matters to runs in flight (docs/versioning.md)."""
+
     max_in_flight: ClassVar[int | None] = None
     """At most this many runs of this job type at once in one worker process
     (say, for a small connection pool); None: only the runner's concurrency."""

@@ -27,6 +27,7 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Coroutine, Iterable, Sequence
+from datetime import datetime
 from typing import Any, TypeVar, cast
 
 from stepstone.errors import CorruptOutcome, DuplicateJobName, UnknownJob
@@ -42,6 +43,8 @@ from stepstone.handles.sync import LoopThread, SyncHandle, call_on
 from stepstone.handles.watch import OutcomeWatch
 from stepstone.job import Job
 from stepstone.limits.gate import Limits
+from stepstone.ops.listing import RunFilter, RunSummary, list_runs
+from stepstone.ops.reads import parse_status
 from stepstone.records.attempt_log import AttemptLog
 from stepstone.records.attempts import AttemptInfo
 from stepstone.records.envelope import incarnation_of
@@ -53,7 +56,7 @@ from stepstone.records.run_records import RunRecords
 from stepstone.runtime.backoff import Backoff
 from stepstone.runtime.capabilities import Waking
 from stepstone.runtime.clock import Clock, SystemClock
-from stepstone.runtime.queue import DEFAULT_MAX_ATTEMPTS, LeaseQueue
+from stepstone.runtime.queue import DEFAULT_MAX_ATTEMPTS, JobStatus, LeaseQueue
 from stepstone.runtime.store_queue import StoreQueue
 from stepstone.runtime.worker import JobThreads, Worker
 from stepstone.schedules import Schedule, Scheduler
@@ -393,33 +396,76 @@ class JobRunner:
             return call_on(home, coro)
         return self._private.run(coro)
 
-    def handle(self, run_id: str, job_type: type[Job[Out]]) -> JobHandle[Out]:
-        """A handle on a run submitted earlier (by any process), to await or inspect.
+    def handle(self, run: str | Job[Out], job_type: type[Job[Out]] | None = None) -> JobHandle[Out]:
+        """A handle on a run submitted earlier (by any process), to await or
+        inspect: ``run`` is its id (with ``job_type``, for the result's type)
+        or a job with an idempotency key, which names its run.
 
         Raises InvalidRunId for a string that is not a run id."""
-        check_run_id(run_id)
-        return JobHandle(self._answers, run_id, job_type.output_type(), newly_submitted=False)
+        if job_type is None:
+            if not isinstance(run, Job):
+                raise TypeError("handle(run_id, job_type): a run id needs its job type")
+            job_type = type(run)
+        return JobHandle(
+            self._answers, run_id_of(run), job_type.output_type(), newly_submitted=False
+        )
 
     async def outcome(
-        self, run_id: str, output: Any, input_hash: str | None = None
+        self, run: str | Job[Any], output: Any, input_hash: str | None = None
     ) -> Outcome[Any] | None:
-        """The outcome of ``run_id`` from its record, its result typed as
-        ``output``; None while the run goes on."""
-        return await self._answers.outcome(run_id, output, input_hash)
+        """The outcome of ``run`` (a run id, or a keyed job) from its record,
+        its result typed as ``output``; None while the run goes on."""
+        return await self._answers.outcome(run_id_of(run), output, input_hash)
 
-    async def status(self, run_id: str) -> JobState | None:
+    async def status(self, run: str | Job[Any]) -> JobState | None:
         """Where the run is: its outcome if it has one, else its queue record;
-        None if nothing is known of it. Raises InvalidRunId for a string that
-        is not a run id, before reading anything."""
-        return await self._answers.status(run_id)
+        None if nothing is known of it. ``run`` is its id or a job with an
+        idempotency key. Raises InvalidRunId for a string that is not a run
+        id, before reading anything."""
+        return await self._answers.status(run_id_of(run))
 
-    async def history(self, run_id: str) -> list[AttemptInfo]:
+    async def runs(
+        self,
+        *,
+        status: JobStatus | str | None = None,
+        kind: str | None = None,
+        since: datetime | float | None = None,
+        version: str | None = None,
+        key_prefix: str | None = None,
+        limit: int | None = 100,
+    ) -> list[RunSummary]:
+        """Runs, newest first by when they were submitted (what ``stepstone
+        ls`` lists): of ``status``, of ``kind`` (a job type's NAME), submitted
+        since ``since`` (an aware datetime or epoch seconds), under ``version``
+        (``Job.VERSION``), with an idempotency key starting ``key_prefix``; at
+        most ``limit`` (None: all). Live runs come from the queue, finished
+        ones from their outcome records; a queue that cannot list (SQS) lists
+        finished runs only, given a finished ``status``, and raises
+        InspectError otherwise. Records that do not decode are logged and
+        left out."""
+        if isinstance(since, datetime):
+            if since.tzinfo is None:
+                raise ValueError("runs(since=) takes an aware datetime (with a tzinfo)")
+            since = since.timestamp()
+        chosen = RunFilter(
+            status=None if status is None else parse_status(str(status)),
+            kind=kind,
+            since=since,
+            version=version,
+            key_prefix=key_prefix,
+        )
+        listed = await list_runs(self, chosen, limit=limit)
+        for record in listed.unreadable:
+            log.warning("cannot read %s: %s", record.key, record.reason)
+        return listed.rows
+
+    async def history(self, run: str | Job[Any]) -> list[AttemptInfo]:
         """Each claim of the run so far, in order: who claimed it (host, pid,
         worker id), when, how it ended, and its error with the traceback's
         last frames. Claims still running are not in it until they end; a
         claim whose worker stopped before it could say reads UNRECORDED. []
         when nothing is known of the run. See :mod:`stepstone.records.history`."""
-        check_run_id(run_id)
+        run_id = run_id_of(run)
         try:
             outcome = await self._records.outcome(run_id)
         except CorruptOutcome as exc:
@@ -440,27 +486,32 @@ class JobRunner:
         the run's id, or a job with an idempotency key (which names its run).
         Works from any process, a worker or not. Raises EventRefused if the run
         is not live (never submitted, swept, or finished)."""
-        if isinstance(job, Job):
-            key = job.idempotency_key()
-            if key is None:
-                raise TypeError(
-                    f"{type(job).__qualname__} has no idempotency key, so an instance "
-                    "does not name a run: pass the run id (handle.id)"
-                )
-            run_id = run_id_for_key(key)
-        else:
-            run_id = check_run_id(job)
-        await send_event(self._records, self.queue, self.clock, run_id, name, payload)
+        await send_event(self._records, self.queue, self.clock, run_id_of(job), name, payload)
 
-    async def cancel(self, run_id: str) -> bool:
-        """Cancel a run that has not finished: record it cancelled, drop it from
-        the queue, then call its on_settled hooks here. False if it had already
-        finished (or was never submitted).
+    async def cancel(self, run: str | Job[Any]) -> bool:
+        """Cancel a run (its id, or a keyed job) that has not finished: record
+        it cancelled, drop it from the queue, then call its on_settled hooks
+        here. False if it had already finished (or was never submitted).
 
         An attempt running in this runner's worker stops at once; one running
         in another process stops within ``cancel_check`` seconds (its worker
         reads the run's outcome), or at its next lease renewal."""
-        return await self._answers.cancel(run_id)
+        return await self._answers.cancel(run_id_of(run))
+
+
+def run_id_of(run: str | Job[Any]) -> str:
+    """The id of the run ``run`` names: a run id (checked), or a job with an
+    idempotency key (the SHA-256 of its key). Raises InvalidRunId for a string
+    that is not a run id, TypeError for a job with no key (it names no run)."""
+    if isinstance(run, Job):
+        key = run.idempotency_key()
+        if key is None:
+            raise TypeError(
+                f"{type(run).__qualname__} has no idempotency key, so an instance "
+                "does not name a run: pass the run id (handle.id)"
+            )
+        return run_id_for_key(key)
+    return check_run_id(run)
 
 
 def _default_queue(store: ObjectStore, layout: Layout, clock: Clock) -> LeaseQueue:

@@ -8,7 +8,7 @@ stay true. The convention, also in CONTRIBUTING.md:
   joined, in page order, into one script.
 - The program runs in a fresh interpreter, in a fresh temporary directory, with
   a timeout: the script with ``python``, and files under ``tests/`` with pytest
-  (``pythonpath = .``, ``asyncio_mode = auto``). It must exit 0. Examples keep
+  (``pythonpath = .``, pytest-asyncio in its default, strict, mode). It must exit 0. Examples keep
   their data in ``memory://`` or a relative directory, which lands there.
 """
 
@@ -26,7 +26,9 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 NOT_RUN = "<!-- not run:"
 FILE_LINE = re.compile(r"# ([\w./-]+\.py)")
 TIMEOUT = 120  # seconds; the slowest program, testing.md's on moto S3, takes about 10
-PYTEST_INI = "[pytest]\npythonpath = .\nasyncio_mode = auto\n"
+PYTEST_INI = "[pytest]\npythonpath = .\n"
+"""pytest-asyncio's default (strict) mode: an example runs as a reader who
+copies it runs it."""
 
 
 def python_blocks(text: str) -> list[tuple[str, str]]:

@@ -131,7 +131,7 @@ async def test_a_runs_page_shows_input_steps_in_order_attempts_and_outcome(
     wait_for(lambda: runs.succeeded in browser.current_url, "the run's page")
     heading = text(browser, "h1")
     assert heading.startswith("orders.ship") and heading.endswith("succeeded")
-    assert "Not kept" in text(browser, "#input")  # it went with the queue record, on success
+    assert "o-1" in text(browser, "#input")  # a finished run keeps its input in its outcome
     assert texts(browser, "table.steps tr.step td.name") == ["pack", "label", "send"]
     for took in texts(browser, "table.steps tr.step td:nth-child(4)"):
         assert took.endswith(("ms", " s")), took

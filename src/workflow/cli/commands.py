@@ -1,9 +1,11 @@
-"""The commands that inspect and operate on jobs: ls, show, retry, cancel, purge, stats, schedules.
+"""The commands that inspect and operate on runs: ls, show, retry, cancel, purge, stats, schedules.
 
 Each opens the runner the options name, does one thing through
-:mod:`stepstone.ops.reads`, prints it (a table or ``--json``) and closes
-the runner. Each returns the exit status; failures are raised, for
-``entry.main`` to print in one line.
+:mod:`stepstone.ops`, prints it (a table or ``--json``) and closes the
+runner. A command on one run takes its id or any unique start of it; a bulk
+action (``retry``, ``cancel`` with filters instead of an id) says how many
+runs match, asks, and exits 1 when it could not touch some. Each returns
+the exit status; failures are raised, for ``entry.main`` to print in one line.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from stepstone.cli.render import (
     when,
 )
 from stepstone.cli.runners import runner_from_args
+from stepstone.errors import InspectError
 from stepstone.ops import actions, listing, reads
+from stepstone.ops.listing import RunFilter
 from stepstone.records.layout import run_id_for_key
 from stepstone.runner import JobRunner
 from stepstone.runtime.queue import JobStatus
@@ -49,13 +53,7 @@ async def _with_runner(
 def cmd_ls(args: argparse.Namespace) -> int:
     async def body(runner: JobRunner) -> int:
         now = runner.clock.now()
-        listed = await listing.list_jobs(
-            runner,
-            args.status,
-            kind=args.kind,
-            since=_since(args, now),
-            limit=args.limit,
-        )
+        listed = await listing.list_runs(runner, _filter(args, now), limit=args.limit)
         rows = listed.rows
         warn_unreadable(listed.unreadable)
         if args.json:
@@ -77,8 +75,25 @@ def cmd_ls(args: argparse.Namespace) -> int:
     return asyncio.run(_with_runner(args, body))
 
 
-def _since(args: argparse.Namespace, now: float) -> float | None:
-    return None if args.since is None else parse_since(args.since, now)
+def _filter(args: argparse.Namespace, now: float, status: str | None = None) -> RunFilter:
+    """The runs ``--status``, ``--kind``, ``--since``, ``--version`` and
+    ``--key-prefix`` choose (``status``: the status when none is given)."""
+    wanted = getattr(args, "status", None) or status
+    return RunFilter(
+        status=None if wanted is None else reads.parse_status(wanted),
+        kind=args.kind,
+        since=None if args.since is None else parse_since(args.since, now),
+        version=args.version,
+        key_prefix=args.key_prefix,
+    )
+
+
+def _filtered(args: argparse.Namespace) -> bool:
+    """Whether the command was given any filter (a bulk action) rather than an id."""
+    return any(
+        getattr(args, name, None) is not None
+        for name in ("status", "kind", "since", "version", "key_prefix")
+    )
 
 
 def _sources(status: str | None) -> str:
@@ -112,75 +127,102 @@ async def _keyed(runner: JobRunner, key: str) -> reads.Detail:
     run_id = run_id_for_key(key)
     try:
         return await reads.detail(runner, run_id)
-    except reads.InspectError as exc:
-        raise reads.InspectError(f"idempotency key {key!r}: {exc}") from None
+    except InspectError as exc:
+        raise InspectError(f"idempotency key {key!r}: {exc}") from None
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
-    if args.status is not None:
+    if _filtered(args):
         if args.id is not None:
-            raise CliError("retry takes a run id or --status dead, not both", 2)
-        return _retry_dead(args)
+            raise CliError(
+                "retry takes a run id or filters (--status dead, --kind, ...), not both", 2
+            )
+        if args.status not in (None, JobStatus.DEAD.value):
+            raise CliError("only dead runs can be retried: --status dead, or leave it out", 2)
+        return _bulk(args, "retry", JobStatus.DEAD.value, actions.retry_many)
     if args.id is None:
-        raise CliError("retry takes a run id, or --status dead [--kind K] [--since T]", 2)
-    if args.kind is not None or args.since is not None:
-        raise CliError("--kind and --since choose runs for --status dead, not with a run id", 2)
+        raise CliError("retry takes a run id (or a start of it), or filters: --status dead ...", 2)
 
     async def body(runner: JobRunner) -> int:
-        removed = await actions.retry(runner, args.id)
+        run_id = await reads.resolve_id(runner, args.id)
+        removed = await actions.retry(runner, run_id)
         if removed is not None:
             warn_unreadable([removed])
         if args.json:
-            emit_json({"id": args.id, "requeued": True})
+            emit_json({"id": run_id, "requeued": True})
         else:
-            print(f"requeued {args.id} (its failed outcome was removed; finished steps replay)")
+            print(f"requeued {run_id} (its failed outcome was removed; finished steps replay)")
         return 0
 
     return asyncio.run(_with_runner(args, body))
 
 
-def _retry_dead(args: argparse.Namespace) -> int:
-    """``retry --status dead``: count the dead runs that match, confirm, retry
-    each as the single-run retry does, and say which could not be."""
+BulkAction = Callable[[JobRunner, list[str]], Awaitable[actions.Bulk]]
+
+
+def _any(row: listing.RunSummary) -> bool:
+    return True
+
+
+def _bulk(
+    args: argparse.Namespace,
+    verb: str,
+    status: str | None,
+    act: BulkAction,
+    keep: Callable[[listing.RunSummary], bool] = _any,
+) -> int:
+    """A bulk action: list the runs the filters choose (``status`` unless
+    ``--status`` says; of those, the ones ``keep`` keeps), say how many,
+    confirm, act on each, and say which could not be done; exit 1 when any
+    could not (or could not be read)."""
 
     async def body(runner: JobRunner) -> int:
-        listed = await listing.list_jobs(
-            runner,
-            JobStatus.DEAD.value,
-            kind=args.kind,
-            since=_since(args, runner.clock.now()),
-            limit=None,
-        )
+        chosen = _filter(args, runner.clock.now(), status)
+        listed = await listing.list_runs(runner, chosen, limit=None)
         warn_unreadable(listed.unreadable)
-        ids = [row.id for row in listed.rows]
+        run_ids = [row.id for row in listed.rows if keep(row)]
         note = sys.stderr if args.json else sys.stdout  # stdout holds the one JSON document
-        matched = f"{len(ids)} dead run(s){_chosen(args)}"
+        matched = f"{len(run_ids)} {_described(chosen, args)}"
         note.write(f"{matched} match\n")
         note.flush()
-        if ids and not args.yes:
-            _confirm(f"retry {matched}?")
-        done = await actions.retry_many(runner, ids)
+        if run_ids and not args.yes:
+            _confirm(f"{verb} {matched}?")
+        done = await act(runner, run_ids)
         warn_unreadable(done.unreadable)
+        untouched = len(done.refused) + len(listed.unreadable)
         if args.json:
             emit_json(
                 {
-                    "matched": len(ids),
-                    "requeued": done.requeued,
+                    "matched": len(run_ids),
+                    "done": done.done,
                     "refused": [{"id": i, "reason": why} for i, why in done.refused.items()],
+                    "unreadable": unreadable_json(listed.unreadable),
                 }
             )
         else:
-            print(f"requeued {len(done.requeued)} of {matched}")
+            print(f"{done.verb} {len(done.done)} of {matched}")
             for run_id, why in done.refused.items():
-                print(escape_controls(f"not retried {run_id}: {why}"))
-        return 1 if done.refused else 0
+                print(escape_controls(f"not {done.verb} {run_id}: {why}"))
+            if listed.unreadable:
+                print(f"{len(listed.unreadable)} record(s) could not be read, so not touched")
+        return 1 if untouched else 0
 
     return asyncio.run(_with_runner(args, body))
 
 
-def _chosen(args: argparse.Namespace) -> str:
-    """The filters of a bulk retry, as words: `` of kind K submitted since T``."""
-    words = "" if args.kind is None else f" of kind {args.kind}"
+def _live(row: listing.RunSummary) -> bool:
+    return row.status.queued and row.status is not JobStatus.DEAD
+
+
+def _described(chosen: RunFilter, args: argparse.Namespace) -> str:
+    """The runs a filter chooses, as words: ``dead run(s) of kind K submitted since T``."""
+    words = f"{chosen.status.value} run(s)" if chosen.status is not None else "run(s)"
+    if chosen.kind is not None:
+        words += f" of kind {chosen.kind}"
+    if chosen.version is not None:
+        words += f" of version {chosen.version}"
+    if chosen.key_prefix is not None:
+        words += f" with a key starting {chosen.key_prefix!r}"
     return words + ("" if args.since is None else f" submitted since {args.since}")
 
 
@@ -191,18 +233,31 @@ def _confirm(question: str) -> None:
     sys.stderr.write(f"{question} [y/N] ")
     sys.stderr.flush()
     if sys.stdin.readline().strip().lower() not in ("y", "yes"):
-        raise CliError("not confirmed; nothing was retried")
+        raise CliError("not confirmed; nothing was done")
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
+    if _filtered(args):
+        if args.id is not None:
+            raise CliError("cancel takes a run id or filters (--status, --kind, ...), not both", 2)
+        if args.status is not None and JobStatus(args.status).finished:
+            raise CliError(f"a {args.status} run has finished: there is nothing to cancel", 2)
+        # Without --status, the live runs: a finished one has nothing to
+        # cancel, and a dead one is discarded only when asked (--status dead).
+        keep = _any if args.status is not None else _live
+        return _bulk(args, "cancel", None, actions.cancel_many, keep)
+    if args.id is None:
+        raise CliError("cancel takes a run id (or a start of it), or filters: --kind K ...", 2)
+
     async def body(runner: JobRunner) -> int:
-        done = await actions.cancel(runner, args.id)
+        run_id = await reads.resolve_id(runner, args.id)
+        done = await actions.cancel(runner, run_id)
         if args.json:
-            emit_json({"id": args.id, "result": done})
+            emit_json({"id": run_id, "result": done})
         elif done == "cancelled":
-            print(f"cancelled {args.id}")
+            print(f"cancelled {run_id}")
         else:
-            print(f"discarded dead job {args.id} from the queue (its failed outcome stays)")
+            print(f"discarded dead run {run_id} from the queue (its failed outcome stays)")
         return 0
 
     return asyncio.run(_with_runner(args, body))

@@ -19,7 +19,7 @@ from typing import NoReturn
 from stepstone.cli.errors import CliError
 from stepstone.cli.notices import notices_on_stderr
 from stepstone.cli.parser import build_parser
-from stepstone.ops.reads import InspectError
+from stepstone.errors import InspectError
 from stepstone.runtime.errors import QueueError
 from stepstone.store import StoreError
 from stepstone.telemetry.escaping import escape_controls

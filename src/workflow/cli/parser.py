@@ -112,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
         "per id. ID is the start of the id, which `show` takes.",
     )
     ls.add_argument(
-        "--status", choices=[s.value for s in JobStatus], help="only jobs in this state"
+        "--status", choices=[s.value for s in JobStatus], help="only runs in this status"
     )
     _choosing(ls)
     ls.add_argument(
@@ -138,28 +138,39 @@ def build_parser() -> argparse.ArgumentParser:
     retry = sub.add_parser(
         "retry",
         parents=[common],
-        help="requeue a dead job, or every dead job that matches (--status dead)",
-        description="Requeue a dead job with its attempts reset. Its failed outcome "
+        help="requeue a dead run, or every dead run the filters choose",
+        description="Requeue a dead run with its attempts reset. Its failed outcome "
         "record is removed first so the new run can record its own; steps it "
-        "finished replay from their memos. With --status dead instead of an id, every "
-        "dead job that --kind and --since choose, after a confirmation.",
+        "finished replay from their memos. With filters (--status dead, --kind, --since, "
+        "--version, --key-prefix) instead of an id, every dead run they choose, after "
+        "saying how many and asking (--yes for scripts); exit 1 if some could not be.",
     )
-    retry.add_argument("id", nargs="?", help="the run id")
+    retry.add_argument("id", nargs="?", help="the run id, or a unique start of it")
     retry.add_argument(
-        "--status", choices=[JobStatus.DEAD.value], help="retry every dead job that matches"
+        "--status", choices=[JobStatus.DEAD.value], help="dead: the only runs a retry takes"
     )
     _choosing(retry)
-    retry.add_argument(
-        "--yes", action="store_true", help="do not ask for confirmation (needed without a terminal)"
-    )
+    _confirming(retry)
     retry.set_defaults(handler=cmd_retry)
 
     cancel = sub.add_parser(
         "cancel",
         parents=[common],
-        help="cancel a job that has not finished (or discard a dead one)",
+        help="cancel a run that has not finished (or discard a dead one), or every one chosen",
+        description="Cancel a run that has not finished: its outcome is recorded "
+        "cancelled and its queue record goes; a dead run is discarded from the queue. "
+        "With filters (--status, --kind, --since, --version, --key-prefix) instead of an "
+        "id, every run they choose (without --status, every live one), after saying how "
+        "many and asking (--yes for scripts); exit 1 if some could not be.",
     )
-    cancel.add_argument("id", help="the run id")
+    cancel.add_argument("id", nargs="?", help="the run id, or a unique start of it")
+    cancel.add_argument(
+        "--status",
+        choices=[s.value for s in JobStatus if not s.finished],
+        help="only runs in this status",
+    )
+    _choosing(cancel)
+    _confirming(cancel)
     cancel.set_defaults(handler=cmd_cancel)
 
     purge = sub.add_parser(
@@ -225,11 +236,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _choosing(command: argparse.ArgumentParser) -> None:
-    """``--kind`` and ``--since``: the filters ``ls`` and ``retry --status dead`` share."""
-    command.add_argument("--kind", metavar="JOB_NAME", help="only jobs of this job type (its NAME)")
+    """The filters ``ls`` and the bulk actions share (``--status`` is each one's own)."""
+    command.add_argument(
+        "--kind", metavar="KIND", help="only runs of this kind (a job type's NAME)"
+    )
     command.add_argument(
         "--since",
         metavar="WHEN",
-        help="only jobs submitted since: a duration ago (10m, 2h, 3d) or an ISO time "
+        help="only runs submitted since: a duration ago (10m, 2h, 3d) or an ISO time "
         "(2026-01-31T12:00, UTC unless it says otherwise)",
+    )
+    command.add_argument(
+        "--version", metavar="VERSION", help="only runs submitted under this Job.VERSION"
+    )
+    command.add_argument(
+        "--key-prefix",
+        metavar="PREFIX",
+        help="only runs whose idempotency key starts with this",
+    )
+
+
+def _confirming(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--yes", action="store_true", help="do not ask for confirmation (needed without a terminal)"
     )

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from stepstone.cli.notices import warn
-from stepstone.ops.listing import Listed
+from stepstone.ops.listing import RunSummary
 from stepstone.ops.reads import Detail, Unreadable, decode_value
 from stepstone.ops.timeline import current_steps, earlier_steps, took
 from stepstone.records.attempts import AttemptInfo
@@ -54,7 +54,7 @@ ID_CHARS = 12
 NAME_CHARS = 24
 
 
-def print_listing(out: TextIO, rows: Sequence[Listed], now: float) -> None:
+def print_listing(out: TextIO, rows: Sequence[RunSummary], now: float) -> None:
     """``stepstone ls``'s table: newest first, each row within LS_WIDTH; the
     last error gets the room the other columns leave."""
     headers = ["ID", "STATUS", "KIND", "TRIES", "AGE", "LAST ERROR"]
@@ -112,7 +112,7 @@ def unreadable_json(records: Sequence[Unreadable]) -> list[dict[str, str]]:
     return [{"key": record.key, "reason": record.reason} for record in records]
 
 
-def listed_json(row: Listed) -> dict[str, Any]:
+def listed_json(row: RunSummary) -> dict[str, Any]:
     return {
         "id": row.id,
         "kind": row.kind,
@@ -122,6 +122,8 @@ def listed_json(row: Listed) -> dict[str, Any]:
         "source": row.source,
         "submitted": row.submitted,
         "last_error": row.last_error,
+        "version": row.version,
+        "key": row.key,
     }
 
 
@@ -132,6 +134,8 @@ def detail_json(found: Detail) -> dict[str, Any]:
         "id": found.id,
         "kind": found.kind,
         "status": found.status or "unknown",
+        "version": found.version,
+        "key": found.key,
         "input": found.input,
         "queue": None
         if queued is None
@@ -227,8 +231,14 @@ def print_detail(out: TextIO, found: Detail) -> None:
     out.write(f"run {found.id}\n")
     line("status", found.status or "unknown")
     line("kind", found.kind or "-")
+    if found.version is not None:
+        line("version", found.version)
+    if found.key is not None:
+        line("key", short(found.key))
     if found.input is not None:
         line("input", short(found.input))
+    elif found.outcome is not None and found.outcome.input_size:
+        line("input", f"not kept: {found.outcome.input_size} bytes, over what an outcome keeps")
     unreadable = found.unreadable
     if "progress" in unreadable:
         line("progress", _unreadable(unreadable["progress"]))

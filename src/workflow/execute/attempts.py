@@ -26,7 +26,7 @@ from stepstone.limits.gate import Limits
 from stepstone.records.attempt_log import AttemptLog
 from stepstone.records.codec import codec_for_type
 from stepstone.records.envelope import Envelope
-from stepstone.records.outcome import OutcomeRecord, Tombstone
+from stepstone.records.outcome import OutcomeRecord, Tombstone, about_the_run
 from stepstone.records.run_records import RunRecords, answering
 from stepstone.runtime.clock import Clock
 from stepstone.runtime.errors import MalformedPayload, Permanent
@@ -159,8 +159,17 @@ class AttemptRunner:
         admitted = await self._limits.admit(job_type, job, scope)
         started_at = self._clock.now()
         ctx = JobContext(scope)
+        # A claim beyond the counted attempts follows one given back uncounted
+        # (a durable wait, a drain): the attempt goes on rather than starts.
+        began = "resumed" if delivery.claims > delivery.attempt else "started"
         log.info(
-            "run %s (%s) attempt %d started", run_id, envelope.kind, delivery.attempt, extra=extra
+            "run %s (%s) attempt %d %s (claim %d)",
+            run_id,
+            envelope.kind,
+            delivery.attempt,
+            began,
+            delivery.claims,
+            extra=extra,
         )
         try:
             if job_type.is_async():
@@ -205,6 +214,7 @@ class AttemptRunner:
             claims=delivery.claims,
             claimed_at=self._history.claimed_at(delivery),
             worker=self._history.worker_id(),
+            **about_the_run(envelope),
         )
         return Finished(record, envelope)
 

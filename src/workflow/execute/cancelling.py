@@ -14,7 +14,7 @@ from __future__ import annotations
 from stepstone.execute.hooks import SettledHooks
 from stepstone.handles.watch import OutcomeWatch
 from stepstone.records.envelope import Envelope
-from stepstone.records.outcome import ErrorInfo, OutcomeRecord
+from stepstone.records.outcome import ErrorInfo, OutcomeRecord, about_the_run
 from stepstone.records.run_records import RunRecords
 from stepstone.runtime.capabilities import Waking
 from stepstone.runtime.clock import Clock
@@ -84,6 +84,7 @@ async def cancel_run(
         attempts=queued.attempts,
         finished_at=clock.now(),
         error=ErrorInfo(FailureKind.CANCELLED, "the job was cancelled"),
+        **({} if envelope is None else about_the_run(envelope)),
     )
     if await records.record_outcome(record) is not record:
         return None  # it had ended first (or was swept): its outcome stands

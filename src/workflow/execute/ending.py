@@ -25,7 +25,7 @@ from stepstone.handles.watch import OutcomeWatch
 from stepstone.limits.gate import Limits
 from stepstone.records.attempt_log import AttemptLog, Noted
 from stepstone.records.envelope import Envelope
-from stepstone.records.outcome import ErrorInfo, OutcomeRecord
+from stepstone.records.outcome import ErrorInfo, OutcomeRecord, about_the_run
 from stepstone.records.run_records import RunRecords
 from stepstone.runtime.capabilities import Waking
 from stepstone.runtime.clock import Clock
@@ -185,6 +185,7 @@ class RunEnding:
             claims=delivery.claims,
             claimed_at=self._history.claimed_at(delivery),
             worker=self._history.worker_id(),
+            **({} if envelope is None else about_the_run(envelope)),
         )
 
 

@@ -18,7 +18,7 @@ from stepstone.records.envelope import Envelope
 from stepstone.records.outcome import OutcomeRecord
 from stepstone.records.run_records import RunRecords, answering
 from stepstone.runtime.errors import MalformedPayload
-from stepstone.runtime.queue import JobRecord, JobStatus, LeaseQueue
+from stepstone.runtime.queue import SUSPENDED_STATUSES, JobRecord, JobStatus, LeaseQueue
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,8 +29,11 @@ class JobState:
     """The run id."""
     status: JobStatus
     attempts: int
+    """Attempts begun that count toward ``max_attempts``; a durable wait
+    pauses an attempt, so this only rises."""
     progress: Any = None
     last_error: str | None = None
+    """The last error's message (its traceback is in ``runner.history``)."""
     run_at: float | None = None
     """When it is (or was) due: a suspended run's wake time."""
     lease_expires_at: float | None = None
@@ -81,9 +84,9 @@ async def read_state(records: RunRecords, queue: LeaseQueue, run_id: str) -> Job
     return JobState(
         id=run_id,
         status=queued.status,
-        attempts=queued.attempts,
+        attempts=attempts_of(queued),
         progress=None if envelope is None else await records.progress(run_id, envelope.incarnation),
-        last_error=queued.last_error or queued.dead_reason or _reason(record),
+        last_error=first_line(queued.last_error or queued.dead_reason or _reason(record)),
         run_at=queued.run_at,
         lease_expires_at=queued.lease_expires_at,
         waiting_for=None if queued.wait is None else queued.wait.detail,
@@ -106,3 +109,18 @@ def _envelope(queued: JobRecord) -> Envelope | None:
 
 def _reason(error: CorruptOutcome | None) -> str | None:
     return None if error is None else str(error)
+
+
+def attempts_of(record: JobRecord) -> int:
+    """The attempts a run has begun that count toward ``max_attempts``, as
+    people read it: a durable wait pauses an attempt, it does not end it (the
+    queue gives a suspended run's attempt back uncounted, to charge it only
+    when the run resumes), so the count of a waiting run is its attempt's."""
+    if record.status in SUSPENDED_STATUSES:
+        return record.attempts + 1
+    return record.attempts
+
+
+def first_line(text: str | None) -> str | None:
+    """An error's message without the traceback lines after it."""
+    return None if text is None else text.partition("\n")[0]

@@ -7,13 +7,13 @@ Each works on a store and a queue with no job type known, as the reads do
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
+from stepstone.errors import InspectError
 from stepstone.ops.reads import (
     READ_CONCURRENCY,
     Inspected,
-    InspectError,
     Unreadable,
     bounded,
     check_id,
@@ -76,30 +76,51 @@ async def retry(runner: Inspected, run_id: str) -> Unreadable | None:
 
 
 @dataclass(frozen=True, slots=True)
-class Retried:
-    """What :func:`retry_many` did: the jobs requeued, why each other one was
-    not, and the outcome records removed that would not decode."""
+class Bulk:
+    """What a bulk action did: the runs it acted on (``verb`` says how), why
+    each other one was not, and the records met that would not decode."""
 
-    requeued: list[str]
+    verb: str
+    done: list[str]
     refused: dict[str, str]
     unreadable: list[Unreadable]
 
 
-async def retry_many(runner: Inspected, run_ids: Iterable[str]) -> Retried:
-    """Retry each dead job as :func:`retry` does, ``READ_CONCURRENCY`` at a
-    time. A job that cannot be retried (it is no longer dead, the store
+async def retry_many(runner: Inspected, run_ids: Iterable[str]) -> Bulk:
+    """Retry each dead run as :func:`retry` does, ``READ_CONCURRENCY`` at a
+    time. A run that cannot be retried (it is no longer dead, the store
     refuses) is noted with why, and the others go on."""
+    return await _each(runner, run_ids, "requeued", retry)
+
+
+async def cancel_many(runner: Inspected, run_ids: Iterable[str]) -> Bulk:
+    """Cancel each run as :func:`cancel` does (a dead one is discarded from
+    the queue), ``READ_CONCURRENCY`` at a time, noting each that could not be."""
+
+    async def one(runner: Inspected, run_id: str) -> None:
+        await cancel(runner, run_id)
+
+    return await _each(runner, run_ids, "cancelled", one)
+
+
+async def _each(
+    runner: Inspected,
+    run_ids: Iterable[str],
+    verb: str,
+    act: Callable[[Inspected, str], Awaitable[Unreadable | None]],
+) -> Bulk:
     refused: dict[str, str] = {}
 
     async def one(run_id: str) -> tuple[str, Unreadable | None]:
         try:
-            return run_id, await retry(runner, run_id)
+            return run_id, await act(runner, run_id)
         except (InspectError, StoreError, QueueError) as exc:
             refused[run_id] = str(exc)
             return run_id, None
 
     done = await bounded(one(run_id) for run_id in run_ids)
-    return Retried(
+    return Bulk(
+        verb,
         [run_id for run_id, _ in done if run_id not in refused],
         refused,
         [removed for _, removed in done if removed is not None],

@@ -1,8 +1,10 @@
-"""Runs listed and counted: ``stepstone ls``, ``stepstone stats``, the web view's list.
+"""Runs listed and counted: ``runner.runs()``, ``stepstone ls``, ``stepstone
+stats``, the web view's list, and the runs a bulk action takes.
 
 Live runs are listed from the queue (which holds them, and the dead), finished
 ones from their outcome records; a run is one row, newest first by when it
-was submitted. What a listing costs is said at :func:`list_jobs`.
+was submitted, chosen by a :class:`RunFilter`. What a listing costs is said
+at :func:`list_runs`.
 """
 
 from __future__ import annotations
@@ -12,45 +14,79 @@ import heapq
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from stepstone.errors import InspectError
+from stepstone.handles.state import attempts_of, first_line
 from stepstone.ops.reads import (
     Inspected,
-    InspectError,
     Unreadable,
     bounded,
     iter_outcomes,
     lacks,
-    parse_status,
     read_outcome,
     read_outcomes,
 )
+from stepstone.records.envelope import Envelope
 from stepstone.records.outcome import OutcomeRecord
 from stepstone.runtime.capabilities import JobCounts, JobListing
+from stepstone.runtime.errors import MalformedPayload
 from stepstone.runtime.queue import QUEUE_STATUSES, JobRecord, JobStatus
 from stepstone.store import ObjectInfo
 
 
 @dataclass(frozen=True, slots=True)
-class Listed:
-    """One row of ``stepstone ls`` and the web view's list: a job by its id,
-    from the queue and/or its outcome."""
+class RunSummary:
+    """One run as a listing shows it (``runner.runs()``, ``stepstone ls``, the
+    web view's list): from its queue record and/or its outcome."""
 
     id: str
+    """The run id."""
     kind: str
     status: JobStatus
     attempts: int
     updated: float
     source: str
-    """``queue``, ``outcome``, or ``queue+outcome`` (a dead job keeps both)."""
+    """``queue``, ``outcome``, or ``queue+outcome`` (a dead run keeps both)."""
     last_error: str | None = None
+    """The last error's message (its first line: tracebacks are in ``show``)."""
     submitted: float = 0.0
     """When the run was enqueued (the finish time for an outcome too old to say)."""
+    version: str | None = None
+    """The job type's ``VERSION`` it was submitted under."""
+    key: str | None = None
+    """The idempotency key it was submitted with."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunFilter:
+    """Which runs a listing or a bulk action takes: each field that is set
+    must match (None: any)."""
+
+    status: JobStatus | None = None
+    kind: str | None = None
+    since: float | None = None
+    """Submitted at or after this epoch time."""
+    version: str | None = None
+    """Submitted under this ``VERSION`` of its job type."""
+    key_prefix: str | None = None
+    """Submitted with an idempotency key starting with this."""
+
+    def matches(self, row: RunSummary) -> bool:
+        return (
+            (self.kind is None or row.kind == self.kind)
+            and (self.since is None or row.submitted >= self.since)
+            and (self.version is None or row.version == self.version)
+            and (
+                self.key_prefix is None
+                or (row.key is not None and row.key.startswith(self.key_prefix))
+            )
+        )
 
 
 @dataclass(frozen=True, slots=True)
 class Listing:
-    """``stepstone ls``: the rows, and the records that could not be read."""
+    """A listing: the rows, and the records that could not be read."""
 
-    rows: list[Listed]
+    rows: list[RunSummary]
     unreadable: list[Unreadable]
 
 
@@ -64,22 +100,16 @@ class Counts:
     unreadable: list[Unreadable]
 
 
-async def list_jobs(
-    runner: Inspected,
-    state: str | None = None,
-    *,
-    kind: str | None = None,
-    since: float | None = None,
-    limit: int | None = 100,
+async def list_runs(
+    runner: Inspected, chosen: RunFilter = RunFilter(), *, limit: int | None = 100
 ) -> Listing:
-    """Jobs newest first by when they were submitted, one row per id, and the
-    records met that would not decode.
+    """Runs ``chosen`` takes, newest first by when they were submitted, one
+    row per id, and the records met that would not decode.
 
-    A queue state (scheduled, ready, running, dead, ...) lists queue records
-    only; an outcome state (succeeded, failed, cancelled) lists outcome records
-    only, which is where finished runs live; no state lists both. ``kind``
-    keeps the jobs of one job type (its NAME), ``since`` those submitted at or
-    after that epoch time, ``limit`` the newest that many (None: all).
+    A queue status (scheduled, ready, running, dead, ...) lists queue records
+    only; an outcome status (succeeded, failed, cancelled) lists outcome
+    records only, which is where finished runs live; no status lists both.
+    ``limit`` keeps the newest that many (None: all).
 
     What it costs: every queue record is read (a LIST per thousand and a GET
     per record, as ``stats`` counts them; the queue holds the live runs and
@@ -92,8 +122,8 @@ async def list_jobs(
     """
     if limit is not None and limit < 1:
         raise InspectError(f"--limit must be at least 1, got {limit}")
-    wanted = None if state is None else parse_status(state)
-    found = _Newest(kind, since, limit)
+    wanted = chosen.status
+    found = _Newest(chosen, limit)
     unreadable: dict[str, Unreadable] = {}  # by key: a dead job's outcome is met twice
     if wanted is None or wanted.queued:
         async for record in _queue_records(runner, wanted):
@@ -120,7 +150,7 @@ async def list_jobs(
 
 CLOCK_SLACK = 5.0
 """Seconds a submitter's clock may run ahead of the store's with ``ls`` still
-newest first (see :func:`list_jobs`)."""
+newest first (see :func:`list_runs`)."""
 
 
 _OUTCOME_PAGE = 100
@@ -132,17 +162,12 @@ class _Newest:
     """The rows a listing keeps: those its filters match, one per id (the
     first offered), of which the newest ``limit`` are shown."""
 
-    kind: str | None
-    since: float | None
+    chosen: RunFilter
     limit: int | None
-    rows: dict[str, Listed] = field(default_factory=dict)
+    rows: dict[str, RunSummary] = field(default_factory=dict)
 
-    def offer(self, row: Listed) -> None:
-        if row.id in self.rows:
-            return
-        if (self.kind is None or row.kind == self.kind) and (
-            self.since is None or row.submitted >= self.since
-        ):
+    def offer(self, row: RunSummary) -> None:
+        if row.id not in self.rows and self.chosen.matches(row):
             self.rows[row.id] = row
 
     def newer_than(self, written: float) -> bool:
@@ -153,7 +178,7 @@ class _Newest:
         submitted = (row.submitted for row in self.rows.values())
         return heapq.nlargest(self.limit, submitted)[-1] > written + CLOCK_SLACK
 
-    def newest(self) -> list[Listed]:
+    def newest(self) -> list[RunSummary]:
         rows = sorted(self.rows.values(), key=lambda row: (row.submitted, row.id), reverse=True)
         return rows[: self.limit]
 
@@ -177,17 +202,27 @@ async def _queue_records(runner: Inspected, status: JobStatus | None) -> AsyncIt
         cursor = page.cursor
 
 
-def _queued_row(record: JobRecord) -> Listed:
-    return Listed(
+def _queued_row(record: JobRecord) -> RunSummary:
+    envelope = _envelope(record)
+    return RunSummary(
         id=record.id,
         kind=record.kind,
         status=record.status,
-        attempts=record.attempts,
+        attempts=attempts_of(record),
         updated=record.updated_at,
         source="queue",
-        last_error=record.last_error or record.dead_reason,
+        last_error=first_line(record.last_error or record.dead_reason),
         submitted=record.created_at,
+        version=None if envelope is None else envelope.version,
+        key=None if envelope is None else envelope.key,
     )
+
+
+def _envelope(record: JobRecord) -> Envelope | None:
+    try:
+        return Envelope.decode(record.payload)
+    except MalformedPayload:
+        return None
 
 
 async def _offer_outcomes(
@@ -197,8 +232,9 @@ async def _offer_outcomes(
     unreadable: dict[str, Unreadable],
 ) -> None:
     """Offer ``found`` the outcome records that may be among its newest rows,
-    most recently written first, a page at a time (see :func:`list_jobs`)."""
-    written_after = None if found.since is None else found.since - CLOCK_SLACK
+    most recently written first, a page at a time (see :func:`list_runs`)."""
+    since = found.chosen.since
+    written_after = None if since is None else since - CLOCK_SLACK
     infos = [
         info
         async for info in iter_outcomes(runner)
@@ -216,16 +252,18 @@ async def _offer_outcomes(
                 found.offer(_finished_row(record))
 
 
-def _finished_row(record: OutcomeRecord) -> Listed:
-    return Listed(
+def _finished_row(record: OutcomeRecord) -> RunSummary:
+    return RunSummary(
         id=record.run_id,
         kind=record.kind,
         status=record.status,
         attempts=record.attempts,
         updated=record.finished_at,
         source="outcome",
-        last_error=None if record.error is None else record.error.message,
+        last_error=None if record.error is None else first_line(record.error.message),
         submitted=record.submitted_at or record.finished_at,
+        version=record.version,
+        key=record.key,
     )
 
 

@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from stepstone.errors import InspectError
 from stepstone.records.attempts import AttemptInfo
 from stepstone.records.codec import unpack
 from stepstone.records.envelope import Envelope
@@ -57,10 +58,6 @@ def parse_status(name: str) -> JobStatus:
     except ValueError:
         names = ", ".join(status.value for status in JobStatus)
         raise InspectError(f"unknown status {name!r} (one of: {names})") from None
-
-
-class InspectError(Exception):
-    """A request an operator made that cannot be done, with the reason to show."""
 
 
 def lacks(queue: object, doing: str, instead: str = "") -> InspectError:
@@ -108,6 +105,10 @@ class Detail:
     incarnation: str | None = None
     """The incarnation of the live or recorded run; memos of others are leftovers."""
     input: Any = None
+    version: str | None = None
+    """The job type's ``VERSION`` the run was submitted under."""
+    key: str | None = None
+    """The idempotency key it was submitted with."""
     unreadable: dict[str, Unreadable] = field(default_factory=dict)
     """The job's records that would not decode, by part (``queue``,
     ``outcome``, ``progress``); an unreadable memo says so itself."""
@@ -220,14 +221,21 @@ async def detail(runner: Inspected, run_id: str) -> Detail:
     )
     input_json: Any = None
     incarnation: str | None = None
+    version = key = None
+    if isinstance(outcome, OutcomeRecord):
+        version, key = outcome.version, outcome.key
     if isinstance(queued, JobRecord):
         with contextlib.suppress(MalformedPayload):
             envelope = Envelope.decode(queued.payload)
             incarnation = envelope.incarnation
+            version, key = envelope.version, envelope.key
             with contextlib.suppress(ValueError):
                 input_json = json.loads(envelope.input)
     if incarnation is None and isinstance(outcome, OutcomeRecord):
         incarnation = outcome.incarnation or None
+    if input_json is None and isinstance(outcome, OutcomeRecord) and outcome.input is not None:
+        with contextlib.suppress(ValueError):
+            input_json = json.loads(outcome.input)  # (a finished run keeps it there)
     recorded = outcome if isinstance(outcome, OutcomeRecord) else None
     progress, history = await asyncio.gather(
         read_progress(runner, run_id, incarnation),
@@ -247,6 +255,7 @@ async def detail(runner: Inspected, run_id: str) -> Detail:
     )
     found.incarnation = incarnation
     found.input = input_json
+    found.version, found.key = version, key
     found.history = history.attempts
     found.unreadable_attempts = [Unreadable(key, why) for key, why in history.unreadable]
     return found

@@ -4,7 +4,8 @@ The queue moves opaque bytes; this is what the workflow layer puts in them:
 which job type, its canonical input, the hash an idempotent resubmit is
 compared against, and which incarnation of its run id this enqueue started
 (memos are keyed by it, so a later incarnation never replays an earlier
-one's steps).
+one's steps); and what an operator finds runs by: the job type's version
+and the idempotency key.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ class Envelope:
     keyed: bool
     parent: str | None = None
     """The run that submitted this one as its child (woken when this one ends)."""
+    version: str | None = None
+    """The job type's ``VERSION`` when the run was submitted (None: it has none)."""
+    key: str | None = None
+    """The idempotency key the run was submitted with (None: it had none)."""
 
     def encode(self) -> bytes:
         fields: dict[str, object] = {
@@ -50,6 +55,10 @@ class Envelope:
         }
         if self.parent is not None:
             fields["par"] = self.parent
+        if self.version is not None:
+            fields["ver"] = self.version
+        if self.key is not None:
+            fields["key"] = self.key
         return pack(fields)
 
     @classmethod
@@ -65,11 +74,14 @@ class Envelope:
                 input_hash=raw["ih"],
                 keyed=bool(raw["keyed"]),
                 parent=raw.get("par"),
+                version=raw.get("ver"),
+                key=raw.get("key"),
             )
             if not isinstance(envelope.kind, str) or not isinstance(envelope.input, bytes):
                 raise ValueError("kind or input has the wrong type")
-            if envelope.parent is not None and not isinstance(envelope.parent, str):
-                raise ValueError("parent has the wrong type")
+            optional = (envelope.parent, envelope.version, envelope.key)
+            if not all(text is None or isinstance(text, str) for text in optional):
+                raise ValueError("parent, version or key has the wrong type")
             return envelope
         except Exception as exc:
             raise MalformedPayload(f"the job's payload could not be decoded: {exc}") from exc

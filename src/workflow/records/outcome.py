@@ -20,12 +20,17 @@ from typing import Any, Generic, TypeVar
 
 from stepstone.errors import JobCancelled, JobFailed
 from stepstone.records.codec import codec_for_type, pack, unpack
+from stepstone.records.envelope import Envelope
 from stepstone.runtime.decide import FailureKind
 from stepstone.runtime.queue import JobStatus
 
 T = TypeVar("T")
 
 RECORD_VERSION = 1
+INPUT_KEPT_BYTES = 64 * 1024
+"""A finished run's input is kept in its outcome record up to this size (its
+canonical JSON): ``show``, the web view and a replay read it there once the
+queue record, which carries it while the run lives, is gone."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +75,14 @@ class OutcomeRecord:
     """When that claim's handler began (None: it never ran)."""
     worker: tuple[str, int, str] | None = None
     """The worker that recorded it: host, pid, worker id."""
+    version: str | None = None
+    """The job type's ``VERSION`` the run was submitted under."""
+    key: str | None = None
+    """The idempotency key the run was submitted with."""
+    input: bytes | None = None
+    """The run's input (canonical JSON), when at most ``INPUT_KEPT_BYTES``."""
+    input_size: int | None = None
+    """The input's size in bytes (also when it was too large to keep)."""
 
     def encode(self) -> bytes:
         return pack(
@@ -98,6 +111,10 @@ class OutcomeRecord:
                 "claims": self.claims,
                 "claimed_at": self.claimed_at,
                 "worker": None if self.worker is None else list(self.worker),
+                "version": self.version,
+                "key": self.key,
+                "input": self.input,
+                "input_size": self.input_size,
             }
         )
 
@@ -180,6 +197,10 @@ def decode_outcome_key(data: bytes) -> OutcomeRecord | Tombstone:
                 claims=raw.get("claims"),
                 claimed_at=raw.get("claimed_at"),
                 worker=_worker(raw.get("worker")),
+                version=raw.get("version"),
+                key=raw.get("key"),
+                input=raw.get("input"),
+                input_size=raw.get("input_size"),
             )
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         raise ValueError(f"a field is missing or malformed ({type(exc).__name__}: {exc})") from exc
@@ -270,5 +291,21 @@ def _check_types(found: OutcomeRecord | Tombstone) -> None:
         or (error is not None and not isinstance(error.error_type, str | None))
         or (error is not None and not isinstance(error.traceback, str | None))
         or not isinstance(record.claims, int | None)
+        or not all(isinstance(text, str | None) for text in (record.version, record.key))
+        or not isinstance(record.input, bytes | None)
+        or not isinstance(record.input_size, int | None)
     ):
         raise ValueError("a field has the wrong type")
+
+
+def about_the_run(envelope: Envelope) -> dict[str, Any]:
+    """The fields an outcome record keeps of the run it answers, from its
+    envelope: version, idempotency key, and the input while it is small
+    enough (``INPUT_KEPT_BYTES``)."""
+    data = envelope.input
+    return {
+        "version": envelope.version,
+        "key": envelope.key,
+        "input": data if len(data) <= INPUT_KEPT_BYTES else None,
+        "input_size": len(data),
+    }

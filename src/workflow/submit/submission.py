@@ -26,6 +26,8 @@ class Submission:
     digest: str
     run_id: str | None
     """The keyed run's id (None: a fresh id at each enqueue)."""
+    key: str | None
+    """The job's idempotency key (None: none, or an id derived for it)."""
     parent: str | None
     output: Any
     headers: dict[str, str]
@@ -45,6 +47,7 @@ class Submission:
             data = canonical_input(job)
         except Exception as exc:
             raise EncodingError(f"the input cannot be encoded: {exc}", job=kind) from exc
+        key: str | None = None
         if run_id is None:
             key = job.idempotency_key()
             if key is not None and not isinstance(key, str):
@@ -61,6 +64,7 @@ class Submission:
             data=data,
             digest=input_hash(kind, data),
             run_id=run_id,
+            key=key,
             parent=parent,
             output=type(job).output_type(),
             headers=headers_of(options),
@@ -74,7 +78,14 @@ class Submission:
     def new_job(self, default_max_attempts: int) -> NewJob:
         """The queue's new job for a new incarnation of this run."""
         self.envelope = Envelope(
-            self.kind, self.data, fresh_incarnation(), self.digest, self.keyed, self.parent
+            self.kind,
+            self.data,
+            fresh_incarnation(),
+            self.digest,
+            self.keyed,
+            self.parent,
+            version=type(self.job).VERSION,
+            key=self.key,
         )
         job = NewJob(
             payload=self.envelope.encode(),

@@ -70,7 +70,7 @@ class Filters:
     since: str = ""
 
     def submitted_after(self, now: float) -> float | None:
-        """The ``since`` of :func:`stepstone.ops.listing.list_jobs`."""
+        """The ``since`` of :class:`stepstone.ops.listing.RunFilter`."""
         return now - SINCE[self.since] if self.since else None
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from stepstone.errors import InspectError
 from stepstone.ops import listing, reads
 from stepstone.runner import JobRunner
 from stepstone.runtime.queue import JobStatus
@@ -47,7 +48,7 @@ def _render(request: Request, name: str, context: dict[str, Any], status: int = 
 
 async def runs_page(request: Request) -> Response:
     """Runs newest first, filtered by state, job type and age (through
-    :func:`stepstone.ops.listing.list_jobs`, as ``stepstone ls``); the queue's counts."""
+    :func:`stepstone.ops.listing.list_runs`, as ``stepstone ls``); the queue's counts."""
     runner: JobRunner = request.app.state.runner
     query = request.query_params
     filters = Filters(query.get("state", ""), query.get("kind", ""), query.get("since", ""))
@@ -61,19 +62,18 @@ async def runs_page(request: Request) -> Response:
     except ValueError:
         problems.append(f"limit must be a number, not {query.get('limit')!r}")
         limit = LIMIT
-    rows: list[listing.Listed] = []
+    rows: list[listing.RunSummary] = []
     unreadable: list[reads.Unreadable] = []
     kinds = sorted({filters.kind} - {""})
     if not problems:
         try:
-            listed = await listing.list_jobs(
-                runner,
-                filters.state or None,
+            chosen = listing.RunFilter(
+                status=JobStatus(filters.state) if filters.state else None,
                 kind=filters.kind or None,
                 since=filters.submitted_after(runner.clock.now()),
-                limit=limit,
             )
-        except reads.InspectError as exc:
+            listed = await listing.list_runs(runner, chosen, limit=limit)
+        except InspectError as exc:
             problems.append(str(exc))
         else:
             kinds = sorted({row.kind for row in listed.rows} | {filters.kind} - {""})
@@ -82,7 +82,7 @@ async def runs_page(request: Request) -> Response:
     counts: dict[str, int] | None = None
     try:
         counts = await listing.queue_counts(runner)
-    except reads.InspectError:
+    except InspectError:
         counts = None  # a queue that cannot count (the page says nothing of it)
     return _render(
         request,
@@ -108,7 +108,7 @@ async def run_page(request: Request) -> Response:
     run_id = request.path_params["run_id"]
     try:
         found = await reads.detail(runner, run_id)
-    except reads.InspectError as exc:
+    except InspectError as exc:
         return _render(request, "missing.html", {"run_id": run_id, "why": str(exc)}, 404)
     return _render(request, "run.html", {"run": run_view(found)})
 
