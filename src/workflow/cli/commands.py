@@ -189,22 +189,28 @@ def _bulk(
             _confirm(f"{verb} {matched}?")
         done = await act(runner, run_ids)
         warn_unreadable(done.unreadable)
-        untouched = len(done.refused) + len(listed.unreadable)
+        # A record that would not decode is a run left untouched, unless it
+        # was read beside one acted on (a dead run's outcome).
+        acted = set(run_ids)
+        unlisted = [u for u in listed.unreadable if u.key.rsplit("/", 1)[-1] not in acted]
+        untouched = len(done.refused) + len(unlisted)
         if args.json:
             emit_json(
                 {
                     "matched": len(run_ids),
-                    "done": done.done,
+                    done.verb: done.done,
                     "refused": [{"id": i, "reason": why} for i, why in done.refused.items()],
-                    "unreadable": unreadable_json(listed.unreadable),
+                    "unreadable": unreadable_json(unlisted),
                 }
             )
         else:
             print(f"{done.verb} {len(done.done)} of {matched}")
             for run_id, why in done.refused.items():
                 print(escape_controls(f"not {done.verb} {run_id}: {why}"))
-            if listed.unreadable:
-                print(f"{len(listed.unreadable)} record(s) could not be read, so not touched")
+            if unlisted:
+                print(
+                    f"{len(unlisted)} record(s) could not be read, so their runs were not touched"
+                )
         return 1 if untouched else 0
 
     return asyncio.run(_with_runner(args, body))

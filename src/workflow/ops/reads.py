@@ -263,6 +263,8 @@ async def detail(runner: Inspected, run_id: str) -> Detail:
 
 CANDIDATES = 5
 """Ids an ambiguous prefix names in its error."""
+WHOLE_ID_LENGTHS = (32, 64)
+"""The lengths of a whole run id: a random one, and a key's SHA-256."""
 
 _ID_PREFIX = re.compile(r"[0-9a-f]{4,64}")
 
@@ -272,7 +274,8 @@ async def resolve_id(runner: Inspected, prefix: str) -> str:
     hex digits), for ``stepstone show``.
 
     It looks among outcome records (a LIST) and queue records (a page of the
-    queue's listing, from where the prefix would sort). Raises InspectError
+    queue's listing, from where the prefix would sort); an id of a whole
+    run id's length (32 or 64 digits) is taken as it is. Raises InspectError
     when the prefix names several runs (naming a few) or none. A whole id
     found nowhere is returned as it is, for :func:`detail` to look further
     (a run's leftover memos) or say it knows no such job.
@@ -281,6 +284,8 @@ async def resolve_id(runner: Inspected, prefix: str) -> str:
         raise InspectError(
             f"not a run id or id prefix: {prefix[:80]!r} (expected 4 to 64 lowercase hex digits)"
         )
+    if len(prefix) in WHOLE_ID_LENGTHS:
+        return prefix  # (a whole id: nothing to look up, and no listing to pay for)
     outcomes = await runner.store.list(runner.layout.outcome(prefix), limit=CANDIDATES + 1)
     found = {runner.layout.run_id_of_outcome(info.key) for info in outcomes}
     queue = runner.queue
