@@ -9,6 +9,7 @@ skip otherwise, saying what to install.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -103,12 +104,22 @@ async def runs(store_url: str) -> AsyncIterator[Runs]:
 def ui(runs: Runs, tmp_path: Path) -> Iterator[str]:
     """``stepstone ui`` on the store, a free port, refreshing every half second;
     yields the URL it printed."""
+    with serve(runs.store, tmp_path) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def serve(store: str, tmp_path: Path, *options: str) -> Iterator[str]:
+    """``stepstone ui STORE --port 0 --refresh 0.5 OPTIONS`` until the block
+    ends, stopped as Ctrl-C would; yields the URL its first line printed (the
+    line itself is left in ``tmp_path/first-line``)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
-    err = (tmp_path / "ui.err").open("w")
+    err_path = tmp_path / "ui.err"
+    err = err_path.open("w")
     proc = subprocess.Popen(
         [
-            *(sys.executable, "-m", "stepstone", "ui", runs.store),
-            *("--port", "0", "--refresh", "0.5"),
+            *(sys.executable, "-m", "stepstone", "ui", store),
+            *("--port", "0", "--refresh", "0.5", *options),
         ],
         env=env,
         stdout=subprocess.PIPE,
@@ -118,11 +129,12 @@ def ui(runs: Runs, tmp_path: Path) -> Iterator[str]:
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
+        (tmp_path / "first-line").write_text(line)
         found = re.search(r"(http://\S+/)", line)
-        assert found, f"stepstone ui said {line!r}; stderr: {(tmp_path / 'ui.err').read_text()}"
+        assert found, f"stepstone ui said {line!r}; stderr: {err_path.read_text()}"
         yield found.group(1)
         proc.terminate()
-        assert proc.wait(timeout=DEADLINE) == 0, (tmp_path / "ui.err").read_text()
+        assert proc.wait(timeout=DEADLINE) == 0, err_path.read_text()
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -5,6 +5,7 @@ serve."""
 from __future__ import annotations
 
 import html as html_text
+import http.client
 import re
 import socket
 import subprocess
@@ -14,7 +15,7 @@ import urllib.request
 from email.message import Message
 from pathlib import Path
 
-from conftest import DEADLINE, Runs
+from conftest import DEADLINE, Runs, serve
 from ui_jobs import HOSTILE, Retried
 
 from stepstone import JobRunner
@@ -101,3 +102,54 @@ async def test_a_runs_page_shows_every_attempt_from_the_history(runs: Runs, ui: 
     index, took, claim = re.findall(r'<td class="num">(.*?)</td>', steps)
     assert (index, claim) == ("1", "1")  # recorded by the first claim
     assert took.endswith(("ms", " s")), took
+
+
+def get_as(url: str, host: str, path: str = "/") -> tuple[int, str]:
+    """A GET of ``path`` from the server at ``url`` with ``host`` in its Host
+    header, as a browser sends it for a name that resolves to this machine."""
+    address = re.fullmatch(r"http://(.+):(\d+)/", url)
+    assert address, url
+    connection = http.client.HTTPConnection(address[1], int(address[2]), timeout=30)
+    try:
+        connection.putrequest("GET", path, skip_host=True)
+        connection.putheader("Host", host)
+        connection.endheaders()
+        response = connection.getresponse()
+        return response.status, response.read().decode()
+    finally:
+        connection.close()
+
+
+def test_the_view_answers_only_the_host_names_that_reach_it_by_right(
+    runs: Runs, ui: str, tmp_path: Path
+) -> None:
+    """DNS rebinding: a site the operator visits points its own name at
+    127.0.0.1; the browser then sends that name as the Host, and must get
+    no page (nor any run's input or result) back."""
+    port = ui.rsplit(":", 1)[1].rstrip("/")
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", "localhost"):
+        status, page = get_as(ui, host)
+        assert status == 200, (host, page)
+    for host in ("attacker.example", f"attacker.example:{port}", "127.0.0.1.attacker.example"):
+        for path in ("/", f"/runs/{runs.succeeded}", "/static/ui.js"):
+            status, page = get_as(ui, host, path)
+            assert status == 400, (host, path, status)
+            assert "o-1" not in page and len(page.splitlines()) == 1
+    with serve(runs.store, tmp_path, "--allow-host", "jobs.example.com") as proxied:
+        assert get_as(proxied, "jobs.example.com")[0] == 200
+        assert get_as(proxied, "localhost")[0] == 200
+        assert get_as(proxied, "attacker.example")[0] == 400
+
+
+def test_the_first_line_says_who_can_reach_the_view(runs: Runs, tmp_path: Path) -> None:
+    with serve(runs.store, tmp_path) as _, open(tmp_path / "first-line") as said:
+        assert "reachable by this machine only" in said.read()
+    with (
+        serve(runs.store, tmp_path, "--host", "0.0.0.0") as url,
+        open(tmp_path / "first-line") as said,
+    ):
+        line = said.read()
+        assert url.startswith("http://127.0.0.1:")
+        assert (
+            "reachable by anyone who can reach port" in line and "any of its addresses" in line
+        ), line

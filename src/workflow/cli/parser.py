@@ -225,6 +225,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="the address to listen on (default 127.0.0.1: this machine only)",
     )
     ui.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="answer requests addressed to this host name too (a proxy's; *.example.com "
+        "for its subdomains); by default only localhost names and the --host address",
+    )
+    ui.add_argument(
         "--refresh",
         type=float,
         default=5.0,

@@ -2,7 +2,9 @@
 
 The store comes as for every command (``STORE_URL``, ``--store``,
 ``STEPSTONE_STORE`` or ``--app``); the page listens on 127.0.0.1 unless
-``--host`` says otherwise, since it shows jobs' inputs and results.
+``--host`` says otherwise, since it shows jobs' inputs and results, and
+its first line says who can reach it. It answers only requests addressed
+to a local name, its address or a name ``--allow-host`` adds (a proxy's).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import sys
 
 from stepstone.cli.errors import CliError
 from stepstone.cli.runners import runner_from_args
+from stepstone.ui.guard import who_can_reach
 from stepstone.ui.server import CannotServe, serve_ui
 
 
@@ -23,8 +26,9 @@ def cmd_ui(args: argparse.Namespace) -> int:
     if args.refresh < 0:
         raise CliError(f"--refresh must not be negative, got {args.refresh}", 2)
 
-    def ready(url: str) -> None:
-        sys.stdout.write(f"stepstone ui on {url} (Ctrl-C stops it)\n")
+    def ready(url: str, port: int) -> None:
+        reach = who_can_reach(args.host, port)
+        sys.stdout.write(f"stepstone ui on {url}, reachable by {reach} (Ctrl-C stops it)\n")
         sys.stdout.flush()
 
     try:
@@ -33,6 +37,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             refresh=args.refresh,
+            allow_hosts=args.allow_host,
             on_ready=ready,
         )
     except CannotServe as exc:

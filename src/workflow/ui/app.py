@@ -7,18 +7,23 @@ characters (terminal escapes, bidirectional overrides) are made visible first
 by the same :func:`~stepstone.telemetry.escaping.escape_controls` the CLI uses, so a
 job's message can neither inject markup nor disguise itself.
 
-Each response carries a Content-Security-Policy that allows only this
+It answers only the ``Host`` names :mod:`stepstone.ui.guard` allows (DNS
+rebinding would otherwise let any site the operator visits read it). Each
+response carries a Content-Security-Policy that allows only this
 server's own script and stylesheet: were a template ever to print something
 unescaped, the browser would still run none of it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import jinja2
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
@@ -48,15 +53,18 @@ def templates() -> Jinja2Templates:
     return Jinja2Templates(env=env)
 
 
-def create_app(runner: JobRunner, *, refresh: float) -> Starlette:
+def create_app(runner: JobRunner, *, refresh: float, hosts: Sequence[str]) -> Starlette:
     """The application over ``runner`` (open on the loop that will serve it);
-    its pages refresh themselves every ``refresh`` seconds (0: never)."""
+    its pages refresh themselves every ``refresh`` seconds (0: never). It
+    answers a request only when its ``Host`` is one of ``hosts`` (see
+    :mod:`stepstone.ui.guard`), 400 otherwise."""
     app = Starlette(
+        middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=hosts, www_redirect=False)],
         routes=[
             Route("/", routes.runs_page, name="runs"),
             Route("/runs/{run_id}", routes.run_page, name="run"),
             Route("/static/{name}", routes.static, name="static"),
-        ]
+        ],
     )
     app.state.runner = runner
     app.state.templates = templates()

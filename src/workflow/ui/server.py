@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from types import FrameType
 
 from stepstone.runner import JobRunner
@@ -31,13 +31,17 @@ def serve_ui(
     host: str,
     port: int,
     refresh: float,
-    on_ready: Callable[[str], None],
+    allow_hosts: Sequence[str] = (),
+    on_ready: Callable[[str, int], None],
 ) -> None:
-    """Serve until stopped; ``on_ready`` hears the page's URL once it is served."""
+    """Serve until stopped; ``on_ready`` hears the page's URL and port once it
+    is served. The view answers the ``Host`` names :func:`stepstone.ui.guard.allowed_hosts`
+    gives for ``host`` and ``allow_hosts``."""
     try:
         import uvicorn
 
         from stepstone.ui.app import create_app
+        from stepstone.ui.guard import allowed_hosts
     except ImportError as exc:
         raise CannotServe(
             f"the web view needs the ui extra: pip install 'stepstone[ui]' ({exc})"
@@ -50,15 +54,37 @@ def serve_ui(
     async def main() -> None:
         runner = await open_runner()
         try:
-            config = uvicorn.Config(
-                create_app(runner, refresh=refresh), log_level="warning", lifespan="off"
+            app = create_app(
+                runner,
+                refresh=refresh,
+                hosts=allowed_hosts(host, allow_hosts),
             )
-            server = uvicorn.Server(config)
+            config = uvicorn.Config(app, log_level="warning", lifespan="off")
+            started = asyncio.Event()
+
+            class Server(uvicorn.Server):
+                async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+                    await super().startup(sockets)
+                    started.set()
+
+            server = Server(config)
             bound = listening.getsockname()[1]
-            on_ready(f"http://{f'[{host}]' if ':' in host else host}:{bound}/")
-            before = {sig: signal.signal(sig, _stopped) for sig in STOP_SIGNALS}
+
+            def stopped(signum: int, frame: FrameType | None) -> None:
+                # Before uvicorn takes the signals: stop it as soon as it
+                # starts. After: the signal it raises again once shut down.
+                server.should_exit = True
+
+            before = {sig: signal.signal(sig, stopped) for sig in STOP_SIGNALS}
             try:
-                await server.serve(sockets=[listening])
+                serving = asyncio.create_task(server.serve(sockets=[listening]))
+                # Ready once uvicorn has taken the stop signals.
+                waiting = asyncio.create_task(started.wait())
+                await asyncio.wait([serving, waiting], return_when=asyncio.FIRST_COMPLETED)
+                waiting.cancel()
+                if server.started and not server.should_exit:
+                    on_ready(f"http://{_url_host(host)}:{bound}/", bound)
+                await serving
             finally:
                 for sig, handler in before.items():
                     signal.signal(sig, handler)
@@ -74,8 +100,13 @@ def serve_ui(
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def _stopped(signum: int, frame: FrameType | None) -> None:
-    """The signal uvicorn raises again once it has shut down: already handled."""
+def _url_host(host: str) -> str:
+    """The host part of the view's URL: a name to browse to even when bound to every address."""
+    if host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
 
 
 def _family(host: str) -> socket.AddressFamily:
