@@ -9,7 +9,9 @@ method that raises. A caller that needs one checks for it,
 
 - :class:`Waking` (``wake``): makes a suspended run due at once when what
   it waits for arrives (an event sent, a child ended, a concurrency slot
-  freed). MemoryQueue, StoreQueue.
+  freed), and only then: a run scheduled for later (its run-at, a retry's
+  backoff) or suspended for something else stays where it is.
+  MemoryQueue, StoreQueue.
 - :class:`JobListing` (``list``): the jobs a page at a time, for
   ``stepstone ls``. MemoryQueue, StoreQueue.
 - :class:`JobCounts` (``counts``): jobs by status, for ``stepstone stats``
@@ -43,10 +45,13 @@ class Waking(Protocol):
     """A queue that can make a suspended job due at once."""
 
     @abc.abstractmethod
-    async def wake(self, run_id: str) -> bool:
-        """Make the job due now if it is suspended or scheduled; if it is held
-        (running), mark it so its next suspension returns at once. False if
-        there is no such job (ended, never enqueued) or it is dead."""
+    async def wake(self, run_id: str, waiting_for: JobStatus) -> bool:
+        """Make the job due now if it is suspended waiting for ``waiting_for``
+        (one of the suspended statuses: what arrived); if it is held
+        (running), mark it so its next suspension returns at once. A job
+        waiting for its run-at time, a retry's backoff or something else is
+        left as it is. False if there is no such job (ended, never enqueued)
+        or it is dead; True otherwise, moved or not."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -315,13 +315,15 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
         self._touch(rec)
         return Settlement.SUSPENDED
 
-    async def wake(self, run_id: str) -> bool:
+    async def wake(self, run_id: str, waiting_for: JobStatus) -> bool:
         rec = self._records.get(run_id)
         if rec is None or rec.dead:
             return False
         if rec.token is not None:
             rec.woken = True
             return True
+        if rec.wait is None or rec.wait.status is not waiting_for:
+            return True  # not waiting for what arrived: its run-at stands
         now = self.clock.now()
         if rec.run_at > now:
             rec.run_at = now

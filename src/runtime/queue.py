@@ -120,8 +120,10 @@ SUSPENDED_STATUSES = frozenset(
 class Wait:
     """What a suspended job waits for: shown by status, ``ls`` and ``show``.
 
-    The queue keeps it with the record until the job is claimed again; it
-    decides nothing (the job is due at its run-at time, or when woken)."""
+    The queue keeps it with the record until the job is claimed again. The
+    job is due at its run-at time, or when woken for what it waits for: a
+    wake for another status leaves it (see
+    :class:`~stepstone.runtime.capabilities.Waking`)."""
 
     status: JobStatus
     """One of the suspended statuses (SUSPENDED_STATUSES)."""

@@ -5,8 +5,11 @@ by raising :class:`Suspend` from its handler: the worker gives its claim
 back with a wake time (:meth:`LeaseQueue.suspend`), the attempt not
 counted, and the job holds no worker while it waits. When what it waits
 for happens first (an event is sent, a child ends), whoever made it happen
-wakes the job (:class:`stepstone.runtime.capabilities.Waking`): it becomes
-due at once.
+wakes the job (:class:`stepstone.runtime.capabilities.Waking`), naming
+what arrived: it becomes due at once if that is what it waits for. A job
+that is merely scheduled (its first run-at, a retry's backoff) or waits
+for something else is not moved: an event sent early does not start a run
+before its run-at.
 
 A wake can arrive while the job still runs, between its last look at what
 it waits for and its suspension. It must not be lost, so a backend that

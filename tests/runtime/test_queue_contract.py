@@ -762,13 +762,39 @@ async def test_wake_makes_a_suspended_job_due_at_once(queue: LeaseQueue, clock: 
     await queue.enqueue(b"", id="j")
     d = await claim_one(queue)
     await queue.suspend(d, until=clock.now() + 3600, wait=SLEEPING)
-    assert await waking.wake("j") is True
+    assert await waking.wake("j", JobStatus.SLEEPING) is True
     record = await queue.get("j")
     assert record is not None
     assert (record.status, record.wait, record.attempts) == (JobStatus.READY, None, 0)
     assert record.run_at <= clock.now()
     assert (await claim_one(queue)).attempt == 1
-    assert await waking.wake("j") is True  # held now: marked, not moved
+    assert await waking.wake("j", JobStatus.SLEEPING) is True  # held now: marked, not moved
+
+
+async def test_a_wake_moves_only_a_job_waiting_for_what_arrived(
+    queue: LeaseQueue, clock: FakeClock
+) -> None:
+    """An event sent to a run scheduled for later must not start it early, a
+    retry's backoff stands, and a run asleep is not woken by a child's end."""
+    waking = requires(Waking, queue)
+    await queue.enqueue(b"", id="later", run_at=clock.now() + 20)
+    await queue.enqueue(b"", id="backoff")
+    assert await queue.nack(await claim_one(queue), delay=30) is Settlement.RETRIED
+    await queue.enqueue(b"", id="asleep")
+    await queue.suspend(await claim_one(queue), until=clock.now() + 3600, wait=SLEEPING)
+    for job_id in ("later", "backoff", "asleep"):
+        assert await waking.wake(job_id, JobStatus.WAITING_FOR_EVENT) is True  # live
+        assert await waking.wake(job_id, JobStatus.WAITING_FOR_CHILDREN) is True
+    assert await queue.claim(3, lease=LEASE) == []
+    assert [(await queue.get(i)).status for i in ("later", "backoff", "asleep")] == [  # type: ignore[union-attr]
+        JobStatus.SCHEDULED,
+        JobStatus.SCHEDULED,
+        JobStatus.SLEEPING,
+    ]
+    assert await waking.wake("asleep", JobStatus.SLEEPING) is True  # what it waits for
+    assert (await claim_one(queue)).id == "asleep"
+    clock.advance(20)
+    assert (await claim_one(queue)).id == "later"
 
 
 async def test_a_wake_while_held_makes_the_next_suspend_return_at_once(
@@ -779,7 +805,7 @@ async def test_a_wake_while_held_makes_the_next_suspend_return_at_once(
     waking = requires(Waking, queue)
     await queue.enqueue(b"", id="j")
     d = await claim_one(queue)
-    assert await waking.wake("j") is True
+    assert await waking.wake("j", JobStatus.SLEEPING) is True
     assert await queue.suspend(d, until=clock.now() + 3600, wait=SLEEPING) is Settlement.RETRIED
     record = await queue.get("j")
     assert record is not None and (record.status, record.wait) == (JobStatus.READY, None)
@@ -793,15 +819,15 @@ async def test_a_wake_while_held_makes_the_next_suspend_return_at_once(
 
 async def test_wake_of_an_unknown_or_dead_job_is_false(queue: LeaseQueue) -> None:
     waking = requires(Waking, queue)
-    assert await waking.wake("never") is False
+    assert await waking.wake("never", JobStatus.SLEEPING) is False
     await queue.enqueue(b"", id="dead")
     await queue.dead_letter(await claim_one(queue), "x")
-    assert await waking.wake("dead") is False
+    assert await waking.wake("dead", JobStatus.SLEEPING) is False
     await queue.enqueue(b"", id="acked")
     await queue.ack(await claim_one(queue))
-    assert await waking.wake("acked") is False
+    assert await waking.wake("acked", JobStatus.SLEEPING) is False
     await queue.enqueue(b"", id="ready")
-    assert await waking.wake("ready") is True  # due already: nothing to change
+    assert await waking.wake("ready", JobStatus.SLEEPING) is True  # due already: nothing to change
     assert (await claim_one(queue)).id == "ready"
 
 
@@ -910,13 +936,13 @@ async def test_a_wake_from_another_process_makes_the_job_due_for_its_holder(
     await a.enqueue(b"", id="j")
     d = await claim_one(a)
     assert isinstance(b, Waking)
-    assert await b.wake("j") is True  # while a holds it
+    assert await b.wake("j", JobStatus.SLEEPING) is True  # while a holds it
     assert await a.suspend(d, until=backend.clock.now() + 3600, wait=SLEEPING) is (
         Settlement.RETRIED
     )
     d = await claim_one(a)
     await a.suspend(d, until=backend.clock.now() + 3600, wait=SLEEPING)
-    assert await b.wake("j") is True  # while it sleeps
+    assert await b.wake("j", JobStatus.SLEEPING) is True  # while it sleeps
     assert (await claim_one(a)).claims == 3
 
 
@@ -936,7 +962,7 @@ async def test_a_wake_on_a_skewed_clock_makes_the_job_due_on_the_sleepers(
     d = await claim_one(sleeper, lease=10)
     # Held, its lease lapsed by the waker's clock when it runs ahead: its
     # holder may still be running it, so the wake must mark it all the same.
-    assert await waker.wake("j") is True
+    assert await waker.wake("j", JobStatus.SLEEPING) is True
     assert await sleeper.suspend(d, until=backend.clock.now() + 3600, wait=SLEEPING) is (
         Settlement.RETRIED
     )
@@ -944,5 +970,5 @@ async def test_a_wake_on_a_skewed_clock_makes_the_job_due_on_the_sleepers(
     backend.clock.advance(1)
     await sleeper.suspend(d, until=backend.clock.now() + 3600, wait=SLEEPING)
     backend.clock.advance(1)
-    assert await waker.wake("j") is True
+    assert await waker.wake("j", JobStatus.SLEEPING) is True
     assert (await claim_one(sleeper)).id == "j"

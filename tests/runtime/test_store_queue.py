@@ -815,7 +815,7 @@ async def _drive(ops: list[Op]) -> None:
                 record = await truth.get(job_id)
                 waker = q if op == "wake" else b
                 b_active = b_active or op == "wake-b"
-                woke = await waker.wake(job_id)
+                woke = await waker.wake(job_id, JobStatus.SLEEPING)
                 assert woke == (record is not None and record.status is not JobStatus.DEAD)
         # Where a view holds the store's current version, it holds it exactly.
         for info in await backing.list("queue/jobs/"):

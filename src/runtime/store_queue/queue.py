@@ -245,8 +245,8 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
     async def release(self, delivery: Delivery) -> Settlement:
         return await self._transitions.release(delivery)
 
-    async def wake(self, run_id: str) -> bool:
-        return await self._transitions.wake(run_id)
+    async def wake(self, run_id: str, waiting_for: JobStatus) -> bool:
+        return await self._transitions.wake(run_id, waiting_for)
 
     # -- outside a claim (stepstone.runtime.store_queue.admin) --------------
 

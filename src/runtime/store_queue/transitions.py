@@ -18,7 +18,7 @@ from collections.abc import Callable
 from stepstone.store.errors import NotFound, PreconditionFailed
 
 from ..clock import Clock
-from ..queue import Delivery, Settlement, Wait
+from ..queue import Delivery, JobStatus, Settlement, Wait
 from ..run_id import is_storable_id
 from .record_io import SWAP_TRIES, RecordIO
 from .records import CorruptRecord, StoredJob
@@ -183,7 +183,7 @@ class RecordTransitions:
         self._notify()
         return Settlement.RELEASED
 
-    async def wake(self, run_id: str) -> bool:
+    async def wake(self, run_id: str, waiting_for: JobStatus) -> bool:
         if not is_storable_id(run_id):
             return False
         for _ in range(SWAP_TRIES):
@@ -205,6 +205,8 @@ class RecordTransitions:
                 if job.woken:
                     return True  # already marked
                 new = job.next(now, woken=True)
+            elif job.wait is None or job.wait[0] != waiting_for.value:
+                return True  # not waiting for what arrived: its run-at stands
             elif job.run_at > due:
                 new = job.next(now, run_at=due, wait=None)
             else:

@@ -91,5 +91,6 @@ async def cancel_run(
     await queue.cancel(run_id)
     parent = None if envelope is None else envelope.parent
     if parent is not None and isinstance(queue, Waking):
-        await queue.wake(parent)  # a parent waiting for this child looks again
+        # A parent waiting for this child looks again.
+        await queue.wake(parent, JobStatus.WAITING_FOR_CHILDREN)
     return record, None if envelope is None else envelope.input

@@ -160,7 +160,7 @@ class RunEnding:
         parent finds it when it looks), tell the handles awaiting it here,
         then call its hooks (a cancelled run's are the cancelling process's)."""
         if self._waking is not None and envelope is not None and envelope.parent is not None:
-            await self._waking.wake(envelope.parent)
+            await self._waking.wake(envelope.parent, JobStatus.WAITING_FOR_CHILDREN)
         self._watch.stands(record)
         if record.status is not JobStatus.CANCELLED:
             await self._hooks.run(record, None if envelope is None else envelope.input)

@@ -201,7 +201,7 @@ class Limits:
         again by itself after ``wait_recheck``."""
         for run_id in runs:
             try:
-                if await waking.wake(run_id):
+                if await waking.wake(run_id, JobStatus.WAITING_FOR_SLOT):
                     continue
             except Exception as exc:
                 log.warning("run %s: waking it for its slot failed: %s", run_id, exc)

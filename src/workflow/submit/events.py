@@ -25,7 +25,7 @@ from stepstone.records.run_records import RunRecords
 from stepstone.runtime.capabilities import Waking
 from stepstone.runtime.clock import Clock
 from stepstone.runtime.errors import MalformedPayload
-from stepstone.runtime.queue import LeaseQueue
+from stepstone.runtime.queue import JobStatus, LeaseQueue
 
 
 async def send_event(
@@ -54,4 +54,4 @@ async def send_event(
     key = records.layout.event(run_id, incarnation, name, event_seq(clock.now()))
     await records.store.put_if_absent(key, data)
     if isinstance(queue, Waking):
-        await queue.wake(run_id)
+        await queue.wake(run_id, JobStatus.WAITING_FOR_EVENT)

@@ -1,0 +1,37 @@
+"""Job types of the waiters, events and families tests (importable by child
+processes): parents that join children others started, concurrent event
+waits, children that fail for good."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from wf_jobs import Counters
+
+from stepstone import Job, JobContext
+
+
+class GoesOnEvent(Job[Any]):
+    """Counts its start, then waits for event ``go``."""
+
+    NAME: ClassVar[str] = "family.goes-on-event"
+    key: str
+
+    def idempotency_key(self) -> str:
+        return f"goes:{self.key}"
+
+    async def run(self, ctx: JobContext) -> Any:
+        ctx.state(Counters).hit(f"goes:{self.key}")
+        return await ctx.wait_for_event("go")
+
+
+class Tag(Job[str]):
+    NAME: ClassVar[str] = "family.tag"
+    tag: str
+
+    async def run(self, ctx: JobContext) -> str:
+        ctx.state(Counters).hit(f"tag:{self.tag}")
+        return self.tag
+
+
+FAMILY_JOBS: list[type[Job[Any]]] = [GoesOnEvent, Tag]
