@@ -4,6 +4,7 @@ waits, children that fail for good."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, ClassVar
 
 from wf_jobs import Counters
@@ -34,4 +35,18 @@ class Tag(Job[str]):
         return self.tag
 
 
-FAMILY_JOBS: list[type[Job[Any]]] = [GoesOnEvent, Tag]
+class TwoAtOnce(Job[list[Any]]):
+    """Two waits for one event name at once: each must take its own event."""
+
+    NAME: ClassVar[str] = "family.two-at-once"
+    key: str
+
+    def idempotency_key(self) -> str:
+        return f"two-at-once:{self.key}"
+
+    async def run(self, ctx: JobContext) -> list[Any]:
+        ctx.state(Counters).hit(f"two-at-once:{self.key}")
+        return list(await asyncio.gather(ctx.wait_for_event("x"), ctx.wait_for_event("x")))
+
+
+FAMILY_JOBS: list[type[Job[Any]]] = [GoesOnEvent, Tag, TwoAtOnce]

@@ -13,12 +13,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
-from family_jobs import FAMILY_JOBS, GoesOnEvent, Tag
+from family_jobs import FAMILY_JOBS, GoesOnEvent, Tag, TwoAtOnce
 from wf_jobs import Counters
 from wf_support import ON_EVERY_STORE
 
 from stepstone import JobRunner, JobStatus, SubmitOptions
-from stepstone.testing import FakeClock, advance, run_job
+from stepstone.testing import FakeClock, advance, run_job, wait_until
 
 pytestmark = ON_EVERY_STORE
 
@@ -53,3 +53,28 @@ async def test_an_event_does_not_start_a_run_before_its_run_at(
         await advance(clock, 20)
         assert await handle.result(timeout=10) == 1
     assert counters.counts["goes:later"] == 1
+
+
+async def test_concurrent_waits_for_one_name_take_distinct_events(
+    make_family: Callable[..., JobRunner], clock: FakeClock, counters: Counters
+) -> None:
+    api = make_family(jobs=[])
+    sent_first = await api.submit(TwoAtOnce(key="sent-first"))
+    await api.send_event(sent_first.id, "x", "e1")
+    await advance(clock, 1)
+    await api.send_event(sent_first.id, "x", "e2")
+    async with make_family() as runner:
+        assert await sent_first.result(timeout=10) == ["e1", "e2"]
+        # Waiting first, the events arriving one by one (a replay each time).
+        waiting = await runner.submit(TwoAtOnce(key="waiting"))
+        await wait_until(lambda: _is(runner, waiting.id, JobStatus.WAITING_FOR_EVENT))
+        await runner.send_event(waiting.id, "x", "e3")
+        await wait_until(lambda: counters.counts["two-at-once:waiting"] >= 2)
+        await wait_until(lambda: _is(runner, waiting.id, JobStatus.WAITING_FOR_EVENT))
+        await advance(clock, 1)
+        await runner.send_event(waiting.id, "x", "e4")
+        assert await waiting.result(timeout=10) == ["e3", "e4"]
+
+
+async def _is(runner: JobRunner, run_id: str, status: JobStatus) -> bool:
+    return await _status(runner, run_id) is status

@@ -13,7 +13,8 @@ so a replay decides the same:
   replay sleeps until the same moment, not again from the start;
 - a wait for an event records its deadline (``!deadline.<name>@n``) and the
   event it took, or that it timed out (``!event.<name>@n``): a replay sees
-  the same payload, and a run takes each event once;
+  the same payload, and a run takes each event once (waits for one name
+  made at once take turns: :class:`~stepstone.execute.scope.EventTurn`);
 - awaiting children records nothing: their outcome records are the answer.
 
 What it waits for may happen while the run is still running, between its
@@ -89,21 +90,36 @@ async def wait_for_event(
     # same numbers in every replay, whichever of them it ends up reading.
     taken = Memo(run, name, _ANY, internal="event")
     limit = Memo(run, name, _FLOAT, internal="deadline")
-    found, recorded = await taken.lookup()
-    deadline = math.inf
-    if not found and timeout is not None:
-        deadline = await _recorded(limit, run.clock.now() + timeout)
-    if not found:
-        recorded = await _take_event(run, name, taken, deadline)
+    turn = run.event_turn(name)
+    async with turn.lock:  # (see EventTurn: concurrent waits for one name)
+        found, recorded = await taken.lookup()
+        deadline = math.inf
+        if not found and timeout is not None:
+            deadline = await _recorded(limit, run.clock.now() + timeout)
+        if not found:
+            try:
+                recorded = await _take_event(run, name, taken, deadline, turn.suspended)
+            except Suspend:
+                turn.suspended = True
+                raise
+        if recorded is not None:
+            run.consumed_events.add(recorded["key"])
     if recorded is None:
         return None
-    run.consumed_events.add(recorded["key"])
     return codec_for_type(output).decode(recorded["data"])
 
 
-async def _take_event(run: AttemptScope, name: str, taken: Memo, deadline: float) -> Any:
+async def _take_event(
+    run: AttemptScope, name: str, taken: Memo, deadline: float, suspended: bool
+) -> Any:
     """Take the oldest event ``name`` this run has not taken (recording which),
-    record a timeout past ``deadline``, or suspend."""
+    record a timeout past ``deadline``, or suspend (at once when an earlier
+    wait for the name has: ``suspended``)."""
+    now = run.clock.now()
+    if suspended:
+        raise Suspend(
+            min(deadline, now + run.wait_recheck), Wait(JobStatus.WAITING_FOR_EVENT, name)
+        )
     prefix = run.layout.events(run.run_id, run.incarnation, name)
     keys = sorted([info.key async for info in run.store.scan(prefix)])
     for key in keys:

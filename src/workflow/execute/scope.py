@@ -33,6 +33,18 @@ PROGRESS_INTERVAL = 1.0
 always written before the run settles."""
 
 
+class EventTurn:
+    """Concurrent waits for one event name (``asyncio.gather``) take turns
+    deciding, in call order (``lock``), so each takes an event the ones
+    before it did not. Once one has suspended the run (``suspended``), the
+    rest suspend too rather than take an event: the one that suspended
+    would take the same event on the next claim."""
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.suspended = False
+
+
 class AttemptScope:
     """One attempt's bookkeeping (see the module docstring)."""
 
@@ -81,6 +93,12 @@ class AttemptScope:
         self.wait_recheck = wait_recheck
         """Longest a waiting run stays suspended before it looks again."""
         self.consumed_events: set[str] = set()
+        """The events this attempt's waits took (recorded, or read back)."""
+        self._event_turns: dict[str, EventTurn] = {}
+
+    def event_turn(self, name: str) -> EventTurn:
+        """The turns of this attempt's waits for event ``name``."""
+        return self._event_turns.setdefault(name, EventTurn())
 
     @property
     def run_id(self) -> str:
