@@ -35,6 +35,7 @@ from stepstone.execute.attempts import AttemptRunner
 from stepstone.execute.cancelling import Canceller
 from stepstone.execute.durable_waits import wait_recheck_for
 from stepstone.execute.ending import RunEnding
+from stepstone.execute.hook_threads import HookThreads
 from stepstone.execute.hooks import SettledHook, SettledHooks
 from stepstone.handles.answers import RunAnswers
 from stepstone.handles.handle import JobHandle
@@ -148,7 +149,7 @@ class JobRunner:
             heard_here=lambda run_id: self.worker.holds(run_id) or self.queue.pending_here(run_id),
         )
         self._hooks = SettledHooks(
-            on_settled, job_type=self._jobs.get, in_thread=self._threads.call
+            on_settled, job_type=self._jobs.get, threads=HookThreads(name=worker_id)
         )
         self._history = AttemptLog(
             self.store, self.layout, self.clock, worker=worker_id, enabled=history

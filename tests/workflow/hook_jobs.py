@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import threading
 from typing import ClassVar
 
 from stepstone import Job, JobContext, Outcome
@@ -34,3 +36,39 @@ class Settles(Job[int]):
         _append(os.environ[HOOK_LOG], json.dumps(line))
         if os.environ.get(CRASH_IN_HOOK):
             os._exit(3)
+
+
+HOOK_RELEASE = threading.Event()
+"""Lets the hooks below return (a test sets it at its end)."""
+HOOKS_ENTERED: list[int] = []
+
+
+class HangsInHook(Job[int]):
+    """A plain hook that never returns on its own (an HTTP call with no timeout)."""
+
+    NAME: ClassVar[str] = "test.hooks.hangs"
+    n: int
+
+    async def run(self, ctx: JobContext) -> int:
+        return self.n
+
+    def on_settled(self, outcome: Outcome[int]) -> None:
+        HOOKS_ENTERED.append(self.n)
+        HOOK_RELEASE.wait()
+
+
+class IgnoresCancel(Job[int]):
+    """An async hook that catches its cancellation and goes on waiting."""
+
+    NAME: ClassVar[str] = "test.hooks.ignores_cancel"
+
+    async def run(self, ctx: JobContext) -> int:
+        return 1
+
+    async def on_settled(self, outcome: Outcome[int]) -> None:
+        HOOKS_ENTERED.append(1)
+        while not HOOK_RELEASE.is_set():
+            try:
+                await asyncio.sleep(0.05)
+            except asyncio.CancelledError:
+                continue

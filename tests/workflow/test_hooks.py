@@ -8,16 +8,26 @@ import json
 import logging
 import multiprocessing as mp
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from hook_jobs import CRASH_IN_HOOK, HOOK_LOG, RUN_LOG, Settles
-from wf_jobs import Adder, Counters
+from hook_jobs import (
+    CRASH_IN_HOOK,
+    HOOK_LOG,
+    HOOK_RELEASE,
+    HOOKS_ENTERED,
+    RUN_LOG,
+    HangsInHook,
+    IgnoresCancel,
+    Settles,
+)
+from wf_jobs import Adder, Counters, SyncJob
 from wf_support import wait_until
 
 from stepstone import Job, JobContext, JobRunner, JobStatus, Outcome, Permanent
+from stepstone.execute import hooks
 from stepstone.testing import FakeClock
 
 MakeRunner = Callable[..., JobRunner]
@@ -27,8 +37,17 @@ heard: list[tuple[str, Any]] = []
 
 
 @pytest.fixture(autouse=True)
-def _clear() -> None:
+def _clear() -> Iterator[None]:
     heard.clear()
+    HOOKS_ENTERED.clear()
+    HOOK_RELEASE.clear()
+    yield
+    HOOK_RELEASE.set()  # the hooks that never return, let go
+
+
+@pytest.fixture
+def short_hook_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hooks, "HOOK_TIMEOUT", 0.2)
 
 
 class Greets(Job[str]):
@@ -182,7 +201,62 @@ async def test_hooks_run_again_when_another_worker_settles_an_already_recorded_r
     assert calls[0][1].result == 3 and calls[0][1].id == handle.id
 
 
+@pytest.mark.usefixtures("short_hook_timeout")
+async def test_plain_hooks_that_never_return_starve_no_job(make_runner: MakeRunner) -> None:
+    """Two plain hooks hung for good (an HTTP call without a timeout) on a
+    worker of capacity 2: once they are past their timeout their runs are
+    settled, and a synchronous job still gets a thread to run in."""
+    async with make_runner(jobs=[HangsInHook, SyncJob], concurrency=2) as runner:
+        for n in (1, 2):
+            await runner.submit(HangsInHook(n=n))
+        await wait_until(lambda: sorted(HOOKS_ENTERED) == [1, 2])
+        await wait_until(lambda: runner.worker.stats.succeeded == 2)
+        handle = await runner.submit(SyncJob(n=20))
+        assert await handle.result(timeout=20) == 41
+
+
+@pytest.mark.usefixtures("short_hook_timeout")
+async def test_an_async_hook_that_swallows_its_cancellation_is_left_to_finish_alone(
+    make_runner: MakeRunner, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR, logger="stepstone")
+    async with make_runner(jobs=[IgnoresCancel], concurrency=1) as runner:
+        handle = await runner.submit(IgnoresCancel())
+        await wait_until(lambda: runner.worker.stats.succeeded == 1, timeout=20)
+        assert await runner.queue.get(handle.id) is None  # acked while the hook still waits
+        assert not HOOK_RELEASE.is_set() and HOOKS_ENTERED == [1]
+        HOOK_RELEASE.set()
+    [logged] = caplog.records
+    assert "IgnoresCancel.on_settled ran past 0.2s" in logged.getMessage()
+    assert "left to finish alone" in logged.getMessage()
+
+
 SPAWN = mp.get_context("spawn")
+
+
+def _worker_whose_hook_never_returns(root: str) -> None:
+    hooks.HOOK_TIMEOUT = 0.2
+
+    async def main() -> None:
+        async with JobRunner(root, jobs=[HangsInHook], poll_interval=0.05) as runner:
+            handle = await runner.submit(HangsInHook(n=1))
+            assert await handle.result(timeout=30) == 1
+            await wait_until(lambda: runner.worker.stats.succeeded == 1, timeout=30)
+
+    asyncio.run(main())  # then the interpreter exits, its hook still waiting
+
+
+@pytest.mark.slow
+async def test_a_hook_that_never_returns_does_not_stop_its_worker_from_exiting(
+    tmp_path: Path,
+) -> None:
+    child = SPAWN.Process(target=_worker_whose_hook_never_returns, args=(str(tmp_path),))
+    child.start()
+    await asyncio.to_thread(child.join, 60)
+    if child.exitcode is None:
+        child.kill()
+        child.join()
+    assert child.exitcode == 0, "the worker process did not exit: its hook's thread held it"
 
 
 def _worker_that_crashes_in_its_hook(root: str) -> None:

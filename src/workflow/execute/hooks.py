@@ -4,9 +4,10 @@ Two kinds, called in this order with the run's :class:`~stepstone.Outcome`
 (which carries the job's id and NAME): the job type's own
 (:meth:`Job.on_settled`, a method, a classmethod or a staticmethod; a method
 gets the run's input as ``self``) and the runner's (``JobRunner(on_settled=)``).
-Each may be ``async`` or plain; a plain one runs in the worker's thread pool,
-so a blocking call in it (an HTTP request to an alerting service) holds no
-event loop.
+Each may be ``async`` or plain; a plain one runs in a thread of its own
+(:class:`~stepstone.execute.hook_threads.HookThreads`), so a blocking call in
+it (an HTTP request to an alerting service) holds no event loop, and one
+that never returns holds none of the job threads nor the process at exit.
 
 **When.** The worker that records a run's outcome calls the hooks after the
 record has landed and before it acks (or dead-letters) the queue entry; a
@@ -30,6 +31,9 @@ settles again, and its hooks run again for its new outcome.
 **Failures are the hook's own.** What a hook raises, or a hook still running
 after ``HOOK_TIMEOUT`` seconds, is logged (with the job's id, name and
 the error) and changes nothing: the outcome stands and the run is settled.
+A hook past its timeout is cancelled (an ``async`` one) and left to finish
+alone: the run is settled without waiting for it, even if it goes on
+waiting after its cancellation, and a plain one's thread runs on unobserved.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from stepstone.execute.hook_threads import HookThreads
 from stepstone.job import Job
 from stepstone.records.outcome import Outcome, OutcomeRecord
 
@@ -60,7 +65,7 @@ class SettledHooks:
     """The hooks of one runner: its own, and those of the job types it knows.
 
     ``job_type`` gives the registered job type of a NAME (None: unknown);
-    ``in_thread`` runs a plain function off the event loop.
+    ``threads`` runs a plain hook off the event loop.
     """
 
     def __init__(
@@ -68,13 +73,16 @@ class SettledHooks:
         runner_hook: SettledHook | None,
         *,
         job_type: Callable[[str], type[Job[Any]] | None],
-        in_thread: Callable[..., Awaitable[Any]],
-        timeout: float = HOOK_TIMEOUT,
+        threads: HookThreads,
+        timeout: float | None = None,
     ) -> None:
         self._runner_hook = runner_hook
         self._job_type = job_type
-        self._in_thread = in_thread
-        self._timeout = timeout
+        self._threads = threads
+        self._timeout = HOOK_TIMEOUT if timeout is None else timeout
+        self._left: set[asyncio.Task[None]] = set()
+        """Async hooks past their timeout, left to finish alone (kept so
+        that they are not collected while they run)."""
 
     async def run(self, record: OutcomeRecord, job_input: bytes | None) -> None:
         """Call the hooks of the run ``record`` answers. ``job_input`` is its
@@ -98,18 +106,38 @@ class SettledHooks:
     async def _call(
         self, hook: SettledHook, outcome: Outcome[Any], record: OutcomeRecord, which: str
     ) -> None:
+        async def call() -> None:
+            result = hook(outcome) if _is_async(hook) else await self._threads.call(hook, outcome)
+            if inspect.isawaitable(result):
+                await result
+
+        task = asyncio.ensure_future(call())
         try:
-            async with asyncio.timeout(self._timeout):
-                if _is_async(hook):
-                    result = hook(outcome)
-                else:
-                    result = await self._in_thread(hook, outcome)
-                if inspect.isawaitable(result):
-                    await result
-        except TimeoutError as exc:
-            _failed(record, f"{which} ran past {self._timeout:g}s; no longer waiting for it", exc)
-        except Exception as exc:
-            _failed(record, f"{which} failed", exc)
+            await asyncio.wait([task], timeout=self._timeout)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if not task.done():
+            # Cancelled, and not waited for: a hook that catches its
+            # cancellation and goes on waiting holds nothing of the run.
+            task.cancel()
+            self._left.add(task)
+            task.add_done_callback(self._finished_alone)
+            alone = "no longer waiting for it; left to finish alone"
+            _failed(record, f"{which} ran past {self._timeout:g}s", alone)
+            return
+        error = None if task.cancelled() else task.exception()
+        if task.cancelled():
+            _failed(record, f"{which} was cancelled", "it raised CancelledError")
+        elif isinstance(error, Exception):
+            _failed(record, f"{which} failed", error)
+        elif error is not None:
+            raise error
+
+    def _finished_alone(self, task: asyncio.Task[None]) -> None:
+        self._left.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: what it raised was logged as its timeout
 
 
 def has_hook(job_type: type[Job[Any]]) -> bool:
