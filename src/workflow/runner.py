@@ -353,7 +353,10 @@ class JobRunner:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
+        """Stop, and close what the runner opened (:meth:`close`): a store it
+        opened from a URL (an S3 client's connections) is not left open. The
+        runner can be started again; the store opens again on first use."""
+        await self.close()
 
     # -- submitting and answering ---------------------------------------------
 

@@ -4,8 +4,11 @@ tests, and what the engine promises beyond them)."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
@@ -594,3 +597,29 @@ async def test_a_handle_reads_nothing_while_this_process_queues_or_runs_its_job(
         assert await asyncio.wait_for(waiting, DEADLINE) == [7, 8]
         assert store.counts[GET] == reads
         assert not runner.worker.holds(running.id)
+
+
+_RUN_ON_S3 = """
+import asyncio, sys
+sys.path.insert(0, {here!r})
+from wf_jobs import Adder
+from stepstone import JobRunner
+
+async def main() -> None:
+    async with JobRunner({url!r}, jobs=[Adder], poll_interval=0.05) as runner:
+        assert await (await runner.submit(Adder(a=1, b=2))).result(timeout=30) == 3
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.slow
+def test_a_runner_on_s3_leaves_no_client_session_open(s3_url: str) -> None:
+    """``async with JobRunner("s3://...")`` closes the client it opened when
+    it is left: aiohttp says nothing about an unclosed session at exit."""
+    script = _RUN_ON_S3.format(here=str(Path(__file__).parent), url=s3_url)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Unclosed" not in done.stderr, done.stderr
