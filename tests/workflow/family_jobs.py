@@ -49,4 +49,20 @@ class TwoAtOnce(Job[list[Any]]):
         return list(await asyncio.gather(ctx.wait_for_event("x"), ctx.wait_for_event("x")))
 
 
-FAMILY_JOBS: list[type[Job[Any]]] = [GoesOnEvent, Tag, TwoAtOnce]
+class Joins(Job[Any]):
+    """Submits GoesOnEvent(key=child) as its child (creating or joining it)
+    and returns its result."""
+
+    NAME: ClassVar[str] = "family.joins"
+    child: str
+    who: str
+
+    def idempotency_key(self) -> str:
+        return f"joins:{self.who}"
+
+    async def run(self, ctx: JobContext) -> Any:
+        ctx.state(Counters).hit(f"joins:{self.who}")
+        return await (await ctx.submit(GoesOnEvent(key=self.child)))
+
+
+FAMILY_JOBS: list[type[Job[Any]]] = [GoesOnEvent, Joins, Tag, TwoAtOnce]

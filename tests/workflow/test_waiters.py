@@ -13,7 +13,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
-from family_jobs import FAMILY_JOBS, GoesOnEvent, Tag, TwoAtOnce
+from family_jobs import FAMILY_JOBS, GoesOnEvent, Joins, Tag, TwoAtOnce
 from wf_jobs import Counters
 from wf_support import ON_EVERY_STORE
 
@@ -74,6 +74,29 @@ async def test_concurrent_waits_for_one_name_take_distinct_events(
         await advance(clock, 1)
         await runner.send_event(waiting.id, "x", "e4")
         assert await waiting.result(timeout=10) == ["e3", "e4"]
+
+
+async def test_every_waiter_of_a_run_is_woken_when_it_ends(
+    make_family: Callable[..., JobRunner],
+) -> None:
+    """A parent that joins a child an API submitted, and two that join a
+    child a third parent created: each resumes when its child ends, not
+    after the hour a lost wake would cost."""
+    async with make_family(concurrency=4) as runner:
+        rates = await runner.submit(GoesOnEvent(key="rates"))  # from an API
+        joiner = await runner.submit(Joins(child="rates", who="joiner"))
+        await wait_until(lambda: _is(runner, joiner.id, JobStatus.WAITING_FOR_CHILDREN))
+        await runner.send_event(rates.id, "go", "r")
+        assert await joiner.result(timeout=10) == "r"
+
+        creator = await runner.submit(Joins(child="shared", who="creator"))
+        await wait_until(lambda: _is(runner, creator.id, JobStatus.WAITING_FOR_CHILDREN))
+        late = [await runner.submit(Joins(child="shared", who=f"late-{i}")) for i in range(2)]
+        for handle in late:
+            await wait_until(lambda h=handle: _is(runner, h.id, JobStatus.WAITING_FOR_CHILDREN))
+        shared = runner.handle(GoesOnEvent(key="shared"))
+        await runner.send_event(shared.id, "go", "s")
+        assert [await h.result(timeout=10) for h in (creator, *late)] == ["s", "s", "s"]
 
 
 async def _is(runner: JobRunner, run_id: str, status: JobStatus) -> bool:

@@ -2,11 +2,11 @@
 
 A cancel records the run's outcome as cancelled (create-if-absent: a run
 that ended first keeps its outcome), then drops its queue record and wakes
-its parent, if one waits for it. An attempt running in this process stops
-at once; one running elsewhere stops within ``cancel_check`` seconds (its
-worker reads the run's outcome) or at its next lease renewal. The handles
-awaiting the run here are told, and the run's ``on_settled`` hooks run here,
-in the cancelling process.
+the runs waiting for it (its parent, the runs that joined it). An attempt
+running in this process stops at once; one running elsewhere stops within
+``cancel_check`` seconds (its worker reads the run's outcome) or at its next
+lease renewal. The handles awaiting the run here are told, and the run's
+``on_settled`` hooks run here, in the cancelling process.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 from stepstone.execute.hooks import SettledHooks
 from stepstone.handles.watch import OutcomeWatch
 from stepstone.records.envelope import Envelope
+from stepstone.records.family import Family
 from stepstone.records.outcome import ErrorInfo, OutcomeRecord, about_the_run
 from stepstone.records.run_records import RunRecords
 from stepstone.runtime.capabilities import Waking
@@ -89,8 +90,6 @@ async def cancel_run(
     if await records.record_outcome(record) is not record:
         return None  # it had ended first (or was swept): its outcome stands
     await queue.cancel(run_id)
-    parent = None if envelope is None else envelope.parent
-    if parent is not None and isinstance(queue, Waking):
-        # A parent waiting for this child looks again.
-        await queue.wake(parent, JobStatus.WAITING_FOR_CHILDREN)
+    if isinstance(queue, Waking):  # the runs waiting for this one look again
+        await Family(records.store, records.layout).wake_waiters(queue, run_id, envelope)
     return record, None if envelope is None else envelope.input

@@ -4,9 +4,9 @@ When the worker has decided a run is over, it calls
 :meth:`RunEnding.on_terminal`, which writes the outcome record,
 create-if-absent, before the worker acks or dead-letters: the first record
 written is the answer, and a crash between the two leaves the record for
-the next claim to find. Once the outcome stands, the parent waiting for
-the run is woken, the handles awaiting it here are told, and its
-``on_settled`` hooks run.
+the next claim to find. Once the outcome stands, every run waiting for
+it is woken (its parent, and the runs that joined it), the handles
+awaiting it here are told, and its ``on_settled`` hooks run.
 
 The worker also asks, of an attempt that has run a while, whether its run
 was cancelled meanwhile (:meth:`RunEnding.is_cancelled`, one GET), and
@@ -25,6 +25,7 @@ from stepstone.handles.watch import OutcomeWatch
 from stepstone.limits.gate import Limits
 from stepstone.records.attempt_log import AttemptLog, Noted
 from stepstone.records.envelope import Envelope
+from stepstone.records.family import Family
 from stepstone.records.outcome import ErrorInfo, OutcomeRecord, about_the_run
 from stepstone.records.run_records import RunRecords
 from stepstone.runtime.capabilities import Waking
@@ -45,7 +46,8 @@ class RunEnding:
     run whose outcome could not be recorded; ``hooks`` run for each outcome
     that stands, before the worker acks; ``history`` learns which claims the
     outcome record describes; ``limits`` hears of runs whose lease lapsed;
-    ``waking`` (None: the queue cannot wake runs) wakes a finished child's parent.
+    ``waking`` (None: the queue cannot wake runs) wakes the runs waiting for
+    a finished one (:mod:`stepstone.records.family`).
     """
 
     def __init__(
@@ -65,6 +67,7 @@ class RunEnding:
         self._history = history
         self._limits = limits
         self._waking = waking
+        self._family = Family(records.store, records.layout)
         self._clock = clock
 
     async def attempt_over(self, report: AttemptReport) -> None:
@@ -156,11 +159,11 @@ class RunEnding:
         await self._stands(record, envelope)
 
     async def _stands(self, record: OutcomeRecord, envelope: Envelope | None) -> None:
-        """The run's outcome stands: wake its parent (after the record, so the
-        parent finds it when it looks), tell the handles awaiting it here,
-        then call its hooks (a cancelled run's are the cancelling process's)."""
-        if self._waking is not None and envelope is not None and envelope.parent is not None:
-            await self._waking.wake(envelope.parent, JobStatus.WAITING_FOR_CHILDREN)
+        """The run's outcome stands: wake the runs waiting for it (after the
+        record, so they find it when they look), tell the handles awaiting it
+        here, then call its hooks (a cancelled run's are the cancelling process's)."""
+        if self._waking is not None:
+            await self._family.wake_waiters(self._waking, record.run_id, envelope)
         self._watch.stands(record)
         if record.status is not JobStatus.CANCELLED:
             await self._hooks.run(record, None if envelope is None else envelope.input)

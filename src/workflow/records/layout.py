@@ -6,6 +6,7 @@ memos/<run_id>/<incarnation>/<step>          one memoized step (create-if-absent
 progress/<run_id>/<incarnation>              the last progress a run reported (compare-and-swap)
 events/<run_id>/<incarnation>/<name>/<seq>   one event sent to a run (create-if-absent)
 attempts/<run_id>/<incarnation>/<claim>      how one claim of a run ended (create-if-absent)
+waiters/<run_id>                             the runs that joined a run and wait for its end
 schedules/<name>                             the last tick a schedule submitted
 slots/<digest>                               a concurrency key's holders and waiters
 rates/<digest>                               a rate limit's state
@@ -131,6 +132,11 @@ class Layout:
     def attempt(self, run_id: str, incarnation: str, claim: int) -> str:
         """The record of a run's ``claim``-th claim (zero-padded: keys list in order)."""
         return join(self.prefix, "attempts", run_id, incarnation, f"{claim:06d}")
+
+    def waiters(self, run_id: str) -> str:
+        """The runs that joined ``run_id`` and wait for its end
+        (:mod:`stepstone.records.family`)."""
+        return join(self.prefix, "waiters", run_id)
 
     def schedule(self, name: str) -> str:
         return join(self.prefix, "schedules", name_key(name))

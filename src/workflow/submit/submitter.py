@@ -39,6 +39,7 @@ from stepstone.errors import CorruptOutcome, InputMismatch, JobError
 from stepstone.handles.handle import Answers, JobHandle
 from stepstone.job import Job
 from stepstone.records.envelope import Envelope, incarnation_of
+from stepstone.records.family import Family
 from stepstone.records.outcome import Outcome, OutcomeRecord
 from stepstone.records.run_records import RunRecords
 from stepstone.runtime.errors import MalformedPayload
@@ -88,6 +89,7 @@ class Submitter:
         self.records = records
         self.max_attempts = max_attempts
         self.look_first = LookFirst(records)
+        self.family = Family(records.store, records.layout)
         self._answers = answers
         self._created_here = created_here
         self._hand_off = hand_off
@@ -209,11 +211,15 @@ class Submitter:
         record = await self.queue.get(run_id)
         if record is not None:
             try:
-                theirs = Envelope.decode(record.payload).input_hash
+                theirs: Envelope | None = Envelope.decode(record.payload)
             except MalformedPayload:
                 theirs = None
-            if theirs != s.digest:
+            if theirs is None or theirs.input_hash != s.digest:
                 raise InputMismatch(run_id, s.kind)
+            if s.parent is not None and theirs.parent != s.parent:
+                # A parent joining a child another submitted: the child's end
+                # must wake it too (before the parent looks for its outcome).
+                await self.family.add_waiter(run_id, s.parent)
             return JobHandle(
                 self._answers, run_id, s.output, newly_submitted=False, input_hash=s.digest
             )

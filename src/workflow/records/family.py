@@ -1,0 +1,92 @@
+"""A run's family: the runs that wait for its end.
+
+```
+waiters/<run_id>    the runs that joined this run as their child after
+                    another had submitted it
+```
+
+The run that creates a child is named in the child's envelope
+and woken when the child ends. A run can also join a child it did not create
+(``ctx.submit`` of a keyed job that an API, or another parent, submitted
+first); nothing in the child names it, so the join records it in the child's
+``waiters`` object, and the child's end wakes every run listed there as well.
+The join writes before its parent looks at the child's outcome, and the
+child's end reads after writing its outcome, so whichever comes first, the
+other sees it: no waiter sleeps through its child's end. The record goes
+with its run when retention sweeps it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from stepstone.records.codec import pack, unpack
+from stepstone.records.envelope import Envelope
+from stepstone.records.layout import Layout
+from stepstone.runtime.capabilities import Waking
+from stepstone.runtime.queue import JobStatus
+from stepstone.store import AlreadyExists, NotFound, ObjectStore, PreconditionFailed
+
+SWAP_TRIES = 20
+"""Compare-and-swap rounds a join makes to add itself to a run's waiters."""
+
+
+class Family:
+    """The waiters records of runs under one layout in one store."""
+
+    def __init__(self, store: ObjectStore, layout: Layout) -> None:
+        self.store = store
+        self.layout = layout
+
+    async def add_waiter(self, run_id: str, waiter: str) -> None:
+        """Record that ``waiter`` waits for the end of ``run_id``."""
+        key = self.layout.waiters(run_id)
+        for _ in range(SWAP_TRIES):
+            try:
+                stored = await self.store.get(key)
+            except NotFound:
+                with contextlib.suppress(AlreadyExists):
+                    await self.store.put_if_absent(key, _encode([waiter]))
+                    return
+                continue
+            runs = _decode(stored.data)
+            if waiter in runs:
+                return
+            with contextlib.suppress(PreconditionFailed, NotFound):
+                await self.store.put_if_match(key, _encode([*runs, waiter]), stored.etag)
+                return
+        raise RuntimeError(f"run {run_id}: its waiters record kept changing; {waiter} not added")
+
+    async def waiters(self, run_id: str) -> list[str]:
+        """The runs that joined ``run_id`` and wait for its end (not its creator)."""
+        try:
+            stored = await self.store.get(self.layout.waiters(run_id))
+        except NotFound:
+            return []
+        return _decode(stored.data)
+
+    async def wake_waiters(self, waking: Waking, run_id: str, envelope: Envelope | None) -> None:
+        """Wake every run waiting for ``run_id``, which has ended: the parent
+        that created it and every run that joined it. Only a keyed run can be
+        joined, so only its waiters record is read."""
+        waiting = [] if envelope is None or envelope.parent is None else [envelope.parent]
+        if envelope is not None and envelope.key is not None:
+            waiting += [w for w in await self.waiters(run_id) if w not in waiting]
+        for waiter in waiting:
+            await waking.wake(waiter, JobStatus.WAITING_FOR_CHILDREN)
+
+
+def _encode(runs: list[str]) -> bytes:
+    return pack({"runs": runs})
+
+
+def _decode(data: bytes) -> list[str]:
+    """The run ids a waiters record lists; none when it lists none readable
+    (the waiters then look again after ``wait_recheck``)."""
+    try:
+        runs = unpack(data)["runs"]
+    except Exception:
+        return []
+    if not isinstance(runs, list):
+        return []
+    return [run for run in runs if isinstance(run, str)]
