@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 from wf_jobs import Counters
 
-from stepstone import Job, JobContext
+from stepstone import Job, JobContext, Permanent
 
 
 class GoesOnEvent(Job[Any]):
@@ -65,4 +65,28 @@ class Joins(Job[Any]):
         return await (await ctx.submit(GoesOnEvent(key=self.child)))
 
 
-FAMILY_JOBS: list[type[Job[Any]]] = [GoesOnEvent, Joins, Tag, TwoAtOnce]
+class Refuses(Job[int]):
+    NAME: ClassVar[str] = "family.refuses"
+    n: int
+
+    async def run(self, ctx: JobContext) -> int:
+        ctx.state(Counters).hit(f"refuses:{self.n}")
+        raise Permanent(f"child {self.n} refuses")
+
+
+class LetsChildFail(Job[int]):
+    """Awaits a child that fails for good, and does not catch it."""
+
+    NAME: ClassVar[str] = "family.lets-child-fail"
+    key: str
+    cancelled: bool = False
+
+    def idempotency_key(self) -> str:
+        return f"lets-fail:{self.key}"
+
+    async def run(self, ctx: JobContext) -> int:
+        ctx.state(Counters).hit(f"lets-fail:{self.key}")
+        return await (await ctx.submit(Refuses(n=1)))
+
+
+FAMILY_JOBS: list[type[Job[Any]]] = [GoesOnEvent, Joins, LetsChildFail, Refuses, Tag, TwoAtOnce]

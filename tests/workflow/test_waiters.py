@@ -13,7 +13,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
-from family_jobs import FAMILY_JOBS, GoesOnEvent, Joins, Tag, TwoAtOnce
+from family_jobs import FAMILY_JOBS, GoesOnEvent, Joins, LetsChildFail, Tag, TwoAtOnce
 from wf_jobs import Counters
 from wf_support import ON_EVERY_STORE
 
@@ -97,6 +97,20 @@ async def test_every_waiter_of_a_run_is_woken_when_it_ends(
         shared = runner.handle(GoesOnEvent(key="shared"))
         await runner.send_event(shared.id, "go", "s")
         assert [await h.result(timeout=10) for h in (creator, *late)] == ["s", "s", "s"]
+
+
+async def test_a_childs_permanent_failure_fails_its_parent_at_once_naming_it(
+    make_family: Callable[..., JobRunner], counters: Counters
+) -> None:
+    async with make_family(max_attempts=60) as runner:
+        parent = await runner.submit(LetsChildFail(key="p"))
+        outcome = await parent.join(timeout=10)
+    assert outcome.status is JobStatus.FAILED and outcome.error is not None
+    assert (outcome.error.reason, outcome.attempts) == ("permanent", 1)
+    assert "child 1 refuses" in outcome.error.message
+    assert outcome.error.error_type is not None and "JobFailed" in outcome.error.error_type
+    assert counters.counts["refuses:1"] == 1
+    assert counters.counts["lets-fail:p"] == 2  # submitted, then woken: not retried
 
 
 async def _is(runner: JobRunner, run_id: str, status: JobStatus) -> bool:

@@ -18,7 +18,13 @@ from typing import Any, cast
 
 from pydantic import ValidationError
 
-from stepstone.errors import ClassifiedPermanent, CorruptMemo, CorruptOutcome, EncodingError
+from stepstone.errors import (
+    ClassifiedPermanent,
+    CorruptMemo,
+    CorruptOutcome,
+    EncodingError,
+    JobFailed,
+)
 from stepstone.execute.context import JobContext
 from stepstone.execute.scope import AttemptScope, InThread, log_extra
 from stepstone.job import ErrorClass, Job
@@ -180,9 +186,10 @@ class AttemptRunner:
             await _flush(scope)
             await admitted.suspending()
             raise
-        except (Permanent, EncodingError, CorruptMemo) as exc:
-            # (Retrying cannot mend a value that cannot be stored or a memo
-            # that does not decode: the run fails for good, saying which.)
+        except (Permanent, EncodingError, CorruptMemo, JobFailed) as exc:
+            # (Retrying cannot mend a value that cannot be stored, a memo
+            # that does not decode, or a child's outcome, which is final: the
+            # run fails for good, saying which. The job's code may catch them.)
             await _flush(scope)
             if not isinstance(exc, Permanent):
                 raise ClassifiedPermanent(exc) from exc
