@@ -68,3 +68,13 @@ class Retried(Job[str]):
         if ctx.attempt < 3:
             raise ConnectionError(f"attempt {ctx.attempt} refused {HOSTILE}")
         return "done"
+
+
+class Approve(Job[dict[str, object]]):
+    """Waits for an ``approval`` event and returns its payload."""
+
+    NAME: ClassVar[str] = "orders.approve"
+
+    async def run(self, ctx: JobContext) -> dict[str, object]:
+        payload: dict[str, object] = await ctx.wait_for_event("approval")
+        return {"approved": payload}

@@ -139,7 +139,7 @@ def cmd_retry(args: argparse.Namespace) -> int:
             )
         if args.status not in (None, JobStatus.DEAD.value):
             raise CliError("only dead runs can be retried: --status dead, or leave it out", 2)
-        return _bulk(args, "retry", JobStatus.DEAD.value, actions.retry_many)
+        return _bulk(args, "retry", actions.retry_many)
     if args.id is None:
         raise CliError("retry takes a run id (or a start of it), or filters: --status dead ...", 2)
 
@@ -160,29 +160,19 @@ def cmd_retry(args: argparse.Namespace) -> int:
 BulkAction = Callable[[JobRunner, list[str]], Awaitable[actions.Bulk]]
 
 
-def _any(row: listing.RunSummary) -> bool:
-    return True
-
-
-def _bulk(
-    args: argparse.Namespace,
-    verb: str,
-    status: str | None,
-    act: BulkAction,
-    keep: Callable[[listing.RunSummary], bool] = _any,
-) -> int:
-    """A bulk action: list the runs the filters choose (``status`` unless
-    ``--status`` says; of those, the ones ``keep`` keeps), say how many,
+def _bulk(args: argparse.Namespace, verb: actions.BulkVerb, act: BulkAction) -> int:
+    """A bulk action: list the runs the filters choose and of those the ones
+    ``verb`` takes (:func:`stepstone.ops.actions.bulk_choice`), say how many,
     confirm, act on each, and say which could not be done; exit 1 when any
     could not (or could not be read)."""
 
     async def body(runner: JobRunner) -> int:
-        chosen = _filter(args, runner.clock.now(), status)
+        chosen, keep = actions.bulk_choice(verb, _filter(args, runner.clock.now()))
         listed = await listing.list_runs(runner, chosen, limit=None)
         warn_unreadable(listed.unreadable)
         run_ids = [row.id for row in listed.rows if keep(row)]
         note = sys.stderr if args.json else sys.stdout  # stdout holds the one JSON document
-        matched = f"{len(run_ids)} {_described(chosen, args)}"
+        matched = f"{len(run_ids)} {actions.described(chosen, args.since)}"
         note.write(f"{matched} match\n")
         note.flush()
         if run_ids and not args.yes:
@@ -216,22 +206,6 @@ def _bulk(
     return asyncio.run(_with_runner(args, body))
 
 
-def _live(row: listing.RunSummary) -> bool:
-    return row.status.queued and row.status is not JobStatus.DEAD
-
-
-def _described(chosen: RunFilter, args: argparse.Namespace) -> str:
-    """The runs a filter chooses, as words: ``dead run(s) of kind K submitted since T``."""
-    words = f"{chosen.status.value} run(s)" if chosen.status is not None else "run(s)"
-    if chosen.kind is not None:
-        words += f" of kind {chosen.kind}"
-    if chosen.version is not None:
-        words += f" of version {chosen.version}"
-    if chosen.key_prefix is not None:
-        words += f" with a key starting {chosen.key_prefix!r}"
-    return words + ("" if args.since is None else f" submitted since {args.since}")
-
-
 def _confirm(question: str) -> None:
     """Ask on the terminal; anything but yes (or stdin that is no terminal) stops the command."""
     if not sys.stdin.isatty():
@@ -248,10 +222,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
             raise CliError("cancel takes a run id or filters (--status, --kind, ...), not both", 2)
         if args.status is not None and JobStatus(args.status).finished:
             raise CliError(f"a {args.status} run has finished: there is nothing to cancel", 2)
-        # Without --status, the live runs: a finished one has nothing to
-        # cancel, and a dead one is discarded only when asked (--status dead).
-        keep = _any if args.status is not None else _live
-        return _bulk(args, "cancel", None, actions.cancel_many, keep)
+        return _bulk(args, "cancel", actions.cancel_many)
     if args.id is None:
         raise CliError("cancel takes a run id (or a start of it), or filters: --kind K ...", 2)
 

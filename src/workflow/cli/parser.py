@@ -210,10 +210,11 @@ def build_parser() -> argparse.ArgumentParser:
     ui = sub.add_parser(
         "ui",
         parents=[common],
-        help="a read-only web view of the runs, in the browser",
+        help="a web view of the runs, in the browser",
         description="Serve a web page listing the store's runs (newest first; filter by "
-        "state, job type and age), a page per run (input, steps, attempts, outcome) and "
-        "the queue's counts, refreshing live. Reads only. Needs the ui extra.",
+        "state, job type, age, version and key), a page per run (input, steps, attempts, "
+        "outcome) and the queue's counts, refreshing live. Reads only unless "
+        "--allow-actions. Needs the ui extra.",
     )
     ui.add_argument(
         "store_url", nargs="?", metavar="STORE_URL", help="the store (or --store, --app)"
@@ -231,6 +232,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="answer requests addressed to this host name too (a proxy's; *.example.com "
         "for its subdomains); by default only localhost names and the --host address",
+    )
+    ui.add_argument(
+        "--allow-actions",
+        action="store_true",
+        help="let the pages retry, cancel and send events to runs (each confirmed; "
+        "anyone who can reach the view can then do so)",
     )
     ui.add_argument(
         "--refresh",

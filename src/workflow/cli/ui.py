@@ -1,4 +1,7 @@
-"""``stepstone ui``: serve the read-only web view of a store until Ctrl-C.
+"""``stepstone ui``: serve the web view of a store until Ctrl-C.
+
+Read-only unless ``--allow-actions``: then its pages can retry, cancel and
+send events, each confirmed and each a POST with the view's CSRF token.
 
 The store comes as for every command (``STORE_URL``, ``--store``,
 ``STEPSTONE_STORE`` or ``--app``); the page listens on 127.0.0.1 unless
@@ -28,7 +31,10 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
     def ready(url: str, port: int) -> None:
         reach = who_can_reach(args.host, port)
-        sys.stdout.write(f"stepstone ui on {url}, reachable by {reach} (Ctrl-C stops it)\n")
+        acting = "actions on" if args.allow_actions else "read-only"
+        sys.stdout.write(
+            f"stepstone ui on {url}, reachable by {reach}, {acting} (Ctrl-C stops it)\n"
+        )
         sys.stdout.flush()
 
     try:
@@ -38,6 +44,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
             port=args.port,
             refresh=args.refresh,
             allow_hosts=args.allow_host,
+            actions=args.allow_actions,
             on_ready=ready,
         )
     except CannotServe as exc:

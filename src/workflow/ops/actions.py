@@ -2,15 +2,20 @@
 
 Each works on a store and a queue with no job type known, as the reads do
 (:mod:`stepstone.ops.reads`), and says what it did or why it could not.
+``stepstone retry``/``cancel`` and the web view's buttons both act through
+these, and choose the runs of a bulk action by :func:`bulk_choice`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from typing import Literal
 
 from stepstone.errors import InspectError
+from stepstone.ops.listing import RunFilter, RunSummary
 from stepstone.ops.reads import (
     READ_CONCURRENCY,
     Inspected,
@@ -125,6 +130,46 @@ async def _each(
         refused,
         [removed for _, removed in done if removed is not None],
     )
+
+
+BulkVerb = Literal["retry", "cancel"]
+Keep = Callable[[RunSummary], bool]
+
+
+def bulk_choice(verb: BulkVerb, chosen: RunFilter) -> tuple[RunFilter, Keep]:
+    """What a bulk ``verb`` over the runs ``chosen`` lists, and which of the
+    rows listed it acts on: ``retry`` the dead ones; ``cancel`` those of the
+    status asked for, or else the live ones (a finished run has nothing to
+    cancel, and a dead one is discarded only when asked). Raises
+    InspectError for a status the verb cannot take."""
+    if verb == "retry":
+        if chosen.status not in (None, JobStatus.DEAD):
+            raise InspectError("only dead runs can be retried: choose the dead ones, or any")
+        return dataclasses.replace(chosen, status=JobStatus.DEAD), _any
+    if chosen.status is not None and chosen.status.finished:
+        raise InspectError(f"a {chosen.status.value} run has finished: there is nothing to cancel")
+    return chosen, _any if chosen.status is not None else _live
+
+
+def _any(row: RunSummary) -> bool:
+    return True
+
+
+def _live(row: RunSummary) -> bool:
+    return row.status.queued and row.status is not JobStatus.DEAD
+
+
+def described(chosen: RunFilter, since: str | None = None) -> str:
+    """The runs a filter chooses, as words: ``dead run(s) of kind K submitted
+    since T`` (``since``: how the operator wrote the time)."""
+    words = f"{chosen.status.value} run(s)" if chosen.status is not None else "run(s)"
+    if chosen.kind is not None:
+        words += f" of kind {chosen.kind}"
+    if chosen.version is not None:
+        words += f" of version {chosen.version}"
+    if chosen.key_prefix is not None:
+        words += f" with a key starting {chosen.key_prefix!r}"
+    return words + ("" if since is None else f" submitted since {since}")
 
 
 def _ended(outcome: OutcomeRecord | Unreadable) -> str:

@@ -1,7 +1,9 @@
 """The web view's ASGI application: Starlette routes over Jinja2 templates.
 
-Read-only: every route is a GET that reads through :mod:`stepstone.ops.reads`
-(what ``stepstone ls`` and ``show`` use), never a write. Everything a job
+Read-only unless started with actions on: every page is a GET that reads
+through :mod:`stepstone.ops.reads` (what ``stepstone ls`` and ``show`` use);
+the only writes are the POSTs of :mod:`stepstone.ui.acting`, each with a
+CSRF token. Everything a job
 wrote reaches a page through the templates, which autoescape HTML; control
 characters (terminal escapes, bidirectional overrides) are made visible first
 by the same :func:`~stepstone.telemetry.escaping.escape_controls` the CLI uses, so a
@@ -30,7 +32,8 @@ from starlette.templating import Jinja2Templates
 from stepstone.ops.timeline import took
 from stepstone.runner import JobRunner
 from stepstone.telemetry.escaping import escape_controls
-from stepstone.ui import routes
+from stepstone.ui import acting, routes
+from stepstone.ui.guard import Csrf
 from stepstone.ui.present import ago, pretty, when
 
 HERE = Path(__file__).parent
@@ -42,6 +45,14 @@ def _visible(value: Any) -> Any:
     return escape_controls(value, newlines=True) if isinstance(value, str) else value
 
 
+@jinja2.pass_context
+def _path_for(context: dict[str, Any], name: str, /, **params: Any) -> str:
+    """A route's path, not its absolute URL: behind a proxy the ``Host`` the
+    view hears is not the name the browser used, and a link by path works
+    under any name."""
+    return str(context["request"].app.url_path_for(name, **params))
+
+
 def templates() -> Jinja2Templates:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"),
@@ -50,24 +61,33 @@ def templates() -> Jinja2Templates:
         undefined=jinja2.StrictUndefined,
     )
     env.filters.update(when=when, took=took, ago=ago, pretty=pretty)
+    env.globals["url_for"] = _path_for
     return Jinja2Templates(env=env)
 
 
-def create_app(runner: JobRunner, *, refresh: float, hosts: Sequence[str]) -> Starlette:
+def create_app(
+    runner: JobRunner, *, refresh: float, hosts: Sequence[str], actions: bool = False
+) -> Starlette:
     """The application over ``runner`` (open on the loop that will serve it);
     its pages refresh themselves every ``refresh`` seconds (0: never). It
     answers a request only when its ``Host`` is one of ``hosts`` (see
-    :mod:`stepstone.ui.guard`), 400 otherwise."""
+    :mod:`stepstone.ui.guard`), 400 otherwise; ``actions`` lets its pages
+    change runs (:mod:`stepstone.ui.acting`)."""
     app = Starlette(
         middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=hosts, www_redirect=False)],
         routes=[
             Route("/", routes.runs_page, name="runs"),
             Route("/runs/{run_id}", routes.run_page, name="run"),
+            Route("/act/{verb}", acting.confirm_page, methods=["GET"], name="confirm"),
+            Route("/act/{verb}", acting.act, methods=["POST"], name="act"),
             Route("/static/{name}", routes.static, name="static"),
         ],
     )
     app.state.runner = runner
     app.state.templates = templates()
     app.state.refresh = refresh
+    app.state.actions = actions
+    app.state.csrf = Csrf()
+    app.state.results = acting.Results()
     app.state.static = {path.name: path.read_bytes() for path in (HERE / "static").iterdir()}
     return app

@@ -10,10 +10,13 @@ indented JSON, cut at ``VALUE_CHARS``.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
+from urllib.parse import urlencode
 
+from stepstone.ops.listing import RunFilter
 from stepstone.ops.reads import Detail, StoredMemo, decode_value
 from stepstone.ops.timeline import current_steps, earlier_steps, took
 from stepstone.records.attempts import AttemptInfo
@@ -61,17 +64,73 @@ def _jsonable(obj: object) -> object:
 # -- the runs list ------------------------------------------------------------------
 
 
+LIMIT = 100
+"""Rows the runs list reads unless ``?limit=`` says otherwise (at most MAX_LIMIT)."""
+MAX_LIMIT = 1000
+
+
 @dataclass(frozen=True, slots=True)
 class Filters:
-    """The runs list's filters, as the query string gives them."""
+    """The runs list's filters, as the query string gives them (so a link
+    holds them), and what is wrong with them."""
+
+    FIELDS: ClassVar[tuple[str, ...]] = ("state", "kind", "since", "version", "key", "limit")
 
     state: str = ""
     kind: str = ""
     since: str = ""
+    version: str = ""
+    key: str = ""
+    """The start of the runs' idempotency keys."""
+    limit: int = LIMIT
+    problems: tuple[str, ...] = ()
 
-    def submitted_after(self, now: float) -> float | None:
-        """The ``since`` of :class:`stepstone.ops.listing.RunFilter`."""
-        return now - SINCE[self.since] if self.since else None
+    @classmethod
+    def from_query(cls, query: Mapping[str, str]) -> Filters:
+        def field(name: str) -> str:
+            return query.get(name, "").strip()
+
+        state, since = field("state"), field("since")
+        problems = []
+        if state and state not in {status.value for status in JobStatus}:
+            problems.append(f"unknown state {state!r}")
+        if since and since not in SINCE:
+            problems.append(f"unknown age {since!r} (one of {', '.join(SINCE)})")
+        try:
+            limit = min(MAX_LIMIT, max(1, int(query.get("limit") or LIMIT)))
+        except ValueError:
+            problems.append(f"limit must be a number, not {query.get('limit')!r}")
+            limit = LIMIT
+        return cls(
+            state, field("kind"), since, field("version"), field("key"), limit, tuple(problems)
+        )
+
+    @property
+    def any(self) -> bool:
+        """Whether any filter is set."""
+        return bool(self.state or self.kind or self.since or self.version or self.key)
+
+    def query(self) -> str:
+        """These filters as a query string (those set), for a link that keeps them."""
+        fields = {
+            "state": self.state,
+            "kind": self.kind,
+            "since": self.since,
+            "version": self.version,
+            "key": self.key,
+            "limit": "" if self.limit == LIMIT else str(self.limit),
+        }
+        return urlencode({name: value for name, value in fields.items() if value})
+
+    def chosen(self, now: float) -> RunFilter:
+        """The runs these filters choose (call only when there are no problems)."""
+        return RunFilter(
+            status=JobStatus(self.state) if self.state else None,
+            kind=self.kind or None,
+            since=now - SINCE[self.since] if self.since else None,
+            version=self.version or None,
+            key_prefix=self.key or None,
+        )
 
 
 # -- one run -----------------------------------------------------------------------

@@ -32,11 +32,12 @@ def serve_ui(
     port: int,
     refresh: float,
     allow_hosts: Sequence[str] = (),
+    actions: bool = False,
     on_ready: Callable[[str, int], None],
 ) -> None:
     """Serve until stopped; ``on_ready`` hears the page's URL and port once it
     is served. The view answers the ``Host`` names :func:`stepstone.ui.guard.allowed_hosts`
-    gives for ``host`` and ``allow_hosts``."""
+    gives for ``host`` and ``allow_hosts``; ``actions`` lets its pages change runs."""
     try:
         import uvicorn
 
@@ -58,6 +59,7 @@ def serve_ui(
                 runner,
                 refresh=refresh,
                 hosts=allowed_hosts(host, allow_hosts),
+                actions=actions,
             )
             config = uvicorn.Config(app, log_level="warning", lifespan="off")
             started = asyncio.Event()

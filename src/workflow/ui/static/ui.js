@@ -2,14 +2,19 @@
 // swap in its <main>, so what the page shows stays current without a reload
 // (the filters, the scroll position and an open <details> stay as they are).
 // The server renders and escapes everything; nothing here builds HTML.
-// Paused while the tab is hidden or text is selected.
+// Paused while the tab is hidden, text is selected, or a form on the page
+// is being filled in (an event to send).
 "use strict";
 (function () {
   const seconds = Number(document.body.dataset.refresh);
   if (!(seconds > 0)) return;
   const live = document.getElementById("live");
+  function editing() {
+    const fields = [...document.querySelectorAll("main form input, main form textarea")];
+    return fields.some((f) => f === document.activeElement || f.value !== f.defaultValue);
+  }
   async function refresh() {
-    if (document.hidden || String(window.getSelection())) return;
+    if (document.hidden || String(window.getSelection()) || editing()) return;
     try {
       const response = await fetch(window.location.href, { cache: "no-store" });
       const page = new DOMParser().parseFromString(await response.text(), "text/html");

@@ -1,0 +1,245 @@
+"""The web view's actions: retry a dead run, cancel a live one, send an event
+to a waiting one, and retry or cancel every run a filter of the list shows.
+
+Off unless the view is started with them (``stepstone ui --allow-actions``).
+Each is two requests: a GET of ``/act/{verb}`` that changes nothing and
+answers a page naming what the action will do, to which runs, with a form;
+and that form's POST, which must carry the server's CSRF token (see
+:mod:`stepstone.ui.guard`), acts through :mod:`stepstone.ops.actions` (what
+``stepstone retry`` and ``cancel`` use) or ``runner.send_event``, and
+redirects to the page the operator came from with a line saying what was
+done. A bulk action acts on the runs its page listed, by id, so the count
+confirmed is the count acted on (each refused one is named).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlencode
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from stepstone.errors import EncodingError, EventRefused, InspectError
+from stepstone.ops import actions, listing, reads
+from stepstone.runner import JobRunner
+from stepstone.runtime.errors import QueueError
+from stepstone.runtime.queue import JobStatus
+from stepstone.store import StoreError
+from stepstone.ui.guard import Csrf
+from stepstone.ui.present import Filters
+from stepstone.ui.respond import render
+
+SINGLE = ("retry", "cancel", "event")
+BULK = ("retry", "cancel")
+KEPT_RESULTS = 200
+"""Result lines the view remembers for the pages its actions redirect to."""
+PAYLOAD_CHARS = 65_536
+"""The longest event payload (JSON text) the form takes."""
+
+
+class Results:
+    """What each action did, under a random id its redirect carries
+    (``?result=``): the page shows the lines, and a reload shows them again."""
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[str, list[str]] = OrderedDict()
+
+    def keep(self, lines: list[str]) -> str:
+        said = secrets.token_urlsafe(8)
+        self._kept[said] = lines
+        while len(self._kept) > KEPT_RESULTS:
+            self._kept.popitem(last=False)
+        return said
+
+    def get(self, said: str | None) -> list[str]:
+        return [] if said is None else self._kept.get(said, [])
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """An action as its confirmation shows it and its POST does it."""
+
+    verb: str
+    question: str
+    """What it will do, to which runs, as a question."""
+    button: str
+    fields: dict[str, str]
+    """The form's fields (the token apart)."""
+    run_ids: list[str]
+    back: str
+    """The page the operator came from, and where the result line is shown."""
+
+
+async def confirm_page(request: Request) -> Response:
+    """The confirmation: what the action will do, and the form that does it."""
+    if (refused := _refused(request, None)) is not None:
+        return refused
+    try:
+        plan = await _plan(request, dict(request.query_params))
+    except InspectError as exc:
+        return render(request, "problem.html", {"why": str(exc), "back": _back(request)}, 400)
+    return render(
+        request,
+        "confirm.html",
+        {"plan": plan, "csrf": request.app.state.csrf.token},
+        refresh=False,
+    )
+
+
+async def act(request: Request) -> Response:
+    """Do what the confirmed form asks; redirect back with a line saying what was done."""
+    body = (await request.body())[: PAYLOAD_CHARS * 4]
+    form = dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
+    if (refused := _refused(request, form.get("csrf"))) is not None:
+        return refused
+    runner: JobRunner = request.app.state.runner
+    verb = request.path_params["verb"]
+    back = _back(request, form)
+    try:
+        if form.get("run"):
+            lines = await _do(runner, await _plan(request, form))
+        elif verb in BULK:
+            lines = await _do_many(runner, verb, form.get("ids", ""))
+        else:
+            raise InspectError(f"no action {verb!r} on a list (one of: {', '.join(BULK)})")
+    except InspectError as exc:
+        lines = [f"nothing was done: {exc}"]
+    said = request.app.state.results.keep(lines)
+    joiner = "&" if "?" in back else "?"
+    return RedirectResponse(f"{back}{joiner}result={said}", status_code=303)
+
+
+def _refused(request: Request, token: str | None) -> Response | None:
+    """Why this request may not act: actions are off, or a POST lacks the token."""
+    if not request.app.state.actions:
+        why = "actions are off: start the view with stepstone ui --allow-actions to use them"
+        return render(request, "problem.html", {"why": why, "back": _back(request)}, 403)
+    csrf: Csrf = request.app.state.csrf
+    if request.method == "POST" and not csrf.accepts(token):
+        why = "refused: the form did not carry this view's token (reload the page and try again)"
+        return render(request, "problem.html", {"why": why, "back": _back(request)}, 403)
+    return None
+
+
+def _back(request: Request, given: dict[str, str] | None = None) -> str:
+    """Where to go back to: the run's page, or the list (with its filters)."""
+    fields = given if given is not None else dict(request.query_params)
+    run_id = fields.get("run")
+    if run_id:
+        return str(request.url_for("run", run_id=run_id).path)
+    query = urlencode({k: v for k, v in fields.items() if k in Filters.FIELDS and v})
+    root = str(request.url_for("runs").path)
+    return f"{root}?{query}" if query else root
+
+
+async def _plan(request: Request, fields: dict[str, str]) -> Plan:
+    verb = request.path_params["verb"]
+    runner: JobRunner = request.app.state.runner
+    if fields.get("run"):
+        if verb not in SINGLE:
+            raise InspectError(f"no action {verb!r} on a run (one of: {', '.join(SINGLE)})")
+        return await _single(runner, verb, fields, _back(request, fields))
+    if verb not in BULK:
+        raise InspectError(f"no action {verb!r} on a list (one of: {', '.join(BULK)})")
+    return await _bulk(runner, verb, fields, _back(request, fields))
+
+
+async def _single(runner: JobRunner, verb: str, fields: dict[str, str], back: str) -> Plan:
+    run_id = fields["run"]
+    found = await reads.detail(runner, run_id)
+    status = found.status.value if found.status is not None else "unknown"
+    what = f"{status} run {run_id} ({found.kind or 'of no known kind'})"
+    keep = {"run": run_id}
+    if verb == "retry":
+        if found.status is not JobStatus.DEAD:
+            raise InspectError(f"run {run_id} is {status}; only a dead run can be retried")
+        question = (
+            f"Retry {what}? Its failed outcome is removed and it is queued again; "
+            "the steps it finished replay from their memos."
+        )
+        return Plan(verb, question, "Retry this run", keep, [run_id], back)
+    if verb == "cancel":
+        if found.status is None or not found.status.queued:
+            raise InspectError(f"run {run_id} is {status}: there is nothing to cancel")
+        if found.status is JobStatus.DEAD:
+            question = f"Discard {what} from the queue? Its failed outcome stays."
+            return Plan(verb, question, "Discard this run", keep, [run_id], back)
+        question = (
+            f"Cancel {what}? It is recorded cancelled and leaves the queue; "
+            "an attempt under way stops at its next cancel check."
+        )
+        return Plan(verb, question, "Cancel this run", keep, [run_id], back)
+    name, payload = fields.get("name", "").strip(), fields.get("payload", "")
+    if not name:
+        raise InspectError("an event needs a name")
+    _payload(payload)
+    shown = payload.strip() or "no payload"
+    question = f"Send event {name!r} with {shown} to {what}?"
+    keep |= {"name": name, "payload": payload}
+    return Plan(verb, question, "Send this event", keep, [run_id], back)
+
+
+async def _bulk(runner: JobRunner, verb: str, fields: dict[str, str], back: str) -> Plan:
+    filters = Filters.from_query(fields)
+    if filters.problems:
+        raise InspectError("; ".join(filters.problems))
+    chosen, keep = actions.bulk_choice(
+        "retry" if verb == "retry" else "cancel", filters.chosen(runner.clock.now())
+    )
+    listed = await listing.list_runs(runner, chosen, limit=filters.limit)
+    run_ids = [row.id for row in listed.rows if keep(row)]
+    words = actions.described(chosen, filters.since or None)
+    if not run_ids:
+        raise InspectError(f"no {words} in the list to {verb}")
+    doing = "Retry" if verb == "retry" else "Cancel"
+    question = f"{doing} the {len(run_ids)} {words} this list shows?"
+    if len(listed.rows) >= filters.limit:
+        question += f" (Only the newest {filters.limit} were listed; others are left.)"
+    kept = {k: v for k, v in fields.items() if k in Filters.FIELDS and v}
+    return Plan(verb, question, f"{doing} {len(run_ids)} run(s)", kept, run_ids, back)
+
+
+async def _do_many(runner: JobRunner, verb: str, ids: str) -> list[str]:
+    """A bulk action on the runs its confirmation listed (their ids, posted)."""
+    posted = [run_id for run_id in ids.split(",") if run_id]
+    act = actions.retry_many if verb == "retry" else actions.cancel_many
+    done = await act(runner, posted)
+    lines = [f"{done.verb} {len(done.done)} of {len(posted)} run(s)"]
+    lines += [f"not {done.verb} {run_id}: {why}" for run_id, why in done.refused.items()]
+    lines += [f"record {bad.key} would not decode: {bad.reason}" for bad in done.unreadable]
+    return lines
+
+
+async def _do(runner: JobRunner, plan: Plan) -> list[str]:
+    """The action on one run, confirmed."""
+    run_id = plan.fields["run"]
+    try:
+        if plan.verb == "retry":
+            await actions.retry(runner, run_id)
+            return [f"requeued {run_id}: its failed outcome was removed; finished steps replay"]
+        if plan.verb == "cancel":
+            if await actions.cancel(runner, run_id) == "cancelled":
+                return [f"cancelled {run_id}"]
+            return [f"discarded dead run {run_id} from the queue (its failed outcome stays)"]
+        name = plan.fields["name"]
+        await runner.send_event(run_id, name, _payload(plan.fields["payload"]))
+        return [f"sent event {name!r} to {run_id}"]
+    except (EventRefused, EncodingError, StoreError, QueueError) as exc:
+        return [f"nothing was done: {exc}"]
+
+
+def _payload(text: str) -> Any:
+    """An event's payload as the form gives it: JSON, or nothing for none."""
+    if len(text) > PAYLOAD_CHARS:
+        raise InspectError(f"the payload is over {PAYLOAD_CHARS} characters")
+    if not text.strip():
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise InspectError(f"the payload is not JSON: {exc}") from None
