@@ -29,6 +29,7 @@ queue and the worker) and :mod:`stepstone.store` (the object stores).
 
 from stepstone.errors import (
     AlreadyExists,
+    BadEvent,
     CorruptMemo,
     CorruptOutcome,
     CorruptRecord,
@@ -38,6 +39,7 @@ from stepstone.errors import (
     InputMismatch,
     InvalidKey,
     InvalidRunId,
+    InvalidWait,
     JobCancelled,
     JobError,
     JobFailed,
@@ -87,6 +89,7 @@ __all__ = [
     "AlreadyExists",
     "AttemptInfo",
     "AttemptResult",
+    "BadEvent",
     "Clock",
     "CorruptMemo",
     "CorruptOutcome",
@@ -100,6 +103,7 @@ __all__ = [
     "InputMismatch",
     "InvalidRunId",
     "InvalidKey",
+    "InvalidWait",
     "Job",
     "JobCancelled",
     "JobContext",

@@ -25,6 +25,9 @@ one kind of trouble::
         ├── EventRefused          an event for a run that is not live: unknown or finished
         ├── CorruptOutcome        an outcome object that cannot answer this run (names its key)
         ├── CorruptMemo           a memoized step that does not decode (names the step and key)
+        ├── InvalidWait           a durable wait given what it cannot keep (a ValueError)
+        ├── BadEvent              an event a wait took that is not of its type (names the run
+        │                         and the event)
         ├── InspectError          an operator's request that cannot be done (no such run, a
         │                         queue that cannot list), with the reason to show
         └── JobFailed             awaiting a run that failed: reason, message, error_type
@@ -64,6 +67,7 @@ from stepstone.store import (
 
 __all__ = [
     "AlreadyExists",
+    "BadEvent",
     "CorruptMemo",
     "CorruptOutcome",
     "CorruptRecord",
@@ -73,6 +77,7 @@ __all__ = [
     "InputMismatch",
     "InspectError",
     "InvalidRunId",
+    "InvalidWait",
     "InvalidKey",
     "JobCancelled",
     "JobError",
@@ -191,6 +196,31 @@ class CorruptMemo(JobError):
         self.job = job
         self.step = step
         super().__init__(f"job {job!r}, step {step!r}: the memo {key} does not decode: {reason}")
+
+
+class InvalidWait(JobError, ValueError):
+    """A durable wait given what it cannot keep: a duration that is negative,
+    NaN or infinite, a wake time past the last one the engine represents
+    (:data:`~stepstone.execute.durable_waits.LATEST_WAKE`), a naive datetime.
+    A programming error, raised at the call: the attempt fails for good.
+    (Its ``ValueError`` base keeps code that caught the earlier error working.)"""
+
+
+class BadEvent(JobError):
+    """An event a wait took does not validate as the type the wait declares.
+
+    The event is recorded as taken, so every replay would take it again and
+    fail alike: the attempt fails for good, naming the run, the event (its
+    name and key) and what is wrong (pydantic's message names the field)."""
+
+    def __init__(self, run_id: str, name: str, key: str, reason: str) -> None:
+        self.run_id = run_id
+        self.name = name
+        self.key = key
+        self.reason = reason
+        super().__init__(
+            f"run {run_id}: event {name!r} ({key}) is not of the type waited for: {reason}"
+        )
 
 
 class JobFailed(JobError):

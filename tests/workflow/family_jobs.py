@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, ClassVar
 
+from pydantic import BaseModel
 from wf_jobs import Counters
 
 from stepstone import Job, JobContext, Permanent
@@ -89,4 +90,49 @@ class LetsChildFail(Job[int]):
         return await (await ctx.submit(Refuses(n=1)))
 
 
-FAMILY_JOBS: list[type[Job[Any]]] = [GoesOnEvent, Joins, LetsChildFail, Refuses, Tag, TwoAtOnce]
+class WaitsOddly(Job[str]):
+    """A durable wait given ``how`` (a float's text: NaN and infinities
+    cannot be a job's input): ``sleep`` or an event wait's ``timeout``."""
+
+    NAME: ClassVar[str] = "family.waits-oddly"
+    wait: str
+    how: str
+
+    async def run(self, ctx: JobContext) -> str:
+        ctx.state(Counters).hit(f"oddly:{self.wait}:{self.how}")
+        if self.wait == "sleep":
+            await ctx.sleep(float(self.how))
+        else:
+            await ctx.wait_for_event("x", timeout=float(self.how))
+        return "woke"
+
+
+class Order(BaseModel):
+    sku: str
+    cents: int
+
+
+class TakesOrder(Job[int]):
+    NAME: ClassVar[str] = "family.takes-order"
+    key: str
+
+    def idempotency_key(self) -> str:
+        return f"takes-order:{self.key}"
+
+    async def run(self, ctx: JobContext) -> int:
+        ctx.state(Counters).hit(f"takes-order:{self.key}")
+        order = await ctx.wait_for_event("order", type=Order)
+        assert isinstance(order, Order)
+        return order.cents
+
+
+FAMILY_JOBS: list[type[Job[Any]]] = [
+    GoesOnEvent,
+    Joins,
+    LetsChildFail,
+    Refuses,
+    Tag,
+    TakesOrder,
+    TwoAtOnce,
+    WaitsOddly,
+]

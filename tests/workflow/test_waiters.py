@@ -13,11 +13,20 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
-from family_jobs import FAMILY_JOBS, GoesOnEvent, Joins, LetsChildFail, Tag, TwoAtOnce
+from family_jobs import (
+    FAMILY_JOBS,
+    GoesOnEvent,
+    Joins,
+    LetsChildFail,
+    Tag,
+    TakesOrder,
+    TwoAtOnce,
+    WaitsOddly,
+)
 from wf_jobs import Counters
 from wf_support import ON_EVERY_STORE
 
-from stepstone import JobRunner, JobStatus, SubmitOptions
+from stepstone import EncodingError, JobRunner, JobStatus, SubmitOptions
 from stepstone.testing import FakeClock, advance, run_job, wait_until
 
 pytestmark = ON_EVERY_STORE
@@ -111,6 +120,57 @@ async def test_a_childs_permanent_failure_fails_its_parent_at_once_naming_it(
     assert outcome.error.error_type is not None and "JobFailed" in outcome.error.error_type
     assert counters.counts["refuses:1"] == 1
     assert counters.counts["lets-fail:p"] == 2  # submitted, then woken: not retried
+
+
+@pytest.mark.parametrize(
+    ("wait", "how", "says"),
+    [
+        ("sleep", "1e12", "9999"),
+        ("sleep", "1e300", "9999"),
+        ("sleep", "-1", ">= 0"),
+        ("sleep", "nan", ">= 0"),
+        ("sleep", "inf", ">= 0"),
+        ("event", "-1", ">= 0"),
+        ("event", "nan", ">= 0"),
+        ("event", "1e12", "9999"),
+    ],
+)
+async def test_a_wait_it_cannot_keep_fails_the_run_at_once_saying_why(
+    make_family: Callable[..., JobRunner], counters: Counters, wait: str, how: str, says: str
+) -> None:
+    async with make_family() as runner:
+        outcome = await (await runner.submit(WaitsOddly(wait=wait, how=how))).join(timeout=10)
+    assert outcome.status is JobStatus.FAILED and outcome.error is not None
+    assert (outcome.error.reason, outcome.attempts) == ("permanent", 1)
+    assert says in outcome.error.message and repr(float(how)) in outcome.error.message
+    assert outcome.error.error_type is not None and "InvalidWait" in outcome.error.error_type
+    assert counters.counts[f"oddly:{wait}:{how}"] == 1
+
+
+async def test_an_event_payload_that_cannot_be_stored_raises_encoding_error(
+    make_family: Callable[..., JobRunner],
+) -> None:
+    api = make_family(jobs=[])
+    handle = await api.submit(GoesOnEvent(key="lambda"))
+    with pytest.raises(EncodingError, match="'go'"):
+        await api.send_event(handle.id, "go", lambda: 1)
+    with pytest.raises(EncodingError, match="'go'"):
+        await api.send_event(handle.id, "go", {"when": object()})
+
+
+async def test_an_event_of_another_type_fails_the_run_once_naming_run_event_and_field(
+    make_family: Callable[..., JobRunner], counters: Counters
+) -> None:
+    api = make_family(jobs=[])
+    handle = await api.submit(TakesOrder(key="bad"))
+    await api.send_event(handle.id, "order", {"sku": "a-1", "cents": "lots"})
+    async with make_family(max_attempts=5):
+        outcome = await handle.join(timeout=10)
+    assert outcome.status is JobStatus.FAILED and outcome.error is not None
+    assert (outcome.error.reason, outcome.attempts) == ("permanent", 1)
+    message = outcome.error.message
+    assert handle.id in message and "'order'" in message and "cents" in message
+    assert counters.counts["takes-order:bad"] == 1
 
 
 async def _is(runner: JobRunner, run_id: str, status: JobStatus) -> bool:

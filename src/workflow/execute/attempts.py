@@ -19,10 +19,12 @@ from typing import Any, cast
 from pydantic import ValidationError
 
 from stepstone.errors import (
+    BadEvent,
     ClassifiedPermanent,
     CorruptMemo,
     CorruptOutcome,
     EncodingError,
+    InvalidWait,
     JobFailed,
 )
 from stepstone.execute.context import JobContext
@@ -186,9 +188,10 @@ class AttemptRunner:
             await _flush(scope)
             await admitted.suspending()
             raise
-        except (Permanent, EncodingError, CorruptMemo, JobFailed) as exc:
+        except (Permanent, EncodingError, CorruptMemo, JobFailed, InvalidWait, BadEvent) as exc:
             # (Retrying cannot mend a value that cannot be stored, a memo
-            # that does not decode, or a child's outcome, which is final: the
+            # that does not decode, a child's outcome, which is final, a wait
+            # it cannot keep or an event taken that is not of its type: the
             # run fails for good, saying which. The job's code may catch them.)
             await _flush(scope)
             if not isinstance(exc, Permanent):

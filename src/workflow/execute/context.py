@@ -14,14 +14,13 @@ import functools
 import hashlib
 import inspect
 import logging
-import math
 import time
 import warnings
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any, ParamSpec, TypeVar, cast, overload
 
-from stepstone.errors import EncodingError
+from stepstone.errors import EncodingError, InvalidWait
 from stepstone.execute import durable_waits as waits
 from stepstone.execute.memos import Memo
 from stepstone.execute.scope import PROGRESS_INTERVAL, AttemptScope
@@ -196,14 +195,14 @@ class JobContext:
         """Sleep ``seconds`` durably: the run gives back its worker and lease
         and resumes after the wake time, which is recorded like a step, so a
         retry or replay wakes at the same moment. Not an attempt."""
-        if not math.isfinite(seconds) or seconds < 0:
-            raise ValueError(f"sleep takes a finite number of seconds >= 0, got {seconds!r}")
-        await waits.sleep_until(self._run, self._run.clock.now() + seconds)
+        seconds = waits.seconds_to_wait("sleep", seconds)
+        wake_at = waits.wake_time(f"sleep({seconds!r})", self._run.clock.now() + seconds)
+        await waits.sleep_until(self._run, wake_at)
 
     async def sleep_until(self, when: datetime) -> None:
         """Sleep durably until ``when`` (an aware datetime); see :meth:`sleep`."""
         if not isinstance(when, datetime) or when.tzinfo is None:
-            raise ValueError("sleep_until takes an aware datetime (with a tzinfo)")
+            raise InvalidWait("sleep_until takes an aware datetime (with a tzinfo)")
         await waits.sleep_until(self._run, when.timestamp())
 
     @overload
@@ -236,8 +235,9 @@ class JobContext:
         worker. An event sent before the run waits is kept for it; each event
         is taken once, by the first wait for its name that has not taken one,
         and a replay sees the same payload."""
-        if timeout is not None and (not math.isfinite(timeout) or timeout < 0):
-            raise ValueError(f"timeout must be a finite number of seconds >= 0, got {timeout!r}")
+        if timeout is not None:
+            timeout = waits.seconds_to_wait("wait_for_event's timeout", timeout)
+            waits.wake_time(f"a timeout of {timeout!r} s", self._run.clock.now() + timeout)
         return await waits.wait_for_event(self._run, name, timeout, type)
 
     def idempotency_key(self, step: str) -> str:

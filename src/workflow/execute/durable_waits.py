@@ -32,6 +32,9 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import ValidationError
+
+from stepstone.errors import BadEvent, InvalidWait
 from stepstone.execute.memos import Memo
 from stepstone.execute.scope import AttemptScope
 from stepstone.handles.handle import JobHandle
@@ -46,6 +49,10 @@ net for a wake that was lost (its sender crashed between writing and waking)."""
 RECHECK_POLLING = 30.0
 """Longest a waiting run stays suspended on a queue that cannot wake it (SQS):
 how late it may see an event or a child's end."""
+
+LATEST_WAKE = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()
+"""The last wake time a durable wait takes (the end of year 9999, the last
+a datetime holds): a sleep or event timeout past it is refused at the call."""
 
 _FLOAT = codec_for_type(float)
 _ANY = codec_for_type(Any)
@@ -67,9 +74,30 @@ async def _recorded(memo: Memo, value: object) -> Any:
     return await memo.record(value)
 
 
+def seconds_to_wait(what: str, seconds: object) -> float:
+    """``seconds`` as a duration a wait can keep; InvalidWait, at the call,
+    for one that is negative, NaN or infinite."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise InvalidWait(f"{what} takes a number of seconds, got {seconds!r}")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise InvalidWait(f"{what} takes a finite number of seconds >= 0, got {seconds!r}")
+    return float(seconds)
+
+
+def wake_time(what: str, when: float) -> float:
+    """``when`` if the engine can keep it as a wake time; InvalidWait naming
+    the limit (:data:`LATEST_WAKE`) if it is past it."""
+    if when > LATEST_WAKE:
+        raise InvalidWait(
+            f"{what} would end past the last wake time a wait can keep, 9999-12-31T23:59:59Z"
+        )
+    return when
+
+
 async def sleep_until(run: AttemptScope, wake_at: float) -> None:
     """Return once the clock reaches the wake time this sleep recorded first
     (``wake_at`` the first time through); until then, suspend the run."""
+    wake_time("the sleep", wake_at)
     wake_at = await _recorded(Memo(run, "", _FLOAT, internal="sleep"), wake_at)
     if run.clock.now() >= wake_at:
         return
@@ -106,7 +134,21 @@ async def wait_for_event(
             run.consumed_events.add(recorded["key"])
     if recorded is None:
         return None
-    return codec_for_type(output).decode(recorded["data"])
+    try:
+        return codec_for_type(output).decode(recorded["data"])
+    except Exception as exc:  # any error: the event is not of its type
+        raise BadEvent(run.run_id, name, recorded["key"], _why(exc)) from exc
+
+
+def _why(exc: Exception) -> str:
+    """What is wrong with an event's payload, its fields named (pydantic's
+    errors, each with its place in the payload)."""
+    if isinstance(exc, ValidationError):
+        return "; ".join(
+            f"{'.'.join(str(part) for part in error['loc']) or 'the payload'}: {error['msg']}"
+            for error in exc.errors()
+        )
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 async def _take_event(

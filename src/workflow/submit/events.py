@@ -35,7 +35,7 @@ async def send_event(
     name_key(name)  # refuse a bad name before anything is written
     try:
         data = codec_for_type(type(payload)).encode(payload)
-    except (TypeError, ValueError) as exc:
+    except Exception as exc:  # pydantic raises several kinds for what it cannot encode
         raise EncodingError(
             f"the payload of event {name!r} cannot be stored: {exc}", job=run_id
         ) from exc
