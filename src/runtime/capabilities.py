@@ -59,6 +59,9 @@ class Page:
     records: list[JobRecord]
     cursor: str | None
     """Pass back to get the next page; None when there is no more."""
+    unreadable: tuple[tuple[str, str], ...] = ()
+    """The records of this page that would not decode, as (key, why): runs
+    a listing cannot show, nor an operator's bulk action touch."""
 
 
 @runtime_checkable

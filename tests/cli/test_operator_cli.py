@@ -346,11 +346,6 @@ def test_runs_are_chosen_by_version_and_by_key_prefix(store_dir: Path, run_cli: 
     assert listed("--status", "ready") == {new_eu}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a queue listing skips a record that does not decode instead of naming it "
-    "(issue 28, item 10): the bulk action cannot count it yet",
-)
 def test_a_bulk_action_that_could_not_do_some_exits_1_and_says_which(
     store: Store, run_cli: RunCli
 ) -> None:

@@ -44,6 +44,7 @@ class RecordInspection:
         store, jobs = self._io.store, self._io.jobs
         now = self._clock.now()
         out: list[JobRecord] = []
+        unreadable: list[tuple[str, str]] = []
         last: str | None = None
         after = None if cursor is None else self._io.key(cursor)
         while True:
@@ -51,18 +52,22 @@ class RecordInspection:
             pos = 0
             while pos < len(page):
                 if len(out) == limit:
-                    return Page(out, last)  # more keys follow the last one examined
+                    # more keys follow the last one examined
+                    return Page(out, last, tuple(unreadable))
                 chunk = page[pos : pos + limit - len(out)]
                 pos += len(chunk)
                 for run_id, job in await self._load(chunk, payload=True):
                     last = run_id
+                    if isinstance(job, CorruptRecord):
+                        unreadable.append((job.key, job.reason))
+                        continue
                     if job is None:
                         continue
                     record = record_of(job, now)
                     if status is None or record.status == status:
                         out.append(record)
             if len(page) < DEFAULT_PAGE_SIZE:
-                return Page(out, None)
+                return Page(out, None, tuple(unreadable))
             after = page[-1].key
 
     async def counts(self) -> dict[JobStatus, int]:
@@ -74,7 +79,7 @@ class RecordInspection:
         while True:
             page = await store.list(jobs, start_after=after, limit=DEFAULT_PAGE_SIZE)
             for _, job in await self._load(page, payload=False):
-                if job is not None:
+                if isinstance(job, StoredJob):
                     totals[status_of(job, now)] += 1
             if len(page) < DEFAULT_PAGE_SIZE:
                 return totals
@@ -82,29 +87,34 @@ class RecordInspection:
 
     async def _load(
         self, infos: Iterable[ObjectInfo], *, payload: bool
-    ) -> list[tuple[str, StoredJob | None]]:
+    ) -> list[tuple[str, StoredJob | CorruptRecord | None]]:
         """The records behind listed objects, from the view where its etag is
         current (and it holds the payload, if ``payload``), else by GET.
-        Gone or undecodable ones come back as None."""
+        Gone ones come back as None, undecodable ones as the CorruptRecord
+        that says why (read again: the view remembers only that they are)."""
 
-        async def one(info: ObjectInfo) -> tuple[str, StoredJob | None]:
+        async def one(info: ObjectInfo) -> tuple[str, StoredJob | CorruptRecord | None]:
             run_id = self._io.run_id_of(info.key)
             seen = self._view.get(run_id)
             if seen is not None and seen.etag == info.etag:
-                if seen.job is None:
-                    return run_id, None
-                if not (payload and seen.job.partial):
+                if seen.job is not None and not (payload and seen.job.partial):
                     return run_id, seen.job
+                if seen.job is None and not payload:
+                    return run_id, None  # counts skip it without reading it again
             before = self._view.etag(run_id)
             obj = await self._io.get(run_id)
             if obj is None:
                 return run_id, None
             try:
                 job = self._io.decode(
-                    run_id, obj.etag, obj.data, learn=self._view.etag(run_id) == before
+                    run_id,
+                    obj.etag,
+                    obj.data,
+                    learn=self._view.etag(run_id) == before,
+                    log_corrupt=not payload,  # a listing names it to its caller
                 )
-            except CorruptRecord:
-                return run_id, None
+            except CorruptRecord as exc:
+                return run_id, exc
             return run_id, job
 
         return list(await asyncio.gather(*(one(info) for info in infos)))

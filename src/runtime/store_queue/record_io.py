@@ -73,10 +73,13 @@ class RecordIO:
     def run_id_of(self, key: str) -> str:
         return key[len(self.jobs) :]
 
-    def decode(self, run_id: str, etag: str, data: bytes, *, learn: bool = True) -> StoredJob:
+    def decode(
+        self, run_id: str, etag: str, data: bytes, *, learn: bool = True, log_corrupt: bool = True
+    ) -> StoredJob:
         """Decode a record read from the store and (if ``learn``) remember it.
-        An undecodable one is counted and logged once per version, remembered
-        by etag so listings do not fetch it again, and raised as CorruptRecord."""
+        An undecodable one is counted and logged once per version (not when
+        the caller names it itself: ``log_corrupt``), remembered by etag so
+        listings do not fetch it again, and raised as CorruptRecord."""
         key = self.key(run_id)
         try:
             job = decode(data, key=key)
@@ -87,7 +90,8 @@ class RecordIO:
             if seen is None or seen.etag != etag:
                 self.stats.corrupt_records += 1
                 self.stats.corrupt_keys.add(key)
-                log.warning("skipping an undecodable queue record: %s", exc)
+                if log_corrupt:
+                    log.warning("skipping an undecodable queue record: %s", exc)
             if learn:
                 self.view.file(run_id, Seen(etag, None, len(data)))
             raise

@@ -64,6 +64,7 @@ class CorruptRecord(QueueError):
     def __init__(self, message: str, *, key: str) -> None:
         super().__init__(f"{message} (record {key})")
         self.key = key
+        self.reason = message
 
 
 @dataclass(slots=True)

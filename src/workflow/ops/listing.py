@@ -126,7 +126,7 @@ async def list_runs(
     found = _Newest(chosen, limit)
     unreadable: dict[str, Unreadable] = {}  # by key: a dead job's outcome is met twice
     if wanted is None or wanted.queued:
-        async for record in _queue_records(runner, wanted):
+        async for record in _queue_records(runner, wanted, unreadable):
             found.offer(_queued_row(record))
     if wanted is None or wanted.finished:
         await _offer_outcomes(runner, wanted, found, unreadable)
@@ -183,8 +183,11 @@ class _Newest:
         return rows[: self.limit]
 
 
-async def _queue_records(runner: Inspected, status: JobStatus | None) -> AsyncIterator[JobRecord]:
-    """Every queue record (of ``status`` if given), in id order."""
+async def _queue_records(
+    runner: Inspected, status: JobStatus | None, unreadable: dict[str, Unreadable]
+) -> AsyncIterator[JobRecord]:
+    """Every queue record (of ``status`` if given), in id order; those that
+    would not decode go to ``unreadable``."""
     queue = runner.queue
     if not isinstance(queue, JobListing):
         raise lacks(
@@ -195,6 +198,8 @@ async def _queue_records(runner: Inspected, status: JobStatus | None) -> AsyncIt
     cursor: str | None = None
     while True:
         page = await queue.list(status, cursor=cursor, limit=1000)
+        for key, why in page.unreadable:
+            unreadable[key] = Unreadable(key, why)
         for record in page.records:
             yield record
         if page.cursor is None:
