@@ -5,7 +5,15 @@ enqueue and a handler, under leases, with retries.
 """
 
 from .backoff import Backoff
-from .capabilities import DeadJobRequeue, JobCounts, JobListing, Page, QueueInspection, Waking
+from .capabilities import (
+    DeadJobRequeue,
+    JobCounts,
+    JobListing,
+    Page,
+    QueueInspection,
+    Reclaiming,
+    Waking,
+)
 from .clock import Clock, FakeClock, SystemClock
 from .decide import AttemptEnd, Failure, FailureKind, Success, Terminal
 from .errors import (
@@ -16,6 +24,7 @@ from .errors import (
     QueueError,
     RetryLater,
     UnknownKind,
+    WorkerIdInUse,
 )
 from .memory_queue import MemoryQueue
 from .observer import AttemptReport, WorkerObserver
@@ -85,6 +94,7 @@ __all__ = [
     "Permanent",
     "QueueError",
     "QueueInspection",
+    "Reclaiming",
     "RetryLater",
     "Settlement",
     "SqsQueue",
@@ -98,6 +108,7 @@ __all__ = [
     "UnknownKind",
     "Wait",
     "Waking",
+    "WorkerIdInUse",
     "Worker",
     "WorkerObserver",
     "WorkerStats",

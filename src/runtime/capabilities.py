@@ -19,6 +19,10 @@ method that raises. A caller that needs one checks for it,
   approximate numbers).
 - :class:`DeadJobRequeue` (``requeue``): a dead job back to ready, for
   ``stepstone retry``. MemoryQueue, StoreQueue, SqsQueue.
+- :class:`Reclaiming` (``reclaim``): hands a restarted worker the runs its
+  previous life held, at once instead of when their leases lapse. StoreQueue
+  (a MemoryQueue dies with its worker; SQS forgets a receipt with the
+  process that received it).
 - :class:`QueueInspection`: the last three together, with ``counts`` over
   ``list`` unless the backend knows better. MemoryQueue, StoreQueue.
 
@@ -32,12 +36,21 @@ fit together).
 from __future__ import annotations
 
 import abc
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from .queue import QUEUE_STATUSES, JobRecord, JobStatus
+from .queue import QUEUE_STATUSES, Delivery, JobRecord, JobStatus
 
-__all__ = ["DeadJobRequeue", "JobCounts", "JobListing", "Page", "QueueInspection", "Waking"]
+__all__ = [
+    "DeadJobRequeue",
+    "JobCounts",
+    "JobListing",
+    "Page",
+    "QueueInspection",
+    "Reclaiming",
+    "Waking",
+]
 
 
 @runtime_checkable
@@ -52,6 +65,35 @@ class Waking(Protocol):
         waiting for its run-at time, a retry's backoff or something else is
         left as it is. False if there is no such job (ended, never enqueued)
         or it is dead; True otherwise, moved or not."""
+
+
+@runtime_checkable
+class Reclaiming(Protocol):
+    """A queue whose claims say who holds them, so a worker that restarts
+    can take back its own (:mod:`stepstone.runtime.worker.identity`)."""
+
+    @property
+    @abc.abstractmethod
+    def holder_scope(self) -> str:
+        """Names this queue across processes: workers that claim from it
+        under one id, on one host, must not both be alive."""
+
+    @abc.abstractmethod
+    async def reclaim(
+        self,
+        holder: str,
+        *,
+        lease: float,
+        limit: int,
+        within: float,
+        kinds: Collection[str] | None = None,
+    ) -> list[Delivery]:
+        """Claim again, each by a compare-and-swap that fences the old token
+        off, up to ``limit`` jobs (of ``kinds``) claimed as ``holder``
+        (``claim(holder=)``) whose records changed within the last ``within``
+        seconds: the runs a dead life of this worker held, which would
+        otherwise wait for their leases to lapse. The attempt is counted, as
+        a lapsed lease's takeover counts it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,13 @@ class LeaseLost(QueueError):
     """
 
 
+class WorkerIdInUse(StepstoneError):
+    """A worker was started with an id another live worker on this host
+    holds. Two workers with one id would each take back the other's runs as
+    their own after a restart, so the second is refused
+    (:mod:`stepstone.runtime.worker.identity`)."""
+
+
 class Permanent(Exception):
     """Raise (or subclass) this in a job: it will fail the same way on every attempt.
 

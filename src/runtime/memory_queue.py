@@ -177,7 +177,7 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
         return Enqueued(rec.id, created=True, version=rec.made)
 
     async def enqueue_claimed(
-        self, job: NewJob, *, lease: float
+        self, job: NewJob, *, lease: float, holder: str | None = None
     ) -> tuple[Enqueued, Delivery | None]:
         run_id, rec = self._add(job)
         if rec is None:
@@ -219,7 +219,12 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
         return run_id, rec
 
     async def claim(
-        self, n: int, *, lease: float, kinds: Collection[str] | None = None
+        self,
+        n: int,
+        *,
+        lease: float,
+        kinds: Collection[str] | None = None,
+        holder: str | None = None,
     ) -> list[Delivery]:
         now = self.clock.now()
         self._promote_due(now)

@@ -323,11 +323,12 @@ class LeaseQueue(abc.ABC):
         before and after it may have been enqueued)."""
 
     async def enqueue_claimed(
-        self, job: NewJob, *, lease: float
+        self, job: NewJob, *, lease: float, holder: str | None = None
     ) -> tuple[Enqueued, Delivery | None]:
-        """Enqueue ``job`` already claimed by the caller, leased for ``lease``
-        seconds: for a worker in the submitting process with free capacity and
-        nothing else to take, one write where an enqueue and a claim take two.
+        """Enqueue ``job`` already claimed by the caller (``holder``, as
+        ``claim`` takes it), leased for ``lease`` seconds: for a worker in the
+        submitting process with free capacity and nothing else to take, one
+        write where an enqueue and a claim take two.
         The delivery is the caller's to run, renew and settle as a claim's,
         or to ``release``; if the caller goes away instead, the lease lapses
         and any worker claims the job. None when the enqueue created no record
@@ -347,11 +348,19 @@ class LeaseQueue(abc.ABC):
 
     @abc.abstractmethod
     async def claim(
-        self, n: int, *, lease: float, kinds: Collection[str] | None = None
+        self,
+        n: int,
+        *,
+        lease: float,
+        kinds: Collection[str] | None = None,
+        holder: str | None = None,
     ) -> list[Delivery]:
         """Claim up to ``n`` due jobs (of ``kinds`` if given) in priority order,
         each leased for ``lease`` seconds. Jobs whose lease expired are
-        claimable again, with the attempt counted."""
+        claimable again, with the attempt counted. ``holder`` names the
+        claimer (a worker's id in its place): a queue that can reclaim
+        (:class:`~stepstone.runtime.capabilities.Reclaiming`) marks each claim
+        with it, so a restarted worker finds its own; others ignore it."""
 
     @abc.abstractmethod
     async def renew(self, delivery: Delivery, at_least: float) -> float | None:

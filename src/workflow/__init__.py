@@ -56,6 +56,7 @@ from stepstone.errors import (
     StoreError,
     StoreUnavailable,
     UnknownJob,
+    WorkerIdInUse,
 )
 from stepstone.execute.context import JobContext, SyncContext
 from stepstone.handles.handle import JobHandle
@@ -138,6 +139,7 @@ __all__ = [
     "SyncHandle",
     "SystemClock",
     "UnknownJob",
+    "WorkerIdInUse",
     "open_store",
     "payload_idempotency_key",
 ]

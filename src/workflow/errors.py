@@ -11,6 +11,7 @@ one kind of trouble::
     │   ├── PreconditionFailed    a conditional write lost: an answer, never retried
     │   │   └── AlreadyExists     a create-if-absent found the object there
     │   └── InvalidKey            a key refused before it reached the store (a ValueError)
+    ├── WorkerIdInUse             a worker id another live worker on this host holds
     ├── QueueError                the lease queue refused an operation
     │   ├── PayloadTooLarge       over the queue's payload limit; nothing enqueued (a ValueError)
     │   ├── CorruptRecord         a queue record that does not decode (names its key)
@@ -53,6 +54,7 @@ from stepstone.runtime import (
     QueueError,
     RetryLater,
     SqsUnsupported,
+    WorkerIdInUse,
 )
 from stepstone.store import (
     AlreadyExists,
@@ -95,6 +97,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "UnknownJob",
+    "WorkerIdInUse",
 ]
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 from collections.abc import Coroutine, Iterable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar, cast
@@ -85,6 +84,13 @@ class JobRunner:
     ``store`` is an ObjectStore or a URL (``memory://``, a directory,
     ``s3://bucket/prefix``); the queue defaults to a StoreQueue on the same
     store, so one bucket is all the infrastructure there is.
+
+    ``worker_id`` names this runner's worker across restarts: started again
+    under it on the same host, the worker takes back at once the runs its
+    killed life held (:mod:`stepstone.runtime.worker.identity`). By default
+    it is the host's name (a container's), or the next free one when
+    several workers share a host; two live workers on one host given one id
+    are refused (``start`` raises WorkerIdInUse).
     """
 
     def __init__(
@@ -114,6 +120,7 @@ class JobRunner:
         cancel_check: float | None = 1.0,
         on_settled: SettledHook | None = None,
         history: bool = True,
+        worker_id: str | None = None,
     ) -> None:
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
@@ -139,8 +146,7 @@ class JobRunner:
         # The parts, each built with what it needs (bottom up).
         waking = self.queue if isinstance(self.queue, Waking) else None
         wait_recheck = wait_recheck_for(waking is not None, wait_recheck)
-        worker_id = f"worker-{secrets.token_hex(3)}"
-        self._threads = JobThreads(concurrency, name=worker_id)
+        self._threads = JobThreads(concurrency, name=worker_id or "stepstone-worker")
         self._records = records = RunRecords(self.store, self.layout)
         self._watch = OutcomeWatch(
             records,
@@ -152,7 +158,11 @@ class JobRunner:
             on_settled, job_type=self._jobs.get, threads=HookThreads(name=worker_id)
         )
         self._history = AttemptLog(
-            self.store, self.layout, self.clock, worker=worker_id, enabled=history
+            self.store,
+            self.layout,
+            self.clock,
+            worker=lambda: self.worker.name,
+            enabled=history,
         )
         self._limits = Limits(
             store=self.store,
@@ -289,10 +299,10 @@ class JobRunner:
         record metrics if a MeterProvider is set (:mod:`stepstone.telemetry`)."""
         if self._running:
             return
+        await self.worker.start()  # WorkerIdInUse: nothing else started
         self._running = True
         self._home = asyncio.get_running_loop()
         self._metrics.start(in_flight=self.worker.in_flight_by_kind)
-        await self.worker.start()
         if self._sweeper is not None:
             self._sweeper.start()
         self.scheduler.start()

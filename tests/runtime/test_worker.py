@@ -794,7 +794,12 @@ class _NoticeLessQueue(MemoryQueue):
         return lambda: None
 
     async def claim(
-        self, n: int, *, lease: float, kinds: Collection[str] | None = None
+        self,
+        n: int,
+        *,
+        lease: float,
+        kinds: Collection[str] | None = None,
+        holder: str | None = None,
     ) -> list[Delivery]:
         self.claiming += 1
         try:
@@ -861,7 +866,12 @@ class FlakyQueue(LeaseQueue):
         return self.inner.clock
 
     async def claim(
-        self, n: int, *, lease: float, kinds: Collection[str] | None = None
+        self,
+        n: int,
+        *,
+        lease: float,
+        kinds: Collection[str] | None = None,
+        holder: str | None = None,
     ) -> list[Delivery]:
         self.claims += 1
         if self.down:

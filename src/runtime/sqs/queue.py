@@ -252,7 +252,12 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
         return await enqueue_each(jobs, self._enqueues.one)
 
     async def claim(
-        self, n: int, *, lease: float, kinds: Collection[str] | None = None
+        self,
+        n: int,
+        *,
+        lease: float,
+        kinds: Collection[str] | None = None,
+        holder: str | None = None,
     ) -> list[Delivery]:
         return await self._receiver.claim(n, lease=lease, kinds=kinds)
 

@@ -27,6 +27,8 @@ One module per part, each with the reason it is so:
 - ``claims``: the claim race, a compare-and-swap per record against others.
 - ``transitions``: the changes a claim's token makes (renew, the
   settlements) and wakes, each a compare-and-swap.
+- ``reclaims``: a restarted worker's runs, taken back by the marks its
+  claims' tokens carry.
 - ``admin``: cancel, withdraw, discard and requeue, outside any claim.
 - ``inspection``: one record, listings and counts, for people.
 - ``lost_answers``: whether a write whose answer was lost happened.

@@ -63,7 +63,12 @@ class ClaimRace:
         return self._view.candidates(now, kinds, limit, busy)
 
     async def claim(
-        self, n: int, *, lease: float, kinds: Collection[str] | None = None
+        self,
+        n: int,
+        *,
+        lease: float,
+        kinds: Collection[str] | None = None,
+        holder: str | None = None,
     ) -> list[Delivery]:
         if n <= 0:
             return []
@@ -92,7 +97,9 @@ class ClaimRace:
                 picked = sorted(random.sample(range(len(candidates)), min(need, len(candidates))))
                 batch = [candidates[i] for i in picked]
                 tried.update(batch)
-                won = await asyncio.gather(*(self._claim_one(i, now, lease, began) for i in batch))
+                won = await asyncio.gather(
+                    *(self._claim_one(i, now, lease, began, holder) for i in batch)
+                )
                 out.extend(d for d in won if d is not None)
                 if len(out) >= n:
                     break
@@ -107,7 +114,7 @@ class ClaimRace:
         return out
 
     async def _claim_one(
-        self, run_id: str, now: float, lease: float, fresh_since: float
+        self, run_id: str, now: float, lease: float, fresh_since: float, holder: str | None
     ) -> Delivery | None:
         seen = self._view.get(run_id)
         # Checked again here, not only when the candidates were picked: a
@@ -135,7 +142,7 @@ class ClaimRace:
                 now,
                 attempts=job.attempts + 1,
                 claims=job.claims + 1,
-                token=new_token(),
+                token=new_token(holder),
                 lease_expires_at=now + lease,
                 wait=None,
                 woken=False,

@@ -22,7 +22,7 @@ from collections.abc import Callable, Collection, Sequence
 from stepstone.store.base import ObjectStore
 from stepstone.store.keys import validate_key
 
-from ..capabilities import Page, QueueInspection, Waking
+from ..capabilities import Page, QueueInspection, Reclaiming, Waking
 from ..clock import Clock, SystemClock
 from ..listeners import Listeners
 from ..queue import (
@@ -45,6 +45,7 @@ from .claims import ClaimRace
 from .discovery import Discovery
 from .inspection import RecordInspection
 from .pacing import ScanPacing
+from .reclaims import reclaim
 from .record_io import RecordIO, StoreQueueStats
 from .records import StoredJob, delivery_of
 from .size_hints import new_token
@@ -58,7 +59,7 @@ PENDING_HINT_SECONDS = 5.0
 what a handle awaiting a job a peer took may lose in latency."""
 
 
-class StoreQueue(LeaseQueue, QueueInspection, Waking):
+class StoreQueue(LeaseQueue, QueueInspection, Waking, Reclaiming):
     """A LeaseQueue whose state lives entirely in an ObjectStore.
 
     ``scan_interval`` (real seconds, not the injected clock's: it is about
@@ -184,7 +185,7 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
         return await self._enqueue([self._new_record(job, now) for job in jobs])
 
     async def enqueue_claimed(
-        self, job: NewJob, *, lease: float
+        self, job: NewJob, *, lease: float, holder: str | None = None
     ) -> tuple[Enqueued, Delivery | None]:
         """The record is created holding the caller's lease: one create, where
         an enqueue and a claim take a create and a swap. A job due later is
@@ -195,7 +196,7 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
             [enqueued] = await self._enqueue([record])
             return enqueued, None
         claimed = record.next(
-            now, attempts=1, claims=1, token=new_token(), lease_expires_at=now + lease
+            now, attempts=1, claims=1, token=new_token(holder), lease_expires_at=now + lease
         )
         [enqueued] = all_or_first_error(await creates.create(self._io, [claimed]))
         return enqueued, delivery_of(claimed) if enqueued.created else None
@@ -210,9 +211,38 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking):
     # -- claims (stepstone.runtime.store_queue.claims) ----------------------
 
     async def claim(
-        self, n: int, *, lease: float, kinds: Collection[str] | None = None
+        self,
+        n: int,
+        *,
+        lease: float,
+        kinds: Collection[str] | None = None,
+        holder: str | None = None,
     ) -> list[Delivery]:
-        return await self._claims.claim(n, lease=lease, kinds=kinds)
+        return await self._claims.claim(n, lease=lease, kinds=kinds, holder=holder)
+
+    @property
+    def holder_scope(self) -> str:
+        """The store and prefix; a process's own MemoryStore is its alone."""
+        scope = f"{self.store.location}|{self.prefix}"
+        if scope.startswith("memory://"):
+            scope += f"|{id(self.store)}"
+        return scope
+
+    async def reclaim(
+        self,
+        holder: str,
+        *,
+        lease: float,
+        limit: int,
+        within: float,
+        kinds: Collection[str] | None = None,
+    ) -> list[Delivery]:
+        """See :class:`~stepstone.runtime.capabilities.Reclaiming`: one LIST,
+        a GET of each record changed within ``within`` seconds, and a swap of
+        each found held as ``holder``."""
+        return await reclaim(
+            self._io, self.clock, holder, lease=lease, limit=limit, within=within, kinds=kinds
+        )
 
     async def next_due(self) -> float | None:
         """The earliest run-at or lease expiry in the view not yet seen due by

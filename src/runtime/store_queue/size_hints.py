@@ -30,6 +30,7 @@ holders.
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from dataclasses import replace
 
@@ -44,9 +45,23 @@ TOKEN_SHAPE = "0" * 2 * _TOKEN_BYTES
 """What every token looks like to the encoder (see :func:`held_elsewhere`)."""
 
 
-def new_token() -> str:
-    """A claim's fencing token: random, and always as long as TOKEN_SHAPE."""
-    return secrets.token_hex(_TOKEN_BYTES)
+_MARK_CHARS = 12
+"""A token's first characters that name its holder, when it has one."""
+
+
+def holder_mark(holder: str) -> str:
+    """The start of every token ``holder`` claims with: a hash of it, so a
+    restarted worker finds its own claims and reads no one's name."""
+    return hashlib.sha256(holder.encode()).hexdigest()[:_MARK_CHARS]
+
+
+def new_token(holder: str | None = None) -> str:
+    """A claim's fencing token, always as long as TOKEN_SHAPE: random, after
+    the holder's mark if there is a holder (half the token: 48 random bits
+    still make every claim's token its own)."""
+    if holder is None:
+        return secrets.token_hex(_TOKEN_BYTES)
+    return holder_mark(holder) + secrets.token_hex(_TOKEN_BYTES - _MARK_CHARS // 2)
 
 
 def renewed_elsewhere(seen: Seen, info: ObjectInfo, now: float) -> bool:

@@ -31,6 +31,9 @@ why it is apart:
   jobs released uncounted.
 - ``pauses``: the loop's sleep anything can cut short, and the pause after
   queue errors.
+- ``identity``: the worker's id across restarts, held by a lock on its
+  host, so a restart takes back its own runs and two live workers cannot
+  share one.
 - ``logs``: the worker's logger and a job's line with its run id, kind and
   attempt.
 - ``stats``: :class:`WorkerStats`, the counters.

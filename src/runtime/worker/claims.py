@@ -26,6 +26,7 @@ from ..clock import Clock
 from ..decide import describe
 from ..queue import Delivery, LeaseQueue
 from .handlers import Registration
+from .identity import WorkerIdentity
 from .in_flight import InFlight
 from .logs import extra, logger
 from .pauses import MIN_SLEEP, error_pause
@@ -33,8 +34,8 @@ from .stats import WorkerStats
 
 
 class ClaimLoop:
-    """The claims of the worker ``name``: each delivery claimed goes to
-    ``begin`` with the clock time of its claim."""
+    """The claims of the worker ``identity`` (marked as its): each delivery
+    claimed goes to ``begin`` with the clock time of its claim."""
 
     def __init__(
         self,
@@ -48,7 +49,7 @@ class ClaimLoop:
         only_registered: bool,
         stats: WorkerStats,
         begin: Callable[[Delivery, float], None],
-        name: str,
+        identity: WorkerIdentity,
     ) -> None:
         self._queue = queue
         self._clock = clock
@@ -59,7 +60,7 @@ class ClaimLoop:
         self._only_registered = only_registered
         self._stats = stats
         self._begin = begin
-        self._name = name
+        self._identity = identity
         self._errors = 0
         self._not_before = 0.0
         self._last_claim_at = float("-inf")
@@ -84,7 +85,9 @@ class ClaimLoop:
             claimed_at = self._clock.now()
             self.claiming = True
             try:
-                deliveries = await self._queue.claim(n, lease=self._lease, kinds=kinds)
+                deliveries = await self._queue.claim(
+                    n, lease=self._lease, kinds=kinds, holder=self._identity.holder
+                )
             except Exception as error:
                 self.drained = False
                 self._failed("claim", error)
@@ -103,7 +106,7 @@ class ClaimLoop:
             if len(deliveries) > n:
                 logger.warning(
                     "%s: the queue returned %d deliveries for a claim of %d; releasing the extra",
-                    self._name,
+                    self._identity.id,
                     len(deliveries),
                     n,
                 )
@@ -122,7 +125,7 @@ class ClaimLoop:
                 self._stats.queue_errors += 1
                 logger.warning(
                     "%s: releasing job %s failed (%s); it returns when its lease expires",
-                    self._name,
+                    self._identity.id,
                     delivery.id,
                     describe(error),
                     extra=extra(delivery),
@@ -189,7 +192,7 @@ class ClaimLoop:
         unexpected = not isinstance(error, StepstoneError) and self._errors == 1
         logger.warning(
             "%s: queue %s failed (%s); retrying in %.2fs",
-            self._name,
+            self._identity.id,
             operation,
             describe(error),
             pause,

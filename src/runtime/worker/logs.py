@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 from ..queue import Delivery
+from .identity import WorkerIdentity
 
 logger = logging.getLogger("stepstone.runtime.worker")
 
@@ -26,10 +27,14 @@ def extra(delivery: Delivery) -> dict[str, object]:
 
 
 class JobLog:
-    """Lines about the jobs of the worker ``name``."""
+    """Lines about the jobs of the worker ``identity``."""
 
-    def __init__(self, name: str) -> None:
-        self.name = name
+    def __init__(self, identity: WorkerIdentity) -> None:
+        self._identity = identity
+
+    @property
+    def name(self) -> str:
+        return self._identity.id
 
     def __call__(
         self,

@@ -27,13 +27,14 @@ are real seconds, because they are about this process's liveness.
 from __future__ import annotations
 
 import asyncio
-import secrets
 from collections.abc import Callable
 from types import TracebackType
 
 from .. import clock as clock_mod
 from ..backoff import Backoff
+from ..capabilities import Reclaiming
 from ..clock import Clock
+from ..decide import describe
 from ..observer import WorkerObserver
 from ..queue import Delivery, LeaseQueue
 from .attempts import Attempts
@@ -42,6 +43,7 @@ from .claims import ClaimLoop
 from .drain import drain
 from .hand_off import may_take
 from .handlers import Handler, Registration, is_async
+from .identity import WorkerIdentity
 from .in_flight import InFlight, Stop
 from .logs import JobLog, logger
 from .pauses import Wakeup
@@ -79,6 +81,14 @@ class Worker:
     With a FakeClock, heartbeats still tick in real seconds: advancing the
     clock past a lease between two beats lapses it, as a process that stalled
     that long would in production.
+
+    ``name`` is the worker's id, which outlives the process
+    (:mod:`stepstone.runtime.worker.identity`): on a queue that can reclaim
+    (StoreQueue), a worker started again under its id on the same host takes
+    back at once the runs its killed life held, instead of waiting out their
+    leases. Two live workers on one host may not share an id: the second
+    one's ``start`` raises WorkerIdInUse. Without a name a worker takes the
+    host's name, or the next free one on this host (``host-2``, ...).
     """
 
     def __init__(
@@ -123,17 +133,18 @@ class Worker:
         self.drain_timeout = drain_timeout
         self.clock: Clock = clock or queue.clock
         self.cancel_check = cancel_check
-        self.name = name or f"worker-{secrets.token_hex(3)}"
+        self._identity = WorkerIdentity(name)
         self.only_registered = only_registered
         self.stats = WorkerStats()
         self._callbacks = callbacks
         self._observer = observer
         self._own_threads = threads is None
         self._threads = JobThreads(concurrency, name=self.name) if threads is None else threads
+        self._reclaim_within = 2 * lease
 
         self._handlers: dict[str, Registration] = {}
         self._jobs = InFlight()
-        log = JobLog(self.name)
+        log = JobLog(self._identity)
         self._watch = Watch(
             self._jobs,
             self.clock,
@@ -181,7 +192,7 @@ class Worker:
             only_registered=only_registered,
             stats=self.stats,
             begin=self._attempts.begin,
-            name=self.name,
+            identity=self._identity,
         )
         self._loop_task: asyncio.Task[None] | None = None
         self._wakeup: Wakeup | None = None
@@ -190,6 +201,23 @@ class Worker:
         self._unsubscribe: list[Callable[[], None]] = []
 
     # -- configuration -------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The worker's id (the default one settles on a free id at the start).
+        Set before the worker starts (the CLI's ``--worker-id``), it is the id
+        the worker must have: a live worker holding it on this host makes the
+        start raise WorkerIdInUse."""
+        return self._identity.id
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self._identity.want(value)
+
+    @property
+    def holder(self) -> str:
+        """What this worker's claims are marked with (``LeaseQueue.claim``'s ``holder``)."""
+        return self._identity.holder
 
     @property
     def concurrency(self) -> int:
@@ -301,6 +329,8 @@ class Worker:
         """Start the loop as a background task and return at once."""
         if self._loop_task is not None:
             raise RuntimeError(f"{self.name} was already started")
+        if isinstance(self.queue, Reclaiming):
+            self._identity.take(self.queue.holder_scope)  # WorkerIdInUse: nothing started
         self._wakeup = Wakeup(asyncio.get_running_loop())
         self._stopping = False
         self._claims.work_came()
@@ -355,6 +385,7 @@ class Worker:
         wakeup = self._wakeup
         assert wakeup is not None
         try:
+            await self._reclaim()
             while not self._stopping:
                 wakeup.clear()
                 try:
@@ -385,4 +416,38 @@ class Worker:
             for unsubscribe in self._unsubscribe:
                 unsubscribe()
             self._unsubscribe = []
+            self._identity.release()
             logger.info("%s stopped", self.name)
+
+    async def _reclaim(self) -> None:
+        """Take back the runs a killed life of this worker held (its id's
+        lock, taken at the start, says that life is over), up to capacity."""
+        if not (isinstance(self.queue, Reclaiming) and self._identity.held):
+            return
+        kinds = list(self._handlers) if self.only_registered else None
+        try:
+            found = await self.queue.reclaim(
+                self.holder,
+                lease=self.lease,
+                limit=self._concurrency,
+                within=self._reclaim_within,
+                kinds=kinds,
+            )
+        except Exception as error:
+            logger.warning(
+                "%s: could not look for the runs its previous life held (%s); "
+                "they run again when their leases lapse",
+                self.name,
+                describe(error),
+            )
+            return
+        now = self.clock.now()
+        for delivery in found:
+            self._attempts.begin(delivery, now)
+        if found:
+            logger.info(
+                "%s: took back %d run(s) its previous life held: %s",
+                self.name,
+                len(found),
+                ", ".join(d.id for d in found),
+            )

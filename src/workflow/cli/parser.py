@@ -75,6 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--concurrency", type=int, help="override the runner's concurrency")
     worker.add_argument(
+        "--worker-id",
+        metavar="ID",
+        help="the worker's id, kept across restarts: started again under it on the same "
+        "host, the worker takes back at once the runs it held when it was killed "
+        "(default: the host's name, or the next free one on this host)",
+    )
+    worker.add_argument(
         "--log-level",
         default="INFO",
         type=str.upper,

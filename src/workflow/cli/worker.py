@@ -24,6 +24,7 @@ import signal
 
 from stepstone.cli.errors import CliError
 from stepstone.cli.runners import resolve_runner
+from stepstone.errors import WorkerIdInUse
 from stepstone.runner import JobRunner
 from stepstone.store import StoreError
 from stepstone.telemetry.logs import configure_logging
@@ -70,6 +71,11 @@ async def _serve(args: argparse.Namespace) -> int:
         _serve_metrics(args.metrics_host, args.metrics_port)
     runner = await resolve_runner(args.app)
     try:
+        if args.worker_id is not None:
+            try:
+                runner.worker.name = args.worker_id
+            except ValueError as exc:
+                raise CliError(f"--worker-id: {exc}", 2) from None
         if args.concurrency is not None:
             if args.concurrency < 1:
                 raise CliError("--concurrency must be at least 1", 2)
@@ -78,7 +84,10 @@ async def _serve(args: argparse.Namespace) -> int:
             await runner.check_store()
         except StoreError as exc:
             raise CliError(f"the worker cannot use its store: {exc}") from None
-        return await _run_until_signalled(runner, args.app)
+        try:
+            return await _run_until_signalled(runner, args.app)
+        except WorkerIdInUse as exc:
+            raise CliError(f"the worker cannot start: {exc}") from None
     finally:
         await runner.close()
 

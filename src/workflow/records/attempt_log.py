@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import replace
 from enum import Enum
 
@@ -51,12 +52,18 @@ class AttemptLog:
     """
 
     def __init__(
-        self, store: ObjectStore, layout: Layout, clock: Clock, *, worker: str, enabled: bool
+        self,
+        store: ObjectStore,
+        layout: Layout,
+        clock: Clock,
+        *,
+        worker: Callable[[], str],
+        enabled: bool,
     ) -> None:
         self.store = store
         self.layout = layout
         self._worker = worker
-        """This process's worker's id."""
+        """This process's worker's id (a default id settles when the worker starts)."""
         self._clock = clock
         self.enabled = enabled
         self._host = socket.gethostname()
@@ -66,7 +73,7 @@ class AttemptLog:
 
     def worker_id(self) -> tuple[str, int, str]:
         """This process's worker: host, pid, id (as an outcome record keeps it)."""
-        return self._host, os.getpid(), self._worker
+        return self._host, os.getpid(), self._worker()
 
     def begun(self, delivery: Delivery) -> None:
         self._begun[delivery.token] = self._clock.now()
@@ -99,7 +106,7 @@ class AttemptLog:
             lost = report.settled is Settlement.LOST
             result = AttemptResult.LOST if lost else AttemptResult.ANSWERED
         info = _info(report, result)
-        info = replace(info, host=self._host, pid=os.getpid(), worker=self._worker)
+        info = replace(info, host=self._host, pid=os.getpid(), worker=self._worker())
         key = self.layout.attempt(delivery.id, incarnation, delivery.claims)
         try:
             await self.store.put_if_absent(key, encode(info))

@@ -29,7 +29,9 @@ class HandOff:
         claimed for this process's worker (None: it waits in the queue)."""
         if job.run_at is not None or not self._worker.ready_for(job.kind):
             return (await self._queue.enqueue_many([job]))[0], None
-        return await self._queue.enqueue_claimed(job, lease=self._worker.lease)
+        return await self._queue.enqueue_claimed(
+            job, lease=self._worker.lease, holder=self._worker.holder
+        )
 
     async def hand_over(self, delivery: Delivery) -> None:
         """Run ``delivery`` in the worker, or give it back to the queue if the

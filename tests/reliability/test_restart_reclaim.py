@@ -1,0 +1,137 @@
+"""A worker killed with SIGKILL and started again under its id takes back its
+runs at once (guarantee: docs/guarantees.md, "a restarted worker resumes its
+own runs"); another id does not; two live workers on one host with one id
+cannot both run.
+
+Real ``stepstone worker`` processes on a directory store, with a lease of
+600 s (rel_reclaim_app.py): a run that starts again within the test was
+taken back, since its lease cannot have lapsed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from rel_reclaim_app import Held, Quick
+from rel_support import wait_for
+
+from stepstone import JobRunner
+
+pytestmark = pytest.mark.slow
+
+HERE = Path(__file__).resolve().parent
+WORKER = [sys.executable, "-m", "stepstone", "worker", "rel_reclaim_app:runner"]
+
+
+class Worker:
+    """``stepstone worker rel_reclaim_app:runner --worker-id ID``, its stderr kept."""
+
+    def __init__(self, store: Path, log: Path, worker_id: str) -> None:
+        self.log = log
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [*WORKER, "--worker-id", worker_id],
+                env={**os.environ, "RECLAIM_STORE": str(store)},
+                cwd=str(HERE),
+                stdout=subprocess.DEVNULL,
+                stderr=out,
+            )
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+
+def starts(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+@contextlib.asynccontextmanager
+async def api_runner(store: Path) -> AsyncIterator[JobRunner]:
+    """A runner that submits and awaits, as an API process: it runs no worker."""
+    runner = JobRunner(str(store), jobs=[Held, Quick])
+    try:
+        yield runner
+    finally:
+        await runner.close()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    root = tmp_path / "store"
+    root.mkdir()
+    return root
+
+
+async def test_a_worker_killed_and_started_again_under_its_id_takes_back_its_run(
+    store: Path, tmp_path: Path
+) -> None:
+    marks = tmp_path / "starts"
+    workers: list[Worker] = []
+    async with api_runner(store) as api:
+        try:
+            workers.append(Worker(store, tmp_path / "w1.log", "w-1"))
+            handle = await api.submit(Held(path=str(marks)))
+            await wait_for(lambda: len(starts(marks)) == 1, 60, "the first attempt")
+            workers[0].kill()
+            workers.append(Worker(store, tmp_path / "w2.log", "w-1"))
+            assert await handle.result(timeout=60) == 2
+            assert [line.split()[0] for line in starts(marks)] == ["1", "2"]
+            assert "took back 1 run(s) its previous life held" in workers[1].text()
+        finally:
+            for worker in workers:
+                worker.kill()
+
+
+async def test_a_worker_started_under_another_id_leaves_them_to_their_lease(
+    store: Path, tmp_path: Path
+) -> None:
+    marks = tmp_path / "starts"
+    workers: list[Worker] = []
+    async with api_runner(store) as api:
+        try:
+            workers.append(Worker(store, tmp_path / "w1.log", "w-1"))
+            await api.submit(Held(path=str(marks)))
+            await wait_for(lambda: len(starts(marks)) == 1, 60, "the first attempt")
+            workers[0].kill()
+            workers.append(Worker(store, tmp_path / "w2.log", "w-2"))
+            # The new worker claims and runs new work, but not the dead one's run.
+            assert await (await api.submit(Quick(n=7))).result(timeout=60) == 7
+            assert len(starts(marks)) == 1
+            assert "took back" not in workers[1].text()
+        finally:
+            for worker in workers:
+                worker.kill()
+
+
+async def test_a_second_live_worker_with_the_same_id_on_a_host_is_refused(
+    store: Path, tmp_path: Path
+) -> None:
+    marks = tmp_path / "starts"
+    first = Worker(store, tmp_path / "w1.log", "w-1")
+    try:
+        async with api_runner(store) as api:
+            await api.submit(Held(path=str(marks)))
+            await wait_for(lambda: len(starts(marks)) == 1, 60, "the first attempt")
+            second = Worker(store, tmp_path / "w2.log", "w-1")
+            assert second.proc.wait(60) == 1
+            text = second.text()
+            assert "worker id 'w-1' is in use by a live worker on this host" in text
+            assert "Traceback" not in text
+            # The first goes on: its run was not taken from it.
+            assert first.proc.poll() is None
+            assert await (await api.submit(Quick(n=3))).result(timeout=60) == 3
+            assert len(starts(marks)) == 1
+    finally:
+        first.kill()

@@ -1,0 +1,102 @@
+"""A worker's id, and the runs a restarted worker takes back under it.
+
+The id is held by a lock on this host (stepstone.runtime.worker.identity):
+an explicit id held by a live worker is refused, the default moves on to a
+free one. A StoreQueue marks each claim with its holder, and ``reclaim``
+hands a new life of that holder its dead life's claims, fenced
+(tests/reliability/test_restart_reclaim.py does it with killed processes).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stepstone.runtime import Reclaiming, WorkerIdInUse
+from stepstone.runtime.queue import NewJob
+from stepstone.runtime.store_queue import StoreQueue
+from stepstone.runtime.worker import Worker
+from stepstone.runtime.worker.identity import WorkerIdentity, default_worker_id
+from stepstone.store import FileStore, MemoryStore
+
+
+def test_an_explicit_id_held_by_a_live_worker_is_refused_and_free_once_it_stops() -> None:
+    first, second = WorkerIdentity("w-1"), WorkerIdentity("w-1")
+    first.take("scope-a")
+    try:
+        with pytest.raises(WorkerIdInUse, match="'w-1' is in use by a live worker on this host"):
+            second.take("scope-a")
+        WorkerIdentity("w-1").take("scope-b")  # another queue: another id
+    finally:
+        first.release()
+    second.take("scope-a")
+    second.release()
+
+
+def test_the_default_id_is_the_hosts_and_the_next_free_one_when_taken() -> None:
+    ids = [WorkerIdentity() for _ in range(3)]
+    for identity in ids:
+        identity.take("scope-default")
+    base = default_worker_id()
+    assert [identity.id for identity in ids] == [base, f"{base}-2", f"{base}-3"]
+    ids[0].release()
+    again = WorkerIdentity()
+    again.take("scope-default")
+    assert again.id == base  # a restart gets its id back
+    for identity in [*ids[1:], again]:
+        identity.release()
+
+
+async def test_a_worker_given_an_id_held_on_this_host_does_not_start(tmp_path: Path) -> None:
+    queue = StoreQueue(FileStore(str(tmp_path)))
+    async with Worker(queue, name="w-1"):
+        with pytest.raises(WorkerIdInUse):
+            await Worker(queue, name="w-1").start()
+    await Worker(queue, name="w-1").stop()  # never started: nothing to stop
+
+
+async def test_reclaim_takes_back_the_holders_claims_only_and_fences_the_old_tokens(
+    tmp_path: Path,
+) -> None:
+    store = FileStore(str(tmp_path))
+    dead_life = StoreQueue(store)
+    for i in range(4):
+        await dead_life.enqueue(b"x", kind="k", id=f"job-{i}")
+    mine = await dead_life.claim(2, lease=600, holder="w-1@here")
+    theirs = await dead_life.claim(1, lease=600, holder="w-2@here")
+    handed = await dead_life.enqueue_claimed(
+        NewJob(b"y", "k", "job-handed"), lease=600, holder="w-1@here"
+    )
+    assert handed[1] is not None
+
+    new_life = StoreQueue(store)
+    assert isinstance(new_life, Reclaiming)
+    taken = await new_life.reclaim("w-1@here", lease=600, limit=10, within=60)
+    assert sorted(d.id for d in taken) == sorted([*(d.id for d in mine), "job-handed"])
+    assert all(d.attempt == 2 and d.claims == 2 for d in taken)
+    for old in [*mine, handed[1]]:
+        assert await dead_life.renew(old, 600) is None  # fenced off
+    assert await dead_life.renew(theirs[0], 600) is not None  # someone else's: untouched
+    assert await new_life.reclaim("w-1@elsewhere", lease=600, limit=10, within=60) == []
+    # The one left waiting is claimed as ever.
+    assert [d.id for d in await new_life.claim(5, lease=600)] == ["job-3"]
+
+
+async def test_reclaim_stops_at_its_limit_and_reads_only_recent_changes(tmp_path: Path) -> None:
+    store = FileStore(str(tmp_path))
+    dead_life = StoreQueue(store)
+    for i in range(3):
+        await dead_life.enqueue(b"x", kind="k", id=f"job-{i}")
+    await dead_life.claim(3, lease=600, holder="w-1@here")
+    new_life = StoreQueue(store)
+    assert len(await new_life.reclaim("w-1@here", lease=600, limit=2, within=60)) == 2
+    # A window that ends before the claims were made reads nothing.
+    later = StoreQueue(store)
+    assert await later.reclaim("w-1@here", lease=600, limit=10, within=-60) == []
+    assert later.stats.fetches == 0
+
+
+async def test_a_memory_store_is_its_own_scope() -> None:
+    a, b = StoreQueue(MemoryStore()), StoreQueue(MemoryStore())
+    assert a.holder_scope != b.holder_scope
