@@ -146,7 +146,8 @@ class JobRunner:
         # The parts, each built with what it needs (bottom up).
         waking = self.queue if isinstance(self.queue, Waking) else None
         wait_recheck = wait_recheck_for(waking is not None, wait_recheck)
-        self._threads = JobThreads(concurrency, name=worker_id or "stepstone-worker")
+        threads_name = worker_id or "stepstone-worker"
+        self._threads = JobThreads(concurrency, name=threads_name)
         self._records = records = RunRecords(self.store, self.layout)
         self._watch = OutcomeWatch(
             records,
@@ -155,7 +156,7 @@ class JobRunner:
             heard_here=lambda run_id: self.worker.holds(run_id) or self.queue.pending_here(run_id),
         )
         self._hooks = SettledHooks(
-            on_settled, job_type=self._jobs.get, threads=HookThreads(name=worker_id)
+            on_settled, job_type=self._jobs.get, threads=HookThreads(name=threads_name)
         )
         self._history = AttemptLog(
             self.store,
