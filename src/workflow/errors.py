@@ -44,6 +44,7 @@ not errors stepstone raises, so they stand outside the tree::
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 from stepstone.runtime import (
@@ -114,13 +115,24 @@ class InputMismatch(JobError):
     the other input's result.
     """
 
-    def __init__(self, run_id: str, kind: str = "") -> None:
+    def __init__(self, run_id: str, kind: str = "", *, handles: Sequence[Any] = ()) -> None:
         self.run_id = run_id
         self.kind = kind
+        self.handles: list[Any] = list(handles)
+        """From ``submit_many``: one entry per job of the batch, in order, the
+        job's handle where it was submitted (or joined its run), None where it
+        was refused; so a retry of the batch can leave out what went in.
+        Empty from ``submit``."""
         what = f"job {kind!r}" if kind else "a job"
+        submitted = sum(handle is not None for handle in self.handles)
+        batch = (
+            f"; the batch's other {submitted} job(s) were submitted (their handles: .handles)"
+            if submitted
+            else ""
+        )
         super().__init__(
             f"{what} was submitted with an idempotency key already used for a different "
-            f"input (run {run_id})"
+            f"input (run {run_id}){batch}"
         )
 
     @property

@@ -386,7 +386,8 @@ class JobRunner:
         jobs to enqueue are written together: on files, one flush makes the
         whole batch durable. Inputs are all encoded first, so one that cannot
         be raises before anything is submitted; an answer that is an error
-        (InputMismatch) is raised after the others are submitted."""
+        (InputMismatch) is raised after the others are submitted, with their
+        handles (``InputMismatch.handles``)."""
         return await submit_many(self._submitter, jobs, options)
 
     def submit_sync(self, job: Job[Out], options: SubmitOptions | None = None) -> SyncHandle[Out]:

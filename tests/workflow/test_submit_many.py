@@ -80,6 +80,22 @@ async def test_an_input_mismatch_is_raised_after_the_others_are_submitted(
     assert await runner.handle(run_id_for_key("keyed:9"), Keyed) == 9
 
 
+async def test_an_input_mismatch_carries_the_handles_of_the_jobs_submitted(
+    runner: JobRunner,
+) -> None:
+    """Unkeyed jobs enqueued before the refused one get random ids: the error
+    is the only way to learn them, and a retry of the batch without them
+    would submit them twice."""
+    await runner.submit(FixedKey(content="alpha"))
+    with pytest.raises(InputMismatch) as raised:
+        await runner.submit_many([Adder(a=1, b=2), FixedKey(content="beta"), Adder(a=3, b=4)])
+    first, refused, last = raised.value.handles
+    assert refused is None
+    assert first is not None and last is not None
+    assert [await first, await last] == [3, 7]
+    assert "the batch's other 2 job(s) were submitted" in str(raised.value)
+
+
 async def test_options_apply_to_every_job(runner: JobRunner) -> None:
     handles = await runner.submit_many(
         [Adder(a=1, b=1), Adder(a=2, b=2)], SubmitOptions(priority=1, headers={"batch": "b1"})

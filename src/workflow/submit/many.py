@@ -6,7 +6,8 @@ written; the keyed jobs' outcomes are read together (``get_many``), before
 the enqueue (where the look-first rule wants it) and after it; and the jobs
 to enqueue go to the queue in one ``enqueue_many`` (one flush on files).
 Then the first error met (say InputMismatch for one job) is raised, the
-others submitted.
+others submitted; an InputMismatch carries the handles of the jobs that were
+(``handles``), so a caller that retries the batch can leave them out.
 """
 
 from __future__ import annotations
@@ -79,6 +80,10 @@ async def submit_many(
     )
     for i, answer in zip(again, redone, strict=True):
         answers[i] = answer
+    first = next((answer for answer in answers if isinstance(answer, BaseException)), None)
+    if isinstance(first, InputMismatch):
+        handles = [answer if isinstance(answer, JobHandle) else None for answer in answers]
+        raise InputMismatch(first.run_id, first.kind, handles=handles) from None
     return all_or_first_error(answers)
 
 
