@@ -80,10 +80,10 @@ async def submit_many(
     )
     for i, answer in zip(again, redone, strict=True):
         answers[i] = answer
-    first = next((answer for answer in answers if isinstance(answer, BaseException)), None)
-    if isinstance(first, InputMismatch):
+    error = next((answer for answer in answers if isinstance(answer, BaseException)), None)
+    if isinstance(error, InputMismatch):
         handles = [answer if isinstance(answer, JobHandle) else None for answer in answers]
-        raise InputMismatch(first.run_id, first.kind, handles=handles) from None
+        raise InputMismatch(error.run_id, error.kind, handles=handles) from None
     return all_or_first_error(answers)
 
 
