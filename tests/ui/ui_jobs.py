@@ -78,3 +78,17 @@ class Approve(Job[dict[str, object]]):
     async def run(self, ctx: JobContext) -> dict[str, object]:
         payload: dict[str, object] = await ctx.wait_for_event("approval")
         return {"approved": payload}
+
+
+class Invoice(Job[str]):
+    """A keyed job of a second version: found by its key."""
+
+    NAME: ClassVar[str] = "billing.invoice"
+    VERSION: ClassVar[str | None] = "v2"
+    number: int
+
+    def idempotency_key(self) -> str:
+        return f"invoice-{self.number}"
+
+    async def run(self, ctx: JobContext) -> str:
+        return f"invoiced {self.number}"

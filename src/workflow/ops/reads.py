@@ -30,7 +30,7 @@ from stepstone.records.attempts import AttemptInfo
 from stepstone.records.codec import unpack
 from stepstone.records.envelope import Envelope
 from stepstone.records.history import read_history
-from stepstone.records.layout import check_run_id, step_name
+from stepstone.records.layout import check_run_id, run_id_for_key, step_name
 from stepstone.records.outcome import OutcomeRecord, decode_outcome_key
 from stepstone.records.retention import Runs
 from stepstone.runtime.capabilities import JobListing
@@ -269,6 +269,10 @@ WHOLE_ID_LENGTHS = (32, 64)
 _ID_PREFIX = re.compile(r"[0-9a-f]{4,64}")
 
 
+class AmbiguousId(InspectError):
+    """An id prefix that starts several run ids."""
+
+
 async def resolve_id(runner: Inspected, prefix: str) -> str:
     """The id of the one run whose id is or starts with ``prefix`` (4 or more
     hex digits), for ``stepstone show``.
@@ -301,7 +305,43 @@ async def resolve_id(runner: Inspected, prefix: str) -> str:
     some = sorted(found)[:CANDIDATES]
     shown = ", ".join(run_id[: len(prefix) + 8] + "…" for run_id in some)
     more = ", and more" if len(found) > len(some) else ""
-    raise InspectError(f"{prefix} names more than one run ({shown}{more}); give more of the id")
+    raise AmbiguousId(f"{prefix} names more than one run ({shown}{more}); give more of the id")
+
+
+async def find_run(runner: Inspected, text: str) -> str | None:
+    """The run ``text`` names, as the web view's search box takes it: a run
+    id, a unique start of one (see :func:`resolve_id`), or the idempotency
+    key it was submitted with; None when it names no run. Raises
+    InspectError when it is the start of several run ids.
+
+    Hex text is tried as an id first and then as a key (a key may look like
+    hex). What it costs: for an id prefix a LIST of outcomes and a page of
+    the queue's listing; then a queue GET and an outcome GET per candidate.
+    """
+    text = text.strip()
+    candidates: list[str] = []
+    if _ID_PREFIX.fullmatch(text):
+        try:
+            candidates.append(await resolve_id(runner, text))
+        except AmbiguousId:
+            raise
+        except InspectError:
+            pass  # no run id starts so: it may be a key
+    if text:
+        candidates.append(run_id_for_key(text))
+    for run_id in candidates:
+        if await _exists(runner, run_id):
+            return run_id
+    return None
+
+
+async def _exists(runner: Inspected, run_id: str) -> bool:
+    """Whether the queue or an outcome record holds the run (a record that
+    will not decode counts: its page names it)."""
+    queued, outcome = await asyncio.gather(
+        _read_queued(runner, run_id), read_outcome(runner, run_id)
+    )
+    return queued is not None or outcome is not None
 
 
 def _just_before(prefix: str) -> str | None:

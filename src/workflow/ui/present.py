@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 from urllib.parse import urlencode
 
+from stepstone.cli.durations import parse_since
+from stepstone.cli.errors import CliError
 from stepstone.ops.listing import RunFilter
 from stepstone.ops.reads import Detail, StoredMemo, decode_value
 from stepstone.ops.timeline import current_steps, earlier_steps, took
@@ -25,8 +27,9 @@ from stepstone.runtime.queue import JobRecord, JobStatus
 VALUE_CHARS = 4000
 """A value longer than this as JSON is cut (``stepstone show --json`` has it whole)."""
 
-SINCE = {"15m": 900.0, "1h": 3600.0, "24h": 86400.0, "7d": 604800.0}
-"""The runs list's time filter: runs submitted within this long."""
+SINCE = ("15m", "1h", "24h", "7d")
+"""The ages the runs list offers (it takes any that ``stepstone ls --since``
+takes: a duration or an ISO time)."""
 
 
 def when(ts: float | None) -> str:
@@ -94,8 +97,11 @@ class Filters:
         problems = []
         if state and state not in {status.value for status in JobStatus}:
             problems.append(f"unknown state {state!r}")
-        if since and since not in SINCE:
-            problems.append(f"unknown age {since!r} (one of {', '.join(SINCE)})")
+        if since:
+            try:
+                parse_since(since, 0.0)
+            except CliError as exc:
+                problems.append(f"unknown age {since!r}: {exc}")
         try:
             limit = min(MAX_LIMIT, max(1, int(query.get("limit") or LIMIT)))
         except ValueError:
@@ -127,7 +133,7 @@ class Filters:
         return RunFilter(
             status=JobStatus(self.state) if self.state else None,
             kind=self.kind or None,
-            since=now - SINCE[self.since] if self.since else None,
+            since=parse_since(self.since, now) if self.since else None,
             version=self.version or None,
             key_prefix=self.key or None,
         )

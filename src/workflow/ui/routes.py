@@ -8,8 +8,10 @@ queue that cannot list) is a page that says why, never a traceback.
 
 from __future__ import annotations
 
+import dataclasses
+
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 
 from stepstone.errors import InspectError
 from stepstone.ops import actions, listing, reads
@@ -24,10 +26,23 @@ STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; char
 async def runs_page(request: Request) -> Response:
     """Runs newest first, filtered by state, job type, age, version and key
     (through :func:`stepstone.ops.listing.list_runs`, as ``stepstone ls``); the
-    queue's counts."""
+    queue's counts. ``?q=`` finds a run by its id, the start of it, or its
+    idempotency key (:func:`stepstone.ops.reads.find_run`) and goes to its
+    page; failing that, it lists the runs whose key starts with it."""
     runner: JobRunner = request.app.state.runner
     filters = Filters.from_query(request.query_params)
     problems = list(filters.problems)
+    searched = request.query_params.get("q", "").strip()
+    if searched:
+        try:
+            found = await reads.find_run(runner, searched)
+        except InspectError as exc:
+            problems.append(str(exc))
+        else:
+            if found is not None:
+                return RedirectResponse(request.app.url_path_for("run", run_id=found), 303)
+            # No run has it as its id or key: the runs whose key starts with it.
+            filters = dataclasses.replace(filters, key=searched)
     rows: list[listing.RunSummary] = []
     unreadable: list[reads.Unreadable] = []
     kinds = sorted({filters.kind} - {""})
@@ -58,6 +73,7 @@ async def runs_page(request: Request) -> Response:
             "bulk": _bulk_offered(filters, rows) if not problems else [],
             "counts": counts,
             "problems": problems,
+            "searched": searched if searched and not problems else "",
             "unreadable": unreadable,
         },
         status=400 if problems and not rows else 200,
