@@ -126,7 +126,42 @@ class TakesOrder(Job[int]):
         return order.cents
 
 
+class Counted(Job[int]):
+    """One step that counts its executions; keyed when ``key`` is given."""
+
+    NAME: ClassVar[str] = "family.counted"
+    key: str | None = None
+    tag: str
+
+    def idempotency_key(self) -> str | None:
+        return self.key
+
+    async def run(self, ctx: JobContext) -> int:
+        counters = ctx.state(Counters)
+        return await ctx.step("count", lambda: counters.hit(f"counted:{self.tag}"))
+
+
+class ChildThenEvent(Job[int]):
+    """Awaits a Counted child, then waits for event ``go``: a parent that
+    outlives its finished child, and replays its submit when it resumes."""
+
+    NAME: ClassVar[str] = "family.child-then-event"
+    who: str
+    child_key: str | None = None
+
+    def idempotency_key(self) -> str:
+        return f"child-then-event:{self.who}"
+
+    async def run(self, ctx: JobContext) -> int:
+        tag = self.child_key or self.who
+        executions = await (await ctx.submit(Counted(key=self.child_key, tag=tag)))
+        await ctx.wait_for_event("go")
+        return executions
+
+
 FAMILY_JOBS: list[type[Job[Any]]] = [
+    ChildThenEvent,
+    Counted,
     GoesOnEvent,
     Joins,
     LetsChildFail,

@@ -83,6 +83,9 @@ class OutcomeRecord:
     """The run's input (canonical JSON), when at most ``INPUT_KEPT_BYTES``."""
     input_size: int | None = None
     """The input's size in bytes (also when it was too large to keep)."""
+    parent: str | None = None
+    """The run that submitted this one as its child (retention keeps this
+    outcome while that run lives: :mod:`stepstone.records.retention`)."""
 
     def encode(self) -> bytes:
         return pack(
@@ -115,6 +118,7 @@ class OutcomeRecord:
                 "key": self.key,
                 "input": self.input,
                 "input_size": self.input_size,
+                "parent": self.parent,
             }
         )
 
@@ -201,6 +205,7 @@ def decode_outcome_key(data: bytes) -> OutcomeRecord | Tombstone:
                 key=raw.get("key"),
                 input=raw.get("input"),
                 input_size=raw.get("input_size"),
+                parent=raw.get("parent"),
             )
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         raise ValueError(f"a field is missing or malformed ({type(exc).__name__}: {exc})") from exc
@@ -291,7 +296,9 @@ def _check_types(found: OutcomeRecord | Tombstone) -> None:
         or (error is not None and not isinstance(error.error_type, str | None))
         or (error is not None and not isinstance(error.traceback, str | None))
         or not isinstance(record.claims, int | None)
-        or not all(isinstance(text, str | None) for text in (record.version, record.key))
+        or not all(
+            isinstance(text, str | None) for text in (record.version, record.key, record.parent)
+        )
         or not isinstance(record.input, bytes | None)
         or not isinstance(record.input_size, int | None)
     ):
@@ -300,12 +307,13 @@ def _check_types(found: OutcomeRecord | Tombstone) -> None:
 
 def about_the_run(envelope: Envelope) -> dict[str, Any]:
     """The fields an outcome record keeps of the run it answers, from its
-    envelope: version, idempotency key, and the input while it is small
-    enough (``INPUT_KEPT_BYTES``)."""
+    envelope: version, idempotency key, parent, and the input while it is
+    small enough (``INPUT_KEPT_BYTES``)."""
     data = envelope.input
     return {
         "version": envelope.version,
         "key": envelope.key,
+        "parent": envelope.parent,
         "input": data if len(data) <= INPUT_KEPT_BYTES else None,
         "input_size": len(data),
     }

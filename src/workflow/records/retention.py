@@ -13,6 +13,11 @@ zombie of the swept run from recording a late outcome for the key's next
 run to find (see :mod:`stepstone.records.outcome`); the sweep deletes it
 once it is past the window in turn.
 
+A finished run that a live run still waits on stays (its parent, or a run
+that joined it, has no outcome yet): that run's replay submits it again and
+must find its outcome, not a tombstone that would run it afresh. It goes in
+the first sweep after the last of them ends.
+
 Runs are swept REMOVE_AT_ONCE at a time: one after the other, each removal
 waits its turn on a busy event loop (or a round trip to S3), and a sweep
 that removes fewer runs a second than finish falls behind for good while
@@ -31,8 +36,10 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
+from stepstone.records.family import Family
 from stepstone.records.layout import Layout
 from stepstone.records.outcome import OutcomeRecord, Tombstone, decode_outcome_key
+from stepstone.runtime import CorruptRecord
 from stepstone.runtime.clock import Clock, subscribe
 from stepstone.runtime.queue import JobStatus, LeaseQueue
 from stepstone.store import NotFound, ObjectInfo, ObjectStore, PreconditionFailed
@@ -136,9 +143,27 @@ async def sweep_one(runs: Runs, info: ObjectInfo, *, dry_run: bool = False) -> b
             with contextlib.suppress(PreconditionFailed, NotFound):
                 await runs.store.delete(info.key, if_match=stored.etag)
         return False
+    if isinstance(found, OutcomeRecord) and await _waited_for(runs, found):
+        return False
     if not dry_run:
         await _remove(runs, runs.layout.run_id_of_outcome(info.key), found, stored.etag)
     return True
+
+
+async def _waited_for(runs: Runs, record: OutcomeRecord) -> bool:
+    """Whether a run that waits on this one lives: the parent that created
+    it, or a run that joined it. Its replay would submit this run again and
+    take its outcome; swept, the run would run again."""
+    waiting = [] if record.parent is None else [record.parent]
+    if record.key is not None:
+        waiting += await Family(runs.store, runs.layout).waiters(record.run_id)
+    for run_id in waiting:
+        try:
+            if await runs.queue.get(run_id) is not None:
+                return True
+        except CorruptRecord:
+            return True  # its record is there, if unreadable: it may yet run
+    return False
 
 
 async def remove_run(runs: Runs, run_id: str) -> None:
