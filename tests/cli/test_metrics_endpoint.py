@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,13 +60,16 @@ def worker(store_dir: Path, cli_dir: Path, cli_env: dict[str, str]) -> Iterator[
 
 
 def _metrics_url(log_path: Path, proc: subprocess.Popen[bytes]) -> str:
-    """The address the worker logged it serves metrics on (it chose the port)."""
+    """The address the worker logged it serves metrics on (it chose the port),
+    once it says it runs (and so drains on SIGTERM)."""
     deadline = time.monotonic() + DEADLINE
     while time.monotonic() < deadline:
         assert proc.poll() is None, log_path.read_text()
-        for line in log_path.read_text().splitlines():
-            found = re.search(r"metrics on (http://\S+)", json.loads(line)["message"])
-            if found:
+        messages = [json.loads(line)["message"] for line in log_path.read_text().splitlines()]
+        running = any(message.startswith("worker running") for message in messages)
+        for message in messages:
+            found = re.search(r"metrics on (http://\S+)", message)
+            if found and running:
                 return found.group(1)
         time.sleep(0.02)
     raise AssertionError(f"the worker never said where its metrics are:\n{log_path.read_text()}")
@@ -134,3 +138,13 @@ async def test_the_counts_a_worker_serves_match_the_jobs_it_ran(
     assert value(samples, "stepstone_job_in_flight") == 0
     assert value(samples, "stepstone_queue_depth", stepstone_job_status="dead") == 1
     assert value(samples, "stepstone_queue_depth", stepstone_job_status="ready") == 0
+
+
+@pytest.mark.parametrize("path", ["/", "/anything", "/metrics/x", "/favicon.ico"])
+def test_only_the_metrics_path_serves_the_metrics(worker: str, path: str) -> None:
+    """Any other path is a 404, not the metrics page under another name."""
+    url = worker.removesuffix("/metrics") + path
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(url, timeout=DEADLINE)
+    assert refused.value.code == 404
+    assert scrape(worker + "?name[]=stepstone_job_in_flight") is not None

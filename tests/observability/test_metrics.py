@@ -12,6 +12,8 @@ import pytest
 
 from stepstone import Job, JobContext, JobRunner, Permanent
 from stepstone.telemetry.metrics import (
+    OTHER,
+    STEP_NAMES,
     RunnerMetrics,
     metrics_enabled,
     step_timer,
@@ -184,3 +186,33 @@ def test_without_a_meter_provider_a_runner_records_nothing() -> None:
             return runner._metrics.recording, step_timer()
 
     assert asyncio.run(start_and_look()) == (False, None)
+
+
+KIND = "stepstone.job.kind"
+
+
+class ManySteps(Job[int]):
+    """A job that names its steps by what they work on (a page each)."""
+
+    NAME: ClassVar[str] = "m.many_steps"
+    pages: int
+
+    async def run(self, ctx: JobContext) -> int:
+        for page in range(self.pages):
+            await ctx.step(f"page-{page}", fetch, str(page))
+        return self.pages
+
+
+async def test_step_names_are_a_bounded_label_set(reader: InMemoryMetricReader) -> None:
+    """300 distinct step names give at most ``STEP_NAMES.limit`` series and
+    one ``_other`` for the rest: a metrics page never grows with what jobs
+    call their steps; every step is still counted."""
+    pages = STEP_NAMES.limit + 100
+    async with JobRunner("memory://", jobs=[ManySteps]) as runner:
+        assert await (await runner.submit(ManySteps(pages=pages))).result(timeout=60) == pages
+        points = await collect(reader)
+    mine = [have for have, _ in points["stepstone.step.duration"] if have[KIND] == "m.many_steps"]
+    names = {have["stepstone.step.name"] for have in mine}
+    assert OTHER in names
+    assert len(names) <= STEP_NAMES.limit + 1
+    assert total(points, "stepstone.step.duration", **{KIND: "m.many_steps"}) == pages

@@ -14,6 +14,12 @@ has its observer return at once (:mod:`stepstone.runtime.observer`), and a
 step looks at one module global. Without opentelemetry installed the check is one failed
 import, once.
 
+Every label's values are bounded (:class:`LabelValues`): a series per step
+name would grow without end for a job that names its steps by what it
+works on (``page-17``), and a metrics page never forgets a series. The
+first values of a label are kept as they are, any new one past its limit is
+counted under ``OTHER``.
+
 What a reader sees depends on when it asks, never on a job: the jobs in
 flight are read from the worker at collection, and the queue's depth is
 counted then (at most once per ``QUEUE_DEPTH_MAX_AGE`` seconds; a
@@ -47,6 +53,38 @@ DURATION_BUCKETS = (
 )  # fmt: skip
 """Histogram bucket bounds in seconds: OpenTelemetry's advice for durations
 in seconds (5 ms to 10 s), extended to an hour for jobs that take that long."""
+
+OTHER = "_other"
+"""The value a label takes for any value past its limit (:class:`LabelValues`)."""
+
+
+class LabelValues:
+    """The values one label takes in a process: the first ``limit`` distinct
+    ones as they are, any other as ``OTHER``. Thread-safe (steps of
+    synchronous jobs are timed in their threads)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._kept: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, value: str) -> str:
+        if value in self._kept:
+            return value
+        with self._lock:
+            if len(self._kept) < self.limit:
+                self._kept.add(value)
+                return value
+        return OTHER
+
+
+KINDS = LabelValues(100)
+"""Job kinds a process's metrics name (a worker runs the kinds it registered;
+a queue record of any other is counted as it is claimed)."""
+STEP_NAMES = LabelValues(200)
+"""Step names a process's metrics name."""
+ERROR_TYPES = LabelValues(100)
+"""Exception classes a process's metrics name."""
 
 JOB_KIND = "stepstone.job.kind"
 STEP_NAME = "stepstone.step.name"
@@ -205,7 +243,8 @@ class _Instruments:
         totals: dict[str, int] = {}
         for runner in list(self.runners.values()):
             for kind, n in runner.in_flight_by_kind().items():
-                totals[kind] = totals.get(kind, 0) + n
+                label = KINDS(kind)
+                totals[label] = totals.get(label, 0) + n
         # A job type whose last job ended reports 0, not nothing: a series
         # that stops would keep its last value on a dashboard.
         for runner in list(self.runners.values()):
@@ -274,7 +313,7 @@ class RunnerMetrics:
         instruments = self._instruments
         if instruments is None:
             return
-        kind = delivery.kind
+        kind = KINDS(delivery.kind)
         self.kinds_seen.add(kind)
         attributes = {JOB_KIND: kind}
         instruments.claimed.add(1, attributes)
@@ -286,14 +325,15 @@ class RunnerMetrics:
         instruments = self._instruments
         if instruments is None:
             return
-        kind = report.delivery.kind
+        kind = KINDS(report.delivery.kind)
+        error_type = None if report.error_type is None else ERROR_TYPES(report.error_type)
         attributes = {JOB_KIND: kind}
-        if report.error_type is not None:
-            instruments.failed.add(1, {JOB_KIND: kind, ERROR_TYPE: report.error_type})
+        if error_type is not None:
+            instruments.failed.add(1, {JOB_KIND: kind, ERROR_TYPE: error_type})
         settled = report.settled
         if settled is not None:
-            if settled is Settlement.DEAD and report.error_type is not None:
-                attributes = {JOB_KIND: kind, ERROR_TYPE: report.error_type}
+            if settled is Settlement.DEAD and error_type is not None:
+                attributes = {JOB_KIND: kind, ERROR_TYPE: error_type}
             instruments.settled[settled].add(1, attributes)
         result = "unsettled" if settled is None else _RESULTS[settled]
         instruments.duration.record(report.seconds, {JOB_KIND: kind, RESULT: result})
@@ -344,4 +384,4 @@ def step_timer() -> Any:
 
 
 def record_step(timer: Any, kind: str, step: str, seconds: float) -> None:
-    timer.record(seconds, {JOB_KIND: kind, STEP_NAME: step})
+    timer.record(seconds, {JOB_KIND: KINDS(kind), STEP_NAME: STEP_NAMES(step)})
