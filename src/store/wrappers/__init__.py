@@ -1,6 +1,6 @@
 """What wraps a store or its requests: counted, failing on purpose, retried, paced.
 
-None of these is a backend. Two are stores over another store, forwarding
+None of these is a backend. Three are stores over another store, forwarding
 every call to it, so what they promise is the inner store's; two are what
 ``S3Store`` wraps each of its requests in. Why each exists, and where it lives:
 
@@ -13,6 +13,10 @@ every call to it, so what they promise is the inner store's; two are what
   (a request refused, a request applied whose answer is lost, a slow
   request, an outage), over any real store and reproducibly from a seed, for
   the reliability tests.
+- **A check must be shown to catch what it checks** (``broken``,
+  ``BrokenStore``): it takes away one property the engine needs
+  (:data:`stepstone.store.conformance.PROPERTIES`) the way stores and
+  gateways lose it, so the tests show ``stepstone check-store`` catches each.
 - **Short blips are cheaper absorbed than surfaced** (``retry``,
   ``RetryPolicy``): a few quick retries with full jitter inside the store,
   bounded and capped, rather than a failed job step; what is retried is the
@@ -24,9 +28,17 @@ every call to it, so what they promise is the inner store's; two are what
   SDKs' adaptive mode.
 """
 
+from .broken import BrokenStore
 from .counting import CountingStore
 from .faults import FaultyStore
 from .retry import RetryPolicy
 from .throttle import AdaptiveRate, AdaptiveRates
 
-__all__ = ["AdaptiveRate", "AdaptiveRates", "CountingStore", "FaultyStore", "RetryPolicy"]
+__all__ = [
+    "AdaptiveRate",
+    "AdaptiveRates",
+    "BrokenStore",
+    "CountingStore",
+    "FaultyStore",
+    "RetryPolicy",
+]

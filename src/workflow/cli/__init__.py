@@ -8,6 +8,7 @@
     stepstone cancel ID
     stepstone purge --older-than 7d [--dry-run]
     stepstone stats
+    stepstone check-store STORE_URL
 
 Every command but ``worker`` reads the store named by ``--store URL`` (or
 ``STEPSTONE_STORE``) under ``--prefix`` (or ``STEPSTONE_PREFIX``), or the
@@ -26,8 +27,9 @@ The modules, in the order a command meets them: ``entry`` (``main``: parse,
 dispatch, one line per failure), ``parser`` (the commands and their
 options), ``runners`` (the JobRunner a command works on), ``commands`` (the
 commands that inspect and operate on jobs), ``worker`` (the worker command
-and its signals), ``render`` (tables and JSON), ``notices`` (warnings on
-stderr), ``durations`` and ``errors``.
+and its signals), ``check_store`` (the conformance check of a store),
+``render`` (tables and JSON), ``notices`` (warnings on stderr),
+``durations`` and ``errors``.
 """
 
 from stepstone.cli.entry import main, run

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 
+from stepstone.cli.check_store import cmd_check_store
 from stepstone.cli.commands import (
     cmd_cancel,
     cmd_ls,
@@ -254,6 +255,36 @@ def build_parser() -> argparse.ArgumentParser:
         help="pages refresh themselves this often (default 5; 0: never)",
     )
     ui.set_defaults(handler=cmd_ui)
+
+    check = sub.add_parser(
+        "check-store",
+        parents=[common],
+        help="check that a store holds what stepstone needs, before trusting it",
+        description="Try each property the engine rests on (create-if-absent among "
+        "concurrent creators, compare-and-swap, If-Match on a missing key, conditional "
+        "delete, list-after-write, read-after-overwrite, large objects) in a scratch "
+        "prefix it removes afterwards, and measure each operation's latency. One line "
+        "per property; exit 1, saying what to do, when one does not hold.",
+    )
+    check.add_argument("store_url", nargs="?", metavar="STORE_URL", help="the store (or --store)")
+    check.add_argument(
+        "--large-mib",
+        type=float,
+        default=16.0,
+        metavar="MIB",
+        help="the size of the large object to write and read back (default 16)",
+    )
+    check.add_argument(
+        "--samples", type=int, default=20, help="calls per operation timed (default 20)"
+    )
+    check.add_argument(
+        "--time-limit",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="a property not answered within this fails (default 120)",
+    )
+    check.set_defaults(handler=cmd_check_store)
     return parser
 
 

@@ -1,0 +1,94 @@
+"""``stepstone check-store URL``: one line per property, exit 1 with what to do
+when the store lacks one, and nothing left behind in the store."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_support import Cli, Result
+from unconditional_proxy import UnconditionalProxy
+
+from stepstone.store.conformance import PROPERTIES, SCRATCH
+from stepstone.testing import FAKE_AWS_ENV
+
+
+def verdicts(result: Result) -> dict[str, str]:
+    """Each property's PASS or FAIL, from the table."""
+    found = {}
+    for line in result.out.splitlines():
+        words = line.split()
+        if len(words) >= 2 and words[0] in ("PASS", "FAIL") and words[1] in PROPERTIES:
+            found[words[1]] = words[0]
+    return found
+
+
+def test_a_directory_store_passes_and_is_left_as_it_was(cli: Cli, store_dir: Path) -> None:
+    (store_dir / "queue").mkdir()
+    (store_dir / "queue" / "kept").write_bytes(b"a user's object")
+    before = sorted(p for p in store_dir.rglob("*") if ".stepstone-tmp" not in p.parts)
+    result = cli("check-store", str(store_dir), "--large-mib", "2", "--samples", "3")
+    assert result.status == 0, result
+    assert verdicts(result) == dict.fromkeys(PROPERTIES, "PASS")
+    for operation in ("get", "put_if_absent", "put_if_match", "list", "delete"):
+        assert any(line.split()[:1] == [operation] for line in result.out.splitlines())
+    after = sorted(p for p in store_dir.rglob("*") if ".stepstone-tmp" not in p.parts)
+    assert after == before and not (store_dir / SCRATCH).exists()
+
+
+def test_json_says_the_same(cli: Cli) -> None:
+    result = cli("check-store", "memory://", "--json", "--large-mib", "1", "--samples", "2")
+    assert result.status == 0, result
+    document = result.json()
+    assert document["passed"] is True
+    assert [p["name"] for p in document["properties"]] == list(PROPERTIES)
+    assert {lat["operation"] for lat in document["latency"]} >= {"get", "put_if_match"}
+
+
+def test_no_store_is_a_usage_error(cli: Cli) -> None:
+    result = cli("check-store")
+    assert result.status == 2 and "no store" in result.err and "Traceback" not in result.err
+
+
+@pytest.fixture
+async def unconditional(moto_server: str) -> AsyncIterator[UnconditionalProxy]:
+    proxy = UnconditionalProxy(moto_server)
+    await proxy.start()
+    yield proxy
+    await proxy.stop()
+
+
+async def test_a_bucket_without_conditional_writes_fails_saying_what_to_do(
+    unconditional: UnconditionalProxy,
+    s3_bucket: str,
+    s3_admin: Any,
+    cli_env: dict[str, str],
+) -> None:
+    url = f"s3://{s3_bucket}/app?endpoint_url={unconditional.url}&region=us-east-1"
+    process = await asyncio.create_subprocess_exec(
+        *[sys.executable, "-m", "stepstone", "check-store", url, "--large-mib", "1"],
+        *["--samples", "2"],
+        env={**cli_env, **FAKE_AWS_ENV},
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout=120)
+    result = Result(process.returncode or 0, out.decode(), err.decode())
+    assert result.status == 1, result
+    assert "Traceback" not in result.err
+    assert unconditional.dropped > 0
+    found = verdicts(result)
+    assert set(found) == set(PROPERTIES)
+    lacking = {"create-if-absent", "compare-and-swap", "if-match-on-missing", "conditional-delete"}
+    assert {name for name, verdict in found.items() if verdict == "FAIL"} >= lacking
+    for name in ("list-after-write", "read-after-overwrite", "large-objects"):
+        assert found[name] == "PASS"
+    advice = result.out.split("what to do:", 1)[1]
+    assert "- create-if-absent: stepstone needs PutObject with If-None-Match: *" in advice
+    assert "- if-match-on-missing: this store accepts If-Match on a missing key" in advice
+    assert s3_admin.list_objects_v2(Bucket=s3_bucket).get("KeyCount", 0) == 0
