@@ -77,4 +77,4 @@ async def test_a_property_that_does_not_answer_fails_in_bounded_time() -> None:
 
 
 def test_every_property_has_its_break() -> None:
-    assert BREAKS == tuple(PROPERTIES)
+    assert tuple(PROPERTIES) == BREAKS
