@@ -29,6 +29,7 @@ one kind of trouble::
         ├── InvalidWait           a durable wait given what it cannot keep (a ValueError)
         ├── BadEvent              an event a wait took that is not of its type (names the run
         │                         and the event)
+        ├── NonDeterministicReplay  a replay's call differs from the one its run recorded there
         ├── InspectError          an operator's request that cannot be done (no such run, a
         │                         queue that cannot list), with the reason to show
         └── JobFailed             awaiting a run that failed: reason, message, error_type
@@ -86,6 +87,7 @@ __all__ = [
     "JobError",
     "JobFailed",
     "LeaseLost",
+    "NonDeterministicReplay",
     "NotFound",
     "PayloadTooLarge",
     "Permanent",
@@ -235,6 +237,31 @@ class BadEvent(JobError):
         self.reason = reason
         super().__init__(
             f"run {run_id}: event {name!r} ({key}) is not of the type waited for: {reason}"
+        )
+
+
+class NonDeterministicReplay(JobError):
+    """A replay made another call than its run recorded at that position: the
+    job's code changed under a run that had already gone past that point
+    (a step renamed, added or removed; a step where a sleep was). Nothing is
+    run in its place, so no step's side effect happens again for a new name:
+    the attempt fails permanently, saying where. ``ctx.patched`` lets old
+    runs keep the old path (docs/versioning.md).
+
+    ``run_id`` and ``kind`` name the run, ``position`` the place in its
+    history (1 for its first call), ``recorded`` and ``asked`` the two calls
+    as words."""
+
+    def __init__(self, run_id: str, kind: str, position: int, recorded: str, asked: str) -> None:
+        self.run_id = run_id
+        self.kind = kind
+        self.position = position
+        self.recorded = recorded
+        self.asked = asked
+        super().__init__(
+            f"the replay diverged at position {position}: the run recorded {recorded}, "
+            f"the code now asks for {asked} (run {run_id}, {kind}: its code changed under "
+            "it; ctx.patched keeps old runs on the old path)"
         )
 
 

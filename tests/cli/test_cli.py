@@ -143,11 +143,11 @@ async def test_ls_show_stats_cancel_retry_on_a_file_store(
     shown = cli("show", greet.id, "--json", *store).json()
     assert shown["status"] == "succeeded" and shown["outcome"]["result"] == "hello bob"
     assert shown["progress"] == {"done": 2, "of": 2}
-    assert [(m["step"], m["current"]) for m in shown["memos"]] == [
-        ("compose", True),
-        ("lookup", True),
+    assert [(m["step"], m["position"], m["current"]) for m in shown["memos"]] == [
+        ("lookup", 1, True),
+        ("compose", 2, True),
     ]
-    assert shown["memos"][1]["value"] == {"who": "bob", "lang": "en"}
+    assert shown["memos"][0]["value"] == {"who": "bob", "lang": "en"}
     text = cli("show", boom.id, *store)
     assert text.status == 0, text.err
     expected = ["status       dead", "queue:", "outcome:", "error        permanent: "]

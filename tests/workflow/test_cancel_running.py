@@ -21,6 +21,7 @@ from wf_support import wait_until
 
 from stepstone import Job, JobCancelled, JobContext, JobRunner
 from stepstone.execute.ending import RunEnding
+from stepstone.ops.reads import list_memos
 
 STOPPED_WITHIN = 5.0
 """Seconds a stop may take in these tests: far under a heartbeat of the default
@@ -163,8 +164,8 @@ async def test_a_synchronous_job_stops_at_its_next_step(
     assert SyncSteps.executed == [0]
     [error] = SyncSteps.ended_with
     assert isinstance(error, asyncio.CancelledError) and "cancelled" in str(error)
-    memos = [info.key async for info in runner.store.scan(runner.layout.memos(handle.id))]
-    assert [key.rsplit("/", 1)[1] for key in memos] == ["s0"], "the step that ran is recorded"
+    memos = await list_memos(runner, handle.id)
+    assert [memo.step for memo in memos] == ["s0"], "the step that ran is recorded"
 
 
 async def test_jobs_shorter_than_the_cancel_check_cost_no_read(

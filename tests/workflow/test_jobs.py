@@ -54,9 +54,10 @@ from stepstone import (
     payload_idempotency_key,
 )
 from stepstone.ops.reads import read_outcome
+from stepstone.records.calls import Call, PositionedMemo
 from stepstone.records.codec import pack, unpack
 from stepstone.records.envelope import Envelope
-from stepstone.records.layout import run_id_for_key
+from stepstone.records.layout import position_key, run_id_for_key
 from stepstone.records.outcome import OutcomeRecord
 from stepstone.records.retention import remove_run
 from stepstone.store import MemoryStore
@@ -462,8 +463,10 @@ async def test_first_writer_wins_against_a_zombie(
     assert outcome.attempts == 2
     record = await read_outcome(owner, handle.id)
     assert record is not None
-    memo = await owner.store.get(owner.layout.memo(handle.id, record.incarnation, "work"))
-    assert unpack(memo.data) == "written by attempt 2"
+    memo = await owner.store.get(owner.layout.memo(handle.id, record.incarnation, position_key(1)))
+    recorded = PositionedMemo.decode(memo.data)
+    assert recorded.call == Call("step", "work")
+    assert unpack(recorded.value) == "written by attempt 2"
 
 
 async def test_many_synchronous_jobs_at_once_do_not_starve_each_other_of_threads(

@@ -177,6 +177,7 @@ def detail_json(found: Detail) -> dict[str, Any]:
             {
                 "step": step.name,
                 "key": step.memo.step_key,
+                "position": step.memo.position,
                 "claim": step.claim,
                 "recorded_at": step.recorded_at,
                 "seconds": step.seconds,
@@ -187,6 +188,8 @@ def detail_json(found: Detail) -> dict[str, Any]:
             {
                 "step": memo.step,
                 "key": memo.step_key,
+                "position": memo.position,
+                "call": None if memo.call is None else memo.call.call,
                 "incarnation": memo.incarnation,
                 "current": memo.incarnation == found.incarnation,
                 "size": memo.size,
@@ -339,7 +342,8 @@ def _print_steps(out: TextIO, found: Detail) -> None:
             if memo.unreadable is not None:
                 value = f"<cannot read {memo.key}: {memo.unreadable}>"
             claim = "-" if step.claim is None else str(step.claim)
-            rows.append([str(number), memo.step, claim, took(step.seconds), value])
+            place = number if memo.position is None else memo.position
+            rows.append([str(place), memo.step, claim, took(step.seconds), value])
         table(out, ["  #", "STEP", "CLAIM", "TOOK", "VALUE"], [["  " + r[0], *r[1:]] for r in rows])
     else:
         out.write("steps: none recorded\n")

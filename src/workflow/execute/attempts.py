@@ -26,6 +26,7 @@ from stepstone.errors import (
     EncodingError,
     InvalidWait,
     JobFailed,
+    NonDeterministicReplay,
 )
 from stepstone.execute.context import JobContext
 from stepstone.execute.scope import AttemptScope, InThread, log_extra
@@ -184,21 +185,36 @@ class AttemptRunner:
                 result = await cast(Awaitable[Any], job.run(ctx))
             else:
                 result = await self._in_thread(job.run, ctx)
+            if scope.diverged is not None:
+                raise scope.diverged  # (the job caught it: its run still cannot replay)
         except Suspend:
             await _flush(scope)
+            if scope.diverged is not None:
+                raise ClassifiedPermanent(scope.diverged) from scope.diverged
             await admitted.suspending()
             raise
-        except (Permanent, EncodingError, CorruptMemo, JobFailed, InvalidWait, BadEvent) as exc:
+        except (
+            Permanent,
+            EncodingError,
+            CorruptMemo,
+            JobFailed,
+            InvalidWait,
+            BadEvent,
+            NonDeterministicReplay,
+        ) as exc:
             # (Retrying cannot mend a value that cannot be stored, a memo
             # that does not decode, a child's outcome, which is final, a wait
-            # it cannot keep or an event taken that is not of its type: the
-            # run fails for good, saying which. The job's code may catch them.)
+            # it cannot keep, an event taken that is not of its type, or code
+            # that no longer replays its run: the run fails for good, saying
+            # which. The job's code may catch all but the last.)
             await _flush(scope)
             if not isinstance(exc, Permanent):
                 raise ClassifiedPermanent(exc) from exc
             raise
         except Exception as exc:
             await _flush(scope)
+            if scope.diverged is not None:  # (the job caught it and raised another)
+                raise ClassifiedPermanent(scope.diverged) from exc
             if job.classify(exc) is ErrorClass.PERMANENT:
                 raise ClassifiedPermanent(exc) from exc
             raise

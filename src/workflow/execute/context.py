@@ -26,7 +26,7 @@ from stepstone.execute.memos import Memo
 from stepstone.execute.scope import PROGRESS_INTERVAL, AttemptScope
 from stepstone.handles.handle import JobHandle
 from stepstone.job import Job
-from stepstone.records.codec import codec_for, pack
+from stepstone.records.codec import codec_for, codec_for_type, pack
 from stepstone.records.outcome import Outcome
 from stepstone.runtime.worker import Attempt
 from stepstone.submit.options import SubmitOptions
@@ -39,6 +39,8 @@ T = TypeVar("T")
 Out = TypeVar("Out")
 
 log = logging.getLogger("stepstone")
+
+_RUN_ID = codec_for_type(str)
 
 
 class LeaseControl:
@@ -166,15 +168,23 @@ class JobContext:
 
         A child without an idempotency key gets an id derived from this run and
         the call's position, so a parent that retries finds the child it already
-        submitted instead of starting another.
+        submitted instead of starting another (a replay from a step reuses the
+        id it recorded).
         """
         run = self._run
         run.children += 1
+        # The submit takes a place in the run's history (its memo records the
+        # child's run id), so a replay that submits where it did something
+        # else, or the other way round, is caught before the submit.
+        memo = Memo(run, type(job).NAME, _RUN_ID, internal="child")
+        found, recorded = await memo.lookup()
         derived = None
         if job.idempotency_key() is None:
             seed = f"{run.run_id}/{run.incarnation}/child/{run.children}"
-            derived = hashlib.sha256(seed.encode()).hexdigest()
+            derived = recorded if found else hashlib.sha256(seed.encode()).hexdigest()
         handle = await run.submitter.submit(job, options, run_id=derived, parent=run.run_id)
+        if not found:
+            await memo.record(handle.id)
         handle.wait_within(self._await_child)
         return handle
 

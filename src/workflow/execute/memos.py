@@ -1,9 +1,17 @@
 """Memos: the values a run records as it goes, and replays on a retry.
 
 A :class:`Memo` is one recorded value of a run (a step's result, a wait's
-wake time, the event a wait took), written create-if-absent under the run's
-incarnation: the first writer wins, so a zombie's late write cannot replace
-it, and a retry reads it back instead of doing the work again.
+wake time, the event a wait took, a child it submitted), written
+create-if-absent under the run's incarnation: the first writer wins, so a
+zombie's late write cannot replace it, and a retry reads it back instead of
+doing the work again.
+
+A memo of the run's history is keyed by its position in the run and
+records its call (:mod:`stepstone.records.calls`): a replay that asks for
+another call at a recorded position fails with NonDeterministicReplay
+before anything runs. Memos recorded before positions existed are keyed by
+name, and a replay still finds them by name (it cannot check their order,
+so it never calls them divergent).
 
 Memos are looked for only when an earlier claim of this run could have left
 some (``Delivery.claims > 1``): a first claim reads no memos, it only writes them.
@@ -14,43 +22,72 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from stepstone.errors import CorruptMemo, EncodingError
+from stepstone.errors import CorruptMemo, EncodingError, NonDeterministicReplay
 from stepstone.execute.scope import AttemptScope, log_extra
+from stepstone.records.calls import Call, PositionedMemo
 from stepstone.records.codec import ResultCodec
-from stepstone.records.layout import step_key
+from stepstone.records.layout import position_key, step_key
 from stepstone.store import AlreadyExists
 
 log = logging.getLogger("stepstone")
 
 
 class Memo:
-    """One step call: where its memo lives, and the two halves of memoizing it
+    """One call: where its memo lives, and the two halves of memoizing it
     (look for a recorded value; record a new one, first writer wins). Split so
     a synchronous job can run the function itself in its own thread between them."""
 
     def __init__(
-        self, run: AttemptScope, name: str, codec: ResultCodec, *, internal: str = ""
+        self,
+        run: AttemptScope,
+        name: str,
+        codec: ResultCodec,
+        *,
+        internal: str = "",
+        positioned: bool = True,
     ) -> None:
         """The memo of the next call of step ``name`` in this run. An
-        ``internal`` memo (a wait's, ``internal="sleep"``) is counted and
-        keyed apart from steps: ``!sleep@1``, ``!event.approval@2``."""
+        ``internal`` memo (a wait's, ``internal="sleep"``) is a call of that
+        sort. A ``positioned`` memo takes the run's next position; one that is
+        not (a rate limit's turn, which belongs to an attempt, not to the
+        run's history) is keyed by name, ``!rate.2@1``."""
+        if run.diverged is not None:
+            raise run.diverged  # (a job that caught it goes no further)
         counted = f"!{internal}" + (f".{name}" if name else "") if internal else name
         occurrence = run.occurrences.get(counted, 0) + 1
         run.occurrences[counted] = occurrence
         self.run = run
         self.name = name or internal
+        self.call = Call(internal or "step", name)
         if internal and not name:
             self.segment = f"!{internal}@{occurrence}"
         else:
             self.segment = step_key(name, occurrence, internal=internal)
-        self.key = run.layout.memo(run.run_id, run.incarnation, self.segment)
+        """The key segment a memo of this call had before positions existed."""
+        self.position = run.next_position() if positioned else None
         self.codec = codec
 
-    async def lookup(self) -> tuple[bool, Any]:
+    @property
+    def key(self) -> str:
+        """Where this call's memo is written."""
         run = self.run
-        if run.memo_keys is None or self.segment not in run.memo_keys:
+        segment = self.segment if self.position is None else position_key(self.position)
+        return run.layout.memo(run.run_id, run.incarnation, segment)
+
+    async def lookup(self) -> tuple[bool, Any]:
+        """Whether the call was recorded, and its value. Raises
+        NonDeterministicReplay when another call was recorded at its position."""
+        run = self.run
+        keys = run.memo_keys
+        if keys is None:
             return False, None
-        recorded = await run.store.get(self.key)
+        if self.position is not None and position_key(self.position) in keys:
+            data = self._checked((await run.store.get(self.key)).data)
+        elif self.segment in keys:  # recorded by name (before positions existed)
+            key = run.layout.memo(run.run_id, run.incarnation, self.segment)
+            data = (await run.store.get(key)).data
+        else:
+            return False, None
         run.replayed.append(self.segment)
         log.debug(
             "run %s (%s) attempt %d: step %r replayed from its memo",
@@ -60,7 +97,7 @@ class Memo:
             self.name,
             extra=log_extra(run),
         )
-        return True, self._decoded(recorded.data)
+        return True, self._decoded(data)
 
     async def record(self, value: object) -> Any:
         run = self.run
@@ -70,12 +107,17 @@ class Memo:
             raise EncodingError(
                 f"the result cannot be stored: {exc}", job=run.kind, step=self.name
             ) from exc
+        stored = data
+        if self.position is not None:
+            stored = PositionedMemo(self.position, self.call, data).encode()
         try:
-            await run.store.put_if_absent(self.key, data)
+            await run.store.put_if_absent(self.key, stored)
         except AlreadyExists:
             # Another attempt of this run (a zombie, or the attempt this one
-            # replaced) recorded the step first: its value is the step's value.
-            data = (await run.store.get(self.key)).data
+            # replaced) recorded this position first: its value is the call's
+            # value, if it recorded this call.
+            stored = (await run.store.get(self.key)).data
+            data = stored if self.position is None else self._checked(stored)
             log.info(
                 "run %s (%s) attempt %d: step %r was recorded by another attempt; "
                 "continuing with the recorded value",
@@ -86,6 +128,23 @@ class Memo:
                 extra=log_extra(run),
             )
         return self._decoded(data)
+
+    def _checked(self, stored: bytes) -> bytes:
+        """The value a positioned memo records, once its call is this one;
+        NonDeterministicReplay (kept on the run, so every later call raises
+        it too) when it is another."""
+        try:
+            memo = PositionedMemo.decode(stored)
+        except ValueError as exc:
+            raise CorruptMemo(self.key, str(exc), job=self.run.kind, step=self.name) from exc
+        if memo.call != self.call:
+            run = self.run
+            assert self.position is not None
+            run.diverged = NonDeterministicReplay(
+                run.run_id, run.kind, self.position, memo.call.describe(), self.call.describe()
+            )
+            raise run.diverged
+        return memo.value
 
     def _decoded(self, data: bytes) -> Any:
         """The recorded value; CorruptMemo, naming the step and the key, when

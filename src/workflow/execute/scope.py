@@ -15,6 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from stepstone.errors import NonDeterministicReplay
 from stepstone.records.layout import Layout
 from stepstone.records.run_records import RunRecords
 from stepstone.runtime.clock import Clock
@@ -77,6 +78,12 @@ class AttemptScope:
         self.memo_keys = memo_keys
         self.headers = headers
         self.occurrences: dict[str, int] = {}
+        self.position = 0
+        """The position of the run's last call so far (its history: steps,
+        sleeps, event takes, child submits; :mod:`stepstone.records.calls`)."""
+        self.diverged: NonDeterministicReplay | None = None
+        """Set once a replay's call differed from the recorded one: the
+        attempt fails with it, even if the job caught it."""
         self.children = 0
         self.progress: Any = None
         self.progress_written: Any = None
@@ -103,6 +110,11 @@ class AttemptScope:
     @property
     def run_id(self) -> str:
         return self.attempt.delivery.id
+
+    def next_position(self) -> int:
+        """The position of the run's next call (1 for its first)."""
+        self.position += 1
+        return self.position
 
     async def flush_progress(self) -> None:
         if self.progress_task is not None:

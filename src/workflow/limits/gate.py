@@ -248,7 +248,9 @@ class Limits:
         run: AttemptScope,
         admitted: Admitted,
     ) -> None:
-        memo = Memo(run, str(run.attempt.delivery.attempt), _FLOAT, internal="rate")
+        memo = Memo(
+            run, str(run.attempt.delivery.attempt), _FLOAT, internal="rate", positioned=False
+        )
         found, turn = await memo.lookup()
         if not found:
             rate_key = _checked(job.rate_limit_key(), job_type, "rate_limit_key")

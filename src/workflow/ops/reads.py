@@ -27,10 +27,11 @@ from typing import Any, Protocol
 
 from stepstone.errors import InspectError
 from stepstone.records.attempts import AttemptInfo
+from stepstone.records.calls import Call, PositionedMemo
 from stepstone.records.codec import unpack
 from stepstone.records.envelope import Envelope
 from stepstone.records.history import read_history
-from stepstone.records.layout import check_run_id, run_id_for_key, step_name
+from stepstone.records.layout import check_run_id, position_of, run_id_for_key, step_name
 from stepstone.records.outcome import OutcomeRecord, decode_outcome_key
 from stepstone.records.retention import Runs
 from stepstone.runtime.capabilities import JobListing
@@ -86,10 +87,21 @@ class StoredMemo:
     value: Any = None
     unreadable: str | None = None
     """Why the value would not decode, when it would not."""
+    position: int | None = None
+    """Its place in the run's history (None: a memo keyed by name, recorded
+    before positions existed or outside the history)."""
+    call: Call | None = None
+    """The call it records, read from the memo (None: keyed by name)."""
 
     @property
     def step(self) -> str:
-        """The step's readable name (``charge #2`` for the second ``charge``)."""
+        """The call's readable name: the step's (``charge #2`` for the second
+        ``charge`` of a run recorded before positions), or the call's
+        (``a sleep``) when it is no step."""
+        if self.call is not None:
+            return self.call.name if self.call.call == "step" else self.call.describe()
+        if self.position is not None:
+            return f"position {self.position}"
         return step_name(self.step_key)
 
 
@@ -189,22 +201,33 @@ async def read_progress(runner: Inspected, run_id: str, incarnation: str | None)
 
 
 async def list_memos(runner: Inspected, run_id: str, *, values: bool = True) -> list[StoredMemo]:
-    """Every memo of every incarnation of the run, in key order."""
+    """Every memo of every incarnation of the run, in key order (a memo of
+    the run's history is read for its call even without ``values``)."""
     prefix = runner.layout.memos(run_id)
     infos = [info async for info in runner.store.scan(prefix)]
 
     async def one(info: ObjectInfo) -> StoredMemo:
         incarnation, _, key = info.key[len(prefix) :].partition("/")
+        position = position_of(key)
         value: Any = None
+        call: Call | None = None
         why = None
-        if values:
+        if values or position is not None:  # (a positioned memo names its call inside)
             try:
-                value = unpack((await runner.store.get(info.key)).data)
+                data = (await runner.store.get(info.key)).data
+                if position is not None:
+                    memo = PositionedMemo.decode(data)
+                    data, call = memo.value, memo.call
+                value = unpack(data)
             except NotFound:
                 value = None
             except Exception as exc:
                 why = describe(exc)
-        return StoredMemo(info.key, incarnation, key, info.size, info.modified, value, why)
+        if not values:
+            value = None
+        return StoredMemo(
+            info.key, incarnation, key, info.size, info.modified, value, why, position, call
+        )
 
     return await bounded(one(info) for info in infos)
 

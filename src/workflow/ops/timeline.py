@@ -1,10 +1,11 @@
 """The order things happened in a run: its steps, placed among its claims.
 
-A step's memo carries the store's time of its write (S3's LastModified, a
-file's mtime) and each claim of the run its claim and end times (the
-attempt history, :mod:`stepstone.records.history`). Sorting the memos by their time
-gives the order the steps ran in; each step took the time since the
-previous memo of the same claim, or since its claim began for the claim's
+A step's memo carries its position in the run (:mod:`stepstone.records.calls`),
+which gives the order the steps ran in (memos recorded before positions
+existed are sorted by the store's time of their write: S3's LastModified, a
+file's mtime), and each claim of the run its claim and end times (the
+attempt history, :mod:`stepstone.records.history`). Each step took the time
+since the previous memo of the same claim, or since its claim began for the claim's
 first step. That is the step's own time plus the job's code before it (a
 replayed step writes nothing, so it takes no time of its own).
 
@@ -42,6 +43,14 @@ class RanStep:
         return self.memo.modified
 
 
+def _recorded_order(memo: StoredMemo) -> tuple[int, float]:
+    """Memos keyed by name first (recorded before positions existed), by
+    their time; then the run's history, by position."""
+    if memo.position is None:
+        return (0, memo.modified)
+    return (1, float(memo.position))
+
+
 def steps_in_order(memos: list[StoredMemo], history: list[AttemptInfo]) -> list[RanStep]:
     """``memos`` (of one incarnation) in the order they were recorded, each
     with the claim that recorded it and how long it took."""
@@ -52,7 +61,7 @@ def steps_in_order(memos: list[StoredMemo], history: list[AttemptInfo]) -> list[
     )
     steps: list[RanStep] = []
     previous: dict[int | None, float] = {}
-    for memo in sorted(memos, key=lambda m: m.modified):
+    for memo in sorted(memos, key=_recorded_order):
         span = _span_of(memo.modified, spans)
         claim = None if span is None else span[2]
         start = previous.get(claim, None if span is None else span[0])

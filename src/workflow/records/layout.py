@@ -2,7 +2,7 @@
 
 ```
 outcomes/<run_id>                            the outcome record (create-if-absent)
-memos/<run_id>/<incarnation>/<step>          one memoized step (create-if-absent)
+memos/<run_id>/<incarnation>/#<position>     one call of the run's history (create-if-absent)
 progress/<run_id>/<incarnation>              the last progress a run reported (compare-and-swap)
 events/<run_id>/<incarnation>/<name>/<seq>   one event sent to a run (create-if-absent)
 attempts/<run_id>/<incarnation>/<claim>      how one claim of a run ended (create-if-absent)
@@ -14,10 +14,15 @@ rates/<digest>                               a rate limit's state
 
 Run ids are hex digests or hex tokens and incarnations are hex tokens, so
 the only user text in a key is a step, event or schedule name, which is
-percent-encoded. A wait's own memos (``!sleep@1``, ``!event.approval@1``)
-start with ``!``, which percent-encoding never leaves in a step name, so
-they cannot collide with a step's. Every key fits every backend, whatever
-the name: a name's key segment is at most 255 bytes (a filesystem's
+percent-encoded. A memo of the run's history (a step, a sleep, an event
+take, a child submit) is keyed by its position in the run, ``#00000003``
+(:func:`position_key`), and names its call in its record; memos written
+before positions existed are keyed by the step's name (``charge``,
+``charge@2``) and a wait's own memos by theirs (``!sleep@1``,
+``!event.approval@1``, still so for memos outside the history, such as a
+rate limit's turn). ``#`` and ``!`` are characters percent-encoding never
+leaves in a step name, so none of these can collide with a step's. Every
+key fits every backend, whatever the name: a name's key segment is at most 255 bytes (a filesystem's
 NAME_MAX; a longer name keeps a readable head and a hash of the whole), and
 a runner whose prefix would leave its longest key past the store's
 ``key_limit`` (1,024 bytes on S3, less the bucket prefix) is refused when it
@@ -178,6 +183,24 @@ def step_key(name: str, occurrence: int, *, internal: str = "") -> str:
         digest = hashlib.sha256(name.encode()).hexdigest()
         encoded = _head(name, room - len(HASHED) - HASH_LENGTH) + HASHED + digest[:HASH_LENGTH]
     return head + encoded + suffix
+
+
+POSITION_MARK = "#"
+"""What starts the key segment of a memo keyed by its position in the run."""
+
+
+def position_key(position: int) -> str:
+    """The key segment of the memo at ``position`` (1 for a run's first
+    call): zero-padded, so a run's memos list in the order it made them."""
+    return f"{POSITION_MARK}{position:08d}"
+
+
+def position_of(segment: str) -> int | None:
+    """The position a memo's key segment names; None for a memo keyed by
+    its name (written before positions existed, or outside the history)."""
+    if segment.startswith(POSITION_MARK) and segment[1:].isdigit():
+        return int(segment[1:])
+    return None
 
 
 def _head(name: str, room: int) -> str:
