@@ -43,8 +43,10 @@ from stepstone.handles.sync import LoopThread, SyncHandle, call_on
 from stepstone.handles.watch import OutcomeWatch
 from stepstone.job import Job
 from stepstone.limits.gate import Limits
+from stepstone.ops.actions import Bulk, cancel_many, retry_many
 from stepstone.ops.listing import RunFilter, RunSummary, list_runs
 from stepstone.ops.reads import parse_status
+from stepstone.ops.replay import Replayed, replay, replay_many
 from stepstone.records.attempt_log import AttemptLog
 from stepstone.records.attempts import AttemptInfo
 from stepstone.records.envelope import incarnation_of
@@ -513,6 +515,41 @@ class JobRunner:
         in another process stops within ``cancel_check`` seconds (its worker
         reads the run's outcome), or at its next lease renewal."""
         return await self._answers.cancel(run_id_of(run))
+
+    async def replay(self, run: str | Job[Any], *, from_step: str | None = None) -> Replayed:
+        """Run an ended run (succeeded, failed, cancelled or dead) again as a
+        new incarnation, keeping its memos before the first call of step
+        ``from_step`` (None: keeping none) and running from that step on,
+        with the input it was submitted with. ``run`` is its id or a keyed
+        job. The old incarnation's memos and attempt history stay, linked
+        from the new one (``stepstone show``); awaiting the run's handle
+        afterwards gives the new outcome. See :mod:`stepstone.ops.replay`.
+
+        Raises InspectError, saying why, for a run still live (wait for it to
+        end, or cancel it), unknown or swept, whose input was not kept, or
+        with no step ``from_step``."""
+        return await replay(self, run_id_of(run), from_step=from_step)
+
+    async def replay_many(
+        self, runs: Iterable[str | Job[Any] | RunSummary], *, from_step: str | None = None
+    ) -> Bulk:
+        """:meth:`replay` each of ``runs`` (ids, keyed jobs, or what
+        :meth:`runs` listed); those that cannot be are in ``refused``, with why."""
+        return await replay_many(self, _ids(runs), from_step=from_step)
+
+    async def retry_many(self, runs: Iterable[str | Job[Any] | RunSummary]) -> Bulk:
+        """Requeue each dead run of ``runs`` (``stepstone retry``): finished
+        steps replay; those that cannot be are in ``refused``, with why."""
+        return await retry_many(self, _ids(runs))
+
+    async def cancel_many(self, runs: Iterable[str | Job[Any] | RunSummary]) -> Bulk:
+        """Cancel each of ``runs`` (a dead one is discarded from the queue,
+        as ``stepstone cancel`` does); those that cannot be are in ``refused``."""
+        return await cancel_many(self, _ids(runs))
+
+
+def _ids(runs: Iterable[str | Job[Any] | RunSummary]) -> list[str]:
+    return [run.id if isinstance(run, RunSummary) else run_id_of(run) for run in runs]
 
 
 def run_id_of(run: str | Job[Any]) -> str:

@@ -338,6 +338,9 @@ def test_runs_are_chosen_by_version_and_by_key_prefix(store_dir: Path, run_cli: 
     assert listed("--version", "2026-11") == {old_eu, old_us}
     assert listed("--key-prefix", "eu:") == {old_eu, new_eu}
     assert listed("--version", "2026-11", "--key-prefix", "eu:") == {old_eu}
+    table = run_cli("ls", "--store", str(store_dir))
+    assert table.out.splitlines()[0].split()[:4] == ["ID", "STATUS", "KIND", "VERSION"]
+    assert {line.split()[3] for line in table.out.splitlines()[1:4]} == {"2026-11", "2026-12"}
     shown = run_cli("show", old_us, *args).json()
     assert (shown["version"], shown["key"]) == ("2026-11", "us:1")
     done = run_cli("cancel", "--version", "2026-11", "--yes", *args)

@@ -16,7 +16,7 @@ from typing import ClassVar
 
 import httpx
 import pytest
-from cli_support import DEADLINE, Result
+from cli_support import DEADLINE, Result, one_line_error
 
 from stepstone import Job, JobContext, JobFailed, JobRunner, JobStatus
 from stepstone.cli import main
@@ -105,3 +105,83 @@ async def test_the_web_view_names_where_a_replay_diverged(store_dir: Path) -> No
     assert page.status_code == 200
     text = html.unescape(page.text)
     assert DIVERGED in text and "NonDeterministicReplay" in text
+
+
+class Checkout(Job[str]):
+    NAME: ClassVar[str] = "cli.versioning.checkout"
+    order: str
+    charges: ClassVar[list[str]] = []
+
+    async def run(self, ctx: JobContext) -> str:
+        quote = await ctx.step("quote", lambda: f"q-{self.order}")
+
+        def charge() -> str:
+            Checkout.charges.append(self.order)
+            return f"c{len(Checkout.charges)}"
+
+        return f"{quote} {await ctx.step('charge', charge)}"
+
+
+async def checkouts(path: Path, *orders: str) -> list[str]:
+    async with runner_on(path, Checkout) as runner:
+        handles = [await runner.submit(Checkout(order=order)) for order in orders]
+        for handle in handles:
+            await handle.result(timeout=DEADLINE)
+        return [handle.id for handle in handles]
+
+
+async def outcome_of(path: Path, run_id: str) -> str:
+    async with runner_on(path, Checkout) as runner:
+        return await runner.handle(run_id, Checkout).result(timeout=DEADLINE)
+
+
+def test_replay_runs_an_ended_run_again_from_a_step(run_cli: RunCli, store_dir: Path) -> None:
+    Checkout.charges.clear()
+    [run_id] = asyncio.run(checkouts(store_dir, "o-1"))
+    store = ["--store", str(store_dir)]
+    done = run_cli("replay", run_id[:12], "--from-step", "charge", *store)
+    assert done.status == 0, done.err
+    assert f"replaying {run_id} from step 'charge' as incarnation" in done.out
+    assert "(1 memo(s) kept from incarnation" in done.out
+    assert asyncio.run(outcome_of(store_dir, run_id)) == "q-o-1 c2"
+    assert Checkout.charges == ["o-1", "o-1"]
+    shown = run_cli("show", run_id, *store)
+    assert "replay of    incarnation " in shown.out and ", from step 'charge'" in shown.out
+    assert "attempts of the replaced incarnation " in shown.out
+    missing = run_cli("replay", run_id, "--from-step", "refund", *store)
+    one_line_error(
+        missing, f"run {run_id} recorded no step 'refund' (its steps: 'quote', 'charge')"
+    )
+
+
+def test_replay_refuses_a_live_run_in_one_line(run_cli: RunCli, store_dir: Path) -> None:
+    async def waiting() -> str:
+        async with runner_on(store_dir, Charge) as runner:
+            handle = await runner.submit(Charge(order="o-2"))
+
+            async def suspended() -> bool:
+                state = await runner.status(handle.id)
+                return state is not None and state.status is JobStatus.WAITING_FOR_EVENT
+
+            await wait_until(suspended, timeout=DEADLINE)
+            return handle.id
+
+    run_id = asyncio.run(waiting())
+    refused = run_cli("replay", run_id, "--store", str(store_dir))
+    one_line_error(refused, "is waiting_for_event: a live run cannot be replayed")
+
+
+def test_replay_by_filter_counts_asks_and_replays_each(run_cli: RunCli, store_dir: Path) -> None:
+    Checkout.charges.clear()
+    run_ids = asyncio.run(checkouts(store_dir, "b-1", "b-2"))
+    store = ["--store", str(store_dir)]
+    chosen = ["--kind", "cli.versioning.checkout", "--from-step", "charge"]
+    unconfirmed = run_cli("replay", *chosen, *store)
+    assert "2 run(s) of kind cli.versioning.checkout match" in unconfirmed.out
+    one_line_error(unconfirmed, "not confirmed: stdin is not a terminal; pass --yes")
+    done = run_cli("replay", *chosen, "--yes", *store)
+    assert done.status == 0, done.err
+    assert "replayed 2 of 2 run(s) of kind cli.versioning.checkout" in done.out
+    outcomes = [asyncio.run(outcome_of(store_dir, run_id)) for run_id in run_ids]
+    assert [text.rsplit(" ", 1)[0] for text in outcomes] == ["q-b-1", "q-b-2"]
+    assert sorted(Checkout.charges) == ["b-1", "b-1", "b-2", "b-2"]

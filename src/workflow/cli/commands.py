@@ -1,9 +1,10 @@
-"""The commands that inspect and operate on runs: ls, show, retry, cancel, purge, stats, schedules.
+"""The commands that inspect and operate on runs: ls, show, retry, cancel, replay, purge, stats,
+schedules.
 
 Each opens the runner the options name, does one thing through
 :mod:`stepstone.ops`, prints it (a table or ``--json``) and closes the
 runner. A command on one run takes its id or any unique start of it; a bulk
-action (``retry``, ``cancel`` with filters instead of an id) says how many
+action (``retry``, ``cancel``, ``replay`` with filters instead of an id) says how many
 runs match, asks, and exits 1 when it could not touch some. Each returns
 the exit status; failures are raised, for ``entry.main`` to print in one line.
 """
@@ -33,6 +34,7 @@ from stepstone.cli.runners import runner_from_args
 from stepstone.errors import InspectError
 from stepstone.ops import actions, listing, reads
 from stepstone.ops.listing import RunFilter
+from stepstone.ops.replay import replay, replay_many
 from stepstone.records.layout import run_id_for_key
 from stepstone.runner import JobRunner
 from stepstone.runtime.queue import JobStatus
@@ -235,6 +237,51 @@ def cmd_cancel(args: argparse.Namespace) -> int:
             print(f"cancelled {run_id}")
         else:
             print(f"discarded dead run {run_id} from the queue (its failed outcome stays)")
+        return 0
+
+    return asyncio.run(_with_runner(args, body))
+
+
+def _ended(row: listing.RunSummary) -> bool:
+    return not _live(row)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    if _filtered(args):
+        if args.id is not None:
+            raise CliError("replay takes a run id or filters (--status, --kind, ...), not both", 2)
+
+        async def each(runner: JobRunner, run_ids: list[str]) -> actions.Bulk:
+            return await replay_many(runner, run_ids, from_step=args.from_step)
+
+        # Without --status, every ended run: a live one is still making its history.
+        return _bulk(args, "replay", None, each, _ended)
+    if args.id is None:
+        raise CliError("replay takes a run id (or a start of it), or filters: --kind K ...", 2)
+
+    async def body(runner: JobRunner) -> int:
+        run_id = await reads.resolve_id(runner, args.id)
+        done = await replay(runner, run_id, from_step=args.from_step)
+        if args.json:
+            emit_json(
+                {
+                    "id": run_id,
+                    "incarnation": done.incarnation,
+                    "replaced": done.replaced,
+                    "from_step": done.from_step,
+                    "position": done.position,
+                    "kept_memos": done.kept_memos,
+                    "kept_events": done.kept_events,
+                }
+            )
+        else:
+            start = "the start" if done.from_step is None else f"step {done.from_step!r}"
+            print(
+                escape_controls(
+                    f"replaying {run_id} from {start} as incarnation {done.incarnation} "
+                    f"({done.kept_memos} memo(s) kept from incarnation {done.replaced})"
+                )
+            )
         return 0
 
     return asyncio.run(_with_runner(args, body))

@@ -17,6 +17,7 @@ from stepstone.cli.commands import (
     cmd_cancel,
     cmd_ls,
     cmd_purge,
+    cmd_replay,
     cmd_retry,
     cmd_schedules,
     cmd_show,
@@ -180,6 +181,31 @@ def build_parser() -> argparse.ArgumentParser:
     _choosing(cancel)
     _confirming(cancel)
     cancel.set_defaults(handler=cmd_cancel)
+
+    replay = sub.add_parser(
+        "replay",
+        parents=[common],
+        help="run an ended run again from a step, or every ended run the filters choose",
+        description="Run an ended run (succeeded, failed, cancelled or dead) again as a new "
+        "incarnation with the same input: the steps before --from-step replay from their "
+        "memos, and that step and all after it run again (without --from-step, all of "
+        "them). The old incarnation's memos and attempts stay, linked from the new one. "
+        "A live run is refused. With filters (--status, --kind, --since, --version, "
+        "--key-prefix) instead of an id, every ended run they choose, after saying how "
+        "many and asking (--yes for scripts); exit 1 if some could not be.",
+    )
+    replay.add_argument("id", nargs="?", help="the run id, or a unique start of it")
+    replay.add_argument(
+        "--from-step", metavar="STEP", help="the step to run from (its first call in the run)"
+    )
+    replay.add_argument(
+        "--status",
+        choices=[s.value for s in JobStatus if s.finished or s is JobStatus.DEAD],
+        help="only runs in this status",
+    )
+    _choosing(replay)
+    _confirming(replay)
+    replay.set_defaults(handler=cmd_replay)
 
     purge = sub.add_parser(
         "purge",

@@ -52,17 +52,22 @@ LS_WIDTH = 100
 ID_CHARS = 12
 """``ls`` shows this much of an id; ``show`` takes it (or any unique prefix)."""
 NAME_CHARS = 24
+VERSION_CHARS = 12
 
 
 def print_listing(out: TextIO, rows: Sequence[RunSummary], now: float) -> None:
     """``stepstone ls``'s table: newest first, each row within LS_WIDTH; the
-    last error gets the room the other columns leave."""
-    headers = ["ID", "STATUS", "KIND", "TRIES", "AGE", "LAST ERROR"]
+    last error gets the room the other columns leave. A VERSION column
+    (``Job.VERSION``) when some run has one."""
+    versions = any(row.version is not None for row in rows)
+    headers = ["ID", "STATUS", "KIND", *(["VERSION"] if versions else []), "TRIES", "AGE"]
+    headers.append("LAST ERROR")
     cells = [
         [
             row.id[:ID_CHARS],
             row.status.value,
             short(row.kind, NAME_CHARS),
+            *([short(row.version or "-", VERSION_CHARS)] if versions else []),
             str(row.attempts),
             age(now - row.submitted),
         ]
@@ -136,6 +141,8 @@ def detail_json(found: Detail) -> dict[str, Any]:
         "status": found.status or "unknown",
         "version": found.version,
         "key": found.key,
+        "replay_of": found.replay_of,
+        "from_step": found.from_step,
         "input": found.input,
         "queue": None
         if queued is None
@@ -173,6 +180,7 @@ def detail_json(found: Detail) -> dict[str, Any]:
         "progress": found.progress,
         "incarnation": found.incarnation,
         "attempts": [attempt_json(attempt) for attempt in found.history],
+        "replaced_attempts": [attempt_json(attempt) for attempt in found.replaced_history],
         "steps": [
             {
                 "step": step.name,
@@ -238,6 +246,9 @@ def print_detail(out: TextIO, found: Detail) -> None:
         line("version", found.version)
     if found.key is not None:
         line("key", short(found.key))
+    if found.replay_of is not None:
+        start = "the start" if found.from_step is None else f"step {found.from_step!r}"
+        line("replay of", short(f"incarnation {found.replay_of}, from {start}"))
     if found.input is not None:
         line("input", short(found.input))
     elif found.outcome is not None and found.outcome.input_size:
@@ -295,20 +306,29 @@ def print_detail(out: TextIO, found: Detail) -> None:
         if outcome.result is not None:
             line("result", short(decode_value(outcome.result)))
     _print_attempts(out, found)
+    if found.replay_of is not None and found.replaced_history:
+        _print_attempts(
+            out, found, found.replaced_history, f"of the replaced incarnation {found.replay_of}"
+        )
     _print_steps(out, found)
 
 
-def _print_attempts(out: TextIO, found: Detail) -> None:
-    """Each claim of the run: when, how long, how it ended, by which worker,
-    and its error; the traceback of the last failed claim the outcome above
-    does not show (the others' are in ``--json``)."""
-    if not found.history:
-        out.write("attempts: none recorded yet\n")
+def _print_attempts(
+    out: TextIO, found: Detail, history: list[AttemptInfo] | None = None, of: str = ""
+) -> None:
+    """Each claim of the run (or of ``history``, ``of`` saying whose): when,
+    how long, how it ended, by which worker, and its error; the traceback of
+    the last failed claim the outcome above does not show (the others' are
+    in ``--json``)."""
+    history = found.history if history is None else history
+    title = f"attempts {escape_controls(of)}".rstrip()
+    if not history:
+        out.write(f"{title}: none recorded yet\n")
         return
-    out.write(f"attempts ({len(found.history)}, by claim):\n")
-    shown_above = found.outcome.claims if found.outcome is not None else None
-    traced = [a for a in found.history if a.traceback and a.claim != shown_above]
-    for attempt in found.history:
+    out.write(f"{title} ({len(history)}, by claim):\n")
+    shown_above = found.outcome.claims if found.outcome is not None and not of else None
+    traced = [a for a in history if a.traceback and a.claim != shown_above]
+    for attempt in history:
         claim = "?" if attempt.claim is None else str(attempt.claim)
         number = "-" if attempt.number is None else str(attempt.number)
         worker = "" if attempt.worker is None else f"  {attempt.worker} on {attempt.host}"

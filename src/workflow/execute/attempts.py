@@ -138,7 +138,7 @@ class AttemptRunner:
                 return Finished(existing, envelope, already_recorded=True)
 
         memo_keys: set[str] | None = None
-        if delivery.claims > 1:
+        if delivery.claims > 1 or envelope.replay_of is not None:  # (a replay starts with some)
             store, layout = self._records.store, self._records.layout
             prefix = layout.memos(run_id, envelope.incarnation)
             memo_keys = {info.key[len(prefix) :] async for info in store.scan(prefix)}
@@ -248,9 +248,16 @@ class AttemptRunner:
         """The outcome that already answers this run, if one is recorded."""
         try:
             found = await self._records.at_outcome_key(run_id)
-            if isinstance(found.content, OutcomeRecord):
+            content = found.content
+            if isinstance(content, OutcomeRecord) and _replaced(content, envelope):
+                # The outcome of the incarnation this one replays: no answer
+                # for it (the replay removes it once enqueued; if it was cut
+                # short, this attempt does).
+                await self._records.clear_tombstone(run_id, found.etag)
+                return None
+            if isinstance(content, OutcomeRecord):
                 key = self._records.layout.outcome(run_id)
-                return answering(found.content, key, envelope.input_hash)
+                return answering(content, key, envelope.input_hash)
         except CorruptOutcome as exc:
             # No answer for this run, and nothing it did could be recorded
             # (the object stands in the way): fail it now, unrun.
@@ -261,6 +268,12 @@ class AttemptRunner:
             # retried): it runs again, and its outcome is to be recorded.
             await self._records.clear_tombstone(run_id, found.etag)
         return None
+
+
+def _replaced(outcome: OutcomeRecord, envelope: Envelope) -> bool:
+    """Whether ``outcome`` is that of the incarnation ``envelope`` replays."""
+    replayed = envelope.replay_of
+    return replayed is not None and outcome.incarnation == replayed != envelope.incarnation
 
 
 def _stored_result(kind: str, output: Any, result: object) -> bytes:

@@ -14,7 +14,8 @@ name, and a replay still finds them by name (it cannot check their order,
 so it never calls them divergent).
 
 Memos are looked for only when an earlier claim of this run could have left
-some (``Delivery.claims > 1``): a first claim reads no memos, it only writes them.
+some (``Delivery.claims > 1``), or a replay copied some
+(:mod:`stepstone.ops.replay`): a first claim reads no memos, it only writes them.
 """
 
 from __future__ import annotations

@@ -95,7 +95,7 @@ async def retry_many(runner: Inspected, run_ids: Iterable[str]) -> Bulk:
     """Retry each dead run as :func:`retry` does, ``READ_CONCURRENCY`` at a
     time. A run that cannot be retried (it is no longer dead, the store
     refuses) is noted with why, and the others go on."""
-    return await _each(runner, run_ids, "requeued", retry)
+    return await each(runner, run_ids, "requeued", retry)
 
 
 async def cancel_many(runner: Inspected, run_ids: Iterable[str]) -> Bulk:
@@ -105,15 +105,18 @@ async def cancel_many(runner: Inspected, run_ids: Iterable[str]) -> Bulk:
     async def one(runner: Inspected, run_id: str) -> None:
         await cancel(runner, run_id)
 
-    return await _each(runner, run_ids, "cancelled", one)
+    return await each(runner, run_ids, "cancelled", one)
 
 
-async def _each(
+async def each(
     runner: Inspected,
     run_ids: Iterable[str],
     verb: str,
     act: Callable[[Inspected, str], Awaitable[Unreadable | None]],
 ) -> Bulk:
+    """``act`` on each run, ``READ_CONCURRENCY`` at a time: a run it cannot
+    act on (an operator's error, the store's, the queue's) is noted with why,
+    and the others go on."""
     refused: dict[str, str] = {}
 
     async def one(run_id: str) -> tuple[str, Unreadable | None]:

@@ -121,6 +121,13 @@ class Detail:
     """The job type's ``VERSION`` the run was submitted under."""
     key: str | None = None
     """The idempotency key it was submitted with."""
+    replay_of: str | None = None
+    """The incarnation this one replays (``runner.replay``), whose memos and
+    attempts stay; None: the run was never replayed."""
+    from_step: str | None = None
+    """The step that replay ran from (None: from the start)."""
+    replaced_history: list[AttemptInfo] = field(default_factory=list)
+    """The claims of the incarnation it replays, in order."""
     unreadable: dict[str, Unreadable] = field(default_factory=dict)
     """The job's records that would not decode, by part (``queue``,
     ``outcome``, ``progress``); an unreadable memo says so itself."""
@@ -244,14 +251,16 @@ async def detail(runner: Inspected, run_id: str) -> Detail:
     )
     input_json: Any = None
     incarnation: str | None = None
-    version = key = None
+    version = key = replay_of = from_step = None
     if isinstance(outcome, OutcomeRecord):
         version, key = outcome.version, outcome.key
+        replay_of, from_step = outcome.replay_of, outcome.from_step
     if isinstance(queued, JobRecord):
         with contextlib.suppress(MalformedPayload):
             envelope = Envelope.decode(queued.payload)
             incarnation = envelope.incarnation
             version, key = envelope.version, envelope.key
+            replay_of, from_step = envelope.replay_of, envelope.from_step
             with contextlib.suppress(ValueError):
                 input_json = json.loads(envelope.input)
     if incarnation is None and isinstance(outcome, OutcomeRecord):
@@ -260,9 +269,10 @@ async def detail(runner: Inspected, run_id: str) -> Detail:
         with contextlib.suppress(ValueError):
             input_json = json.loads(outcome.input)  # (a finished run keeps it there)
     recorded = outcome if isinstance(outcome, OutcomeRecord) else None
-    progress, history = await asyncio.gather(
+    progress, history, replaced = await asyncio.gather(
         read_progress(runner, run_id, incarnation),
         read_history(runner.store, runner.layout, run_id, incarnation, recorded),
+        read_history(runner.store, runner.layout, run_id, replay_of, None),
     )
     if queued is None and outcome is None and progress is None and not memos:
         raise InspectError(f"no run {run_id} in {runner.store.location}")
@@ -279,8 +289,12 @@ async def detail(runner: Inspected, run_id: str) -> Detail:
     found.incarnation = incarnation
     found.input = input_json
     found.version, found.key = version, key
+    found.replay_of, found.from_step = replay_of, from_step
     found.history = history.attempts
-    found.unreadable_attempts = [Unreadable(key, why) for key, why in history.unreadable]
+    found.replaced_history = replaced.attempts
+    found.unreadable_attempts = [
+        Unreadable(key, why) for key, why in [*history.unreadable, *replaced.unreadable]
+    ]
     return found
 
 

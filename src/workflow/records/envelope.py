@@ -4,8 +4,8 @@ The queue moves opaque bytes; this is what the workflow layer puts in them:
 which job type, its canonical input, the hash an idempotent resubmit is
 compared against, and which incarnation of its run id this enqueue started
 (memos are keyed by it, so a later incarnation never replays an earlier
-one's steps); and what an operator finds runs by: the job type's version
-and the idempotency key.
+one's steps); what an operator finds runs by: the job type's version
+and the idempotency key; and, for a replay, the incarnation it replays.
 """
 
 from __future__ import annotations
@@ -40,6 +40,11 @@ class Envelope:
     """The job type's ``VERSION`` when the run was submitted (None: it has none)."""
     key: str | None = None
     """The idempotency key the run was submitted with (None: it had none)."""
+    replay_of: str | None = None
+    """The incarnation this one replays (``runner.replay``): its memos before
+    ``from_step`` were copied here, and its attempt history stays under it."""
+    from_step: str | None = None
+    """The step a replay runs from (None: from the start)."""
 
     def encode(self) -> bytes:
         fields: dict[str, object] = {
@@ -59,6 +64,10 @@ class Envelope:
             fields["ver"] = self.version
         if self.key is not None:
             fields["key"] = self.key
+        if self.replay_of is not None:
+            fields["rep"] = self.replay_of
+        if self.from_step is not None:
+            fields["from"] = self.from_step
         return pack(fields)
 
     @classmethod
@@ -76,12 +85,20 @@ class Envelope:
                 parent=raw.get("par"),
                 version=raw.get("ver"),
                 key=raw.get("key"),
+                replay_of=raw.get("rep"),
+                from_step=raw.get("from"),
             )
             if not isinstance(envelope.kind, str) or not isinstance(envelope.input, bytes):
                 raise ValueError("kind or input has the wrong type")
-            optional = (envelope.parent, envelope.version, envelope.key)
+            optional = (
+                envelope.parent,
+                envelope.version,
+                envelope.key,
+                envelope.replay_of,
+                envelope.from_step,
+            )
             if not all(text is None or isinstance(text, str) for text in optional):
-                raise ValueError("parent, version or key has the wrong type")
+                raise ValueError("parent, version, key, or what it replays has the wrong type")
             return envelope
         except Exception as exc:
             raise MalformedPayload(f"the job's payload could not be decoded: {exc}") from exc

@@ -86,6 +86,10 @@ class OutcomeRecord:
     parent: str | None = None
     """The run that submitted this one as its child (retention keeps this
     outcome while that run lives: :mod:`stepstone.records.retention`)."""
+    replay_of: str | None = None
+    """The incarnation this run replays (``runner.replay``; None: none)."""
+    from_step: str | None = None
+    """The step that replay ran from (None: from the start)."""
 
     def encode(self) -> bytes:
         return pack(
@@ -119,6 +123,8 @@ class OutcomeRecord:
                 "input": self.input,
                 "input_size": self.input_size,
                 "parent": self.parent,
+                "replay_of": self.replay_of,
+                "from_step": self.from_step,
             }
         )
 
@@ -206,6 +212,8 @@ def decode_outcome_key(data: bytes) -> OutcomeRecord | Tombstone:
                 input=raw.get("input"),
                 input_size=raw.get("input_size"),
                 parent=raw.get("parent"),
+                replay_of=raw.get("replay_of"),
+                from_step=raw.get("from_step"),
             )
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         raise ValueError(f"a field is missing or malformed ({type(exc).__name__}: {exc})") from exc
@@ -297,7 +305,14 @@ def _check_types(found: OutcomeRecord | Tombstone) -> None:
         or (error is not None and not isinstance(error.traceback, str | None))
         or not isinstance(record.claims, int | None)
         or not all(
-            isinstance(text, str | None) for text in (record.version, record.key, record.parent)
+            isinstance(text, str | None)
+            for text in (
+                record.version,
+                record.key,
+                record.parent,
+                record.replay_of,
+                record.from_step,
+            )
         )
         or not isinstance(record.input, bytes | None)
         or not isinstance(record.input_size, int | None)
@@ -307,8 +322,8 @@ def _check_types(found: OutcomeRecord | Tombstone) -> None:
 
 def about_the_run(envelope: Envelope) -> dict[str, Any]:
     """The fields an outcome record keeps of the run it answers, from its
-    envelope: version, idempotency key, parent, and the input while it is
-    small enough (``INPUT_KEPT_BYTES``)."""
+    envelope: version, idempotency key, parent, the input while it is small
+    enough (``INPUT_KEPT_BYTES``), and the incarnation it replays."""
     data = envelope.input
     return {
         "version": envelope.version,
@@ -316,4 +331,6 @@ def about_the_run(envelope: Envelope) -> dict[str, Any]:
         "parent": envelope.parent,
         "input": data if len(data) <= INPUT_KEPT_BYTES else None,
         "input_size": len(data),
+        "replay_of": envelope.replay_of,
+        "from_step": envelope.from_step,
     }

@@ -136,7 +136,8 @@ class RunRecords:
 
     async def clear_tombstone(self, run_id: str, etag: str) -> None:
         """Remove the run's own tombstone (the object of ``etag``), for an
-        attempt that begins after its run was swept: the run runs again."""
+        attempt that begins after its run was swept: the run runs again. (So
+        too the outcome of the incarnation a replay replaces.)"""
         with contextlib.suppress(PreconditionFailed, NotFound):
             await self.store.delete(self.layout.outcome(run_id), if_match=etag)
 
