@@ -19,6 +19,8 @@ import msgpack
 from rel_jobs import STEPS, ThreeSteps, read_events
 from rel_support import Workers
 
+from stepstone.records.calls import Call, PositionedMemo
+from stepstone.records.layout import position_key
 from stepstone.records.outcome import OutcomeRecord
 from stepstone.runtime.queue import JobStatus
 
@@ -224,10 +226,16 @@ def audit(report: CrashReport, root: Path, events_path: Path, expected: set[str]
             problems.append(f"run {run}: memos under {len(incarnations)} incarnations")
             continue
         memo_dir = root / "memos" / run / incarnations[0]
-        if sorted(os.listdir(memo_dir)) != sorted(STEPS):
+        # Each step's memo at its position, naming it.
+        positions = [position_key(n) for n in range(1, len(STEPS) + 1)]
+        if sorted(os.listdir(memo_dir)) != positions:
             problems.append(f"run {run}: memo keys {sorted(os.listdir(memo_dir))}")
             continue
-        memos = [msgpack.unpackb((memo_dir / s).read_bytes(), raw=False) for s in STEPS]
+        recorded = [PositionedMemo.decode((memo_dir / p).read_bytes()) for p in positions]
+        if [memo.call for memo in recorded] != [Call("step", step) for step in STEPS]:
+            problems.append(f"run {run}: memos of {[memo.call for memo in recorded]}")
+            continue
+        memos = [msgpack.unpackb(memo.value, raw=False) for memo in recorded]
         if result != memos:
             problems.append(f"run {run}: result {result} is not its memos {memos}")
         for step, memo in zip(STEPS, memos, strict=True):

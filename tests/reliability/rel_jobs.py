@@ -43,6 +43,8 @@ from typing import Any, ClassVar
 import msgpack
 
 from stepstone import Job, JobContext, Permanent
+from stepstone.records.calls import PositionedMemo
+from stepstone.records.layout import position_of
 from stepstone.runtime.store_queue.records import CorruptRecord, decode
 from stepstone.store import AlreadyExists, FileStore, ObjectStore, open_store
 from stepstone.store.base import DEFAULT_PAGE_SIZE, ObjectInfo, StoredObject
@@ -113,11 +115,17 @@ def killer() -> Killer:
     return _killer
 
 
-def _memo_parts(key: str) -> tuple[str, str] | None:
-    """(run, step) of a memo key ``[prefix/]memos/<run>/<inc>/<step>``."""
+def _memo_parts(key: str, data: bytes) -> tuple[str, str] | None:
+    """(run, step) of a memo ``[prefix/]memos/<run>/<inc>/#<position>`` (its
+    step named inside it) or ``.../<step>`` (keyed by name)."""
     parts = key.split("/")
     if len(parts) >= 4 and parts[-4] == "memos":
-        return parts[-3], parts[-1]
+        if position_of(parts[-1]) is None:
+            return parts[-3], parts[-1]
+        try:
+            return parts[-3], PositionedMemo.decode(data).call.name
+        except ValueError:
+            return parts[-3], parts[-1]
     return None
 
 
@@ -132,6 +140,8 @@ def _token_of(data: bytes) -> str:
     """The execution token inside a memo value written by :func:`effect`."""
     try:
         value = msgpack.unpackb(data, raw=False)
+        if isinstance(value, dict) and "pos" in value:  # (a memo of the run's history)
+            value = msgpack.unpackb(PositionedMemo.decode(data).value, raw=False)
     except Exception:
         return "?"
     return value.rsplit(":", 1)[-1] if isinstance(value, str) else "?"
@@ -158,7 +168,7 @@ class TapStore(ObjectStore):
         return await self.inner.put(key, data)
 
     async def put_if_absent(self, key: str, data: bytes) -> str:
-        memo = _memo_parts(key)
+        memo = _memo_parts(key, data)
         run = _outcome_run(key)
         if memo is not None:
             token = _token_of(data)

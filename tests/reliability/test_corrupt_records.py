@@ -38,6 +38,7 @@ from stepstone import (
 from stepstone.cli import main
 from stepstone.records.codec import pack, unpack
 from stepstone.records.envelope import Envelope
+from stepstone.records.layout import position_key
 from stepstone.records.outcome import OutcomeRecord
 from stepstone.testing import FakeClock
 
@@ -229,7 +230,7 @@ async def spoil_object(api: JobRunner, run_id: str, spoil: Spoil) -> None:
     incarnation = Envelope.decode(queued.payload).incarnation
     key = {
         "queue": f"queue/jobs/{run_id}",
-        "memo": api.layout.memo(run_id, incarnation, "one"),
+        "memo": api.layout.memo(run_id, incarnation, position_key(1)),  # (step "one")
         "outcome": api.layout.outcome(run_id),
         "progress": api.layout.progress(run_id, incarnation),
     }[spoil.kind]

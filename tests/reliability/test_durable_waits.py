@@ -32,7 +32,9 @@ from rel_support import Workers, submitter, wait_for
 from rel_wait_jobs import AwaitsGo, FansIn, Sleeps
 
 from stepstone import JobRunner, JobStatus
+from stepstone.records.calls import PositionedMemo
 from stepstone.records.codec import codec_for_type
+from stepstone.records.layout import position_of
 from stepstone.store import ObjectStore
 
 pytestmark = pytest.mark.slow
@@ -66,10 +68,12 @@ def resumes(events: list[list[str]]) -> dict[str, list[tuple[str, float]]]:
 
 
 async def wake_time(store: ObjectStore, run_id: str) -> float:
-    """The wake time the run's first sleep recorded (its ``!sleep@1`` memo)."""
+    """The wake time the run's first sleep recorded (its memo's value)."""
     keys = [info.key async for info in store.scan(f"memos/{run_id}/")]
-    [key] = [k for k in keys if k.endswith("/!sleep@1")]
-    value: float = codec_for_type(float).decode((await store.get(key)).data)
+    keys = [key for key in keys if position_of(key.rsplit("/", 1)[-1]) is not None]
+    memos = [PositionedMemo.decode((await store.get(key)).data) for key in keys]
+    sleep = min((m for m in memos if m.call.call == "sleep"), key=lambda m: m.position)
+    value: float = codec_for_type(float).decode(sleep.value)
     return value
 
 

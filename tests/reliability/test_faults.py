@@ -23,6 +23,7 @@ from rel_jobs import STEPS, Plain3, read_events
 from rel_support import wait_for
 
 from stepstone import JobHandle, JobRunner, JobStatus
+from stepstone.records.calls import PositionedMemo
 from stepstone.runtime.store_queue import StoreQueue
 from stepstone.store import FileStore, StoreUnavailable
 from stepstone.store.wrappers.faults import FaultyStore
@@ -83,9 +84,13 @@ async def check_results(
         outcome = await handle.join(timeout=60)
         assert outcome.status is JobStatus.SUCCEEDED, outcome.error
         memo_prefix = f"memos/{handle.id}/"
-        memos = {info.key.rsplit("/", 1)[-1]: info.key async for info in inner.scan(memo_prefix)}
+        recorded = [
+            PositionedMemo.decode((await inner.get(info.key)).data)
+            async for info in inner.scan(memo_prefix)
+        ]
+        memos = {memo.call.name: memo.value for memo in recorded}
         assert sorted(memos) == sorted(STEPS), memos
-        values = [msgpack.unpackb((await inner.get(memos[s])).data) for s in STEPS]
+        values = [msgpack.unpackb(memos[s]) for s in STEPS]
         assert outcome.result == values, "the result is not what the memos recorded"
         for step, value in zip(STEPS, values, strict=True):
             token = value.rsplit(":", 1)[-1]

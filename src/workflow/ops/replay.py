@@ -31,7 +31,7 @@ from stepstone.errors import InspectError
 from stepstone.ops.actions import Bulk, each
 from stepstone.ops.reads import Inspected, bounded, check_id
 from stepstone.records.attempt_log import keep_final_attempt
-from stepstone.records.calls import Call, PositionedMemo
+from stepstone.records.calls import OUTSIDE_HISTORY, PATCH_MEMO, Call, PositionedMemo
 from stepstone.records.codec import pack, unpack
 from stepstone.records.envelope import Envelope
 from stepstone.records.layout import fresh_incarnation, position_key, position_of
@@ -78,7 +78,7 @@ async def replay(runner: Inspected, run_id: str, *, from_step: str | None = None
     stored = await _outcome(runner, run_id)
     outcome = None if stored is None else _decoded(runner, run_id, stored)
     old = _ended_envelope(runner, run_id, queued, outcome)
-    kept, position = await _kept_memos(runner, run_id, old.incarnation, from_step)
+    kept, position, decisions = await _kept_memos(runner, run_id, old.incarnation, from_step)
     new = Envelope(
         old.kind,
         old.input,
@@ -105,7 +105,16 @@ async def replay(runner: Inspected, run_id: str, *, from_step: str | None = None
     async def copy_event(event: StoredObject) -> None:
         await store.put_if_absent(new_events + event.key[len(old_events) :], event.data)
 
-    await bounded([*(copy_memo(m) for m in kept), *(copy_event(e) for e in events)])
+    async def copy_decision(segment: str, data: bytes) -> None:
+        await store.put_if_absent(layout.memo(run_id, new.incarnation, segment), data)
+
+    await bounded(
+        [
+            *(copy_memo(m) for m in kept),
+            *(copy_event(e) for e in events),
+            *(copy_decision(segment, data) for segment, data in decisions),
+        ]
+    )
     if outcome is not None:
         await keep_final_attempt(store, layout, outcome)
     if queued is not None and not await runner.queue.discard_dead(run_id):
@@ -179,16 +188,19 @@ def _ended_envelope(
 
 async def _kept_memos(
     runner: Inspected, run_id: str, incarnation: str, from_step: str | None
-) -> tuple[list[PositionedMemo], int | None]:
+) -> tuple[list[PositionedMemo], int | None, list[tuple[str, bytes]]]:
     """The memos of ``incarnation`` before the first call of step
-    ``from_step``, and that call's position (none, and None, without one)."""
+    ``from_step``, that call's position, and the patch decisions made before
+    it (:mod:`stepstone.execute.patches`), by key segment (none, None and
+    none without a step)."""
     if from_step is None:
-        return [], None
+        return [], None, []
     prefix = runner.layout.memos(run_id, incarnation)
     infos = [info async for info in runner.store.scan(prefix)]
     positioned = [info for info in infos if position_of(info.key[len(prefix) :]) is not None]
     by_name = [info for info in infos if position_of(info.key[len(prefix) :]) is None]
-    if by_name and not positioned:
+    history = [i for i in by_name if not i.key[len(prefix) :].startswith(OUTSIDE_HISTORY)]
+    if history and not positioned:
         raise InspectError(
             f"run {run_id} was recorded before stepstone kept the order of a run's "
             "steps: it can be replayed from the start only (without a step)"
@@ -207,7 +219,15 @@ async def _kept_memos(
         steps = list(dict.fromkeys(m.call.name for m in memos if m.call.call == "step"))
         shown = ", ".join(repr(name) for name in steps[:20]) or "none"
         raise InspectError(f"run {run_id} recorded no step {from_step!r} (its steps: {shown})")
-    return [memo for memo in memos if memo.position < position], position
+    decisions = []
+    for info in by_name:
+        segment = info.key[len(prefix) :]
+        if segment.startswith(PATCH_MEMO):
+            data = (await runner.store.get(info.key)).data
+            with contextlib.suppress(Exception):  # (one that does not say where is dropped)
+                if unpack(data)["at"] < position:
+                    decisions.append((segment, data))
+    return [memo for memo in memos if memo.position < position], position, decisions
 
 
 def _at(memo: PositionedMemo) -> int:

@@ -17,6 +17,12 @@ from dataclasses import dataclass
 
 from stepstone.records.codec import pack, unpack
 
+PATCH_MEMO = "!patch."
+"""The start of a patch decision's memo key (``!patch.<change-id>@n``)."""
+OUTSIDE_HISTORY = ("!rate.", PATCH_MEMO)
+"""The starts of the keys of memos keyed by name that are no call of the
+run's history: a rate limit's turn, a patch decision."""
+
 CALLS = ("step", "sleep", "event", "deadline", "child")
 """The calls that take a position: a step, a sleep's wake time, an event
 wait's take and its deadline (two positions per wait), a child's submit."""
