@@ -242,10 +242,6 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return asyncio.run(_with_runner(args, body))
 
 
-def _ended(row: listing.RunSummary) -> bool:
-    return not _live(row)
-
-
 def cmd_replay(args: argparse.Namespace) -> int:
     if _filtered(args):
         if args.id is not None:
@@ -254,8 +250,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         async def each(runner: JobRunner, run_ids: list[str]) -> actions.Bulk:
             return await replay_many(runner, run_ids, from_step=args.from_step)
 
-        # Without --status, every ended run: a live one is still making its history.
-        return _bulk(args, "replay", None, each, _ended)
+        return _bulk(args, "replay", each)
     if args.id is None:
         raise CliError("replay takes a run id (or a start of it), or filters: --kind K ...", 2)
 

@@ -1,4 +1,5 @@
-"""Operator actions that change runs: retry a dead run, cancel, purge.
+"""Operator actions that change runs: retry a dead run, cancel, purge
+(replaying a run is :mod:`stepstone.ops.replay`).
 
 Each works on a store and a queue with no job type known, as the reads do
 (:mod:`stepstone.ops.reads`), and says what it did or why it could not.
@@ -135,7 +136,7 @@ async def each(
     )
 
 
-BulkVerb = Literal["retry", "cancel"]
+BulkVerb = Literal["retry", "cancel", "replay"]
 Keep = Callable[[RunSummary], bool]
 
 
@@ -143,8 +144,14 @@ def bulk_choice(verb: BulkVerb, chosen: RunFilter) -> tuple[RunFilter, Keep]:
     """What a bulk ``verb`` over the runs ``chosen`` lists, and which of the
     rows listed it acts on: ``retry`` the dead ones; ``cancel`` those of the
     status asked for, or else the live ones (a finished run has nothing to
-    cancel, and a dead one is discarded only when asked). Raises
-    InspectError for a status the verb cannot take."""
+    cancel, and a dead one is discarded only when asked); ``replay`` the
+    ended ones (finished or dead: a live run is still making its history).
+    Raises InspectError for a status the verb cannot take."""
+    if verb == "replay":
+        status = chosen.status
+        if status is not None and not status.finished and status is not JobStatus.DEAD:
+            raise InspectError(f"a {status.value} run is live: only ended runs can be replayed")
+        return chosen, _ended_run
     if verb == "retry":
         if chosen.status not in (None, JobStatus.DEAD):
             raise InspectError("only dead runs can be retried: choose the dead ones, or any")
@@ -160,6 +167,10 @@ def _any(row: RunSummary) -> bool:
 
 def _live(row: RunSummary) -> bool:
     return row.status.queued and row.status is not JobStatus.DEAD
+
+
+def _ended_run(row: RunSummary) -> bool:
+    return not _live(row)
 
 
 def described(chosen: RunFilter, since: str | None = None) -> str:
