@@ -98,7 +98,7 @@ def test_show_names_where_a_replay_diverged(run_cli: RunCli, store_dir: Path) ->
 async def test_the_web_view_names_where_a_replay_diverged(store_dir: Path) -> None:
     run_id = await asyncio.to_thread(asyncio.run, diverged_run(store_dir))
     async with runner_on(store_dir, Charge) as runner:
-        app = create_app(runner, refresh=0)
+        app = create_app(runner, refresh=0, hosts=["ui"])
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://ui") as client:
             page = await client.get(f"/runs/{run_id}")

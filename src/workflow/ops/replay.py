@@ -191,7 +191,7 @@ async def _kept_memos(
 ) -> tuple[list[PositionedMemo], int | None, list[tuple[str, bytes]]]:
     """The memos of ``incarnation`` before the first call of step
     ``from_step``, that call's position, and the patch decisions made before
-    it (:mod:`stepstone.execute.patches`), by key segment (none, None and
+    it (``ctx.patched``), by key segment (none, None and
     none without a step)."""
     if from_step is None:
         return [], None, []
