@@ -3,6 +3,8 @@ ticks as the schedule says. Time is a FakeClock."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -11,7 +13,7 @@ from wait_jobs import WAIT_JOBS, Tick
 from wf_jobs import Counters
 
 from stepstone import JobRunner, Schedule
-from stepstone.schedules import next_ticks
+from stepstone.schedules import MAX_CATCH_UP, next_ticks
 from stepstone.testing import FakeClock, advance, wait_until
 
 START = datetime(2026, 3, 2, 12, 0, tzinfo=UTC).timestamp()  # a Monday, on a 5-minute tick
@@ -118,3 +120,51 @@ async def _marked(runner: JobRunner, schedule: Schedule) -> bool:
 
 async def _marker_at(runner: JobRunner, schedule: Schedule, at: float) -> bool:
     return await runner.scheduler.last_tick(schedule) == at
+
+
+def _walked(schedule: Schedule, after: float, until: float) -> list[datetime]:
+    """The ticks in (after, until], the newest MAX_CATCH_UP, found by walking each one."""
+    found: list[datetime] = []
+    for tick in schedule.ticks_after(after):
+        if tick.timestamp() > until:
+            return found[-MAX_CATCH_UP:]
+        found.append(tick)
+    raise AssertionError("unreachable")
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        every_five_minutes(),
+        Schedule("sec", every=timedelta(seconds=1), job=lambda tick: Tick(at="")),
+        Schedule("odd", every=timedelta(seconds=7.3), job=lambda tick: Tick(at="")),
+        Schedule("cron", cron="*/5 * * * *", job=lambda tick: Tick(at="")),
+        Schedule("paris", cron="30 2 * * *", timezone="Europe/Paris", job=lambda tick: Tick(at="")),
+    ],
+    ids=lambda schedule: schedule.name,
+)
+@pytest.mark.parametrize(
+    ("back", "length"), [(0, 0), (0, 1), (10, 300), (299, 300), (600, 86_400 * 2)]
+)
+def test_the_ticks_due_are_those_a_walk_finds(
+    schedule: Schedule, back: float, length: float
+) -> None:
+    """Counted (``every``) or read backwards (cron), the ticks due since a
+    marker are the ones a walk over every tick finds, DST days included."""
+    for after in (START - back, datetime(2026, 3, 29, 0, 0, 0, 300, tzinfo=UTC).timestamp()):
+        until = after + length
+        assert schedule.ticks_between(after, until) == _walked(schedule, after, until)
+
+
+def test_an_old_marker_is_caught_up_without_walking_the_ticks_skipped() -> None:
+    """A marker 300 years old on a schedule of every second: the 100 ticks
+    due come at once (walking 9.5 billion ticks would take hours)."""
+    script = (
+        "from datetime import timedelta\n"
+        "from stepstone import Schedule\n"
+        "s = Schedule('sec', every=timedelta(seconds=1), job=print)\n"
+        f"ticks = s.ticks_between(-6e9, {START})\n"
+        f"assert [t.timestamp() for t in ticks] == [{START} - n for n in range(99, -1, -1)]\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
