@@ -506,15 +506,19 @@ class JobRunner:
         is not live (never submitted, swept, or finished)."""
         await send_event(self._records, self.queue, self.clock, run_id_of(job), name, payload)
 
-    async def cancel(self, run: str | Job[Any]) -> bool:
+    async def cancel(self, run: str | Job[Any], *, leave_children: bool = False) -> bool:
         """Cancel a run (its id, or a keyed job) that has not finished: record
         it cancelled, drop it from the queue, then call its on_settled hooks
         here. False if it had already finished (or was never submitted).
 
+        The children it created (``ctx.submit``) that have not finished are
+        cancelled with it, and theirs, unless ``leave_children``; a child it
+        joined, which another submitted, goes on.
+
         An attempt running in this runner's worker stops at once; one running
         in another process stops within ``cancel_check`` seconds (its worker
         reads the run's outcome), or at its next lease renewal."""
-        return await self._answers.cancel(run_id_of(run))
+        return await self._answers.cancel(run_id_of(run), leave_children=leave_children)
 
     async def replay(self, run: str | Job[Any], *, from_step: str | None = None) -> Replayed:
         """Run an ended run (succeeded, failed, cancelled or dead) again as a

@@ -159,8 +159,51 @@ class ChildThenEvent(Job[int]):
         return executions
 
 
+class FanOut(Job[list[Any]]):
+    """Creates ``n`` children that wait for event ``go``, and gathers them;
+    with ``nested``, each child is itself a FanOut of two."""
+
+    NAME: ClassVar[str] = "family.fan-out"
+    who: str
+    n: int
+    nested: bool = False
+
+    def idempotency_key(self) -> str:
+        return f"fan-out:{self.who}"
+
+    async def run(self, ctx: JobContext) -> list[Any]:
+        children: list[Job[Any]] = [
+            FanOut(who=f"{self.who}-{i}", n=2)
+            if self.nested
+            else GoesOnEvent(key=f"{self.who}-{i}")
+            for i in range(self.n)
+        ]
+        return await ctx.gather(*[await ctx.submit(child) for child in children])
+
+
+class GatedParent(Job[Any]):
+    """Waits on the Counters gate (a parent still running elsewhere when it
+    is cancelled), then creates a child and awaits it."""
+
+    NAME: ClassVar[str] = "family.gated-parent"
+    who: str
+
+    def idempotency_key(self) -> str:
+        return f"gated-parent:{self.who}"
+
+    async def run(self, ctx: JobContext) -> Any:
+        counters = ctx.state(Counters)
+        counters.started.set()
+        await counters.gate.wait()
+        child = await ctx.submit(GoesOnEvent(key=f"late-{self.who}"))
+        counters.hit(f"gated-submitted:{self.who}")
+        return await child
+
+
 FAMILY_JOBS: list[type[Job[Any]]] = [
     ChildThenEvent,
+    FanOut,
+    GatedParent,
     Counted,
     GoesOnEvent,
     Joins,

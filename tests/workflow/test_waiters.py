@@ -15,6 +15,8 @@ from datetime import UTC, datetime
 import pytest
 from family_jobs import (
     FAMILY_JOBS,
+    FanOut,
+    GatedParent,
     GoesOnEvent,
     Joins,
     LetsChildFail,
@@ -26,7 +28,7 @@ from family_jobs import (
 from wf_jobs import Counters
 from wf_support import ON_EVERY_STORE
 
-from stepstone import EncodingError, JobRunner, JobStatus, SubmitOptions
+from stepstone import EncodingError, EventRefused, JobCancelled, JobRunner, JobStatus, SubmitOptions
 from stepstone.testing import FakeClock, advance, run_job, wait_until
 
 pytestmark = ON_EVERY_STORE
@@ -171,6 +173,91 @@ async def test_an_event_of_another_type_fails_the_run_once_naming_run_event_and_
     message = outcome.error.message
     assert handle.id in message and "'order'" in message and "cents" in message
     assert counters.counts["takes-order:bad"] == 1
+
+
+async def _children_waiting(runner: JobRunner, who: str, n: int) -> list[str]:
+    ids = [runner.handle(GoesOnEvent(key=f"{who}-{i}")).id for i in range(n)]
+    for run_id in ids:
+        await wait_until(lambda r=run_id: _is(runner, r, JobStatus.WAITING_FOR_EVENT))
+    return ids
+
+
+async def test_cancelling_a_parent_cancels_its_live_children(
+    make_family: Callable[..., JobRunner], counters: Counters
+) -> None:
+    async with make_family(concurrency=4) as runner:
+        parent = await runner.submit(FanOut(who="p", n=12))
+        children = await _children_waiting(runner, "p", 12)
+        await wait_until(lambda: _is(runner, parent.id, JobStatus.WAITING_FOR_CHILDREN))
+        api = make_family(jobs=[])  # another process, no worker
+        assert await api.cancel(parent.id) is True
+        for child in children:
+            outcome = await runner.handle(child, GoesOnEvent).join(timeout=10)
+            assert outcome.status is JobStatus.CANCELLED and outcome.error is not None
+            assert outcome.error.message == f"the job was cancelled with its parent {parent.id}"
+            with pytest.raises(EventRefused):
+                await runner.send_event(child, "go", 1)
+        with pytest.raises(JobCancelled):
+            await parent.result(timeout=10)
+    assert all(counters.counts[f"goes:p-{i}"] == 1 for i in range(12))  # none resumed
+
+
+async def test_a_cancel_reaches_grandchildren_and_can_leave_children_running(
+    make_family: Callable[..., JobRunner],
+) -> None:
+    async with make_family(concurrency=4) as runner:
+        nested = await runner.submit(FanOut(who="n", n=2, nested=True))
+        left = await runner.submit(FanOut(who="l", n=2))
+        grandchildren = [
+            *(await _children_waiting(runner, "n-0", 2)),
+            *(await _children_waiting(runner, "n-1", 2)),
+        ]
+        kept = await _children_waiting(runner, "l", 2)
+        assert await runner.cancel(nested.id) is True
+        for run_id in grandchildren:
+            outcome = await runner.handle(run_id, GoesOnEvent).join(timeout=10)
+            assert outcome.status is JobStatus.CANCELLED
+        assert await left.cancel(leave_children=True) is True
+        for run_id in kept:
+            await runner.send_event(run_id, "go", run_id[:4])
+            assert await runner.handle(run_id, GoesOnEvent).result(timeout=10) == run_id[:4]
+
+
+async def test_a_cancel_leaves_a_child_the_parent_joined(
+    make_family: Callable[..., JobRunner],
+) -> None:
+    async with make_family(concurrency=4) as runner:
+        shared = await runner.submit(GoesOnEvent(key="not-theirs"))  # from an API
+        joiner = await runner.submit(Joins(child="not-theirs", who="j"))
+        await wait_until(lambda: _is(runner, joiner.id, JobStatus.WAITING_FOR_CHILDREN))
+        assert await runner.cancel(joiner.id) is True
+        assert await _status(runner, shared.id) is JobStatus.WAITING_FOR_EVENT
+        await runner.send_event(shared.id, "go", "still")
+        assert await shared.result(timeout=10) == "still"
+
+
+async def test_a_child_created_as_its_parent_is_cancelled_is_cancelled_too(
+    make_family: Callable[..., JobRunner], counters: Counters
+) -> None:
+    """The parent runs in a worker that has not heard of the cancel yet (no
+    cancellation checks here) when the cancel lists its children: the child
+    it creates next is cancelled by its own submit."""
+    async with make_family(cancel_check=None) as runner:
+        parent = await runner.submit(GatedParent(who="g"))
+        await counters.started.wait()
+        api = make_family(jobs=[])
+        assert await api.cancel(parent.id) is True
+        counters.gate.set()
+        late = runner.handle(GoesOnEvent(key="late-g"))
+        await wait_until(lambda: _is_finished(runner, late.id), timeout=10)
+        assert (await late.join(timeout=10)).status is JobStatus.CANCELLED
+    assert counters.counts.get("gated-submitted:g", 0) == 0
+    assert counters.counts.get("goes:late-g", 0) == 0
+
+
+async def _is_finished(runner: JobRunner, run_id: str) -> bool:
+    state = await runner.status(run_id)
+    return state is not None and state.status.finished
 
 
 async def _is(runner: JobRunner, run_id: str, status: JobStatus) -> bool:

@@ -224,13 +224,16 @@ def cmd_cancel(args: argparse.Namespace) -> int:
             raise CliError("cancel takes a run id or filters (--status, --kind, ...), not both", 2)
         if args.status is not None and JobStatus(args.status).finished:
             raise CliError(f"a {args.status} run has finished: there is nothing to cancel", 2)
-        return _bulk(args, "cancel", actions.cancel_many)
+        leave = args.leave_children
+        return _bulk(
+            args, "cancel", lambda r, ids: actions.cancel_many(r, ids, leave_children=leave)
+        )
     if args.id is None:
         raise CliError("cancel takes a run id (or a start of it), or filters: --kind K ...", 2)
 
     async def body(runner: JobRunner) -> int:
         run_id = await reads.resolve_id(runner, args.id)
-        done = await actions.cancel(runner, run_id)
+        done = await actions.cancel(runner, run_id, leave_children=args.leave_children)
         if args.json:
             emit_json({"id": run_id, "result": done})
         elif done == "cancelled":

@@ -167,12 +167,19 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="cancel a run that has not finished (or discard a dead one), or every one chosen",
         description="Cancel a run that has not finished: its outcome is recorded "
-        "cancelled and its queue record goes; a dead run is discarded from the queue. "
+        "cancelled and its queue record goes, and the children it created that have not "
+        "finished are cancelled with it (--leave-children leaves them running); a dead "
+        "run is discarded from the queue. "
         "With filters (--status, --kind, --since, --version, --key-prefix) instead of an "
         "id, every run they choose (without --status, every live one), after saying how "
         "many and asking (--yes for scripts); exit 1 if some could not be.",
     )
     cancel.add_argument("id", nargs="?", help="the run id, or a unique start of it")
+    cancel.add_argument(
+        "--leave-children",
+        action="store_true",
+        help="cancel only the run: its children go on",
+    )
     cancel.add_argument(
         "--status",
         choices=[s.value for s in JobStatus if not s.finished],

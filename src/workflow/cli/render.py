@@ -179,6 +179,8 @@ def detail_json(found: Detail) -> dict[str, Any]:
         },
         "progress": found.progress,
         "incarnation": found.incarnation,
+        "parent": found.parent,
+        "children": found.children,
         "attempts": [attempt_json(attempt) for attempt in found.history],
         "replaced_attempts": [attempt_json(attempt) for attempt in found.replaced_history],
         "steps": [
@@ -249,6 +251,12 @@ def print_detail(out: TextIO, found: Detail) -> None:
     if found.replay_of is not None:
         start = "the start" if found.from_step is None else f"step {found.from_step!r}"
         line("replay of", short(f"incarnation {found.replay_of}, from {start}"))
+    if found.parent is not None:
+        line("parent", found.parent)
+    if found.children:
+        shown = ", ".join(child[:12] for child in found.children[:5])
+        more = f", ... ({len(found.children)})" if len(found.children) > 5 else ""
+        line("children", f"{shown}{more}; a cancel takes the live ones it created with it")
     if found.input is not None:
         line("input", short(found.input))
     elif found.outcome is not None and found.outcome.input_size:

@@ -24,7 +24,7 @@ from stepstone.runtime.queue import LeaseQueue
 class Cancels(Protocol):
     """Cancels a run (:class:`stepstone.execute.cancelling.Canceller`)."""
 
-    async def cancel(self, run_id: str) -> bool: ...
+    async def cancel(self, run_id: str, *, leave_children: bool = False) -> bool: ...
 
 
 class RunAnswers:
@@ -60,5 +60,5 @@ class RunAnswers:
     async def status(self, run_id: str) -> JobState | None:
         return await read_state(self._records, self._queue, check_run_id(run_id))
 
-    async def cancel(self, run_id: str) -> bool:
-        return await self._cancels.cancel(check_run_id(run_id))
+    async def cancel(self, run_id: str, *, leave_children: bool = False) -> bool:
+        return await self._cancels.cancel(check_run_id(run_id), leave_children=leave_children)

@@ -60,7 +60,7 @@ class Answers(Protocol):
 
     async def status(self, run_id: str) -> JobState | None: ...
 
-    async def cancel(self, run_id: str) -> bool: ...
+    async def cancel(self, run_id: str, *, leave_children: bool = False) -> bool: ...
 
 
 class JobHandle(Generic[T]):
@@ -145,9 +145,10 @@ class JobHandle(Generic[T]):
         """Where the run is now; None if nothing is known of it."""
         return await self._answers.status(self.id)
 
-    async def cancel(self) -> bool:
+    async def cancel(self, *, leave_children: bool = False) -> bool:
         """Cancel the run unless it has already finished; True if this call cancelled it.
 
         A running attempt learns at its next lease renewal and is stopped; its
-        work so far stays memoized."""
-        return await self._answers.cancel(self.id)
+        work so far stays memoized. The children it created that have not
+        finished are cancelled with it, unless ``leave_children``."""
+        return await self._answers.cancel(self.id, leave_children=leave_children)

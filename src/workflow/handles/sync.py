@@ -154,7 +154,8 @@ class SyncHandle(Generic[T]):
         state: JobState | None = self._call(self._handle.status())
         return state
 
-    def cancel(self) -> bool:
-        """Cancel the job unless it has already finished; True if this call cancelled it."""
-        cancelled: bool = self._call(self._handle.cancel())
+    def cancel(self, *, leave_children: bool = False) -> bool:
+        """Cancel the job unless it has already finished, with its live
+        children unless ``leave_children``; True if this call cancelled it."""
+        cancelled: bool = self._call(self._handle.cancel(leave_children=leave_children))
         return cancelled

@@ -99,12 +99,14 @@ async def retry_many(runner: Inspected, run_ids: Iterable[str]) -> Bulk:
     return await each(runner, run_ids, "requeued", retry)
 
 
-async def cancel_many(runner: Inspected, run_ids: Iterable[str]) -> Bulk:
+async def cancel_many(
+    runner: Inspected, run_ids: Iterable[str], *, leave_children: bool = False
+) -> Bulk:
     """Cancel each run as :func:`cancel` does (a dead one is discarded from
     the queue), ``READ_CONCURRENCY`` at a time, noting each that could not be."""
 
     async def one(runner: Inspected, run_id: str) -> None:
-        await cancel(runner, run_id)
+        await cancel(runner, run_id, leave_children=leave_children)
 
     return await each(runner, run_ids, "cancelled", one)
 
@@ -193,8 +195,9 @@ def _ended(outcome: OutcomeRecord | Unreadable) -> str:
     return f"finished ({outcome.status.value})"
 
 
-async def cancel(runner: Inspected, run_id: str) -> str:
-    """Cancel a live job, or discard a dead one from the queue; returns what was done.
+async def cancel(runner: Inspected, run_id: str, *, leave_children: bool = False) -> str:
+    """Cancel a live job, with its live children unless ``leave_children``,
+    or discard a dead one from the queue; returns what was done.
 
     The outcome is read first: a run that has one has ended (a dead run
     keeps its queue record beside it), and cancelling over an outcome that
@@ -203,7 +206,7 @@ async def cancel(runner: Inspected, run_id: str) -> str:
     check_id(run_id)
     outcome = await read_outcome(runner, run_id)
     if outcome is None:
-        if await runner.cancel(run_id):
+        if await runner.cancel(run_id, leave_children=leave_children):
             return "cancelled"
         outcome = await read_outcome(runner, run_id)  # it ended meanwhile, or never was
     queued = await runner.queue.get(run_id)

@@ -30,6 +30,7 @@ from stepstone.records.attempts import AttemptInfo
 from stepstone.records.calls import Call, PositionedMemo
 from stepstone.records.codec import unpack
 from stepstone.records.envelope import Envelope
+from stepstone.records.family import Family
 from stepstone.records.history import read_history
 from stepstone.records.layout import check_run_id, position_of, run_id_for_key, step_name
 from stepstone.records.outcome import OutcomeRecord, decode_outcome_key
@@ -49,7 +50,7 @@ class Inspected(Runs, Protocol):
     """What the tools work on: a store, a layout, a clock, the queue, and
     cancelling a run (a JobRunner is one)."""
 
-    async def cancel(self, run_id: str) -> bool: ...
+    async def cancel(self, run_id: str, *, leave_children: bool = False) -> bool: ...
 
 
 def parse_status(name: str) -> JobStatus:
@@ -128,6 +129,11 @@ class Detail:
     """The step that replay ran from (None: from the start)."""
     replaced_history: list[AttemptInfo] = field(default_factory=list)
     """The claims of the incarnation it replays, in order."""
+    parent: str | None = None
+    """The run that submitted it as its child."""
+    children: list[str] = field(default_factory=list)
+    """The children it submitted (``ctx.submit``), by id: a cancel takes the
+    live ones it created with it (:mod:`stepstone.execute.cancelling`)."""
     unreadable: dict[str, Unreadable] = field(default_factory=dict)
     """The job's records that would not decode, by part (``queue``,
     ``outcome``, ``progress``); an unreadable memo says so itself."""
@@ -244,22 +250,23 @@ async def detail(runner: Inspected, run_id: str) -> Detail:
     and which of them would not decode. Raises InspectError when the store
     knows nothing of the id."""
     check_id(run_id)
-    queued, outcome, memos = await asyncio.gather(
+    queued, outcome, memos, children = await asyncio.gather(
         _read_queued(runner, run_id),
         read_outcome(runner, run_id),
         list_memos(runner, run_id),
+        Family(runner.store, runner.layout).children(run_id),
     )
     input_json: Any = None
     incarnation: str | None = None
-    version = key = replay_of = from_step = None
+    version = key = replay_of = from_step = parent = None
     if isinstance(outcome, OutcomeRecord):
-        version, key = outcome.version, outcome.key
+        version, key, parent = outcome.version, outcome.key, outcome.parent
         replay_of, from_step = outcome.replay_of, outcome.from_step
     if isinstance(queued, JobRecord):
         with contextlib.suppress(MalformedPayload):
             envelope = Envelope.decode(queued.payload)
             incarnation = envelope.incarnation
-            version, key = envelope.version, envelope.key
+            version, key, parent = envelope.version, envelope.key, envelope.parent
             replay_of, from_step = envelope.replay_of, envelope.from_step
             with contextlib.suppress(ValueError):
                 input_json = json.loads(envelope.input)
@@ -290,6 +297,7 @@ async def detail(runner: Inspected, run_id: str) -> Detail:
     found.input = input_json
     found.version, found.key = version, key
     found.replay_of, found.from_step = replay_of, from_step
+    found.parent, found.children = parent, children
     found.history = history.attempts
     found.replaced_history = replaced.attempts
     found.unreadable_attempts = [

@@ -13,6 +13,7 @@ how long they stay.
 - ``attempts.py``: the record of one claim of a run (its format);
 - ``attempt_log.py``: the one place attempt records are written;
 - ``history.py``: a run's claims read back in order;
-- ``family.py``: the runs that wait for a run's end;
+- ``family.py``: the runs that wait for a run's end, and the children it
+  submitted;
 - ``retention.py``: the sweep of finished runs past the window.
 """

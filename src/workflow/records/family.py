@@ -1,8 +1,9 @@
-"""A run's family: the runs that wait for its end.
+"""A run's family: the runs that wait for its end, and the children it submitted.
 
 ```
-waiters/<run_id>    the runs that joined this run as their child after
-                    another had submitted it
+waiters/<run_id>            the runs that joined this run as their child
+                            after another had submitted it
+children/<run_id>/<child>   a child this run submitted (an empty object)
 ```
 
 The run that creates a child is named in the child's envelope
@@ -12,8 +13,12 @@ first); nothing in the child names it, so the join records it in the child's
 ``waiters`` object, and the child's end wakes every run listed there as well.
 The join writes before its parent looks at the child's outcome, and the
 child's end reads after writing its outcome, so whichever comes first, the
-other sees it: no waiter sleeps through its child's end. The record goes
-with its run when retention sweeps it.
+other sees it: no waiter sleeps through its child's end.
+
+Each child a run creates is written under it before the child is enqueued,
+so a cancel of the run finds every child that may exist and cancels it with
+the run (:mod:`stepstone.execute.cancelling`). Both records go with their
+run when retention sweeps it.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ SWAP_TRIES = 20
 
 
 class Family:
-    """The waiters records of runs under one layout in one store."""
+    """The waiters and children records of runs under one layout in one store."""
 
     def __init__(self, store: ObjectStore, layout: Layout) -> None:
         self.store = store
@@ -74,6 +79,16 @@ class Family:
             waiting += [w for w in await self.waiters(run_id) if w not in waiting]
         for waiter in waiting:
             await waking.wake(waiter, JobStatus.WAITING_FOR_CHILDREN)
+
+    async def add_child(self, parent: str, child: str) -> None:
+        """Record that ``parent`` submits ``child`` (before it does)."""
+        with contextlib.suppress(AlreadyExists):
+            await self.store.put_if_absent(self.layout.child(parent, child), b"")
+
+    async def children(self, parent: str) -> list[str]:
+        """The children ``parent`` submitted (or was about to), by id."""
+        prefix = self.layout.children(parent)
+        return [info.key[len(prefix) :] async for info in self.store.scan(prefix)]
 
 
 def _encode(runs: list[str]) -> bytes:

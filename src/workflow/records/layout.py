@@ -7,6 +7,7 @@ progress/<run_id>/<incarnation>              the last progress a run reported (c
 events/<run_id>/<incarnation>/<name>/<seq>   one event sent to a run (create-if-absent)
 attempts/<run_id>/<incarnation>/<claim>      how one claim of a run ended (create-if-absent)
 waiters/<run_id>                             the runs that joined a run and wait for its end
+children/<run_id>/<child>                    a child a run submitted (create-if-absent)
 schedules/<name>                             the last tick a schedule submitted
 slots/<digest>                               a concurrency key's holders and waiters
 rates/<digest>                               a rate limit's state
@@ -142,6 +143,13 @@ class Layout:
         """The runs that joined ``run_id`` and wait for its end
         (:mod:`stepstone.records.family`)."""
         return join(self.prefix, "waiters", run_id)
+
+    def children(self, run_id: str) -> str:
+        """The prefix of the children a run submitted."""
+        return join(self.prefix, "children", run_id) + "/"
+
+    def child(self, run_id: str, child: str) -> str:
+        return join(self.prefix, "children", run_id, child)
 
     def schedule(self, name: str) -> str:
         return join(self.prefix, "schedules", name_key(name))

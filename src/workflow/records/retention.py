@@ -3,10 +3,10 @@
 It walks ``outcomes/`` (a LIST per thousand runs) and takes the objects'
 own modification time from the listing, so only what is past the window is
 read. For each run past the window it deletes the memos, events and
-attempt records of every incarnation, the progress record, its waiters, a
-dead run's queue record, and last replaces the outcome with a tombstone: a
-sweep cut short leaves the outcome, so a resubmission still answers from
-it, and the next sweep finishes the job. A swept run is gone as a whole: a
+attempt records of every incarnation, the progress record, its waiters and
+children records, a dead run's queue record, and last replaces the outcome
+with a tombstone: a sweep cut short leaves the outcome, so a resubmission
+still answers from it, and the next sweep finishes the job. A swept run is gone as a whole: a
 dead record left behind would take the next submit of its key, which would
 then wait on a run nobody runs and no outcome ends. The tombstone keeps a
 zombie of the swept run from recording a late outcome for the key's next
@@ -186,6 +186,7 @@ async def _remove(
     keys += [info.key async for info in store.scan(layout.events(run_id))]
     keys += [info.key async for info in store.scan(layout.progresses(run_id))]
     keys += [info.key async for info in store.scan(layout.attempts(run_id))]
+    keys += [info.key async for info in store.scan(layout.children(run_id))]
     if isinstance(found, OutcomeRecord) and found.key is not None:
         keys.append(layout.waiters(run_id))  # (only a keyed run is joined)
     await asyncio.gather(*(store.delete(key) for key in keys))

@@ -32,18 +32,20 @@ this process's worker (:mod:`stepstone.submit.hand_off`), event-loop turns
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from stepstone.errors import CorruptOutcome, InputMismatch, JobError
+from stepstone.errors import CorruptOutcome, InputMismatch, JobCancelled, JobError
 from stepstone.handles.handle import Answers, JobHandle
 from stepstone.job import Job
 from stepstone.records.envelope import Envelope, incarnation_of
 from stepstone.records.family import Family
 from stepstone.records.outcome import Outcome, OutcomeRecord
 from stepstone.records.run_records import RunRecords
+from stepstone.runtime.decide import FailureKind
 from stepstone.runtime.errors import MalformedPayload
-from stepstone.runtime.queue import Enqueued, LeaseQueue
+from stepstone.runtime.queue import Enqueued, JobStatus, LeaseQueue
 from stepstone.submit.created_here import CreatedHere
 from stepstone.submit.hand_off import HandOff
 from stepstone.submit.look_first import LookFirst
@@ -54,6 +56,10 @@ from stepstone.submit.turns import Turns
 log = logging.getLogger("stepstone")
 
 Out = TypeVar("Out")
+
+CHILDREN_REMEMBERED = 10_000
+"""Children whose record under their parent this process wrote, remembered
+(the newest), so a parent's replay does not write them again."""
 
 SUBMIT_RETRIES = 3
 """Times a submit goes round again when a run vanished between two looks."""
@@ -90,6 +96,8 @@ class Submitter:
         self.max_attempts = max_attempts
         self.look_first = LookFirst(records)
         self.family = Family(records.store, records.layout)
+        self._children_recorded: OrderedDict[tuple[str, str], None] = OrderedDict()
+        """(parent, child) pairs this process has recorded (the newest)."""
         self._answers = answers
         self._created_here = created_here
         self._hand_off = hand_off
@@ -110,7 +118,22 @@ class Submitter:
         self._turns.begin()
         handle = await self.submit_one(Submission.of(job, options, run_id, parent))
         await self._turns.end()
+        if parent is not None and handle.newly_submitted:
+            await self._unless_parent_cancelled(parent, handle)
         return handle
+
+    async def _unless_parent_cancelled(self, parent: str, child: JobHandle[Any]) -> None:
+        """Cancel ``child``, just created, and raise JobCancelled, if its
+        parent was cancelled meanwhile: the parent's cancel may have listed
+        its children before this one was recorded (it records the parent's
+        outcome first, so one of the two sees the other)."""
+        recorded = await self.records.outcome(parent)
+        if recorded is None or recorded.status is not JobStatus.CANCELLED:
+            return
+        await self._answers.cancel(child.id)
+        raise JobCancelled(
+            parent, FailureKind.CANCELLED, f"the run was cancelled; its new child {child.id} too"
+        )
 
     async def submit_one(self, s: Submission, *, tries: int = SUBMIT_RETRIES + 1) -> JobHandle[Any]:
         """Submit ``s`` as the module docstring says, going round again (at
@@ -129,7 +152,16 @@ class Submitter:
 
     async def _enqueue(self, s: Submission) -> JobHandle[Any] | None:
         """Enqueue a new incarnation of ``s`` and answer as ``after`` does;
-        handed to this process's worker if it is ready for the job."""
+        handed to this process's worker if it is ready for the job. A
+        child is recorded under its parent first (a cancel of the parent
+        finds it), once per process."""
+        if s.parent is not None and s.run_id is not None:
+            pair = (s.parent, s.run_id)
+            if pair not in self._children_recorded:
+                await self.family.add_child(s.parent, s.run_id)
+                self._children_recorded[pair] = None
+                if len(self._children_recorded) > CHILDREN_REMEMBERED:
+                    self._children_recorded.popitem(last=False)
         job = s.new_job(self.max_attempts)
         if self._hand_off is None:
             return await self.after(s, (await self.queue.enqueue_many([job]))[0])

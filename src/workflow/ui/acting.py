@@ -170,8 +170,9 @@ async def _single(runner: JobRunner, verb: str, fields: dict[str, str], back: st
             question = f"Discard {what} from the queue? Its failed outcome stays."
             return Plan(verb, question, "Discard this run", keep, [run_id], back)
         question = (
-            f"Cancel {what}? It is recorded cancelled and leaves the queue; "
-            "an attempt under way stops at its next cancel check."
+            f"Cancel {what}? It is recorded cancelled and leaves the queue, and the "
+            "children it created that have not finished are cancelled with it; an "
+            "attempt under way stops at its next cancel check."
         )
         return Plan(verb, question, "Cancel this run", keep, [run_id], back)
     name, payload = fields.get("name", "").strip(), fields.get("payload", "")
