@@ -42,6 +42,12 @@ DEFAULT_PRIORITY_AGING = 60.0
 DEFAULT_MAX_ATTEMPTS = 3
 """Attempts a job gets, the first included, unless its type, its submit or
 the runner says otherwise. Stated once, here, for every queue and the runner."""
+
+DEFAULT_LEASE = 10.0
+"""Seconds a claim is leased for, renewed every third of it: a dead worker's
+runs are taken over within about this long (docs/queue.md prices the
+renewals). A job type whose code may hold its event loop longer than two
+thirds of it says so (``Job.lease``)."""
 T = TypeVar("T")
 
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024

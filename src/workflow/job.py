@@ -58,6 +58,15 @@ class Job(BaseModel, Generic[Out]):
     """Seconds one attempt may run before it is cancelled and counted as failed
     (kind ``timeout`` on the last attempt); None takes the runner's default."""
 
+    lease: ClassVar[float | None] = None
+    """Seconds of lease this job type's attempts hold, renewed every third of
+    it, where the runner's (10 s by default) is too short: a run whose code
+    may hold the event loop (an async ``run`` computing for seconds without
+    an ``await``) longer than two thirds of the lease would be taken over by
+    another worker while it runs. A longer lease costs one more request per
+    attempt, and a dead worker's runs of this type wait that long to be taken
+    over. None takes the runner's."""
+
     VERSION: ClassVar[str | None] = None
     """The version of this job type's code, recorded with each run submitted
     (``stepstone ls --version``, ``show``, the web view), so an operator can

@@ -58,7 +58,7 @@ from stepstone.records.run_records import RunRecords
 from stepstone.runtime.backoff import Backoff
 from stepstone.runtime.capabilities import Waking
 from stepstone.runtime.clock import Clock, SystemClock
-from stepstone.runtime.queue import DEFAULT_MAX_ATTEMPTS, JobStatus, LeaseQueue
+from stepstone.runtime.queue import DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS, JobStatus, LeaseQueue
 from stepstone.runtime.store_queue import StoreQueue
 from stepstone.runtime.worker import JobThreads, Worker
 from stepstone.schedules import Schedule, Scheduler
@@ -103,7 +103,7 @@ class JobRunner:
         jobs: Iterable[type[Job[Any]]] = (),
         state: Iterable[object] = (),
         concurrency: int = 16,
-        lease: float = 60.0,
+        lease: float = DEFAULT_LEASE,
         heartbeat: float | None = None,
         retry_backoff: float = 1.0,
         retry_backoff_cap: float = 300.0,
@@ -271,6 +271,7 @@ class JobRunner:
             self._attempts.handler_for(job_type),
             max_in_flight=job_type.max_in_flight,
             timeout=job_type.attempt_timeout,
+            lease=job_type.lease,
         )
 
     def add_state(self, value: object) -> None:

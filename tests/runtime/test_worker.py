@@ -603,6 +603,43 @@ async def test_the_heartbeat_keeps_a_long_handler_its_job(env: Env) -> None:
     await until(lambda: worker.stats.succeeded == 1, "it finished and was acked")
 
 
+async def test_a_kind_with_a_longer_lease_is_renewed_to_it_as_it_starts_and_kept(
+    env: Env,
+) -> None:
+    """A job type that may stall longer than the worker's lease allows says
+    so (``register(lease=)``, ``Job.lease``): its claims hold that lease,
+    renewed every third of it, while other kinds keep the worker's."""
+    release = asyncio.Event()
+
+    async def handler(attempt: Attempt) -> None:
+        await release.wait()
+
+    await env.queue.enqueue(b"", kind="slow", id="s")
+    await env.queue.enqueue(b"", kind="k", id="j")
+    worker = env.worker(lease=10.0)
+    worker.register("slow", handler, lease=120.0)
+    worker.register("k", handler)
+    await worker.start()
+    await until(lambda: worker.in_flight == 2, "both run")
+    start = env.clock.now()
+
+    async def leased(run_id: str, seconds: float) -> bool:
+        record = await env.record(run_id)
+        assert record is not None and record.lease_expires_at is not None
+        return record.lease_expires_at == start + seconds
+
+    await until(lambda: leased("s", 120.0), "the slow kind renewed to its own lease")
+    assert await leased("j", 10.0)
+    env.clock.advance(60.0)  # the worker's lease lapsed long ago; the kind's did not
+    assert [d.id for d in await env.queue.claim(2, lease=10.0)] == ["j"]
+    release.set()
+
+
+def test_a_lease_that_is_not_positive_is_refused(env: Env) -> None:
+    with pytest.raises(ValueError, match="lease must be positive"):
+        env.worker().register("k", lambda attempt: None, lease=0)
+
+
 async def test_ensure_at_least_extends_the_queues_lease(env: Env) -> None:
     expiries: list[float] = []
     lost: list[str] = []

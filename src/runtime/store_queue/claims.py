@@ -22,7 +22,7 @@ from collections.abc import Collection
 from stepstone.store.errors import NotFound, PreconditionFailed, StoreUnavailable
 
 from ..clock import Clock
-from ..queue import Delivery
+from ..queue import DEFAULT_LEASE, Delivery
 from .discovery import Discovery
 from .pacing import ScanPacing
 from .record_io import RecordIO
@@ -45,7 +45,7 @@ class ClaimRace:
         self._pacing = pacing
         self._clock = clock
         self._claiming: set[str] = set()
-        self.lease_hint = 60.0
+        self.lease_hint = DEFAULT_LEASE
         """The last lease this instance claimed with: the guess for others' leases."""
         self.came_up_short = False
         """The last claim returned fewer jobs than asked."""

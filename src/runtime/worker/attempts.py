@@ -61,6 +61,7 @@ class Attempts:
         observer: WorkerObserver | None,
         backoff: Backoff,
         attempt_timeout: float | None,
+        lease: float,
         heartbeat: float,
         stats: WorkerStats,
         log: JobLog,
@@ -77,6 +78,7 @@ class Attempts:
         self._observer = observer
         self._backoff = backoff
         self._attempt_timeout = attempt_timeout
+        self._lease = lease
         self._heartbeat = heartbeat
         self._stats = stats
         self._log = log
@@ -89,8 +91,14 @@ class Attempts:
         loop = asyncio.get_running_loop()
         registration = self._handlers.get(delivery.kind)
         timeout = None
+        renew_to, beat_every = self._lease, self._heartbeat
+        first_beat = loop.time() + beat_every
         if registration is not None:
             timeout = registration.timeout or self._attempt_timeout
+            if registration.lease is not None and self._heartbeat > 0:
+                # Claimed for the worker's lease: renewed to the kind's at once.
+                renew_to, beat_every = registration.lease, registration.lease / 3
+                first_beat = loop.time()
         job: InFlightJob
         lease = Lease(delivery, self._queue, self._clock, lambda: self.stop(job, Stop.LOST))
         job = InFlightJob(
@@ -98,7 +106,9 @@ class Attempts:
             registration=registration,
             lease=lease,
             deadline=None if timeout is None else self._clock.now() + timeout,
-            next_beat=loop.time() + self._heartbeat,
+            next_beat=first_beat,
+            renew_to=renew_to,
+            beat_every=beat_every,
             next_check=loop.time() + self._watch.check_interval(),
             claimed_at=claimed_at,
         )

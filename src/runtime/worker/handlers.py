@@ -23,6 +23,8 @@ class Registration:
     is_async: bool
     max_in_flight: int | None
     timeout: float | None
+    lease: float | None = None
+    """This kind's lease, where it needs a longer one than the worker's."""
 
 
 def is_async(handler: object) -> bool:

@@ -39,6 +39,10 @@ class InFlightJob:
     """Clock time past which the attempt has timed out (None: no timeout)."""
     next_beat: float
     """Loop time of the next heartbeat renewal."""
+    renew_to: float
+    """Seconds of lease each renewal asks for (the kind's lease, or the worker's)."""
+    beat_every: float
+    """Seconds between renewals (0: none)."""
     next_check: float
     """Loop time of the next look for a cancellation (inf: never)."""
     attempt: Attempt | None = None

@@ -187,7 +187,7 @@ class Settler:
             # Our lease ran out while the handler ran: the job may be another
             # worker's now. Check before reporting a result nobody waits for.
             try:
-                ours = await job.lease.renew(self._lease)
+                ours = await job.lease.renew(job.renew_to)
             except Exception:
                 ours = True  # cannot tell; the settlement below is fenced anyway
             if not ours:

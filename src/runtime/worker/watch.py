@@ -48,8 +48,8 @@ IsCancelled = Callable[[Delivery], Awaitable[bool]]
 class Watch:
     """Heartbeats, timeouts and cancellation checks over ``jobs``.
 
-    ``lease`` is what a heartbeat renews to, every ``heartbeat`` seconds (0:
-    never); ``is_cancelled`` (None: never asked) is asked every
+    Each job's heartbeat renews it to its ``renew_to`` every ``beat_every``
+    seconds (0: never); ``is_cancelled`` (None: never asked) is asked every
     ``cancel_check`` seconds of an attempt (None: never). ``wake`` tells the
     loop something changed."""
 
@@ -58,8 +58,6 @@ class Watch:
         jobs: InFlight,
         clock: Clock,
         *,
-        lease: float,
-        heartbeat: float,
         is_cancelled: IsCancelled | None,
         cancel_check: float | None,
         stats: WorkerStats,
@@ -68,8 +66,6 @@ class Watch:
     ) -> None:
         self._jobs = jobs
         self._clock = clock
-        self._lease = lease
-        self._heartbeat = heartbeat
         self._is_cancelled = is_cancelled
         self._cancel_check = cancel_check
         self._stats = stats
@@ -96,9 +92,9 @@ class Watch:
                 continue
             # Beats go on after the handler returns, while on_terminal and the
             # settlement run: the lease must outlive the whole attempt.
-            if self._heartbeat > 0 and now_real >= job.next_beat and not job.renewing:
+            if job.beat_every > 0 and now_real >= job.next_beat and not job.renewing:
                 job.renewing = True
-                job.next_beat = now_real + self._heartbeat
+                job.next_beat = now_real + job.beat_every
                 job.beat_task = asyncio.create_task(
                     self._beat(job), name=f"heartbeat {job.delivery.id}"
                 )
@@ -120,7 +116,7 @@ class Watch:
             running = job.running
             if job.deadline is not None and running:
                 wait = min(wait, job.deadline - now)
-            if self._heartbeat > 0 and not job.renewing:
+            if job.beat_every > 0 and not job.renewing:
                 wait = min(wait, job.next_beat - now_real)
             if running:
                 wait = min(wait, job.next_check - now_real)
@@ -142,12 +138,12 @@ class Watch:
     async def _beat(self, job: InFlightJob) -> None:
         """Renew one job's lease; a lost token cancels its handler (via Lease.on_lost)."""
         try:
-            await job.lease.renew(self._lease)
+            await job.lease.renew(job.renew_to)
         except Exception as error:
             self._stats.queue_errors += 1
             self._log(job.delivery, logging.WARNING, "lease renewal failed: %s", describe(error))
             # Try again sooner than a full heartbeat: the lease is running down.
-            soon = asyncio.get_running_loop().time() + self._heartbeat / 4
+            soon = asyncio.get_running_loop().time() + job.beat_every / 4
             job.next_beat = min(job.next_beat, soon)
         finally:
             job.renewing = False

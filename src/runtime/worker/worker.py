@@ -36,7 +36,7 @@ from ..capabilities import Reclaiming
 from ..clock import Clock
 from ..decide import describe
 from ..observer import WorkerObserver
-from ..queue import Delivery, LeaseQueue
+from ..queue import DEFAULT_LEASE, Delivery, LeaseQueue
 from .attempts import Attempts
 from .callbacks import AttemptCallbacks
 from .claims import ClaimLoop
@@ -96,7 +96,7 @@ class Worker:
         queue: LeaseQueue,
         *,
         concurrency: int = 16,
-        lease: float = 60.0,
+        lease: float = DEFAULT_LEASE,
         heartbeat: float | None = None,
         poll_interval: float = 1.0,
         attempt_timeout: float | None = None,
@@ -140,7 +140,6 @@ class Worker:
         self._observer = observer
         self._own_threads = threads is None
         self._threads = JobThreads(concurrency, name=self.name) if threads is None else threads
-        self._reclaim_within = 2 * lease
 
         self._handlers: dict[str, Registration] = {}
         self._jobs = InFlight()
@@ -148,8 +147,6 @@ class Worker:
         self._watch = Watch(
             self._jobs,
             self.clock,
-            lease=lease,
-            heartbeat=self.heartbeat,
             is_cancelled=None if callbacks is None else callbacks.is_cancelled,
             cancel_check=cancel_check,
             stats=self.stats,
@@ -177,6 +174,7 @@ class Worker:
             observer=observer,
             backoff=backoff,
             attempt_timeout=attempt_timeout,
+            lease=lease,
             heartbeat=self.heartbeat,
             stats=self.stats,
             log=log,
@@ -245,9 +243,17 @@ class Worker:
         *,
         max_in_flight: int | None = None,
         timeout: float | None = None,
+        lease: float | None = None,
     ) -> None:
         """Run ``handler`` for jobs of ``kind``, at most ``max_in_flight`` at
         once in this worker, each attempt bounded by ``timeout`` seconds.
+
+        ``lease`` gives the kind's jobs a lease of their own, renewed every
+        third of it, where two thirds of the worker's is too short a stall
+        (an async handler that holds the event loop, say): each such job is
+        claimed for the worker's lease and renewed to its own at once (one
+        more request per job), and its runs are taken over that much later
+        when their worker dies.
 
         A plain (non-async) handler runs in a thread. Python cannot stop a
         thread, so a sync handler that times out, is drained or cancelled keeps
@@ -261,7 +267,11 @@ class Worker:
             raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
         if timeout is not None and timeout <= 0:
             raise ValueError(f"timeout must be positive, got {timeout}")
-        self._handlers[kind] = Registration(handler, is_async(handler), max_in_flight, timeout)
+        if lease is not None and lease <= 0:
+            raise ValueError(f"lease must be positive, got {lease}")
+        self._handlers[kind] = Registration(
+            handler, is_async(handler), max_in_flight, timeout, lease
+        )
 
     # -- what is in flight -----------------------------------------------------
 
@@ -430,7 +440,7 @@ class Worker:
                 self.holder,
                 lease=self.lease,
                 limit=self._concurrency,
-                within=self._reclaim_within,
+                within=2 * max([self.lease, *(r.lease or 0 for r in self._handlers.values())]),
                 kinds=kinds,
             )
         except Exception as error:
