@@ -12,6 +12,13 @@ now), and it keeps a tick from running again after retention has swept its
 run's records. It only moves forward (compare-and-swap). A schedule seen for
 the first time starts from now: nothing before it counts as missed.
 
+The processes' clocks may disagree by up to :data:`SCHEDULE_CLOCK_SKEW`
+seconds, whatever the interval, with no tick dropped: "now" above is that
+much earlier (a schedule first seen may run the ticks of those few seconds),
+and a tick counts as missed only when it came that much before the process
+came up. A process ahead runs each tick when its clock reaches it, so up to
+the skew early; one that sees a marker further ahead of its clock warns.
+
 A tick is missed when no process carrying the schedule was up at its time.
 A process that finds ticks due runs every one since it came up, however
 late it looks (a stalled event loop, a slow or failing store), and those
@@ -52,6 +59,12 @@ log = logging.getLogger("stepstone.schedules")
 MAX_CATCH_UP = 100
 """At most this many missed ticks run when a schedule says ``missed="all"``."""
 MARKER_TRIES = 5
+SCHEDULE_CLOCK_SKEW = 5.0
+"""How far the clocks of the processes carrying a schedule may disagree, in
+seconds, whatever its interval, with no tick dropped: a process counts a tick
+as missed only when it came this long before the process came up, and a
+schedule seen for the first time starts this long before now. A process
+that finds the marker further ahead of its own clock warns (once)."""
 
 Missed = Literal["latest", "all", "skip"]
 
@@ -163,6 +176,8 @@ class Scheduler:
         self._tasks: list[asyncio.Task[None]] = []
         self._wake = asyncio.Event()
         self._unsubscribe: Callable[[], None] = lambda: None
+        self._warned: set[str] = set()
+        """Schedules whose marker was seen from this clock's future (warned once)."""
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -204,12 +219,25 @@ class Scheduler:
         now = self._clock.now()
         found = await self._marker(schedule)
         if found is None:
-            await self._create_marker(schedule, now)  # first seen: nothing before counts
+            # First seen: nothing before counts, by any clock within the bound.
+            await self._create_marker(schedule, now - SCHEDULE_CLOCK_SKEW)
             return
+        if found[1] > now + SCHEDULE_CLOCK_SKEW and schedule.name not in self._warned:
+            self._warned.add(schedule.name)
+            log.warning(
+                "schedule %r: its marker (the last tick submitted) is %.1f s ahead of this "
+                "process's clock; the clocks of the processes carrying it disagree by more "
+                "than %.0f s, so ticks may run early, late or not at all: keep them in step (NTP)",
+                schedule.name,
+                found[1] - now,
+                SCHEDULE_CLOCK_SKEW,
+            )
         due = schedule.ticks_between(found[1], now)
         if not due:
             return
-        missed = [tick for tick in due if tick.timestamp() <= up_since]
+        # A tick came before this process was up (missed) only by more than
+        # the clocks may disagree: another's clock ahead makes it look so.
+        missed = [tick for tick in due if tick.timestamp() <= up_since - SCHEDULE_CLOCK_SKEW]
         kept = {"latest": missed[-1:], "all": missed, "skip": []}[schedule.missed]
         chosen = kept + due[len(missed) :]
         for tick in chosen:
