@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from .errors import NotFound, StoreError
 from .keys import MAX_KEY_LENGTH
@@ -54,6 +55,22 @@ class StoredObject:
     key: str
     data: bytes
     etag: str
+
+
+@runtime_checkable
+class ChangeNotices(Protocol):
+    """A store that can tell, as it happens, that an object was placed under
+    a prefix, by any process: a FileStore on Linux (inotify). A notice is a
+    hint for a reader that would otherwise list again to find out, never
+    the only way a change is found: notices can be lost."""
+
+    def watch_changes(
+        self, prefix: str, on_change: Callable[[str | None], None]
+    ) -> Callable[[], None] | None:
+        """Call ``on_change(key)`` on the running event loop for each object
+        created or replaced directly under ``prefix`` (ending in ``/``), and
+        ``on_change(None)`` when notices were lost. Returns the function that
+        stops it, or None when this store cannot here."""
 
 
 class ObjectStore(abc.ABC):

@@ -76,6 +76,10 @@ class ClaimRace:
         wanted = None if kinds is None else frozenset(kinds)
         now = self._clock.now()
         candidates = self.candidates(now, wanted, n)
+        if len(candidates) < n and self._discovery.hinted:
+            await self._discovery.read_hinted()  # the store told of new records
+            now = self._clock.now()
+            candidates = self.candidates(now, wanted, n)
         began = time.monotonic()
         if self._pacing.list_first(
             began, len(candidates) < n, (self._view[i].confirmed for i in candidates)

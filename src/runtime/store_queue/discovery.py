@@ -24,6 +24,9 @@ from .record_io import RecordIO
 from .records import CorruptRecord, StoredJob
 from .size_hints import claimed_elsewhere, guess_changed, listed_place, renewed_elsewhere
 
+MAX_HINTS = 10_000
+"""New records noticed and not read yet, at most; past it a listing finds them."""
+
 
 class Discovery:
     """One instance's listings of the prefix and reads of the unread line."""
@@ -51,11 +54,35 @@ class Discovery:
         instance's slice), by etag: read if the next shows them unchanged."""
         self._scan_lock = asyncio.Lock()
         self._scan_epoch = 0
+        self._hinted: dict[str, None] = {}
+        """Ids of new records the store told of (:meth:`hint`), in order, not read yet."""
 
     @property
     def unread(self) -> bool:
         """Whether the last listing showed records not read yet."""
         return bool(self._unread)
+
+    @property
+    def hinted(self) -> bool:
+        """Whether the store told of new records not read yet."""
+        return bool(self._hinted)
+
+    def hint(self, run_id: str) -> None:
+        """The store told of a new record (a notice): the next claim short
+        of due jobs reads it, without a listing. Too many unread, and the
+        next listing finds them instead."""
+        if len(self._hinted) >= MAX_HINTS:
+            self._hinted.clear()
+            self._pacing.list_soon()
+            return
+        self._hinted[run_id] = None
+
+    async def read_hinted(self) -> None:
+        """Read the records the store told of that the view does not know
+        yet (one GET each; this instance's own writes it knows already)."""
+        ids = [run_id for run_id in self._hinted if self._view.get(run_id) is None]
+        self._hinted.clear()
+        await asyncio.gather(*(self._refresh(run_id, None) for run_id in ids))
 
     async def scan(self, lease_hint: float) -> None:
         """List the jobs prefix: confirm what the view knows, guess what it

@@ -187,6 +187,12 @@ class ScanPacing:
         """This process made work: look for more at the usual pace."""
         self._idle_scans = 0
 
+    def list_soon(self) -> None:
+        """Something changed that only a listing will show (notices of new
+        records were lost): the next claim short of due jobs lists."""
+        self._idle_scans = 0
+        self._next_scan = -math.inf
+
 
 def in_slice(run_id: str, part: Slice) -> bool:
     """Whether ``run_id`` hashes into ``part``."""

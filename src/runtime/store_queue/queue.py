@@ -15,11 +15,12 @@ docs/queue.md tabulates the requests and explains each choice.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 
-from stepstone.store.base import ObjectStore
+from stepstone.store.base import ChangeNotices, ObjectStore
 from stepstone.store.keys import validate_key
 
 from ..capabilities import Page, QueueInspection, Reclaiming, Waking
@@ -148,6 +149,10 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking, Reclaiming):
         self._transitions = RecordTransitions(self._io, self._clock, self._notify)
         self._admin = RecordAdmin(self._io, self._clock, self._notify)
         self._inspection = RecordInspection(self._io, self._clock)
+        self._stop_notices: Callable[[], None] | None = None
+        self._subscribers = 0
+        self._creating: dict[str, int] = {}
+        """Ids this instance is creating: a notice of one is of its own write."""
 
     def __repr__(self) -> str:
         return f"<StoreQueue {self.store!r} prefix={self.prefix!r}>"
@@ -198,12 +203,14 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking, Reclaiming):
         claimed = record.next(
             now, attempts=1, claims=1, token=new_token(holder), lease_expires_at=now + lease
         )
-        [enqueued] = all_or_first_error(await creates.create(self._io, [claimed]))
+        with self._writing([claimed]):
+            [enqueued] = all_or_first_error(await creates.create(self._io, [claimed]))
         return enqueued, delivery_of(claimed) if enqueued.created else None
 
     async def _enqueue(self, records: list[StoredJob]) -> list[Enqueued]:
         """Create ``records`` and tell the listeners if any is new."""
-        answers = await creates.create(self._io, records)
+        with self._writing(records):
+            answers = await creates.create(self._io, records)
         if any(isinstance(a, Enqueued) and a.created for a in answers):
             self._notify()
         return all_or_first_error(answers)
@@ -328,10 +335,71 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking, Reclaiming):
         return seen.own and lease is not None and lease > self.clock.now()
 
     def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
-        return self._listeners.add(listener)
+        """As the contract's, and while anyone listens (a worker), the store's
+        notices of records other processes create are heard too, where the
+        store gives them (a FileStore on Linux): each new record is read as
+        the next claim wants one and the listener called, so an idle worker
+        starts another process's job at once instead of at its next listing.
+        Listings go on at their pace: a notice is a hint."""
+        remove = self._listeners.add(listener)
+        self._subscribers += 1
+        if self._subscribers == 1:
+            self._start_notices()
+        ended = False
+
+        def unsubscribe() -> None:
+            nonlocal ended
+            if ended:
+                return
+            ended = True
+            remove()
+            self._subscribers -= 1
+            if self._subscribers == 0 and self._stop_notices is not None:
+                stop, self._stop_notices = self._stop_notices, None
+                stop()
+
+        return unsubscribe
+
+    @contextlib.contextmanager
+    def _writing(self, records: Sequence[StoredJob]) -> Iterator[None]:
+        """While ``records`` are created here, notices of them are our own."""
+        for record in records:
+            self._creating[record.id] = self._creating.get(record.id, 0) + 1
+        try:
+            yield
+        finally:
+            for record in records:
+                left = self._creating.pop(record.id) - 1
+                if left:
+                    self._creating[record.id] = left
+
+    def _start_notices(self) -> None:
+        if not isinstance(self.store, ChangeNotices):
+            return
+        try:
+            self._stop_notices = self.store.watch_changes(self._io.jobs, self._noticed)
+        except RuntimeError:  # no running event loop: listings alone find work
+            self._stop_notices = None
+
+    def _noticed(self, key: str | None) -> None:
+        """The store placed ``key`` (None: notices were lost). A record this
+        instance knows changed: its listings follow that. A new one: read it
+        at the next claim, and wake the listeners."""
+        if key is None:
+            self._pacing.list_soon()
+        else:
+            run_id = self._io.run_id_of(key)
+            if not run_id or run_id in self._creating or self._view.get(run_id) is not None:
+                return
+            self._discovery.hint(run_id)
+        self._listeners.call(on_error=_listener_failed)
 
     async def close(self) -> None:
-        """Forget the view. The store is the caller's: it is not closed here."""
+        """Forget the view and stop hearing the store's notices. The store is
+        the caller's: it is not closed here."""
+        if self._stop_notices is not None:
+            stop, self._stop_notices = self._stop_notices, None
+            stop()
         self._view.clear()
 
 

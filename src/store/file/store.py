@@ -22,6 +22,7 @@ from typing import Literal, TypeVar
 from ..base import DEFAULT_PAGE_SIZE, NewObject, ObjectInfo, ObjectStore, StoredObject
 from ..errors import NotFound, StoreConfigError, StoreError, StoreUnavailable
 from ..keys import RESERVED_SEGMENT
+from . import notices
 from .batches import Batcher, Creates, Read, ReadMany, Write
 from .commit import Committer, locate
 from .commit_process import (
@@ -360,6 +361,18 @@ class FileStore(ObjectStore):
             return self._get(key)
         except NotFound:
             return None
+
+    def watch_changes(
+        self, prefix: str, on_change: Callable[[str | None], None]
+    ) -> Callable[[], None] | None:
+        """Notices of objects placed directly under ``prefix`` by any process
+        on this machine (:mod:`stepstone.store.file.notices`, inotify); None
+        where the platform has none."""
+        if not prefix.endswith("/"):
+            raise ValueError(f"watch_changes takes a prefix ending in '/', got {prefix!r}")
+        directory = os.path.dirname(self._paths.of(prefix + "x"))
+        stop: Callable[[], None] | None = notices.watch(directory, prefix, on_change)
+        return stop
 
     async def close(self) -> None:
         """Release the thread pool (a batch being committed finishes first in

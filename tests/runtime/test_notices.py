@@ -1,0 +1,119 @@
+"""An idle worker on a directory store hears of another process's job as it
+is created (inotify), instead of at its next listing: the store's notices
+(stepstone.store.file.notices) and the StoreQueue's use of them.
+
+Listings are made rare here (an hour apart), so a job found at all was
+found by its notice. The notices come from the kernel, so a second
+StoreQueue on the store in this process stands for another process, as in
+the contract suite; tests/reliability/test_restart_reclaim.py and
+benchmarks/pickup.py use real worker processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stepstone.runtime import Attempt
+from stepstone.runtime.store_queue import StoreQueue
+from stepstone.runtime.worker import Worker
+from stepstone.store import FileStore
+from stepstone.store.base import ChangeNotices
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="inotify is Linux's")
+
+RARELY = 3600.0
+"""Seconds between listings: longer than any test waits."""
+
+
+async def until(condition: object, what: str, deadline: float = 20.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline
+    while not condition():  # type: ignore[operator]
+        if loop.time() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+async def test_a_file_store_tells_of_objects_placed_by_another_process(tmp_path: Path) -> None:
+    store = FileStore(str(tmp_path))
+    assert isinstance(store, ChangeNotices)
+    heard: list[str | None] = []
+    stop = store.watch_changes("queue/jobs/", heard.append)
+    assert stop is not None
+    try:
+        script = (
+            "import asyncio, sys\n"
+            "from stepstone.store import FileStore\n"
+            "async def main():\n"
+            "    store = FileStore(sys.argv[1])\n"
+            "    etag = await store.put('queue/jobs/a', b'1')\n"
+            "    await store.put_if_match('queue/jobs/a', b'2', etag)\n"
+            "    await store.put('queue/other/b', b'1')\n"
+            "    await store.put('queue/jobs/c', b'1')\n"
+            "    await store.close()\n"
+            "asyncio.run(main())\n"
+        )
+        await asyncio.to_thread(
+            subprocess.run, [sys.executable, "-c", script, str(tmp_path)], check=True
+        )
+        await until(lambda: "queue/jobs/c" in heard, "the notice of the last object")
+        # The create and the swap of a, then c; nothing of another prefix.
+        assert [key for key in heard if key != "queue/jobs/c"] == ["queue/jobs/a"] * 2
+    finally:
+        stop()
+    await store.close()
+
+
+async def test_a_listening_queue_reads_a_new_record_it_was_told_of_without_listing(
+    tmp_path: Path,
+) -> None:
+    store = FileStore(str(tmp_path))
+    submitter = StoreQueue(store)
+    worker_side = StoreQueue(store, scan_interval=RARELY, idle_scan_max=RARELY)
+    told: list[None] = []
+    unsubscribe = worker_side.subscribe(lambda: told.append(None))
+    try:
+        assert await worker_side.claim(1, lease=10) == []  # the first claim lists
+        assert worker_side.stats.scans == 1
+        await submitter.enqueue(b"x", kind="k", id="new-job")
+        await until(lambda: told, "the listener to hear of the new record")
+        [delivery] = await worker_side.claim(1, lease=10)
+        assert delivery.id == "new-job"
+        assert worker_side.stats.scans == 1  # read as told, not listed
+        assert worker_side.stats.fetches == 1
+    finally:
+        unsubscribe()
+    # Nobody listens: no notices are heard, and the next job waits for a listing.
+    await submitter.enqueue(b"y", kind="k", id="later-job")
+    await asyncio.sleep(0.2)  # (any notice would have arrived by now)
+    assert await worker_side.claim(1, lease=10) == []
+    await worker_side.close()
+    await store.close()
+
+
+async def test_an_idle_worker_starts_another_process_job_without_waiting_for_a_listing(
+    tmp_path: Path,
+) -> None:
+    store = FileStore(str(tmp_path))
+    submitter = StoreQueue(store)
+    queue = StoreQueue(store, scan_interval=RARELY, idle_scan_max=RARELY)
+    ran: list[str] = []
+
+    async def handler(attempt: Attempt) -> None:
+        ran.append(attempt.run_id)
+
+    worker = Worker(queue, poll_interval=RARELY, name="notices-test")
+    worker.register("k", handler)
+    async with worker:
+        await until(lambda: queue.stats.scans >= 1, "the worker's first listing")
+        for n in range(3):
+            await submitter.enqueue(b"x", kind="k", id=f"job-{n}")
+            await until(lambda n=n: len(ran) == n + 1, f"job {n} to run")
+    assert ran == ["job-0", "job-1", "job-2"]
+    assert queue.stats.scans <= 2  # found by notices (and the reclaim's look at the start)
+    await store.close()
