@@ -499,13 +499,23 @@ class JobRunner:
             log.warning("run %s: cannot read %s: %s", run_id, key, why, extra={"run_id": run_id})
         return found.attempts
 
-    async def send_event(self, job: str | Job[Any], name: str, payload: Any = None) -> None:
+    async def send_event(
+        self, job: str | Job[Any], name: str, payload: Any = None, *, key: str | None = None
+    ) -> bool:
         """Send event ``name`` with ``payload`` to a live run, to be taken by its
         ``ctx.wait_for_event(name)`` (now, or when it gets there). ``job`` is
         the run's id, or a job with an idempotency key (which names its run).
         Works from any process, a worker or not. Raises EventRefused if the run
-        is not live (never submitted, swept, or finished)."""
-        await send_event(self._records, self.queue, self.clock, run_id_of(job), name, payload)
+        is not live (never submitted, swept, or finished).
+
+        ``key`` (a webhook's delivery id) makes the send idempotent: a send of
+        ``name`` to the run with a key already sent is the same event, not
+        another, however often a lost answer makes the caller retry. Returns
+        True if this call delivered the event, False if a send with its key
+        had (whose payload stands)."""
+        return await send_event(
+            self._records, self.queue, self.clock, run_id_of(job), name, payload, key
+        )
 
     async def cancel(self, run: str | Job[Any], *, leave_children: bool = False) -> bool:
         """Cancel a run (its id, or a keyed job) that has not finished: record
@@ -547,10 +557,13 @@ class JobRunner:
         steps replay; those that cannot be are in ``refused``, with why."""
         return await retry_many(self, _ids(runs))
 
-    async def cancel_many(self, runs: Iterable[str | Job[Any] | RunSummary]) -> Bulk:
+    async def cancel_many(
+        self, runs: Iterable[str | Job[Any] | RunSummary], *, leave_children: bool = False
+    ) -> Bulk:
         """Cancel each of ``runs`` (a dead one is discarded from the queue,
-        as ``stepstone cancel`` does); those that cannot be are in ``refused``."""
-        return await cancel_many(self, _ids(runs))
+        as ``stepstone cancel`` does), with their live children unless
+        ``leave_children``; those that cannot be are in ``refused``."""
+        return await cancel_many(self, _ids(runs), leave_children=leave_children)
 
 
 def _ids(runs: Iterable[str | Job[Any] | RunSummary]) -> list[str]:

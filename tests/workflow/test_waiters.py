@@ -260,5 +260,22 @@ async def _is_finished(runner: JobRunner, run_id: str) -> bool:
     return state is not None and state.status.finished
 
 
+async def test_a_send_with_a_key_is_one_event_however_often_it_is_retried(
+    make_family: Callable[..., JobRunner], clock: FakeClock
+) -> None:
+    api = make_family(jobs=[])
+    handle = await api.submit(TwoAtOnce(key="webhook"))
+    assert await api.send_event(handle.id, "x", "first", key="delivery-1") is True
+    await advance(clock, 1)
+    # The answer was lost: the caller sends again (another payload even).
+    assert await api.send_event(handle.id, "x", "first", key="delivery-1") is False
+    assert await api.send_event(handle.id, "x", "again", key="delivery-1") is False
+    await advance(clock, 1)
+    assert await api.send_event(handle.id, "y", "other name", key="delivery-1") is True
+    assert await api.send_event(handle.id, "x", "second", key="delivery-2") is True
+    async with make_family():
+        assert await handle.result(timeout=10) == ["first", "second"]
+
+
 async def _is(runner: JobRunner, run_id: str, status: JobStatus) -> bool:
     return await _status(runner, run_id) is status

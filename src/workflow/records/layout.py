@@ -5,6 +5,7 @@ outcomes/<run_id>                            the outcome record (create-if-absen
 memos/<run_id>/<incarnation>/#<position>     one call of the run's history (create-if-absent)
 progress/<run_id>/<incarnation>              the last progress a run reported (compare-and-swap)
 events/<run_id>/<incarnation>/<name>/<seq>   one event sent to a run (create-if-absent)
+events/<run_id>/<incarnation>/!sent/<digest> the event a keyed send sent (create-if-absent)
 attempts/<run_id>/<incarnation>/<claim>      how one claim of a run ended (create-if-absent)
 waiters/<run_id>                             the runs that joined a run and wait for its end
 children/<run_id>/<child>                    a child a run submitted (create-if-absent)
@@ -130,6 +131,11 @@ class Layout:
 
     def event(self, run_id: str, incarnation: str, name: str, seq: str) -> str:
         return join(self.prefix, "events", run_id, incarnation, name_key(name), seq)
+
+    def event_sent(self, run_id: str, incarnation: str, digest: str) -> str:
+        """Where a keyed send records the event it sent (``digest``: of its
+        name and key); ``!`` never starts an event name's segment."""
+        return join(self.prefix, "events", run_id, incarnation, "!sent", digest)
 
     def attempts(self, run_id: str, incarnation: str | None = None) -> str:
         """The prefix of a run's attempt records (of one incarnation)."""

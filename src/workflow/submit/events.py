@@ -9,16 +9,21 @@ The run takes each event once (see :mod:`stepstone.execute.durable_waits`).
 
 A send to a run that has finished, or that the queue does not hold, is
 refused with :class:`~stepstone.errors.EventRefused`: nothing would ever
-read it. A send that raised part way may have delivered: a caller that
-retries it should make the payload say which send it is.
+read it. A send that raised part way may have delivered. A send with a
+``key`` (a webhook's delivery id) is one event however often it is
+retried: the key's first send records the sequence part it chose, at
+``events/<run_id>/<incarnation>/!sent/<digest>`` (``!`` never starts an
+event name's segment), before it writes the event, and every send with the
+key writes the event under that sequence, create-if-absent.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from stepstone.errors import EncodingError, EventRefused
-from stepstone.records.codec import codec_for_type
+from stepstone.records.codec import codec_for_type, sha256_hex
 from stepstone.records.envelope import Envelope
 from stepstone.records.layout import event_seq, name_key
 from stepstone.records.run_records import RunRecords
@@ -26,13 +31,27 @@ from stepstone.runtime.capabilities import Waking
 from stepstone.runtime.clock import Clock
 from stepstone.runtime.errors import MalformedPayload
 from stepstone.runtime.queue import JobStatus, LeaseQueue
+from stepstone.store import AlreadyExists
+
+_SEQ = re.compile(r"^[0-9]{20}-[0-9a-f]{8}$")
+"""What :func:`~stepstone.records.layout.event_seq` makes."""
 
 
 async def send_event(
-    records: RunRecords, queue: LeaseQueue, clock: Clock, run_id: str, name: str, payload: Any
-) -> None:
-    """Deliver event ``name`` with ``payload`` to the live run ``run_id``, and wake it."""
+    records: RunRecords,
+    queue: LeaseQueue,
+    clock: Clock,
+    run_id: str,
+    name: str,
+    payload: Any,
+    key: str | None = None,
+) -> bool:
+    """Deliver event ``name`` with ``payload`` to the live run ``run_id``, and
+    wake it; True. With ``key``, once: False if a send of ``name`` with that
+    key had delivered it (whose payload stands)."""
     name_key(name)  # refuse a bad name before anything is written
+    if key is not None and (not isinstance(key, str) or not key):
+        raise TypeError(f"an event's key is a non-empty str, not {key!r}")
     try:
         data = codec_for_type(type(payload)).encode(payload)
     except Exception as exc:  # pydantic raises several kinds for what it cannot encode
@@ -51,7 +70,38 @@ async def send_event(
         incarnation = Envelope.decode(queued.payload).incarnation
     except MalformedPayload as exc:
         raise EventRefused(f"run {run_id} cannot be read ({exc}); event {name!r} not sent") from exc
-    key = records.layout.event(run_id, incarnation, name, event_seq(clock.now()))
-    await records.store.put_if_absent(key, data)
+    seq = event_seq(clock.now())
+    if key is not None:
+        seq = await _sequence_of(records, run_id, incarnation, name, key, seq)
+    event = records.layout.event(run_id, incarnation, name, seq)
+    delivered = True
+    try:
+        await records.store.put_if_absent(event, data)
+    except AlreadyExists:
+        delivered = False  # a keyed send's retry: an earlier send delivered it
     if isinstance(queue, Waking):
         await queue.wake(run_id, JobStatus.WAITING_FOR_EVENT)
+    return delivered
+
+
+async def _sequence_of(
+    records: RunRecords, run_id: str, incarnation: str, name: str, key: str, seq: str
+) -> str:
+    """The sequence part of the event ``name`` sent with ``key``: ``seq``, now
+    recorded for the key, or the one the key's first send recorded. Recorded
+    before the event is written, so a send that failed between the two
+    writes its event under the same name when retried."""
+    digest = sha256_hex(name.encode(), key.encode())
+    marker = records.layout.event_sent(run_id, incarnation, digest)
+    try:
+        await records.store.put_if_absent(marker, seq.encode())
+        return seq
+    except AlreadyExists:
+        pass
+    recorded = (await records.store.get(marker)).data.decode(errors="replace")
+    if not _SEQ.match(recorded):
+        raise EventRefused(
+            f"run {run_id}: the record of the sends of event {name!r} with key {key!r} "
+            f"({marker}) does not hold a sequence ({recorded[:40]!r}); event not sent"
+        )
+    return recorded
