@@ -199,6 +199,29 @@ async def check_store(
     return report
 
 
+async def refuse_unconditional(store: ObjectStore) -> None:
+    """Fail at once on a store that ignores conditional writes: one
+    compare-and-swap on a key that does not exist (one PUT, which writes
+    nothing on a store that holds the conditions), for a worker's start.
+
+    Raises StoreConfigError when the write landed (the condition was ignored,
+    or applied to a missing key as an old MinIO did), after removing what it
+    wrote, and when the store refuses conditional writes as not implemented.
+    """
+    key = f"{SCRATCH}/startup-probe"
+    try:
+        await store.put_if_match(key, b"stepstone startup probe", '"stepstone-startup-probe"')
+    except (NotFound, PreconditionFailed):
+        return
+    await store.delete(key)
+    raise StoreConfigError(
+        "this store took a write with If-Match on a key that does not exist: it ignores "
+        "or misapplies conditional writes, which stepstone's promises rest on; "
+        f"`stepstone check-store {store.location}` says what is missing",
+        location=store.location,
+    )
+
+
 async def _verdict(name: str, check: Awaitable[str], settings: CheckSettings) -> Verdict:
     try:
         detail = await asyncio.wait_for(check, settings.time_limit)

@@ -14,7 +14,10 @@ Why it is built the way it is:
   connection failures are retried with
   :class:`stepstone.store.wrappers.retry.RetryPolicy` and then become
   StoreUnavailable. botocore's own retries are switched off so the policy is
-  the only one.
+  the only one. A 409 ConditionalRequestConflict is a race, not an outage:
+  it is decided by a re-read, under a budget of its own
+  (:mod:`stepstone.store.conflicts`); a conditional write answered
+  NotImplemented is a store without conditional writes, a StoreConfigError.
 - **Throttling slows the process down.** A SlowDown (or 429) that a retry
   meets again cuts the send rate of every request of the store to that
   partition (first key segment), which recovers on successes
@@ -38,9 +41,18 @@ import contextlib
 import weakref
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from .base import DEFAULT_PAGE_SIZE, ObjectInfo, ObjectStore, StoredObject
+from .conflicts import (
+    CONFLICT_CODES,
+    CONFLICT_RETRY,
+    Undecided,
+    WriteConflict,
+    decide_delete,
+    decide_put,
+    through_conflicts,
+)
 from .errors import (
     AlreadyExists,
     InvalidKey,
@@ -72,9 +84,7 @@ _THROTTLING_CODES = {
 """Answers that ask the client to send less (as do 429s): S3's SlowDown and
 botocore's throttling codes. They cut the store's send rate
 (stepstone.store.wrappers.throttle)."""
-_REFUSED_CODES = _THROTTLING_CODES | {
-    "ConditionalRequestConflict",  # a concurrent conditional write is in flight: retry
-}
+_REFUSED_CODES = _THROTTLING_CODES | CONFLICT_CODES
 """Transient answers S3 gives before doing any work: a retry after one of
 these cannot meet its own earlier write."""
 _TRANSIENT_CODES = _REFUSED_CODES | {
@@ -111,7 +121,8 @@ def _session(profile: str | None) -> Any:
 
 
 class _Ambiguous:
-    """Whether an earlier try of this call may have been applied by S3."""
+    """Whether an earlier try of this call may have been applied by S3
+    (a stepstone.store.conflicts.Tried)."""
 
     def __init__(self) -> None:
         self.maybe_applied = False
@@ -144,6 +155,7 @@ class S3Store(ObjectStore):
         read_timeout: float = 30.0,
         max_connections: int = 32,
         adaptive: bool | AdaptiveRates = True,
+        conflicts: RetryPolicy = CONFLICT_RETRY,
     ) -> None:
         if not bucket or "/" in bucket:
             raise StoreConfigError(f"invalid bucket name {bucket!r}", location=f"s3://{bucket}")
@@ -163,6 +175,9 @@ class S3Store(ObjectStore):
         self.region = region
         self.profile = profile
         self.retry = retry or RetryPolicy()
+        self.conflicts = conflicts
+        """The budget of a write that meets concurrent ones (409s); see
+        stepstone.store.conflicts."""
         if isinstance(adaptive, AdaptiveRates):
             rates: AdaptiveRates | None = adaptive
         else:
@@ -263,6 +278,16 @@ class S3Store(ObjectStore):
             code = str(error.get("Code", ""))
             status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
             detail = error.get("Message") or code or f"HTTP {status}"
+            if code in CONFLICT_CODES:
+                return WriteConflict(f"S3 error {code}: {detail}", location=loc, key=key)
+            if conditional and (code == "NotImplemented" or status == 501):
+                return StoreConfigError(
+                    f"this store does not support conditional writes ({detail}): stepstone "
+                    "needs If-None-Match and If-Match on PutObject and DeleteObject; "
+                    f"`stepstone check-store {loc}` says what is missing",
+                    location=loc,
+                    key=key,
+                )
             if status == 412 or code == "PreconditionFailed":
                 if conditional == "absent":
                     return AlreadyExists("object already exists", location=loc, key=key)
@@ -469,16 +494,24 @@ class S3Store(ObjectStore):
             )
             return self._quoted(r["ETag"])
 
-        try:
-            return await self._call(key, request, conditional=conditional, state=state)
-        except PreconditionFailed:
-            if state.maybe_applied:
-                etag = await self._ours(key, data)
-                if etag is not None:
-                    return etag
-            raise
+        async def write() -> str:
+            try:
+                return await self._call(key, request, conditional=conditional, state=state)
+            except PreconditionFailed:
+                if state.maybe_applied:
+                    etag = await self.ours(key, data)
+                    if etag is not None:
+                        return etag
+                raise
 
-    async def _ours(self, key: str, data: bytes) -> str | None:
+        async def decide() -> str | Literal[Undecided.UNDECIDED]:
+            return await decide_put(self, key, data, conditional, condition.get("IfMatch"), state)
+
+        return await through_conflicts(
+            write, decide if conditional else None, self.conflicts, location=self.location, key=key
+        )
+
+    async def ours(self, key: str, data: bytes) -> str | None:
         """After an ambiguous retry lost: the etag if the object holds exactly ``data``."""
         try:
             current = await self.get(key)
@@ -503,12 +536,22 @@ class S3Store(ObjectStore):
         async def request(client: Any) -> None:
             await client.delete_object(Bucket=self.bucket, Key=self._full(key), **condition)
 
-        try:
-            await self._call(key, request, conditional="match", state=state)
-        except NotFound:
-            if state.maybe_applied:
-                return  # an earlier try deleted it; the object at our etag is gone
-            raise
+        async def write() -> None:
+            try:
+                await self._call(
+                    key, request, conditional="match" if condition else "", state=state
+                )
+            except NotFound:
+                if state.maybe_applied:
+                    return  # an earlier try deleted it; the object at our etag is gone
+                raise
+
+        async def decide() -> Literal[Undecided.UNDECIDED] | None:
+            return await decide_delete(self, key, if_match, state)
+
+        await through_conflicts(
+            write, decide if condition else None, self.conflicts, location=self.location, key=key
+        )
 
     async def list(
         self,

@@ -63,6 +63,7 @@ from stepstone.runtime.store_queue import StoreQueue
 from stepstone.runtime.worker import JobThreads, Worker
 from stepstone.schedules import Schedule, Scheduler
 from stepstone.store import ObjectStore, open_store
+from stepstone.store.conformance import refuse_unconditional
 from stepstone.submit.created_here import CreatedHere
 from stepstone.submit.events import send_event
 from stepstone.submit.hand_off import HandOff
@@ -327,15 +328,20 @@ class JobRunner:
 
     async def check_store(self) -> None:
         """Read the store once (a LIST of at most one key under the runner's
-        prefix), to fail at start instead of retrying for ever.
+        prefix) and try one compare-and-swap that must not land (on a key
+        that does not exist), to fail at start instead of retrying for ever
+        or running on a store that ignores conditional writes.
 
         Raises StoreConfigError when retrying cannot help (the bucket does
         not exist, the credentials are refused or lack permission, the
-        region is wrong) and StoreUnavailable when the store cannot be
-        reached. ``stepstone worker`` calls it before it starts; an
-        application that starts a worker itself can too.
+        region is wrong, the store ignores or refuses conditional writes:
+        :func:`stepstone.store.conformance.refuse_unconditional`) and
+        StoreUnavailable when the store cannot be reached. ``stepstone
+        worker`` calls it before it starts; an application that starts a
+        worker itself can too.
         """
         await self.store.list(self.layout.outcomes(), limit=1)
+        await refuse_unconditional(self.store)
 
     async def close(self) -> None:
         """Stop, close the store if the runner opened it from a URL, and stop

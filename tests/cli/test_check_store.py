@@ -13,6 +13,8 @@ import pytest
 from cli_support import Cli, Result
 from unconditional_proxy import UnconditionalProxy
 
+from stepstone import JobRunner
+from stepstone.store import StoreConfigError
 from stepstone.store.conformance import PROPERTIES, SCRATCH
 from stepstone.testing import FAKE_AWS_ENV
 
@@ -91,4 +93,25 @@ async def test_a_bucket_without_conditional_writes_fails_saying_what_to_do(
     advice = result.out.split("what to do:", 1)[1]
     assert "- create-if-absent: stepstone needs PutObject with If-None-Match: *" in advice
     assert "- if-match-on-missing: this store accepts If-Match on a missing key" in advice
+    assert s3_admin.list_objects_v2(Bucket=s3_bucket).get("KeyCount", 0) == 0
+
+
+async def test_a_runner_on_a_bucket_that_ignores_conditions_refuses_to_start(
+    unconditional: UnconditionalProxy, s3_bucket: str, s3_admin: Any
+) -> None:
+    """What `stepstone worker` calls before it claims anything."""
+    url = f"s3://{s3_bucket}/app?endpoint_url={unconditional.url}&region=us-east-1"
+    async with JobRunner(url) as runner:
+        with pytest.raises(StoreConfigError) as caught:
+            await runner.check_store()
+    assert "ignores or misapplies conditional writes" in str(caught.value)
+    assert "stepstone check-store" in str(caught.value)
+    assert s3_admin.list_objects_v2(Bucket=s3_bucket).get("KeyCount", 0) == 0
+
+
+async def test_a_runner_on_a_bucket_that_holds_conditions_starts_and_writes_nothing(
+    s3_url: str, s3_bucket: str, s3_admin: Any
+) -> None:
+    async with JobRunner(s3_url) as runner:
+        await runner.check_store()
     assert s3_admin.list_objects_v2(Bucket=s3_bucket).get("KeyCount", 0) == 0

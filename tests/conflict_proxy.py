@@ -1,0 +1,95 @@
+"""An HTTP proxy in front of S3 (moto) that answers conditional PUTs with 409
+ConditionalRequestConflict, as AWS does when conditional writes to one key
+race: scattered (each conditional PUT with a chance) or in bursts on one key
+(a conditional PUT starts a burst with a chance; it and the next ones on that
+key, up to ``burst`` of them within ``window`` seconds, all answer 409).
+Draws come from ``random.Random(seed)``. Everything else is forwarded
+unchanged. ``on_conflict(path)`` runs before each 409 is answered (a test
+lands the rival write there)."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import aiohttp
+from aiohttp import web
+
+_HOP = {"host", "content-length", "transfer-encoding", "connection", "expect"}
+_DROP_RESPONSE = {"content-length", "transfer-encoding", "connection", "content-encoding", "date"}
+_CONFLICT = (
+    '<?xml version="1.0" encoding="UTF-8"?><Error><Code>ConditionalRequestConflict</Code>'
+    "<Message>A conflicting conditional operation is currently in progress against this "
+    "resource.</Message></Error>"
+)
+
+
+@dataclass
+class ConflictProxy:
+    upstream: str
+    seed: int = 0
+    scatter: float = 0.0
+    burst_chance: float = 0.0
+    burst: int = 6
+    window: float = 2.0
+    on_conflict: Callable[[str], None] | None = None
+    conflicts: int = 0
+    conditional: int = 0
+    requests: list[tuple[str, str]] = field(default_factory=list)
+    url: str = ""
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+        self._bursts: dict[str, tuple[int, float]] = {}  # path: (409s left, until)
+
+    def _conflicts(self, path: str) -> bool:
+        left, until = self._bursts.get(path, (0, 0.0))
+        if left > 0 and time.monotonic() < until:
+            self._bursts[path] = (left - 1, until)
+            return True
+        if self.burst_chance and self.rng.random() < self.burst_chance:
+            self._bursts[path] = (self.burst - 1, time.monotonic() + self.window)
+            return True
+        return bool(self.scatter) and self.rng.random() < self.scatter
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        self.requests.append((request.method, request.path))
+        conditional = request.method == "PUT" and (
+            "If-Match" in request.headers or "If-None-Match" in request.headers
+        )
+        if conditional:
+            self.conditional += 1
+            if self._conflicts(request.path):
+                self.conflicts += 1
+                if self.on_conflict is not None:
+                    self.on_conflict(request.path)
+                return web.Response(
+                    status=409, body=_CONFLICT.encode(), content_type="application/xml"
+                )
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
+        async with self.session.request(
+            request.method, self.upstream + request.path_qs, headers=headers, data=body
+        ) as answer:
+            payload = await answer.read()
+            drop = _DROP_RESPONSE - ({"content-length"} if request.method == "HEAD" else set())
+            out = {k: v for k, v in answer.headers.items() if k.lower() not in drop}
+            return web.Response(status=answer.status, body=payload or None, headers=out)
+
+    def count(self, method: str) -> int:
+        return sum(1 for m, _ in self.requests if m == method)
+
+    async def start(self) -> None:
+        self.session = aiohttp.ClientSession(auto_decompress=False)
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        self.runner = web.AppRunner(app, handle_signals=False)
+        await self.runner.setup()
+        await web.TCPSite(self.runner, "127.0.0.1", 0).start()
+        self.url = f"http://127.0.0.1:{self.runner.addresses[0][1]}"
+
+    async def stop(self) -> None:
+        await self.runner.cleanup()
+        await self.session.close()
