@@ -62,7 +62,7 @@ from stepstone.runtime.queue import DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS, JobStat
 from stepstone.runtime.store_queue import StoreQueue
 from stepstone.runtime.worker import JobThreads, Worker
 from stepstone.schedules import Schedule, Scheduler
-from stepstone.store import ObjectStore, open_store
+from stepstone.store import NotFound, ObjectStore, StoreConfigError, open_store
 from stepstone.store.conformance import refuse_unconditional
 from stepstone.submit.created_here import CreatedHere
 from stepstone.submit.events import send_event
@@ -327,21 +327,39 @@ class JobRunner:
         self._metrics.stop()
 
     async def check_store(self) -> None:
-        """Read the store once (a LIST of at most one key under the runner's
-        prefix) and try one compare-and-swap that must not land (on a key
-        that does not exist), to fail at start instead of retrying for ever
-        or running on a store that ignores conditional writes.
+        """Read the store (a LIST of at most one key under the runner's
+        prefix, and the copy mark) and try one compare-and-swap that must not
+        land (on a key that does not exist), to fail at start instead of
+        retrying for ever, running on a store that ignores conditional
+        writes, or running a copy's runs again.
 
         Raises StoreConfigError when retrying cannot help (the bucket does
         not exist, the credentials are refused or lack permission, the
         region is wrong, the store ignores or refuses conditional writes:
-        :func:`stepstone.store.conformance.refuse_unconditional`) and
+        :func:`stepstone.store.conformance.refuse_unconditional`, the store
+        is marked as a copy: ``Layout.copy_mark``) and
         StoreUnavailable when the store cannot be reached. ``stepstone
         worker`` calls it before it starts; an application that starts a
         worker itself can too.
         """
         await self.store.list(self.layout.outcomes(), limit=1)
         await refuse_unconditional(self.store)
+        await self._refuse_a_copy()
+
+    async def _refuse_a_copy(self) -> None:
+        """A copy of a store is history: its leases are stale and its runs
+        ran elsewhere, so a worker on it would run them again."""
+        mark = self.layout.copy_mark()
+        try:
+            said = (await self.store.get(mark)).data[:200].decode(errors="replace").strip()
+        except NotFound:
+            return
+        raise StoreConfigError(
+            f"this store is marked as a copy ({mark}: {said!r}): its leases are stale and "
+            "its runs belong to the store it was copied from, so no worker runs on it; "
+            "inspect it with stepstone ls, show or ui",
+            location=self.store.location,
+        )
 
     async def close(self) -> None:
         """Stop, close the store if the runner opened it from a URL, and stop

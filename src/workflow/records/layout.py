@@ -12,6 +12,7 @@ children/<run_id>/<child>                    a child a run submitted (create-if-
 schedules/<name>                             the last tick a schedule submitted
 slots/<digest>                               a concurrency key's holders and waiters
 rates/<digest>                               a rate limit's state
+stepstone-copy                               a copy's mark, put by hand: no worker starts there
 ```
 
 Run ids are hex digests or hex tokens and incarnations are hex tokens, so
@@ -165,6 +166,11 @@ class Layout:
 
     def rate(self, digest: str) -> str:
         return join(self.prefix, "rates", digest)
+
+    def copy_mark(self) -> str:
+        """The object that says this store is a copy of another (its history,
+        to inspect): a worker refuses to start on it."""
+        return join(self.prefix, "stepstone-copy")
 
     def run_id_of_outcome(self, key: str) -> str:
         return key.rsplit("/", 1)[-1]
