@@ -185,3 +185,75 @@ def test_replay_by_filter_counts_asks_and_replays_each(run_cli: RunCli, store_di
     outcomes = [asyncio.run(outcome_of(store_dir, run_id)) for run_id in run_ids]
     assert [text.rsplit(" ", 1)[0] for text in outcomes] == ["q-b-1", "q-b-2"]
     assert sorted(Checkout.charges) == ["b-1", "b-1", "b-2", "b-2"]
+
+
+class Ship(Job[str]):
+    NAME: ClassVar[str] = "cli.versioning.ship"
+    order: str
+
+    async def run(self, ctx: JobContext) -> str:
+        await ctx.step("email", lambda: "sent")
+        await ctx.wait_for_event("packed")
+        await ctx.wait_for_event("shipped")
+        return "shipped"
+
+
+class ShipChecked(Ship):
+    NAME: ClassVar[str] = "cli.versioning.ship"
+
+    async def run(self, ctx: JobContext) -> str:
+        if await ctx.patched("fraud-check"):
+            await ctx.step("fraud", lambda: "ok")
+        await ctx.step("email", lambda: "sent")
+        await ctx.wait_for_event("packed")
+        await ctx.wait_for_event("shipped")
+        return "shipped"
+
+
+async def waits_for(runner: JobRunner, run_id: str, event: str) -> None:
+    async def there() -> bool:
+        state = await runner.status(run_id)
+        return state is not None and state.waiting_for == event
+
+    await wait_until(there, timeout=DEADLINE)
+
+
+def test_ls_patch_lists_the_runs_that_may_still_take_the_old_path(
+    run_cli: RunCli, store_dir: Path
+) -> None:
+    store = ["--store", str(store_dir)]
+
+    async def deploy() -> tuple[str, str]:
+        async with runner_on(store_dir, Ship) as before:
+            old = await before.submit(Ship(order="s-1"))
+            await waits_for(before, old.id, "packed")
+        async with runner_on(store_dir, ShipChecked) as after:
+            new = await after.submit(ShipChecked(order="s-2"))
+            await waits_for(after, new.id, "packed")
+        return old.id, new.id
+
+    old, new = asyncio.run(deploy())
+    listed = run_cli("ls", "--patch", "fraud-check", *store)
+    assert listed.status == 0, listed.err
+    assert old[:12] in listed.out and new[:12] not in listed.out
+    assert (
+        "1 run(s) not finished may still take the old path of patch 'fraud-check': "
+        "0 took it, 1 have not reached it (1 took the new path)"
+    ) in listed.out
+
+    async def resume(*events: str) -> None:
+        async with runner_on(store_dir, ShipChecked) as after:
+            for event in events:
+                await after.send_event(old, event)
+            if "shipped" in events:
+                await after.handle(old, ShipChecked).result(timeout=DEADLINE)
+            else:
+                await waits_for(after, old, "shipped")
+
+    asyncio.run(resume("packed"))
+    as_json = run_cli("ls", "--patch", "fraud-check", "--json", *store).json()
+    assert [row["id"] for row in as_json["old"]] == [old]
+    assert (as_json["not_yet"], as_json["new"]) == ([], 1)
+    asyncio.run(resume("shipped"))
+    listed = run_cli("ls", "--patch", "fraud-check", *store)
+    assert "0 run(s) not finished may still take the old path" in listed.out

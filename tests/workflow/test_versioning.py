@@ -17,6 +17,8 @@ from wf_jobs import Counters
 from wf_support import wait_until
 
 from stepstone import Job, JobContext, JobFailed, JobRunner, JobStatus
+from stepstone.ops.listing import RunFilter
+from stepstone.ops.patches import patch_paths
 from stepstone.ops.reads import list_memos
 from stepstone.records.calls import Call, PositionedMemo
 from stepstone.records.codec import unpack
@@ -226,3 +228,127 @@ async def test_a_run_recorded_before_positions_replays_by_name(
     ]
     assert unpack(PositionedMemo.decode((await store.get(memos[0].key)).data).value)["key"]
     assert position_of(memos[0].step_key) == 2
+
+
+class Packed(Job[str]):
+    """Before the deploy: charge, email, then wait to be packed and shipped."""
+
+    NAME: ClassVar[str] = "versioning.packed"
+    order: str
+
+    def idempotency_key(self) -> str:
+        return f"packed:{self.order}"
+
+    async def run(self, ctx: JobContext) -> str:
+        await ctx.step("charge", hit(ctx, "charge"))
+        await ctx.step("email", hit(ctx, "email"))
+        await ctx.wait_for_event("packed")
+        await ctx.wait_for_event("shipped")
+        return "done"
+
+
+class PackedFraud(Packed):
+    """A fraud check added before the email, as it must be: behind a patch."""
+
+    NAME: ClassVar[str] = "versioning.packed"
+
+    async def run(self, ctx: JobContext) -> str:
+        await ctx.step("charge", hit(ctx, "charge"))
+        if await ctx.patched("fraud-check"):
+            await ctx.step("fraud", hit(ctx, "fraud"))
+        await ctx.step("email", hit(ctx, "email"))
+        await ctx.wait_for_event("packed")
+        await ctx.wait_for_event("shipped")
+        return "done"
+
+
+class PackedFraudUnpatched(Packed):
+    """The same fraud check, added without a patch."""
+
+    NAME: ClassVar[str] = "versioning.packed"
+
+    async def run(self, ctx: JobContext) -> str:
+        await ctx.step("charge", hit(ctx, "charge"))
+        await ctx.step("fraud", hit(ctx, "fraud"))
+        await ctx.step("email", hit(ctx, "email"))
+        await ctx.wait_for_event("packed")
+        await ctx.wait_for_event("shipped")
+        return "done"
+
+
+class PackedFraudOnly(Packed):
+    """Once no run is on the old path: the patch deprecated."""
+
+    NAME: ClassVar[str] = "versioning.packed"
+
+    async def run(self, ctx: JobContext) -> str:
+        await ctx.step("charge", hit(ctx, "charge"))
+        await ctx.deprecate_patch("fraud-check")
+        await ctx.step("fraud", hit(ctx, "fraud"))
+        await ctx.step("email", hit(ctx, "email"))
+        await ctx.wait_for_event("packed")
+        await ctx.wait_for_event("shipped")
+        return "done"
+
+
+async def waiting_for(runner: JobRunner, run_id: str, event: str) -> None:
+    async def there() -> bool:
+        state = await runner.status(run_id)
+        return (
+            state is not None
+            and state.status is JobStatus.WAITING_FOR_EVENT
+            and state.waiting_for == event
+        )
+
+    await wait_until(there)
+
+
+async def test_a_step_added_without_a_patch_fails_the_runs_already_past_it(
+    make_runner: Callable[..., JobRunner], counters: Counters
+) -> None:
+    async with make_runner(jobs=[Packed]) as before:
+        old = await before.submit(Packed(order="p-0"))
+        await waiting_for(before, old.id, "packed")
+    async with make_runner(jobs=[PackedFraudUnpatched]) as after:
+        await after.send_event(old.id, "packed")
+        with pytest.raises(JobFailed) as failed:
+            await after.handle(old.id, PackedFraudUnpatched).result(timeout=10)
+    assert "position 2: the run recorded step 'email'" in failed.value.message
+    assert "asks for step 'fraud'" in failed.value.message
+    assert counters.counts["fraud"] == 0
+
+
+async def test_a_patch_keeps_old_runs_on_the_old_path_and_new_runs_on_the_new(
+    make_runner: Callable[..., JobRunner], counters: Counters
+) -> None:
+    async with make_runner(jobs=[Packed]) as before:
+        old = await before.submit(Packed(order="p-1"))
+        untouched = await before.submit(Packed(order="p-2"))
+        await waiting_for(before, old.id, "packed")
+        await waiting_for(before, untouched.id, "packed")
+    async with make_runner(jobs=[PackedFraud]) as patched:
+        new = await patched.submit(PackedFraud(order="p-3"))
+        await waiting_for(patched, new.id, "packed")
+        for run in (old, new):
+            await patched.send_event(run.id, "packed")
+            await waiting_for(patched, run.id, "shipped")
+        assert counters.counts == {"charge": 3, "email": 3, "fraud": 1}
+        # Which runs may still need the old path: the one that took it, and
+        # the one that has not been back since the deploy.
+        paths = await patch_paths(patched, "fraud-check", RunFilter(kind="versioning.packed"))
+        assert [r.id for r in paths.old] == [old.id]
+        assert [r.id for r in paths.not_yet] == [untouched.id]
+        assert [r.id for r in paths.new] == [new.id]
+        await patched.send_event(untouched.id, "packed")
+        await patched.send_event(untouched.id, "shipped")
+        assert await patched.handle(untouched.id, PackedFraud).result(timeout=10) == "done"
+    assert counters.counts == {"charge": 3, "email": 3, "fraud": 1}, "the old run kept the old path"
+    # Deprecated: a run on the new path goes on; one on the old path cannot.
+    async with make_runner(jobs=[PackedFraudOnly]) as deprecated:
+        for run in (old, new):
+            await deprecated.send_event(run.id, "shipped")
+        assert await deprecated.handle(new.id, PackedFraudOnly).result(timeout=10) == "done"
+        with pytest.raises(JobFailed) as failed:
+            await deprecated.handle(old.id, PackedFraudOnly).result(timeout=10)
+    assert "the run recorded the old path of patch 'fraud-check'" in failed.value.message
+    assert counters.counts == {"charge": 3, "email": 3, "fraud": 1}

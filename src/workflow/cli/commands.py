@@ -34,6 +34,7 @@ from stepstone.cli.runners import runner_from_args
 from stepstone.errors import InspectError
 from stepstone.ops import actions, listing, reads
 from stepstone.ops.listing import RunFilter
+from stepstone.ops.patches import patch_paths
 from stepstone.ops.replay import replay, replay_many
 from stepstone.records.layout import run_id_for_key
 from stepstone.runner import JobRunner
@@ -53,6 +54,9 @@ async def _with_runner(
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
+    if args.patch is not None:
+        return _ls_patch(args)
+
     async def body(runner: JobRunner) -> int:
         now = runner.clock.now()
         listed = await listing.list_runs(runner, _filter(args, now), limit=args.limit)
@@ -72,6 +76,42 @@ def cmd_ls(args: argparse.Namespace) -> int:
         where = _sources(args.status)
         more = " (--limit reached)" if len(rows) >= args.limit else ""
         out.write(f"{len(rows)} run(s) from {where}, newest first{more}\n")
+        return 0
+
+    return asyncio.run(_with_runner(args, body))
+
+
+def _ls_patch(args: argparse.Namespace) -> int:
+    """``ls --patch X``: the runs not finished that may still take the old
+    path of patch X, and how many have taken each."""
+    if args.status is not None and JobStatus(args.status).finished:
+        raise CliError(f"a {args.status} run takes no path of a patch: --patch lists live runs", 2)
+
+    async def body(runner: JobRunner) -> int:
+        now = runner.clock.now()
+        found = await patch_paths(runner, args.patch, _filter(args, now))
+        warn_unreadable(found.unreadable)
+        rows = found.may_take_the_old_path
+        if args.json:
+            emit_json(
+                {
+                    "patch": args.patch,
+                    "old": [listed_json(r) for r in found.old],
+                    "not_yet": [listed_json(r) for r in found.not_yet],
+                    "new": len(found.new),
+                    "unreadable": unreadable_json(found.unreadable),
+                }
+            )
+            return 0
+        if rows:
+            print_listing(sys.stdout, rows, now)
+        print(
+            escape_controls(
+                f"{len(rows)} run(s) not finished may still take the old path of patch "
+                f"{args.patch!r}: {len(found.old)} took it, {len(found.not_yet)} have not "
+                f"reached it ({len(found.new)} took the new path)"
+            )
+        )
         return 0
 
     return asyncio.run(_with_runner(args, body))

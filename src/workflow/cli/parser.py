@@ -127,6 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument(
         "--limit", type=int, default=100, help="the newest this many rows (default 100)"
     )
+    ls.add_argument(
+        "--patch",
+        metavar="CHANGE_ID",
+        help="the runs not finished that may still take the old path of ctx.patched(CHANGE_ID) "
+        "(they took it, or have not reached it): none left means deprecate_patch is safe",
+    )
     ls.set_defaults(handler=cmd_ls)
 
     show = sub.add_parser(

@@ -22,6 +22,7 @@ from typing import Any, ParamSpec, TypeVar, cast, overload
 
 from stepstone.errors import EncodingError, InvalidWait
 from stepstone.execute import durable_waits as waits
+from stepstone.execute import patches
 from stepstone.execute.memos import Memo
 from stepstone.execute.scope import PROGRESS_INTERVAL, AttemptScope
 from stepstone.handles.handle import JobHandle
@@ -250,6 +251,22 @@ class JobContext:
             waits.wake_time(f"a timeout of {timeout!r} s", self._run.clock.now() + timeout)
         return await waits.wait_for_event(self._run, name, timeout, type)
 
+    async def patched(self, change_id: str) -> bool:
+        """Whether this run takes the new path of a code change here: True
+        for a run that reaches this point on code that has the change (and
+        every replay of it), False for a run whose recorded history already
+        went past this point without it (it keeps the old path, which it
+        recorded). Write ``if await ctx.patched("charge-in-cents"): <new>
+        else: <old>`` and deploy; see :mod:`stepstone.execute.patches` and
+        docs/versioning.md."""
+        return await patches.patched(self._run, change_id)
+
+    async def deprecate_patch(self, change_id: str) -> None:
+        """Say that only the new path of ``change_id`` is left, once no run
+        on its old path is (``stepstone ls --patch change-id``): a run that
+        took the old path fails here with NonDeterministicReplay."""
+        await patches.deprecate_patch(self._run, change_id)
+
     def idempotency_key(self, step: str) -> str:
         """A key for an outside system's idempotency (a payment provider's
         Idempotency-Key header, an SQS deduplication id): the same on every
@@ -348,6 +365,13 @@ class SyncContext:
 
     def gather(self, *children: JobHandle[Any]) -> list[Any]:
         return self._call(self._ctx.gather(*children))
+
+    def patched(self, change_id: str) -> bool:
+        """See JobContext.patched."""
+        return self._call(self._ctx.patched(change_id))
+
+    def deprecate_patch(self, change_id: str) -> None:
+        self._call(self._ctx.deprecate_patch(change_id))
 
     def idempotency_key(self, step: str) -> str:
         return self._ctx.idempotency_key(step)

@@ -1,0 +1,80 @@
+"""Which runs may still take the old path of a patch: ``stepstone ls --patch``.
+
+A patch (``ctx.patched("change-id")``, :mod:`stepstone.execute.patches`)
+keeps runs that got past its point on the old code on the old path. Its old
+path can go (``ctx.deprecate_patch``) once no run may take it any more: no
+run that is not finished (live, or dead and so retryable) has decided for
+the old path, or not decided yet. A run that has not reached the point may
+take either (it takes the new one unless its history already went past), so
+it is counted as one that may: deprecating is safe when the list is empty.
+A finished run takes no path; a replay of one does (``runner.replay``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+from stepstone.ops.listing import RunFilter, RunSummary, list_runs
+from stepstone.ops.reads import Inspected, Unreadable, bounded
+from stepstone.records.codec import unpack
+from stepstone.records.envelope import Envelope
+from stepstone.records.layout import step_key
+from stepstone.runtime.errors import MalformedPayload
+
+OLD = "old"
+"""The run decided for the old path."""
+NEW = "new"
+"""The run decided for the new path."""
+NOT_YET = "not yet"
+"""The run has not reached the patch's point (on code that asks)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PatchPaths:
+    """The runs not finished that the filter chose, by the path of the patch
+    they took: ``old`` and ``not_yet`` may still need the old code."""
+
+    change_id: str
+    old: list[RunSummary]
+    not_yet: list[RunSummary]
+    new: list[RunSummary]
+    unreadable: list[Unreadable]
+
+    @property
+    def may_take_the_old_path(self) -> list[RunSummary]:
+        return [*self.old, *self.not_yet]
+
+
+async def patch_paths(runner: Inspected, change_id: str, chosen: RunFilter) -> PatchPaths:
+    """The runs not finished that ``chosen`` takes (its status, when given,
+    must be one of the queue's), by the path of patch ``change_id`` each took."""
+    if not change_id:
+        raise ValueError("a patch's change id must be a non-empty str")
+    listed = await list_runs(runner, chosen, limit=None)
+    queued = [row for row in listed.rows if row.status.queued]
+    # A patch's decisions are !patch.<change-id>@1, @2, ...: list them all.
+    prefix = step_key(change_id, 1, internal="patch").removesuffix("1")
+
+    async def path_of(row: RunSummary) -> str:
+        record = await runner.queue.get(row.id)
+        if record is None:
+            return NOT_YET  # (it ended meanwhile: it takes no path)
+        try:
+            incarnation = Envelope.decode(record.payload).incarnation
+        except MalformedPayload:
+            return NOT_YET
+        memos = runner.layout.memos(row.id, incarnation)
+        decided: list[bool] = []
+        async for info in runner.store.scan(memos + prefix):
+            with contextlib.suppress(Exception):  # (one that does not decode decides nothing)
+                decided.append(bool(unpack((await runner.store.get(info.key)).data)["patched"]))
+        if not decided:
+            return NOT_YET
+        return OLD if not all(decided) else NEW
+
+    paths = await bounded(path_of(row) for row in queued)
+    by = {OLD: [], NEW: [], NOT_YET: []}  # type: dict[str, list[RunSummary]]
+    for row, path in zip(queued, paths, strict=True):
+        by[path].append(row)
+    return PatchPaths(change_id, by[OLD], by[NOT_YET], by[NEW], listed.unreadable)
