@@ -183,6 +183,22 @@ class _Newest:
         return rows[: self.limit]
 
 
+async def queued_runs(
+    runner: Inspected, chosen: RunFilter = RunFilter()
+) -> tuple[list[tuple[RunSummary, JobRecord]], list[Unreadable]]:
+    """The runs in the queue (live, or dead) that ``chosen`` takes (its
+    status, if any, one of the queue's), newest first, each with its record;
+    and the records that would not decode. Outcome records are not read."""
+    unreadable: dict[str, Unreadable] = {}
+    rows: list[tuple[RunSummary, JobRecord]] = []
+    async for record in _queue_records(runner, chosen.status, unreadable):
+        row = _queued_row(record)
+        if chosen.matches(row):
+            rows.append((row, record))
+    rows.sort(key=lambda pair: (pair[0].submitted, pair[0].id), reverse=True)
+    return rows, list(unreadable.values())
+
+
 async def _queue_records(
     runner: Inspected, status: JobStatus | None, unreadable: dict[str, Unreadable]
 ) -> AsyncIterator[JobRecord]:

@@ -15,12 +15,13 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from stepstone.ops.listing import RunFilter, RunSummary, list_runs
+from stepstone.ops.listing import RunFilter, RunSummary, queued_runs
 from stepstone.ops.reads import Inspected, Unreadable, bounded
 from stepstone.records.codec import unpack
 from stepstone.records.envelope import Envelope
 from stepstone.records.layout import step_key
 from stepstone.runtime.errors import MalformedPayload
+from stepstone.runtime.queue import JobRecord
 
 OLD = "old"
 """The run decided for the old path."""
@@ -48,23 +49,20 @@ class PatchPaths:
 
 async def patch_paths(runner: Inspected, change_id: str, chosen: RunFilter) -> PatchPaths:
     """The runs not finished that ``chosen`` takes (its status, when given,
-    must be one of the queue's), by the path of patch ``change_id`` each took."""
+    must be one of the queue's), by the path of patch ``change_id`` each
+    took. One GET per queue record, and a LIST per run (its decisions)."""
     if not change_id:
         raise ValueError("a patch's change id must be a non-empty str")
-    listed = await list_runs(runner, chosen, limit=None)
-    queued = [row for row in listed.rows if row.status.queued]
+    queued, unreadable = await queued_runs(runner, chosen)
     # A patch's decisions are !patch.<change-id>@1, @2, ...: list them all.
     prefix = step_key(change_id, 1, internal="patch").removesuffix("1")
 
-    async def path_of(row: RunSummary) -> str:
-        record = await runner.queue.get(row.id)
-        if record is None:
-            return NOT_YET  # (it ended meanwhile: it takes no path)
+    async def path_of(record: JobRecord) -> str:
         try:
             incarnation = Envelope.decode(record.payload).incarnation
         except MalformedPayload:
             return NOT_YET
-        memos = runner.layout.memos(row.id, incarnation)
+        memos = runner.layout.memos(record.id, incarnation)
         decided: list[bool] = []
         async for info in runner.store.scan(memos + prefix):
             with contextlib.suppress(Exception):  # (one that does not decode decides nothing)
@@ -73,8 +71,8 @@ async def patch_paths(runner: Inspected, change_id: str, chosen: RunFilter) -> P
             return NOT_YET
         return OLD if not all(decided) else NEW
 
-    paths = await bounded(path_of(row) for row in queued)
-    by = {OLD: [], NEW: [], NOT_YET: []}  # type: dict[str, list[RunSummary]]
-    for row, path in zip(queued, paths, strict=True):
+    paths = await bounded(path_of(record) for _, record in queued)
+    by: dict[str, list[RunSummary]] = {OLD: [], NEW: [], NOT_YET: []}
+    for (row, _), path in zip(queued, paths, strict=True):
         by[path].append(row)
-    return PatchPaths(change_id, by[OLD], by[NOT_YET], by[NEW], listed.unreadable)
+    return PatchPaths(change_id, by[OLD], by[NOT_YET], by[NEW], unreadable)
