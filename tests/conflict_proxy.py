@@ -38,6 +38,7 @@ class ConflictProxy:
     conflicts: int = 0
     conditional: int = 0
     requests: list[tuple[str, str]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
     url: str = ""
 
     def __post_init__(self) -> None:
@@ -57,6 +58,7 @@ class ConflictProxy:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
         self.requests.append((request.method, request.path))
+        self.headers.append(dict(request.headers))
         conditional = request.method == "PUT" and (
             "If-Match" in request.headers or "If-None-Match" in request.headers
         )

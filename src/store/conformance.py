@@ -48,7 +48,7 @@ PROPERTIES: dict[str, str] = {
         "stepstone needs PutObject with If-Match refused when the etag is stale: leases, "
         "slots and schedule markers are swapped on the etag a worker read. AWS S3 has it "
         "since November 2024; on another provider use a release that documents If-Match "
-        "on PutObject (and on Tigris send X-Tigris-Consistent: true)"
+        "on PutObject (on Tigris, add &header=X-Tigris-Consistent:true to the store URL)"
     ),
     "concurrent-increments": (
         "a store that checks If-Match and then writes in two steps lets two writers "

@@ -63,46 +63,17 @@ from .errors import (
     StoreUnavailable,
 )
 from .keys import MAX_KEY_LENGTH, validate_key, validate_prefix
+from .s3_answers import (
+    CREDENTIAL_CODES,
+    REFUSED_CODES,
+    REGION_CODES,
+    THROTTLING_CODES,
+    TRANSIENT_CODES,
+)
 from .wrappers.retry import RetryPolicy
 from .wrappers.throttle import AdaptiveRates
 
 T = TypeVar("T")
-
-_THROTTLING_CODES = {
-    "SlowDown",
-    "Throttling",
-    "ThrottlingException",
-    "ThrottledException",
-    "RequestThrottled",
-    "RequestThrottledException",
-    "RequestLimitExceeded",
-    "TooManyRequests",
-    "TooManyRequestsException",
-    "BandwidthLimitExceeded",
-    "LimitExceededException",
-}
-"""Answers that ask the client to send less (as do 429s): S3's SlowDown and
-botocore's throttling codes. They cut the store's send rate
-(stepstone.store.wrappers.throttle)."""
-_REFUSED_CODES = _THROTTLING_CODES | CONFLICT_CODES
-"""Transient answers S3 gives before doing any work: a retry after one of
-these cannot meet its own earlier write."""
-_TRANSIENT_CODES = _REFUSED_CODES | {
-    "RequestTimeout",
-    "RequestTimeoutException",
-    "InternalError",
-    "ServiceUnavailable",
-}
-_CREDENTIAL_CODES = {
-    "InvalidAccessKeyId",
-    "SignatureDoesNotMatch",
-    "ExpiredToken",
-    "InvalidToken",
-    "TokenRefreshRequired",
-    "InvalidSecurity",
-}
-_REGION_CODES = {"PermanentRedirect", "AuthorizationHeaderMalformed", "IllegalLocationConstraint"}
-
 
 _SESSIONS: dict[str | None, Any] = {}
 """One botocore session per profile, shared by every S3Store in the process:
@@ -138,6 +109,9 @@ class S3Store(ObjectStore):
     ``adaptive`` (on by default) cuts the store's send rates when S3 answers
     SlowDown and lets them recover on successes; an :class:`AdaptiveRates`
     of its own shares them between stores on one bucket; False turns it off.
+    ``conflicts`` budgets a write that meets concurrent ones (409s, see
+    stepstone.store.conflicts). ``headers`` go with every request: a
+    provider's own (Tigris: ``{"X-Tigris-Consistent": "true"}``).
     """
 
     remote = True
@@ -156,6 +130,7 @@ class S3Store(ObjectStore):
         max_connections: int = 32,
         adaptive: bool | AdaptiveRates = True,
         conflicts: RetryPolicy = CONFLICT_RETRY,
+        headers: dict[str, str] | None = None,
     ) -> None:
         if not bucket or "/" in bucket:
             raise StoreConfigError(f"invalid bucket name {bucket!r}", location=f"s3://{bucket}")
@@ -176,8 +151,7 @@ class S3Store(ObjectStore):
         self.profile = profile
         self.retry = retry or RetryPolicy()
         self.conflicts = conflicts
-        """The budget of a write that meets concurrent ones (409s); see
-        stepstone.store.conflicts."""
+        self.headers = dict(headers or {})
         if isinstance(adaptive, AdaptiveRates):
             rates: AdaptiveRates | None = adaptive
         else:
@@ -221,6 +195,8 @@ class S3Store(ObjectStore):
                 "s3", endpoint_url=self.endpoint_url, region_name=self.region, config=config
             )
             client = await context.__aenter__()
+            if self.headers:
+                client.meta.events.register("before-sign.s3", self._add_headers)
         except Exception as exc:
             raise StoreConfigError(
                 f"cannot create an S3 client for bucket {self.bucket!r}: {exc}",
@@ -244,6 +220,10 @@ class S3Store(ObjectStore):
                 continue
             context, _ = task.result()
             await context.__aexit__(None, None, None)
+
+    def _add_headers(self, request: Any, **_: Any) -> None:
+        for name, value in self.headers.items():
+            request.headers[name] = value
 
     # -- keys and errors --------------------------------------------------------
 
@@ -296,7 +276,7 @@ class S3Store(ObjectStore):
                 return self._no_bucket()
             if code in ("NoSuchKey", "404") or status == 404:
                 return NotFound("no such object", location=loc, key=key)
-            if code in _CREDENTIAL_CODES:
+            if code in CREDENTIAL_CODES:
                 return StoreConfigError(
                     f"S3 refused the credentials for bucket {self.bucket!r} ({code}): "
                     "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or the profile",
@@ -310,14 +290,14 @@ class S3Store(ObjectStore):
                     location=loc,
                     key=key,
                 )
-            if code in _REGION_CODES or status == 301:
+            if code in REGION_CODES or status == 301:
                 return StoreConfigError(
                     f"bucket {self.bucket!r} is in another region than {self.region!r}: "
                     f"set region= in the store URL ({detail})",
                     location=loc,
                     key=key,
                 )
-            if code in _TRANSIENT_CODES or status == 429 or status >= 500:
+            if code in TRANSIENT_CODES or status == 429 or status >= 500:
                 return StoreUnavailable(
                     f"S3 error {code or status}: {detail}", location=loc, key=key
                 )
@@ -368,7 +348,7 @@ class S3Store(ObjectStore):
     def _throttling(cls, exc: BaseException) -> bool:
         """Did S3 ask us to send less (SlowDown, a throttling code, 429)?"""
         answer = cls._answer(exc)
-        return answer is not None and (answer[0] in _THROTTLING_CODES or answer[1] == 429)
+        return answer is not None and (answer[0] in THROTTLING_CODES or answer[1] == 429)
 
     @classmethod
     def _maybe_applied(cls, exc: BaseException) -> bool:
@@ -387,7 +367,7 @@ class S3Store(ObjectStore):
         answer = cls._answer(cause)
         if answer is not None:
             code, status = answer
-            return code not in _REFUSED_CODES and status not in (409, 429)
+            return code not in REFUSED_CODES and status not in (409, 429)
         return True
 
     async def _call(

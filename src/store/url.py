@@ -5,6 +5,8 @@
     file:///srv/jobs     the same, as a URL (``?sync=fsync`` picks the flush,
                          ``?commit_in=thread`` where batches commit; see FileStore)
     s3://bucket/prefix?endpoint_url=http://localhost:9000&region=eu-west-1
+                         (``&header=X-Tigris-Consistent:true`` sends a
+                         provider's own header with every request)
 
 A URL opens a store that exists; it creates none. As no bucket is created,
 no directory is: a relative path means another directory to every process
@@ -124,9 +126,15 @@ def _s3(url: str, bucket: str, path: str, query: str) -> ObjectStore:
     kwargs: dict[str, Any] = {}
     retry: dict[str, Any] = {}
     for name, raw in _params(url, query).items():
+        if name == "header":  # a provider's own header, Name:value (Tigris needs one)
+            header, sep, value = raw.partition(":")
+            if not sep or not header.strip() or any(c in header for c in " \r\n"):
+                raise _bad(url, f"header={raw!r}: use header=Name:value")
+            kwargs["headers"] = {header.strip(): value.strip()}
+            continue
         convert = _S3_PARAMS.get(name) or _RETRY_PARAMS.get(name)
         if convert is None:
-            known = ", ".join(sorted(_S3_PARAMS | _RETRY_PARAMS))
+            known = ", ".join(sorted([*_S3_PARAMS, *_RETRY_PARAMS, "header"]))
             raise _bad(url, f"unknown parameter {name!r} (known: {known})")
         try:
             value = convert(raw)

@@ -21,6 +21,7 @@ from stepstone.store import (
     RetryPolicy,
     StoreConfigError,
     StoreUnavailable,
+    open_store,
 )
 from stepstone.store.s3 import S3Store
 
@@ -139,3 +140,30 @@ async def test_a_store_without_conditional_writes_is_a_config_error(
     finally:
         await store.close()
         await runner.cleanup()
+
+
+async def test_a_providers_header_goes_with_every_request(
+    proxy: ConflictProxy, s3_bucket: str
+) -> None:
+    """Tigris runs a conditional write on its leader only with X-Tigris-Consistent."""
+    url = (
+        f"s3://{s3_bucket}/t?endpoint_url={proxy.url}&region=us-east-1"
+        "&header=X-Tigris-Consistent:true"
+    )
+    store = open_store(url)
+    try:
+        etag = await store.put_if_absent("k", b"1")
+        await store.put_if_match("k", b"2", etag)
+        await store.get("k")
+        await store.list()
+        await store.delete("k")
+    finally:
+        await store.close()
+    assert len(proxy.headers) == 5
+    assert all(h.get("X-Tigris-Consistent") == "true" for h in proxy.headers)
+
+
+@pytest.mark.parametrize("bad", ["X-Tigris-Consistent", ":true", "X Bad:1"])
+def test_a_malformed_header_parameter_is_refused(bad: str) -> None:
+    with pytest.raises(StoreConfigError, match="header=Name:value"):
+        open_store(f"s3://bucket/t?header={bad}")
