@@ -92,3 +92,15 @@ class Invoice(Job[str]):
 
     async def run(self, ctx: JobContext) -> str:
         return f"invoiced {self.number}"
+
+
+class Patient(Job[str]):
+    """Sleeps durably, then waits for an ``approval`` event: its page shows
+    both waits as what they were, not as numbers or errors."""
+
+    NAME: ClassVar[str] = "orders.patient"
+
+    async def run(self, ctx: JobContext) -> str:
+        await ctx.sleep(0.2)
+        approval: dict[str, str] = await ctx.wait_for_event("approval")
+        return f"approved by {approval['by']}"

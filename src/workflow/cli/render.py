@@ -18,10 +18,11 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from stepstone.cli.notices import warn
+from stepstone.ops.glance import memo_label, memo_value, user_first
 from stepstone.ops.listing import RunSummary
 from stepstone.ops.reads import Detail, Unreadable, decode_value
 from stepstone.ops.timeline import current_steps, earlier_steps, took
-from stepstone.records.attempts import AttemptInfo
+from stepstone.records.attempts import AttemptInfo, AttemptResult
 from stepstone.telemetry.escaping import escape_controls
 
 
@@ -231,9 +232,13 @@ def attempt_json(attempt: AttemptInfo) -> dict[str, Any]:
 
 
 def _traceback(out: TextIO, text: str, indent: str = "  ") -> None:
-    """A failed attempt's traceback, indented under its error, line by line."""
+    """A failed attempt's traceback, indented under its error, line by line:
+    the job's frames, stepstone's folded (:func:`stepstone.ops.glance.user_first`)."""
+    folded = user_first(text)
     out.write(f"{indent}traceback:\n")
-    for text_line in text.splitlines():
+    if folded.count:
+        out.write(f"{indent}  ({folded.count} frame(s) of stepstone above these: show --json)\n")
+    for text_line in folded.shown.splitlines():
         out.write(f"{indent}  {escape_controls(text_line)}\n")
 
 
@@ -348,7 +353,9 @@ def _print_attempts(
             )
             + "\n"
         )
-        if attempt.message:
+        if attempt.message and attempt.result is AttemptResult.SUSPENDED:
+            out.write(f"       waiting: {short(attempt.message)}\n")
+        elif attempt.message:
             out.write(f"       {short(attempt.message)}\n")
         if traced and attempt is traced[-1]:
             _traceback(out, attempt.traceback or "", indent="       ")
@@ -366,12 +373,12 @@ def _print_steps(out: TextIO, found: Detail) -> None:
         rows = []
         for number, step in enumerate(steps, 1):
             memo = step.memo
-            value = short(memo.value, 80)
+            value = short(memo_value(memo), 80)
             if memo.unreadable is not None:
                 value = f"<cannot read {memo.key}: {memo.unreadable}>"
             claim = "-" if step.claim is None else str(step.claim)
             place = number if memo.position is None else memo.position
-            rows.append([str(place), memo.step, claim, took(step.seconds), value])
+            rows.append([str(place), memo_label(memo), claim, took(step.seconds), value])
         table(out, ["  #", "STEP", "CLAIM", "TOOK", "VALUE"], [["  " + r[0], *r[1:]] for r in rows])
     else:
         out.write("steps: none recorded\n")
@@ -380,4 +387,4 @@ def _print_steps(out: TextIO, found: Detail) -> None:
             f"memos of an earlier run ({len(memos)}, incarnation {escape_controls(incarnation)}):\n"
         )
         for memo in memos:
-            out.write(f"  {escape_controls(memo.step)}  {short(memo.value, 80)}\n")
+            out.write(f"  {escape_controls(memo_label(memo))}  {short(memo_value(memo), 80)}\n")

@@ -29,6 +29,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
+from stepstone.ops.glance import user_first
 from stepstone.ops.timeline import took
 from stepstone.runner import JobRunner
 from stepstone.telemetry.escaping import escape_controls
@@ -60,7 +61,7 @@ def templates() -> Jinja2Templates:
         finalize=_visible,
         undefined=jinja2.StrictUndefined,
     )
-    env.filters.update(when=when, took=took, ago=ago, pretty=pretty)
+    env.filters.update(when=when, took=took, ago=ago, pretty=pretty, user_first=user_first)
     env.globals["url_for"] = _path_for
     return Jinja2Templates(env=env)
 

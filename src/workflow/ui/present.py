@@ -18,6 +18,7 @@ from urllib.parse import urlencode
 
 from stepstone.cli.durations import parse_since
 from stepstone.cli.errors import CliError
+from stepstone.ops.glance import memo_label, memo_value
 from stepstone.ops.listing import RunFilter
 from stepstone.ops.reads import Detail, StoredMemo, decode_value
 from stepstone.ops.timeline import current_steps, earlier_steps, took
@@ -192,8 +193,10 @@ def run_view(found: Detail) -> RunView:
 
 
 def _step(memo: StoredMemo, seconds: float | None, claim: int | None) -> StepView:
-    value = "" if memo.unreadable else pretty(memo.value)
-    return StepView(memo.step, memo.modified, seconds, claim, value, memo.unreadable)
+    """A memo as the page shows it: a wait's as what it waited for
+    (:mod:`stepstone.ops.glance`), a step's as its value."""
+    value = "" if memo.unreadable else pretty(memo_value(memo))
+    return StepView(memo_label(memo), memo.modified, seconds, claim, value, memo.unreadable)
 
 
 def _events(found: Detail) -> list[tuple[float, str]]:

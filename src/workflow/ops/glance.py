@@ -1,0 +1,132 @@
+"""What a run's records mean to people, for ``stepstone show`` and the web
+view alike: a wait's memo as the date it holds, a taken event's payload
+decoded as a step's value is, and a traceback with the job's own frames
+first and stepstone's folded away.
+
+The records keep what the engine needs (a wake time in epoch seconds, an
+event's encoded bytes, every frame); these turn them into what an operator
+reads, without changing what ``--json`` gives.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import stepstone.runtime
+import stepstone.store
+from stepstone.ops.reads import StoredMemo, decode_value
+from stepstone.records.layout import step_name
+
+
+def date(ts: object) -> str:
+    """An epoch time as ``2026-01-31 12:00:00Z``; what is no time, as itself."""
+    if isinstance(ts, bool) or not isinstance(ts, int | float):
+        return repr(ts)
+    try:
+        return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    except (OverflowError, ValueError, OSError):
+        return repr(ts)
+
+
+@dataclass(frozen=True, slots=True)
+class WaitMemo:
+    """A memo a durable wait recorded (:mod:`stepstone.execute.durable_waits`)."""
+
+    what: str
+    """``sleep``, ``deadline`` (an event wait's timeout) or ``event`` (the event taken)."""
+    name: str
+    """The event's name ('' for a sleep)."""
+
+
+_WAIT = re.compile(r"!(sleep|deadline|event)(?:\.([^@]*))?@")
+
+
+def wait_memo(step_key: str) -> WaitMemo | None:
+    """What wait recorded the memo at ``step_key``; None for a step's memo."""
+    found = _WAIT.match(step_key)
+    if found is None:
+        return None
+    return WaitMemo(found[1], step_name(found[2]) if found[2] else "")
+
+
+def memo_label(memo: StoredMemo) -> str:
+    """A memo's name for people: the step's, or what its wait was."""
+    wait = wait_memo(memo.step_key)
+    if wait is None:
+        return memo.step
+    occurrence = memo.step_key.rpartition("@")[2]
+    nth = "" if occurrence == "1" else f" #{occurrence}"
+    if wait.what == "sleep":
+        return f"sleep{nth}"
+    if wait.what == "deadline":
+        return f"wait for event {wait.name}{nth}: deadline"
+    return f"event {wait.name}{nth}"
+
+
+def memo_value(memo: StoredMemo) -> Any:
+    """A memo's value for people: a wait's time as a date, an event as its
+    payload decoded (or ``timed out``); a step's value as it is."""
+    wait, value = wait_memo(memo.step_key), memo.value
+    if wait is None or memo.unreadable is not None:
+        return value
+    if wait.what in ("sleep", "deadline"):
+        return f"until {date(value)}"
+    if value is None:
+        return "timed out: no event came before the deadline"
+    if isinstance(value, dict) and isinstance(value.get("data"), bytes):
+        return {"payload": decode_value(value["data"]), "event": value.get("key")}
+    return value
+
+
+# -- tracebacks ----------------------------------------------------------------------
+
+_ENGINE_DIRS = (
+    str(Path(__file__).resolve().parents[1]),
+    *(
+        str(Path(f).resolve().parent)
+        for f in (stepstone.runtime.__file__, stepstone.store.__file__)
+        if f
+    ),
+)
+"""Where stepstone's own code lies in this process (its three layers)."""
+
+_INSTALLED = re.compile(r"[/\\]site-packages[/\\]stepstone[/\\]")
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line \d+')
+
+
+@dataclass(frozen=True, slots=True)
+class Folded:
+    """A traceback with stepstone's frames taken out: ``shown`` is the rest
+    (the job's frames, then the error), ``folded`` those frames."""
+
+    shown: str
+    folded: str
+    count: int
+    """How many frames were folded."""
+
+
+def user_first(text: str) -> Folded:
+    """``text`` (a Python traceback) with stepstone's frames folded: they sit
+    above the job's in every traceback (the worker called the job), and tell
+    the job's author nothing. A frame is stepstone's when its file lies in
+    this process's stepstone, or in an installed one's ``site-packages``."""
+    shown: list[str] = []
+    folded: list[str] = []
+    engine = False
+    for line in text.splitlines():
+        frame = _FRAME.match(line)
+        if frame is not None:
+            engine = _is_engine(frame["file"])
+        elif not line.startswith("    "):
+            engine = False  # the header, the error, "During handling of ..."
+        (folded if engine else shown).append(line)
+    count = sum(1 for line in folded if _FRAME.match(line))
+    return Folded("\n".join(shown), "\n".join(folded), count)
+
+
+def _is_engine(path: str) -> bool:
+    return path.startswith(_ENGINE_DIRS) or _INSTALLED.search(path) is not None
