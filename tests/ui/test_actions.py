@@ -3,6 +3,9 @@ is started with ``--allow-actions``; each confirmed on a page naming what it
 will do, then a POST carrying the view's CSRF token, then a line saying what
 was done. A POST without the token changes nothing.
 
+Replay from a step is here too: an ended run runs again as a new
+incarnation, keeping the memos before the step chosen.
+
 The screenshot docs/operations.md shows of a confirmation is taken here
 (``STEPSTONE_UPDATE_SCREENSHOTS=1`` writes docs/img/ui-confirm.png).
 """
@@ -21,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DEADLINE, serve, wait_for
-from test_browser import DOCS_IMG, click, never_ran_injected_script, rows, text
+from conftest import DEADLINE, Runs, serve, wait_for
+from test_browser import DOCS_IMG, click, never_ran_injected_script, rows, text, texts
 from ui_jobs import Approve, Explode, Ship
 
 from stepstone import JobRunner, SubmitOptions
@@ -80,6 +83,21 @@ def console(acting: Acting, tmp_path: Path) -> Iterator[str]:
         yield url
 
 
+def fill(browser: Any, form: str, values: dict[str, str]) -> None:
+    """Fill in the fields of the form ``form`` finds, in one script (the live
+    refresh can replace the form between a lookup and a keystroke; once a
+    field differs from what the page gave, the refresh waits)."""
+    filled = browser.execute_script(
+        """const form = document.querySelector(arguments[0]);
+        if (!form) return false;
+        for (const [name, value] of Object.entries(arguments[1])) form.elements[name].value = value;
+        return true;""",
+        form,
+        values,
+    )
+    assert filled, f"no form {form}"
+
+
 def confirm(browser: Any, expected: str) -> str:
     """On a confirmation page: check it names what it will do, press its button."""
     wait_for(
@@ -127,9 +145,13 @@ async def test_an_event_sent_from_the_page_reaches_the_waiting_run(
     acting: Acting, console: str, browser: Any, tmp_path: Path
 ) -> None:
     browser.get(f"{console}runs/{acting.waiting}")
-    event = browser.find_element("css selector", "nav.actions form.event")
-    assert event.find_element("name", "name").get_attribute("value") == "approval"
-    event.find_element("name", "payload").send_keys('{"by": "ops", "ok": true}')
+    assert (
+        browser.execute_script(
+            "return document.querySelector('nav.actions form.event').elements.name.value"
+        )
+        == "approval"
+    )  # the event the run waits for
+    fill(browser, "nav.actions form.event", {"payload": '{"by": "ops", "ok": true}'})
     click(browser, "nav.actions form.event button")
     wait_for(lambda: "/act/event" in browser.current_url, "the confirmation")
     screenshot = tmp_path / "ui-confirm.png"
@@ -202,3 +224,26 @@ async def test_actions_are_off_unless_the_view_is_started_with_them(
             status, page = post(f"{url}act/retry?run={acting.dead}", fields)
             assert status == 403 and "--allow-actions" in page
     assert await acting.status(acting.dead) == "dead"
+
+
+async def test_an_ended_run_is_replayed_from_a_step_it_chose(
+    runs: Runs, browser: Any, tmp_path: Path
+) -> None:
+    with serve(runs.store, tmp_path, "--allow-actions") as url:
+        browser.get(f"{url}runs/{runs.succeeded}")
+        fill(browser, "nav.actions form.replay", {"step": "label"})
+        click(browser, "nav.actions form.replay button")
+        confirm(
+            browser,
+            f"Replay succeeded run {runs.succeeded} (orders.ship) from step 'label'? "
+            "It runs again as a new incarnation",
+        )
+        said = text(browser, "section.result")
+        assert said.startswith(f"replaying {runs.succeeded} from step 'label' as incarnation ")
+        assert "(1 memo(s) kept" in said  # pack's: the steps before label
+        async with JobRunner(runs.store, jobs=[Ship], poll_interval=0.05) as runner:
+            handle = runner.handle(runs.succeeded, Ship)
+            assert await handle.result(timeout=DEADLINE) == "sent label-o-1"
+        browser.get(f"{url}runs/{runs.dead}")  # dead: a replay from the start is offered
+        offered = texts(browser, "nav.actions form.replay select option")
+        assert offered == ["the start", "step note"]

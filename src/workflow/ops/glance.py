@@ -34,20 +34,26 @@ def date(ts: object) -> str:
 
 @dataclass(frozen=True, slots=True)
 class WaitMemo:
-    """A memo a durable wait recorded (:mod:`stepstone.execute.durable_waits`)."""
+    """A memo a durable wait or a child submit recorded, not a step
+    (:mod:`stepstone.execute.durable_waits`, :meth:`stepstone.JobContext.submit`)."""
 
     what: str
-    """``sleep``, ``deadline`` (an event wait's timeout) or ``event`` (the event taken)."""
+    """``sleep``, ``deadline`` (an event wait's timeout), ``event`` (the event
+    taken) or ``child`` (the child's run id)."""
     name: str
-    """The event's name ('' for a sleep)."""
+    """The event's name, or the child's kind ('' for a sleep)."""
 
 
-_WAIT = re.compile(r"!(sleep|deadline|event)(?:\.([^@]*))?@")
+_WAIT = re.compile(r"!(sleep|deadline|event|child)(?:\.([^@]*))?@")
 
 
-def wait_memo(step_key: str) -> WaitMemo | None:
-    """What wait recorded the memo at ``step_key``; None for a step's memo."""
-    found = _WAIT.match(step_key)
+def wait_memo(memo: StoredMemo) -> WaitMemo | None:
+    """What wait (or child submit) recorded ``memo``; None for a step's memo.
+    A memo of the run's history names its call; one keyed by name (recorded
+    before positions) says it in its key (``!sleep@1``)."""
+    if memo.call is not None:
+        return None if memo.call.call == "step" else WaitMemo(memo.call.call, memo.call.name)
+    found = _WAIT.match(memo.step_key)
     if found is None:
         return None
     return WaitMemo(found[1], step_name(found[2]) if found[2] else "")
@@ -55,23 +61,26 @@ def wait_memo(step_key: str) -> WaitMemo | None:
 
 def memo_label(memo: StoredMemo) -> str:
     """A memo's name for people: the step's, or what its wait was."""
-    wait = wait_memo(memo.step_key)
+    wait = wait_memo(memo)
     if wait is None:
         return memo.step
-    occurrence = memo.step_key.rpartition("@")[2]
+    occurrence = memo.step_key.rpartition("@")[2] if memo.call is None else "1"
     nth = "" if occurrence == "1" else f" #{occurrence}"
     if wait.what == "sleep":
         return f"sleep{nth}"
     if wait.what == "deadline":
         return f"wait for event {wait.name}{nth}: deadline"
+    if wait.what == "child":
+        return f"child {wait.name}{nth}"
     return f"event {wait.name}{nth}"
 
 
 def memo_value(memo: StoredMemo) -> Any:
     """A memo's value for people: a wait's time as a date, an event as its
-    payload decoded (or ``timed out``); a step's value as it is."""
-    wait, value = wait_memo(memo.step_key), memo.value
-    if wait is None or memo.unreadable is not None:
+    payload decoded (or ``timed out``); a step's value (and a child's run
+    id) as it is."""
+    wait, value = wait_memo(memo), memo.value
+    if wait is None or memo.unreadable is not None or wait.what == "child":
         return value
     if wait.what in ("sleep", "deadline"):
         return f"until {date(value)}"
@@ -80,6 +89,18 @@ def memo_value(memo: StoredMemo) -> Any:
     if isinstance(value, dict) and isinstance(value.get("data"), bytes):
         return {"payload": decode_value(value["data"]), "event": value.get("key")}
     return value
+
+
+def children(memos: list[StoredMemo], incarnation: str | None) -> list[str]:
+    """The run ids of the children the run's ``incarnation`` submitted, in
+    the order it submitted them (its child memos record them)."""
+    found = []
+    for memo in sorted(memos, key=lambda m: (m.position or 0, m.modified)):
+        wait = wait_memo(memo)
+        ours = memo.incarnation == (incarnation or "") and isinstance(memo.value, str)
+        if ours and wait is not None and wait.what == "child":
+            found.append(memo.value)
+    return found
 
 
 # -- tracebacks ----------------------------------------------------------------------

@@ -1,12 +1,13 @@
 """The web view's actions: retry a dead run, cancel a live one, send an event
-to a waiting one, and retry or cancel every run a filter of the list shows.
+to a waiting one, replay an ended one from a step, and retry or cancel every
+run a filter of the list shows.
 
 Off unless the view is started with them (``stepstone ui --allow-actions``).
 Each is two requests: a GET of ``/act/{verb}`` that changes nothing and
 answers a page naming what the action will do, to which runs, with a form;
 and that form's POST, which must carry the server's CSRF token (see
 :mod:`stepstone.ui.guard`), acts through :mod:`stepstone.ops.actions` (what
-``stepstone retry`` and ``cancel`` use) or ``runner.send_event``, and
+``stepstone retry``, ``cancel`` and ``replay`` use) or ``runner.send_event``, and
 redirects to the page the operator came from with a line saying what was
 done. A bulk action acts on the runs its page listed, by id, so the count
 confirmed is the count acted on (each refused one is named).
@@ -34,7 +35,7 @@ from stepstone.ui.guard import Csrf
 from stepstone.ui.present import Filters
 from stepstone.ui.respond import render
 
-SINGLE = ("retry", "cancel", "event")
+SINGLE = ("retry", "cancel", "event", "replay")
 BULK = ("retry", "cancel")
 KEPT_RESULTS = 200
 """Result lines the view remembers for the pages its actions redirect to."""
@@ -175,6 +176,23 @@ async def _single(runner: JobRunner, verb: str, fields: dict[str, str], back: st
             "attempt under way stops at its next cancel check."
         )
         return Plan(verb, question, "Cancel this run", keep, [run_id], back)
+    if verb == "replay":
+        if found.status is None or not (found.status.finished or found.status is JobStatus.DEAD):
+            raise InspectError(f"run {run_id} is {status}: only an ended run can be replayed")
+        step = fields.get("step", "")
+        keep |= {"step": step}
+        if step:
+            question = (
+                f"Replay {what} from step {step!r}? It runs again as a new incarnation, with "
+                "the input it was submitted with: the steps before that one replay from "
+                "their memos, and it and every later step run again."
+            )
+        else:
+            question = (
+                f"Replay {what} from the start? It runs again as a new incarnation, with "
+                "the input it was submitted with, every step run again."
+            )
+        return Plan(verb, question, "Replay this run", keep, [run_id], back)
     name, payload = fields.get("name", "").strip(), fields.get("payload", "")
     if not name:
         raise InspectError("an event needs a name")
@@ -227,6 +245,14 @@ async def _do(runner: JobRunner, plan: Plan) -> list[str]:
             if await actions.cancel(runner, run_id) == "cancelled":
                 return [f"cancelled {run_id}"]
             return [f"discarded dead run {run_id} from the queue (its failed outcome stays)"]
+        if plan.verb == "replay":
+            step = plan.fields["step"] or None
+            done = await runner.replay(run_id, from_step=step)
+            where = "the start" if step is None else f"step {step!r}"
+            return [
+                f"replaying {run_id} from {where} as incarnation {done.incarnation} "
+                f"({done.kept_memos} memo(s) kept; the earlier incarnation's stay, linked)"
+            ]
         name = plan.fields["name"]
         await runner.send_event(run_id, name, _payload(plan.fields["payload"]))
         return [f"sent event {name!r} to {run_id}"]

@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 
 from stepstone.cli.durations import parse_since
 from stepstone.cli.errors import CliError
-from stepstone.ops.glance import memo_label, memo_value
+from stepstone.ops.glance import memo_label, memo_value, wait_memo
 from stepstone.ops.listing import RunFilter
 from stepstone.ops.reads import Detail, StoredMemo, decode_value
 from stepstone.ops.timeline import current_steps, earlier_steps, took
@@ -172,6 +172,8 @@ class RunView:
     """The queue record, while a claim is running (it is not in the history yet)."""
     result: str | None = None
     events: list[tuple[float, str]] = field(default_factory=list)
+    step_names: list[str] = field(default_factory=list)
+    """The names of the steps it recorded, once each, in order: where a replay may start."""
 
 
 def run_view(found: Detail) -> RunView:
@@ -189,6 +191,13 @@ def run_view(found: Detail) -> RunView:
         if outcome is None or outcome.result is None
         else pretty(decode_value(outcome.result)),
         events=_events(found),
+        step_names=list(
+            dict.fromkeys(
+                step.memo.call.name if step.memo.call is not None else step.memo.step
+                for step in current_steps(found)
+                if wait_memo(step.memo) is None and step.memo.position is not None
+            )
+        ),
     )
 
 

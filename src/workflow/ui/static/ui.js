@@ -11,7 +11,10 @@
   const live = document.getElementById("live");
   function editing() {
     const fields = [...document.querySelectorAll("main form input, main form textarea")];
-    return fields.some((f) => f === document.activeElement || f.value !== f.defaultValue);
+    const options = [...document.querySelectorAll("main form select option")];
+    return fields.some((f) => f === document.activeElement || f.value !== f.defaultValue)
+      || options.some((o) => o.selected !== o.defaultSelected)
+      || Boolean(document.activeElement && document.activeElement.closest("main form select"));
   }
   async function refresh() {
     if (document.hidden || String(window.getSelection()) || editing()) return;
