@@ -10,7 +10,11 @@ Each schedule keeps one small object, ``schedules/<name>``: the last tick
 submitted. It says which ticks were missed while no worker ran (from it to
 now), and it keeps a tick from running again after retention has swept its
 run's records. It only moves forward (compare-and-swap). A schedule seen for
-the first time starts from now: nothing before it counts as missed.
+the first time starts from now: nothing before it counts as missed. A marker
+that does not decode, or holds a tick that could not be real (not a number,
+more than :data:`MARKER_AHEAD` ahead of now, more than
+``stepstone.runtime.plausible.WINDOW`` behind it), is repaired: set to now,
+with a warning naming it, as if the schedule were seen for the first time.
 
 The processes' clocks may disagree by up to :data:`SCHEDULE_CLOCK_SKEW`
 seconds, whatever the interval, with no tick dropped: "now" above is that
@@ -50,6 +54,7 @@ from cronsim import CronSim, CronSimError
 from stepstone.job import Job
 from stepstone.records.codec import pack, unpack
 from stepstone.records.layout import Layout, name_key
+from stepstone.runtime import plausible
 from stepstone.runtime.clock import Clock, subscribe
 from stepstone.store import AlreadyExists, NotFound, ObjectStore, PreconditionFailed
 from stepstone.submit.submitter import Submitter
@@ -65,6 +70,9 @@ seconds, whatever its interval, with no tick dropped: a process counts a tick
 as missed only when it came this long before the process came up, and a
 schedule seen for the first time starts this long before now. A process
 that finds the marker further ahead of its own clock warns (once)."""
+MARKER_AHEAD = 86_400.0
+"""Seconds ahead of now past which a marker's tick could not be real (it is
+a tick already submitted; this leaves room for clocks that disagree)."""
 
 Missed = Literal["latest", "all", "skip"]
 
@@ -198,9 +206,15 @@ class Scheduler:
         self._tasks = []
 
     async def last_tick(self, schedule: Schedule) -> float | None:
-        """The last tick of ``schedule`` submitted, by any process (None: never)."""
+        """The last tick of ``schedule`` submitted, by any process (None: never,
+        or its marker could not be read: logged, naming it)."""
         found = await self._marker(schedule)
-        return None if found is None else found[1]
+        if found is None:
+            return None
+        if isinstance(found[1], str):
+            log.warning("schedule %r: %s", schedule.name, found[1])
+            return None
+        return found[1]
 
     async def _loop(self, schedule: Schedule) -> None:
         up_since = self._clock.now()
@@ -221,6 +235,9 @@ class Scheduler:
         if found is None:
             # First seen: nothing before counts, by any clock within the bound.
             await self._create_marker(schedule, now - SCHEDULE_CLOCK_SKEW)
+            return
+        if isinstance(found[1], str):
+            await self._repair_marker(schedule, found[0], found[1], now - SCHEDULE_CLOCK_SKEW)
             return
         if found[1] > now + SCHEDULE_CLOCK_SKEW and schedule.name not in self._warned:
             self._warned.add(schedule.name)
@@ -246,20 +263,31 @@ class Scheduler:
             log.info("schedule %r: submitted the tick of %s", schedule.name, tick.isoformat())
         await self._advance_marker(schedule, due[-1].timestamp())
 
-    async def _marker(self, schedule: Schedule) -> tuple[str, float] | None:
+    async def _marker(self, schedule: Schedule) -> tuple[str, float | str] | None:
+        """The marker's etag and tick (None: there is none); in place of the
+        tick, what is wrong with it when it does not decode or could not be real."""
+        key = self._layout.schedule(schedule.name)
         try:
-            stored = await self._store.get(self._layout.schedule(schedule.name))
+            stored = await self._store.get(key)
         except NotFound:
             return None
         try:
-            tick = float(unpack(stored.data)["tick"])
+            fields = unpack(stored.data)
+            if not isinstance(fields, dict) or "tick" not in fields:
+                raise ValueError("not a schedule marker")
+            tick = plausible.time(
+                fields["tick"], "its tick", now=self._clock.now(), ahead=MARKER_AHEAD
+            )
         except Exception as exc:
-            raise ValueError(
-                f"schedule {schedule.name!r}: its marker "
-                f"{self._layout.schedule(schedule.name)} does not decode ({exc}); delete it "
-                "to start the schedule afresh from now"
-            ) from exc
+            return stored.etag, f"its marker {key} cannot be used ({exc})"
         return stored.etag, tick
+
+    async def _repair_marker(self, schedule: Schedule, etag: str, wrong: str, now: float) -> None:
+        """Set a marker that cannot be used to ``now`` (see the module docstring;
+        the caller's now, less the clocks' skew, as for a schedule first seen)."""
+        log.warning("schedule %r: %s; set to now, as for a new schedule", schedule.name, wrong)
+        with contextlib.suppress(PreconditionFailed, NotFound):  # someone else wrote it
+            await self._store.put_if_match(self._layout.schedule(schedule.name), _marker(now), etag)
 
     async def _create_marker(self, schedule: Schedule, tick: float) -> None:
         with contextlib.suppress(AlreadyExists):
@@ -270,7 +298,7 @@ class Scheduler:
         key = self._layout.schedule(schedule.name)
         for _ in range(MARKER_TRIES):
             found = await self._marker(schedule)
-            if found is not None and found[1] >= tick:
+            if found is not None and not isinstance(found[1], str) and found[1] >= tick:
                 return
             try:
                 if found is None:

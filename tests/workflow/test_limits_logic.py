@@ -197,3 +197,43 @@ def test_no_span_holds_more_turns_than_the_limit_says(burst: int) -> None:
 def test_a_rate_limit_refuses_nonsense(args: tuple[Any, ...]) -> None:
     with pytest.raises(ValueError):
         RateLimit(*args)
+
+
+# -- values that could not be real -----------------------------------------------
+
+NOW = 1.8e9
+
+
+@pytest.mark.parametrize("until", [1e18, float("inf"), float("nan"), NOW + 2 * slots.HOLD_AHEAD])
+def test_a_holder_whose_lease_could_not_be_real_blocks_nobody(until: float) -> None:
+    """A stored holder whose ``until`` is not a time a lease could end at
+    (``1e18``, ``"inf"`` read back as a float) is dropped like a lapsed one:
+    the key's slot goes to the next run, and the repaired table is written."""
+    table = SlotTable("t", "k", 1, holders=(Holder("ghost", "tok", until),))
+    assert slots.implausible(table, NOW, GRACE)
+    decision = take(table, "next", now=NOW)
+    assert decision.held and holders_of(decision.table) == ["next"]
+    assert not slots.implausible(decision.table, NOW, GRACE)
+
+
+@pytest.mark.parametrize("woken_at", [float("inf"), float("nan"), 1e18])
+def test_a_waiter_woken_at_a_time_that_could_not_be_real_is_woken_again(woken_at: float) -> None:
+    table = SlotTable("t", "k", 1, waiters=(Waiter("first", woken_at),))
+    decision = forget(table, run="other", now=NOW)
+    assert decision.wake == ("first",)
+
+
+@pytest.mark.parametrize("tat", [float("nan"), float("inf"), 1e11, NOW + 1e7])
+def test_a_rate_state_that_could_not_be_real_starts_afresh(tat: float) -> None:
+    """A NaN would switch the limit off, an inf fail every run, a time
+    centuries ahead hold every run: each is taken as no state, and the
+    limit keeps to its rate from now."""
+    limit = RateLimit(4, per=timedelta(seconds=1))
+    state: rate.RateState | None = rate.RateState("t", None, tat)
+    assert state is not None and not rate.real(state, limit, NOW)
+    given = []
+    for _ in range(3):
+        state, turn = rate.reserve(state, job="t", key=None, limit=limit, now=NOW)
+        given.append(turn)
+    assert given == [NOW, NOW + 0.25, NOW + 0.5]
+    assert rate.real(state, limit, NOW)

@@ -3,6 +3,8 @@ ticks as the schedule says. Time is a FakeClock."""
 
 from __future__ import annotations
 
+import logging
+import math
 import subprocess
 import sys
 from collections.abc import Callable
@@ -13,7 +15,10 @@ from wait_jobs import WAIT_JOBS, Tick
 from wf_jobs import Counters
 
 from stepstone import JobRunner, Schedule
-from stepstone.schedules import MAX_CATCH_UP, next_ticks
+from stepstone.records.codec import pack
+from stepstone.records.layout import Layout
+from stepstone.schedules import MAX_CATCH_UP, SCHEDULE_CLOCK_SKEW, next_ticks
+from stepstone.store import MemoryStore
 from stepstone.testing import FakeClock, advance, wait_until
 
 START = datetime(2026, 3, 2, 12, 0, tzinfo=UTC).timestamp()  # a Monday, on a 5-minute tick
@@ -168,3 +173,29 @@ def test_an_old_marker_is_caught_up_without_walking_the_ticks_skipped() -> None:
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
     assert done.returncode == 0, done.stderr.decode()
+
+
+@pytest.mark.parametrize(
+    "tick", [math.inf, math.nan, 1e20, -1e12, START + 10 * 365 * 86_400, "soon", None]
+)
+async def test_a_marker_that_could_not_be_real_is_repaired_and_the_schedule_fires(
+    make_runner: Callable[..., JobRunner],
+    store: MemoryStore,
+    clock: FakeClock,
+    counters: Counters,
+    caplog: pytest.LogCaptureFixture,
+    tick: object,
+) -> None:
+    """A marker holding NaN, inf, a time centuries off or ten years ahead,
+    or no number at all, is set to now with a warning naming it; the
+    schedule's next tick runs."""
+    schedule = every_five_minutes()
+    key = Layout("").schedule(schedule.name)
+    await store.put(key, pack({"tick": tick}) if tick is not None else b"\xc1 garbage")
+    caplog.set_level(logging.WARNING, logger="stepstone.schedules")
+    async with make_runner(jobs=WAIT_JOBS, schedules=[schedule]) as runner:
+        repaired = START + 10 - SCHEDULE_CLOCK_SKEW  # as for a schedule first seen
+        await wait_until(lambda: _marker_at(runner, schedule, repaired), message="repaired")
+        await advance(clock, 300)
+        await wait_until(lambda: len(ticks_run(counters)) == 1, message="the next tick")
+    assert any(key in record.getMessage() for record in caplog.records), caplog.text

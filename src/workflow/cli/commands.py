@@ -155,6 +155,7 @@ def cmd_show(args: argparse.Namespace) -> int:
             found = await _keyed(runner, args.key)
         else:
             found = await reads.detail(runner, await reads.resolve_id(runner, args.id))
+        warn_unreadable(found.unreadable_attempts)  # (the other parts say so in place)
         if args.json:
             emit_json(detail_json(found))
         else:

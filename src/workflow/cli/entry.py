@@ -52,6 +52,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc))
     except KeyboardInterrupt:
         return _fail("interrupted", 130)
+    except Exception as exc:  # whatever a record holds, one line, never a traceback
+        said = str(exc) if len(str(exc)) <= 300 else f"{str(exc)[:297]}..."
+        return _fail(f"{type(exc).__name__}: {said} (unexpected: please report it)")
 
 
 def _fail(message: str, status: int = 1) -> int:

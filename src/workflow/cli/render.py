@@ -27,10 +27,14 @@ from stepstone.telemetry.escaping import escape_controls
 
 
 def when(ts: float | None) -> str:
-    """A timestamp as ``2026-01-31 12:00:00Z``, or ``-``."""
+    """A timestamp as ``2026-01-31 12:00:00Z``, or ``-``; what is no time
+    (records are checked when decoded: this is the last line) as itself."""
     if ts is None:
         return "-"
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    try:
+        return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    except (OverflowError, ValueError, OSError, TypeError):
+        return f"{ts!r} (not a time)"
 
 
 def short(value: Any, width: int = 200) -> str:

@@ -184,6 +184,13 @@ class Limits:
         """Apply ``decide`` to a key's table, then wake the runs it names."""
 
         def change(state: slots.SlotTable | None, now: float) -> _Decided:
+            wrong = slots.implausible(state, now, self.grace)
+            if wrong:
+                log.warning(
+                    "concurrency slots %s: %s could not be real; repaired",
+                    table.key,
+                    "; ".join(wrong[:3]),
+                )
             decision = decide(state, now)
             return decision.table, decision
 
@@ -252,11 +259,23 @@ class Limits:
             run, str(run.attempt.delivery.attempt), _FLOAT, internal="rate", positioned=False
         )
         found, turn = await memo.lookup()
+        if found and not _real_turn(turn, self._clock.now(), limit):
+            log.warning(
+                "run %s: its rate limit turn %r could not be real: asking again", run.run_id, turn
+            )
+            found = False
         if not found:
             rate_key = _checked(job.rate_limit_key(), job_type, "rate_limit_key")
             state = self._rates(self._layout.rate(limit_digest(job_type.NAME, rate_key)))
 
             def reserve(current: rate.RateState | None, now: float) -> tuple[rate.RateState, float]:
+                if current is not None and not rate.real(current, limit, now):
+                    log.warning(
+                        "rate limit state %s held a time that could not be real (tat=%r): "
+                        "started afresh from now",
+                        state.key,
+                        current.tat,
+                    )
                 return rate.reserve(current, job=job_type.NAME, key=rate_key, limit=limit, now=now)
 
             turn = await state.update(reserve)
@@ -267,6 +286,11 @@ class Limits:
         if turn > self._clock.now():
             when = datetime.fromtimestamp(turn, UTC).isoformat(timespec="milliseconds")
             raise Suspend(turn, Wait(JobStatus.RATE_LIMITED, f"its turn at {when}"))
+
+
+def _real_turn(turn: object, now: float, limit: rate.RateLimit) -> bool:
+    """Whether a recorded turn is a time its limit could have given."""
+    return isinstance(turn, float) and rate.real(rate.RateState("", None, turn), limit, now)
 
 
 def _checked(key: object, job_type: type[Job[Any]], method: str) -> str | None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from stepstone.runtime import plausible
 from stepstone.runtime.store_queue.records import CorruptRecord
 
 
@@ -74,10 +75,21 @@ class RateState:
 def reserve(
     state: RateState | None, *, job: str, key: str | None, limit: RateLimit, now: float
 ) -> tuple[RateState, float]:
-    """The new state, and the turn of a run that asks at ``now``."""
-    tat = now if state is None else max(state.tat, now)
+    """The new state, and the turn of a run that asks at ``now``. A state that
+    could not be real (:func:`real`) is started afresh, as if absent."""
+    tat = now if state is None or not real(state, limit, now) else max(state.tat, now)
     turn = max(now, tat - (limit.burst - 1) * limit.interval)
     return RateState(job, key, tat + limit.interval), turn
+
+
+def real(state: RateState, limit: RateLimit, now: float) -> bool:
+    """Whether ``state`` could have been written by runs keeping to ``limit``:
+    its ``tat`` a number, and no further ahead of now than the turns of
+    ``plausible.MAX_COUNT`` runs waiting (nor than ``plausible.WINDOW``). A
+    NaN would switch the limit off, an ``inf`` fail every run, a time
+    centuries ahead hold them all."""
+    ahead = min(plausible.WINDOW, plausible.MAX_COUNT * limit.interval)
+    return math.isfinite(state.tat) and state.tat <= now + ahead
 
 
 def to_fields(state: RateState) -> dict[str, Any]:

@@ -11,9 +11,14 @@ A table holds:
   claim drew when it took the slot and ``until``, the expiry of the job's
   lease, which the holder carries forward at every renewal of that lease. A
   holder whose ``until`` has passed crashed or hung: every operation drops
-  it, so its slot frees when its lease lapses.
+  it, so its slot frees when its lease lapses. So does one whose ``until``
+  could not be real (not a number, more than ``HOLD_AHEAD`` ahead: a lease
+  is renewed by heartbeat, its expiry is never that far off), which would
+  otherwise block its key for good.
 - **waiters**: the runs that found the key full, in the order they asked,
-  each with when it was last woken (None: not since it asked).
+  each with when it was last woken (None: not since it asked; a time that
+  could not be real, not a number or ahead of now by more than ``grace``,
+  counts as None).
 
 The rules:
 
@@ -38,10 +43,14 @@ The rules:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
 from stepstone.runtime.store_queue.records import CorruptRecord
+
+HOLD_AHEAD = 86_400.0
+"""Seconds ahead of now past which a holder's ``until`` could not be real."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,9 +183,33 @@ def _same(a: Holder, b: Holder) -> bool:
 
 def _without_lapsed(table: SlotTable, now: float, *, keep: Holder | None = None) -> SlotTable:
     holders = tuple(
-        h for h in table.holders if h.until > now or (keep is not None and _same(h, keep))
+        h
+        for h in table.holders
+        if now < h.until <= now + HOLD_AHEAD or (keep is not None and _same(h, keep))
     )
     return table if len(holders) == len(table.holders) else replace(table, holders=holders)
+
+
+def implausible(table: SlotTable | None, now: float, grace: float) -> list[str]:
+    """What in ``table`` could not be real (each operation repairs it: see
+    the module docstring), for a warning naming the table."""
+    if table is None:
+        return []
+    found = [
+        f"holder {h.run} until {h.until!r}"
+        for h in table.holders
+        if not h.until <= now + HOLD_AHEAD  # (NaN too)
+    ]
+    found += [
+        f"waiter {w.run} woken at {w.woken_at!r}"
+        for w in table.waiters
+        if w.woken_at is not None and not _woken_time(w.woken_at, now, grace)
+    ]
+    return found
+
+
+def _woken_time(at: float, now: float, grace: float) -> bool:
+    return math.isfinite(at) and at <= now + grace
 
 
 def _woken(table: SlotTable, held: bool, now: float, grace: float) -> SlotDecision:
@@ -184,7 +217,8 @@ def _woken(table: SlotTable, held: bool, now: float, grace: float) -> SlotDecisi
     wake: list[str] = []
     waiters = list(table.waiters)
     for index, waiter in enumerate(waiters[: table.free]):
-        if waiter.woken_at is None or now - waiter.woken_at >= grace:
+        woken_at = waiter.woken_at
+        if woken_at is None or not _woken_time(woken_at, now, grace) or now - woken_at >= grace:
             waiters[index] = Waiter(waiter.run, now)
             wake.append(waiter.run)
     if wake:

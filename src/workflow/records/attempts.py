@@ -31,10 +31,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 from stepstone.records.codec import pack, unpack
 from stepstone.records.outcome import OutcomeRecord
+from stepstone.runtime import plausible
 from stepstone.runtime.queue import JobStatus
 
 HISTORY_VERSION = 1
@@ -124,7 +124,9 @@ def encode(info: AttemptInfo) -> bytes:
 
 
 def decode(data: bytes) -> AttemptInfo:
-    """The record ``data`` holds; ValueError saying what is wrong otherwise."""
+    """The record ``data`` holds; ValueError saying what is wrong otherwise
+    (a time, claim or attempt number that could not be real included:
+    :mod:`stepstone.runtime.plausible`)."""
     try:
         raw = unpack(data)
     except Exception as exc:
@@ -134,14 +136,14 @@ def decode(data: bytes) -> AttemptInfo:
     try:
         host, pid, worker = raw["worker"]
         info = AttemptInfo(
-            claim=int(raw["claim"]),
-            number=None if raw["attempt"] is None else int(raw["attempt"]),
+            claim=plausible.count(raw["claim"], "claim", least=1),
+            number=plausible.optional_count(raw["attempt"], "attempt"),
             result=AttemptResult(raw["result"]),
-            claimed_at=_float(raw["claimed_at"]),
-            ended_at=_float(raw["ended_at"]),
+            claimed_at=plausible.optional_time(raw["claimed_at"], "claimed_at"),
+            ended_at=plausible.optional_time(raw["ended_at"], "ended_at"),
             worker=worker,
             host=host,
-            pid=pid,
+            pid=plausible.optional_count(pid, "pid", most=2**31),
             error_type=raw["error_type"],
             message=raw["message"],
             traceback=raw["traceback"],
@@ -152,10 +154,6 @@ def decode(data: bytes) -> AttemptInfo:
     if not all(text is None or isinstance(text, str) for text in texts):
         raise ValueError("a field has the wrong type")
     return info
-
-
-def _float(value: Any) -> float | None:
-    return None if value is None else float(value)
 
 
 def final_attempt(outcome: OutcomeRecord) -> AttemptInfo | None:

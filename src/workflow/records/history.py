@@ -19,6 +19,10 @@ from stepstone.store import NotFound, ObjectStore
 
 READ_CONCURRENCY = 16
 """Attempt records read at once."""
+LONGEST_GAP = 100
+"""A gap of more claims than this is one entry, not one per claim (the
+first unrecorded claim, its message saying how many): a history is as long
+as its records, whatever their claim numbers."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,12 +74,19 @@ async def read_history(
 def _in_order(attempts: Iterable[AttemptInfo], outcome: OutcomeRecord | None) -> list[AttemptInfo]:
     """By claim, gaps filled; the claim a cancel ended says so."""
     known = sorted(attempts, key=lambda a: (a.claim is None, a.claim or 0))
-    numbered = {a.claim for a in known if a.claim is not None}
-    gaps = [
-        AttemptInfo(claim, None, AttemptResult.UNRECORDED)
-        for claim in range(1, max(numbered, default=0) + 1)
-        if claim not in numbered
-    ]
+    numbered = sorted({a.claim for a in known if a.claim is not None})
+    gaps: list[AttemptInfo] = []
+    previous = 0
+    for claim in numbered:
+        missing = claim - previous - 1
+        if 0 < missing <= LONGEST_GAP:
+            gaps.extend(
+                AttemptInfo(n, None, AttemptResult.UNRECORDED) for n in range(previous + 1, claim)
+            )
+        elif missing > LONGEST_GAP:
+            message = f"claims {previous + 1} to {claim - 1} unrecorded ({missing} claims)"
+            gaps.append(AttemptInfo(previous + 1, None, AttemptResult.UNRECORDED, message=message))
+        previous = claim
     ordered = sorted([*known, *gaps], key=lambda a: (a.claim is None, a.claim or 0))
     if outcome is not None and outcome.status is JobStatus.CANCELLED and ordered:
         ordered[-1] = _cancelled(ordered[-1], outcome.finished_at)

@@ -21,6 +21,7 @@ from typing import Any, Generic, TypeVar
 from stepstone.errors import JobCancelled, JobFailed
 from stepstone.records.codec import codec_for_type, pack, unpack
 from stepstone.records.envelope import Envelope
+from stepstone.runtime import plausible
 from stepstone.runtime.decide import FailureKind
 from stepstone.runtime.queue import JobStatus
 
@@ -180,14 +181,15 @@ class Tombstone:
 def decode_outcome_key(data: bytes) -> OutcomeRecord | Tombstone:
     """What an object at an outcome key holds: a record or a tombstone.
     ValueError saying what is wrong when it is neither (garbage, a truncated
-    object, another format version, a field missing or of the wrong type)."""
+    object, another format version, a field missing or of the wrong type, a
+    time or count that could not be real: :mod:`stepstone.runtime.plausible`)."""
     raw = _fields(data)
     try:
         if "tombstone" in raw:
             found: OutcomeRecord | Tombstone = Tombstone(
                 run_id=raw["run_id"],
                 incarnation=raw["tombstone"],
-                swept_at=float(raw["swept_at"]),
+                swept_at=plausible.time(raw["swept_at"], "swept_at"),
             )
         else:
             error = raw.get("error")
@@ -197,20 +199,22 @@ def decode_outcome_key(data: bytes) -> OutcomeRecord | Tombstone:
                 status=JobStatus(raw["status"]),
                 input_hash=raw["input_hash"],
                 incarnation=raw.get("incarnation", ""),
-                attempts=int(raw["attempts"]),
-                finished_at=float(raw["finished_at"]),
+                attempts=plausible.count(raw["attempts"], "attempts"),
+                finished_at=plausible.time(raw["finished_at"], "finished_at"),
                 result=raw.get("result"),
                 error=None if error is None else _error_info(error, raw.get("traceback")),
                 progress=raw.get("progress"),
-                submitted_at=raw.get("submitted_at"),
-                started_at=raw.get("started_at"),
-                claims=raw.get("claims"),
-                claimed_at=raw.get("claimed_at"),
+                submitted_at=plausible.optional_time(raw.get("submitted_at"), "submitted_at"),
+                started_at=plausible.optional_time(raw.get("started_at"), "started_at"),
+                claims=plausible.optional_count(raw.get("claims"), "claims"),
+                claimed_at=plausible.optional_time(raw.get("claimed_at"), "claimed_at"),
                 worker=_worker(raw.get("worker")),
                 version=raw.get("version"),
                 key=raw.get("key"),
                 input=raw.get("input"),
-                input_size=raw.get("input_size"),
+                input_size=plausible.optional_count(
+                    raw.get("input_size"), "input_size", most=2**40
+                ),
                 parent=raw.get("parent"),
                 replay_of=raw.get("replay_of"),
                 from_step=raw.get("from_step"),
@@ -265,6 +269,7 @@ def _worker(value: Any) -> tuple[str, int, str] | None:
     host, pid, worker_id = value
     if not (isinstance(host, str) and isinstance(pid, int) and isinstance(worker_id, str)):
         raise ValueError("the worker field has the wrong type")
+    plausible.count(pid, "the worker's pid", most=2**31)
     return host, pid, worker_id
 
 

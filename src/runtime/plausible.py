@@ -1,0 +1,81 @@
+"""What a time, count or index read from a record may be: :func:`time`, :func:`count`.
+
+A record that decodes can still hold a value no run could have written: a
+time of ``inf`` or ``1e20``, a NaN, a claim number of two million, a
+negative count. Used as it is, such a value crashes whatever formats it,
+switches a control off (a NaN compares false with everything) or holds a
+run for centuries. So every decoder of a record checks each time, count and
+index it reads against what could be real, and a value that fails makes the
+record corrupt (its decoder says so, naming its key), or, where the engine
+can safely start afresh (a rate limit's state, a schedule's marker), is
+repaired with a warning naming the record.
+
+What could be real:
+
+- a **time** is a finite number of seconds since the epoch within
+  ``WINDOW`` (a hundred years) of now; a use may ask for less (a lease
+  expiry is not days ahead);
+- a **count** or an **index** is a whole number from 0 (or 1) to
+  ``MAX_COUNT``.
+"""
+
+from __future__ import annotations
+
+import math
+import time as _time
+
+WINDOW = 100 * 365.25 * 86_400.0
+"""Seconds from now (either way) a time read from a record may lie."""
+MAX_COUNT = 1_000_000
+"""The largest count or index a record may hold (claims, attempts, sizes of
+lists it keeps): more than any run makes, few enough to show."""
+
+
+class Implausible(ValueError):
+    """A value read from a record that no run could have written; the message
+    names the field and the value."""
+
+
+def time(value: object, field: str, *, now: float | None = None, ahead: float = WINDOW) -> float:
+    """``value`` as a time, if it is one that could be real: finite, not
+    more than ``WINDOW`` before ``now`` (the wall clock when not given),
+    nor more than ``ahead`` after it. Raises :class:`Implausible`."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise Implausible(f"{field} is not a time: {_shown(value)}")
+    seconds = float(value)
+    if not math.isfinite(seconds):
+        raise Implausible(f"{field} is not a time: {seconds!r}")
+    at = _time.time() if now is None else now
+    if not at - WINDOW <= seconds <= at + min(ahead, WINDOW):
+        raise Implausible(f"{field} {seconds!r} is not a time near now")
+    return seconds
+
+
+def optional_time(
+    value: object, field: str, *, now: float | None = None, ahead: float = WINDOW
+) -> float | None:
+    """:func:`time`, or None for None."""
+    return None if value is None else time(value, field, now=now, ahead=ahead)
+
+
+def count(value: object, field: str, *, least: int = 0, most: int = MAX_COUNT) -> int:
+    """``value`` as a count or an index, if it is a whole number from
+    ``least`` to ``most``. Raises :class:`Implausible`."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise Implausible(f"{field} is not a whole number: {_shown(value)}")
+    if not least <= value <= most:
+        raise Implausible(f"{field} {value} is not from {least} to {most}")
+    return value
+
+
+def optional_count(
+    value: object, field: str, *, least: int = 0, most: int = MAX_COUNT
+) -> int | None:
+    """:func:`count`, or None for None."""
+    return None if value is None else count(value, field, least=least, most=most)
+
+
+def _shown(value: object) -> str:
+    """A value for a message, short whatever it holds."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
