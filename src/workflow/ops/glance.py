@@ -91,18 +91,6 @@ def memo_value(memo: StoredMemo) -> Any:
     return value
 
 
-def children(memos: list[StoredMemo], incarnation: str | None) -> list[str]:
-    """The run ids of the children the run's ``incarnation`` submitted, in
-    the order it submitted them (its child memos record them)."""
-    found = []
-    for memo in sorted(memos, key=lambda m: (m.position or 0, m.modified)):
-        wait = wait_memo(memo)
-        ours = memo.incarnation == (incarnation or "") and isinstance(memo.value, str)
-        if ours and wait is not None and wait.what == "child":
-            found.append(memo.value)
-    return found
-
-
 # -- tracebacks ----------------------------------------------------------------------
 
 _ENGINE_DIRS = (
