@@ -122,3 +122,29 @@ async def test_show_in_the_terminal_looks_the_same(runs: Runs, waited: Waited) -
     assert trace[2].strip() == "Traceback (most recent call last):"
     assert "ui_jobs.py" in trace[3], said
     assert "\x1b" not in said and "\\x1b" in said  # the job's text, escaped
+
+
+TIMELINE = """const svg = document.querySelector("figure.chart svg.timeline");
+if (!svg) return null;
+const titles = (selector) => [...svg.querySelectorAll(selector)].map(
+    (e) => e.querySelector("title").textContent);
+return {claims: titles("rect.lane-0"), waits: titles("rect.lane-1"),
+        steps: titles("circle.step"),
+        ticks: [...svg.querySelectorAll("text.tick")].map((t) => t.textContent)};"""
+
+
+async def test_a_runs_timeline_draws_its_claims_waits_and_steps_on_one_axis(
+    waited: Waited, ui: str, browser: Any
+) -> None:
+    browser.get(f"{ui}runs/{waited.patient}")
+    drawn = browser.execute_script(TIMELINE)
+    assert drawn is not None, "no timeline drawn"
+    # Three claims: one that slept, one that waited for the event, one that finished.
+    assert len(drawn["claims"]) == 3, drawn
+    assert drawn["claims"][0].startswith("claim 1: suspended, 20")
+    assert drawn["claims"][-1].startswith("claim 3: succeeded, 20")
+    assert len(drawn["waits"]) == 2 and all(w.startswith("waiting: ") for w in drawn["waits"])
+    assert [step.split(",")[0] for step in drawn["steps"]] == ["sleep", "event approval"]
+    assert re.fullmatch(r"20\d\d-\d\d-\d\d \d\d:\d\d:\d\dZ", drawn["ticks"][0])
+    assert all(tick.startswith("+") for tick in drawn["ticks"][1:])
+    assert not EPOCH.search(" ".join(drawn["claims"] + drawn["waits"] + drawn["steps"]))

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
@@ -43,7 +44,9 @@ HERE = Path(__file__).parent
 def _visible(value: Any) -> Any:
     """Every ``{{ value }}`` passes here before autoescaping: a string's control
     characters are written as escapes (line breaks kept, for tracebacks)."""
-    return escape_controls(value, newlines=True) if isinstance(value, str) else value
+    if isinstance(value, str) and not isinstance(value, Markup):  # (Markup: drawn here)
+        return escape_controls(value, newlines=True)
+    return value
 
 
 @jinja2.pass_context

@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 from urllib.parse import urlencode
 
+from markupsafe import Markup
+
 from stepstone.cli.durations import parse_since
 from stepstone.cli.errors import CliError
 from stepstone.ops.glance import memo_label, memo_value, wait_memo
@@ -24,6 +26,7 @@ from stepstone.ops.reads import Detail, StoredMemo, decode_value
 from stepstone.ops.timeline import current_steps, earlier_steps, took
 from stepstone.records.attempts import AttemptInfo
 from stepstone.runtime.queue import JobRecord, JobStatus
+from stepstone.ui.draw import run_timeline
 
 VALUE_CHARS = 4000
 """A value longer than this as JSON is cut (``stepstone show --json`` has it whole)."""
@@ -176,11 +179,13 @@ class RunView:
     """The queue record, while a claim is running (it is not in the history yet)."""
     result: str | None = None
     events: list[tuple[float, str]] = field(default_factory=list)
+    chart: Markup | None = None
+    """Its claims, waits and steps on one time axis (:mod:`stepstone.ui.draw`)."""
     step_names: list[str] = field(default_factory=list)
     """The names of the steps it recorded, once each, in order: where a replay may start."""
 
 
-def run_view(found: Detail) -> RunView:
+def run_view(found: Detail, now: float) -> RunView:
     outcome, queued = found.outcome, found.queued
     return RunView(
         detail=found,
@@ -195,6 +200,7 @@ def run_view(found: Detail) -> RunView:
         if outcome is None or outcome.result is None
         else pretty(decode_value(outcome.result)),
         events=_events(found),
+        chart=run_timeline(found, current_steps(found), now),
         step_names=list(
             dict.fromkeys(
                 step.memo.call.name if step.memo.call is not None else step.memo.step

@@ -103,7 +103,7 @@ async def run_page(request: Request) -> Response:
         found = await reads.detail(runner, run_id)
     except InspectError as exc:
         return render(request, "missing.html", {"run_id": run_id, "why": str(exc)}, 404)
-    return render(request, "run.html", {"run": run_view(found)})
+    return render(request, "run.html", {"run": run_view(found, runner.clock.now())})
 
 
 async def static(request: Request) -> Response:
