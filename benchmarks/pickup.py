@@ -10,7 +10,9 @@ runner that runs no worker) and awaits each result. For each job it
 records submit -> start (the job answers the wall-clock time its attempt
 began) and submit -> result. The first job is submitted as soon as the
 worker logs that it runs ("first"); then, for each idle time, the process
-waits that long after the last result before the next submit. Backends
+waits that long after the last result before the next submit, and up to a
+second more at random (but at idle 0), so that submits do not fall in step
+with the worker's looks at the doorbell. Backends
 take turns within each round, so a noisy machine weighs on both alike.
 
 **Failover.** A worker runs a job that takes 60 s and is killed with
@@ -28,6 +30,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import shutil
 import signal
 import statistics
@@ -144,7 +147,9 @@ async def pickup_round(backend: Backend, idles: list[float]) -> dict[str, list[l
         for idle in idles:
             samples = []
             for _ in range(SAMPLES.get(idle, 2)):
-                await asyncio.sleep(idle)
+                # Submits come at random moments, not in step with the
+                # worker's looks: up to a second more than the idle time.
+                await asyncio.sleep(idle + (random.random() if idle else 0.0))
                 samples.append(list(await _one(api, n)))
                 n += 1
             out[f"idle {idle:g}s"] = samples

@@ -425,6 +425,12 @@ class LeaseQueue(abc.ABC):
         A hint for how long a worker may sleep; None when nothing is pending."""
         return None
 
+    def next_look(self) -> float | None:
+        """Real seconds until a claim would look for other processes' work in
+        a way a wait would miss (a StoreQueue's look at its doorbell): how
+        long an idle worker may sleep at most. None: whenever it polls."""
+        return None
+
     def pending_here(self, run_id: str) -> bool:
         """Whether this process knows, without asking anyone, that the job has
         not ended: it waits unclaimed, or this process holds its lease, as of

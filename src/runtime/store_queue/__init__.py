@@ -20,6 +20,8 @@ One module per part, each with the reason it is so:
 - ``discovery``: listing the prefix and reading what it showed, as claims
   need them.
 - ``pacing``: when to list again, how much to read, how widely to pick.
+- ``doorbell``: the object enqueues rewrite, so idle claimers on a bucket
+  learn of new work with a HEAD rather than a LIST.
 - ``size_hints``: what a listed size says, so the record need not be read.
 - ``read_line``: the order records a listing showed are read in.
 - ``creates``: enqueues, a batch of creates in one request, and a create

@@ -24,6 +24,7 @@ from stepstone.store.errors import NotFound, PreconditionFailed, StoreUnavailabl
 from ..clock import Clock
 from ..queue import DEFAULT_LEASE, Delivery
 from .discovery import Discovery
+from .doorbell import Doorbell
 from .pacing import ScanPacing
 from .record_io import RecordIO
 from .records import CorruptRecord, delivery_of
@@ -37,13 +38,19 @@ class ClaimRace:
     """One instance's claims."""
 
     def __init__(
-        self, io: RecordIO, discovery: Discovery, pacing: ScanPacing, clock: Clock
+        self,
+        io: RecordIO,
+        discovery: Discovery,
+        pacing: ScanPacing,
+        clock: Clock,
+        doorbell: Doorbell,
     ) -> None:
         self._io = io
         self._view = io.view
         self._discovery = discovery
         self._pacing = pacing
         self._clock = clock
+        self._doorbell = doorbell
         self._claiming: set[str] = set()
         self.lease_hint = DEFAULT_LEASE
         """The last lease this instance claimed with: the guess for others' leases."""
@@ -80,6 +87,8 @@ class ClaimRace:
             await self._discovery.read_hinted()  # the store told of new records
             now = self._clock.now()
             candidates = self.candidates(now, wanted, n)
+        if len(candidates) < n and self._doorbell.look_due() and await self._doorbell.rang():
+            self._pacing.list_soon()  # someone enqueued: list now, not at the idle pace
         began = time.monotonic()
         if self._pacing.list_first(
             began, len(candidates) < n, (self._view[i].confirmed for i in candidates)
@@ -114,6 +123,8 @@ class ClaimRace:
                 await self._discovery.scan(self.lease_hint)  # cheaper than more refusals
                 now = self._clock.now()
         self.came_up_short = len(out) < n
+        if out:
+            self._doorbell.worked()
         self._pacing.claimed(contended=self._pacing.refusals > refused_before)
         return out
 

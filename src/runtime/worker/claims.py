@@ -9,8 +9,9 @@ overshoot it. A queue error holds off claiming for a pause that grows with
 each error in a row (:func:`stepstone.runtime.worker.pauses.error_pause`).
 
 The sleep lasts until something can change: the next job comes due
-(``queue.next_due``), a heartbeat or timeout falls due (the watch's
-pause), or ``poll_interval`` passes (other processes enqueue without
+(``queue.next_due``), the queue would look for others' work
+(``queue.next_look``: a StoreQueue's doorbell on a bucket), a heartbeat or
+timeout falls due (the watch's pause), or ``poll_interval`` passes (other processes enqueue without
 telling us); whatever wakes the loop sooner (a handler ending, work this
 process made, the clock moving) cuts it short.
 """
@@ -175,6 +176,9 @@ class ClaimLoop:
             # kind is at its cap): claiming again at once would not either.
             if due is not None and due > self._last_claim_at:
                 wait = min(wait, due - now)
+            look = self._queue.next_look()
+            if look is not None:
+                wait = min(wait, look)
         return max(MIN_SLEEP, min(wait, watch_pause()))
 
     def _failed(self, operation: str, error: Exception) -> None:

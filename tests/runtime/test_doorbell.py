@@ -1,0 +1,89 @@
+"""An idle worker on a bucket learns of another process's job from the
+doorbell (a HEAD of an object every enqueue rewrites), not at its next
+listing: stepstone.runtime.store_queue.doorbell.
+
+Listings are made rare here (an hour apart), so a job found at all was
+found by a ring. A second StoreQueue on the bucket stands for another
+process (moto S3, as in the contract suite); benchmarks/pickup.py uses real
+worker processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from stepstone.runtime import Attempt
+from stepstone.runtime.store_queue import StoreQueue
+from stepstone.runtime.worker import Worker
+from stepstone.store import MemoryStore, ObjectStore
+
+RARELY = 3600.0
+"""Seconds between listings: longer than any test waits."""
+
+
+async def until(condition: object, what: str, deadline: float = 20.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline
+    while not condition():  # type: ignore[operator]
+        if loop.time() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+async def test_an_idle_claimer_lists_when_the_doorbell_rang_and_only_then(
+    s3_store: ObjectStore,
+) -> None:
+    submitter = StoreQueue(s3_store)
+    idle = StoreQueue(s3_store, scan_interval=RARELY, idle_scan_max=RARELY)
+    assert idle.doorbell.on  # a bucket's queue looks at its doorbell by default
+    assert await idle.claim(1, lease=10) == []  # lists (the first claim), learns the bell
+    assert (idle.stats.scans, idle.doorbell.looks) == (1, 1)
+    await until(lambda: idle.next_look() == 0, "the next look to be due")
+    assert await idle.claim(1, lease=10) == []  # nothing rang: a HEAD, no LIST
+    assert (idle.stats.scans, idle.doorbell.looks) == (1, 2)
+    await submitter.enqueue(b"x", kind="k", id="new-job")
+    assert submitter.doorbell.rings == 1
+    await until(lambda: idle.next_look() == 0, "the next look to be due")
+    [delivery] = await idle.claim(1, lease=10)
+    assert delivery.id == "new-job"
+    assert idle.stats.scans == 2  # the ring made it list
+
+
+async def test_an_idle_worker_on_a_bucket_starts_another_process_job_without_its_idle_listing(
+    s3_store: ObjectStore,
+) -> None:
+    submitter = StoreQueue(s3_store)
+    queue = StoreQueue(s3_store, scan_interval=RARELY, idle_scan_max=RARELY)
+    ran: list[str] = []
+
+    async def handler(attempt: Attempt) -> None:
+        ran.append(attempt.run_id)
+
+    worker = Worker(queue, poll_interval=RARELY, name="doorbell-test")
+    worker.register("k", handler)
+    async with worker:
+        await until(lambda: queue.doorbell.looks >= 1, "the worker's first look")
+        for n in range(3):
+            await submitter.enqueue(b"x", kind="k", id=f"job-{n}")
+            await until(lambda n=n: len(ran) == n + 1, f"job {n} to run")
+    assert ran == ["job-0", "job-1", "job-2"]
+
+
+def test_a_queue_off_a_bucket_has_no_doorbell_unless_asked() -> None:
+    assert not StoreQueue(MemoryStore()).doorbell.on
+    assert StoreQueue(MemoryStore(), doorbell=0.25).doorbell.on
+    with pytest.raises(ValueError, match="doorbell must be >= 0"):
+        StoreQueue(MemoryStore(), doorbell=-1)
+
+
+async def test_a_queue_with_the_doorbell_off_neither_rings_nor_looks(
+    s3_store: ObjectStore,
+) -> None:
+    queue = StoreQueue(s3_store, doorbell=0)
+    await queue.enqueue(b"x", kind="k", id="a")
+    assert await queue.claim(2, lease=10) != []
+    assert await queue.claim(2, lease=10) == []
+    assert (queue.doorbell.rings, queue.doorbell.looks) == (0, 0)
+    assert queue.next_look() is None
