@@ -115,7 +115,7 @@ class Latency:
 
 @dataclass(frozen=True)
 class CheckSettings:
-    """How hard the check tries: the issue's figures by default."""
+    """How hard the check tries; the defaults are what docs/operations.md describes."""
 
     creators: int = 32
     writers: int = 8

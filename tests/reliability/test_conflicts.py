@@ -3,7 +3,7 @@ AWS gives them, costs a job nothing: through a proxy in front of moto that
 answers a tenth of conditional PUTs with the start of a burst (six 409s in a
 row on that key within 2 s), seeded, 50 jobs of 3 steps submitted by key
 and run by the runner's worker: every submit returns a handle, every step
-runs once, every outcome is recorded, nothing is logged as an error.
+runs once, every outcome is recorded, stepstone logs no error.
 Before conflicts had a rule and a budget of their own, the same bursts
 outlasted the store's five quick tries: steps ran twice, outcomes were not
 recorded and submits raised StoreUnavailable to their caller.
@@ -68,5 +68,7 @@ async def test_bursts_of_conflicts_cost_no_job_anything(
     ran_once = Counter({(n, name): 1 for n in range(JOBS) for name in "abc"})
     assert ran_once == RAN
     assert proxy.conflicts >= 30  # bursts met, not a lucky run without them
-    troubles = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    troubles = [  # the engine's; the proxy's own (a reset from moto under load) are not the subject
+        r for r in caplog.records if r.levelno >= logging.ERROR and r.name.startswith("stepstone")
+    ]
     assert not troubles, [r.getMessage() for r in troubles]
