@@ -9,6 +9,7 @@ hands a new life of that holder its dead life's claims, fenced
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
@@ -22,27 +23,29 @@ from stepstone.store import FileStore, MemoryStore
 
 
 def test_an_explicit_id_held_by_a_live_worker_is_refused_and_free_once_it_stops() -> None:
+    scope_a = f"scope-{uuid.uuid4().hex}"  # (other runs of the suite share the host's locks)
     first, second = WorkerIdentity("w-1"), WorkerIdentity("w-1")
-    first.take("scope-a")
+    first.take(scope_a)
     try:
         with pytest.raises(WorkerIdInUse, match="'w-1' is in use by a live worker on this host"):
-            second.take("scope-a")
-        WorkerIdentity("w-1").take("scope-b")  # another queue: another id
+            second.take(scope_a)
+        WorkerIdentity("w-1").take(f"{scope_a}-b")  # another queue: another id
     finally:
         first.release()
-    second.take("scope-a")
+    second.take(scope_a)
     second.release()
 
 
 def test_the_default_id_is_the_hosts_and_the_next_free_one_when_taken() -> None:
+    scope = f"scope-{uuid.uuid4().hex}"
     ids = [WorkerIdentity() for _ in range(3)]
     for identity in ids:
-        identity.take("scope-default")
+        identity.take(scope)
     base = default_worker_id()
     assert [identity.id for identity in ids] == [base, f"{base}-2", f"{base}-3"]
     ids[0].release()
     again = WorkerIdentity()
-    again.take("scope-default")
+    again.take(scope)
     assert again.id == base  # a restart gets its id back
     for identity in [*ids[1:], again]:
         identity.release()

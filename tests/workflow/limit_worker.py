@@ -6,6 +6,7 @@ Runs :class:`limit_jobs.Serial` jobs on the store until SIGTERM, then drains.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 
@@ -17,7 +18,16 @@ from stepstone import JobRunner
 async def main(url: str, lease: float) -> None:
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    runner = JobRunner(url, jobs=[Serial], concurrency=4, lease=lease, poll_interval=0.05)
+    # Each its own worker id: a worker taking a dead peer's free default id
+    # would take its runs back at once, and the test is of the lease.
+    runner = JobRunner(
+        url,
+        jobs=[Serial],
+        concurrency=4,
+        lease=lease,
+        poll_interval=0.05,
+        worker_id=f"limits-{os.getpid()}",
+    )
     async with runner:
         await stop.wait()
     await runner.close()
