@@ -122,6 +122,34 @@ async def test_a_run_whose_lease_lapsed_on_its_last_attempt_frees_its_slot(
         assert await after.result(timeout=10) == "a1"
 
 
+async def test_a_lost_wake_keeps_a_free_slot_waiting_no_longer_than_a_lease(
+    make_limited: Callable[..., JobRunner],
+    clock: FakeClock,
+    tracker: Tracker,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The holder's release is written, the wake that should follow is lost
+    # (as when its worker is killed between the two): the slot is free, and
+    # the first run in line must find it by itself about a lease later, not
+    # at the hour-long safety net.
+    async with make_limited(concurrency=4, lease=30) as runner:
+        holder = await runner.submit(Blocker(key="a"))
+        await wait_until(lambda: tracker.inside["a"] == 1, message="the holder runs")
+        first_in_line = await runner.submit(Blocker(key="a", n=1))
+        await wait_until(
+            lambda: _is(runner, first_in_line.id, JobStatus.WAITING_FOR_SLOT), message="it waits"
+        )
+
+        async def lost(run_id: str, waiting_for: JobStatus) -> bool:
+            return True  # answered as sent; never arrives
+
+        monkeypatch.setattr(runner.queue, "wake", lost)
+        tracker.release.set()
+        assert await holder.result(timeout=10) == "a0"
+        await advance(clock, 31)
+        assert await first_in_line.result(timeout=10) == "a1"
+
+
 async def test_starts_keep_to_the_rate_limit(
     make_limited: Callable[..., JobRunner], clock: FakeClock, tracker: Tracker
 ) -> None:

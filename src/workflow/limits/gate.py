@@ -93,8 +93,9 @@ class Limits:
 
     ``waking`` is the queue when it can wake a suspended job, else None;
     ``wait_recheck`` bounds a wait for a slot (the safety net for a lost
-    wake); ``grace`` is how long a woken run has to come before it is woken
-    again, and how long past its rate turn a run keeps its slot (the lease).
+    wake; the first run in line looks again after ``grace``); ``grace`` is
+    how long a woken run has to come before it is woken again, and how long
+    past its rate turn a run keeps its slot (the lease).
     """
 
     def __init__(
@@ -215,6 +216,18 @@ class Limits:
                 continue
             await self.decide(table, self._forget(run_id))
 
+    def _recheck(self, ahead: int) -> float:
+        """When a run waiting ``ahead`` of others in line looks again by itself.
+
+        The first in line looks again after ``grace`` (a lease): a wake lost
+        with the holder that freed the slot (killed between its release and
+        the wake), or a holder that died holding it (its slot lapses with its
+        lease), leaves a free slot that no one else would tell it of. Its look
+        takes the slot and wakes whoever is next, so one run a full key
+        looking again each lease is enough; the rest wait for the line to move.
+        """
+        return min(self.grace, self._wait_recheck) if ahead == 0 else self._wait_recheck
+
     def _forget(self, run_id: str) -> Decide:
         grace = self.grace
         return lambda state, now: slots.forget(state, run=run_id, now=now, grace=grace)
@@ -242,7 +255,7 @@ class Limits:
         if not decision.held:
             shown = key if len(key) <= 60 else key[:57] + "..."
             wait = Wait(JobStatus.WAITING_FOR_SLOT, f"key {shown!r}, {decision.ahead} ahead")
-            raise Suspend(self._clock.now() + self._wait_recheck, wait)
+            raise Suspend(self._clock.now() + self._recheck(decision.ahead), wait)
         held = HeldSlot(self, table, run.run_id, token)
         held.stop_renewing = lease.also_renew(held.renew)
         return held
