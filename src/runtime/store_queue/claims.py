@@ -153,15 +153,7 @@ class ClaimRace:
                 if fetched is None or not fetched[1].claimable(now):
                     return None
                 etag, job = fetched
-            new = job.next(
-                now,
-                attempts=job.attempts + 1,
-                claims=job.claims + 1,
-                token=new_token(holder),
-                lease_expires_at=now + lease,
-                wait=None,
-                woken=False,
-            )
+            new = job.claimed(now, token=new_token(holder), lease_expires_at=now + lease)
             try:
                 await self._io.swap(run_id, new, etag)
             except NotFound:

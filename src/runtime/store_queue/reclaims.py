@@ -57,15 +57,7 @@ async def reclaim(
         if kinds is not None and job.kind not in kinds:
             continue
         now = clock.now()
-        new = job.next(
-            now,
-            attempts=job.attempts + 1,
-            claims=job.claims + 1,
-            token=new_token(holder),
-            lease_expires_at=now + lease,
-            wait=None,
-            woken=False,
-        )
+        new = job.claimed(now, token=new_token(holder), lease_expires_at=now + lease)
         try:
             await io.swap(job.id, new, etag)
         except (NotFound, PreconditionFailed, StoreUnavailable):

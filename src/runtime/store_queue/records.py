@@ -101,6 +101,21 @@ class StoredJob:
         """The record's next version: ``changes`` applied, ``rev`` bumped."""
         return replace(self, rev=self.rev + 1, updated_at=now, **changes)
 
+    def claimed(self, now: float, *, token: str, lease_expires_at: float) -> StoredJob:
+        """The version a claim writes: held under ``token`` until
+        ``lease_expires_at``, one more attempt and claim, no longer waiting.
+        A claim, a reclaim and a guess at another process's claim write (or
+        assume) the same fields, so they are set here once."""
+        return self.next(
+            now,
+            attempts=self.attempts + 1,
+            claims=self.claims + 1,
+            token=token,
+            lease_expires_at=lease_expires_at,
+            wait=None,
+            woken=False,
+        )
+
     @property
     def due(self) -> float:
         """When it becomes claimable: its run-at while waiting, its lease's

@@ -117,15 +117,7 @@ def held_elsewhere(job: StoredJob, etag: str, since: float, lease: float) -> See
     """A placeholder for a waiting record someone else claimed at ``since``:
     the size that claim wrote and a lease of ``lease`` seconds guessed from
     this instance's own. Never written; a claim reads first."""
-    claimed = job.next(
-        job.updated_at,
-        attempts=job.attempts + 1,
-        claims=job.claims + 1,
-        token=TOKEN_SHAPE,
-        lease_expires_at=since + lease,
-        wait=None,  # as a claim writes it (StoreQueue._claim_one)
-        woken=False,
-    )
+    claimed = job.claimed(job.updated_at, token=TOKEN_SHAPE, lease_expires_at=since + lease)
     return Seen(etag, claimed.stripped(), len(encode(claimed)), guessed=True)
 
 
