@@ -50,6 +50,7 @@ from stepstone.ops.replay import Replayed, replay, replay_many
 from stepstone.records.attempt_log import AttemptLog
 from stepstone.records.attempts import AttemptInfo
 from stepstone.records.envelope import incarnation_of
+from stepstone.records.fit_to_run import check_fit_to_run
 from stepstone.records.history import read_history
 from stepstone.records.layout import Layout, check_run_id, run_id_for_key
 from stepstone.records.outcome import Outcome
@@ -62,8 +63,7 @@ from stepstone.runtime.queue import DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS, JobStat
 from stepstone.runtime.store_queue import StoreQueue
 from stepstone.runtime.worker import JobThreads, Worker
 from stepstone.schedules import Schedule, Scheduler
-from stepstone.store import NotFound, ObjectStore, StoreConfigError, open_store
-from stepstone.store.conformance import refuse_unconditional
+from stepstone.store import ObjectStore, open_store
 from stepstone.submit.created_here import CreatedHere
 from stepstone.submit.events import send_event
 from stepstone.submit.hand_off import HandOff
@@ -342,24 +342,7 @@ class JobRunner:
         worker`` calls it before it starts; an application that starts a
         worker itself can too.
         """
-        await self.store.list(self.layout.outcomes(), limit=1)
-        await refuse_unconditional(self.store)
-        await self._refuse_a_copy()
-
-    async def _refuse_a_copy(self) -> None:
-        """A copy of a store is history: its leases are stale and its runs
-        ran elsewhere, so a worker on it would run them again."""
-        mark = self.layout.copy_mark()
-        try:
-            said = (await self.store.get(mark)).data[:200].decode(errors="replace").strip()
-        except NotFound:
-            return
-        raise StoreConfigError(
-            f"this store is marked as a copy ({mark}: {said!r}): its leases are stale and "
-            "its runs belong to the store it was copied from, so no worker runs on it; "
-            "inspect it with stepstone ls, show or ui",
-            location=self.store.location,
-        )
+        await check_fit_to_run(self.store, self.layout)
 
     async def close(self) -> None:
         """Stop, close the store if the runner opened it from a URL, and stop

@@ -24,7 +24,13 @@ from stepstone.runtime.worker import Worker
 from stepstone.store import FileStore
 from stepstone.store.base import ChangeNotices
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="inotify is Linux's")
+pytestmark = pytest.mark.skipif(
+    sys.platform != "linux",
+    reason=(
+        "file notices use inotify, which only Linux has; elsewhere a worker finds "
+        "new jobs by listing, which the rest of the suite tests"
+    ),
+)
 
 RARELY = 3600.0
 """Seconds between listings: longer than any test waits."""
