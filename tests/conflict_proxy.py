@@ -14,11 +14,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import aiohttp
 from aiohttp import web
+from s3_proxy import HOP, Forwarding
 
-_HOP = {"host", "content-length", "transfer-encoding", "connection", "expect"}
-_DROP_RESPONSE = {"content-length", "transfer-encoding", "connection", "content-encoding", "date"}
 _CONFLICT = (
     '<?xml version="1.0" encoding="UTF-8"?><Error><Code>ConditionalRequestConflict</Code>'
     "<Message>A conflicting conditional operation is currently in progress against this "
@@ -43,6 +41,7 @@ class ConflictProxy:
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
+        self._server = Forwarding(self.upstream)
         self._bursts: dict[str, tuple[int, float]] = {}  # path: (409s left, until)
 
     def _conflicts(self, path: str) -> bool:
@@ -71,27 +70,14 @@ class ConflictProxy:
                 return web.Response(
                     status=409, body=_CONFLICT.encode(), content_type="application/xml"
                 )
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
-        async with self.session.request(
-            request.method, self.upstream + request.path_qs, headers=headers, data=body
-        ) as answer:
-            payload = await answer.read()
-            drop = _DROP_RESPONSE - ({"content-length"} if request.method == "HEAD" else set())
-            out = {k: v for k, v in answer.headers.items() if k.lower() not in drop}
-            return web.Response(status=answer.status, body=payload or None, headers=out)
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP}
+        return await self._server.forward(request, headers, body)
 
     def count(self, method: str) -> int:
         return sum(1 for m, _ in self.requests if m == method)
 
     async def start(self) -> None:
-        self.session = aiohttp.ClientSession(auto_decompress=False)
-        app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_route("*", "/{tail:.*}", self.handle)
-        self.runner = web.AppRunner(app, handle_signals=False)
-        await self.runner.setup()
-        await web.TCPSite(self.runner, "127.0.0.1", 0).start()
-        self.url = f"http://127.0.0.1:{self.runner.addresses[0][1]}"
+        self.url = await self._server.start(self.handle)
 
     async def stop(self) -> None:
-        await self.runner.cleanup()
-        await self.session.close()
+        await self._server.stop()
