@@ -232,6 +232,30 @@ async def test_a_symlink_out_of_the_root_is_not_written_through(tmp_path: Path) 
     await store.close()
 
 
+async def test_a_listing_begun_in_its_prefixs_directory_follows_no_symlink_nor_file(
+    tmp_path: Path,
+) -> None:
+    """A listing starts in the deepest directory its prefix names; on the way
+    there it treats a symlink or a file as the walk from the root
+    would: nothing is under them."""
+    root, outside = tmp_path / "store", tmp_path / "outside"
+    (outside / "sub").mkdir(parents=True)
+    (outside / "sub" / "victim").write_bytes(b"x")
+    store = FileStore(root)
+    await store.put("runs/a/1", b"one")
+    await store.put("runs/b/1", b"two")
+    await store.put("plain", b"a file")
+    (root / "runs" / "link").symlink_to(outside, target_is_directory=True)
+    assert [i.key for i in await store.list("runs/a/")] == ["runs/a/1"]
+    assert [i.key async for i in store.scan("runs/b/1")] == ["runs/b/1"]
+    assert [i.key for i in await store.list("runs/")] == ["runs/a/1", "runs/b/1"]
+    for prefix in ("runs/link/", "runs/link/sub/", "plain/", "plain/x"):
+        assert await store.list(prefix) == [], prefix
+        assert [i async for i in store.scan(prefix)] == [], prefix
+    assert await store.list("runs/none/") == []
+    await store.close()
+
+
 @pytest.mark.parametrize("own", [RESERVED_SEGMENT, f"{RESERVED_SEGMENT}/locks"])
 def test_a_store_whose_own_directory_is_a_symlink_is_refused(tmp_path: Path, own: str) -> None:
     root, outside = tmp_path / "store", tmp_path / "outside"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import operator
 import os
+import stat
 from collections.abc import Generator, Iterator
 
 from ..base import ObjectInfo
@@ -25,7 +26,25 @@ def objects_under(
     key order; the prefix is checked now, the tree walked as it is consumed."""
     validate_prefix(prefix, location=location)
     after = start_after.encode() if start_after is not None else None
-    return _walk(root, "", prefix, after)
+    return _from_deepest(root, prefix, after)
+
+
+def _from_deepest(root: str, prefix: str, after: bytes | None) -> Generator[ObjectInfo, None, None]:
+    """The walk, begun in the deepest directory the prefix names (``a/b/``
+    of ``a/b/c``): listing ``memos/<run>/`` reads that run's directory, not
+    the name of every run in ``memos/``. Each directory on the way must be
+    one, not a file or a symlink, as the walk from the root would have it
+    (the store's own directory is no prefix: ``validate_prefix`` refuses it)."""
+    rel = prefix[: prefix.rfind("/") + 1]
+    path = root
+    for part in rel.split("/")[:-1]:
+        path = os.path.join(path, part)
+        try:
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                return
+        except (FileNotFoundError, NotADirectoryError):
+            return
+    yield from _walk(path, rel, prefix, after)
 
 
 def next_page(objects: Iterator[ObjectInfo], size: int, location: str) -> list[ObjectInfo]:
