@@ -9,6 +9,9 @@ hands a new life of that holder its dead life's claims, fenced
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -103,3 +106,49 @@ async def test_reclaim_stops_at_its_limit_and_reads_only_recent_changes(tmp_path
 async def test_a_memory_store_is_its_own_scope() -> None:
     a, b = StoreQueue(MemoryStore()), StoreQueue(MemoryStore())
     assert a.holder_scope != b.holder_scope
+
+
+def test_only_a_start_after_a_life_killed_holding_the_id_follows_a_kill() -> None:
+    scope = f"scope-{uuid.uuid4().hex}"
+    first = WorkerIdentity("w-1")
+    first.take(scope)
+    assert not first.after_a_kill  # the first life under the id
+    first.release()  # a worker that stops lets its id go
+    second = WorkerIdentity("w-1")
+    second.take(scope)
+    assert not second.after_a_kill
+    second.release()
+    killed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os, signal, sys\n"
+            "from stepstone.runtime.worker.identity import WorkerIdentity\n"
+            "WorkerIdentity('w-1').take(sys.argv[1])\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n",
+            scope,
+        ],
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL
+    third = WorkerIdentity("w-1")
+    third.take(scope)
+    assert third.after_a_kill
+    third.release()
+
+
+async def test_a_fresh_worker_does_not_read_a_recent_backlog_to_look_for_runs_of_its_own(
+    tmp_path: Path,
+) -> None:
+    """A fleet starting over a backlog submitted just before: each worker
+    reads only what it claims, not every record (the look for a previous
+    life's runs is for a start after a kill)."""
+    store = FileStore(str(tmp_path))
+    submitter = StoreQueue(store)
+    for i in range(40):
+        await submitter.enqueue(b"x", kind="k", id=f"job-{i}")
+    queue = StoreQueue(store)
+    worker = Worker(queue, name=f"w-{uuid.uuid4().hex[:8]}", concurrency=1)
+    await worker.start()
+    await worker.stop()
+    assert queue.stats.fetches < 10

@@ -21,6 +21,15 @@ the same id by mistake cannot see this host's lock, and must not take runs
 from a worker that may well be alive, so it never finds them as its own.
 Its runs, and a rebooted host's, come back when their leases lapse, as any
 dead worker's do.
+
+Only a life that was killed can have left runs behind: a worker that stops
+lets its id go and removes the lock file, so a start that finds the file
+already there (:attr:`WorkerIdentity.after_a_kill`) follows one that died
+holding the id, and a start that creates it follows none. Only the first
+looks for runs to take back: that look reads every record changed within a
+couple of leases, which a fleet starting over a fresh backlog would
+otherwise each pay in full (100 workers over 2,000 records submitted just
+before: 200,000 GETs at their start).
 """
 
 from __future__ import annotations
@@ -85,6 +94,9 @@ class WorkerIdentity:
     def __init__(self, wanted: str | None = None) -> None:
         self._fd: int | None = None
         self._path: str | None = None
+        self.after_a_kill = False
+        """Whether the id's lock file was there when this life took it: the
+        last life under the id ended without letting it go (module docstring)."""
         self.explicit = False
         self.id = default_worker_id()
         """The id; the default may move on to a free one when the worker starts."""
@@ -120,7 +132,7 @@ class WorkerIdentity:
         for candidate in tries:
             locked = _lock(scope, candidate)
             if isinstance(locked, tuple):
-                self._fd, self._path = locked
+                self._fd, self._path, self.after_a_kill = locked
                 _HELD.add(self._fd)
                 self.id = candidate
                 return
@@ -146,14 +158,21 @@ class WorkerIdentity:
         os.close(fd)
 
 
-def _lock(scope: str, worker_id: str) -> tuple[int, str] | str:
-    """Lock the file of ``worker_id`` on ``scope``: (fd, path), or who holds it."""
+def _lock(scope: str, worker_id: str) -> tuple[int, str, bool] | str:
+    """Lock the file of ``worker_id`` on ``scope``: (fd, path, whether the file
+    was there already), or who holds it."""
     name = hashlib.sha256(f"{scope}\0{worker_id}".encode()).hexdigest()[:32]
     folder = os.path.join(tempfile.gettempdir(), LOCK_DIR)
     os.makedirs(folder, mode=0o700, exist_ok=True)
     path = os.path.join(folder, f"{name}.lock")
     for _ in range(10):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fd, existed = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600), False
+        except FileExistsError:
+            try:
+                fd, existed = os.open(path, os.O_RDWR), True
+            except FileNotFoundError:
+                continue  # unlinked by its releaser meanwhile
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -169,5 +188,5 @@ def _lock(scope: str, worker_id: str) -> tuple[int, str] | str:
             continue
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
-        return fd, path
+        return fd, path, existed
     return "a lock that keeps changing hands"

@@ -432,7 +432,7 @@ class Worker:
     async def _reclaim(self) -> None:
         """Take back the runs a killed life of this worker held (its id's
         lock, taken at the start, says that life is over), up to capacity."""
-        if not (isinstance(self.queue, Reclaiming) and self._identity.held):
+        if not (isinstance(self.queue, Reclaiming) and self._identity.after_a_kill):
             return
         kinds = list(self._handlers) if self.only_registered else None
         try:
