@@ -199,6 +199,7 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
             priority=job.priority,
             max_attempts=job.max_attempts,
             max_payload_bytes=self.max_payload_bytes,
+            run_at=job.run_at,
         )
         if run_id in self._records:
             return run_id, None

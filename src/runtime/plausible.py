@@ -14,7 +14,7 @@ What could be real:
 
 - a **time** is a finite number of seconds since the epoch within
   ``WINDOW`` (a hundred years) of now; a use may ask for less (a lease
-  expiry is not days ahead);
+  expiry is not more than ``LEASE_AHEAD`` ahead);
 - a **count** or an **index** is a whole number from 0 (or 1) to
   ``MAX_COUNT``.
 """
@@ -29,6 +29,22 @@ WINDOW = 100 * 365.25 * 86_400.0
 MAX_COUNT = 1_000_000
 """The largest count or index a record may hold (claims, attempts, sizes of
 lists it keeps): more than any run makes, few enough to show."""
+MAX_REVISION = 2**53
+"""The largest revision a record may hold: every write bumps it (a long
+run's lease renewals too), so it may pass ``MAX_COUNT``, but never this."""
+MAX_LEASE = 86_400.0
+"""The longest lease a claim may ask for, in seconds (a worker's ``lease``,
+a job type's ``Job.lease``, ``ctx.lease.ensure_at_least``): a lease is
+renewed by heartbeat while its run lives, so it need never be longer."""
+LATEST_DUE = 253_402_300_799.0
+"""The latest time a job may be due (its run-at): the end of year 9999, the
+last a datetime holds, and the last wake time a durable wait takes. A
+job may wait that long; an outcome's or an attempt's times may not lie
+past ``WINDOW``."""
+LEASE_AHEAD = 2 * MAX_LEASE
+"""How far ahead of now a lease expiry read from a record may lie: the
+longest lease, with as much again for another process's clock. Further
+ahead, a holder that died would hold its run (or its slot) for good."""
 
 
 class Implausible(ValueError):
@@ -40,13 +56,24 @@ def time(value: object, field: str, *, now: float | None = None, ahead: float = 
     """``value`` as a time, if it is one that could be real: finite, not
     more than ``WINDOW`` before ``now`` (the wall clock when not given),
     nor more than ``ahead`` after it. Raises :class:`Implausible`."""
+    at = _time.time() if now is None else now
+    return _between(value, field, at - WINDOW, at + min(ahead, WINDOW))
+
+
+def due(value: object, field: str, *, now: float | None = None) -> float:
+    """``value`` as a run-at time, if it could be real: a :func:`time`, but
+    as far ahead as ``LATEST_DUE``. Raises :class:`Implausible`."""
+    at = _time.time() if now is None else now
+    return _between(value, field, at - WINDOW, LATEST_DUE)
+
+
+def _between(value: object, field: str, earliest: float, latest: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise Implausible(f"{field} is not a time: {_shown(value)}")
     seconds = float(value)
     if not math.isfinite(seconds):
         raise Implausible(f"{field} is not a time: {seconds!r}")
-    at = _time.time() if now is None else now
-    if not at - WINDOW <= seconds <= at + min(ahead, WINDOW):
+    if not earliest <= seconds <= latest:
         raise Implausible(f"{field} {seconds!r} is not a time near now")
     return seconds
 

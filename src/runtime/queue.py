@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TypeVar
 
+from . import plausible
 from .clock import Clock
 from .errors import PayloadTooLarge
 from .run_id import check_storable_id
@@ -234,17 +235,28 @@ def check_enqueue(
     priority: int,
     max_attempts: int | None,
     max_payload_bytes: int,
+    run_at: float | None = None,
 ) -> str:
     """The arguments every backend's ``enqueue`` checks, in one place; returns
-    the job id (``id``, checked, or a fresh random one)."""
+    the job id (``id``, checked, or a fresh random one). A run-at or a
+    ``max_attempts`` its record could not hold (:mod:`stepstone.runtime.plausible`:
+    a run-at before a century ago or past the end of 9999, more attempts
+    than ``MAX_COUNT``) is refused here rather than written."""
     check_priority(priority)
+    if run_at is not None:
+        try:
+            plausible.due(run_at, "run_at")
+        except plausible.Implausible as exc:
+            raise ValueError(f"{exc}: a job is due from a century ago to the end of 9999") from exc
     if len(payload) > max_payload_bytes:
         raise PayloadTooLarge(
             f"payload of {len(payload)} bytes is over the queue's limit of "
             f"{max_payload_bytes} bytes"
         )
-    if max_attempts is not None and max_attempts < 1:
-        raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+    if max_attempts is not None and not 1 <= max_attempts <= plausible.MAX_COUNT:
+        raise ValueError(
+            f"max_attempts must be from 1 to {plausible.MAX_COUNT}, got {max_attempts}"
+        )
     return check_storable_id(id) if id is not None else secrets.token_hex(16)
 
 

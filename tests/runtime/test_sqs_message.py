@@ -81,7 +81,8 @@ def test_a_foreign_message_is_set_aside_with_its_body_and_refused_as_a_job() -> 
 job_ids = st.from_regex(r"[A-Za-z0-9._-]{1,200}", fullmatch=True).filter(
     lambda s: s not in (".", "..")
 )
-numbers = st.one_of(st.integers(-(2**53), 2**53), st.floats(allow_nan=False, allow_infinity=False))
+numbers = st.one_of(st.integers(0, 2**32), st.floats(0, 4e9))
+"""Times that could be real: 1970 to 2106 (stepstone.runtime.plausible)."""
 
 
 @st.composite
@@ -148,18 +149,24 @@ MALFORMED = [
     (_body(prio=10), "field 'prio' (priority) is 10, expected 0 to 9"),
     (_body(prio=-1), "field 'prio' (priority) is -1, expected 0 to 9"),
     (_body(max=...), "field 'max' (max_attempts) is missing"),
-    (_body(max=0), "field 'max' (max_attempts) is 0, expected at least 1"),
+    (_body(max=0), "field 'max' (max_attempts) is 0, expected 1 to 1000000"),
+    (_body(max=2**63), f"field 'max' (max_attempts) is {2**63}, expected 1 to 1000000"),
     (_body(run_at=...), "field 'run_at' (run_at) is missing"),
     (_body(run_at="soon"), "field 'run_at' (run_at) is a string, expected a number"),
     (_body(run_at=float("inf")), "field 'run_at' (run_at) is inf, expected a finite number"),
     (_body(run_at=float("nan")), "field 'run_at' (run_at) is nan, expected a finite number"),
+    (_body(run_at=1e20), "field 'run_at' (run_at): run_at 1e+20 is not a time"),
+    (_body(run_at=-1e12), "field 'run_at' (run_at): run_at -1000000000000.0 is not a time"),
     (_body(enq=...), "field 'enq' (enqueued_at) is missing"),
+    (_body(enq=1e11), "field 'enq' (enqueued_at): enqueued_at 100000000000.0 is not a time"),
     (_body(enq=False), "field 'enq' (enqueued_at) is a boolean, expected a number"),
     (_body(a=...), "field 'a' (attempts) is missing"),
     (_body(a="zz"), "field 'a' (attempts) is a string, expected an integer"),
-    (_body(a=-1), "field 'a' (attempts) is -1, expected at least 0"),
+    (_body(a=-1), "field 'a' (attempts) is -1, expected 0 to 1000000"),
+    (_body(a=10**7), "field 'a' (attempts) is 10000000, expected 0 to 1000000"),
     (_body(c=...), "field 'c' (claims) is missing"),
     (_body(c=1.5), "field 'c' (claims) is a fraction, expected an integer"),
+    (_body(c=-(2**63)), f"field 'c' (claims) is {-(2**63)}, expected 0 to 1000000"),
     (_body(h=...), "field 'h' (headers) is missing"),
     (_body(h=["trace"]), "field 'h' (headers) is an array, expected an object"),
     (_body(h={"trace": 1}), "field 'h' (headers) must map strings to strings"),
@@ -173,6 +180,7 @@ MALFORMED = [
     (_body(err=["x"]), "field 'err' (last_error) is an array, expected a string"),
     (_body(dead=None), "field 'dead' (dead_reason) is null, expected a string"),
     (_body(died="now"), "field 'died' (died_at) is a string, expected a number"),
+    (_body(died=-1e12), "field 'died' (died_at): died_at -1000000000000.0 is not a time"),
     (_body(foreign="raw"), "a foreign message set aside in the dead-letter queue"),
 ]
 

@@ -569,3 +569,31 @@ async def test_requests_per_job(make_queue: Factory) -> None:
     assert per_job["send_message_batch"] <= 0.15
     assert per_job["delete_message_batch"] <= 0.15
     assert sum(per_job.values()) <= 0.6
+
+
+async def test_a_message_holding_values_no_job_could_have_is_set_aside_naming_the_field(
+    make_queue: Factory, moto_server: str
+) -> None:
+    """A message that decodes but holds a count or time that could not be
+    real (stepstone.runtime.plausible) is set aside in the dead-letter queue
+    with a reason naming the field, never delivered and retried for good."""
+    import boto3
+
+    q = await make_queue()
+    client = boto3.client("sqs", endpoint_url=moto_server, region_name="us-east-1")
+    url = client.get_queue_url(QueueName=f"{q.name}-normal")["QueueUrl"]
+    good = {"v": 1, "kind": "k", "prio": 5, "max": 3, "run_at": time.time(), "enq": time.time()}
+    good.update(a=0, c=0, h={}, p="")
+    hostile = {"max": 2**63, "a": -5, "c": 10**7, "run_at": 1e20, "enq": -1e12, "died": 1e11}
+    for n, (key, value) in enumerate(hostile.items()):
+        body = json.dumps({**good, "id": f"j{n}", key: value})
+        client.send_message(QueueUrl=url, MessageBody=body)
+    assert await claim_until(q, within=1.5) == []
+    reasons: set[str] = set()
+    deadline = time.monotonic() + 10
+    while len(reasons) < len(hostile) and time.monotonic() < deadline:
+        reasons |= {body["dead"] for body in dead_bodies(moto_server, q)}
+    assert sorted(reason.split("'")[1] for reason in reasons) == sorted(hostile), reasons
+    await q.enqueue(b"after", id="after")
+    [delivery] = await claim_until(q)
+    assert delivery.id == "after"

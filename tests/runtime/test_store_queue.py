@@ -9,6 +9,7 @@ quotes them. test_multiprocess_queue.py measures several processes.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -434,6 +435,41 @@ async def test_a_garbage_record_is_skipped_counted_and_named(
     assert [r.id for r in (await q.list()).records] == ["fine"]
     assert (await q.counts())[JobStatus.RUNNING] == 1
     assert await q.cancel("garbage")  # and an operator can remove it
+
+
+HOSTILE_VALUES = {
+    "run_at": [math.nan, math.inf, 1e20, -1e12],
+    "lease_expires_at": [math.inf, 1e18, 2e9 + 86_400 * 365],
+    "created_at": [math.nan, -math.inf],
+    "updated_at": [1e20],
+    "priority": [10, -1, 2**63],
+    "max_attempts": [0, 2**62],
+    "attempts": [-5, 10**7],
+    "claims": [-1, 2**63],
+    "rev": [-1, 2**63],
+}
+"""Values a record decodes with but no run could have written, by field."""
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [(f, v) for f, values in HOSTILE_VALUES.items() for v in values]
+)
+async def test_a_record_holding_a_value_no_run_could_write_is_named_and_skipped(
+    backing: MemoryStore, clock: FakeClock, field: str, value: object
+) -> None:
+    """It is a record that cannot be read: named by its key and field, never
+    claimed (nor claimed again and again), and the rest of the queue goes on."""
+    q, _ = make(backing, clock, scan_interval=0.0)
+    job = replace(_job("hostile"), run_at=clock.now(), created_at=clock.now())
+    if field == "lease_expires_at":
+        job = replace(job, token="0" * 24)
+    await backing.put("queue/jobs/hostile", encode(replace(job, **{field: value})))
+    await q.enqueue(b"", id="fine")
+    assert [d.id for d in await q.claim(5, lease=30)] == ["fine"]
+    assert await q.claim(5, lease=30) == []
+    with pytest.raises(CorruptRecord, match="queue/jobs/hostile") as refused:
+        await q.get("hostile")
+    assert field in str(refused.value)
 
 
 def _job(job_id: str) -> StoredJob:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from stepstone import RateLimit
+from stepstone import CorruptRecord, RateLimit
 from stepstone.limits import rate, slots
 from stepstone.limits.slots import Holder, SlotDecision, SlotTable, Waiter
 
@@ -221,6 +221,30 @@ def test_a_waiter_woken_at_a_time_that_could_not_be_real_is_woken_again(woken_at
     table = SlotTable("t", "k", 1, waiters=(Waiter("first", woken_at),))
     decision = forget(table, run="other", now=NOW)
     assert decision.wake == ("first",)
+
+
+@pytest.mark.parametrize("limit", [0, -5, 2**63, -(2**63)])
+def test_a_stored_limit_that_could_not_be_real_still_wakes_the_first_in_line(limit: int) -> None:
+    """A limit below 1 would wake nobody when a holder leaves, one of 2**63
+    every waiter at once: it counts as 1 until the next acquire writes the
+    type's own limit, so the holder's release wakes the first in line."""
+    holders, waiters = (Holder("a", "tok-a", NOW + 30),), (Waiter("b"), Waiter("c"))
+    table = SlotTable("t", "k", limit, holders=holders, waiters=waiters)
+    assert slots.implausible(table, NOW, GRACE) == [f"limit {limit!r}"]
+    decision = release(table, run="a", token="tok-a", now=NOW)
+    assert decision.held and decision.wake == ("b",)
+    assert decision.table is not None and not slots.implausible(decision.table, NOW, GRACE)
+    came = take(decision.table, "b", now=NOW, limit=2)
+    assert came.held and came.table is not None and came.table.limit == 2
+
+
+@pytest.mark.parametrize("limit", [1.5, float("inf"), "3", None, True])
+def test_a_stored_limit_that_is_not_a_whole_number_makes_the_table_unreadable(
+    limit: object,
+) -> None:
+    fields = slots.to_fields(SlotTable("t", "k", 1))
+    with pytest.raises(CorruptRecord, match="slots/x"):
+        slots.from_fields({**fields, "limit": limit}, "slots/x")
 
 
 @pytest.mark.parametrize("tat", [float("nan"), float("inf"), 1e11, NOW + 1e7])

@@ -55,6 +55,7 @@ class Enqueues:
             priority=priority,
             max_attempts=job.max_attempts,
             max_payload_bytes=self._max_payload_bytes,
+            run_at=job.run_at,
         )
         if self._parts.markers is None and self._parts.local.is_live(run_id):
             return Enqueued(run_id, created=False)

@@ -45,6 +45,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .. import plausible
 from ..errors import QueueError
 from ..run_id import check_storable_id
 
@@ -162,7 +163,7 @@ def decode(text: str | bytes) -> JobMessage:
         kind=fields.text("kind", "kind"),
         priority=fields.integer("prio", "priority", lowest=0, highest=9),
         max_attempts=fields.integer("max", "max_attempts", lowest=1),
-        run_at=fields.number("run_at", "run_at"),
+        run_at=fields.number("run_at", "run_at", due=True),
         enqueued_at=fields.number("enq", "enqueued_at"),
         attempts=fields.integer("a", "attempts", lowest=0),
         claims=fields.integer("c", "claims", lowest=0),
@@ -208,18 +209,29 @@ class _Fields:
     def optional_text(self, key: str, name: str) -> str | None:
         return self.text(key, name) if key in self.body else None
 
-    def integer(self, key: str, name: str, *, lowest: int, highest: int | None = None) -> int:
+    def integer(
+        self, key: str, name: str, *, lowest: int, highest: int = plausible.MAX_COUNT
+    ) -> int:
+        """A whole number from ``lowest`` to ``highest`` (by default the
+        largest count a record may hold: :mod:`stepstone.runtime.plausible`)."""
         value: int = self._get(key, name, (int,), "an integer")
-        if value < lowest or (highest is not None and value > highest):
-            bounds = f"{lowest} to {highest}" if highest is not None else f"at least {lowest}"
-            raise MalformedMessage(f"field {key!r} ({name}) is {value}, expected {bounds}")
+        if not lowest <= value <= highest:
+            raise MalformedMessage(
+                f"field {key!r} ({name}) is {value}, expected {lowest} to {highest}"
+            )
         return value
 
-    def number(self, key: str, name: str) -> float:
+    def number(self, key: str, name: str, *, due: bool = False) -> float:
+        """A time that could be real (:mod:`stepstone.runtime.plausible`):
+        within a century of now, or, for a run-at (``due``), up to the end of 9999."""
         value: float = self._get(key, name, (int, float), "a number")
         if isinstance(value, float) and not math.isfinite(value):
             raise MalformedMessage(f"field {key!r} ({name}) is {value}, expected a finite number")
-        return value
+        try:
+            plausible.due(value, name) if due else plausible.time(value, name)
+        except plausible.Implausible as exc:
+            raise MalformedMessage(f"field {key!r} ({name}): {exc}") from exc
+        return value  # (as it came: a message re-sent reads the same bytes)
 
     def optional_number(self, key: str, name: str) -> float | None:
         return self.number(key, name) if key in self.body else None

@@ -34,6 +34,7 @@ def new_record(
         priority=job.priority,
         max_attempts=job.max_attempts,
         max_payload_bytes=max_payload_bytes,
+        run_at=job.run_at,
     )
     return StoredJob(
         id=run_id,

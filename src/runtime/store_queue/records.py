@@ -28,6 +28,7 @@ from typing import Any
 
 import msgpack
 
+from .. import plausible
 from ..errors import QueueError
 from ..queue import SUSPENDED_STATUSES, Delivery, JobRecord, JobStatus, Wait
 
@@ -250,7 +251,29 @@ def decode(data: bytes, *, key: str) -> StoredJob:
         values["wait"] = (wait[0], wait[1])
     if (values["token"] is None) != (values["lease_expires_at"] is None):
         raise CorruptRecord("a claim needs both a token and a lease expiry", key=key)
+    try:
+        _check_plausible(values)
+    except plausible.Implausible as exc:
+        raise CorruptRecord(f"holds a value no run could have written: {exc}", key=key) from exc
     return StoredJob(**values)
+
+
+def _check_plausible(values: dict[str, Any]) -> None:
+    """Every time and count of a decoded record, against what could be real
+    (:mod:`stepstone.runtime.plausible`): a NaN run-at is never due, a lease
+    expiry of ``inf`` is never taken over, a negative ``claims`` would skip
+    the run's memos, a ``max_attempts`` of 2**63 retries for good."""
+    plausible.count(values["priority"], "priority", most=_PRIORITIES - 1)
+    plausible.count(values["max_attempts"], "max_attempts", least=1)
+    plausible.count(values["attempts"], "attempts")
+    plausible.count(values["claims"], "claims")
+    plausible.count(values["rev"], "rev", most=plausible.MAX_REVISION)
+    plausible.due(values["run_at"], "run_at")
+    for name in ("created_at", "updated_at"):
+        plausible.time(values[name], name)
+    plausible.optional_time(
+        values["lease_expires_at"], "lease_expires_at", ahead=plausible.LEASE_AHEAD
+    )
 
 
 _WAIT_STATUSES = {status.value for status in SUSPENDED_STATUSES}

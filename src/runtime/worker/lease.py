@@ -7,9 +7,22 @@ import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from .. import plausible
 from ..clock import Clock
 from ..errors import LeaseLost
 from ..queue import Delivery, LeaseQueue
+
+
+def check_lease(seconds: float) -> float:
+    """``seconds`` as a lease a claim may hold: positive, and no longer than
+    ``plausible.MAX_LEASE`` (a lease is renewed while its run lives; a
+    record whose lease ends further ahead is one no run could have written).
+    Raises ValueError."""
+    if not 0 < seconds <= plausible.MAX_LEASE:
+        raise ValueError(
+            f"lease must be positive and at most {plausible.MAX_LEASE:g} s, got {seconds}"
+        )
+    return seconds
 
 
 class Lease:
@@ -54,6 +67,11 @@ class Lease:
         queue error from the renewal propagates: the lease could not be
         guaranteed, and the handler should not go on as if it had been.
         """
+        if seconds > plausible.MAX_LEASE:
+            raise ValueError(
+                f"a lease is at most {plausible.MAX_LEASE:g} s (renewed while the run lives), "
+                f"not {seconds}"
+            )
         if self._lost:
             raise LeaseLost(f"lease on job {self._delivery.id} was lost")
         if self._expires_at - self._clock.now() >= seconds:

@@ -45,6 +45,7 @@ from .hand_off import may_take
 from .handlers import Handler, Registration, is_async
 from .identity import WorkerIdentity
 from .in_flight import InFlight, Stop
+from .lease import check_lease
 from .logs import JobLog, logger
 from .pauses import Wakeup
 from .settle import Settler
@@ -112,8 +113,7 @@ class Worker:
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
-        if lease <= 0:
-            raise ValueError(f"lease must be positive, got {lease}")
+        check_lease(lease)
         if poll_interval <= 0:
             raise ValueError(f"poll_interval must be positive, got {poll_interval}")
         if heartbeat is not None and not 0 <= heartbeat < lease:
@@ -267,8 +267,8 @@ class Worker:
             raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
         if timeout is not None and timeout <= 0:
             raise ValueError(f"timeout must be positive, got {timeout}")
-        if lease is not None and lease <= 0:
-            raise ValueError(f"lease must be positive, got {lease}")
+        if lease is not None:
+            check_lease(lease)
         self._handlers[kind] = Registration(
             handler, is_async(handler), max_in_flight, timeout, lease
         )

@@ -40,6 +40,7 @@ from stepstone.execute.scope import AttemptScope
 from stepstone.handles.handle import JobHandle
 from stepstone.records.codec import codec_for_type
 from stepstone.records.outcome import Outcome
+from stepstone.runtime import plausible
 from stepstone.runtime.queue import JobStatus, Wait
 from stepstone.runtime.suspension import Suspend
 
@@ -50,9 +51,10 @@ RECHECK_POLLING = 30.0
 """Longest a waiting run stays suspended on a queue that cannot wake it (SQS):
 how late it may see an event or a child's end."""
 
-LATEST_WAKE = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()
+LATEST_WAKE = plausible.LATEST_DUE
 """The last wake time a durable wait takes (the end of year 9999, the last
-a datetime holds): a sleep or event timeout past it is refused at the call."""
+a datetime holds, the latest a job may be due): a sleep or event timeout
+past it is refused at the call."""
 
 _FLOAT = codec_for_type(float)
 _ANY = codec_for_type(Any)

@@ -103,5 +103,5 @@ def from_fields(fields: Any, key: str) -> RateState:
         return RateState(
             str(fields["job"]), None if rate_key is None else str(rate_key), float(fields["tat"])
         )
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise CorruptRecord(f"not a rate limit state: {exc!r}", key=key) from exc

@@ -15,6 +15,10 @@ A table holds:
   could not be real (not a number, more than ``HOLD_AHEAD`` ahead: a lease
   is renewed by heartbeat, its expiry is never that far off), which would
   otherwise block its key for good.
+- **limit**: how many may hold a slot, as the job type declares it (every
+  acquire writes it afresh); one that could not be real (below 1, above
+  ``plausible.MAX_COUNT``) counts as 1 until then, so a release still wakes
+  the first in line, who takes the slot under the type's own limit.
 - **waiters**: the runs that found the key full, in the order they asked,
   each with when it was last woken (None: not since it asked; a time that
   could not be real, not a number or ahead of now by more than ``grace``,
@@ -47,10 +51,12 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from stepstone.runtime import plausible
 from stepstone.runtime.store_queue.records import CorruptRecord
 
-HOLD_AHEAD = 86_400.0
-"""Seconds ahead of now past which a holder's ``until`` could not be real."""
+HOLD_AHEAD = plausible.LEASE_AHEAD
+"""Seconds ahead of now past which a holder's ``until`` (a lease expiry)
+could not be real."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,12 +188,19 @@ def _same(a: Holder, b: Holder) -> bool:
 
 
 def _without_lapsed(table: SlotTable, now: float, *, keep: Holder | None = None) -> SlotTable:
+    """``table`` without its lapsed holders, and its limit one that could be real."""
     holders = tuple(
         h
         for h in table.holders
         if now < h.until <= now + HOLD_AHEAD or (keep is not None and _same(h, keep))
     )
+    if not _real_limit(table.limit):
+        table = replace(table, limit=1)
     return table if len(holders) == len(table.holders) else replace(table, holders=holders)
+
+
+def _real_limit(limit: int) -> bool:
+    return 1 <= limit <= plausible.MAX_COUNT
 
 
 def implausible(table: SlotTable | None, now: float, grace: float) -> list[str]:
@@ -195,7 +208,8 @@ def implausible(table: SlotTable | None, now: float, grace: float) -> list[str]:
     the module docstring), for a warning naming the table."""
     if table is None:
         return []
-    found = [
+    found = [] if _real_limit(table.limit) else [f"limit {table.limit!r}"]
+    found += [
         f"holder {h.run} until {h.until!r}"
         for h in table.holders
         if not h.until <= now + HOLD_AHEAD  # (NaN too)
@@ -246,14 +260,17 @@ def to_fields(table: SlotTable) -> dict[str, Any]:
 def from_fields(fields: Any, key: str) -> SlotTable:
     """The table stored under ``key``; raises CorruptRecord naming it."""
     try:
+        limit = fields["limit"]
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise TypeError(f"limit is {limit!r}, not a whole number")
         return SlotTable(
             job=str(fields["job"]),
             key=str(fields["key"]),
-            limit=int(fields["limit"]),
+            limit=limit,
             holders=tuple(Holder(str(r), str(t), float(u)) for r, t, u in fields["holders"]),
             waiters=tuple(
                 Waiter(str(r), None if w is None else float(w)) for r, w in fields["waiters"]
             ),
         )
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise CorruptRecord(f"not a concurrency slot table: {exc!r}", key=key) from exc
