@@ -349,15 +349,16 @@ def test_runs_are_chosen_by_version_and_by_key_prefix(store_dir: Path, run_cli: 
     assert listed("--status", "ready") == {new_eu}
 
 
-def test_a_bulk_action_that_could_not_do_some_exits_1_and_says_which(
+def test_a_bulk_action_that_could_not_do_some_exits_with_its_own_status_and_says_which(
     store: Store, run_cli: RunCli
 ) -> None:
     """A queue record that does not decode is a run a bulk action cannot
     touch: the others are done, the command says how many it could not, and
-    exits 1, so a script sees the job was partial."""
+    exits 3, neither 0 (all done) nor 1 (failed, nothing done), so a script
+    sees the job was partial."""
     (store.path / "queue" / "jobs" / ("ef" * 16)).write_bytes(b"\x93 not a record")
     done = run_cli("cancel", "--kind", "cli.greet", "--yes", *store.args)
-    assert done.status == 1, done.out
+    assert done.status == 3, done.out
     assert "cancelled 2 of 2 run(s) of kind cli.greet" in done.out
     assert "1 record(s) could not be read, so their runs were not touched" in done.out
     assert "cannot read queue/jobs/" + "ef" * 16 in done.err

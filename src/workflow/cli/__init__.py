@@ -16,7 +16,8 @@ store, queue and prefix of an application's runner with ``--app APP:RUNNER``.
 Those options go before or after the command. Tables are for people (``ls``
 fits in 100 columns, newest first); ``--json`` prints one JSON document for
 scripts.
-A failure prints one line to stderr and exits 1 (2 for a usage mistake).
+A failure prints one line to stderr and exits 1 (2 for a usage mistake, 3
+for a bulk action that could not touch every run it chose: ``statuses``).
 
 The commands need none of the application's job types: they read the
 records the engine writes (see :mod:`stepstone.ops.reads`), so an operator
@@ -29,7 +30,7 @@ options), ``runners`` (the JobRunner a command works on), ``commands`` (the
 commands that inspect and operate on jobs), ``worker`` (the worker command
 and its signals), ``check_store`` (the conformance check of a store),
 ``render`` (tables and JSON), ``notices`` (warnings on stderr),
-``durations`` and ``errors``.
+``durations``, ``errors`` and ``statuses`` (the exit statuses).
 """
 
 from stepstone.cli.entry import main, run

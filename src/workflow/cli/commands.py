@@ -5,7 +5,8 @@ Each opens the runner the options name, does one thing through
 :mod:`stepstone.ops`, prints it (a table or ``--json``) and closes the
 runner. A command on one run takes its id or any unique start of it; a bulk
 action (``retry``, ``cancel``, ``replay`` with filters instead of an id) says how many
-runs match, asks, and exits 1 when it could not touch some. Each returns
+runs match, asks, and exits with its own status (``statuses.PARTIAL``) when
+it could not touch some. Each returns
 the exit status; failures are raised, for ``entry.main`` to print in one line.
 """
 
@@ -17,6 +18,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import TextIO
 
+from stepstone.cli import statuses
 from stepstone.cli.durations import parse_duration, parse_since
 from stepstone.cli.errors import CliError
 from stepstone.cli.render import (
@@ -206,8 +208,8 @@ BulkAction = Callable[[JobRunner, list[str]], Awaitable[actions.Bulk]]
 def _bulk(args: argparse.Namespace, verb: actions.BulkVerb, act: BulkAction) -> int:
     """A bulk action: list the runs the filters choose and of those the ones
     ``verb`` takes (:func:`stepstone.ops.actions.bulk_choice`), say how many,
-    confirm, act on each, and say which could not be done; exit 1 when any
-    could not (or could not be read)."""
+    confirm, act on each, and say which could not be done; exit
+    ``statuses.PARTIAL`` when any could not (or could not be read)."""
 
     async def body(runner: JobRunner) -> int:
         chosen, keep = actions.bulk_choice(verb, _filter(args, runner.clock.now()))
@@ -244,7 +246,7 @@ def _bulk(args: argparse.Namespace, verb: actions.BulkVerb, act: BulkAction) -> 
                 print(
                     f"{len(unlisted)} record(s) could not be read, so their runs were not touched"
                 )
-        return 1 if untouched else 0
+        return statuses.PARTIAL if untouched else statuses.OK
 
     return asyncio.run(_with_runner(args, body))
 

@@ -2,8 +2,9 @@
 
 Every failure a user can act on (a CliError, a job that is not there, a
 store or queue that refuses) becomes ``stepstone: error: ...`` on stderr and
-exit status 1 (2 for a usage mistake, 130 for Ctrl-C); a traceback is left
-for bugs. A reader that stops reading (``stepstone ls | head``) ends the
+exit status 1 (2 for a usage mistake, 130 for Ctrl-C:
+:mod:`stepstone.cli.statuses`); even what no one foresaw is one line, never
+a traceback. A reader that stops reading (``stepstone ls | head``) ends the
 command quietly, as it ends any Unix tool: exit status 141 (128 + SIGPIPE),
 nothing on stderr.
 """
@@ -11,11 +12,11 @@ nothing on stderr.
 from __future__ import annotations
 
 import os
-import signal
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from stepstone.cli import statuses
 from stepstone.cli.errors import CliError
 from stepstone.cli.notices import notices_on_stderr
 from stepstone.cli.parser import build_parser
@@ -41,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return status
     except BrokenPipeError:
         _silence_stdout()
-        return 128 + signal.SIGPIPE
+        return statuses.CLOSED_PIPE
     except CliError as exc:
         return _fail(str(exc), exc.status)
     except InspectError as exc:
@@ -51,13 +52,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except QueueError as exc:  # e.g. SqsUnsupported: `show` of a job SQS cannot look up
         return _fail(str(exc))
     except KeyboardInterrupt:
-        return _fail("interrupted", 130)
+        return _fail("interrupted", statuses.INTERRUPTED)
     except Exception as exc:  # whatever a record holds, one line, never a traceback
         said = str(exc) if len(str(exc)) <= 300 else f"{str(exc)[:297]}..."
         return _fail(f"{type(exc).__name__}: {said} (unexpected: please report it)")
 
 
-def _fail(message: str, status: int = 1) -> int:
+def _fail(message: str, status: int = statuses.FAILED) -> int:
     sys.stderr.write(f"stepstone: error: {escape_controls(message)}\n")
     return status
 
