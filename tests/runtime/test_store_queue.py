@@ -277,6 +277,38 @@ async def test_records_held_elsewhere_or_dead_keep_no_payload_in_the_view(
     assert held.payload == b"big" * 100
 
 
+async def test_a_listing_asked_again_reads_only_the_records_that_changed(
+    backing: MemoryStore, clock: FakeClock
+) -> None:
+    """What a web view's refresh costs: the records another process holds and
+    the dead (whose payload the view does not keep) are read once, not at
+    every listing; a record that changed is read again, one that is gone is
+    forgotten."""
+    a, _ = make(backing, clock)
+    viewer, counting = make(backing, clock)
+    for n in range(4):
+        await a.enqueue(b"payload", id=f"job-{n}")
+    [held] = await a.claim(1, lease=30)
+    [dead] = await a.claim(1, lease=30)
+    await a.dead_letter(dead, "x")
+    first = await viewer.list()
+    assert take(counting) == {"GET": 4, "LIST": 1}
+    assert {r.id: r.payload for r in first.records} == {f"job-{n}": b"payload" for n in range(4)}
+    again = await viewer.list()
+    assert take(counting) == {"LIST": 1}
+    assert again.records == first.records
+    await a.renew(held, 60)
+    await a.ack(held)
+    [other] = await a.claim(1, lease=30)
+    await a.renew(other, 60)
+    changed = await viewer.list()
+    assert take(counting) == {"GET": 1, "LIST": 1}
+    assert sorted(r.id for r in changed.records) == sorted(
+        r.id for r in first.records if r.id != held.id
+    )
+    assert viewer._inspection._whole.keys() == {r.id for r in changed.records}
+
+
 async def test_a_backlog_another_process_enqueued_is_read_as_claims_need_it(
     backing: MemoryStore, clock: FakeClock
 ) -> None:

@@ -2,7 +2,11 @@
 time, and counts by status.
 
 A record whose current version the view holds costs no GET: a listing shows
-each record's etag, and only the ones the view does not know are read.
+each record's etag, and only the ones the view does not know are read. The
+view keeps no payload of a record another process holds, nor of a dead one
+(a worker need not), so the listings keep their own copy of each record they
+read whole, by etag: a listing asked for again (a web view's refresh) reads
+only the records that changed since.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ class RecordInspection:
         self._io = io
         self._view = io.view
         self._clock = clock
+        self._whole: dict[str, tuple[str, StoredJob]] = {}
+        """Run id: (etag, the record with its payload) as a listing last read it."""
 
     async def get(self, run_id: str) -> JobRecord | None:
         if not is_storable_id(run_id):
@@ -47,8 +53,10 @@ class RecordInspection:
         unreadable: list[tuple[str, str]] = []
         last: str | None = None
         after = None if cursor is None else self._io.key(cursor)
+        listed: set[str] = set()
         while True:
             page = await store.list(jobs, start_after=after, limit=DEFAULT_PAGE_SIZE)
+            listed.update(self._io.run_id_of(info.key) for info in page)
             pos = 0
             while pos < len(page):
                 if len(out) == limit:
@@ -67,6 +75,9 @@ class RecordInspection:
                     if status is None or record.status == status:
                         out.append(record)
             if len(page) < DEFAULT_PAGE_SIZE:
+                if cursor is None:  # every record listed: forget the copies of those gone
+                    for run_id in self._whole.keys() - listed:
+                        del self._whole[run_id]
                 return Page(out, None, tuple(unreadable))
             after = page[-1].key
 
@@ -101,6 +112,9 @@ class RecordInspection:
                     return run_id, seen.job
                 if seen.job is None and not payload:
                     return run_id, None  # counts skip it without reading it again
+            kept = self._whole.get(run_id)
+            if kept is not None and kept[0] == info.etag:
+                return run_id, kept[1]
             before = self._view.etag(run_id)
             obj = await self._io.get(run_id)
             if obj is None:
@@ -115,6 +129,8 @@ class RecordInspection:
                 )
             except CorruptRecord as exc:
                 return run_id, exc
+            if payload:
+                self._whole[run_id] = (obj.etag, job)
             return run_id, job
 
         return list(await asyncio.gather(*(one(info) for info in infos)))
