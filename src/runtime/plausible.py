@@ -16,7 +16,10 @@ What could be real:
   ``WINDOW`` (a hundred years) of now; a use may ask for less (a lease
   expiry is not more than ``LEASE_AHEAD`` ahead);
 - a **count** or an **index** is a whole number from 0 (or 1) to
-  ``MAX_COUNT``.
+  ``MAX_COUNT``;
+- a **duration** (a pace, a period) is a finite number of seconds in the
+  range its use allows;
+- a **name** (a worker's id, a host) is printable text of a bounded length.
 """
 
 from __future__ import annotations
@@ -100,6 +103,29 @@ def optional_count(
 ) -> int | None:
     """:func:`count`, or None for None."""
     return None if value is None else count(value, field, least=least, most=most)
+
+
+def duration(value: object, field: str, *, least: float, most: float) -> float:
+    """``value`` as seconds, if it is a finite number from ``least`` to
+    ``most``. Raises :class:`Implausible`."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise Implausible(f"{field} is not a number of seconds: {_shown(value)}")
+    seconds = float(value)
+    if not (math.isfinite(seconds) and least <= seconds <= most):
+        raise Implausible(f"{field} {seconds!r} is not from {least:g} to {most:g} seconds")
+    return seconds
+
+
+def name(value: object, field: str, *, longest: int = 255) -> str:
+    """``value`` as a name shown to people, if it is printable text of 1 to
+    ``longest`` characters. Raises :class:`Implausible`."""
+    if not isinstance(value, str):
+        raise Implausible(f"{field} is not text: {_shown(value)}")
+    if not 0 < len(value) <= longest or not value.isprintable():
+        raise Implausible(
+            f"{field} is not a printable name of 1 to {longest} characters: {_shown(value)}"
+        )
+    return value
 
 
 def _shown(value: object) -> str:

@@ -62,6 +62,7 @@ from stepstone.runtime.clock import Clock, SystemClock
 from stepstone.runtime.queue import DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS, JobStatus, LeaseQueue
 from stepstone.runtime.store_queue import StoreQueue
 from stepstone.runtime.worker import JobThreads, Worker
+from stepstone.runtime.worker.presence import BEAT, Presence
 from stepstone.schedules import Schedule, Scheduler
 from stepstone.store import ObjectStore, open_store
 from stepstone.submit.created_here import CreatedHere
@@ -93,7 +94,8 @@ class JobRunner:
     killed life held (:mod:`stepstone.runtime.worker.identity`). By default
     it is the host's name (a container's), or the next free one when
     several workers share a host; two live workers on one host given one id
-    are refused (``start`` raises WorkerIdInUse).
+    are refused (``start`` raises WorkerIdInUse). The worker's record, which
+    ``stepstone workers`` reads, is written every ``worker_beat`` s (None: never).
     """
 
     def __init__(
@@ -124,6 +126,7 @@ class JobRunner:
         on_settled: SettledHook | None = None,
         history: bool = True,
         worker_id: str | None = None,
+        worker_beat: float | None = BEAT,
     ) -> None:
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
@@ -134,7 +137,9 @@ class JobRunner:
         )
         self.layout = Layout(prefix, key_limit=self.store.key_limit)
         self.queue: LeaseQueue = (
-            queue if queue is not None else _default_queue(self.store, self.layout, self.clock)
+            queue
+            if queue is not None
+            else StoreQueue(self.store, prefix=self.layout.queue(), clock=self.clock)
         )
         self.max_attempts = max_attempts
         self.retention = retention
@@ -201,6 +206,9 @@ class JobRunner:
             ),
             observer=self._metrics,
             threads=self._threads,
+            presence=None
+            if worker_beat is None
+            else Presence(self.store, self.layout.workers(), clock=self.clock, every=worker_beat),
         )
         self._canceller = Canceller(
             records=records,
@@ -337,10 +345,9 @@ class JobRunner:
         not exist, the credentials are refused or lack permission, the
         region is wrong, the store ignores or refuses conditional writes:
         :func:`stepstone.store.conformance.refuse_unconditional`, the store
-        is marked as a copy: ``Layout.copy_mark``) and
-        StoreUnavailable when the store cannot be reached. ``stepstone
-        worker`` calls it before it starts; an application that starts a
-        worker itself can too.
+        is marked as a copy: ``Layout.copy_mark``) and StoreUnavailable when
+        the store cannot be reached. ``stepstone worker`` calls it before it
+        starts; an application that starts a worker itself can too.
         """
         await check_fit_to_run(self.store, self.layout)
 
@@ -590,8 +597,3 @@ def run_id_of(run: str | Job[Any]) -> str:
             )
         return run_id_for_key(key)
     return check_run_id(run)
-
-
-def _default_queue(store: ObjectStore, layout: Layout, clock: Clock) -> LeaseQueue:
-    prefix = f"{layout.prefix}/queue" if layout.prefix else "queue"
-    return StoreQueue(store, prefix=prefix, clock=clock)

@@ -1,7 +1,8 @@
 """A worker killed with SIGKILL and started again under its id takes back its
 runs at once (guarantee: docs/guarantees.md, "a restarted worker resumes its
 own runs"); another id does not; two live workers on one host with one id
-cannot both run.
+cannot both run. Each one's record (``workers/``, what ``stepstone workers``
+and the workers page read) says which are live, gone or stopped.
 
 Real ``stepstone worker`` processes on a directory store, with a lease of
 600 s (rel_reclaim_app.py): a run that starts again within the test was
@@ -23,6 +24,9 @@ from rel_reclaim_app import Held, Quick
 from rel_support import wait_for
 
 from stepstone import JobRunner
+from stepstone.ops.workers import read_workers
+from stepstone.runtime.clock import FakeClock
+from stepstone.runtime.worker.presence import BEAT, GONE_AFTER
 
 pytestmark = pytest.mark.slow
 
@@ -46,6 +50,11 @@ class Worker:
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
+
+    def stop(self) -> None:
+        """SIGTERM, as a deploy stops it: it drains and exits."""
+        self.proc.send_signal(signal.SIGTERM)
+        assert self.proc.wait(60) == 0, self.text()
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -129,9 +138,56 @@ async def test_a_second_live_worker_with_the_same_id_on_a_host_is_refused(
             text = second.text()
             assert "worker id 'w-1' is in use by a live worker on this host" in text
             assert "Traceback" not in text
+            # The refused one never wrote a record: one live w-1, holding the run.
+            (row,) = (await read_workers(api)).rows
+            assert (row.record.worker_id, row.state, row.record.pid) == (
+                "w-1",
+                "live",
+                first.proc.pid,
+            )
+            assert not row.shared_id
             # The first goes on: its run was not taken from it.
             assert first.proc.poll() is None
             assert await (await api.submit(Quick(n=3))).result(timeout=60) == 3
             assert len(starts(marks)) == 1
     finally:
         first.kill()
+
+
+async def test_a_killed_worker_shows_gone_after_missed_beats_and_its_restart_replaces_it(
+    store: Path, tmp_path: Path
+) -> None:
+    marks = tmp_path / "starts"
+    workers: list[Worker] = []
+    async with api_runner(store) as api:
+        try:
+            workers.append(Worker(store, tmp_path / "w1.log", "w-1"))
+            handle = await api.submit(Held(path=str(marks)))
+            await wait_for(lambda: len(starts(marks)) == 1, 60, "the first attempt")
+
+            async def beating() -> bool:
+                return len((await read_workers(api)).rows) == 1
+
+            await wait_for(beating, 60, "its first beat")
+            workers[0].kill()
+            (dead,) = (await read_workers(api)).rows
+            assert dead.state == "live"  # until it misses its beats
+            later = JobRunner(str(store), clock=FakeClock(dead.record.beat_at))
+            later.clock.advance(GONE_AFTER * BEAT + 1)  # type: ignore[attr-defined]
+            assert [row.state for row in (await read_workers(later)).rows] == ["gone"]
+            await later.close()
+
+            workers.append(Worker(store, tmp_path / "w2.log", "w-1"))
+            assert await handle.result(timeout=60) == 2
+
+            async def replaced() -> bool:
+                rows = (await read_workers(api)).rows
+                return [row.record.pid for row in rows] == [workers[1].proc.pid]
+
+            await wait_for(replaced, 60, "the restart's record in place of the dead one's")
+            workers[1].stop()
+            (row,) = (await read_workers(api)).rows
+            assert (row.state, row.record.held) == ("stopped", 0)
+        finally:
+            for worker in workers:
+                worker.kill()

@@ -299,7 +299,8 @@ async def test_requests_per_job_through_the_whole_engine(
     assert sum(sqs.values()) <= 3.0
     # S3: marker + outcome + 2 memos are the conditional PUTs.
     assert s3_counts["CONDITIONAL_PUT"] == 4 * count
-    assert s3_counts["PUT"] == 0
+    # The only plain PUTs are the worker's record (its start, a beat each 30 s): none a job.
+    assert s3_counts["PUT"] <= 3
 
 
 if __name__ == "__main__":

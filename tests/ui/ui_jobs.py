@@ -104,3 +104,15 @@ class Patient(Job[str]):
         await ctx.sleep(0.2)
         approval: dict[str, str] = await ctx.wait_for_event("approval")
         return f"approved by {approval['by']}"
+
+
+class Hold(Job[str]):
+    """Holds its worker until the worker stops (a run a workers page shows held)."""
+
+    NAME: ClassVar[str] = "orders.hold"
+
+    async def run(self, ctx: JobContext) -> str:
+        import asyncio
+
+        await asyncio.sleep(3600)
+        return "held"

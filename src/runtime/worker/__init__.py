@@ -34,6 +34,9 @@ why it is apart:
 - ``identity``: the worker's id across restarts, held by a lock on its
   host, so a restart takes back its own runs and two live workers cannot
   share one.
+- ``presence``: the worker's record in the store (id, host, pid, capacity,
+  runs held, last beat), which operators' tools read to see the fleet; a
+  clean stop marks it, a dead worker's shows as gone, old ones are swept.
 - ``logs``: the worker's logger and a job's line with its run id, kind and
   attempt.
 - ``stats``: :class:`WorkerStats`, the counters.

@@ -119,6 +119,10 @@ class InFlight:
         """Jobs in flight, by kind (a copy; safe to call from another thread)."""
         return self._by_kind.copy()
 
+    def run_ids(self) -> list[str]:
+        """The runs with a delivery in flight here, once each."""
+        return list(self._held)
+
     def of_run(self, run_id: str) -> list[InFlightJob]:
         """The deliveries of ``run_id`` in flight here (usually none or one)."""
         if run_id not in self._held:

@@ -48,6 +48,7 @@ from .in_flight import InFlight, Stop
 from .lease import check_lease
 from .logs import JobLog, logger
 from .pauses import Wakeup
+from .presence import Presence
 from .settle import Settler
 from .stats import WorkerStats
 from .threads import JobThreads
@@ -110,6 +111,7 @@ class Worker:
         cancel_check: float | None = 1.0,
         name: str | None = None,
         only_registered: bool = False,
+        presence: Presence | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -135,6 +137,7 @@ class Worker:
         self.cancel_check = cancel_check
         self._identity = WorkerIdentity(name)
         self.only_registered = only_registered
+        self._presence = presence
         self.stats = WorkerStats()
         self._callbacks = callbacks
         self._observer = observer
@@ -283,6 +286,10 @@ class Worker:
         """Jobs in flight here, by kind (a copy; safe to call from another thread)."""
         return self._jobs.by_kind()
 
+    def held_runs(self) -> list[str]:
+        """The run ids in flight here, once each (what the worker's record lists)."""
+        return self._jobs.run_ids()
+
     def holds(self, run_id: str) -> bool:
         """Whether this worker has the job in flight under a lease that has not
         lapsed by its clock (so whoever waits for the job's end here will hear
@@ -349,6 +356,8 @@ class Worker:
             clock_mod.subscribe(self.clock, self.wake),
         ]
         self._loop_task = asyncio.create_task(self._run(), name=f"{self.name} loop")
+        if self._presence is not None:
+            self._presence.start(self, sole_holder=self._identity.held)
         logger.info("%s started (concurrency %d)", self.name, self._concurrency)
 
     async def stop(self, drain_timeout: float | None = None) -> None:
@@ -426,6 +435,8 @@ class Worker:
             for unsubscribe in self._unsubscribe:
                 unsubscribe()
             self._unsubscribe = []
+            if self._presence is not None:
+                await self._presence.stop()  # marked stopped while the id is still held
             self._identity.release()
             logger.info("%s stopped", self.name)
 

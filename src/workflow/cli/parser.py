@@ -23,6 +23,7 @@ from stepstone.cli.commands import (
     cmd_show,
     cmd_stats,
 )
+from stepstone.cli.fleet import cmd_workers
 from stepstone.cli.runners import ENV_PREFIX, ENV_STORE
 from stepstone.cli.ui import cmd_ui
 from stepstone.cli.worker import cmd_worker
@@ -253,6 +254,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--count", type=int, default=3, help="next ticks to show per schedule (default 3)"
     )
     schedules.set_defaults(handler=cmd_schedules)
+
+    workers = sub.add_parser(
+        "workers",
+        parents=[common],
+        help="the workers, one line each: live, gone (missed beats) or stopped",
+        description="List the workers from the records they keep in the store: each "
+        "one's id, state, host, pid, runs held of its capacity, when it was last seen and "
+        "the runs it holds. Live ones first, then those gone (no beat for three of their "
+        "beats) and those stopped within the last day.",
+    )
+    workers.set_defaults(handler=cmd_workers)
 
     ui = sub.add_parser(
         "ui",

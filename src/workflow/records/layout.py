@@ -12,6 +12,7 @@ children/<run_id>/<child>                    a child a run submitted (create-if-
 schedules/<name>                             the last tick a schedule submitted
 slots/<digest>                               a concurrency key's holders and waiters
 rates/<digest>                               a rate limit's state
+workers/<holder digest>/<life>               a worker's record: who, where, holding what, last beat
 stepstone-copy                               a copy's mark, put by hand: no worker starts there
 ```
 
@@ -102,6 +103,10 @@ class Layout:
                 f"{len(longest.encode())} bytes, and the store takes keys of up to {key_limit}"
             )
 
+    def queue(self) -> str:
+        """The prefix of the runner's default queue, a StoreQueue (``queue/jobs/<run_id>``)."""
+        return join(self.prefix, "queue")
+
     def outcome(self, run_id: str) -> str:
         if _plain(run_id):
             return self._outcomes + run_id
@@ -166,6 +171,10 @@ class Layout:
 
     def rate(self, digest: str) -> str:
         return join(self.prefix, "rates", digest)
+
+    def workers(self) -> str:
+        """The prefix of the workers' records (:mod:`stepstone.runtime.worker.presence`)."""
+        return join(self.prefix, "workers") + "/"
 
     def copy_mark(self) -> str:
         """The object that says this store is a copy of another (its history,

@@ -34,7 +34,7 @@ from stepstone.ops.glance import user_first
 from stepstone.ops.timeline import took
 from stepstone.runner import JobRunner
 from stepstone.telemetry.escaping import escape_controls
-from stepstone.ui import acting, routes
+from stepstone.ui import acting, fleet, routes
 from stepstone.ui.guard import Csrf
 from stepstone.ui.present import ago, pretty, when
 
@@ -82,6 +82,7 @@ def create_app(
         routes=[
             Route("/", routes.runs_page, name="runs"),
             Route("/runs/{run_id}", routes.run_page, name="run"),
+            Route("/workers", fleet.workers_page, name="workers"),
             Route("/act/{verb}", acting.confirm_page, methods=["GET"], name="confirm"),
             Route("/act/{verb}", acting.act, methods=["POST"], name="act"),
             Route("/static/{name}", routes.static, name="static"),

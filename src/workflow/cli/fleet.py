@@ -1,0 +1,91 @@
+"""``stepstone workers``: the fleet, one line per worker, from the records
+the workers keep (:mod:`stepstone.ops.workers`), as ``celery inspect`` users
+expect: live ones first, then those gone (missed beats) and those stopped
+within the last day."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+from stepstone.cli.render import age, emit_json, table, unreadable_json, warn_unreadable, when
+from stepstone.cli.runners import runner_from_args
+from stepstone.ops.workers import Fleet, WorkerRow, read_workers
+
+RUNS_SHOWN = 3
+"""Run ids a line names (``--json`` has all the record lists)."""
+
+
+def cmd_workers(args: argparse.Namespace) -> int:
+    return asyncio.run(_workers(args))
+
+
+async def _workers(args: argparse.Namespace) -> int:
+    runner = await runner_from_args(args)
+    try:
+        fleet = await read_workers(runner)
+        now = runner.clock.now()
+    finally:
+        await runner.close()
+    warn_unreadable(fleet.unreadable)
+    if getattr(args, "json", False):
+        emit_json(
+            {
+                "workers": [_json(row) for row in fleet.rows],
+                "unreadable": unreadable_json(fleet.unreadable),
+                "more": fleet.more,
+            }
+        )
+        return 0
+    if fleet.rows:
+        table(
+            sys.stdout,
+            ["ID", "STATE", "HOST", "PID", "HELD", "LAST SEEN", "RUNS"],
+            [_line(row, now) for row in fleet.rows],
+        )
+    sys.stdout.write(_summary(fleet) + "\n")
+    return 0
+
+
+def _line(row: WorkerRow, now: float) -> list[str]:
+    record = row.record
+    runs = ", ".join(run[:12] for run in record.runs[:RUNS_SHOWN])
+    if record.held > RUNS_SHOWN:
+        runs += f" and {record.held - RUNS_SHOWN} more"
+    state = row.state + (" (id shared)" if row.shared_id else "")
+    return [
+        record.worker_id,
+        state,
+        record.host,
+        str(record.pid),
+        f"{record.held}/{record.concurrency}",
+        f"{age(now - record.beat_at)} ago",
+        runs or "-",
+    ]
+
+
+def _summary(fleet: Fleet) -> str:
+    counts = ", ".join(f"{fleet.count(state)} {state}" for state in ("live", "gone", "stopped"))
+    more = " (more records than one read takes: the oldest left out)" if fleet.more else ""
+    return f"{counts}{more}"
+
+
+def _json(row: WorkerRow) -> dict[str, Any]:
+    record = row.record
+    return {
+        "id": record.worker_id,
+        "state": row.state,
+        "id_shared": row.shared_id,
+        "host": record.host,
+        "pid": record.pid,
+        "concurrency": record.concurrency,
+        "held": record.held,
+        "runs": list(record.runs),
+        "started_at": when(record.started_at),
+        "last_seen": when(record.beat_at),
+        "beat": record.every,
+        "stopped_at": when(record.stopped_at) if record.stopped_at is not None else None,
+        "key": row.key,
+    }
