@@ -21,6 +21,7 @@ from typing import Protocol, runtime_checkable
 
 from .errors import NotFound, StoreError
 from .keys import MAX_KEY_LENGTH
+from .parts import Parts, SplitObject, Splitter, split_in_memory
 
 DEFAULT_PAGE_SIZE = 1000
 """S3's maximum page for ListObjectsV2; the other backends honour the same bound."""
@@ -159,6 +160,31 @@ class ObjectStore(abc.ABC):
 
         Raises PreconditionFailed on a mismatch, NotFound when the object is gone.
         """
+
+    async def put_parts(
+        self, key: str, parts: Parts, *, if_absent: bool = False, if_match: str | None = None
+    ) -> str:
+        """Write a body of several buffers (a record holding a large value,
+        :mod:`stepstone.store.parts`) as ``put``, ``put_if_absent`` (with
+        ``if_absent``) or ``put_if_match`` (with ``if_match``) would write them
+        joined, with their errors. A store that can write the buffers where
+        they lie does (FileStore, S3Store); this default joins them."""
+        data = parts.join()
+        if if_absent:
+            return await self.put_if_absent(key, data)
+        if if_match is not None:
+            return await self.put_if_match(key, data, if_match)
+        return await self.put(key, data)
+
+    async def get_split(self, key: str, splitter: Splitter) -> SplitObject:
+        """The object read in three pieces, its large piece (where
+        ``splitter`` finds one in its first bytes) in an allocation of its
+        own, so that a large value comes out of its record without another
+        copy. Raises NotFound. A store that can read the piece straight into
+        its place does (FileStore, S3Store); this default cuts what ``get``
+        read."""
+        stored = await self.get(key)
+        return split_in_memory(key, stored.data, stored.etag, splitter)
 
     @abc.abstractmethod
     async def delete(self, key: str, *, if_match: str | None = None) -> None:

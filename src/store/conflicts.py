@@ -36,6 +36,7 @@ from typing import Literal, Protocol, TypeVar
 
 from .base import ObjectInfo
 from .errors import AlreadyExists, NotFound, PreconditionFailed, StoreError, StoreUnavailable
+from .parts import Body
 from .wrappers.retry import RetryPolicy
 
 T = TypeVar("T")
@@ -109,11 +110,11 @@ class Rereads(Protocol):
 
     async def head(self, key: str) -> ObjectInfo: ...
 
-    async def ours(self, key: str, data: bytes) -> str | None: ...
+    async def ours(self, key: str, data: Body) -> str | None: ...
 
 
 async def decide_put(
-    store: Rereads, key: str, data: bytes, conditional: str, expected: str | None, tried: Tried
+    store: Rereads, key: str, data: Body, conditional: str, expected: str | None, tried: Tried
 ) -> str | Literal[Undecided.UNDECIDED]:
     """After a conflict on a create (``conditional`` "absent") or a
     compare-and-swap against ``expected`` ("match"): lost, undecided, or ours."""

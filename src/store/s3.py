@@ -4,9 +4,9 @@ Why it is built the way it is:
 
 - **Conditional writes are S3's own**: create-if-absent is ``PutObject`` with
   ``If-None-Match: *``, compare-and-swap is ``PutObject`` with ``If-Match``,
-  a fenced delete is ``DeleteObject`` with ``If-Match``. Every object is one
-  ``PutObject`` (good to 5 GiB); multipart uploads are never used, because
-  their completion is not a single conditional write.
+  a fenced delete is ``DeleteObject`` with ``If-Match``. A large body is
+  streamed, and goes in parts only where its condition holds on a
+  multipart upload's completion (:mod:`stepstone.store.s3_large`).
 - **Errors are classified once, here.** A 412 is an answer
   (PreconditionFailed, or AlreadyExists for a create) and is never retried;
   a 404 is NotFound; a missing bucket, refused credentials or a wrong region
@@ -43,6 +43,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 
+from . import s3_sessions as sessions
 from .base import DEFAULT_PAGE_SIZE, ObjectInfo, ObjectStore, StoredObject
 from .conflicts import (
     CONFLICT_CODES,
@@ -63,6 +64,7 @@ from .errors import (
     StoreUnavailable,
 )
 from .keys import MAX_KEY_LENGTH, validate_key, validate_prefix
+from .parts import Body, Parts, SplitObject, Splitter
 from .s3_answers import (
     CREDENTIAL_CODES,
     REFUSED_CODES,
@@ -70,25 +72,11 @@ from .s3_answers import (
     THROTTLING_CODES,
     TRANSIENT_CODES,
 )
+from .s3_large import Multipart, put_in_parts, read_body, read_split, request_body
 from .wrappers.retry import RetryPolicy
 from .wrappers.throttle import AdaptiveRates
 
 T = TypeVar("T")
-
-_SESSIONS: dict[str | None, Any] = {}
-"""One botocore session per profile, shared by every S3Store in the process:
-a session loads the service model and resolves credentials once, which is
-slow next to making a client (docs/performance.md, "Known costs"); clients,
-which belong to an event loop, are made from it per loop."""
-
-
-def _session(profile: str | None) -> Any:
-    from aiobotocore.session import AioSession
-
-    session = _SESSIONS.get(profile)
-    if session is None:
-        session = _SESSIONS[profile] = AioSession(profile=profile)
-    return session
 
 
 class _Ambiguous:
@@ -112,6 +100,7 @@ class S3Store(ObjectStore):
     ``conflicts`` budgets a write that meets concurrent ones (409s, see
     stepstone.store.conflicts). ``headers`` go with every request: a
     provider's own (Tigris: ``{"X-Tigris-Consistent": "true"}``).
+    ``multipart`` says when a large body goes in parts (:class:`Multipart`).
     """
 
     remote = True
@@ -131,6 +120,7 @@ class S3Store(ObjectStore):
         adaptive: bool | AdaptiveRates = True,
         conflicts: RetryPolicy = CONFLICT_RETRY,
         headers: dict[str, str] | None = None,
+        multipart: Multipart | None = None,
     ) -> None:
         if not bucket or "/" in bucket:
             raise StoreConfigError(f"invalid bucket name {bucket!r}", location=f"s3://{bucket}")
@@ -152,6 +142,7 @@ class S3Store(ObjectStore):
         self.retry = retry or RetryPolicy()
         self.conflicts = conflicts
         self.headers = dict(headers or {})
+        self.multipart = multipart or Multipart()
         if isinstance(adaptive, AdaptiveRates):
             rates: AdaptiveRates | None = adaptive
         else:
@@ -184,7 +175,7 @@ class S3Store(ObjectStore):
         from aiobotocore.config import AioConfig
 
         try:
-            session = _session(self.profile)
+            session = sessions.session(self.profile)
             config = AioConfig(
                 connect_timeout=self._connect_timeout,
                 read_timeout=self._read_timeout,
@@ -436,17 +427,27 @@ class S3Store(ObjectStore):
 
     # -- the contract -------------------------------------------------------------
 
-    async def get(self, key: str) -> StoredObject:
+    async def _read(self, key: str, read: Callable[[Any, int], Awaitable[T]]) -> tuple[T, str]:
+        """One GET: what ``read`` makes of its body (and Content-Length), and the etag."""
         validate_key(key, location=self.location, limit=self.key_limit)
 
-        async def request(client: Any) -> StoredObject:
+        async def request(client: Any) -> tuple[T, str]:
             response = await client.get_object(Bucket=self.bucket, Key=self._full(key))
             async with response["Body"] as body:
-                data = await body.read()
-            return StoredObject(key, data, self._quoted(response["ETag"]))
+                found = await read(body, int(response["ContentLength"]))
+            return found, self._quoted(response["ETag"])
 
         # A GET's 404 says NoSuchKey or NoSuchBucket in its body: no guessing needed.
         return await self._call(key, request)
+
+    async def get(self, key: str) -> StoredObject:
+        data, etag = await self._read(key, read_body)
+        return StoredObject(key, data, etag)
+
+    async def get_split(self, key: str, splitter: Splitter) -> SplitObject:
+        """One GET, the large piece read straight into its own allocation."""
+        (before, piece, after), etag = await self._read(key, read_split(splitter))
+        return SplitObject(key, before, piece, after, etag)
 
     async def head(self, key: str) -> ObjectInfo:
         validate_key(key, location=self.location, limit=self.key_limit)
@@ -463,25 +464,30 @@ class S3Store(ObjectStore):
         except NotFound as exc:
             raise await self._check_bucket(key) from exc
 
-    async def _put(self, key: str, data: bytes, conditional: str, **condition: str) -> str:
+    async def _put(self, key: str, data: Body, conditional: str, **condition: str) -> str:
         validate_key(key, location=self.location, limit=self.key_limit)
-        data = bytes(data)
+        data = data if isinstance(data, Parts) else bytes(data)
         state = _Ambiguous()
+        where = {"Bucket": self.bucket, "Key": self._full(key)}
+        in_parts = self.multipart.in_parts(len(data), bool(conditional), self.location, key)
 
         async def request(client: Any) -> str:
             r = await client.put_object(
-                Bucket=self.bucket, Key=self._full(key), Body=data, **condition
+                **where, Body=request_body(data), ContentLength=len(data), **condition
             )
             return self._quoted(r["ETag"])
 
         async def write() -> str:
             try:
+                if in_parts:
+                    args = (self._call, self.multipart, where, key, data, condition)
+                    return self._quoted(await put_in_parts(*args, conditional, state))
                 return await self._call(key, request, conditional=conditional, state=state)
             except PreconditionFailed:
                 if state.maybe_applied:
-                    etag = await self.ours(key, data)
-                    if etag is not None:
-                        return etag
+                    landed = await self.ours(key, data)
+                    if landed is not None:
+                        return landed
                 raise
 
         async def decide() -> str | Literal[Undecided.UNDECIDED]:
@@ -491,13 +497,14 @@ class S3Store(ObjectStore):
             write, decide if conditional else None, self.conflicts, location=self.location, key=key
         )
 
-    async def ours(self, key: str, data: bytes) -> str | None:
+    async def ours(self, key: str, data: Body) -> str | None:
         """After an ambiguous retry lost: the etag if the object holds exactly ``data``."""
         try:
             current = await self.get(key)
         except NotFound:
             return None
-        return current.etag if current.data == data else None
+        same = data.equals(current.data) if isinstance(data, Parts) else current.data == data
+        return current.etag if same else None
 
     async def put(self, key: str, data: bytes) -> str:
         return await self._put(key, data, "")
@@ -507,6 +514,15 @@ class S3Store(ObjectStore):
 
     async def put_if_match(self, key: str, data: bytes, etag: str) -> str:
         return await self._put(key, data, "match", IfMatch=etag)
+
+    async def put_parts(
+        self, key: str, parts: Parts, *, if_absent: bool = False, if_match: str | None = None
+    ) -> str:
+        if if_absent:
+            return await self._put(key, parts, "absent", IfNoneMatch="*")
+        if if_match is not None:
+            return await self._put(key, parts, "match", IfMatch=if_match)
+        return await self._put(key, parts, "")
 
     async def delete(self, key: str, *, if_match: str | None = None) -> None:
         validate_key(key, location=self.location, limit=self.key_limit)

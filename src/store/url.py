@@ -51,6 +51,23 @@ _S3_PARAMS = {
 _RETRY_PARAMS = {"retry_attempts": int, "retry_base": float, "retry_cap": float}
 
 
+def boolean(raw: str) -> bool:
+    """``true`` or ``false`` (``1``/``0``, ``yes``/``no``)."""
+    answer = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+    try:
+        return answer[raw.lower()]
+    except KeyError:
+        raise ValueError(raw) from None
+
+
+_MULTIPART_PARAMS: dict[str, Callable[[str], Any]] = {
+    "multipart_threshold": int,
+    "multipart_part_size": int,
+    "multipart_conditional": boolean,
+}
+"""The fields of the S3Store's ``Multipart`` (stepstone.store.s3_large)."""
+
+
 def open_store(url: str, *, clock: Callable[[], float] | _HasNow | None = None) -> ObjectStore:
     """The store a URL names. ``clock`` sets a MemoryStore's ``modified`` times
     (a callable or anything with ``now()``); durable stores use their own clock.
@@ -125,6 +142,7 @@ def _s3(url: str, bucket: str, path: str, query: str) -> ObjectStore:
         raise _bad(url, "no bucket: use s3://bucket/prefix")
     kwargs: dict[str, Any] = {}
     retry: dict[str, Any] = {}
+    multipart: dict[str, Any] = {}
     for name, raw in _params(url, query).items():
         if name == "header":  # a provider's own header, Name:value (Tigris needs one)
             header, sep, value = raw.partition(":")
@@ -132,18 +150,27 @@ def _s3(url: str, bucket: str, path: str, query: str) -> ObjectStore:
                 raise _bad(url, f"header={raw!r}: use header=Name:value")
             kwargs["headers"] = {header.strip(): value.strip()}
             continue
-        convert = _S3_PARAMS.get(name) or _RETRY_PARAMS.get(name)
+        convert = _S3_PARAMS.get(name) or _RETRY_PARAMS.get(name) or _MULTIPART_PARAMS.get(name)
         if convert is None:
-            known = ", ".join(sorted([*_S3_PARAMS, *_RETRY_PARAMS, "header"]))
+            known = ", ".join(sorted([*_S3_PARAMS, *_RETRY_PARAMS, *_MULTIPART_PARAMS, "header"]))
             raise _bad(url, f"unknown parameter {name!r} (known: {known})")
         try:
             value = convert(raw)
         except ValueError as exc:
             raise _bad(url, f"{name}={raw!r} is not a {convert.__name__}") from exc
-        (kwargs if name in _S3_PARAMS else retry)[name] = value
+        group = kwargs if name in _S3_PARAMS else retry if name in _RETRY_PARAMS else multipart
+        group[name] = value
     if retry:
         try:
             kwargs["retry"] = RetryPolicy(**{k.removeprefix("retry_"): v for k, v in retry.items()})
+        except ValueError as exc:
+            raise _bad(url, str(exc)) from exc
+    if multipart:
+        from .s3_large import Multipart
+
+        try:
+            fields = {k.removeprefix("multipart_"): v for k, v in multipart.items()}
+            kwargs["multipart"] = Multipart(**fields)
         except ValueError as exc:
             raise _bad(url, str(exc)) from exc
     try:

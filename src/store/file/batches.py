@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
 
 from ..base import StoredObject
+from ..parts import Parts
 
 MAX_BATCH = 256
 """Requests served together at most: bounds how long one batch takes."""
@@ -60,7 +61,7 @@ class ReadMany(Request):
 class Write(Request):
     """One mutation of one key, and, once committed, what became of it."""
 
-    data: bytes | None  # None: delete the key
+    data: bytes | Parts | None  # None: delete the key (Parts: a body of several buffers)
     condition: Literal["none", "absent", "match"] = "none"
     etag: str | None = None
     recovered: bytes | None = None  # a journaled create's bytes for a recovery (None: data)

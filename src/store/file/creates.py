@@ -132,5 +132,7 @@ def _stat(write: Write) -> os.stat_result:
 
 
 def _data(write: Write) -> bytes:
-    assert write.data is not None
+    """(A create batched through the journal is never of Parts: ``put_parts``
+    commits its writes one by one.)"""
+    assert isinstance(write.data, bytes)
     return write.data

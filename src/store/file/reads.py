@@ -14,11 +14,16 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Callable
+from typing import BinaryIO, TypeVar
 
 from ..base import ObjectInfo, StoredObject
 from ..errors import NotFound, StoreUnavailable
+from ..parts import SPLIT_LOOK, SplitObject, Splitter, filled
 from .os_errors import store_error
 from .stats import etag, object_info, stat_file
+
+T = TypeVar("T")
 
 READ_ATTEMPTS = 16
 """Reads of an object that keeps changing under the reader before giving up."""
@@ -26,6 +31,46 @@ READ_ATTEMPTS = 16
 
 def read_object(path: str, key: str, location: str) -> StoredObject:
     """The object ``key`` at ``path``, checked to have stayed the object while it was read."""
+
+    def whole(f: BinaryIO, _: os.stat_result) -> bytes:
+        return f.read()
+
+    data, read_etag = _read_checked(path, key, location, whole)
+    return StoredObject(key, data, read_etag)
+
+
+def read_split(path: str, key: str, location: str, splitter: Splitter) -> SplitObject:
+    """The object ``key`` at ``path`` in the pieces ``splitter`` finds in its
+    first bytes, its large piece read from the file into its own allocation
+    (``stepstone.store.parts``); checked as ``read_object`` is."""
+
+    def pieces(f: BinaryIO, st: os.stat_result) -> tuple[bytes, bytes, bytes]:
+        fd = f.fileno()
+        look = os.pread(fd, SPLIT_LOOK, 0)
+        split = splitter(look)
+        if split is None or split.start > len(look) or split.start + split.length > st.st_size:
+            return f.read(), b"", b""  # (from the start: pread moves no offset)
+        end = split.start + split.length
+
+        def fill(view: memoryview) -> None:
+            done = 0
+            while done < len(view):
+                got = os.preadv(fd, [view[done:]], split.start + done)
+                if got == 0:
+                    raise OSError(errno.EIO, "the file ended before its size")
+                done += got
+
+        return look[: split.start], filled(split.length, fill), os.pread(fd, st.st_size, end)
+
+    (before, piece, after), read_etag = _read_checked(path, key, location, pieces)
+    return SplitObject(key, before, piece, after, read_etag)
+
+
+def _read_checked(
+    path: str, key: str, location: str, read: Callable[[BinaryIO, os.stat_result], T]
+) -> tuple[T, str]:
+    """What ``read`` makes of the file at ``path``, and the etag it had,
+    read again while the key's inode changed under the reader."""
     for _ in range(READ_ATTEMPTS):
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
@@ -34,7 +79,7 @@ def read_object(path: str, key: str, location: str) -> StoredObject:
                 if not stat.S_ISREG(st.st_mode):
                     raise NotFound("no such object", location=location, key=key)
                 with open(fd, "rb", closefd=False) as f:
-                    data = f.read()
+                    data = read(f, st)
             finally:
                 os.close(fd)
             now = stat_file(path)
@@ -46,7 +91,7 @@ def read_object(path: str, key: str, location: str) -> StoredObject:
             raise store_error(exc, location, key, "cannot read") from exc
         read_etag = etag(st)
         if now is not None and etag(now) == read_etag:
-            return StoredObject(key, data, read_etag)
+            return data, read_etag
     raise StoreUnavailable(
         f"cannot read: the object changed {READ_ATTEMPTS} times while being read",
         location=location,

@@ -22,6 +22,7 @@ from typing import Literal, TypeVar
 from ..base import DEFAULT_PAGE_SIZE, NewObject, ObjectInfo, ObjectStore, StoredObject
 from ..errors import NotFound, StoreConfigError, StoreError, StoreUnavailable
 from ..keys import RESERVED_SEGMENT
+from ..parts import SPLIT_LOOK, Parts, SplitObject, Splitter, split_in_memory
 from . import notices
 from .batches import Batcher, Creates, Read, ReadMany, Write
 from .commit import Committer, locate
@@ -40,7 +41,7 @@ from .journal import Journal
 from .listing import list_page, next_page, objects_under
 from .locks import KeyLocks
 from .paths import KeyPaths, make_own_directory
-from .reads import absent, head_object, read_object
+from .reads import absent, head_object, read_object, read_split
 from .recovery import recover
 from .temp_files import TempFiles, sweep
 
@@ -275,7 +276,7 @@ class FileStore(ObjectStore):
 
     def _commit(self, writes: list[Write]) -> None:
         """Commit a batch of writes: in the helper once it is up, else here."""
-        helper = self._ready_helper()
+        helper = None if _has_parts(writes) else self._ready_helper()
         if helper is not None and self._commit_in_helper(helper, writes):
             return
         self._committer.commit(writes)
@@ -478,6 +479,32 @@ class FileStore(ObjectStore):
     async def put_if_match(self, key: str, data: bytes, etag: str) -> str:
         return _etag_of(await self._write(Write(key, bytes(data), "match", etag)))
 
+    async def put_parts(
+        self, key: str, parts: Parts, *, if_absent: bool = False, if_match: str | None = None
+    ) -> str:
+        """The buffers written to the object's file one after another, never
+        joined; committed in this process (a batch sent to the commit process
+        would copy them)."""
+        if if_absent:
+            return _etag_of(await self._write(Write(key, parts, "absent")))
+        if if_match is not None:
+            return _etag_of(await self._write(Write(key, parts, "match", if_match)))
+        return _etag_of(await self._write(Write(key, parts)))
+
+    async def get_split(self, key: str, splitter: Splitter) -> SplitObject:
+        """An object at most ``SPLIT_LOOK`` long is read as ``get`` reads it;
+        a longer one's large piece is read from the file straight into its
+        own allocation."""
+        path = self._paths.of(key)
+        try:
+            size = os.lstat(path).st_size
+        except OSError:
+            size = 0  # (the read says what is wrong)
+        if size <= SPLIT_LOOK:
+            stored = await self.get(key)
+            return split_in_memory(key, stored.data, stored.etag, splitter)
+        return await self._run(read_split, path, key, self.location, splitter)
+
     async def delete(self, key: str, *, if_match: str | None = None) -> None:
         if if_match is None:
             await self._write(Write(key, None))
@@ -526,6 +553,10 @@ def _answer(write: Write) -> str | StoreError:
     if isinstance(write.error, StoreError):
         return write.error
     raise write.error
+
+
+def _has_parts(writes: list[Write]) -> bool:
+    return any(isinstance(write.data, Parts) for write in writes)
 
 
 def _etag_of(result: str | None) -> str:

@@ -14,6 +14,7 @@ import contextlib
 import os
 import time
 
+from ..parts import Parts
 from .spares import SPARE_SUFFIX, SparePool
 
 STALE_TEMP_SECONDS = 3600
@@ -81,7 +82,7 @@ class TempFiles:
         return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), None
 
     def write(
-        self, data: bytes, not_before_ns: int, *, journaled: bool = False
+        self, data: bytes | Parts, not_before_ns: int, *, journaled: bool = False
     ) -> tuple[str, os.stat_result]:
         """Write ``data`` to a temp file with a unique mtime later than
         ``not_before_ns``; returns its path and stat.
@@ -105,10 +106,12 @@ class TempFiles:
         if spare is not None:
             not_before_ns = max(not_before_ns, spare.st_mtime_ns)
         try:
-            view = memoryview(data)
             offset = 0
-            while offset < len(view):
-                offset += os.pwrite(fd, view[offset:], offset)
+            for buffer in data.buffers if isinstance(data, Parts) else (data,):
+                view = memoryview(buffer)
+                end = offset + len(view)
+                while offset < end:
+                    offset += os.pwrite(fd, view[len(view) - (end - offset) :], offset)
             if spare is not None and spare.st_size > len(data):
                 os.ftruncate(fd, len(data))
             now = max(time.time_ns(), not_before_ns + 1)

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Sequence
 
 from ..base import DEFAULT_PAGE_SIZE, NewObject, ObjectInfo, ObjectStore, StoredObject
 from ..errors import StoreError
+from ..parts import Parts, SplitObject, Splitter
 
 GET = "GET"
 HEAD = "HEAD"
@@ -89,6 +90,18 @@ class CountingStore(ObjectStore):
     async def put_if_match(self, key: str, data: bytes, etag: str) -> str:
         self.counts[CONDITIONAL_PUT] += 1
         return await self.inner.put_if_match(key, data, etag)
+
+    async def put_parts(
+        self, key: str, parts: Parts, *, if_absent: bool = False, if_match: str | None = None
+    ) -> str:
+        """One PUT (conditional or not) however many parts the inner store
+        sends them in: a multipart upload's requests are not told apart."""
+        self.counts[CONDITIONAL_PUT if if_absent or if_match is not None else PUT] += 1
+        return await self.inner.put_parts(key, parts, if_absent=if_absent, if_match=if_match)
+
+    async def get_split(self, key: str, splitter: Splitter) -> SplitObject:
+        self._read(key)
+        return await self.inner.get_split(key, splitter)
 
     async def delete(self, key: str, *, if_match: str | None = None) -> None:
         self.counts[DELETE] += 1

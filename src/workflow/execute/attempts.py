@@ -42,6 +42,7 @@ from stepstone.runtime.errors import MalformedPayload, Permanent
 from stepstone.runtime.queue import JobStatus
 from stepstone.runtime.suspension import Suspend
 from stepstone.runtime.worker import Attempt
+from stepstone.store.parts import Body
 from stepstone.submit.created_here import CreatedHere
 from stepstone.submit.submitter import Submitter
 from stepstone.telemetry.tracing import job_scope
@@ -276,18 +277,18 @@ def _replaced(outcome: OutcomeRecord, envelope: Envelope) -> bool:
     return replayed is not None and outcome.incarnation == replayed != envelope.incarnation
 
 
-def _stored_result(kind: str, output: Any, result: object) -> bytes:
+def _stored_result(kind: str, output: Any, result: object) -> Body:
     """``result`` encoded for the outcome record, once it is known to read back
     as the job's declared ``output`` type (what awaiting a handle does): a
     job that returns a value of another type fails here, naming both, rather
     than succeed with a result no handle can read."""
     codec = codec_for_type(output)
     try:
-        encoded = codec.encode(result)
+        encoded = codec.encode_body(result)
     except (TypeError, ValueError) as exc:
         raise EncodingError(f"the job's result cannot be stored: {exc}", job=kind) from exc
     try:
-        codec.decode(encoded)
+        codec.settled(result, encoded)  # (decoded, unless it reads back as itself)
     except ValidationError as exc:
         expected = output.__name__ if isinstance(output, type) else str(output)
         reason = exc.errors()[0]["msg"] if exc.errors() else str(exc)

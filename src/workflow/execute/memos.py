@@ -25,10 +25,12 @@ from typing import Any
 
 from stepstone.errors import CorruptMemo, EncodingError, NonDeterministicReplay
 from stepstone.execute.scope import AttemptScope, log_extra
-from stepstone.records.calls import Call, PositionedMemo
+from stepstone.records.calls import Call, PositionedMemo, memo_value
 from stepstone.records.codec import ResultCodec
+from stepstone.records.large_values import LargeField, write
 from stepstone.records.layout import position_key, step_key
 from stepstone.store import AlreadyExists
+from stepstone.store.parts import Body, SplitObject
 
 log = logging.getLogger("stepstone")
 
@@ -83,7 +85,8 @@ class Memo:
         if keys is None:
             return False, None
         if self.position is not None and position_key(self.position) in keys:
-            data = self._checked((await run.store.get(self.key)).data)
+            field = memo_value()
+            data = self._checked(await run.store.get_split(self.key, field), field)
         elif self.segment in keys:  # recorded by name (before positions existed)
             key = run.layout.memo(run.run_id, run.incarnation, self.segment)
             data = (await run.store.get(key)).data
@@ -103,7 +106,7 @@ class Memo:
     async def record(self, value: object) -> Any:
         run = self.run
         try:
-            data = self.codec.encode(value)
+            data = self.codec.encode_body(value)
         except (TypeError, ValueError) as exc:
             raise EncodingError(
                 f"the result cannot be stored: {exc}", job=run.kind, step=self.name
@@ -112,13 +115,16 @@ class Memo:
         if self.position is not None:
             stored = PositionedMemo(self.position, self.call, data).encode()
         try:
-            await run.store.put_if_absent(self.key, stored)
+            await write(run.store, self.key, stored, if_absent=True)
         except AlreadyExists:
             # Another attempt of this run (a zombie, or the attempt this one
             # replaced) recorded this position first: its value is the call's
             # value, if it recorded this call.
-            stored = (await run.store.get(self.key)).data
-            data = stored if self.position is None else self._checked(stored)
+            if self.position is None:
+                data = (await run.store.get(self.key)).data
+            else:
+                field = memo_value()
+                data = self._checked(await run.store.get_split(self.key, field), field)
             log.info(
                 "run %s (%s) attempt %d: step %r was recorded by another attempt; "
                 "continuing with the recorded value",
@@ -128,14 +134,15 @@ class Memo:
                 self.name,
                 extra=log_extra(run),
             )
-        return self._decoded(data)
+            return self._decoded(data)
+        return self.codec.settled(value, data)
 
-    def _checked(self, stored: bytes) -> bytes:
+    def _checked(self, found: SplitObject, field: LargeField) -> Body:
         """The value a positioned memo records, once its call is this one;
         NonDeterministicReplay (kept on the run, so every later call raises
         it too) when it is another."""
         try:
-            memo = PositionedMemo.decode(stored)
+            memo = PositionedMemo.read_split(found, field)
         except ValueError as exc:
             raise CorruptMemo(self.key, str(exc), job=self.run.kind, step=self.name) from exc
         if memo.call != self.call:
@@ -147,7 +154,7 @@ class Memo:
             raise run.diverged
         return memo.value
 
-    def _decoded(self, data: bytes) -> Any:
+    def _decoded(self, data: Body) -> Any:
         """The recorded value; CorruptMemo, naming the step and the key, when
         it does not decode (as the step function's return type)."""
         try:

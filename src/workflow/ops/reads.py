@@ -41,6 +41,7 @@ from stepstone.runtime.errors import MalformedPayload
 from stepstone.runtime.queue import JobRecord, JobStatus
 from stepstone.runtime.store_queue import CorruptRecord
 from stepstone.store import NotFound, ObjectInfo
+from stepstone.store.parts import Body, as_bytes
 
 READ_CONCURRENCY = 16
 """GETs in flight at once when a command has to read many records."""
@@ -166,12 +167,12 @@ class Detail:
         return ""
 
 
-def decode_value(data: bytes | None) -> Any:
+def decode_value(data: Body | None) -> Any:
     """A stored MessagePack value, or a short note when it is not one."""
     if data is None:
         return None
     try:
-        return unpack(data)
+        return unpack(as_bytes(data))
     except Exception:
         return f"<{len(data)} undecodable bytes>"
 
@@ -230,7 +231,7 @@ async def list_memos(runner: Inspected, run_id: str, *, values: bool = True) -> 
                 data = (await runner.store.get(info.key)).data
                 if position is not None:
                     memo = PositionedMemo.decode(data)
-                    data, call = memo.value, memo.call
+                    data, call = as_bytes(memo.value), memo.call
                 value = unpack(data)
             except NotFound:
                 value = None

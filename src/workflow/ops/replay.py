@@ -34,11 +34,13 @@ from stepstone.records.attempt_log import keep_final_attempt
 from stepstone.records.calls import OUTSIDE_HISTORY, PATCH_MEMO, Call, PositionedMemo
 from stepstone.records.codec import pack, unpack
 from stepstone.records.envelope import Envelope
+from stepstone.records.large_values import write
 from stepstone.records.layout import fresh_incarnation, position_key, position_of
 from stepstone.records.outcome import OutcomeRecord, decode_outcome_key
 from stepstone.runtime.errors import MalformedPayload
 from stepstone.runtime.queue import PRIORITY_NORMAL, JobRecord, JobStatus
 from stepstone.store import NotFound, PreconditionFailed, StoredObject
+from stepstone.store.parts import as_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +102,7 @@ async def replay(runner: Inspected, run_id: str, *, from_step: str | None = None
         key = layout.memo(run_id, new.incarnation, position_key(memo.position))
         if memo.call.call == "event":  # the take names the event's copy
             memo = _moved_take(memo, old_events, new_events)
-        await store.put_if_absent(key, memo.encode())
+        await write(store, key, memo.encode(), if_absent=True)
 
     async def copy_event(event: StoredObject) -> None:
         await store.put_if_absent(new_events + event.key[len(old_events) :], event.data)
@@ -252,7 +254,7 @@ def _moved_take(memo: PositionedMemo, old_events: str, new_events: str) -> Posit
     """An event take's memo naming the copy of the event it took (a take
     that timed out names none)."""
     try:
-        recorded = unpack(memo.value)
+        recorded = unpack(as_bytes(memo.value))
     except Exception:
         return memo  # (the replay decodes it, and says what is wrong)
     if isinstance(recorded, dict) and isinstance(recorded.get("key"), str):

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stepstone.records.codec import pack, unpack
+from stepstone.records.codec import unpack
+from stepstone.records.large_values import LargeField, record_body, rejoined
+from stepstone.store.parts import Body, SplitObject
 
 PATCH_MEMO = "!patch."
 """The start of a patch decision's memo key (``!patch.<change-id>@n``)."""
@@ -52,34 +54,48 @@ class Call:
 @dataclass(frozen=True, slots=True)
 class PositionedMemo:
     """One memo of a run's history: its position, its call and its value
-    (the value's own encoding, :class:`stepstone.records.codec.ResultCodec`'s)."""
+    (the value's own encoding, :class:`stepstone.records.codec.ResultCodec`'s;
+    a large one as Parts, :mod:`stepstone.records.large_values`)."""
 
     position: int
     call: Call
-    value: bytes
+    value: Body
 
-    def encode(self) -> bytes:
-        return pack(
+    def encode(self) -> Body:
+        return record_body(
             {
                 "pos": self.position,
                 "call": self.call.call,
                 "name": self.call.name,
                 "value": self.value,
-            }
+            },
+            "value",
         )
 
     @classmethod
-    def decode(cls, data: bytes) -> PositionedMemo:
-        """Raises ValueError saying what is wrong when ``data`` is no such record."""
+    def decode(cls, data: bytes, value: Body | None = None) -> PositionedMemo:
+        """Raises ValueError saying what is wrong when ``data`` is no such
+        record. ``value``: the large value :func:`read_split` took out of it."""
         try:
             raw = unpack(data)
         except Exception as exc:
             raise ValueError(f"not MessagePack: {exc}") from None
         if not isinstance(raw, dict):
             raise ValueError("not a memo of a run's history")
-        position, call, name, value = (raw.get(k) for k in ("pos", "call", "name", "value"))
+        position, call, name, found = (raw.get(k) for k in ("pos", "call", "name", "value"))
         if not isinstance(position, int) or not isinstance(call, str) or not isinstance(name, str):
             raise ValueError("its position, call or name is missing or of the wrong type")
-        if not isinstance(value, bytes):
+        if not isinstance(found, bytes):
             raise ValueError("its value is missing or of the wrong type")
-        return cls(position, Call(call, name), value)
+        return cls(position, Call(call, name), found if value is None else value)
+
+    @classmethod
+    def read_split(cls, found: SplitObject, field: LargeField) -> PositionedMemo:
+        """The memo ``get_split`` read with ``field`` (with :func:`memo_value`)."""
+        small, value = rejoined(found, field)
+        return cls.decode(small, value)
+
+
+def memo_value() -> LargeField:
+    """What finds a memo's value in its first bytes, for ``get_split``."""
+    return LargeField("value")

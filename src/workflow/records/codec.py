@@ -22,6 +22,9 @@ from typing import Any
 import msgpack
 from pydantic import BaseModel, TypeAdapter
 
+from stepstone.records.large_values import unpacked_bytes, value_body
+from stepstone.store.parts import Body, Parts, as_bytes
+
 _NATIVE = (type(None), bool, int, float, str, bytes)
 
 
@@ -101,6 +104,11 @@ class ResultCodec:
 
     def encode(self, value: object) -> bytes:
         """Raises TypeError/ValueError with a message naming the value's type."""
+        return as_bytes(self.encode_body(value))
+
+    def encode_body(self, value: object) -> Body:
+        """``encode``, but a large ``bytes`` value comes back as Parts that
+        hold it, not a copy (:mod:`stepstone.records.large_values`)."""
         if self.adapter is not None and not is_native(value):
             # Python mode keeps bytes as bytes; JSON mode turns datetimes,
             # UUIDs and the like into strings the adapter parses back.
@@ -112,15 +120,33 @@ class ResultCodec:
                 "function's return type so it can be stored and rebuilt"
             )
         try:
-            return pack(value)
+            return value_body(value) if type(value) is bytes else pack(value)
         except (TypeError, ValueError, OverflowError) as exc:
             raise TypeError(f"cannot encode a {type(value).__name__}: {exc}") from exc
 
-    def decode(self, data: bytes) -> Any:
-        value = unpack(data)
+    def decode(self, data: Body) -> Any:
+        value = unpacked_bytes(data) if isinstance(data, Parts) else None
+        if value is None:
+            value = unpack(as_bytes(data))
         if self.adapter is not None:
             return self.adapter.validate_python(value)
         return value
+
+    def settled(self, value: object, encoded: Body) -> Any:
+        """What a call that returned ``value`` gives its caller once it is
+        recorded as ``encoded``: what a replay will decode. That is ``value``
+        itself when decoding gives back an equal value of its very type (a
+        ``bytes`` or ``str`` result, a number), so a large one is not decoded
+        into a second copy; else the decoded value (a tuple comes back a
+        list, a model is rebuilt)."""
+        kind = type(value)
+        if kind in _EXACT and self.annotation in (kind, inspect.Signature.empty, Any, object):
+            return value
+        return self.decode(encoded)
+
+
+_EXACT = (type(None), bool, int, float, str, bytes)
+"""Types whose values decode as equal values of the very same type."""
 
 
 @lru_cache(maxsize=1024)

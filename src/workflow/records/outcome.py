@@ -21,9 +21,11 @@ from typing import Any, Generic, TypeVar
 from stepstone.errors import JobCancelled, JobFailed
 from stepstone.records.codec import codec_for_type, pack, unpack
 from stepstone.records.envelope import Envelope
+from stepstone.records.large_values import LargeField, record_body, rejoined
 from stepstone.runtime import plausible
 from stepstone.runtime.decide import FailureKind
 from stepstone.runtime.queue import JobStatus
+from stepstone.store.parts import Body, Parts, SplitObject
 
 T = TypeVar("T")
 
@@ -63,7 +65,8 @@ class OutcomeRecord:
     incarnation: str
     attempts: int
     finished_at: float
-    result: bytes | None = None
+    result: Body | None = None
+    """The result, encoded (a large one as Parts: :mod:`stepstone.records.large_values`)."""
     error: ErrorInfo | None = None
     progress: Any = None
     submitted_at: float | None = None
@@ -92,8 +95,8 @@ class OutcomeRecord:
     from_step: str | None = None
     """The step that replay ran from (None: from the start)."""
 
-    def encode(self) -> bytes:
-        return pack(
+    def encode(self) -> Body:
+        return record_body(
             {
                 "v": RECORD_VERSION,
                 "run_id": self.run_id,
@@ -126,7 +129,8 @@ class OutcomeRecord:
                 "parent": self.parent,
                 "replay_of": self.replay_of,
                 "from_step": self.from_step,
-            }
+            },
+            "result",
         )
 
     @classmethod
@@ -178,12 +182,27 @@ class Tombstone:
         )
 
 
-def decode_outcome_key(data: bytes) -> OutcomeRecord | Tombstone:
+def outcome_result() -> LargeField:
+    """What finds an outcome record's result in its first bytes, for ``get_split``."""
+    return LargeField("result")
+
+
+def read_outcome_key(found: SplitObject, field: LargeField) -> OutcomeRecord | Tombstone:
+    """What ``get_split`` read at an outcome key with ``field`` (from
+    :func:`outcome_result`), as :func:`decode_outcome_key` reads it."""
+    small, result = rejoined(found, field)
+    return decode_outcome_key(small, result)
+
+
+def decode_outcome_key(data: bytes, result: Body | None = None) -> OutcomeRecord | Tombstone:
     """What an object at an outcome key holds: a record or a tombstone.
     ValueError saying what is wrong when it is neither (garbage, a truncated
     object, another format version, a field missing or of the wrong type, a
-    time or count that could not be real: :mod:`stepstone.runtime.plausible`)."""
+    time or count that could not be real: :mod:`stepstone.runtime.plausible`).
+    ``result``: the large result :func:`read_outcome_key` took out of it."""
     raw = _fields(data)
+    if result is not None:
+        raw["result"] = result
     try:
         if "tombstone" in raw:
             found: OutcomeRecord | Tombstone = Tombstone(
@@ -304,7 +323,7 @@ def _check_types(found: OutcomeRecord | Tombstone) -> None:
     error = record.error
     if (
         not all(isinstance(text, str) for text in texts)
-        or not isinstance(record.result, bytes | None)
+        or not isinstance(record.result, bytes | Parts | None)
         or (error is not None and not isinstance(error.message, str))
         or (error is not None and not isinstance(error.error_type, str | None))
         or (error is not None and not isinstance(error.traceback, str | None))

@@ -21,8 +21,15 @@ from typing import Any
 
 from stepstone.errors import CorruptOutcome
 from stepstone.records.codec import pack, unpack
+from stepstone.records.large_values import write
 from stepstone.records.layout import Layout
-from stepstone.records.outcome import OutcomeRecord, Tombstone, decode_outcome_key
+from stepstone.records.outcome import (
+    OutcomeRecord,
+    Tombstone,
+    decode_outcome_key,
+    outcome_result,
+    read_outcome_key,
+)
 from stepstone.store import AlreadyExists, NotFound, ObjectStore, PreconditionFailed
 
 SEEN_ENDED = 10_000
@@ -65,12 +72,13 @@ class RunRecords:
         """What the run's outcome key holds. Raises CorruptOutcome, naming the
         key, when the object there is no record this library reads."""
         key = self.layout.outcome(run_id)
+        field = outcome_result()
         try:
-            stored = await self.store.get(key)
+            found = await self.store.get_split(key, field)
         except NotFound:
             return AtOutcomeKey(None)
         try:
-            return AtOutcomeKey(decode_outcome_key(stored.data), stored.etag)
+            return AtOutcomeKey(read_outcome_key(found, field), found.etag)
         except ValueError as exc:
             raise CorruptOutcome(key, str(exc)) from None
 
@@ -118,7 +126,7 @@ class RunRecords:
         data = record.encode()
         while True:
             try:
-                await self.store.put_if_absent(key, data)
+                await write(self.store, key, data, if_absent=True)
                 return self._saw(record)
             except AlreadyExists:
                 pass
@@ -130,7 +138,7 @@ class RunRecords:
                 if content.incarnation == record.incarnation and record.incarnation:
                     return None
                 with contextlib.suppress(PreconditionFailed, NotFound):
-                    await self.store.put_if_match(key, data, found.etag)
+                    await write(self.store, key, data, if_match=found.etag)
                     return self._saw(record)
             # Removed or replaced since we looked: look again.
 

@@ -1,0 +1,186 @@
+"""Records that hold a large value, written and read without copying it.
+
+A step's memo holds its encoded result and an outcome record the job's;
+both are MessagePack maps, the value one ``bin`` field among small ones.
+Packed as one ``bytes``, a value of many megabytes would be copied once
+into its encoding and again into the record, and read back, copied out of
+the record and again out of its encoding: each copy is the value's size in
+memory once more. So from :data:`SEPARATE` bytes on:
+
+- **written** as :class:`stepstone.store.parts.Parts`: the record's small
+  fields packed, then the field's ``bin`` header, then the value's bytes
+  where they lie (a ``bytes`` result is its own encoding's body: its header
+  and itself, :func:`value_body`); the store writes the buffers one after
+  another (``put_parts``);
+- **read** with ``get_split`` and a :class:`LargeField`, which finds the
+  field in the record's first bytes: the value's bytes come in an
+  allocation of their own, the rest is decoded as a small record with an
+  empty field in the value's place, and the value is put back
+  (:func:`rejoined`). A ``bytes`` result stored inside its field (a
+  memo's) is found inside it, so it is read straight into the ``bytes``
+  the job gets back.
+
+The bytes stored are the same as ``pack`` makes: readers of either form
+read both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+from stepstone.store import ObjectStore
+from stepstone.store.parts import Body, Parts, Split, SplitObject
+
+SEPARATE = 1 << 20
+"""The size from which a value is kept as its own buffer in the records it is
+written in, and read into its own allocation."""
+
+LARGEST = (1 << 32) - 1 - 64 * 1024
+"""The largest encoded value a record holds: MessagePack's ``bin`` takes
+under 4 GiB, less room for the fields of the record it is in."""
+
+EMPTY_BIN = b"\xc4\x00"
+
+
+def _pack(value: object) -> bytes:
+    """(``stepstone.records.codec.pack``, which stands on this module.)"""
+    return msgpack.packb(value, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def bin_header(size: int) -> bytes:
+    """The MessagePack header of a ``bin`` of ``size`` bytes; ValueError past
+    :data:`LARGEST`."""
+    if size > LARGEST:
+        raise ValueError(f"{size} bytes encoded: a stored value takes at most {LARGEST}")
+    if size < 1 << 8:
+        return b"\xc4" + size.to_bytes(1, "big")
+    if size < 1 << 16:
+        return b"\xc5" + size.to_bytes(2, "big")
+    return b"\xc6" + size.to_bytes(4, "big")
+
+
+def _bin_at(data: bytes, at: int) -> tuple[int, int] | None:
+    """The ``bin`` at ``at`` in ``data``: its length and its header's; None if
+    none starts there."""
+    widths = {0xC4: 1, 0xC5: 2, 0xC6: 4}
+    if at >= len(data) or data[at] not in widths:
+        return None
+    width = widths[data[at]]
+    if at + 1 + width > len(data):
+        return None
+    return int.from_bytes(data[at + 1 : at + 1 + width], "big"), 1 + width
+
+
+def is_large(value: object) -> bool:
+    return isinstance(value, Parts) or (isinstance(value, bytes) and len(value) >= SEPARATE)
+
+
+def value_body(value: bytes) -> Body:
+    """``pack(value)`` for a ``bytes`` value: from ``SEPARATE`` bytes on, its
+    header and the value itself, not a copy."""
+    if len(value) < SEPARATE:
+        return _pack(value)
+    return Parts([bin_header(len(value)), value])
+
+
+def unpacked_bytes(body: Parts) -> bytes | None:
+    """The ``bytes`` value a body made by :func:`value_body` (or rejoined so)
+    holds, without a copy; None when it is no such body."""
+    if len(body.buffers) != 2:
+        return None
+    header, value = body.buffers
+    if bytes(header) != bin_header(len(value)):
+        return None
+    return value if isinstance(value, bytes) else bytes(value)
+
+
+def record_body(fields: dict[str, Any], large: str) -> Body:
+    """``pack(fields)``, with field ``large`` (bytes or Parts) kept as its own
+    buffers when it is large."""
+    if not is_large(fields[large]):
+        return _pack(fields)
+    packer = msgpack.Packer(use_bin_type=True)
+    buffers: list[bytes | Parts] = []
+    small = bytearray(packer.pack_map_header(len(fields)))
+    for key, item in fields.items():
+        small += packer.pack(key)
+        if key != large:
+            small += packer.pack(item)
+            continue
+        small += bin_header(len(item))
+        buffers += [bytes(small), item]
+        small = bytearray()
+    buffers.append(bytes(small))
+    return Parts(buffers)
+
+
+class LargeField:
+    """A splitter (``stepstone.store.parts.Splitter``) that finds the ``bin``
+    field ``name`` of a record's top-level map in its first bytes, and inside
+    it the ``bin`` of a ``bytes`` value's encoding if that is what it holds.
+    It keeps what :func:`rejoined` needs to put the record back together."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.field_at = -1
+        """Where the field's value (its ``bin`` header) starts in the record."""
+        self.inner = b""
+        """The header of the ``bin`` found inside the field (empty: none)."""
+
+    def __call__(self, look: bytes) -> Split | None:
+        self.field_at, self.inner = -1, b""
+        unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
+        unpacker.feed(look)
+        try:
+            for _ in range(unpacker.read_map_header()):
+                key = unpacker.unpack()
+                at = unpacker.tell()
+                if key != self.name:
+                    unpacker.skip()
+                    continue
+                found = _bin_at(look, at)
+                if found is None or found[0] < SEPARATE:
+                    return None
+                length, header = found
+                start = at + header
+                inner = _bin_at(look, start)
+                if inner is not None and inner[0] + inner[1] == length:
+                    self.inner = look[start : start + inner[1]]
+                    start, length = start + inner[1], inner[0]
+                self.field_at = at
+                return Split(start, length)
+        except (msgpack.OutOfData, msgpack.ExtraData, ValueError, TypeError):
+            return None
+        return None
+
+
+def rejoined(found: SplitObject, field: LargeField) -> tuple[bytes, Body | None]:
+    """The record ``found`` holds as a small record (the large field emptied)
+    and the field's value; or the whole record and None, when it was not
+    split."""
+    if field.field_at < 0 or not found.piece:
+        return found.before, None
+    small = found.before[: field.field_at] + EMPTY_BIN + found.after
+    value: Body = Parts([field.inner, found.piece]) if field.inner else found.piece
+    return small, value
+
+
+async def write(
+    store: ObjectStore,
+    key: str,
+    body: Body,
+    *,
+    if_absent: bool = False,
+    if_match: str | None = None,
+) -> str:
+    """Write ``body`` as ``put``, ``put_if_absent`` or ``put_if_match`` would,
+    a body of parts with ``put_parts``."""
+    if isinstance(body, Parts):
+        return await store.put_parts(key, body, if_absent=if_absent, if_match=if_match)
+    if if_absent:
+        return await store.put_if_absent(key, body)
+    if if_match is not None:
+        return await store.put_if_match(key, body, if_match)
+    return await store.put(key, body)

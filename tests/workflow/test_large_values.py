@@ -1,0 +1,110 @@
+"""A large step result and job result round-trip on files and on S3: the
+first run records them, a retry replays the step from its memo, a handle in
+another runner reads the result; the records hold the same bytes as a
+record packed whole (so readers of either form read both). On S3 also with
+the records written in parts (``multipart_conditional``, which moto holds
+for create-if-absent). Sizes are a few MiB, past the size from which a value
+is written and read apart (stepstone.records.large_values.SEPARATE); memory
+and time are measured in benchmarks/big_values.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+from pydantic import BaseModel
+
+from stepstone import Job, JobContext, JobRunner
+from stepstone.records.codec import pack, unpack
+from stepstone.records.large_values import SEPARATE
+from stepstone.records.layout import position_key
+from stepstone.store import FileStore
+
+DEADLINE = 60.0
+SIZE = 3 * SEPARATE
+PARTS = "&multipart_threshold=1048576&multipart_conditional=true"
+"""Every record of a MiB or more in parts (of one part, here: S3's smallest is 5 MiB)."""
+
+made: list[str] = []
+"""Each time a step below ran (its job's NAME)."""
+
+
+def make_bytes(size: int) -> bytes:
+    made.append("bytes")
+    return bytes(i % 251 for i in range(256)) * (size // 256)
+
+
+class Text(BaseModel):
+    text: str
+    words: int
+
+
+def make_text(size: int) -> Text:
+    made.append("text")
+    return Text(text="the quick brown fox " * (size // 20), words=4 * (size // 20))
+
+
+class LargeBytes(Job[bytes]):
+    NAME: ClassVar[str] = "test.large.bytes"
+    size: int
+
+    async def run(self, ctx: JobContext) -> bytes:
+        value = await ctx.step("make", make_bytes, self.size)
+        if ctx.attempt == 1:
+            raise RuntimeError("fail once, after the step")
+        return value
+
+
+class LargeText(Job[Text]):
+    NAME: ClassVar[str] = "test.large.text"
+    size: int
+
+    async def run(self, ctx: JobContext) -> Text:
+        value = await ctx.step("make", make_text, self.size)
+        if ctx.attempt == 1:
+            raise RuntimeError("fail once, after the step")
+        return value
+
+
+@pytest.fixture(params=["files", "s3", "s3-in-parts"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "files":
+        FileStore(tmp_path / "store")  # (creates the directory)
+        return str(tmp_path / "store")
+    url: str = request.getfixturevalue("s3_url")
+    return url + (PARTS if request.param == "s3-in-parts" else "")
+
+
+@pytest.mark.parametrize(
+    ("job", "expected"),
+    [(LargeBytes(size=SIZE), make_bytes(SIZE)), (LargeText(size=SIZE), make_text(SIZE))],
+    ids=["bytes", "model"],
+)
+async def test_a_large_result_is_recorded_replayed_and_read_back(
+    store_url: str, job: Job[object], expected: object
+) -> None:
+    made.clear()
+    async with JobRunner(store_url, jobs=[type(job)], retry_backoff=0.0) as runner:
+        handle = await runner.submit(job)
+        assert await handle.result(timeout=DEADLINE) == expected
+        outcome = await runner.outcome(handle.id, type(expected))
+        assert outcome is not None and outcome.attempts == 2
+        incarnation = await _incarnation(runner, handle.id)
+        memo = await runner.store.get(runner.layout.memo(handle.id, incarnation, position_key(1)))
+        record = unpack(memo.data)
+        stored = await runner.store.get(runner.layout.outcome(handle.id))
+    assert made == [type(expected).__name__.lower()]  # once: the retry replayed it
+    if store_url.startswith("s3://"):  # (a multipart upload's etag ends in -<parts>)
+        assert memo.etag.endswith('-1"') == store_url.endswith(PARTS)
+    assert memo.data == pack(record)  # the form a record packed whole has
+    assert unpack(record["value"]) == unpack(unpack(stored.data)["result"])
+    async with JobRunner(store_url, jobs=[type(job)]) as other:  # a runner with no memory of it
+        assert await other.handle(handle.id, type(job)).result(timeout=DEADLINE) == expected
+
+
+async def _incarnation(runner: JobRunner, run_id: str) -> str:
+    stored = await runner.store.get(runner.layout.outcome(run_id))
+    incarnation: str = unpack(stored.data)["incarnation"]
+    return incarnation
