@@ -12,7 +12,8 @@ only the records that changed since.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import contextlib
+from collections.abc import AsyncGenerator, Iterable
 
 from stepstone.store.base import DEFAULT_PAGE_SIZE, ObjectInfo
 
@@ -47,54 +48,60 @@ class RecordInspection:
     ) -> Page:
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
-        store, jobs = self._io.store, self._io.jobs
         now = self._clock.now()
         out: list[JobRecord] = []
         unreadable: list[tuple[str, str]] = []
         last: str | None = None
         after = None if cursor is None else self._io.key(cursor)
         listed: set[str] = set()
-        while True:
-            page = await store.list(jobs, start_after=after, limit=DEFAULT_PAGE_SIZE)
-            listed.update(self._io.run_id_of(info.key) for info in page)
-            pos = 0
-            while pos < len(page):
-                if len(out) == limit:
-                    # more keys follow the last one examined
-                    return Page(out, last, tuple(unreadable))
-                chunk = page[pos : pos + limit - len(out)]
-                pos += len(chunk)
-                for run_id, job in await self._load(chunk, payload=True):
-                    last = run_id
-                    if isinstance(job, CorruptRecord):
-                        unreadable.append((job.key, job.reason))
-                        continue
-                    if job is None:
-                        continue
-                    record = record_of(job, now)
-                    if status is None or record.status == status:
-                        out.append(record)
-            if len(page) < DEFAULT_PAGE_SIZE:
-                if cursor is None:  # every record listed: forget the copies of those gone
-                    for run_id in self._whole.keys() - listed:
-                        del self._whole[run_id]
-                return Page(out, None, tuple(unreadable))
-            after = page[-1].key
+        async with contextlib.aclosing(self._listed(after)) as pages:
+            async for page in pages:
+                listed.update(self._io.run_id_of(info.key) for info in page)
+                pos = 0
+                while pos < len(page):
+                    if len(out) == limit:
+                        # more keys follow the last one examined
+                        return Page(out, last, tuple(unreadable))
+                    chunk = page[pos : pos + limit - len(out)]
+                    pos += len(chunk)
+                    for run_id, job in await self._load(chunk, payload=True):
+                        last = run_id
+                        if isinstance(job, CorruptRecord):
+                            unreadable.append((job.key, job.reason))
+                            continue
+                        if job is None:
+                            continue
+                        record = record_of(job, now)
+                        if status is None or record.status == status:
+                            out.append(record)
+        if cursor is None:  # every record listed: forget the copies of those gone
+            for run_id in self._whole.keys() - listed:
+                del self._whole[run_id]
+        return Page(out, None, tuple(unreadable))
 
     async def counts(self) -> dict[JobStatus, int]:
         """As QueueInspection's, but a record whose etag the view knows costs no GET."""
-        store, jobs = self._io.store, self._io.jobs
         totals = dict.fromkeys(QUEUE_STATUSES, 0)
         now = self._clock.now()
-        after: str | None = None
-        while True:
-            page = await store.list(jobs, start_after=after, limit=DEFAULT_PAGE_SIZE)
-            for _, job in await self._load(page, payload=False):
-                if isinstance(job, StoredJob):
-                    totals[status_of(job, now)] += 1
-            if len(page) < DEFAULT_PAGE_SIZE:
-                return totals
-            after = page[-1].key
+        async with contextlib.aclosing(self._listed(None)) as pages:
+            async for page in pages:
+                for _, job in await self._load(page, payload=False):
+                    if isinstance(job, StoredJob):
+                        totals[status_of(job, now)] += 1
+        return totals
+
+    async def _listed(self, after: str | None) -> AsyncGenerator[list[ObjectInfo], None]:
+        """The records' objects after ``after``, a page at a time, from one
+        scan (a LIST a page; on a directory store one walk, where a listing
+        a page at a time would read the whole directory for each page)."""
+        page: list[ObjectInfo] = []
+        async for info in self._io.store.scan(self._io.jobs, start_after=after):
+            page.append(info)
+            if len(page) == DEFAULT_PAGE_SIZE:
+                yield page
+                page = []
+        if page:
+            yield page
 
     async def _load(
         self, infos: Iterable[ObjectInfo], *, payload: bool
@@ -104,21 +111,25 @@ class RecordInspection:
         Gone ones come back as None, undecodable ones as the CorruptRecord
         that says why (read again: the view remembers only that they are)."""
 
-        async def one(info: ObjectInfo) -> tuple[str, StoredJob | CorruptRecord | None]:
+        def known(info: ObjectInfo) -> tuple[bool, StoredJob | None]:
+            """(True, the record) when its listed version is known here."""
             run_id = self._io.run_id_of(info.key)
             seen = self._view.get(run_id)
             if seen is not None and seen.etag == info.etag:
                 if seen.job is not None and not (payload and seen.job.partial):
-                    return run_id, seen.job
+                    return True, seen.job
                 if seen.job is None and not payload:
-                    return run_id, None  # counts skip it without reading it again
+                    return True, None  # counts skip it without reading it again
             kept = self._whole.get(run_id)
             if kept is not None and kept[0] == info.etag:
-                return run_id, kept[1]
+                return True, kept[1]
+            return False, None
+
+        async def read(run_id: str) -> StoredJob | CorruptRecord | None:
             before = self._view.etag(run_id)
             obj = await self._io.get(run_id)
             if obj is None:
-                return run_id, None
+                return None
             try:
                 job = self._io.decode(
                     run_id,
@@ -128,9 +139,22 @@ class RecordInspection:
                     log_corrupt=not payload,  # a listing names it to its caller
                 )
             except CorruptRecord as exc:
-                return run_id, exc
+                return exc
             if payload:
                 self._whole[run_id] = (obj.etag, job)
-            return run_id, job
+            return job
 
-        return list(await asyncio.gather(*(one(info) for info in infos)))
+        # Known ones are taken as they are, without a task each: a listing
+        # asked again (a web view's refresh) knows nearly every record.
+        found: list[tuple[str, StoredJob | CorruptRecord | None]] = []
+        unknown: list[int] = []
+        for info in infos:
+            run_id = self._io.run_id_of(info.key)
+            is_known, job = known(info)
+            if not is_known:
+                unknown.append(len(found))
+            found.append((run_id, job))
+        read_now = await asyncio.gather(*(read(found[at][0]) for at in unknown))
+        for at, job_read in zip(unknown, read_now, strict=True):
+            found[at] = (found[at][0], job_read)
+        return found
