@@ -8,6 +8,8 @@ can work on any runner's store.
   every record that will not decode named instead of failing the command;
 - ``listing.py``: runs listed newest first (``stepstone ls``) and counted
   (``stepstone stats``);
+- ``finished.py``: the outcome listing a long-lived view keeps, listed
+  again beside its pages rather than on each;
 - ``actions.py``: what changes runs: retry a dead run, cancel, purge;
 - ``timeline.py``: a run's steps in the order they ran, across its claims.
 """

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from stepstone.errors import InspectError
@@ -88,6 +88,9 @@ class Listing:
 
     rows: list[RunSummary]
     unreadable: list[Unreadable]
+    unread: int = 0
+    """Outcome records ``reads`` left unread that might have been among the
+    rows (0: the rows are all the runs chosen, up to ``limit``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +104,12 @@ class Counts:
 
 
 async def list_runs(
-    runner: Inspected, chosen: RunFilter = RunFilter(), *, limit: int | None = 100
+    runner: Inspected,
+    chosen: RunFilter = RunFilter(),
+    *,
+    limit: int | None = 100,
+    listed: Sequence[ObjectInfo] | None = None,
+    reads: int | None = None,
 ) -> Listing:
     """Runs ``chosen`` takes, newest first by when they were submitted, one
     row per id, and the records met that would not decode.
@@ -119,6 +127,12 @@ async def list_runs(
     outcome written before the oldest row kept was submitted earlier still
     (to within ``CLOCK_SLACK`` of skew between the submitter's clock and the
     store's).
+
+    ``listed``: the outcome objects, newest written first, as a view listed
+    them before (:mod:`stepstone.ops.finished`), in place of listing them now.
+    ``reads``: read at most that many outcome records; a filter that few
+    finished runs match then shows those among the ones read, and the
+    listing says how many it left unread (``Listing.unread``).
     """
     if limit is not None and limit < 1:
         raise InspectError(f"--limit must be at least 1, got {limit}")
@@ -128,8 +142,12 @@ async def list_runs(
     if wanted is None or wanted.queued:
         async for record in _queue_records(runner, wanted, unreadable):
             found.offer(_queued_row(record))
+    unread = 0
     if wanted is None or wanted.finished:
-        await _offer_outcomes(runner, wanted, found, unreadable)
+        if listed is None:
+            listed = [info async for info in iter_outcomes(runner)]
+            listed.sort(key=lambda info: info.modified, reverse=True)
+        unread = await _offer_outcomes(runner, wanted, found, unreadable, listed, reads)
     rows = found.newest()
     # A dead job keeps its failed outcome beside its queue record: say so.
     dead = [row.id for row in rows if row.status is JobStatus.DEAD]
@@ -145,7 +163,7 @@ async def list_runs(
         dataclasses.replace(row, source="queue+outcome") if row.id in beside else row
         for row in rows
     ]
-    return Listing(rows, list(unreadable.values()))
+    return Listing(rows, list(unreadable.values()), unread)
 
 
 CLOCK_SLACK = 5.0
@@ -251,26 +269,29 @@ async def _offer_outcomes(
     wanted: JobStatus | None,
     found: _Newest,
     unreadable: dict[str, Unreadable],
-) -> None:
-    """Offer ``found`` the outcome records that may be among its newest rows,
-    most recently written first, a page at a time (see :func:`list_runs`)."""
+    listed: Sequence[ObjectInfo],
+    reads: int | None,
+) -> int:
+    """Offer ``found`` the outcome records of ``listed`` (newest written
+    first) that may be among its newest rows, a page at a time, at most
+    ``reads`` of them (see :func:`list_runs`); how many it left unread that
+    might have been."""
     since = found.chosen.since
     written_after = None if since is None else since - CLOCK_SLACK
-    infos = [
-        info
-        async for info in iter_outcomes(runner)
-        if written_after is None or info.modified >= written_after
-    ]
-    infos.sort(key=lambda info: info.modified, reverse=True)
+    infos = [info for info in listed if written_after is None or info.modified >= written_after]
     page = min(_OUTCOME_PAGE, found.limit or _OUTCOME_PAGE)
-    for start in range(0, len(infos), page):
-        if found.newer_than(infos[start].modified):
-            return
-        for record in await read_outcomes(runner, infos[start : start + page]):
+    start = 0
+    while start < len(infos) and not found.newer_than(infos[start].modified):
+        if reads is not None and start >= reads:
+            return len(infos) - start
+        end = start + page if reads is None else min(start + page, reads)
+        for record in await read_outcomes(runner, infos[start:end]):
             if isinstance(record, Unreadable):
                 unreadable[record.key] = record
             elif wanted is None or record.status is wanted:
                 found.offer(_finished_row(record))
+        start = end
+    return 0
 
 
 def _finished_row(record: OutcomeRecord) -> RunSummary:

@@ -30,6 +30,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
+from stepstone.ops.finished import FinishedListing
 from stepstone.ops.glance import user_first
 from stepstone.ops.timeline import took
 from stepstone.runner import JobRunner
@@ -89,6 +90,7 @@ def create_app(
         ],
     )
     app.state.runner = runner
+    app.state.finished = FinishedListing(runner)
     app.state.templates = templates()
     app.state.refresh = refresh
     app.state.actions = actions

@@ -15,10 +15,18 @@ from starlette.responses import RedirectResponse, Response
 
 from stepstone.errors import InspectError
 from stepstone.ops import actions, listing, reads
+from stepstone.ops.finished import FinishedListing
 from stepstone.runner import JobRunner
 from stepstone.runtime.queue import JobStatus
 from stepstone.ui.present import SINCE, Filters, run_view
 from stepstone.ui.respond import HEADERS, render
+
+OUTCOME_READS = 1000
+"""Outcome records the runs list reads at most per refresh: a filter few
+finished runs match shows those among the newest this many, and says so."""
+LISTING_WAIT = 0.25
+"""Seconds the runs list waits for the listing of finished runs it starts
+(:mod:`stepstone.ops.finished`) before it answers with the last one."""
 
 STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
 
@@ -28,7 +36,12 @@ async def runs_page(request: Request) -> Response:
     (through :func:`stepstone.ops.listing.list_runs`, as ``stepstone ls``); the
     queue's counts. ``?q=`` finds a run by its id, the start of it, or its
     idempotency key (:func:`stepstone.ops.reads.find_run`) and goes to its
-    page; failing that, it lists the runs whose key starts with it."""
+    page; failing that, it lists the runs whose key starts with it.
+
+    What a refresh reads: the queue's records that changed since the last
+    (a LIST per thousand; the queue keeps copies by etag), at most
+    ``OUTCOME_READS`` outcome records, and the outcome listing of
+    :mod:`stepstone.ops.finished`, listed beside the page."""
     runner: JobRunner = request.app.state.runner
     filters = Filters.from_query(request.query_params)
     problems = list(filters.problems)
@@ -45,17 +58,27 @@ async def runs_page(request: Request) -> Response:
             filters = dataclasses.replace(filters, key=searched)
     rows: list[listing.RunSummary] = []
     unreadable: list[reads.Unreadable] = []
+    unread = 0
     kinds = sorted({filters.kind} - {""})
+    finished: FinishedListing = request.app.state.finished
+    outcomes = await finished.latest(wait=LISTING_WAIT)
     if not problems:
         try:
             chosen = filters.chosen(runner.clock.now())
-            listed = await listing.list_runs(runner, chosen, limit=filters.limit)
+            listed = await listing.list_runs(
+                runner,
+                chosen,
+                limit=filters.limit,
+                listed=[] if outcomes is None else outcomes.infos,
+                reads=OUTCOME_READS,
+            )
         except InspectError as exc:
             problems.append(str(exc))
         else:
             kinds = sorted({row.kind for row in listed.rows} | {filters.kind} - {""})
             rows = listed.rows
             unreadable = listed.unreadable
+            unread = listed.unread
     counts: dict[str, int] | None = None
     try:
         counts = await listing.queue_counts(runner)
@@ -75,6 +98,11 @@ async def runs_page(request: Request) -> Response:
             "problems": problems,
             "searched": searched if searched and not problems else "",
             "unreadable": unreadable,
+            "unread": unread,
+            "reads": OUTCOME_READS,
+            "live_states": [status.value for status in JobStatus if status.queued],
+            "outcomes": outcomes,
+            "listing_failed": finished.failed,
         },
         status=400 if problems and not rows else 200,
     )

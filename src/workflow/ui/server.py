@@ -61,6 +61,7 @@ def serve_ui(
                 hosts=allowed_hosts(host, allow_hosts),
                 actions=actions,
             )
+            app.state.finished.start()
             config = uvicorn.Config(app, log_level="warning", lifespan="off")
             started = asyncio.Event()
 
@@ -90,6 +91,7 @@ def serve_ui(
             finally:
                 for sig, handler in before.items():
                     signal.signal(sig, handler)
+                await app.state.finished.close()
         finally:
             await runner.close()
 
