@@ -109,8 +109,17 @@ def _kind(rng: random.Random) -> str:
     return KINDS[0][0]
 
 
-def seed(root: Path, *, finished: int, live: int, now: float, rng: random.Random) -> Seeded:
-    """Write ``finished`` ended runs and ``live`` queued ones under ``root``."""
+def seed(
+    root: Path,
+    *,
+    finished: int,
+    live: int,
+    now: float,
+    rng: random.Random,
+    spread: float = FINISHED_SPREAD,
+) -> Seeded:
+    """Write ``finished`` runs that ended evenly over the ``spread`` seconds
+    before ``now`` and ``live`` queued ones under ``root``."""
     layout = Layout()
     writer = _Writer(root)
     seeded = Seeded(root, now)
@@ -120,7 +129,7 @@ def seed(root: Path, *, finished: int, live: int, now: float, rng: random.Random
         key = f"order-{n}" if keyed else None
         run_id = run_id_for_key(key) if key is not None else fresh_run_id()
         incarnation = fresh_incarnation()
-        ended = now - rng.random() * FINISHED_SPREAD
+        ended = now - rng.random() * spread
         started = ended - rng.uniform(0.05, 3.0)
         submitted = started - rng.uniform(0.0, 2.0)
         roll = rng.random()

@@ -6,15 +6,16 @@ found only by listing every outcome key: a LIST per thousand, and on a
 directory store a ``stat`` a key, which at a hundred thousand runs takes
 longer than a page may. A view that refreshes every few seconds would pay
 that on every refresh. So it lists beside the pages instead: a page starts a
-listing (unless one is under way, or the last is younger than ``PACE``
-times what it took), waits a moment for it when the last was that quick, and
-takes the last complete one. On a small store the listing is done in that
-moment and every page is up to date; on a big one a page answers at once,
-with finished runs as they were a few listings' time ago, and the listing
-takes at most a ``PACE``-th of the view's time (it shares the process, and a
-listing is mostly Python holding the interpreter). At most one listing runs
-at a time, and none while no page asks, so an idle view costs nothing. A
-run's own page always reads its records afresh.
+listing (unless one is under way, or the last is younger than ``PACE`` times
+what it took, when that was more than a moment), waits a moment for it when
+the last was that quick, and takes the last complete one. On a small store
+the listing is done in that moment and every page is up to date; on a big
+one a page answers at once, with finished runs as they were a few listings'
+time ago, and the listing takes at most a ``PACE``-th of the view's time (it
+shares the process, and a listing is mostly Python holding the
+interpreter). At most one listing runs at a time, and none while no page
+asks, so an idle view costs nothing. A run's own page always reads its
+records afresh.
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ from stepstone.store.errors import StoreError
 
 PACE = 4.0
 """A listing is started no sooner than this many times its last one's
-duration after that one began."""
+duration after that one began..."""
+QUICK = 0.05
+"""... unless that one took less than this many seconds: then every page
+lists afresh (a small store's pages are always up to date)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +73,8 @@ class FinishedListing:
         unless one was, or the last is too recent: ``PACE``); None while none
         is complete."""
         last = self._listed
-        if last is None or time.monotonic() - self._last_start >= PACE * last.took:
+        pace = PACE * last.took if last is not None and last.took >= QUICK else 0.0
+        if last is None or time.monotonic() - self._last_start >= pace:
             self.start()
         if self._listing is not None and wait > 0 and (last is None or last.took <= wait):
             with contextlib.suppress(TimeoutError):

@@ -32,10 +32,11 @@ from starlette.templating import Jinja2Templates
 
 from stepstone.ops.finished import FinishedListing
 from stepstone.ops.glance import user_first
+from stepstone.ops.throughput import Statuses
 from stepstone.ops.timeline import took
 from stepstone.runner import JobRunner
 from stepstone.telemetry.escaping import escape_controls
-from stepstone.ui import acting, fleet, routes
+from stepstone.ui import acting, fleet, routes, throughput
 from stepstone.ui.guard import Csrf
 from stepstone.ui.present import ago, pretty, when
 
@@ -84,6 +85,7 @@ def create_app(
             Route("/", routes.runs_page, name="runs"),
             Route("/runs/{run_id}", routes.run_page, name="run"),
             Route("/workers", fleet.workers_page, name="workers"),
+            Route("/throughput", throughput.throughput_page, name="throughput"),
             Route("/act/{verb}", acting.confirm_page, methods=["GET"], name="confirm"),
             Route("/act/{verb}", acting.act, methods=["POST"], name="act"),
             Route("/static/{name}", routes.static, name="static"),
@@ -91,6 +93,7 @@ def create_app(
     )
     app.state.runner = runner
     app.state.finished = FinishedListing(runner)
+    app.state.statuses = Statuses()
     app.state.templates = templates()
     app.state.refresh = refresh
     app.state.actions = actions

@@ -81,7 +81,7 @@ def run_timeline(found: Detail, steps: list[RanStep], now: float) -> Markup | No
     parts = [
         f'<svg class="timeline" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" '
         f'height="{height}" viewBox="0 0 {WIDTH} {height}" role="img" '
-        f'aria-label="the run over time, {_text(date(first))} to {_text(date(last))}">'
+        f'aria-label="the run over time, {text(date(first))} to {text(date(last))}">'
     ]
     for lane, name in enumerate(("claims", "waits", "steps")):
         y = TOP + lane * LANE
@@ -95,13 +95,13 @@ def run_timeline(found: Detail, steps: list[RanStep], now: float) -> Markup | No
         w = max(2.0, (s.end - s.start) * scale)
         parts.append(
             f'<rect class="span lane-{s.lane}" x="{x(s.start):.1f}" y="{y}" width="{w:.1f}" '
-            f'height="{LANE - 10}" rx="3" fill="{s.colour}"><title>{_text(s.title)}</title></rect>'
+            f'height="{LANE - 10}" rx="3" fill="{s.colour}"><title>{text(s.title)}</title></rect>'
         )
     for at, title in marks:
         y = TOP + 2 * LANE + 12
         parts.append(
             f'<circle class="step" cx="{x(at):.1f}" cy="{y}" r="5" fill="#1d2330">'
-            f"<title>{_text(title)}</title></circle>"
+            f"<title>{text(title)}</title></circle>"
         )
     axis = TOP + 3 * LANE + 18
     for n in range(TICKS):
@@ -110,7 +110,7 @@ def run_timeline(found: Detail, steps: list[RanStep], now: float) -> Markup | No
         anchor = "start" if n == 0 else "end" if n == TICKS - 1 else "middle"
         parts.append(
             f'<text x="{x(at):.1f}" y="{axis}" text-anchor="{anchor}" class="tick">'
-            f"{_text(label)}</text>"
+            f"{text(label)}</text>"
         )
     parts.append("</svg>")
     return Markup("".join(parts))
@@ -124,5 +124,6 @@ def _waiting_until(found: Detail, now: float) -> float | None:
     return None
 
 
-def _text(value: str) -> str:
+def text(value: str) -> str:
+    """``value`` as SVG text: control characters made visible, then escaped."""
     return html.escape(escape_controls(value), quote=True)
