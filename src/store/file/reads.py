@@ -60,7 +60,8 @@ def read_split(path: str, key: str, location: str, splitter: Splitter) -> SplitO
                     raise OSError(errno.EIO, "the file ended before its size")
                 done += got
 
-        return look[: split.start], filled(split.length, fill), os.pread(fd, st.st_size, end)
+        after = os.pread(fd, max(0, st.st_size - end), end)
+        return look[: split.start], filled(split.length, fill), after
 
     (before, piece, after), read_etag = _read_checked(path, key, location, pieces)
     return SplitObject(key, before, piece, after, read_etag)

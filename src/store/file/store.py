@@ -503,7 +503,12 @@ class FileStore(ObjectStore):
         if size <= SPLIT_LOOK:
             stored = await self.get(key)
             return split_in_memory(key, stored.data, stored.etag, splitter)
-        return await self._run(read_split, path, key, self.location, splitter)
+        # Handed over in a box, not as the executor future's result: a
+        # finished future can outlive the read (in a handle of the loop not
+        # yet collected), and with it the piece, the value's size again.
+        box: list[SplitObject] = []
+        await self._run(lambda: box.append(read_split(path, key, self.location, splitter)))
+        return box.pop()
 
     async def delete(self, key: str, *, if_match: str | None = None) -> None:
         if if_match is None:

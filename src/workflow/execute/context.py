@@ -154,15 +154,26 @@ class JobContext:
         found, value = await memo.lookup()
         if found:
             return cast(R, value)
+        # Handed straight over, held by no name here: a large result the
+        # memo gives back decoded is let go before its copy is made.
+        return cast(R, await memo.record(await self._called(fn, *args, **kwargs)))
+
+    async def _called(
+        self,
+        fn: Callable[P, Awaitable[R]] | Callable[P, R],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> R:
+        """What a step's function returns, a synchronous one run in the job
+        thread pool, as a synchronous job's own code runs."""
         if inspect.iscoroutinefunction(fn) or _returns_awaitable(fn):
-            result = await cast(Callable[P, Awaitable[R]], fn)(*args, **kwargs)
-        else:
-            # In the job thread pool, as a synchronous job's own code runs.
-            call = functools.partial(cast(Callable[P, R], fn), *args, **kwargs)
-            result = await self._run.in_thread(call)
-            if inspect.isawaitable(result):
-                result = await result
-        return cast(R, await memo.record(result))
+            return await cast(Callable[P, Awaitable[R]], fn)(*args, **kwargs)
+        call = functools.partial(cast(Callable[P, R], fn), *args, **kwargs)
+        result = await self._run.in_thread(call)
+        if inspect.isawaitable(result):
+            return cast(R, await result)
+        return cast(R, result)
 
     async def submit(self, job: Job[Out], options: SubmitOptions | None = None) -> JobHandle[Out]:
         """Submit a child job, once per parent run.

@@ -34,6 +34,9 @@ from stepstone.store.parts import Body, SplitObject
 
 log = logging.getLogger("stepstone")
 
+_DECODED = object()
+"""In place of a recorded value that its caller gets decoded."""
+
 
 class Memo:
     """One call: where its memo lives, and the two halves of memoizing it
@@ -104,6 +107,11 @@ class Memo:
         return True, self._decoded(data)
 
     async def record(self, value: object) -> Any:
+        """Record ``value`` (first writer wins) and return what a replay would:
+        the value itself where it reads back as itself, else its encoding
+        decoded, once this frame holds the value no more (a caller that
+        hands it over, as a step does, lets a large one go before its
+        decoded copy is made)."""
         run = self.run
         try:
             data = self.codec.encode_body(value)
@@ -111,6 +119,8 @@ class Memo:
             raise EncodingError(
                 f"the result cannot be stored: {exc}", job=run.kind, step=self.name
             ) from exc
+        if not self.codec.reads_back_as_itself(value):
+            value = _DECODED
         stored = data
         if self.position is not None:
             stored = PositionedMemo(self.position, self.call, data).encode()
@@ -135,7 +145,7 @@ class Memo:
                 extra=log_extra(run),
             )
             return self._decoded(data)
-        return self.codec.settled(value, data)
+        return self._decoded(data) if value is _DECODED else value
 
     def _checked(self, found: SplitObject, field: LargeField) -> Body:
         """The value a positioned memo records, once its call is this one;

@@ -22,7 +22,7 @@ from typing import Any
 import msgpack
 from pydantic import BaseModel, TypeAdapter
 
-from stepstone.records.large_values import unpacked_bytes, value_body
+from stepstone.records.large_values import pack_body, unpacked_bytes, value_body
 from stepstone.store.parts import Body, Parts, as_bytes
 
 _NATIVE = (type(None), bool, int, float, str, bytes)
@@ -78,7 +78,7 @@ def pack(value: object) -> bytes:
     return msgpack.packb(value, use_bin_type=True)  # type: ignore[no-any-return]
 
 
-def unpack(data: bytes) -> Any:
+def unpack(data: bytes | memoryview) -> Any:
     return msgpack.unpackb(data, raw=False, strict_map_key=False)
 
 
@@ -120,29 +120,28 @@ class ResultCodec:
                 "function's return type so it can be stored and rebuilt"
             )
         try:
-            return value_body(value) if type(value) is bytes else pack(value)
+            return value_body(value) if type(value) is bytes else pack_body(value)
         except (TypeError, ValueError, OverflowError) as exc:
             raise TypeError(f"cannot encode a {type(value).__name__}: {exc}") from exc
 
     def decode(self, data: Body) -> Any:
         value = unpacked_bytes(data) if isinstance(data, Parts) else None
         if value is None:
-            value = unpack(as_bytes(data))
+            whole = data.buffers if isinstance(data, Parts) else ()
+            value = unpack(whole[0] if len(whole) == 1 else as_bytes(data))
         if self.adapter is not None:
             return self.adapter.validate_python(value)
         return value
 
-    def settled(self, value: object, encoded: Body) -> Any:
-        """What a call that returned ``value`` gives its caller once it is
-        recorded as ``encoded``: what a replay will decode. That is ``value``
-        itself when decoding gives back an equal value of its very type (a
-        ``bytes`` or ``str`` result, a number), so a large one is not decoded
-        into a second copy; else the decoded value (a tuple comes back a
-        list, a model is rebuilt)."""
+    def reads_back_as_itself(self, value: object) -> bool:
+        """Whether decoding ``value``'s encoding gives back an equal value of
+        its very type (a ``bytes`` or ``str`` result, a number), so that a call
+        may give its caller the value itself, as a replay would give the
+        decoded one, and a large one is not decoded into a second copy. Else
+        the caller gets the decoded value (a tuple comes back a list, a
+        model is rebuilt)."""
         kind = type(value)
-        if kind in _EXACT and self.annotation in (kind, inspect.Signature.empty, Any, object):
-            return value
-        return self.decode(encoded)
+        return kind in _EXACT and self.annotation in (kind, inspect.Signature.empty, Any, object)
 
 
 _EXACT = (type(None), bool, int, float, str, bytes)

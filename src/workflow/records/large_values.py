@@ -10,8 +10,9 @@ memory once more. So from :data:`SEPARATE` bytes on:
 - **written** as :class:`stepstone.store.parts.Parts`: the record's small
   fields packed, then the field's ``bin`` header, then the value's bytes
   where they lie (a ``bytes`` result is its own encoding's body: its header
-  and itself, :func:`value_body`); the store writes the buffers one after
-  another (``put_parts``);
+  and itself, :func:`value_body`; any other value's encoding is the
+  packer's own buffer, :func:`pack_body`); the store writes the buffers one
+  after another (``put_parts``);
 - **read** with ``get_split`` and a :class:`LargeField`, which finds the
   field in the record's first bytes: the value's bytes come in an
   allocation of their own, the rest is decoded as a small record with an
@@ -83,6 +84,20 @@ def value_body(value: bytes) -> Body:
     if len(value) < SEPARATE:
         return _pack(value)
     return Parts([bin_header(len(value)), value])
+
+
+def pack_body(value: object) -> Body:
+    """``pack(value)``, a large encoding handed over as a view of the
+    packer's own buffer: ``packb`` would copy it once more into the
+    ``bytes`` it returns, twice the encoding's size at that moment."""
+    packer = msgpack.Packer(use_bin_type=True, autoreset=False)
+    packer.pack(value)
+    view = packer.getbuffer()
+    if len(view) >= SEPARATE:
+        return Parts([view])
+    data = bytes(view)
+    view.release()
+    return data
 
 
 def unpacked_bytes(body: Parts) -> bytes | None:
