@@ -303,6 +303,8 @@ def pages(seeded: Seeded) -> Iterator[tuple[str, str]]:
     yield "run failed parent", f"/runs/{seeded.parent}"
     yield "run running", f"/runs/{seeded.live[JobStatus.RUNNING.value][0]}"
     yield "run dead", f"/runs/{seeded.live[JobStatus.DEAD.value][0]}"
+    yield "throughput", "/throughput"
+    yield "workers", "/workers"
 
 
 @dataclass
@@ -334,6 +336,15 @@ async def measure(seeded: Seeded, refresh_rounds: int) -> dict[str, dict[str, li
             found["listing"].append(Measured(listed, {}, 0))
             for _ in range(refresh_rounds):
                 found["refresh"].append(await _timed(app, store, path))
+            if path == "/throughput":
+                # Its statuses are read once each, a budget a refresh: until all are.
+                filling = found["refresh"][-1]
+                refreshes = len(found["refresh"])
+                while filling.reads["GET"] and refreshes < 1000:
+                    filling = await _timed(app, store, path)
+                    refreshes += 1
+                found["filled"] = [await _timed(app, store, path)]
+                found["filled"][0].reads["refreshes"] = refreshes
             out[name] = found
         finally:
             await app.state.finished.close()
@@ -391,6 +402,9 @@ def main(argv: list[str] | None = None) -> None:
                     f" refresh {warm_ms:7.1f} ms {_short(refresh[-1].reads) if refresh else ''}",
                     flush=True,
                 )
+                if "filled" in by:
+                    filled = by["filled"][0]
+                    print(f"  {name:28} filled {filled.ms:7.1f} ms {_short(filled.reads)}")
         finally:
             shutil.rmtree(root)
     if args.out:
@@ -429,8 +443,8 @@ def _summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         return out
     for name in rounds[0]["pages"]:
         out[name] = {}
-        for phase in ("cold", "listing", "refresh"):
-            measured = [m for r in rounds for m in r["pages"][name][phase]]
+        for phase in ("cold", "listing", "refresh", "filled"):
+            measured = [m for r in rounds for m in r["pages"][name].get(phase, [])]
             if measured:
                 out[name][phase] = {
                     "ms": round(statistics.median(m["ms"] for m in measured), 1),
