@@ -7,14 +7,18 @@ the submit protocol makes it one (the first creates it, the others join it
 or read its outcome).
 
 Each schedule keeps one small object, ``schedules/<name>``: the last tick
-submitted. It says which ticks were missed while no worker ran (from it to
-now), and it keeps a tick from running again after retention has swept its
-run's records. It only moves forward (compare-and-swap). A schedule seen for
-the first time starts from now: nothing before it counts as missed. A marker
-that does not decode, or holds a tick that could not be real (not a number,
-more than :data:`MARKER_AHEAD` ahead of now, more than
-``stepstone.runtime.plausible.WINDOW`` behind it), is repaired: set to now,
-with a warning naming it, as if the schedule were seen for the first time.
+submitted (:mod:`stepstone.records.schedule_marker`, which also says, for
+operators' tools, how the schedule ticks, its next tick and the run the
+tick submitted). It says which ticks were missed while no worker ran (from
+it to now), and it keeps a tick from running again after retention has
+swept its run's records. It only moves forward (compare-and-swap). A
+schedule seen for the first time starts from now: nothing before it counts
+as missed. A marker that does not decode, or holds a tick that could not be
+real (not a number, more than
+:data:`stepstone.records.schedule_marker.MARKER_AHEAD` ahead of now, more
+than ``stepstone.runtime.plausible.WINDOW`` behind it), is repaired: set to
+now, with a warning naming it, as if the schedule were seen for the first
+time.
 
 The processes' clocks may disagree by up to :data:`SCHEDULE_CLOCK_SKEW`
 seconds, whatever the interval, with no tick dropped: "now" above is that
@@ -40,7 +44,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import math
 from collections.abc import Callable, Iterator
@@ -52,9 +55,8 @@ from zoneinfo import ZoneInfo
 from cronsim import CronSim, CronSimError
 
 from stepstone.job import Job
-from stepstone.records.codec import pack, unpack
 from stepstone.records.layout import Layout, name_key
-from stepstone.runtime import plausible
+from stepstone.records.schedule_marker import Marker, decode_marker, tick_run_id
 from stepstone.runtime.clock import Clock, subscribe
 from stepstone.store import AlreadyExists, NotFound, ObjectStore, PreconditionFailed
 from stepstone.submit.submitter import Submitter
@@ -70,10 +72,6 @@ seconds, whatever its interval, with no tick dropped: a process counts a tick
 as missed only when it came this long before the process came up, and a
 schedule seen for the first time starts this long before now. A process
 that finds the marker further ahead of its own clock warns (once)."""
-MARKER_AHEAD = 86_400.0
-"""Seconds ahead of now past which a marker's tick could not be real (it is
-a tick already submitted; this leaves room for clocks that disagree)."""
-
 Missed = Literal["latest", "all", "skip"]
 
 
@@ -157,8 +155,7 @@ class Schedule:
 
     def run_id(self, tick: datetime) -> str:
         """The run id of this schedule's run at ``tick``: the same in every process."""
-        seed = f"schedule/{self.name}/{tick.timestamp():.6f}"
-        return hashlib.sha256(seed.encode()).hexdigest()
+        return tick_run_id(self.name, tick.timestamp())
 
 
 class Scheduler:
@@ -261,7 +258,8 @@ class Scheduler:
             job = schedule.job(tick)
             await self._submitter.submit(job, run_id=schedule.run_id(tick))
             log.info("schedule %r: submitted the tick of %s", schedule.name, tick.isoformat())
-        await self._advance_marker(schedule, due[-1].timestamp())
+        submitted = chosen[-1].timestamp() if chosen and chosen[-1] == due[-1] else None
+        await self._advance_marker(schedule, due[-1].timestamp(), submitted)
 
     async def _marker(self, schedule: Schedule) -> tuple[str, float | str] | None:
         """The marker's etag and tick (None: there is none); in place of the
@@ -272,12 +270,7 @@ class Scheduler:
         except NotFound:
             return None
         try:
-            fields = unpack(stored.data)
-            if not isinstance(fields, dict) or "tick" not in fields:
-                raise ValueError("not a schedule marker")
-            tick = plausible.time(
-                fields["tick"], "its tick", now=self._clock.now(), ahead=MARKER_AHEAD
-            )
+            tick = decode_marker(stored.data, now=self._clock.now()).tick
         except Exception as exc:
             return stored.etag, f"its marker {key} cannot be used ({exc})"
         return stored.etag, tick
@@ -287,24 +280,32 @@ class Scheduler:
         the caller's now, less the clocks' skew, as for a schedule first seen)."""
         log.warning("schedule %r: %s; set to now, as for a new schedule", schedule.name, wrong)
         with contextlib.suppress(PreconditionFailed, NotFound):  # someone else wrote it
-            await self._store.put_if_match(self._layout.schedule(schedule.name), _marker(now), etag)
+            await self._store.put_if_match(
+                self._layout.schedule(schedule.name), _marker(schedule, now, first=True), etag
+            )
 
     async def _create_marker(self, schedule: Schedule, tick: float) -> None:
         with contextlib.suppress(AlreadyExists):
-            await self._store.put_if_absent(self._layout.schedule(schedule.name), _marker(tick))
+            await self._store.put_if_absent(
+                self._layout.schedule(schedule.name), _marker(schedule, tick, first=True)
+            )
 
-    async def _advance_marker(self, schedule: Schedule, tick: float) -> None:
-        """Move the marker forward to ``tick`` unless another process moved it further."""
+    async def _advance_marker(
+        self, schedule: Schedule, tick: float, submitted: float | None
+    ) -> None:
+        """Move the marker forward to ``tick`` unless another process moved it
+        further (``submitted``: ``tick``, when this process submitted its run)."""
         key = self._layout.schedule(schedule.name)
         for _ in range(MARKER_TRIES):
             found = await self._marker(schedule)
             if found is not None and not isinstance(found[1], str) and found[1] >= tick:
                 return
             try:
+                data = _marker(schedule, tick, submitted)
                 if found is None:
-                    await self._store.put_if_absent(key, _marker(tick))
+                    await self._store.put_if_absent(key, data)
                 else:
-                    await self._store.put_if_match(key, _marker(tick), found[0])
+                    await self._store.put_if_match(key, data, found[0])
                 return
             except PreconditionFailed:  # AlreadyExists is one: someone moved it; look again
                 continue
@@ -317,8 +318,20 @@ class Scheduler:
                 await asyncio.wait_for(self._wake.wait(), min(left, 60.0))
 
 
-def _marker(tick: float) -> bytes:
-    return pack({"tick": tick})
+def _marker(
+    schedule: Schedule, tick: float, submitted: float | None = None, *, first: bool = False
+) -> bytes:
+    """The marker at ``tick``; ``submitted``: the tick whose run it submitted;
+    ``first``: ``tick`` is where the schedule starts, not one of its ticks."""
+    return Marker(
+        tick=tick,
+        name=schedule.name,
+        spec=describe(schedule),
+        missed=schedule.missed,
+        next_tick=next(schedule.ticks_after(tick)).timestamp(),
+        run=None if submitted is None else tick_run_id(schedule.name, submitted),
+        first=first,
+    ).encode()
 
 
 def describe(schedule: Schedule) -> str:

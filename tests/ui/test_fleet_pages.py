@@ -1,10 +1,13 @@
-"""The fleet's pages in a real headless browser: the workers page, reached
-from the navigation, showing a live worker with the runs it holds (linked to
-their pages), one stopped cleanly, one gone after missed beats, and a
-hostile record named as text, never run.
+"""The fleet's pages in a real headless browser, each reached from the
+navigation: the workers page, showing a live worker with the runs it holds
+(linked to their pages), one stopped cleanly, one gone after missed beats,
+and a hostile record named as text, never run; the schedules page, showing
+each schedule's last tick and the run it started (linked), its next tick and
+its missed-tick policy.
 
-The screenshot docs/operations.md shows is taken here
-(``STEPSTONE_UPDATE_SCREENSHOTS=1`` writes docs/img/ui-workers.png).
+The screenshots docs/operations.md shows are taken here
+(``STEPSTONE_UPDATE_SCREENSHOTS=1`` writes docs/img/ui-workers.png and
+ui-schedules.png).
 """
 
 from __future__ import annotations
@@ -21,11 +24,12 @@ from typing import Any
 import pytest
 from conftest import DEADLINE, SHOWN_BUCKET, serve, wait_for
 from test_browser import DOCS_IMG, click, never_ran_injected_script, text, texts
-from ui_jobs import HOSTILE, Hold, Ship
+from ui_jobs import HOSTILE, Hold, Ship, Sync
 from worker_records import put_record, record
 
-from stepstone import JobRunner, SubmitOptions
-from stepstone.testing import wait_until
+from stepstone import JobRunner, Schedule, SubmitOptions
+from stepstone.ops.schedules import ScheduleRow, read_schedules
+from stepstone.testing import FakeClock, advance, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -163,3 +167,78 @@ async def test_a_fleet_on_the_workers_page(store_url: str, tmp_path: Path, brows
         assert browser.save_screenshot(str(screenshot))
         if os.environ.get("STEPSTONE_UPDATE_SCREENSHOTS"):
             shutil.copyfile(screenshot, DOCS_IMG / "ui-workers.png")
+
+
+@pytest.mark.parametrize("store_url", ["s3"], indirect=True)  # a store name, not a path
+async def test_the_schedules_page_shows_each_schedule_its_last_run_and_next_tick(
+    store_url: str, tmp_path: Path, browser: Any
+) -> None:
+    """Schedules run by a worker on a fake clock up to twenty minutes ago,
+    then left: the page, with no application code, shows each from its
+    marker, the run its last tick started (linked), and its next tick,
+    overdue where nobody submitted it."""
+    real_now = time.time()
+    start = real_now - 50 * 60
+    clock = FakeClock(start)
+    schedules = [
+        Schedule("sync-inventory", every=timedelta(minutes=15), job=_sync),
+        Schedule("expire-carts", cron="*/10 * * * *", job=_sync, missed="skip"),
+        Schedule(
+            "nightly-report", cron="30 2 * * *", timezone="Europe/Paris", job=_sync, missed="all"
+        ),
+    ]
+    runner = JobRunner(store_url, jobs=[Sync], schedules=schedules, clock=clock, poll_interval=0.05)
+    async with runner:
+        await wait_until(lambda: _markers(runner, 3), timeout=DEADLINE)
+        while clock.now() < real_now - 20 * 60:
+            await advance(clock, 300)
+            last_sync = (clock.now() // 900) * 900
+            if last_sync > start:  # a tick since the schedule was first seen
+                await wait_until(lambda t=last_sync: _ran(runner, t), timeout=DEADLINE)
+        sync = await _row(runner, "sync-inventory")
+    await runner.close()
+    assert sync.last_run is not None
+    with serve(store_url, tmp_path) as ui:
+        browser.get(ui)
+        click(browser, "header nav a", "Schedules")
+        wait_for(lambda: browser.current_url == f"{ui}schedules", "the schedules page")
+        rows = {row[0]: row for row in browser.execute_script(SCHEDULES)}
+        assert sorted(rows) == ["expire-carts", "nightly-report", "sync-inventory"]
+        assert rows["expire-carts"][1:3] == ["cron */10 * * * * (UTC)", "skip"]
+        _, spec, missed, _, run, next_tick = rows["sync-inventory"]
+        assert (spec, missed) == ("every 0:15:00", "latest")
+        assert run == f"{sync.last_run[:12]} succeeded"
+        assert next_tick.endswith("overdue")
+        assert rows["nightly-report"][1:3] == ["cron 30 2 * * * (Europe/Paris)", "all"]
+        # First seen, and no tick of it since: none yet.
+        assert rows["nightly-report"][3].startswith("none yet (carried since ")
+        assert rows["nightly-report"][4] == "none"
+        screenshot = tmp_path / "ui-schedules.png"
+        assert browser.save_screenshot(str(screenshot))
+        if os.environ.get("STEPSTONE_UPDATE_SCREENSHOTS"):
+            shutil.copyfile(screenshot, DOCS_IMG / "ui-schedules.png")
+        click(browser, "td.run a", sync.last_run[:12])
+        wait_for(lambda: browser.current_url.endswith(f"/runs/{sync.last_run}"), "its run")
+        assert "inventory.sync" in text(browser, "main")
+
+
+SCHEDULES = """return [...document.querySelectorAll("table.schedules tbody tr")].map(
+    (tr) => [...tr.cells].map((td) => td.innerText.trim()))"""
+
+
+def _sync(tick: datetime) -> Sync:
+    return Sync(at=tick.isoformat())
+
+
+async def _markers(runner: JobRunner, count: int) -> bool:
+    return len((await read_schedules(runner, [])).rows) == count
+
+
+async def _row(runner: JobRunner, name: str) -> ScheduleRow:
+    return next(row for row in (await read_schedules(runner, [])).rows if row.name == name)
+
+
+async def _ran(runner: JobRunner, tick: float) -> bool:
+    """sync-inventory's marker is at ``tick`` or later, and its run has ended."""
+    row = await _row(runner, "sync-inventory")
+    return row.last_tick is not None and row.last_tick >= tick and row.run_state == "succeeded"

@@ -116,3 +116,13 @@ class Hold(Job[str]):
 
         await asyncio.sleep(3600)
         return "held"
+
+
+class Sync(Job[str]):
+    """What a schedule submits at each tick (the schedules page's runs)."""
+
+    NAME: ClassVar[str] = "inventory.sync"
+    at: str
+
+    async def run(self, ctx: JobContext) -> str:
+        return f"synced at {self.at}"

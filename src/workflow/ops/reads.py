@@ -252,7 +252,7 @@ async def detail(runner: Inspected, run_id: str) -> Detail:
     knows nothing of the id."""
     check_id(run_id)
     queued, outcome, memos, children = await asyncio.gather(
-        _read_queued(runner, run_id),
+        read_queued(runner, run_id),
         read_outcome(runner, run_id),
         list_memos(runner, run_id),
         Family(runner.store, runner.layout).children(run_id),
@@ -385,7 +385,7 @@ async def _exists(runner: Inspected, run_id: str) -> bool:
     """Whether the queue or an outcome record holds the run (a record that
     will not decode counts: its page names it)."""
     queued, outcome = await asyncio.gather(
-        _read_queued(runner, run_id), read_outcome(runner, run_id)
+        read_queued(runner, run_id), read_outcome(runner, run_id)
     )
     return queued is not None or outcome is not None
 
@@ -400,7 +400,8 @@ def _just_before(prefix: str) -> str | None:
     return head + chr(ord(last) - 1) + "~"
 
 
-async def _read_queued(runner: Inspected, run_id: str) -> JobRecord | Unreadable | None:
+async def read_queued(runner: Inspected, run_id: str) -> JobRecord | Unreadable | None:
+    """The run's queue record; Unreadable when it does not decode; None when there is none."""
     try:
         return await runner.queue.get(run_id)
     except CorruptRecord as exc:

@@ -166,6 +166,10 @@ class Layout:
     def schedule(self, name: str) -> str:
         return join(self.prefix, "schedules", name_key(name))
 
+    def schedules(self) -> str:
+        """The prefix of the schedules' markers."""
+        return join(self.prefix, "schedules") + "/"
+
     def slots(self, digest: str) -> str:
         return join(self.prefix, "slots", digest)
 

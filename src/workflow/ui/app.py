@@ -85,6 +85,7 @@ def create_app(
             Route("/", routes.runs_page, name="runs"),
             Route("/runs/{run_id}", routes.run_page, name="run"),
             Route("/workers", fleet.workers_page, name="workers"),
+            Route("/schedules", fleet.schedules_page, name="schedules"),
             Route("/throughput", throughput.throughput_page, name="throughput"),
             Route("/act/{verb}", acting.confirm_page, methods=["GET"], name="confirm"),
             Route("/act/{verb}", acting.act, methods=["POST"], name="act"),
