@@ -102,6 +102,12 @@ class Spec:
     """The fleet's S3 request limits per prefix, as a fraction of S3's (0: none)."""
     rate: float = 0.0
     """The fleet's submits a second (0: a backlog submitted before the workers start)."""
+    conflicts: float = 0.0
+    """The share of the fleet's conditional writes its bucket answers 409
+    ConditionalRequestConflict (seeded, in bursts: benchmarks/s3_like.py)."""
+    slowdowns: float = 0.0
+    """The share of the fleet's requests its bucket answers SlowDown whatever
+    the rate (seeded: benchmarks/s3_like.py)."""
     fail_first: int = 0
     """Attempts of each W3 job that fail before one succeeds (W3.fail_first)."""
     history: bool = True

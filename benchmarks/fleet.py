@@ -1,12 +1,16 @@
 """A simulated fleet: W workers in one process against one S3-like bucket.
 
 What grows with the number of workers, without a fleet to run it on. The
-bucket is a MemoryStore behind :class:`benchmarks.s3_like.S3LikeStore`
-(20 to 60 ms a request, seeded; S3's per-prefix request limits times
-``limit_scale``, or none), counted by operation and area like every other
-case. Each worker is a JobRunner of its own (``concurrency`` jobs at a time,
-its own StoreQueue and view, as W processes would have); a submitter is a
-JobRunner that runs no worker, as an API process.
+bucket is a MemoryStore behind :class:`benchmarks.s3_like.S3LikeBucket`
+(S3's per-prefix request limits times ``limit_scale``, or none; seeded 409s
+and SlowDowns, ``Spec.conflicts`` and ``Spec.slowdowns``), counted by
+operation and area like every other case. Each worker is a JobRunner of its
+own (``concurrency`` jobs at a time, its own StoreQueue and view, as W
+processes would have) on a client of its own,
+:class:`benchmarks.s3_like.S3LikeStore` (20 to 60 ms a request, seeded; its
+own retries and its own adaptive send rates, as each process has); a
+submitter is a JobRunner that runs no worker, as an API process, on a
+client of its own too.
 
 With ``backend="s3like-sqs"`` the queue is SqsQueue instead: moto's SQS in
 a child process (benchmarks/moto_server.py), answering every request after
@@ -41,7 +45,8 @@ they do not depend on W; in the stream they are included, and are 2 GETs
 and 1 conditional PUT a job); SlowDown answers per job, claims lost to
 another worker, listings; the bucket client's allowed send rates at the end
 (``send_rate_at_end``, requests a second, of the partitions a SlowDown ever
-cut: stepstone.store.wrappers.throttle); and this process's CPU seconds per second
+cut: stepstone.store.wrappers.throttle, summed over the clients); 409
+answers per job (``conflicts_per_job``); and this process's CPU seconds per second
 (``cpu_share``: one process drives the whole fleet, so a share near 1 means
 the host, not the bucket, set the pace).
 """
@@ -67,7 +72,7 @@ from .cases import CpuTimer, Spec, per_area, per_job, percentile
 from .counting import CountingStore
 from .jobs import W3
 from .moto_server import MotoServer
-from .s3_like import S3LikeStore
+from .s3_like import S3LikeBucket, S3LikeStore
 
 SEED = 17
 SUBMITS_IN_FLIGHT = 32
@@ -79,20 +84,22 @@ listings, and an idle queue's backoff to its slowest pace (docs/queue.md)."""
 
 LATENCY = (0.020, 0.060)
 """Seconds a request to the bucket (and to SQS) takes, drawn uniformly."""
+CONFLICT_BURST = 3
+"""409s in a row on a key once one is answered (``Spec.conflicts``)."""
 
 
 @contextlib.asynccontextmanager
-async def _queues(spec: Spec, store: ObjectStore, count: int) -> AsyncIterator[list[LeaseQueue]]:
-    """``count`` queues on one shared queue: StoreQueues on ``store``, or
+async def _queues(spec: Spec, stores: list[ObjectStore]) -> AsyncIterator[list[LeaseQueue]]:
+    """A queue on each of ``stores``, all one shared queue: StoreQueues, or
     SqsQueues on moto's SQS (backend ``s3like-sqs``, module docstring)."""
     if not spec.backend.endswith("-sqs"):
-        yield [StoreQueue(store) for _ in range(count)]
+        yield [StoreQueue(store) for store in stores]
         return
     with MotoServer(latency=LATENCY, seed=SEED + 2) as url:
         name = f"fleet-{uuid.uuid4().hex[:12]}"
-        options: dict[str, Any] = {"id_store": store, "endpoint_url": url, "region": "us-east-1"}
-        first = await SqsQueue.create(name, **options)
-        queues = [first] + [SqsQueue(name, **options) for _ in range(count - 1)]
+        options: dict[str, Any] = {"endpoint_url": url, "region": "us-east-1"}
+        first = await SqsQueue.create(name, id_store=stores[0], **options)
+        queues = [first] + [SqsQueue(name, id_store=s, **options) for s in stores[1:]]
         try:
             yield list(queues)
         finally:  # each waits out its long polls: at once, not one after another
@@ -151,24 +158,39 @@ async def _stream(submitter: JobRunner, jobs: list[W3], rate: float) -> list[Job
 
 
 async def fleet(spec: Spec) -> dict[str, Any]:
-    sim = S3LikeStore(MemoryStore(), latency=LATENCY, scale=spec.limit_scale or None, seed=SEED)
-    store = CountingStore(sim)
-    async with _queues(spec, store, 1 + spec.workers) as queues:
-        return await _run(spec, sim, store, queues)
+    store = CountingStore(MemoryStore())
+    sim = S3LikeBucket(
+        store,
+        scale=spec.limit_scale or None,
+        conflicts=spec.conflicts,
+        conflict_burst=CONFLICT_BURST,
+        slowdowns=spec.slowdowns,
+        seed=SEED,
+    )
+    # The submitter's client, then one a worker: each a process of its own.
+    clients = [
+        S3LikeStore(sim, latency=LATENCY, seed=SEED + 10 * n) for n in range(1 + spec.workers)
+    ]
+    async with _queues(spec, list(clients)) as queues:
+        return await _run(spec, sim, clients, store, queues)
 
 
 async def _run(
-    spec: Spec, sim: S3LikeStore, store: CountingStore, queues: list[LeaseQueue]
+    spec: Spec,
+    sim: S3LikeBucket,
+    clients: list[S3LikeStore],
+    store: CountingStore,
+    queues: list[LeaseQueue],
 ) -> dict[str, Any]:
     for queue in queues:
         if isinstance(queue, SqsQueue):
             queue.requests.clear()  # creating the SQS queues is no job's
-    submitter = JobRunner(store, jobs=[W3], queue=queues[0])
+    submitter = JobRunner(clients[0], jobs=[W3], queue=queues[0])
     tag = uuid.uuid4().hex[:8]
     jobs = [W3(n=i, steps=spec.steps, tag=tag, keyed=spec.keyed) for i in range(spec.n)]
     runners = [
-        JobRunner(store, jobs=[W3], queue=q, concurrency=spec.concurrency, retry_backoff=0.0)
-        for q in queues[1:]
+        JobRunner(client, jobs=[W3], queue=q, concurrency=spec.concurrency, retry_backoff=0.0)
+        for client, q in zip(clients[1:], queues[1:], strict=True)
     ]
     out: dict[str, Any] = {}
     started: list[JobRunner] = []
@@ -193,6 +215,7 @@ async def _run(
             out["submit_sqs_requests_per_job"] = _per_job_sqs(_sqs_requests(queues), spec.n)
         store.reset()
         sim.slowdowns.clear()
+        sim.conflicted.clear()
         for queue in queues:
             if isinstance(queue, SqsQueue):
                 queue.requests.clear()
@@ -207,6 +230,7 @@ async def _run(
             seconds = time.perf_counter() - t0
         counts, areas, sqs = store.snapshot(), store.areas(), _sqs_requests(queues)
         slowdowns = dict(sim.slowdowns)  # (not the joins' below: all outcomes read at once)
+        conflicts = sum(sim.conflicted.values())
         outcomes = await asyncio.gather(*(h.join() for h in handles)) if done == spec.n else []
     finally:  # at once: a stopping SqsQueue worker waits out its long poll
         await asyncio.gather(*(runner.stop() for runner in started))
@@ -229,6 +253,7 @@ async def _run(
         requests_by_area=per_area(areas, done),
         slowdowns_per_job=round(sum(slowdowns.values()) / done, 3),
         slowdowns_by_partition=per_area(slowdowns, done),
+        conflicts_per_job=round(conflicts / done, 3),
         jobs_per_worker_min_max=[jobs_per_worker[0], jobs_per_worker[-1]],
         worker={k: sum(asdict(s)[k] for s in stats) for k in ("claimed", "retried", "lost")},
         queue={
@@ -238,7 +263,11 @@ async def _run(
     )
     if sqs:
         out["sqs_requests_per_job"] = _per_job_sqs(sqs, done)
-    if sim.send_rates is not None:
-        cut = sim.send_rates.by_partition.items()
-        out["send_rate_at_end"] = {p: round(r.rate, 1) for p, r in cut if r.rate is not None}
+    sent: Counter[str] = Counter()
+    for client in clients[1:]:
+        if client.send_rates is not None:
+            for part, rate in client.send_rates.by_partition.items():
+                if rate.rate is not None:
+                    sent[part] += rate.rate
+    out["send_rate_at_end"] = {part: round(total, 1) for part, total in sorted(sent.items())}
     return out

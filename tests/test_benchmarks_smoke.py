@@ -15,8 +15,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from benchmarks.cases import Spec, run_one
 from benchmarks.retention import jobs_with_retention, removal_cost
 from benchmarks.run import main, plan, suspended_table, table
-from benchmarks.s3_like import S3LikeStore, SlowDown
+from benchmarks.s3_like import S3LikeBucket, S3LikeStore, SlowDown
 from stepstone.store import MemoryStore, RetryPolicy
+from stepstone.store.conflicts import WriteConflict
 
 
 def test_w3_on_memory_and_files(tmp_path: object) -> None:
@@ -130,9 +131,10 @@ def test_a_simulated_fleet_of_sqs_consumers_counts_sqs_requests_apart() -> None:
 
 
 def test_the_s3_like_store_answers_slowdown_past_a_prefixs_rate_and_retries() -> None:
-    async def two_writes() -> tuple[S3LikeStore, list[object]]:
+    async def two_writes() -> tuple[S3LikeBucket, list[object]]:
         # A millionth of S3's rates: one write's token, none refilled meanwhile.
-        store = S3LikeStore(MemoryStore(), latency=(0.0, 0.001), scale=1e-6, seed=1)
+        bucket = S3LikeBucket(MemoryStore(), scale=1e-6)
+        store = S3LikeStore(bucket, latency=(0.0, 0.001), seed=1, adaptive=False)
         results = await asyncio.gather(
             store.put_if_absent("a/1", b"x"),
             store.put_if_absent("a/2", b"x"),
@@ -140,9 +142,72 @@ def test_the_s3_like_store_answers_slowdown_past_a_prefixs_rate_and_retries() ->
         )
         await store.put_if_absent("b/1", b"x")  # another prefix has its own
         await store.get("a/1")  # and reads their own
-        return store, results
+        return bucket, results
 
-    store, results = asyncio.run(two_writes())
+    bucket, results = asyncio.run(two_writes())
     assert sum(isinstance(r, SlowDown) for r in results) == 1  # refused five times, then raised
-    assert store.slowdowns == {"write a": RetryPolicy().attempts}
-    assert store.counts == {"write a": 1, "write b": 1, "read a": 1}
+    assert bucket.slowdowns == {"write a": RetryPolicy().attempts}
+    assert bucket.counts == {"write a": 1, "write b": 1, "read a": 1}
+
+
+def refusals(seed: int) -> list[str]:
+    """What the bucket answers 200 conditional writes to 20 keys, one after another."""
+    bucket = S3LikeBucket(
+        MemoryStore(), scale=None, conflicts=0.2, conflict_burst=3, slowdowns=0.1, seed=seed
+    )
+
+    async def write(key: str) -> str:
+        try:
+            await bucket.serve("write", key, lambda: bucket.inner.put(key, b"x"), conditional=True)
+        except WriteConflict:
+            return "409"
+        except SlowDown:
+            return "503"
+        return "200"
+
+    async def writes() -> list[str]:
+        return [await write(f"k/{n % 20}") for n in range(200)]
+
+    return asyncio.run(writes())
+
+
+def test_the_s3_like_bucket_refuses_the_same_requests_in_every_run_of_a_seed() -> None:
+    first = refusals(seed=5)
+    assert refusals(seed=5) == first
+    assert refusals(seed=6) != first
+    assert 0.05 < first.count("503") / 200 < 0.2
+    assert 0.2 < first.count("409") / 200 < 0.6  # (each first 409 of a key brings two more)
+
+
+def test_conflicts_in_the_s3_like_bucket_are_decided_by_its_clients_and_nothing_fails() -> None:
+    async def run() -> tuple[S3LikeBucket, list[str]]:
+        bucket = S3LikeBucket(MemoryStore(), scale=None, conflicts=0.3, conflict_burst=3, seed=2)
+        store = S3LikeStore(bucket, latency=(0.0, 0.001), seed=3, adaptive=False)
+        etags = [await store.put_if_absent(f"k/{n}", b"x") for n in range(30)]
+        etags = [await store.put_if_match(f"k/{n}", b"y", e) for n, e in enumerate(etags)]
+        for n, etag in enumerate(etags):
+            await store.delete(f"k/{n}", if_match=etag)
+        return bucket, [info.key async for info in store.scan("k/")]
+
+    bucket, left = asyncio.run(run())
+    assert bucket.conflicted["k"] > 10
+    assert left == []
+
+
+def test_the_s3_like_bucket_can_allow_one_write_a_second_to_an_object() -> None:
+    now = [0.0]
+    bucket = S3LikeBucket(MemoryStore(), scale=None, object_writes=1.0, clock=lambda: now[0])
+
+    async def put(key: str) -> str:
+        try:
+            await bucket.serve("write", key, lambda: bucket.inner.put(key, b"x"))
+        except SlowDown:
+            return "429"
+        return "200"
+
+    async def run() -> list[str]:
+        answers = [await put("slots/a"), await put("slots/a"), await put("slots/b")]
+        now[0] += 1.0
+        return [*answers, await put("slots/a")]
+
+    assert asyncio.run(run()) == ["200", "429", "200", "200"]

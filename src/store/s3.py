@@ -18,11 +18,11 @@ Why it is built the way it is:
   it is decided by a re-read, under a budget of its own
   (:mod:`stepstone.store.conflicts`); a conditional write answered
   NotImplemented is a store without conditional writes, a StoreConfigError.
-- **Throttling slows the process down.** A SlowDown (or 429) that a retry
-  meets again cuts the send rate of every request of the store to that
-  partition (first key segment), which recovers on successes
-  (:mod:`stepstone.store.wrappers.throttle`, the AWS SDKs' adaptive mode): a
-  crowd over a partition's limit sends less instead of retrying harder.
+- **Throttling slows the process down.** A SlowDown (or 429) lowers the
+  send rate of every request of the process to that partition of the bucket
+  (first key segment), whichever store sends it, and successes raise it
+  again (:mod:`stepstone.store.wrappers.throttle`): a crowd over a
+  partition's limit sends less instead of retrying harder.
 - **A retried write may already have landed.** If a try timed out or got a
   5xx after the request was sent, a later 412 may be our own earlier write.
   The store then reads the object back: if it holds exactly our bytes, the
@@ -74,7 +74,7 @@ from .s3_answers import (
 )
 from .s3_large import Multipart, put_in_parts, read_body, read_split, request_body
 from .wrappers.retry import RetryPolicy
-from .wrappers.throttle import AdaptiveRates
+from .wrappers.throttle import AdaptiveRates, process_rates
 
 T = TypeVar("T")
 
@@ -94,9 +94,11 @@ class S3Store(ObjectStore):
     ``region`` defaults to the usual AWS configuration. Credentials come from
     the usual AWS sources (environment, shared config/profile, instance role),
     or ``profile``. ``retry`` bounds the retries of transient failures.
-    ``adaptive`` (on by default) cuts the store's send rates when S3 answers
-    SlowDown and lets them recover on successes; an :class:`AdaptiveRates`
-    of its own shares them between stores on one bucket; False turns it off.
+    ``adaptive`` (on by default) slows the process's sends to the bucket
+    when S3 answers SlowDown and lets them recover on successes, one budget
+    for every store of the process on this endpoint and bucket
+    (stepstone.store.wrappers.throttle.process_rates); an
+    :class:`AdaptiveRates` of its own is used instead; False turns it off.
     ``conflicts`` budgets a write that meets concurrent ones (409s, see
     stepstone.store.conflicts). ``headers`` go with every request: a
     provider's own (Tigris: ``{"X-Tigris-Consistent": "true"}``).
@@ -146,7 +148,7 @@ class S3Store(ObjectStore):
         if isinstance(adaptive, AdaptiveRates):
             rates: AdaptiveRates | None = adaptive
         else:
-            rates = AdaptiveRates() if adaptive else None
+            rates = process_rates(f"{endpoint_url or ''}|{bucket}") if adaptive else None
         self.send_rates = rates
         """The store's adaptive send rates (None: off); see
         stepstone.store.wrappers.throttle."""
@@ -369,31 +371,36 @@ class S3Store(ObjectStore):
         conditional: str = "",
         state: _Ambiguous | None = None,
         partition: str | None = None,
+        reads: bool = False,
     ) -> T:
         """Run one S3 request under the retry policy and the send rate of its
         partition (that of ``key``, or of the listing prefix ``partition``),
         with errors classified."""
 
         rates = self.send_rates
-        rate = None if rates is None else rates.of(partition or key or "")
-        refused = 0  # this request's last tries that throttling refused, in a row
+        where = f"{self.location}/{key}" if key else self.location
+        rate = (
+            None
+            if rates is None
+            else rates.sending(
+                partition or key or "", under=self.prefix, reads=reads, location=where
+            )
+        )
 
         async def attempt() -> T:
-            nonlocal refused
             client = await self._client()
             sent = 0.0 if rate is None else await rate.acquire()
             try:
                 result = await request(client)
             except Exception as exc:
-                refused = refused + 1 if self._throttling(exc) else 0
                 if rate is not None:
-                    rate.record(sent=sent, refused=refused)
+                    rate.record(sent=sent, refused=self._throttling(exc))
                 classified = self._classify(exc, key, conditional)
                 if classified is exc:
                     raise
                 raise classified from exc
             if rate is not None:
-                rate.record(sent=sent, refused=0)
+                rate.record(sent=sent, refused=False)
             self._bucket_seen = True
             return result
 
@@ -438,7 +445,7 @@ class S3Store(ObjectStore):
             return found, self._quoted(response["ETag"])
 
         # A GET's 404 says NoSuchKey or NoSuchBucket in its body: no guessing needed.
-        return await self._call(key, request)
+        return await self._call(key, request, reads=True)
 
     async def get(self, key: str) -> StoredObject:
         data, etag = await self._read(key, read_body)
@@ -460,7 +467,7 @@ class S3Store(ObjectStore):
             )
 
         try:
-            return await self._call(key, request)
+            return await self._call(key, request, reads=True)
         except NotFound as exc:
             raise await self._check_bucket(key) from exc
 
@@ -574,7 +581,7 @@ class S3Store(ObjectStore):
             async def request(client: Any, params: dict[str, Any] = params) -> Any:
                 return await client.list_objects_v2(**params)
 
-            page = await self._call(None, request, partition=prefix)
+            page = await self._call(None, request, partition=prefix, reads=True)
             for item in page.get("Contents", []):
                 modified: datetime = item["LastModified"]
                 out.append(

@@ -22,21 +22,24 @@ every call to it, so what they promise is the inner store's; two are what
   bounded and capped, rather than a failed job step; what is retried is the
   caller's choice, when and how often this policy's.
 - **A crowd over a partition's limit must send less, not retry harder**
-  (``throttle``, ``AdaptiveRate``, ``AdaptiveRates``): one send rate per
-  partition of the bucket, cut when S3 answers SlowDown to a request its
-  retries could not get past and grown back on successes, after the AWS
-  SDKs' adaptive mode.
+  (``throttle``, ``AdaptiveRate``, ``AdaptiveRates``, ``process_rates``):
+  one send rate per partition of the bucket and class of request, shared by
+  every request of the process, lowered by SlowDown and 429 answers and
+  raised by successes, so that a fleet of processes each learning on its
+  own stays near the partition's limit.
 """
 
 from .broken import BrokenStore
 from .counting import CountingStore
 from .faults import FaultyStore
 from .retry import RetryPolicy
-from .throttle import AdaptiveRate, AdaptiveRates
+from .send_rate import AdaptiveRate
+from .throttle import AdaptiveRates, process_rates
 
 __all__ = [
     "AdaptiveRate",
     "AdaptiveRates",
+    "process_rates",
     "BrokenStore",
     "CountingStore",
     "FaultyStore",

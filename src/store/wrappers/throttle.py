@@ -1,185 +1,47 @@
-"""AdaptiveRates: a store's send rates, one per prefix, cut when S3 says SlowDown.
+"""AdaptiveRates: a process's send rates to a bucket, per partition and per hot object.
 
 Why: a partition of a bucket serves a bounded number of requests a second
-(S3's limits: docs/storage.md) and answers the rest 503 SlowDown.
-Retrying each refused request a few times, quickly, does not lower the rate
-at which the process sends: a crowd of workers over the limit stays over
-it, its retries add to the load, requests run out of tries, and the
-engine retries the whole attempt. What lets the requests through is the
-process sending less. This is the AWS SDKs' "adaptive" retry mode
-(botocore ``retries={"mode": "adaptive"}``):
+and answers the rest SlowDown (or 429); what lets a crowd's requests
+through is each process sending less, at the rate its own answers allow
+(stepstone.store.wrappers.send_rate says how that rate moves).
 
-- every answer is clocked (a smoothed rate of answers, over half-second
-  buckets: botocore's ``RateClocker``);
-- a throttling answer (below: which ones) sets the allowed rate to 0.7
-  times the rate being sent, and each other answer moves it along a cubic
-  curve back to and past the rate at which the last throttle came (CUBIC, RFC 8312, as
-  botocore's ``CubicCalculator`` computes it), never above twice the
-  measured rate;
-- once throttled, every request waits for a token of a bucket refilled at
-  the allowed rate (at most one second's worth held, and at least half a
-  request a second). Until the first throttling answer there is no bucket:
-  a request that was never throttled does not wait, and an answer costs
-  one clock reading.
+**One budget a process.** Every request a process sends to a bucket draws
+on the same rates, whichever store, queue or part of the engine sends it:
+:func:`process_rates` hands every ``S3Store`` on one endpoint and bucket in
+the process the same :class:`AdaptiveRates`. Two stores on one bucket
+learning its limits apart would each send what the partition allows.
 
-Three departures from botocore, each tried in the fleet simulation
-(benchmarks/NOTES.md). **A burst does not cut**: the rate is cut when one
-request is refused ``CUT_AFTER`` times in a row, its quick jittered retries
-included. A SlowDown that a retry gets past was a burst, which the retry
-policy absorbs at the price of one request's delay; cutting for it costs
-seconds of sending below what the partition serves, since the rate grows
-back slowly near where it was cut (cutting on every refusal, ten simulated
-workers drained a backlog markedly slower than without the adaptive rate,
-after a handful of SlowDowns). **One cut per congestion event**, as TCP
-does, not one per throttling answer: a refusal of a request sent before the
-last cut says nothing of the rate since (botocore cuts again for each, so
-the hundreds of requests in flight when a crowd crosses a limit, refused
-together, cut the rate 0.7^n to its floor). And **waiters see the rate rise**: a waiter that
-would sleep longer than ``NAP`` wakes to look again, so a queue formed at a
-low rate drains at the rate that follows it.
+One rate per partition of the bucket and class of request (reads: GET,
+HEAD, LIST; writes: the rest), as far as a client can tell: the first key
+segment under the store's prefix (``queue``, ``memos``, ``outcomes``), which
+is how S3 partitions a fresh bucket, and its limits are per partition and
+class. One rate for the whole store would hold every partition to
+the rate one of them was cut to (the submits are all on ``queue``, three of
+a job's five writes on ``memos``). S3 splits a prefix that stays hot into
+more partitions over minutes; until it does, the first segment is the
+partition.
 
-The rate arithmetic is botocore's own classes, used directly. Not used:
-aiobotocore's implementation of the mode (``AsyncClientRateLimiter``,
-``AsyncTokenBucket``), although it does rate-limit with one attempt a
-request (its hooks, ``before-send`` and ``needs-retry``, run on every
-attempt): it lives inside one botocore client and learns of throttling from
-botocore's events, so the fleet simulation (``benchmarks/s3_like.py``),
-which is no botocore client, could not run it, nor two stores on one
-bucket share it; its token bucket waits on an ``asyncio.Condition``, which
-binds to the first event loop that waits on it, while a store is used from
-several loops one after another; and it cuts per answer (above). The
-bucket here hands out numbered tickets instead: a request takes the next
-one and sleeps until the bucket has refilled up to it, so it needs no lock
-and no loop.
-
-One rate per partition of the bucket, as far as a client can tell:
-``AdaptiveRates`` keeps an ``AdaptiveRate`` per first key segment (under
-the store's prefix: ``queue``, ``memos``, ``outcomes``), which is how S3
-partitions a fresh bucket and what its limits are per. One rate for the
-whole store would hold every partition to the rate one of them was cut to,
-leaving the others' capacity unused (the engine's partitions carry
-different loads: the submits are all on ``queue``, three of a job's five
-writes on ``memos``). S3 splits a prefix that stays hot into more
-partitions over minutes; until it does, the first segment is the partition.
+A single object may be limited too, whatever its partition serves (GCS:
+about one write a second per object): its refusals give it a rate of its
+own rather than cut its partition's (stepstone.store.wrappers.hot_objects).
+A request takes its turn through :meth:`AdaptiveRates.sending`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
+import threading
 import time
 from collections.abc import Awaitable, Callable
 
-MIN_RATE = 0.5
-"""The lowest allowed rate, requests a second (botocore's)."""
-CUT_AFTER = 3
-"""Tries of one request refused in a row (SlowDown, 429) that cut the rate."""
-NAP = 0.5
-"""The longest a waiter sleeps before it looks at the rate again, seconds."""
-
-
-class _BotocoreClock:
-    """The clock interface botocore's rate classes read (``current_time()``)."""
-
-    def __init__(self, now: Callable[[], float]) -> None:
-        self.current_time = now
-
-
-class AdaptiveRate:
-    """The send rate of one partition: ``sent = await acquire()`` before each
-    try of a request, ``record(sent=sent, refused=...)`` after its answer
-    (module docstring).
-
-    ``rate`` is the allowed requests a second, or None while no answer was
-    a throttling one (then ``acquire`` returns at once). ``clock`` and
-    ``sleep`` are for tests.
-    """
-
-    def __init__(
-        self,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-    ) -> None:
-        from botocore.retries.adaptive import RateClocker
-        from botocore.retries.throttling import CubicCalculator
-
-        self._now = clock
-        self._sleep = sleep
-        self._measured = RateClocker(_BotocoreClock(clock))
-        self._cubic = CubicCalculator(starting_max_rate=0, start_time=clock())
-        self.rate: float | None = None
-        self.throttles = 0
-        """Throttling answers recorded."""
-        self.cuts = 0
-        """Times a throttling answer cut the rate (one per congestion event)."""
-        self._last_cut = -math.inf
-        self._tickets = 0
-        """Tickets handed out, one a request."""
-        self._granted = 0.0
-        """Tokens the bucket has refilled with, counted the same way: ticket
-        ``n`` may be sent once ``_granted >= n``."""
-        self._stamp = 0.0
-
-    @property
-    def measured(self) -> float:
-        """The smoothed rate of answers, a second."""
-        return float(self._measured.measured_rate)
-
-    async def acquire(self) -> float:
-        """Wait until the next request may be sent; the clock's time then."""
-        if self.rate is None:
-            return self._now()
-        self._refill(self.rate)
-        self._tickets += 1
-        ticket = self._tickets
-        while (wait := (ticket - self._granted) / self.rate) > NAP:
-            await self._sleep(NAP)  # then look again: the rate may have changed
-            self._refill(self.rate)
-        if wait > 0:
-            await self._sleep(wait)  # its token is due when it wakes
-        return self._now()
-
-    def record(self, *, sent: float, refused: int) -> None:
-        """Account for the answer to a try ``acquire`` let go at ``sent``.
-        ``refused``: how many tries of this request in a row throttling
-        answers (SlowDown, 429) refused, this answer's included; 0 if this
-        answer was not one."""
-        measured = float(self._measured.record())
-        if refused:
-            self.throttles += 1
-        cut = refused >= CUT_AFTER and sent >= self._last_cut
-        if (self.rate is None or refused) and not cut:
-            return  # never cut, or a refusal that neither cuts nor is a success
-        now = self._now()
-        if cut:
-            self.cuts += 1
-            self._last_cut = now
-            current = measured if self.rate is None else min(measured, self.rate)
-            new = float(self._cubic.error_received(current, now))
-        else:
-            new = float(self._cubic.success_received(now))
-        if self.rate is None:
-            self._stamp, self._granted = now, float(self._tickets)  # it starts empty
-        else:
-            self._refill(self.rate)  # what accrued at the old rate
-        self.rate = max(MIN_RATE, min(new, 2.0 * measured))
-        self._granted = min(self._granted, self._tickets + self._capacity())
-
-    def _capacity(self) -> float:
-        return max(1.0, self.rate or 0.0)
-
-    def _refill(self, rate: float) -> None:
-        now = self._now()
-        self._granted = min(
-            self._tickets + self._capacity(), self._granted + (now - self._stamp) * rate
-        )
-        self._stamp = now
+from .hot_objects import HOT_AFTER, HotObjects
+from .send_rate import AdaptiveRate
 
 
 class AdaptiveRates:
-    """One :class:`AdaptiveRate` per partition, the first segment of a key,
-    made on first use; ``clock`` and ``sleep`` are handed to each."""
+    """One :class:`AdaptiveRate` per partition and class, the first segment
+    of a key, made on first use, and the bucket's hot objects; ``clock`` and
+    ``sleep`` are handed to each."""
 
     def __init__(
         self,
@@ -190,12 +52,86 @@ class AdaptiveRates:
         self._clock = clock
         self._sleep = sleep
         self.by_partition: dict[str, AdaptiveRate] = {}
+        self.hot = HotObjects(clock=clock, sleep=sleep)
 
-    def of(self, key: str) -> AdaptiveRate:
-        """The rate of the partition ``key`` (a key or a listing prefix) is in."""
+    def of(self, key: str, *, under: str = "", reads: bool = False) -> AdaptiveRate:
+        """The rate of the reads (GET, HEAD, LIST) or the writes (the rest)
+        to the partition ``key`` (a key or a listing prefix) is in, of a
+        store whose keys are ``under`` a prefix of the bucket: S3 limits
+        each class apart."""
         partition = key.split("/", 1)[0]
+        if under:
+            partition = f"{under}/{partition}"
+        partition += " reads" if reads else " writes"
         rate = self.by_partition.get(partition)
         if rate is None:
             rate = AdaptiveRate(clock=self._clock, sleep=self._sleep)
             self.by_partition[partition] = rate
         return rate
+
+    def sending(
+        self, key: str, *, under: str = "", reads: bool = False, location: str = ""
+    ) -> Sending:
+        """The turn of one request to ``key`` (module docstring); ``location``
+        names the object in the warning if it turns out hot."""
+        partition = self.of(key, under=under, reads=reads)
+        full = f"{under}/{key}" if under else key
+        return Sending(self, partition, full, writes=not reads, location=location or full)
+
+
+class Sending:
+    """One request's turn: ``sent = await acquire()`` before each try,
+    ``record(sent=sent, refused=...)`` after its answer. A write to a hot
+    object waits for the object's rate and then its partition's, and its
+    refusals count against the object alone."""
+
+    def __init__(
+        self,
+        rates: AdaptiveRates,
+        partition: AdaptiveRate,
+        key: str,
+        *,
+        writes: bool,
+        location: str,
+    ) -> None:
+        self._rates = rates
+        self._partition = partition
+        self._key = key
+        self._writes = writes
+        self._location = location
+
+    def _hot(self) -> AdaptiveRate | None:
+        return self._rates.hot.rate(self._key) if self._writes else None
+
+    async def acquire(self) -> float:
+        hot = self._hot()
+        if hot is not None:
+            await hot.acquire()
+        return await self._partition.acquire()
+
+    def record(self, *, sent: float, refused: bool) -> None:
+        hot = self._hot()
+        if hot is None and refused and self._writes:
+            hot = self._rates.hot.refused(self._key, location=self._location)
+            if hot is not None:
+                refused = False  # (the refusal that made it hot is the object's, counted there)
+                if self._partition.throttles < HOT_AFTER:
+                    self._partition.forget()  # its refusals were this object's alone
+        elif hot is not None:
+            hot.record(sent=sent, refused=refused)
+            refused = False
+        self._partition.record(sent=sent, refused=refused)
+
+
+_PROCESS: dict[str, AdaptiveRates] = {}
+_PROCESS_LOCK = threading.Lock()
+
+
+def process_rates(service: str) -> AdaptiveRates:
+    """The send rates every request of this process to ``service`` (an
+    endpoint and a bucket: ``S3Store`` names them) shares (module docstring)."""
+    with _PROCESS_LOCK:
+        rates = _PROCESS.get(service)
+        if rates is None:
+            rates = _PROCESS[service] = AdaptiveRates()
+        return rates
