@@ -1,5 +1,5 @@
-"""The commands that inspect and operate on runs: ls, show, retry, cancel, replay, purge, stats,
-schedules.
+"""The commands that inspect and operate on runs: ls, show, retry, cancel, replay, purge, stats
+(the fleet's, workers and schedules, are in :mod:`stepstone.cli.fleet`).
 
 Each opens the runner the options name, does one thing through
 :mod:`stepstone.ops`, prints it (a table or ``--json``) and closes the
@@ -30,7 +30,6 @@ from stepstone.cli.render import (
     table,
     unreadable_json,
     warn_unreadable,
-    when,
 )
 from stepstone.cli.runners import runner_from_args
 from stepstone.errors import InspectError
@@ -41,7 +40,6 @@ from stepstone.ops.replay import replay, replay_many
 from stepstone.records.layout import run_id_for_key
 from stepstone.runner import JobRunner
 from stepstone.runtime.queue import JobStatus
-from stepstone.schedules import describe, next_ticks
 from stepstone.telemetry.escaping import escape_controls
 
 
@@ -390,54 +388,6 @@ def cmd_stats(args: argparse.Namespace) -> int:
         if counts.unreadable:
             rows.append(["outcomes", "unreadable", str(len(counts.unreadable))])
         table(sys.stdout, ["WHERE", "STATUS", "COUNT"], rows)
-        return 0
-
-    return asyncio.run(_with_runner(args, body))
-
-
-def cmd_schedules(args: argparse.Namespace) -> int:
-    """The app's schedules, each with its last tick submitted and its next ticks."""
-    if not getattr(args, "app", None):
-        raise CliError("schedules live in the application: pass --app APP:RUNNER", 2)
-    if args.count < 1:
-        raise CliError(f"--count must be at least 1, got {args.count}", 2)
-
-    async def body(runner: JobRunner) -> int:
-        now = runner.clock.now()
-        listed = [
-            (
-                schedule,
-                await runner.scheduler.last_tick(schedule),
-                [tick.isoformat() for tick in next_ticks(schedule, now, args.count)],
-            )
-            for schedule in runner.scheduler.schedules
-        ]
-        if args.json:
-            emit_json(
-                {
-                    "schedules": [
-                        {
-                            "name": schedule.name,
-                            "spec": describe(schedule),
-                            "missed": schedule.missed,
-                            "last_tick": last,
-                            "next_ticks": upcoming,
-                        }
-                        for schedule, last, upcoming in listed
-                    ]
-                }
-            )
-        elif not listed:
-            print("no schedules on this runner")
-        else:
-            table(
-                sys.stdout,
-                ["NAME", "SCHEDULE", "MISSED", "LAST TICK", "NEXT TICKS"],
-                [
-                    [s.name, describe(s), s.missed, when(last), ", ".join(upcoming)]
-                    for s, last, upcoming in listed
-                ],
-            )
         return 0
 
     return asyncio.run(_with_runner(args, body))

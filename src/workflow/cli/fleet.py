@@ -1,7 +1,9 @@
-"""``stepstone workers``: the fleet, one line per worker, from the records
-the workers keep (:mod:`stepstone.ops.workers`), as ``celery inspect`` users
-expect: live ones first, then those gone (missed beats) and those stopped
-within the last day."""
+"""The fleet's commands. ``stepstone workers``: one line per worker, from
+the records the workers keep (:mod:`stepstone.ops.workers`), as ``celery
+inspect`` users expect: live ones first, then those gone (missed beats) and
+those stopped within the last day. ``stepstone schedules``: one line per
+schedule, from its marker and, with ``--app``, the application's definition
+(:mod:`stepstone.ops.schedules`), as the schedules page shows them."""
 
 from __future__ import annotations
 
@@ -10,9 +12,12 @@ import asyncio
 import sys
 from typing import Any
 
+from stepstone.cli.errors import CliError
 from stepstone.cli.render import age, emit_json, table, unreadable_json, warn_unreadable, when
 from stepstone.cli.runners import runner_from_args
+from stepstone.ops.schedules import ScheduleRow, read_schedules
 from stepstone.ops.workers import Fleet, WorkerRow, read_workers
+from stepstone.schedules import next_ticks
 
 RUNS_SHOWN = 3
 """Run ids a line names (``--json`` has all the record lists)."""
@@ -89,3 +94,75 @@ def _json(row: WorkerRow) -> dict[str, Any]:
         "stopped_at": when(record.stopped_at) if record.stopped_at is not None else None,
         "key": row.key,
     }
+
+
+def cmd_schedules(args: argparse.Namespace) -> int:
+    """Each schedule with its last tick, the run that tick started, and its
+    next ticks (``--count`` of them with ``--app``; the marker's next without)."""
+    if args.count < 1:
+        raise CliError(f"--count must be at least 1, got {args.count}", 2)
+    return asyncio.run(_schedules(args))
+
+
+async def _schedules(args: argparse.Namespace) -> int:
+    runner = await runner_from_args(args)
+    try:
+        defined = {schedule.name: schedule for schedule in runner.scheduler.schedules}
+        listed = await read_schedules(runner, list(defined.values()))
+        now = runner.clock.now()
+    finally:
+        await runner.close()
+    warn_unreadable(listed.unreadable)
+
+    def upcoming(row: ScheduleRow) -> list[str]:
+        schedule = defined.get(row.name)
+        if schedule is not None:
+            after = now if row.next_tick is None else min(now, row.next_tick - 1e-6)
+            return [tick.isoformat() for tick in next_ticks(schedule, after, args.count)]
+        return [] if row.next_tick is None else [when(row.next_tick)]
+
+    if getattr(args, "json", False):
+        emit_json(
+            {
+                "schedules": [
+                    {
+                        "name": row.name,
+                        "spec": row.spec,
+                        "missed": row.missed,
+                        "last_tick": row.last_tick,
+                        "last_run": row.last_run,
+                        "run_state": row.run_state,
+                        "next_ticks": upcoming(row),
+                        "overdue": row.overdue,
+                        "in_app": row.in_app,
+                    }
+                    for row in listed.rows
+                ],
+                "unreadable": unreadable_json(listed.unreadable),
+            }
+        )
+    elif not listed.rows:
+        print("no schedules: none has a marker in this store (--app lists the application's)")
+    else:
+        table(
+            sys.stdout,
+            ["NAME", "SCHEDULE", "MISSED", "LAST TICK", "LAST RUN", "NEXT TICKS"],
+            [
+                [
+                    row.name,
+                    row.spec or "-",
+                    row.missed or "-",
+                    when(row.last_tick),
+                    _run(row),
+                    ", ".join(upcoming(row)) + (" (overdue)" if row.overdue else ""),
+                ]
+                for row in listed.rows
+            ],
+        )
+    return 0
+
+
+def _run(row: ScheduleRow) -> str:
+    if row.last_run is None:
+        return "-"
+    return f"{row.last_run[:12]} {row.run_state or '(none kept)'}"

@@ -19,11 +19,10 @@ from stepstone.cli.commands import (
     cmd_purge,
     cmd_replay,
     cmd_retry,
-    cmd_schedules,
     cmd_show,
     cmd_stats,
 )
-from stepstone.cli.fleet import cmd_workers
+from stepstone.cli.fleet import cmd_schedules, cmd_workers
 from stepstone.cli.runners import ENV_PREFIX, ENV_STORE
 from stepstone.cli.ui import cmd_ui
 from stepstone.cli.worker import cmd_worker
@@ -246,9 +245,12 @@ def build_parser() -> argparse.ArgumentParser:
     schedules = sub.add_parser(
         "schedules",
         parents=[common],
-        help="the application's schedules and their next ticks",
-        description="List the schedules of the runner --app names: each with the last "
-        "tick submitted (by any process) and its next ticks.",
+        help="the schedules, their last tick and run, and their next ticks",
+        description="List the schedules whose markers the store holds, and with --app "
+        "the runner's too: each with how it ticks, its missed-tick policy, the last tick "
+        "submitted (by any process) and the run it started, and its next ticks (overdue "
+        "when no process submitted the next one). Without --app, how each ticks is what "
+        "its marker says.",
     )
     schedules.add_argument(
         "--count", type=int, default=3, help="next ticks to show per schedule (default 3)"

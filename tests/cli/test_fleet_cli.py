@@ -1,17 +1,22 @@
-"""``stepstone workers``: one line per worker from the records the workers
-keep, live first, and a record that holds hostile text or values named in a
-warning, never a traceback or a terminal escape."""
+"""The fleet's commands. ``stepstone workers``: one line per worker from the
+records the workers keep, live first, and a record that holds hostile text
+or values named in a warning, never a traceback or a terminal escape.
+``stepstone schedules``: each schedule from its marker, with the run its
+last tick started, with no application code."""
 
 from __future__ import annotations
 
 import math
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import worker_records
+from cli_app import Greet
 from cli_support import Cli
 
-from stepstone import JobRunner
+from stepstone import JobRunner, Schedule
+from stepstone.ops.schedules import read_schedules
 from stepstone.testing import wait_until
 
 
@@ -54,3 +59,37 @@ def test_workers_on_a_store_no_worker_ran_on_says_so(store_dir: Path, cli: Cli) 
     listed = cli("workers", "--store", str(store_dir))
     assert listed.status == 0, listed.err
     assert listed.out == "0 live, 0 gone, 0 stopped\n"
+
+
+async def test_schedules_shows_a_schedule_from_its_marker_with_the_run_its_tick_started(
+    store_dir: Path, cli: Cli
+) -> None:
+    every_second = Schedule("greet", every=timedelta(seconds=1), job=lambda t: Greet(name="s"))
+    runner = JobRunner(str(store_dir), jobs=[Greet], schedules=[every_second], poll_interval=0.05)
+
+    async def a_tick_ran() -> bool:
+        rows = (await read_schedules(runner, [])).rows
+        return bool(rows) and rows[0].run_state == "succeeded"
+
+    async with runner:
+        await wait_until(a_tick_ran, timeout=30)
+    (row,) = (await read_schedules(runner, [])).rows
+    await runner.close()
+    assert row.last_run is not None
+    listed = cli("schedules", "--store", str(store_dir))  # no app: from the marker alone
+    assert listed.status == 0, listed.err
+    header, line = listed.out.splitlines()
+    assert header.split() == [
+        "NAME",
+        "SCHEDULE",
+        "MISSED",
+        *["LAST", "TICK", "LAST", "RUN", "NEXT", "TICKS"],
+    ]
+    assert line.split()[:4] == ["greet", "every", "0:00:01", "latest"]
+    assert f"{row.last_run[:12]} succeeded" in line
+    (shown,) = cli("schedules", "--json", "--store", str(store_dir)).json()["schedules"]
+    assert (shown["last_run"], shown["run_state"], shown["in_app"]) == (
+        row.last_run,
+        "succeeded",
+        False,
+    )
