@@ -33,11 +33,13 @@ pytestmark = pytest.mark.slow
 
 
 def _snapshot(root: Path) -> dict[str, bytes]:
-    """Every object in the store (outside the store's own temp dir) with its bytes."""
+    """Every object in the store with its bytes, outside the store's own temp dir and
+    the workers' own records (workers/: every live worker, a zombie too, rewrites its
+    record as it beats and marks it stopped as it exits; none of them is a run's)."""
     out = {}
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root).as_posix()
-        if path.is_file() and not rel.startswith(".stepstone-tmp"):
+        if path.is_file() and not rel.startswith((".stepstone-tmp", "workers/")):
             out[rel] = path.read_bytes()
     return out
 
