@@ -20,7 +20,7 @@ from stepstone import JobRunner
 from stepstone.ops.schedules import OVERDUE_AFTER, read_schedules
 from stepstone.records.codec import pack
 from stepstone.records.layout import Layout
-from stepstone.records.schedule_marker import decode_marker, tick_run_id
+from stepstone.records.schedule_marker import MAX_MARKER_BYTES, decode_marker, tick_run_id
 from stepstone.schedules import SCHEDULE_CLOCK_SKEW
 from stepstone.store import MemoryStore
 from stepstone.testing import FakeClock, advance, wait_until
@@ -105,6 +105,16 @@ async def test_a_marker_no_scheduler_could_write_is_named_and_the_rest_still_rea
     assert [row.name for row in listed.rows] == ["good"]
     (bad,) = listed.unreadable
     assert bad.key == LAYOUT.schedule("bad") and named in bad.reason
+    await reader.close()
+
+
+async def test_an_object_too_large_for_a_marker_is_named_unread(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    await store.put(LAYOUT.schedule("huge"), b"\x00" * (MAX_MARKER_BYTES + 1))
+    reader = JobRunner(store, clock=clock)
+    listed = await read_schedules(reader, [])
+    assert listed.rows == [] and "too large" in listed.unreadable[0].reason
     await reader.close()
 
 

@@ -19,8 +19,15 @@ from stepstone import JobRunner
 from stepstone.ops.workers import read_workers
 from stepstone.runtime import MemoryQueue
 from stepstone.runtime.clock import FakeClock
-from stepstone.runtime.worker.presence import AGE_OUT, GONE_AFTER, WorkerRecord, holder_digest
+from stepstone.runtime.worker.presence import (
+    AGE_OUT,
+    GONE_AFTER,
+    MAX_RECORD_BYTES,
+    WorkerRecord,
+    holder_digest,
+)
 from stepstone.store import MemoryStore
+from stepstone.store.wrappers.counting import GET, CountingStore
 from stepstone.testing import wait_until
 
 BEAT = 0.05
@@ -154,6 +161,18 @@ async def test_a_record_no_worker_could_write_is_named_and_the_rest_still_read(
     assert [row.record.worker_id for row in fleet.rows] == ["w-good"]
     (unreadable,) = fleet.unreadable
     assert unreadable.key == bad and named in unreadable.reason
+    await reader.close()
+
+
+async def test_an_object_too_large_for_a_worker_record_is_named_unread() -> None:
+    store, clock = MemoryStore(), FakeClock(1_700_000_000.0)
+    counted = CountingStore(store)
+    await store.put("workers/ab/cd", b"\x00" * (MAX_RECORD_BYTES + 1))
+    reader = JobRunner(counted, clock=clock)
+    counted.reset()
+    (unreadable,) = (await read_workers(reader)).unreadable
+    assert unreadable.key == "workers/ab/cd" and "too large" in unreadable.reason
+    assert counted.counts[GET] == 0
     await reader.close()
 
 

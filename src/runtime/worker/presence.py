@@ -65,6 +65,10 @@ SWEEP_PAGES = 10
 """Listing pages one sweep reads at most (the set stays well under this)."""
 RUNS_LISTED = 50
 """Run ids a record lists at most (it counts them all)."""
+MAX_RECORD_BYTES = 64 * 1024
+"""Bytes past which an object under ``workers/`` is no worker's record (one
+is a few hundred bytes, a few thousand holding RUNS_LISTED run ids): a
+reader names it without reading it."""
 STOP_WRITE = 5.0
 """Seconds the write of a stopped record may take before the stop goes on without it."""
 

@@ -6,8 +6,9 @@ A schedule is known from its marker, ``schedules/<name>``
 missed-tick policy, its next tick, the run the tick submitted), and, when
 the view runs the application's runner (``--app``), from its definition,
 which says how it ticks now. What one refresh reads is bounded: one listing
-page of markers (``MAX_SCHEDULES``), a GET of each, and for each last run
-its outcome record, and its queue record when it has no outcome.
+page of markers (``MAX_SCHEDULES``), a GET of each (none larger than a
+marker can be), and for each last run its outcome record, and its queue
+record when it has no outcome.
 
 A schedule whose next tick is more than ``OVERDUE_AFTER`` past is overdue:
 no process carrying it has submitted that tick (none runs, or they cannot
@@ -21,7 +22,12 @@ from dataclasses import dataclass
 
 from stepstone.ops.reads import Inspected, Unreadable, bounded, read_outcome, read_queued
 from stepstone.records.layout import step_name
-from stepstone.records.schedule_marker import Marker, decode_marker, tick_run_id
+from stepstone.records.schedule_marker import (
+    MAX_MARKER_BYTES,
+    Marker,
+    decode_marker,
+    tick_run_id,
+)
 from stepstone.schedules import SCHEDULE_CLOCK_SKEW, Schedule, describe
 from stepstone.store import NotFound
 
@@ -77,8 +83,13 @@ async def read_schedules(runner: Inspected, schedules: Sequence[Schedule]) -> Sc
             return key, f"its marker cannot be used ({exc})"
 
     markers: dict[str, Marker] = {}
-    unreadable: list[Unreadable] = []
-    for key, found in await bounded(one(info.key) for info in listed[:MAX_SCHEDULES]):
+    unreadable = [
+        Unreadable(info.key, f"{info.size} bytes is too large for a schedule marker")
+        for info in listed[:MAX_SCHEDULES]
+        if info.size > MAX_MARKER_BYTES
+    ]
+    sized = [info for info in listed[:MAX_SCHEDULES] if info.size <= MAX_MARKER_BYTES]
+    for key, found in await bounded(one(info.key) for info in sized):
         if isinstance(found, str):
             unreadable.append(Unreadable(key, found))
         elif found is not None:

@@ -5,9 +5,10 @@ Each worker that runs writes its record under ``workers/`` every beat
 (:mod:`stepstone.runtime.worker.presence`); this reads them. What one
 refresh reads is bounded: one listing page (``MAX_RECORDS`` keys), and a GET
 of each record written in the last ``AGE_OUT`` (older ones are left to the
-workers' sweep, unread). A record that does not decode, or holds a value no
-worker could have written, is :class:`~stepstone.ops.reads.Unreadable`,
-named by its key, beside the others.
+workers' sweep, unread) and no larger than a record can be. A record that
+does not decode, or holds a value no worker could have written, is
+:class:`~stepstone.ops.reads.Unreadable`, named by its key, beside the
+others.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from stepstone.ops.reads import Unreadable, bounded
 from stepstone.records.retention import Runs
 from stepstone.runtime.decide import describe
-from stepstone.runtime.worker.presence import AGE_OUT, State, WorkerRecord
+from stepstone.runtime.worker.presence import AGE_OUT, MAX_RECORD_BYTES, State, WorkerRecord
 from stepstone.store import NotFound
 
 MAX_RECORDS = 1000
@@ -57,6 +58,12 @@ async def read_workers(runner: Runs) -> Fleet:
     listed = await runner.store.list(runner.layout.workers(), limit=MAX_RECORDS + 1)
     more = len(listed) > MAX_RECORDS
     recent = [info for info in listed[:MAX_RECORDS] if info.modified >= now - AGE_OUT]
+    oversized = [
+        Unreadable(info.key, f"{info.size} bytes is too large for a worker record")
+        for info in recent
+        if info.size > MAX_RECORD_BYTES
+    ]
+    recent = [info for info in recent if info.size <= MAX_RECORD_BYTES]
 
     async def one(key: str) -> tuple[str, WorkerRecord | str | None]:
         try:
@@ -71,7 +78,7 @@ async def read_workers(runner: Runs) -> Fleet:
             return key, describe(exc)
 
     rows: list[WorkerRow] = []
-    unreadable: list[Unreadable] = []
+    unreadable: list[Unreadable] = oversized
     for key, found in await bounded(one(info.key) for info in recent):
         if isinstance(found, str):
             unreadable.append(Unreadable(key, found))

@@ -32,6 +32,9 @@ a tick already submitted; this leaves room for clocks that disagree)."""
 NEXT_AHEAD = 400 * 86_400.0
 """Seconds ahead of now a marker's next tick may lie (a yearly cron's)."""
 POLICIES = ("latest", "all", "skip")
+MAX_MARKER_BYTES = 64 * 1024
+"""Bytes past which an object under ``schedules/`` is no marker (one is a
+few hundred bytes): a reader names it without reading it."""
 
 
 def tick_run_id(name: str, tick: float) -> str:
