@@ -62,7 +62,40 @@ def draw(results: list[dict[str, Any]], directory: str) -> list[str]:
         ax.grid(alpha=0.3)
         written.append(_save(fig, plt, directory, "requests_per_job_vs_steps.png"))
     written += _fleet(plt, list(by_label.values()), directory)
+    written += _throttling(plt, results, directory)
     return written
+
+
+def _throttling(plt: Any, results: list[dict[str, Any]], directory: str) -> list[str]:
+    """Jobs/s and SlowDown answers per job against the workers of the
+    simulated fleet at a tenth of S3's limits (``fleet*-limits``), one curve
+    per ``version`` of the results (each a commit's median runs)."""
+    curves: dict[str, list[dict[str, Any]]] = {}
+    for r in sorted(results, key=lambda r: r.get("workers", 0)):
+        limited = r.get("case") == "fleet" and str(r.get("label", "")).endswith("-limits")
+        if limited and "version" in r and "error" not in r:
+            commit = str(r.get("commit", ""))[:7]
+            name = r["version"] if commit in r["version"] else f"{commit}: {r['version']}"
+            curves.setdefault(name, []).append(r)
+    if len(curves) < 2:
+        return []
+    fig, (jobs, slowdowns) = plt.subplots(1, 2, figsize=(10, 4))
+    for version, rows in curves.items():
+        workers = [r["workers"] for r in rows]
+        jobs.plot(workers, [r["jobs_per_s"] for r in rows], "o-", label=version)
+        slowdowns.plot(workers, [max(r["slowdowns_per_job"], 0.001) for r in rows], "o-")
+    jobs.set_ylabel("W3 jobs/s")
+    slowdowns.set_ylabel("SlowDown answers per job (0 drawn at 0.001)")
+    slowdowns.set_yscale("log")
+    slowdowns.axhline(0.1, color="grey", linestyle=":")
+    for ax in (jobs, slowdowns):
+        ax.set_xscale("log")
+        ax.set_xticks([1, 10, 100], ["1", "10", "100"])
+        ax.set_xlabel("workers, each a process of its own (4 jobs at a time)")
+        ax.grid(alpha=0.3, which="both")
+    jobs.legend(fontsize=7)
+    fig.suptitle("Simulated fleet, backlog, S3's per-prefix limits / 10", fontsize=10)
+    return [_save(fig, plt, directory, "fleet_throttling_vs_workers.png")]
 
 
 FLEET_LOADS = {
