@@ -6,7 +6,10 @@ and run by the runner's worker: every submit returns a handle, every step
 runs once, every outcome is recorded, stepstone logs no error.
 Before conflicts had a rule and a budget of their own, the same bursts
 outlasted the store's five quick tries: steps ran twice, outcomes were not
-recorded and submits raised StoreUnavailable to their caller.
+recorded and submits raised StoreUnavailable to their caller. Before the
+worker renewed leases on a task of its own, a claim waiting out a burst held
+back the renewals of the jobs running, and at the default lease some of
+them lapsed and ran twice.
 """
 
 from __future__ import annotations
@@ -61,11 +64,10 @@ async def test_bursts_of_conflicts_cost_no_job_anything(
     RAN.clear()
     url = f"s3://{s3_bucket}/app?endpoint_url={proxy.url}&region=us-east-1"
     caplog.set_level(logging.WARNING, logger="stepstone")
-    # lease=60: at the 10 s default some steps ran twice here (a claim's
-    # lease lapsing under the bursts, open in issue 29's report).
-    async with JobRunner(
-        url, jobs=[ThreeSteps], concurrency=8, poll_interval=0.05, lease=60
-    ) as runner:
+    # The default lease (10 s), which two bursts in a row on one key outlast:
+    # renewals keep their own task, a claim that landed late is extended, and
+    # no claim here races a renewal of ours (tests/runtime/test_slow_claims.py).
+    async with JobRunner(url, jobs=[ThreeSteps], concurrency=8, poll_interval=0.05) as runner:
         handles = await asyncio.gather(*(runner.submit(ThreeSteps(n=n)) for n in range(JOBS)))
         results = await asyncio.wait_for(asyncio.gather(*handles), timeout=240)
     assert results == [3] * JOBS

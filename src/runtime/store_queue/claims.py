@@ -27,7 +27,7 @@ from .discovery import Discovery
 from .doorbell import Doorbell
 from .pacing import ScanPacing
 from .record_io import RecordIO
-from .records import CorruptRecord, delivery_of
+from .records import CorruptRecord, StoredJob, delivery_of
 from .size_hints import held_elsewhere, new_token
 
 CLAIM_ROUNDS = 8
@@ -51,7 +51,6 @@ class ClaimRace:
         self._pacing = pacing
         self._clock = clock
         self._doorbell = doorbell
-        self._claiming: set[str] = set()
         self.lease_hint = DEFAULT_LEASE
         """The last lease this instance claimed with: the guess for others' leases."""
         self.came_up_short = False
@@ -66,7 +65,8 @@ class ClaimRace:
     ) -> list[str]:
         """Up to ``limit`` ids due now, in line order, of ``kinds`` if given,
         not in ``skip`` or being claimed."""
-        busy = self._claiming.union(skip) if skip else self._claiming
+        writing = self._io.writing
+        busy = set(writing).union(skip) if skip else writing
         return self._view.candidates(now, kinds, limit, busy)
 
     async def claim(
@@ -138,12 +138,11 @@ class ClaimRace:
         if (
             seen is None
             or seen.job is None
-            or run_id in self._claiming
+            or run_id in self._io.writing
             or not seen.job.claimable(now)
         ):
             return None
-        self._claiming.add(run_id)
-        try:
+        with self._io.write_of(run_id):
             etag, job = seen.etag, seen.job
             if job.partial:  # a lapsed lease of another process: its payload is not here
                 try:
@@ -185,6 +184,27 @@ class ClaimRace:
                 self._pacing.tried(won=1, lost=0)
                 return delivery_of(fetched[1])
             self._pacing.tried(won=1, lost=0)
-            return delivery_of(new)
-        finally:
-            self._claiming.discard(run_id)
+            held = await self._lease_from_landing(run_id, new, lease)
+            return None if held is None else delivery_of(held)
+
+    async def _lease_from_landing(
+        self, run_id: str, claimed: StoredJob, lease: float
+    ) -> StoredJob | None:
+        """The claim's lease was set to end ``lease`` after it was sent; one
+        whose write took more than half of that (S3 waiting out a burst of
+        conflicts on the key) is extended from now before it is handed out,
+        or another claimer could take it as it starts and the job would run
+        twice. None: another claimer took it meanwhile."""
+        now = self._clock.now()
+        assert claimed.lease_expires_at is not None
+        seen = self._view.get(run_id)
+        if claimed.lease_expires_at - now >= lease / 2 or seen is None or seen.job is None:
+            return claimed
+        longer = claimed.next(now, lease_expires_at=now + lease)
+        try:
+            await self._io.swap(run_id, longer, seen.etag)
+        except (NotFound, PreconditionFailed):
+            return None
+        except StoreUnavailable:
+            return claimed  # (the worker renews it at once: its first beat is due)
+        return longer

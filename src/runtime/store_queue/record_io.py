@@ -13,7 +13,10 @@ so a caller sees it either land or raise.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections import Counter
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 
 from stepstone.store.base import ObjectStore, StoredObject
@@ -66,6 +69,27 @@ class RecordIO:
         self.view = view
         self.stats = stats
         self._fetching = asyncio.Semaphore(fetch_concurrency)
+        self._writing: Counter[str] = Counter()
+
+    @property
+    def writing(self) -> Collection[str]:
+        """Runs whose record this instance is writing now (a claim, a
+        renewal, a settlement). Its claims pass them over: a claim would race
+        our own write, and one that took over a lease its renewal is still
+        waiting to land (S3 through a burst of conflicts) would run the job
+        twice in this process."""
+        return self._writing.keys()
+
+    @contextlib.contextmanager
+    def write_of(self, run_id: str) -> Iterator[None]:
+        """Mark ``run_id`` as written to (:attr:`writing`) while the block runs."""
+        self._writing[run_id] += 1
+        try:
+            yield
+        finally:
+            self._writing[run_id] -= 1
+            if self._writing[run_id] <= 0:
+                del self._writing[run_id]
 
     def key(self, run_id: str) -> str:
         return self.jobs + run_id

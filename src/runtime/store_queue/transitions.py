@@ -75,13 +75,14 @@ class RecordTransitions:
             etag, job = known
             new = change(job, self._clock.now())
             try:
-                if new is None:
-                    await self._io.remove(run_id, etag)
-                elif new is job:
-                    if (await self._io.store.head(key)).etag != etag:
-                        raise PreconditionFailed("moved on", key=key)
-                else:
-                    await self._io.swap(run_id, new, etag)
+                with self._io.write_of(run_id):  # (this process's claims wait for it)
+                    if new is None:
+                        await self._io.remove(run_id, etag)
+                    elif new is job:
+                        if (await self._io.store.head(key)).etag != etag:
+                            raise PreconditionFailed("moved on", key=key)
+                    else:
+                        await self._io.swap(run_id, new, etag)
                 return new
             except PreconditionFailed:
                 known = None

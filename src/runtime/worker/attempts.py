@@ -92,13 +92,18 @@ class Attempts:
         registration = self._handlers.get(delivery.kind)
         timeout = None
         renew_to, beat_every = self._lease, self._heartbeat
-        first_beat = loop.time() + beat_every
         if registration is not None:
             timeout = registration.timeout or self._attempt_timeout
             if registration.lease is not None and self._heartbeat > 0:
-                # Claimed for the worker's lease: renewed to the kind's at once.
+                # Claimed for the worker's lease: renewed to the kind's at once
+                # (the first beat's rule below makes it due now).
                 renew_to, beat_every = registration.lease, registration.lease / 3
-                first_beat = loop.time()
+        # The first beat is due when the lease has as much left as a beat on
+        # schedule leaves (renew_to - beat_every), and never later than a
+        # beat from now: a claim the store was slow to answer landed with less
+        # than a whole lease (its end was set when the claim was sent).
+        left = delivery.lease_expires_at - self._clock.now()
+        first_beat = loop.time() + min(beat_every, left - (renew_to - beat_every))
         job: InFlightJob
         lease = Lease(delivery, self._queue, self._clock, lambda: self.stop(job, Stop.LOST))
         job = InFlightJob(
@@ -113,6 +118,7 @@ class Attempts:
             claimed_at=claimed_at,
         )
         self._jobs.add(job)
+        self._watch.poke()
         self._stats.claimed += 1
         self._stats.peak_in_flight = max(self._stats.peak_in_flight, len(self._jobs))
         if self._heard:

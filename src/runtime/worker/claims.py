@@ -10,10 +10,11 @@ each error in a row (:func:`stepstone.runtime.worker.pauses.error_pause`).
 
 The sleep lasts until something can change: the next job comes due
 (``queue.next_due``), the queue would look for others' work
-(``queue.next_look``: a StoreQueue's doorbell on a bucket), a heartbeat or
-timeout falls due (the watch's pause), or ``poll_interval`` passes (other processes enqueue without
-telling us); whatever wakes the loop sooner (a handler ending, work this
-process made, the clock moving) cuts it short.
+(``queue.next_look``: a StoreQueue's doorbell on a bucket), or
+``poll_interval`` passes (other processes enqueue without telling us);
+whatever wakes the loop sooner (a handler ending, work this process made,
+the clock moving) cuts it short. Heartbeats and timeouts are the watch's,
+on a task of its own, never the loop's (:mod:`stepstone.runtime.worker.watch`).
 """
 
 from __future__ import annotations
@@ -158,7 +159,7 @@ class ClaimLoop:
         allowed = [left for kind, left in room.items() if kinds is None or kind in kinds]
         return (kinds, min([free, *allowed]))
 
-    async def idle_for(self, capacity: int, watch_pause: Callable[[], float]) -> float:
+    async def idle_for(self, capacity: int) -> float:
         """Real seconds to sleep before the next turn, if nothing wakes us first."""
         loop = asyncio.get_running_loop()
         now_real, now = loop.time(), self._clock.now()
@@ -179,7 +180,7 @@ class ClaimLoop:
             look = self._queue.next_look()
             if look is not None:
                 wait = min(wait, look)
-        return max(MIN_SLEEP, min(wait, watch_pause()))
+        return max(MIN_SLEEP, wait)
 
     def _failed(self, operation: str, error: Exception) -> None:
         """Log a queue error and hold off claiming for a (growing, capped) pause.

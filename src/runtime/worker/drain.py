@@ -3,9 +3,10 @@ then cancel the rest and release their jobs with the attempt not counted (a
 deploy must not burn attempts).
 
 A handler that had already finished by then is settled normally.
-Heartbeats and attempt timeouts keep running through the drain: a drain
-window longer than the lease must not cost a job its lease. The drain
-window is real seconds, like every pause of this process's own.
+Heartbeats and attempt timeouts keep running through the drain (the
+watch's task ends only after it): a drain window longer than the lease must
+not cost a job its lease. The drain window is real seconds, like every
+pause of this process's own.
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ from collections.abc import Callable
 
 from .in_flight import InFlight, InFlightJob, Stop
 from .logs import logger
-from .pauses import MIN_SLEEP, Wakeup
-from .watch import Watch
+from .pauses import Wakeup
 
 SETTLE_GRACE = 5.0
 """After the drain window, how long (at least) settlements already under way
@@ -27,7 +27,6 @@ async def drain(
     jobs: InFlight,
     *,
     window: float,
-    watch: Watch,
     wakeup: Wakeup,
     stop: Callable[[InFlightJob, Stop], None],
     name: str,
@@ -38,13 +37,13 @@ async def drain(
     window = max(0.0, window)
     if jobs:
         logger.info("%s draining %d job(s) for up to %gs", name, len(jobs), window)
-    await tend(jobs, watch, wakeup, loop.time() + window)
+    await tend(jobs, wakeup, loop.time() + window)
     for job in jobs:
         stop(job, Stop.DRAIN)
     # What is left: released stragglers, and settlements of handlers that
     # finished in time. Both are short queue calls, unless on_terminal or
     # the queue hangs; bound the wait.
-    await tend(jobs, watch, wakeup, loop.time() + max(window, SETTLE_GRACE))
+    await tend(jobs, wakeup, loop.time() + max(window, SETTLE_GRACE))
     stuck = [job.task for job in jobs if job.task is not None]
     for task in stuck:
         # Still claimed by us: the job comes back when its lease lapses.
@@ -54,13 +53,12 @@ async def drain(
         await asyncio.wait(stuck)
 
 
-async def tend(jobs: InFlight, watch: Watch, wakeup: Wakeup, deadline: float) -> None:
-    """Keep heartbeats and timeouts going until no job is left or ``deadline`` (loop time)."""
+async def tend(jobs: InFlight, wakeup: Wakeup, deadline: float) -> None:
+    """Wait until no job is left or ``deadline`` (loop time); each job's end sets ``wakeup``."""
     loop = asyncio.get_running_loop()
     while jobs:
         remaining = deadline - loop.time()
         if remaining <= 0:
             return
         wakeup.clear()
-        watch.look()
-        await wakeup.sleep(min(remaining, max(MIN_SLEEP, watch.pause())))
+        await wakeup.sleep(remaining)

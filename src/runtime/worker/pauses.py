@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 
 MIN_SLEEP = 0.005
 """Shortest idle sleep, so a job due 'now' that a claim did not return (its
@@ -59,9 +60,9 @@ class Wakeup:
         self._event.clear()
 
     async def sleep(self, seconds: float) -> None:
-        """Sleep ``seconds``, or until :meth:`set`."""
+        """Sleep ``seconds`` (inf: with no end), or until :meth:`set`."""
         try:
-            async with asyncio.timeout(seconds):
+            async with asyncio.timeout(None if math.isinf(seconds) else seconds):
                 await self._event.wait()
         except TimeoutError:
             pass

@@ -1,12 +1,17 @@
 """The watch over what is in flight: heartbeats that renew leases, attempt
 timeouts, and checks for cancelled jobs.
 
-Each turn of the worker's loop (and of a drain) looks at every job in flight:
-it starts a lease renewal whose heartbeat is due, cancels a handler past its
-attempt timeout, and starts a cancellation check of an attempt that has run
-``cancel_check`` seconds since its last. Each of these runs as a task of its
-own, so a slow queue never holds up the loop, and says when the watch next
-has something to do (:meth:`Watch.pause`), so the loop sleeps until then.
+The watch keeps its own task (:meth:`Watch.keep`), beside the worker's loop,
+from the worker's start until its drain is over. Each look at every job in
+flight starts a lease renewal whose heartbeat is due, cancels a handler past
+its attempt timeout, and starts a cancellation check of an attempt that has
+run ``cancel_check`` seconds since its last; each of these runs as a task of
+its own, and the watch sleeps until it next has something to do
+(:meth:`Watch.pause`) or is poked (a job claimed, the clock moved). Its own
+task, not a step of the loop's turn: the loop waits on its claims, and a
+claim that takes seconds (S3 answering a burst of conflicts, a slow store)
+must not hold back the renewals of the jobs already running, or their
+leases lapse under a live worker and the jobs run twice.
 
 Heartbeats go on after a handler returns, while its outcome is recorded and
 it is settled: the lease must outlive the whole attempt. A renewal that
@@ -39,6 +44,7 @@ from ..decide import describe
 from ..queue import Delivery
 from .in_flight import InFlight, InFlightJob, Stop
 from .logs import JobLog
+from .pauses import MIN_SLEEP, Wakeup
 from .stats import WorkerStats
 
 IsCancelled = Callable[[Delivery], Awaitable[bool]]
@@ -51,7 +57,7 @@ class Watch:
     Each job's heartbeat renews it to its ``renew_to`` every ``beat_every``
     seconds (0: never); ``is_cancelled`` (None: never asked) is asked every
     ``cancel_check`` seconds of an attempt (None: never). ``wake`` tells the
-    loop something changed."""
+    worker's loop that a handler was stopped."""
 
     def __init__(
         self,
@@ -71,6 +77,24 @@ class Watch:
         self._stats = stats
         self._log = log
         self._wake = wake
+        self._wakeup: Wakeup | None = None
+
+    async def keep(self) -> None:
+        """Look whenever something falls due or :meth:`poke` is called, until cancelled."""
+        wakeup = self._wakeup = Wakeup(asyncio.get_running_loop())
+        try:
+            while True:
+                wakeup.clear()
+                self.look()
+                await wakeup.sleep(max(MIN_SLEEP, self.pause()))
+        finally:
+            self._wakeup = None
+
+    def poke(self) -> None:
+        """Something changed (a job claimed, a beat over, the clock moved):
+        look again now. Safe from any thread."""
+        if self._wakeup is not None:
+            self._wakeup.set()
 
     def check_interval(self) -> float:
         """Seconds between cancellation checks of one attempt (inf: none)."""
@@ -147,7 +171,7 @@ class Watch:
             job.next_beat = min(job.next_beat, soon)
         finally:
             job.renewing = False
-            self._wake()
+            self.poke()
 
 
 def _idle(task: asyncio.Task[None] | None) -> bool:

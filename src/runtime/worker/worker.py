@@ -3,17 +3,18 @@
 One loop per worker, with at most ``concurrency`` handlers in flight (its
 capacity). Each turn of the loop:
 
-1. **Watches** what is in flight: renews leases whose heartbeat is due, and
-   cancels handlers past their attempt timeout
-   (:mod:`stepstone.runtime.worker.watch`).
-2. **Fills** free capacity by claiming a batch (kinds at their per-kind cap
+1. **Fills** free capacity by claiming a batch (kinds at their per-kind cap
    are left out of the claim, so their jobs stay queued rather than claimed
    and idle: :mod:`stepstone.runtime.worker.claims`).
-3. **Sleeps** until something can change: a handler finishes, the queue says
+2. **Sleeps** until something can change: a handler finishes, the queue says
    work arrived in this process (``queue.subscribe``), the clock moves
    (a FakeClock's ``advance``), the next job comes due (``queue.next_due``),
-   a heartbeat or timeout falls due, or ``poll_interval`` passes (other
-   processes enqueue without telling us).
+   or ``poll_interval`` passes (other processes enqueue without telling us).
+
+Beside the loop, from the start to the end of the drain, the watch keeps a
+task of its own (:mod:`stepstone.runtime.worker.watch`): it renews leases
+whose heartbeat is due and cancels handlers past their attempt timeout, so
+a claim the store is slow to answer never holds back a renewal.
 
 Each claimed job then runs as its own task, and is settled there
 (:mod:`stepstone.runtime.worker.attempts`, :mod:`stepstone.runtime.worker.settle`);
@@ -196,6 +197,7 @@ class Worker:
             identity=self._identity,
         )
         self._loop_task: asyncio.Task[None] | None = None
+        self._watch_task: asyncio.Task[None] | None = None
         self._wakeup: Wakeup | None = None
         self._stopping = False
         self._drain_window: float | None = None
@@ -355,6 +357,7 @@ class Worker:
             self.queue.subscribe(self._work_came),
             clock_mod.subscribe(self.clock, self.wake),
         ]
+        self._watch_task = asyncio.create_task(self._watch.keep(), name=f"{self.name} watch")
         self._loop_task = asyncio.create_task(self._run(), name=f"{self.name} loop")
         if self._presence is not None:
             self._presence.start(self, sole_holder=self._identity.held)
@@ -392,6 +395,7 @@ class Worker:
         """Look for work now instead of at the next poll. Safe from any thread."""
         if self._wakeup is not None:
             self._wakeup.set()
+        self._watch.poke()  # (a moved clock may have brought a timeout due)
 
     def _work_came(self) -> None:
         """The queue has work for us: claim it, and hand nothing over meanwhile."""
@@ -408,11 +412,10 @@ class Worker:
             while not self._stopping:
                 wakeup.clear()
                 try:
-                    self._watch.look()
                     await self._claims.fill(self._concurrency, lambda: self._stopping)
                     # (A stop during the fill has set the wake-up: the sleep
                     # below returns at once and the loop condition ends it.)
-                    pause = await self._claims.idle_for(self._concurrency, self._watch.pause)
+                    pause = await self._claims.idle_for(self._concurrency)
                 except Exception:
                     # A bug of ours, not a queue outage (those are handled
                     # where they happen): log it and keep the worker alive.
@@ -422,7 +425,6 @@ class Worker:
             await drain(
                 self._jobs,
                 window=self.drain_timeout if self._drain_window is None else self._drain_window,
-                watch=self._watch,
                 wakeup=wakeup,
                 stop=self._attempts.stop,
                 name=self.name,
@@ -432,6 +434,9 @@ class Worker:
                 # stopped; don't wait for them (they finish on their own).
                 self._threads.shutdown(wait=False)
         finally:
+            if self._watch_task is not None:
+                self._watch_task.cancel()
+                await asyncio.wait([self._watch_task])
             for unsubscribe in self._unsubscribe:
                 unsubscribe()
             self._unsubscribe = []

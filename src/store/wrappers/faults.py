@@ -14,6 +14,9 @@ away for a while. This wrapper produces each of these over any real store:
 - ``down()`` / ``up()``: every call fails before reaching the inner store
   until ``up()``.
 - ``fail_next(n, after=...)``: the next ``n`` chosen calls fail, exactly.
+- ``hold(prefix)``: chosen calls on keys under ``prefix`` wait until the
+  function it returns is called (a request the store is slow to answer, as
+  S3 is through a burst of conflicts on one key).
 
 Draws come from ``random.Random(seed)``, so a seeded run injects the same
 faults into the same sequence of calls.
@@ -70,6 +73,9 @@ class FaultyStore(ObjectStore):
         self.injected: Counter[tuple[str, str]] = Counter()
         self._down = False
         self._forced: deque[bool] = deque()
+        self._held: dict[str, asyncio.Event] = {}
+        self.held = 0
+        """Calls waiting in a :meth:`hold` now."""
 
     # -- control -------------------------------------------------------------
 
@@ -89,6 +95,18 @@ class FaultyStore(ObjectStore):
         each one reach the inner store first (the answer is lost)."""
         self._forced.extend([after] * n)
 
+    def hold(self, prefix: str) -> Callable[[], None]:
+        """Hold every chosen call made from now on to a key under ``prefix``
+        until the returned function is called."""
+        released = self._held.setdefault(prefix, asyncio.Event())
+
+        def release() -> None:
+            released.set()
+            if self._held.get(prefix) is released:
+                del self._held[prefix]
+
+        return release
+
     # -- the machinery -----------------------------------------------------------
 
     def _fault(self, operation: str, when: str, key: str | None) -> StoreUnavailable:
@@ -102,6 +120,13 @@ class FaultyStore(ObjectStore):
             raise self._fault(operation, "down", key)
         if operation not in self.operations:
             return await call()
+        for prefix, released in list(self._held.items()):
+            if key is not None and key.startswith(prefix):
+                self.held += 1
+                try:
+                    await released.wait()
+                finally:
+                    self.held -= 1
         delay = self.rng.uniform(*self.latency) if isinstance(self.latency, tuple) else self.latency
         if delay > 0:
             await asyncio.sleep(delay)
