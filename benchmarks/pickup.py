@@ -6,7 +6,7 @@
 **Pickup.** A ``stepstone worker`` process runs ``benchmarks.pickup_app``
 on a fresh store (a directory under /tmp, or a bucket on a moto S3 server in
 a process of its own); this process submits as an API process would (a
-runner that runs no worker) and awaits each result. For each job it
+runner that runs no worker, opened as it starts) and awaits each result. For each job it
 records submit -> start (the job answers the wall-clock time its attempt
 began) and submit -> result. The first job is submitted as soon as the
 worker logs that it runs ("first"); then, for each idle time, the process
@@ -141,6 +141,7 @@ async def pickup_round(backend: Backend, idles: list[float]) -> dict[str, list[l
     out: dict[str, list[list[float]]] = {}
     api = JobRunner(store, jobs=JOBS)
     try:
+        await api.open()  # as an API process does as it starts (its lifespan)
         await asyncio.to_thread(worker.wait_running)
         out["first"] = [list(await _one(api, 0))]
         n = 1

@@ -130,6 +130,7 @@ def create_app(runner: JobRunner | None = None, *, run_worker: bool | None = Non
             async with the_runner:  # leaving drains in-flight jobs
                 yield
         else:
+            await the_runner.open()  # so the first submit pays no client setup
             yield
 
     app = FastAPI(title="stepstone orders", lifespan=lifespan)

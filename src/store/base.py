@@ -224,6 +224,11 @@ class ObjectStore(abc.ABC):
                 return
             cursor = page[-1].key
 
+    async def open(self) -> None:  # noqa: B027 - a no-op default is the point
+        """Get ready for requests now rather than on the first one (an S3
+        client); a store that needs nothing does nothing. Optional (the
+        first request does it otherwise) and repeatable."""
+
     async def close(self) -> None:  # noqa: B027 - a no-op default is the point
         """Release connections. The store must not be used afterwards."""
 

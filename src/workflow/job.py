@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict
 from stepstone.errors import Permanent
 from stepstone.limits.rate import RateLimit
 from stepstone.records.codec import canonical_input
+from stepstone.records.layout import check_run_id, run_id_for_key
 
 if TYPE_CHECKING:
     from stepstone.records.outcome import Outcome
@@ -176,3 +177,18 @@ def payload_idempotency_key(job: Job[Any]) -> str:
             return payload_idempotency_key(self)
     """
     return f"{job.NAME}:{hashlib.sha256(canonical_input(job)).hexdigest()}"
+
+
+def run_id_of(run: str | Job[Any]) -> str:
+    """The id of the run ``run`` names: a run id (checked), or a job with an
+    idempotency key (the SHA-256 of its key). Raises InvalidRunId for a string
+    that is not a run id, TypeError for a job with no key (it names no run)."""
+    if isinstance(run, Job):
+        key = run.idempotency_key()
+        if key is None:
+            raise TypeError(
+                f"{type(run).__qualname__} has no idempotency key, so an instance "
+                "does not name a run: pass the run id (handle.id)"
+            )
+        return run_id_for_key(key)
+    return check_run_id(run)

@@ -41,7 +41,7 @@ from stepstone.handles.handle import JobHandle
 from stepstone.handles.state import JobState
 from stepstone.handles.sync import LoopThread, SyncHandle, call_on
 from stepstone.handles.watch import OutcomeWatch
-from stepstone.job import Job
+from stepstone.job import Job, run_id_of
 from stepstone.limits.gate import Limits
 from stepstone.ops.actions import Bulk, cancel_many, retry_many
 from stepstone.ops.listing import RunFilter, RunSummary, list_runs
@@ -52,7 +52,7 @@ from stepstone.records.attempts import AttemptInfo
 from stepstone.records.envelope import incarnation_of
 from stepstone.records.fit_to_run import check_fit_to_run
 from stepstone.records.history import read_history
-from stepstone.records.layout import Layout, check_run_id, run_id_for_key
+from stepstone.records.layout import Layout
 from stepstone.records.outcome import Outcome
 from stepstone.records.retention import Sweeper
 from stepstone.records.run_records import RunRecords
@@ -307,11 +307,20 @@ class JobRunner:
 
     # -- lifecycle -----------------------------------------------------------
 
+    async def open(self) -> None:
+        """Open the store's client now (S3's: its configuration read, its
+        connection pool made), so the first submit pays no setup. ``start``
+        does it; an API process, which submits without starting, calls it as
+        it starts (a FastAPI lifespan). Repeatable; ``close`` undoes it."""
+        await self.store.open()
+
     async def start(self) -> None:
-        """Start the worker, the retention sweeper and the schedules, and
-        record metrics if a MeterProvider is set (:mod:`stepstone.telemetry`)."""
+        """Open the store (:meth:`open`), start the worker, the retention
+        sweeper and the schedules, and record metrics if a MeterProvider is
+        set (:mod:`stepstone.telemetry`)."""
         if self._running:
             return
+        await self.open()
         await self.worker.start()  # WorkerIdInUse: nothing else started
         self._running = True
         self._home = asyncio.get_running_loop()
@@ -582,18 +591,3 @@ class JobRunner:
 
 def _ids(runs: Iterable[str | Job[Any] | RunSummary]) -> list[str]:
     return [run.id if isinstance(run, RunSummary) else run_id_of(run) for run in runs]
-
-
-def run_id_of(run: str | Job[Any]) -> str:
-    """The id of the run ``run`` names: a run id (checked), or a job with an
-    idempotency key (the SHA-256 of its key). Raises InvalidRunId for a string
-    that is not a run id, TypeError for a job with no key (it names no run)."""
-    if isinstance(run, Job):
-        key = run.idempotency_key()
-        if key is None:
-            raise TypeError(
-                f"{type(run).__qualname__} has no idempotency key, so an instance "
-                "does not name a run: pass the run id (handle.id)"
-            )
-        return run_id_for_key(key)
-    return check_run_id(run)

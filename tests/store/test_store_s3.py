@@ -476,3 +476,20 @@ async def test_an_unknown_profile_is_a_config_error_naming_the_bucket(moto_serve
         await store.get("k")
     assert "no-such-profile-x" in str(caught.value)
     await store.close()
+
+
+async def test_a_runner_opens_its_s3_client_as_it_starts(moto_server: str, s3_bucket: str) -> None:
+    """So an API process's first submit pays no client setup, and a store
+    that cannot make one says so at the start, not at the first request."""
+    from stepstone import JobRunner
+
+    api = JobRunner(f"s3://{s3_bucket}/app?endpoint_url={moto_server}", jobs=[])
+    await api.open()
+    assert isinstance(api.store, S3Store) and len(api.store._clients) == 1
+    await api.close()
+    url = f"s3://some-bucket?endpoint_url={moto_server}&profile=no-such-profile-x"
+    for begin in ("open", "start"):
+        runner = JobRunner(url, jobs=[])
+        with pytest.raises(StoreConfigError, match="no-such-profile-x"):
+            await getattr(runner, begin)()
+        await runner.close()

@@ -123,5 +123,8 @@ class BrokenStore(ObjectStore):
         page = await self.inner.list(prefix, start_after=start_after, limit=limit)
         return [info for info in page if info.key != self._unlisted]
 
+    async def open(self) -> None:
+        await self.inner.open()
+
     async def close(self) -> None:
         await self.inner.close()

@@ -139,5 +139,8 @@ class CountingStore(ObjectStore):
             if n % page_size == 0:
                 self._listed(prefix)
 
+    async def open(self) -> None:
+        await self.inner.open()
+
     async def close(self) -> None:
         await self.inner.close()

@@ -175,5 +175,8 @@ class FaultyStore(ObjectStore):
             "list", None, lambda: self.inner.list(prefix, start_after=start_after, limit=limit)
         )
 
+    async def open(self) -> None:
+        await self.inner.open()
+
     async def close(self) -> None:
         await self.inner.close()
