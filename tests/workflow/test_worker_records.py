@@ -219,3 +219,9 @@ def test_a_record_round_trips() -> None:
     record = WorkerRecord.decode(record_bytes(runs=["abc123"], held=7), now=1_700_000_000.0)
     assert WorkerRecord.decode(record.encode(), now=1_700_000_000.0) == record
     assert record.held == 7 and record.runs == ("abc123",)
+
+
+@pytest.mark.parametrize("beat", [0.0, -1.0, AGE_OUT])
+def test_a_beat_that_would_never_show_the_worker_live_is_refused(beat: float) -> None:
+    with pytest.raises(ValueError, match="worker record's beat"):
+        JobRunner(MemoryStore(), worker_beat=beat)

@@ -182,7 +182,10 @@ class Presence:
         self, store: ObjectStore, prefix: str, *, clock: Clock, every: float = BEAT
     ) -> None:
         if not 0 < every <= AGE_OUT / 2:
-            raise ValueError(f"a worker record's beat must be from 0 to {AGE_OUT / 2:g} s")
+            raise ValueError(
+                f"a worker record's beat must be more than 0 and at most {AGE_OUT / 2:g} s, "
+                f"got {every}"
+            )
         self._store = store
         self._prefix = prefix.rstrip("/") + "/"
         self._clock = clock
