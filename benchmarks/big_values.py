@@ -22,13 +22,16 @@ The values: ``bytes`` (a ``bytes`` result), ``text`` (a pydantic model with
 one ``str`` field) and ``rows`` (a model holding a ``list[str]`` of
 100-character strings): the payload is the value's encoded size.
 
-**Peak memory is the child's peak resident set** (``ru_maxrss``, from
-``os.wait4``, so a child that killed itself is measured too), less the
-same phase's peak with a value of a few bytes (the ``control`` rows): what
-the value costs the process, in everything it holds (the C buffers of
-msgpack, aiohttp and the file reads included), which tracemalloc, counting
-Python's allocations only, would miss. moto runs in a process of its own
-(benchmarks.moto_server), started by this one, so its memory is in neither.
+**Peak memory is the child's own peak resident set** (``ru_maxrss`` of
+``RUSAGE_SELF``, reported by the child as it ends; the write phase's job
+writes it down just before it kills itself), less the same phase's lowest
+peak with a value of a few bytes (the ``control`` rows): what the value costs
+the process, in everything it holds (the C buffers of msgpack, aiohttp
+and the file reads included), which tracemalloc, counting Python's
+allocations only, would miss. ``os.wait4``'s figure, which counts the
+child's own children too (a FileStore's commit process, say), is kept
+beside it. moto runs in a process of its own (benchmarks.moto_server),
+started by this one, so its memory is in neither.
 ``build`` is a child that only builds the value (no step, no store): the
 value's own size in memory, which for ``rows`` is well above its payload.
 
@@ -63,9 +66,11 @@ CHILD_TIMEOUT = 600.0
 def _child(phase: str, store: str, value: str, mb: float, env: dict[str, str]) -> dict[str, Any]:
     """Run one phase in a child process; its peak RSS (MiB) and wall time (s)."""
     started = time.monotonic()
+    handle, peak_file = tempfile.mkstemp(prefix="stepstone-big-peak-")
+    os.close(handle)
     proc = subprocess.Popen(
         [sys.executable, "-m", "benchmarks.big_values_app", phase, store, value, str(mb)],
-        env=env,
+        env=env | {"BIG_VALUES_PEAK": peak_file},
         stdout=subprocess.PIPE,
     )
     deadline = started + CHILD_TIMEOUT
@@ -85,8 +90,13 @@ def _child(phase: str, store: str, value: str, mb: float, env: dict[str, str]) -
     if proc.returncode != 0 and not (phase == "write" and killed):
         raise RuntimeError(f"{phase} of {value} on {store} exited {proc.returncode}: {said}")
     report = json.loads(said.splitlines()[-1]) if said else {}
+    with open(peak_file, encoding="utf-8") as f:
+        written = f.read()
+    os.unlink(peak_file)
+    own = report.get("peak_mib") or (float(written) if written else None)
     return {
-        "peak_mib": usage.ru_maxrss / 1024,
+        "peak_mib": own,
+        "peak_with_children_mib": usage.ru_maxrss / 1024,
         "seconds": seconds,
         "phase_seconds": report.get("seconds"),
         "payload": report.get("payload"),
@@ -174,7 +184,9 @@ def _brief(phases: dict[str, Any]) -> dict[str, Any]:
 
 def _summary(runs: list[dict[str, Any]], mb: float) -> list[str]:
     """Per backend, value and phase: the median peak over the control, as MiB
-    and as a multiple of the payload, and the median time."""
+    and as a multiple of the payload, and the median time. The control is
+    its lowest run (the process's footprint without the value, which some
+    runs exceed at start-up), so a value's cost is never understated."""
     lines = []
     controls: dict[tuple[str, str], list[float]] = {}
     for run in runs:
@@ -187,7 +199,7 @@ def _summary(runs: list[dict[str, Any]], mb: float) -> list[str]:
             for phase, f in run["phases"].items():
                 cases.setdefault((run["backend"], run["value"], phase), []).append(f)
     for (backend, value, phase), figures in sorted(cases.items()):
-        base = statistics.median(controls[(backend, phase)])
+        base = min(controls[(backend, phase)])
         over = statistics.median(f["peak_mib"] for f in figures) - base
         payload = statistics.median(f["payload"] or mb * 2**20 for f in figures) / 2**20
         seconds = statistics.median(f["phase_seconds"] or f["seconds"] for f in figures)

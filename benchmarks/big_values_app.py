@@ -2,8 +2,10 @@
 
 ``python -m benchmarks.big_values_app PHASE STORE VALUE MIB``: PHASE is
 ``write``, ``replay``, ``result`` or ``build`` (see benchmarks.big_values);
-it prints one JSON line: the phase's own seconds (from after the imports)
-and the payload (the outcome record's size, in the result phase).
+it prints one JSON line: the phase's own seconds (from after the imports),
+the payload (the outcome record's size, in the result phase) and the
+process's own peak RSS (the write phase, which kills itself, writes its
+peak to the file ``BIG_VALUES_PEAK`` names first).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import resource
 import signal
 import sys
 import time
@@ -91,9 +94,17 @@ class BigRows(Job[Rows]):
 JOBS: dict[str, type[Job[Any]]] = {"bytes": BigBytes, "text": BigText, "rows": BigRows}
 
 
+def own_peak_mib() -> float:
+    """This process's peak resident set, its children's apart."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def _crash_if_asked() -> None:
-    """The write phase ends as a crash does, once the step's memo is written."""
+    """The write phase ends as a crash does, once the step's memo is written
+    (its peak written down first, to ``BIG_VALUES_PEAK``)."""
     if os.environ.get("BIG_VALUES_CRASH") == "1":
+        with open(os.environ["BIG_VALUES_PEAK"], "w", encoding="utf-8") as f:
+            f.write(repr(own_peak_mib()))
         os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -136,7 +147,8 @@ def main() -> None:
     size = int(float(mib) * 2**20) or 8
     if phase == "write":
         os.environ["BIG_VALUES_CRASH"] = "1"
-    print(json.dumps(asyncio.run(_phase(phase, store, value, size))), flush=True)
+    report = asyncio.run(_phase(phase, store, value, size))
+    print(json.dumps(report | {"peak_mib": own_peak_mib()}), flush=True)
 
 
 if __name__ == "__main__":

@@ -211,3 +211,19 @@ def test_the_s3_like_bucket_can_allow_one_write_a_second_to_an_object() -> None:
         return [*answers, await put("slots/a")]
 
     assert asyncio.run(run()) == ["200", "429", "200", "200"]
+
+
+def test_the_large_values_case_measures_each_phase_of_a_run(tmp_path: Path) -> None:
+    """Every phase of a run of a large value (a MiB here) in its own child,
+    against the same phase with a value of a few bytes."""
+    from benchmarks.big_values import main as big_values
+
+    out = tmp_path / "big.json"
+    args = ["--mb", "1", "--backends", "file", "--values", "bytes", "--rounds", "1"]
+    big_values([*args, "--out", str(out)])
+    saved = json.loads(out.read_text())
+    cases = [run for run in saved["runs"] if "phases" in run]
+    assert [run["value"] for run in cases] == ["control", "bytes"]
+    assert all(set(run["phases"]) == {"write", "replay", "result"} for run in cases)
+    assert cases[1]["phases"]["result"]["payload"] > 2**20  # the outcome holds the value
+    assert len(saved["summary"]) == 4  # three phases and the build
