@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SHOWN_BUCKET, Runs, wait_for
+from conftest import DEADLINE, SHOWN_BUCKET, Runs, wait_for
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 from ui_jobs import HOSTILE, Ship
@@ -66,6 +67,21 @@ def click(browser: Any, selector: str, link_text: str | None = None) -> None:
         link_text,
     )
     assert clicked, f"nothing to click: {selector} {link_text or ''}"
+
+
+def screenshot_of(browser: Any, selector: str, path: Path) -> None:
+    """A PNG of the element ``selector`` at ``path``; the page's refresh may
+    replace the element while it is taken, so it is looked up again then."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    deadline = time.monotonic() + DEADLINE
+    while True:
+        try:
+            assert browser.find_element(By.CSS_SELECTOR, selector).screenshot(str(path))
+            return
+        except StaleElementReferenceException:
+            if time.monotonic() > deadline:
+                raise
 
 
 def never_ran_injected_script(browser: Any) -> None:

@@ -4,11 +4,15 @@ box takes a run's id, the start of one or its idempotency key; the filters
 
 from __future__ import annotations
 
+import os
+import shutil
+from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import Runs, wait_for
 from selenium.webdriver.common.by import By
-from test_browser import rows, text
+from test_browser import DOCS_IMG, rows, text
 from ui_jobs import Explode, Invoice, Nap, Ship
 
 from stepstone import JobRunner
@@ -21,8 +25,9 @@ def find(browser: Any, what: str) -> None:
     box.send_keys(what + "\n")
 
 
+@pytest.mark.parametrize("store_url", ["s3"], indirect=True)  # a store name, not a path
 async def test_the_search_box_finds_a_run_by_id_prefix_or_key(
-    runs: Runs, ui: str, browser: Any
+    runs: Runs, ui: str, browser: Any, tmp_path: Path
 ) -> None:
     runner = JobRunner(runs.store, jobs=[Ship, Explode, Nap, Invoice])  # submits only
     try:
@@ -46,6 +51,10 @@ async def test_the_search_box_finds_a_run_by_id_prefix_or_key(
     wait_for(lambda: "q=invoice-10" in browser.current_url, "the list")
     assert set(rows(browser)) == {first.id, second.id}
     assert "No run has the id or the idempotency key invoice-10" in text(browser, "main")
+    screenshot = tmp_path / "ui-search.png"
+    assert browser.save_screenshot(str(screenshot))
+    if os.environ.get("STEPSTONE_UPDATE_SCREENSHOTS"):
+        shutil.copyfile(screenshot, DOCS_IMG / "ui-search.png")
     find(browser, "nothing-like-it")
     wait_for(lambda: "q=nothing-like-it" in browser.current_url, "the list")
     assert rows(browser) == {}

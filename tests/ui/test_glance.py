@@ -6,16 +6,19 @@ stepstone's folded."""
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import DEADLINE, Runs
-from test_browser import text, texts
+from test_browser import DOCS_IMG, screenshot_of, text, texts
 from ui_jobs import Patient, Retried
 
 from stepstone import JobRunner
@@ -134,7 +137,7 @@ return {claims: titles("rect.lane-0"), waits: titles("rect.lane-1"),
 
 
 async def test_a_runs_timeline_draws_its_claims_waits_and_steps_on_one_axis(
-    waited: Waited, ui: str, browser: Any
+    waited: Waited, ui: str, browser: Any, tmp_path: Path
 ) -> None:
     browser.get(f"{ui}runs/{waited.patient}")
     drawn = browser.execute_script(TIMELINE)
@@ -148,3 +151,7 @@ async def test_a_runs_timeline_draws_its_claims_waits_and_steps_on_one_axis(
     assert re.fullmatch(r"20\d\d-\d\d-\d\d \d\d:\d\d:\d\dZ", drawn["ticks"][0])
     assert all(tick.startswith("+") for tick in drawn["ticks"][1:])
     assert not EPOCH.search(" ".join(drawn["claims"] + drawn["waits"] + drawn["steps"]))
+    screenshot = tmp_path / "ui-run.png"
+    screenshot_of(browser, "main", screenshot)
+    if os.environ.get("STEPSTONE_UPDATE_SCREENSHOTS"):
+        shutil.copyfile(screenshot, DOCS_IMG / "ui-run.png")

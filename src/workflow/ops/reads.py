@@ -107,6 +107,40 @@ class StoredMemo:
         return step_name(self.step_key)
 
 
+@dataclass(frozen=True, slots=True)
+class ChildSpan:
+    """One child of a run as its timeline draws it: from its submit to its end."""
+
+    id: str
+    kind: str
+    status: JobStatus
+    submitted: float
+    finished: float | None
+    """None while it lives."""
+
+
+CHILDREN_READ = 20
+"""A run's children whose records its page reads (two GETs each) to draw them."""
+
+
+async def child_spans(runner: Inspected, children: list[str]) -> list[ChildSpan]:
+    """When each of ``children`` was submitted and ended, from its outcome or
+    its queue record; a child with neither readable is left out."""
+
+    async def one(child: str) -> ChildSpan | None:
+        queued, outcome = await asyncio.gather(
+            read_queued(runner, child), read_outcome(runner, child)
+        )
+        if isinstance(outcome, OutcomeRecord):
+            submitted = outcome.submitted_at or outcome.started_at or outcome.finished_at
+            return ChildSpan(child, outcome.kind, outcome.status, submitted, outcome.finished_at)
+        if isinstance(queued, JobRecord):
+            return ChildSpan(child, queued.kind, queued.status, queued.created_at, None)
+        return None
+
+    return [span for span in await bounded(one(child) for child in children) if span]
+
+
 @dataclass(slots=True)
 class Detail:
     """Everything stored about one job: ``stepstone show``."""
@@ -135,6 +169,8 @@ class Detail:
     children: list[str] = field(default_factory=list)
     """The children it submitted (``ctx.submit``), by id: a cancel takes the
     live ones it created with it (:mod:`stepstone.execute.cancelling`)."""
+    child_spans: list[ChildSpan] = field(default_factory=list)
+    """When each of the first ``CHILDREN_READ`` children ran, for its timeline."""
     unreadable: dict[str, Unreadable] = field(default_factory=dict)
     """The job's records that would not decode, by part (``queue``,
     ``outcome``, ``progress``); an unreadable memo says so itself."""
@@ -299,6 +335,7 @@ async def detail(runner: Inspected, run_id: str) -> Detail:
     found.version, found.key = version, key
     found.replay_of, found.from_step = replay_of, from_step
     found.parent, found.children = parent, children
+    found.child_spans = await child_spans(runner, children[:CHILDREN_READ])
     found.history = history.attempts
     found.replaced_history = replaced.attempts
     found.unreadable_attempts = [

@@ -37,7 +37,7 @@ def bars(buckets: list[Bucket], name: str) -> Markup:
         parts.append(
             f'<line x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH - 4}" y2="{y:.1f}" stroke="#dde2e8"/>'
             f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" class="tick">'
-            f"{round(top * fraction)}</text>"
+            f"{top * fraction:g}</text>"
         )
     for n, bucket in enumerate(buckets):
         x = LEFT + n * slot + 1

@@ -1,5 +1,6 @@
 """A run's timeline, drawn by the server as an SVG (no script, no build
-step): its claims, the waits between them and its steps on one time axis.
+step): its claims, the waits between them, its steps and its children (each
+linked to its page) on one time axis.
 
 Every time on it is a date or a duration; every label a job could have
 written (a wait's detail, a step's name) is escaped, control characters
@@ -9,6 +10,7 @@ made visible first, as everywhere in the view.
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from markupsafe import Markup
@@ -33,6 +35,15 @@ COLOURS = {
 """A claim's fill by how it ended (others: the running blue)."""
 
 
+CHILD_COLOURS = {
+    JobStatus.SUCCEEDED: "#1a7f37",
+    JobStatus.FAILED: "#b42318",
+    JobStatus.DEAD: "#b42318",
+    JobStatus.CANCELLED: "#8c959f",
+}
+"""A child's fill by its state (live ones: the running blue)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Span:
     lane: int
@@ -40,12 +51,24 @@ class Span:
     end: float
     colour: str
     title: str
+    href: str | None = None
 
 
-def run_timeline(found: Detail, steps: list[RanStep], now: float) -> Markup | None:
-    """The SVG of ``found``'s claims (lane 1), waits (lane 2) and steps
-    (lane 3); None when nothing is dated yet."""
+def run_timeline(
+    found: Detail, steps: list[RanStep], now: float, link: Callable[[str], str]
+) -> Markup | None:
+    """The SVG of ``found``'s claims (lane 1), waits (lane 2), steps (lane 3)
+    and children (lane 4, each linked to ``link(its id)``, when it has any);
+    None when nothing is dated yet."""
     spans: list[Span] = []
+    for child in found.child_spans:
+        end = child.finished if child.finished is not None else now
+        title = (
+            f"child {child.id[:12]} ({child.kind}): {child.status.value}, "
+            f"from {date(child.submitted)}, {took(end - child.submitted)}"
+        )
+        colour = CHILD_COLOURS.get(child.status, "#1f5fbf")
+        spans.append(Span(3, child.submitted, end, colour, title, link(child.id)))
     history = [a for a in found.history if a.claimed_at is not None]
     for index, attempt in enumerate(history):
         start = float(attempt.claimed_at or 0.0)
@@ -77,33 +100,48 @@ def run_timeline(found: Detail, steps: list[RanStep], now: float) -> Markup | No
     def x(at: float) -> float:
         return LABELS + (at - first) * scale
 
-    height = TOP + 3 * LANE + 30
+    lanes = (
+        ("claims", "waits", "steps", "children")
+        if found.child_spans
+        else ("claims", "waits", "steps")
+    )
+    height = TOP + len(lanes) * LANE + 30
     parts = [
         f'<svg class="timeline" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" '
         f'height="{height}" viewBox="0 0 {WIDTH} {height}" role="img" '
         f'aria-label="the run over time, {text(date(first))} to {text(date(last))}">'
     ]
-    for lane, name in enumerate(("claims", "waits", "steps")):
+    for lane, name in enumerate(lanes):
         y = TOP + lane * LANE
         parts.append(f'<text x="0" y="{y + 16}" class="lane">{name}</text>')
         parts.append(
             f'<line x1="{LABELS}" y1="{y + LANE - 2}" x2="{WIDTH - 10}" y2="{y + LANE - 2}" '
             'stroke="#dde2e8"/>'
         )
+    children = [s for s in spans if s.lane == 3]
     for s in spans:
+        # Children share their lane, each a thinner bar of its own below the last.
+        rows = max(1, len(children))
         y = TOP + s.lane * LANE + 4
+        h = LANE - 10
+        if s.lane == 3:
+            h = max(2, (LANE - 8) // rows)
+            y = TOP + s.lane * LANE + 3 + children.index(s) * h
         w = max(2.0, (s.end - s.start) * scale)
-        parts.append(
+        rect = (
             f'<rect class="span lane-{s.lane}" x="{x(s.start):.1f}" y="{y}" width="{w:.1f}" '
-            f'height="{LANE - 10}" rx="3" fill="{s.colour}"><title>{text(s.title)}</title></rect>'
+            f'height="{h}" rx="2" fill="{s.colour}"><title>{text(s.title)}</title></rect>'
         )
+        if s.href is not None:
+            rect = f'<a class="child" href="{text(s.href)}">{rect}</a>'
+        parts.append(rect)
     for at, title in marks:
         y = TOP + 2 * LANE + 12
         parts.append(
             f'<circle class="step" cx="{x(at):.1f}" cy="{y}" r="5" fill="#1d2330">'
             f"<title>{text(title)}</title></circle>"
         )
-    axis = TOP + 3 * LANE + 18
+    axis = TOP + len(lanes) * LANE + 18
     for n in range(TICKS):
         at = first + span * n / (TICKS - 1)
         label = date(at) if n == 0 else f"+{took(at - first)}"

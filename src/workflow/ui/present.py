@@ -10,7 +10,7 @@ indented JSON, cut at ``VALUE_CHARS``.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar
@@ -185,7 +185,8 @@ class RunView:
     """The names of the steps it recorded, once each, in order: where a replay may start."""
 
 
-def run_view(found: Detail, now: float) -> RunView:
+def run_view(found: Detail, now: float, link: Callable[[str], str]) -> RunView:
+    """What the run's page shows of ``found``; ``link``: a run's page's path, by its id."""
     outcome, queued = found.outcome, found.queued
     return RunView(
         detail=found,
@@ -200,7 +201,7 @@ def run_view(found: Detail, now: float) -> RunView:
         if outcome is None or outcome.result is None
         else pretty(decode_value(outcome.result)),
         events=_events(found),
-        chart=run_timeline(found, current_steps(found), now),
+        chart=run_timeline(found, current_steps(found), now, link),
         step_names=list(
             dict.fromkeys(
                 step.memo.call.name if step.memo.call is not None else step.memo.step

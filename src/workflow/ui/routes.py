@@ -131,7 +131,11 @@ async def run_page(request: Request) -> Response:
         found = await reads.detail(runner, run_id)
     except InspectError as exc:
         return render(request, "missing.html", {"run_id": run_id, "why": str(exc)}, 404)
-    return render(request, "run.html", {"run": run_view(found, runner.clock.now())})
+
+    def link(run: str) -> str:
+        return str(request.app.url_path_for("run", run_id=run))
+
+    return render(request, "run.html", {"run": run_view(found, runner.clock.now(), link)})
 
 
 async def static(request: Request) -> Response:
