@@ -72,7 +72,7 @@ def due(value: object, field: str, *, now: float | None = None) -> float:
 
 def _between(value: object, field: str, earliest: float, latest: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise Implausible(f"{field} is not a time: {_shown(value)}")
+        raise Implausible(f"{field} is not a time: {shown(value)}")
     seconds = float(value)
     if not math.isfinite(seconds):
         raise Implausible(f"{field} is not a time: {seconds!r}")
@@ -92,7 +92,7 @@ def count(value: object, field: str, *, least: int = 0, most: int = MAX_COUNT) -
     """``value`` as a count or an index, if it is a whole number from
     ``least`` to ``most``. Raises :class:`Implausible`."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise Implausible(f"{field} is not a whole number: {_shown(value)}")
+        raise Implausible(f"{field} is not a whole number: {shown(value)}")
     if not least <= value <= most:
         raise Implausible(f"{field} {value} is not from {least} to {most}")
     return value
@@ -109,7 +109,7 @@ def duration(value: object, field: str, *, least: float, most: float) -> float:
     """``value`` as seconds, if it is a finite number from ``least`` to
     ``most``. Raises :class:`Implausible`."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise Implausible(f"{field} is not a number of seconds: {_shown(value)}")
+        raise Implausible(f"{field} is not a number of seconds: {shown(value)}")
     seconds = float(value)
     if not (math.isfinite(seconds) and least <= seconds <= most):
         raise Implausible(f"{field} {seconds!r} is not from {least:g} to {most:g} seconds")
@@ -120,15 +120,16 @@ def name(value: object, field: str, *, longest: int = 255) -> str:
     """``value`` as a name shown to people, if it is printable text of 1 to
     ``longest`` characters. Raises :class:`Implausible`."""
     if not isinstance(value, str):
-        raise Implausible(f"{field} is not text: {_shown(value)}")
+        raise Implausible(f"{field} is not text: {shown(value)}")
     if not 0 < len(value) <= longest or not value.isprintable():
         raise Implausible(
-            f"{field} is not a printable name of 1 to {longest} characters: {_shown(value)}"
+            f"{field} is not a printable name of 1 to {longest} characters: {shown(value)}"
         )
     return value
 
 
-def _shown(value: object) -> str:
-    """A value for a message, short whatever it holds."""
+def shown(value: object) -> str:
+    """A value for a message, short whatever it holds (a list of a million
+    items is not written out in a log line)."""
     text = repr(value)
     return text if len(text) <= 40 else f"{text[:37]}..."

@@ -56,6 +56,11 @@ _EMPTY_STR = 0xA0
 """msgpack's fixstr of length 0; ``0xA0 | n`` starts one of length n (n < 32)."""
 
 
+_REASON_CHARS = 300
+"""The most of a reason a CorruptRecord's message keeps: what a bad value
+held is shown, not written out."""
+
+
 class CorruptRecord(QueueError):
     """A queue record's bytes could not be decoded (truncated, garbage, another format).
 
@@ -63,6 +68,8 @@ class CorruptRecord(QueueError):
     """
 
     def __init__(self, message: str, *, key: str) -> None:
+        if len(message) > _REASON_CHARS:  # (so the key is never cut off a shortened message)
+            message = f"{message[: _REASON_CHARS - 3]}..."
         super().__init__(f"{message} (record {key})")
         self.key = key
         self.reason = message
@@ -222,7 +229,7 @@ def decode(data: bytes, *, key: str) -> StoredJob:
     if not isinstance(body, dict):
         raise CorruptRecord(f"expected a map, found {type(body).__name__}", key=key)
     if body.get("format") != FORMAT:
-        raise CorruptRecord(f"unknown record format {body.get('format')!r}", key=key)
+        raise CorruptRecord(f"unknown record format {plausible.shown(body.get('format'))}", key=key)
     values: dict[str, Any] = {}
     for name, types in _FIELDS.items():
         if name not in body:

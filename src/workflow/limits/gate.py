@@ -121,7 +121,12 @@ class Limits:
         )
         self._rates: _Kept[rate.RateState] = _Kept(
             lambda key: SharedObject(
-                store, key, clock, to_fields=rate.to_fields, from_fields=rate.from_fields
+                store,
+                key,
+                clock,
+                to_fields=rate.to_fields,
+                from_fields=rate.from_fields,
+                repairable=True,
             )
         )
 

@@ -29,6 +29,7 @@ in the store, read and written by every process that runs the job type.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import secrets
 from collections.abc import Callable
@@ -36,10 +37,13 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
 from stepstone.records.codec import pack, unpack
+from stepstone.runtime import plausible
 from stepstone.runtime.clock import Clock
 from stepstone.runtime.store_queue.lost_answers import landed
 from stepstone.runtime.store_queue.records import CorruptRecord
 from stepstone.store import NotFound, ObjectStore, PreconditionFailed, StoreUnavailable
+
+log = logging.getLogger("stepstone")
 
 S = TypeVar("S")
 T = TypeVar("T")
@@ -73,6 +77,10 @@ class SharedObject(Generic[S]):
 
     ``to_fields`` and ``from_fields`` turn a state into MessagePack-able
     fields and back (``from_fields`` raises CorruptRecord naming the key).
+    An object that does not decode raises CorruptRecord from every update,
+    unless the state may safely start afresh (``repairable``: a rate
+    limit's, not a slot table, whose holders would be forgotten): then it is
+    taken as absent, with a warning naming it, and the update replaces it.
     """
 
     def __init__(
@@ -83,12 +91,14 @@ class SharedObject(Generic[S]):
         *,
         to_fields: Callable[[S], Any],
         from_fields: Callable[[Any, str], S],
+        repairable: bool = False,
     ) -> None:
         self.key = key
         self._store = store
         self._clock = clock
         self._to_fields = to_fields
         self._from_fields = from_fields
+        self._repairable = repairable
         self._kept: _Version[S] | None = _Version(None, None)
         self._pending: list[tuple[StateChange[S, Any], asyncio.Future[Any]]] = []
         self._writer: asyncio.Task[None] | None = None
@@ -160,13 +170,26 @@ class SharedObject(Generic[S]):
         except NotFound:
             return _Version(None, None)
         try:
-            fields = unpack(stored.data)
+            return self._decoded(stored.etag, stored.data)
+        except CorruptRecord as exc:
+            if not self._repairable:
+                raise
+            log.warning("%s; started afresh", exc)
+            return _Version(stored.etag, None, 0, secrets.token_hex(8))
+
+    def _decoded(self, etag: str, data: bytes) -> _Version[S]:
+        try:
+            fields = unpack(data)
             if not isinstance(fields, dict) or fields.get("v") != FORMAT:
-                raise ValueError(f"format {fields.get('v') if isinstance(fields, dict) else '?'}")
-            rev, nonce = int(fields["rev"]), str(fields["nonce"])
+                found = fields.get("v") if isinstance(fields, dict) else "?"
+                raise ValueError(f"format {plausible.shown(found)}")
+            rev = plausible.count(fields["rev"], "rev", most=plausible.MAX_REVISION)
+            nonce = fields["nonce"]
+            if not isinstance(nonce, str):
+                raise ValueError(f"nonce is not a str: {plausible.shown(nonce)}")
         except Exception as exc:
             raise CorruptRecord(f"not a stepstone limit record: {exc}", key=self.key) from exc
-        return _Version(stored.etag, self._from_fields(fields["state"], self.key), rev, nonce)
+        return _Version(etag, self._from_fields(fields["state"], self.key), rev, nonce)
 
     async def _still(self, version: _Version[S]) -> bool:
         """Whether the object is still at ``version`` (absent, if it was)."""

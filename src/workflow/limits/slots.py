@@ -262,7 +262,7 @@ def from_fields(fields: Any, key: str) -> SlotTable:
     try:
         limit = fields["limit"]
         if isinstance(limit, bool) or not isinstance(limit, int):
-            raise TypeError(f"limit is {limit!r}, not a whole number")
+            raise TypeError(f"limit is {plausible.shown(limit)}, not a whole number")
         return SlotTable(
             job=str(fields["job"]),
             key=str(fields["key"]),

@@ -55,9 +55,12 @@ def steps_in_order(memos: list[StoredMemo], history: list[AttemptInfo]) -> list[
     """``memos`` (of one incarnation) in the order they were recorded, each
     with the claim that recorded it and how long it took."""
     spans = sorted(
-        (a.claimed_at, float("inf") if a.ended_at is None else a.ended_at, a.claim)
-        for a in history
-        if a.claimed_at is not None
+        (
+            (a.claimed_at, float("inf") if a.ended_at is None else a.ended_at, a.claim)
+            for a in history
+            if a.claimed_at is not None
+        ),
+        key=lambda span: span[:2],  # (by time: a claim's number may be unknown, None)
     )
     steps: list[RanStep] = []
     previous: dict[int | None, float] = {}

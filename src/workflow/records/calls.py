@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from stepstone.records.codec import unpack
 from stepstone.records.large_values import LargeField, record_body, rejoined
+from stepstone.runtime import plausible
 from stepstone.store.parts import Body, SplitObject
 
 PATCH_MEMO = "!patch."
@@ -87,6 +88,7 @@ class PositionedMemo:
             raise ValueError("its position, call or name is missing or of the wrong type")
         if not isinstance(found, bytes):
             raise ValueError("its value is missing or of the wrong type")
+        plausible.count(position, "its position", least=1)  # (an Implausible is a ValueError)
         return cls(position, Call(call, name), found if value is None else value)
 
     @classmethod

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stepstone.records.codec import pack, sha256_hex, unpack
+from stepstone.runtime import plausible
 from stepstone.runtime.errors import MalformedPayload
 
 ENVELOPE_VERSION = 1
@@ -90,6 +91,11 @@ class Envelope:
             )
             if not isinstance(envelope.kind, str) or not isinstance(envelope.input, bytes):
                 raise ValueError("kind or input has the wrong type")
+            for name, text in (("inc", envelope.incarnation), ("ih", envelope.input_hash)):
+                if not isinstance(text, str) or not text or "/" in text:
+                    raise ValueError(f"field {name!r} is not a name: {plausible.shown(text)}")
+            if type(raw["keyed"]) not in (bool, int) or raw["keyed"] not in (0, 1):
+                raise ValueError(f"field 'keyed' is not a bool: {plausible.shown(raw['keyed'])}")
             optional = (
                 envelope.parent,
                 envelope.version,
