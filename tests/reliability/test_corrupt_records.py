@@ -17,22 +17,20 @@ import contextlib
 import io
 import json
 import tempfile
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from rel_spoiling import Canary, all_settled, end_of, until
 
 from stepstone import (
-    CorruptRecord,
     Job,
     JobContext,
     JobHandle,
     JobRunner,
     JobStatus,
-    Outcome,
     StepstoneError,
 )
 from stepstone.cli import main
@@ -83,17 +81,6 @@ class Victim(Job[int]):
             return first + 1
 
         return await ctx.step("two", two)
-
-
-class Canary(Job[int]):
-    NAME: ClassVar[str] = "prop.canary"
-    n: int
-
-    async def run(self, ctx: JobContext) -> int:
-        async def double() -> int:
-            return self.n * 2
-
-        return await ctx.step("double", double)
 
 
 @dataclass(frozen=True)
@@ -160,13 +147,17 @@ async def scenario(root: str, plan: list[Spoil]) -> None:
         canary = await api.submit(Canary(n=21))
         assert await canary.result(timeout=DEADLINE) == 42
 
-        await until(lambda: all_scheduled(api, victims), "every victim waits for its retry")
+        await until(
+            lambda: all_scheduled(api, victims), "every victim waits for its retry", DEADLINE
+        )
         for spoil, handle in zip(plan, victims, strict=True):
             if spoil.moment == "queued":
                 await spoil_object(api, handle.id, spoil)
         clock.advance(61)
         running = [h.id for s, h in zip(plan, victims, strict=True) if s.moment == "running"]
-        await until(lambda: set(running) <= gates.running, "the victims to spoil reach the gate")
+        await until(
+            lambda: set(running) <= gates.running, "the victims to spoil reach the gate", DEADLINE
+        )
         for spoil, handle in zip(plan, victims, strict=True):
             if spoil.moment == "running":
                 await spoil_object(api, handle.id, spoil)
@@ -179,7 +170,9 @@ async def scenario(root: str, plan: list[Spoil]) -> None:
             if isinstance(end, StepstoneError):
                 assert handle.id in getattr(end, "key", handle.id), (handle.id, end)
         # ... and the queue lets go of each: none is claimed again and again.
-        await until(lambda: all_settled(api, victims), "every victim to leave the live queue")
+        await until(
+            lambda: all_settled(api, victims), "every victim to leave the live queue", DEADLINE
+        )
 
         after = await api.submit(Canary(n=5))
         assert await after.result(timeout=DEADLINE) == 10, "the worker did not stay up"
@@ -187,41 +180,9 @@ async def scenario(root: str, plan: list[Spoil]) -> None:
     await cli_stays_up(root, [h.id for h in victims])
 
 
-async def until(cond: Callable[[], bool | Awaitable[bool]], what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + DEADLINE
-    while True:
-        result = cond()
-        if result if isinstance(result, bool) else await result:
-            return
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
-
-
 async def all_scheduled(api: JobRunner, victims: list[JobHandle[int]]) -> bool:
     records = [await api.queue.get(h.id) for h in victims]
     return all(r is not None and r.status is JobStatus.SCHEDULED for r in records)
-
-
-async def all_settled(api: JobRunner, victims: list[JobHandle[int]]) -> bool:
-    """No victim is live in the queue: acked, dead, or its record spoiled (it
-    can never be claimed again)."""
-    for handle in victims:
-        try:
-            record = await api.queue.get(handle.id)
-        except CorruptRecord:
-            continue
-        if record is not None and record.status is not JobStatus.DEAD:
-            return False
-    return True
-
-
-async def end_of(handle: JobHandle[int]) -> Outcome[int] | StepstoneError:
-    """How the job ended: its outcome, or the error (naming its object) its handle raised."""
-    try:
-        return await handle.join()
-    except StepstoneError as error:
-        return error
 
 
 async def spoil_object(api: JobRunner, run_id: str, spoil: Spoil) -> None:

@@ -37,6 +37,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 from rel_hostile import HOSTILE, Case, cases, spoiled
+from rel_spoiling import Canary, all_settled, end_of, until
 
 from stepstone import (
     CorruptRecord,
@@ -127,17 +128,6 @@ class EventVictim(Job[int]):
         return -1 if go is None else go.amount
 
 
-class Canary(Job[int]):
-    NAME: ClassVar[str] = "hostile.canary"
-    n: int
-
-    async def run(self, ctx: JobContext) -> int:
-        async def double() -> int:
-            return self.n * 2
-
-        return await ctx.step("double", double)
-
-
 async def _victim_run(n: int, ctx: JobContext) -> int:
     async def one() -> int:
         return n
@@ -218,7 +208,7 @@ class Sweep:
             return key, (await api.store.get(key)).data, []
         if kind == "attempt":  # (written just after the retry is: wait for it)
             key = api.layout.attempt(handle.id, inc, 1)
-            await until(lambda: exists(api, key), f"the attempt record {key}")
+            await until(lambda: exists(api, key), f"the attempt record {key}", DEADLINE)
             return key, (await api.store.get(key)).data, [f.name for f in fields(AttemptInfo)]
         if kind == "slot":
             job = self.job_type(n=0)
@@ -278,7 +268,7 @@ async def submit_and_prepare(sweep: Sweep, count: int) -> list[JobHandle[int]]:
         records = [await sweep.api.queue.get(h.id) for h in handles]
         return all(r is not None and r.status is wanted for r in records)
 
-    await until(ready, "every victim to wait where its record is spoiled")
+    await until(ready, "every victim to wait where its record is spoiled", DEADLINE)
     return handles
 
 
@@ -319,7 +309,9 @@ async def scenario(root: str, kind: str) -> None:
             if (said := failure(end)) is not None and not names_its_object(case, key, said)
         ]
         assert not wrong, "runs that failed without naming what was wrong:\n" + "\n".join(wrong)
-        await pumped(clock, until(lambda: all_settled(api, victims), "the queue to let go"))
+        await pumped(
+            clock, until(lambda: all_settled(api, victims), "the queue to let go", DEADLINE)
+        )
 
         canary = await sweep.worker.submit(Canary(n=5))
         assert await pumped(clock, canary.result(timeout=DEADLINE)) == 10
@@ -360,35 +352,11 @@ async def pumped(clock: FakeClock, work: Awaitable[Any]) -> Any:
         pumping.cancel()
 
 
-async def until(cond: Callable[[], bool | Awaitable[bool]], what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + DEADLINE
-    while True:
-        result = cond()
-        if result if isinstance(result, bool) else await result:
-            return
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
-
-
 async def exists(api: JobRunner, key: str) -> bool:
     try:
         await api.store.head(key)
     except NotFound:
         return False
-    return True
-
-
-async def all_settled(api: JobRunner, victims: list[JobHandle[int]]) -> bool:
-    """No victim is live in the queue: acked, dead, or its record unreadable
-    (it can never be claimed again)."""
-    for handle in victims:
-        try:
-            record = await api.queue.get(handle.id)
-        except CorruptRecord:
-            continue
-        if record is not None and record.status is not JobStatus.DEAD:
-            return False
     return True
 
 
@@ -406,13 +374,6 @@ def names_its_object(case: Case, key: str, said: str) -> bool:
         return True
     payload = case.kind == "queue" and case.path[0] == "payload"
     return payload and ("payload" in said or "input" in said)
-
-
-async def end_of(handle: JobHandle[int]) -> Outcome[int] | StepstoneError:
-    try:
-        return await handle.join()
-    except StepstoneError as error:
-        return error
 
 
 async def commands_answer(root: str, ids: dict[str, str], kind: str) -> list[str]:
@@ -519,7 +480,7 @@ async def test_hostile_values_in_a_schedule_marker_are_repaired_and_the_schedule
             ticks = [await runner.scheduler.last_tick(s) for s in schedules]
             return all(isinstance(tick, float) and tick <= clock.now() for tick in ticks)
 
-        await until(every_marker_real, "every marker to be repaired")
+        await until(every_marker_real, "every marker to be repaired", DEADLINE)
         clock.advance(300)
         next_tick = datetime.fromtimestamp(start + 300, UTC)
 
@@ -531,7 +492,7 @@ async def test_hostile_values_in_a_schedule_marker_are_repaired_and_the_schedule
                     return False
             return True
 
-        await until(every_schedule_fired, "every schedule's next tick")
+        await until(every_schedule_fired, "every schedule's next tick", DEADLINE)
 
 
 def schedule_marker(tick: float) -> bytes:
