@@ -62,6 +62,7 @@ from stepstone.records.codec import codec_for_type, pack, unpack
 from stepstone.records.envelope import Envelope
 from stepstone.records.layout import Layout, event_seq, limit_digest, position_key
 from stepstone.records.outcome import OutcomeRecord, decode_outcome_key
+from stepstone.records.schedule_marker import Marker, tick_run_id
 from stepstone.runtime.capabilities import Waking
 from stepstone.runtime.errors import MalformedPayload
 from stepstone.runtime.store_queue.records import StoredJob
@@ -496,10 +497,15 @@ async def test_hostile_values_in_a_schedule_marker_are_repaired_and_the_schedule
 
 
 def schedule_marker(tick: float) -> bytes:
-    """A schedule's marker as the scheduler writes it."""
-    from stepstone.schedules import _marker
-
-    return _marker(tick)
+    """A schedule's marker as the scheduler writes it, every field set."""
+    return Marker(
+        tick=tick,
+        name="s0",
+        spec="every 0:05:00",
+        missed="latest",
+        next_tick=tick + 300,
+        run=tick_run_id("s0", tick),
+    ).encode()
 
 
 # -- the decoders, several fields at once ------------------------------------------
