@@ -305,6 +305,7 @@ def pages(seeded: Seeded) -> Iterator[tuple[str, str]]:
     yield "run dead", f"/runs/{seeded.live[JobStatus.DEAD.value][0]}"
     yield "throughput", "/throughput"
     yield "workers", "/workers"
+    yield "schedules", "/schedules"
 
 
 @dataclass
