@@ -40,7 +40,6 @@ import asyncio
 import contextlib
 import weakref
 from collections.abc import Awaitable, Callable
-from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 from . import s3_sessions as sessions
@@ -71,6 +70,10 @@ from .s3_answers import (
     REGION_CODES,
     THROTTLING_CODES,
     TRANSIENT_CODES,
+    answered,
+    answered_size,
+    object_info,
+    quoted,
 )
 from .s3_large import Multipart, put_in_parts, read_body, read_split, request_body
 from .wrappers.retry import RetryPolicy
@@ -231,10 +234,6 @@ class S3Store(ObjectStore):
 
     def _relative(self, full: str) -> str:
         return full[len(self.prefix) + 1 :] if self.prefix else full
-
-    @staticmethod
-    def _quoted(etag: str) -> str:
-        return etag if etag.startswith('"') else f'"{etag}"'
 
     def _classify(self, exc: Exception, key: str | None, conditional: str = "") -> Exception:
         """Turn a botocore/aiohttp failure into the StoreError the contract promises."""
@@ -446,9 +445,10 @@ class S3Store(ObjectStore):
 
         async def request(client: Any) -> tuple[T, str]:
             response = await client.get_object(Bucket=self.bucket, Key=self._full(key))
+            size = answered_size(response, "ContentLength", location=self.location, key=key)
+            etag = quoted(answered(response, "ETag", location=self.location, key=key))
             async with response["Body"] as body:
-                found = await read(body, int(response["ContentLength"]))
-            return found, self._quoted(response["ETag"])
+                return await read(body, size), etag
 
         # A GET's 404 says NoSuchKey or NoSuchBucket in its body: no guessing needed.
         return await self._call(key, request, reads=True)
@@ -467,10 +467,7 @@ class S3Store(ObjectStore):
 
         async def request(client: Any) -> ObjectInfo:
             r = await client.head_object(Bucket=self.bucket, Key=self._full(key))
-            modified: datetime = r["LastModified"]
-            return ObjectInfo(
-                key, self._quoted(r["ETag"]), int(r["ContentLength"]), modified.timestamp()
-            )
+            return object_info(r, key, "ContentLength", location=self.location)
 
         try:
             return await self._call(key, request, reads=True)
@@ -488,13 +485,13 @@ class S3Store(ObjectStore):
             r = await client.put_object(
                 **where, Body=request_body(data), ContentLength=len(data), **condition
             )
-            return self._quoted(r["ETag"])
+            return quoted(answered(r, "ETag", location=self.location, key=key))
 
         async def write() -> str:
             try:
                 if in_parts:
                     args = (self._call, self.multipart, where, key, data, condition)
-                    return self._quoted(await put_in_parts(*args, conditional, state))
+                    return quoted(await put_in_parts(*args, conditional, state))
                 return await self._call(key, request, conditional=conditional, state=state)
             except PreconditionFailed:
                 if state.maybe_applied:
@@ -589,14 +586,9 @@ class S3Store(ObjectStore):
 
             page = await self._call(None, request, partition=prefix, reads=True)
             for item in page.get("Contents", []):
-                modified: datetime = item["LastModified"]
+                full = answered(item, "Key", location=self.location, key=None)
                 out.append(
-                    ObjectInfo(
-                        self._relative(item["Key"]),
-                        self._quoted(item["ETag"]),
-                        int(item["Size"]),
-                        modified.timestamp(),
-                    )
+                    object_info(item, self._relative(str(full)), "Size", location=self.location)
                 )
             token = page.get("NextContinuationToken")
             if not page.get("IsTruncated") or token is None:

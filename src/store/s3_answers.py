@@ -4,7 +4,13 @@ the configuration. The S3Store classifies every answer by these
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from .base import ObjectInfo
 from .conflicts import CONFLICT_CODES
+from .errors import StoreError
 
 THROTTLING_CODES = {
     "SlowDown",
@@ -40,3 +46,50 @@ CREDENTIAL_CODES = {
     "InvalidSecurity",
 }
 REGION_CODES = {"PermanentRedirect", "AuthorizationHeaderMalformed", "IllegalLocationConstraint"}
+
+
+def quoted(etag: str) -> str:
+    """An ETag as S3 sends it in a condition: in double quotes."""
+    return etag if etag.startswith('"') else f'"{etag}"'
+
+
+def answered(answer: Any, name: str, *, location: str, key: str | None) -> Any:
+    """A field every S3 answer of its kind holds (an ETag, a Content-Length, a
+    LastModified). An answer without it comes from a gateway or proxy that drops
+    what S3 sends: a store stepstone cannot read, named with the field and the
+    key, never a bare ``KeyError``, and not retried (the same gateway would give
+    the same answer)."""
+    value = answer.get(name) if isinstance(answer, Mapping) else None
+    if value is None:
+        raise StoreError(f"the store's answer holds no {name}", location=location, key=key)
+    return value
+
+
+def answered_size(answer: Any, name: str, *, location: str, key: str | None) -> int:
+    """A size field of an answer (Content-Length, a listing's Size): a whole number
+    of bytes, not below zero, or the answer is one stepstone cannot read."""
+    value = answered(answer, name, location=location, key=key)
+    try:
+        size = int(value)
+    except (TypeError, ValueError):
+        size = -1
+    if size < 0 or isinstance(value, bool):
+        raise StoreError(
+            f"the store's answer holds a {name} that is no size: {str(value)[:40]!r}",
+            location=location,
+            key=key,
+        )
+    return size
+
+
+def object_info(answer: Any, key: str, size: str, *, location: str) -> ObjectInfo:
+    """What a HEAD (its size in ``ContentLength``) or a listing's entry (in
+    ``Size``) says of one object, each field checked as :func:`answered` does."""
+    modified = answered(answer, "LastModified", location=location, key=key)
+    if not isinstance(modified, datetime):
+        raise StoreError(
+            "the store's answer holds a LastModified that is no time", location=location, key=key
+        )
+    etag = quoted(str(answered(answer, "ETag", location=location, key=key)))
+    length = answered_size(answer, size, location=location, key=key)
+    return ObjectInfo(key, etag, length, modified.timestamp())
