@@ -20,6 +20,9 @@ SIGKILL; a new worker process starts at once, with the same worker id
 ("same") or another ("other"). The figure is from the kill to the run's
 next start.
 
+The results file holds the summaries, every sample and the load average
+(1, 5, 15 minutes, as ``uptime`` says) at the start and the end;
+``python -m benchmarks.plots FILE`` draws pickup against idle time from it.
 Every directory and process made is removed at the end. Figures go to
 docs/performance.md with the commit; the history to benchmarks/NOTES.md.
 """
@@ -228,6 +231,7 @@ def commit() -> str:
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     names = args.backends.split(",")
     idles = [float(x) for x in args.idles.split(",")]
+    load_at_start = [round(x, 2) for x in os.getloadavg()]  # as uptime says: 1, 5, 15 min
     moto = MotoServer() if "s3" in names else None
     if moto is not None:
         moto.__enter__()
@@ -254,7 +258,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             backend.clean()
         if moto is not None:
             moto.__exit__()
-    result: dict[str, Any] = {"commit": commit(), "rounds": args.rounds}
+    result: dict[str, Any] = {
+        "commit": commit(),
+        "rounds": args.rounds,
+        "load": {"start": load_at_start, "end": [round(x, 2) for x in os.getloadavg()]},
+    }
     if args.failover:
         result["failover_s"] = {k: [round(v, 2) for v in vs] for k, vs in failovers.items()}
     else:
@@ -266,6 +274,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     "submit": summary([s[2] for s in samples]),
                 }
                 for case, samples in cases.items()
+            }
+            for name, cases in pickups.items()
+        }
+        # Every sample, [submit -> start, submit -> result, the submit] in
+        # seconds, so plots and other percentiles come from the file.
+        result["samples"] = {
+            name: {
+                case: [[round(x, 5) for x in s] for s in samples] for case, samples in cases.items()
             }
             for name, cases in pickups.items()
         }
