@@ -16,6 +16,7 @@ import pytest
 
 from stepstone.runtime import Attempt
 from stepstone.runtime.store_queue import StoreQueue
+from stepstone.runtime.store_queue.doorbell import Doorbell
 from stepstone.runtime.worker import Worker
 from stepstone.store import MemoryStore, ObjectStore
 
@@ -69,6 +70,20 @@ async def test_an_idle_worker_on_a_bucket_starts_another_process_job_without_its
             await submitter.enqueue(b"x", kind="k", id=f"job-{n}")
             await until(lambda n=n: len(ran) == n + 1, f"job {n} to run")
     assert ran == ["job-0", "job-1", "job-2"]
+
+
+async def test_the_first_look_only_learns_the_bell_and_the_next_comes_soon() -> None:
+    """A job submitted just after a worker's first look (an API process that
+    waited for it to come up) waits a quarter interval for the next, not a
+    whole one: at the start looks come as after work, then back off."""
+    bell = Doorbell(MemoryStore(), "queue/doorbell", interval=2.0)
+    assert not await bell.rang()  # learns it
+    first = bell.seconds_to_look()
+    assert first is not None and first <= 0.5
+    await until(bell.look_due, "the next look to be due")
+    assert not await bell.rang()  # quiet: the gap doubles
+    second = bell.seconds_to_look()
+    assert second is not None and 0.5 < second <= 1.0
 
 
 def test_a_queue_off_a_bucket_has_no_doorbell_unless_asked() -> None:

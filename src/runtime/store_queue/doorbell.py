@@ -52,9 +52,13 @@ class Doorbell:
         self._etag: str | None = None
         self._known = False
         self._next_look = -math.inf
-        self._gap = interval
-        """Seconds to the look after the next: a quarter of ``interval`` after
-        work was claimed, doubling with each quiet look up to ``interval``."""
+        self._gap = interval / 4
+        """Seconds to the look after the next: a quarter of ``interval`` at
+        the start and after work was claimed, doubling with each quiet look
+        up to ``interval``. At the start, because the first look only learns
+        the doorbell: a job submitted just after it (an API process that
+        waited for the worker to come up) would otherwise wait a whole
+        ``interval`` for the second."""
         self._rung_at = -math.inf
 
     @property
