@@ -179,6 +179,46 @@ def _billed(r: dict[str, Any]) -> dict[str, float]:
     return total
 
 
+PICKUP_TARGETS = {"file": (20.0, 100.0), "s3": (500.0, 1500.0)}
+"""Issue 29's submit -> start targets, p50 and p99 in milliseconds."""
+
+
+def draw_pickup(result: dict[str, Any], directory: str) -> list[str]:
+    """Submit -> start against the idle time before the submit, one panel
+    per store, from a ``benchmarks.pickup --out`` file: every sample as a
+    dot, the p50 and p99 of each idle time as lines, the targets dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    os.makedirs(directory, exist_ok=True)
+    stores = [name for name in ("file", "s3") if name in result.get("pickup", {})]
+    if not stores:
+        return []
+    fig, axes = plt.subplots(1, len(stores), figsize=(5 * len(stores), 3.8), squeeze=False)
+    for ax, name in zip(axes[0], stores, strict=True):
+        cases = list(result["pickup"][name])  # "first", then "idle 0s", "idle 1s", ...
+        x = list(range(len(cases)))
+        for i, case in enumerate(cases):
+            starts = [s[0] * 1e3 for s in result.get("samples", {}).get(name, {}).get(case, [])]
+            ax.plot([i] * len(starts), starts, ".", color="grey", alpha=0.4)
+        for q, style in (("p50_ms", "o-"), ("p99_ms", "s--")):
+            ax.plot(x, [result["pickup"][name][c]["start"][q] for c in cases], style, label=q[:3])
+        for target, colour in zip(PICKUP_TARGETS[name], ("tab:blue", "tab:orange"), strict=True):
+            ax.axhline(target, color=colour, linestyle=":", linewidth=1)
+        ax.set_xticks(x, [c.replace("idle ", "idle\n") for c in cases])
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_ylabel("submit -> start, ms")
+        ax.set_title(f"{'files' if name == 'file' else 'S3 (moto)'}, at {result['commit']}")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    fig.suptitle("pickup by a separate worker process against idle time (targets dotted)")
+    return [_save(fig, plt, directory, "pickup_vs_idle.png")]
+
+
 def _save(fig: Any, plt: Any, directory: str, name: str) -> str:
     fig.tight_layout()
     path = os.path.join(directory, name)
@@ -188,16 +228,25 @@ def _save(fig: Any, plt: Any, directory: str, name: str) -> str:
 
 
 def main() -> None:
-    """``python -m benchmarks.plots results.json [more.json ...]``: draw docs/img/*.png."""
+    """``python -m benchmarks.plots results.json [more.json ...]``: draw
+    docs/img/*.png (a ``benchmarks.pickup`` file draws pickup_vs_idle.png)."""
     import json
     import sys
 
+    here = os.path.dirname(os.path.abspath(__file__))
+    directory = os.path.join(here, "..", "docs", "img")
     results: list[dict[str, Any]] = []
+    written: list[str] = []
     for path in sys.argv[1:]:
         with open(path) as f:
-            results.extend(json.load(f))
-    here = os.path.dirname(os.path.abspath(__file__))
-    for path in draw(results, os.path.join(here, "..", "docs", "img")):
+            loaded = json.load(f)
+        if isinstance(loaded, dict) and "pickup" in loaded:  # benchmarks.pickup's file
+            written += draw_pickup(loaded, directory)
+        else:
+            results.extend(loaded)
+    if results:
+        written += draw(results, directory)
+    for path in written:
         print(f"wrote {os.path.normpath(path)}")
 
 
