@@ -183,10 +183,10 @@ PICKUP_TARGETS = {"file": (20.0, 100.0), "s3": (500.0, 1500.0)}
 """Issue 29's submit -> start targets, p50 and p99 in milliseconds."""
 
 
-def draw_pickup(result: dict[str, Any], directory: str) -> list[str]:
+def draw_pickup(results: list[dict[str, Any]], directory: str) -> list[str]:
     """Submit -> start against the idle time before the submit, one panel
-    per store, from a ``benchmarks.pickup --out`` file: every sample as a
-    dot, the p50 and p99 of each idle time as lines, the targets dashed."""
+    per store of each ``benchmarks.pickup --out`` file: every sample as a
+    dot, the p50 and p99 of each idle time as lines, the targets dotted."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -194,11 +194,11 @@ def draw_pickup(result: dict[str, Any], directory: str) -> list[str]:
     import matplotlib.ticker
 
     os.makedirs(directory, exist_ok=True)
-    stores = [name for name in ("file", "s3") if name in result.get("pickup", {})]
-    if not stores:
+    panels = [(r, n) for r in results for n in ("file", "s3") if n in r.get("pickup", {})]
+    if not panels:
         return []
-    fig, axes = plt.subplots(1, len(stores), figsize=(5 * len(stores), 3.8), squeeze=False)
-    for ax, name in zip(axes[0], stores, strict=True):
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), squeeze=False)
+    for ax, (result, name) in zip(axes[0], panels, strict=True):
         cases = list(result["pickup"][name])  # "first", then "idle 0s", "idle 1s", ...
         x = list(range(len(cases)))
         for i, case in enumerate(cases):
@@ -236,14 +236,15 @@ def main() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     directory = os.path.join(here, "..", "docs", "img")
     results: list[dict[str, Any]] = []
-    written: list[str] = []
+    pickups: list[dict[str, Any]] = []
     for path in sys.argv[1:]:
         with open(path) as f:
             loaded = json.load(f)
         if isinstance(loaded, dict) and "pickup" in loaded:  # benchmarks.pickup's file
-            written += draw_pickup(loaded, directory)
+            pickups.append(loaded)
         else:
             results.extend(loaded)
+    written = draw_pickup(pickups, directory) if pickups else []
     if results:
         written += draw(results, directory)
     for path in written:
