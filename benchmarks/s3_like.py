@@ -230,7 +230,11 @@ class S3LikeStore(ObjectStore):
     ) -> None:
         self.bucket = bucket
         self.inner = bucket.inner
-        self.location = self.inner.location
+        # Not the MemoryStore's own location: a queue takes a memory:// store
+        # for one process's alone (StoreQueue.holder_scope), so every worker
+        # here would take the host's id, and each sweep away the others'
+        # worker records as its own earlier lives.
+        self.location = f"s3like+{self.inner.location}"
         self.key_limit = self.inner.key_limit
         self.remote = True  # (as S3 is: requests are what it counts)
         self.latency = latency
