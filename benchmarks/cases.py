@@ -314,10 +314,24 @@ class CpuTimer:
     def __enter__(self) -> CpuTimer:
         self.start = time.process_time() + _children_cpu()
         self.seconds = 0.0
+        self.waited = 0.0
+        """Seconds this process was ready to run and waited for a core
+        (Linux's schedstat; 0 elsewhere): the host, not the case, set the pace."""
+        self._waited_before = _run_queue_wait()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.seconds = time.process_time() + _children_cpu() - self.start
+        self.waited = _run_queue_wait() - self._waited_before
+
+
+def _run_queue_wait() -> float:
+    """Seconds this process's main thread has waited, ready, for a core (0 if unknown)."""
+    try:
+        with open("/proc/self/schedstat", encoding="ascii") as stat:
+            return int(stat.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def committing_in(store: CountingStore) -> dict[str, str]:

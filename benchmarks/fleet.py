@@ -48,7 +48,10 @@ another worker, listings; the bucket client's allowed send rates at the end
 cut: stepstone.store.wrappers.throttle, summed over the clients); 409
 answers per job (``conflicts_per_job``); and this process's CPU seconds per second
 (``cpu_share``: one process drives the whole fleet, so a share near 1 means
-the host, not the bucket, set the pace).
+the host, not the bucket, set the pace) and the seconds a second it was
+ready to run and waited for a core (``cpu_wait_share``: on a shared host a
+fleet's process can be held to a fraction of a core, its share then far
+from 1; near or over ``cpu_share``, the host set the pace).
 """
 
 from __future__ import annotations
@@ -249,6 +252,7 @@ async def _run(
         steps_per_s=round(done * spec.steps / seconds, 1),
         jobs_per_cpu_s=round(done / cpu.seconds, 1),
         cpu_share=round(cpu.seconds / seconds, 2),
+        cpu_wait_share=round(cpu.waited / seconds, 2),
         requests_per_job=per_job(counts, done),
         requests_by_area=per_area(areas, done),
         slowdowns_per_job=round(sum(slowdowns.values()) / done, 3),
