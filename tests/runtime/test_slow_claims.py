@@ -150,3 +150,52 @@ async def test_a_worker_never_claims_a_run_whose_renewal_is_under_way(setup: Set
         let_renewal_land()
         setup.release.set()
         await worker.stop(drain_timeout=0)
+
+
+async def test_a_claim_that_landed_keeps_its_lease_while_the_rest_of_its_batch_waits() -> None:
+    """A throttled process sends its writes at its share of the partition,
+    seconds each: the claims of one batch land far apart. One that landed
+    waits for the others before it is handed out; its lease is extended
+    meanwhile, or it would lapse unrenewed and another process claim it."""
+    lease = 1.0  # (its claims are looked at every quarter of it, real time)
+    clock = FakeClock()
+    store = FaultyStore(MemoryStore(), operations={"put_if_match"})
+    queue = StoreQueue(store, clock=clock)
+    release = asyncio.Event()
+
+    async def handler(attempt: Attempt) -> None:
+        await release.wait()
+
+    worker = Worker(queue, lease=lease, heartbeat=lease / 3, poll_interval=0.05, concurrency=2)
+    worker.register("k", handler)
+    await queue.enqueue(b"", kind="k", id="a")
+    await queue.enqueue(b"", kind="k", id="b")
+    let_b_land = store.hold("queue/jobs/b")
+    await worker.start()
+    try:
+
+        async def a_claimed() -> bool:
+            record = await queue.get("a")
+            return record is not None and record.lease_expires_at is not None
+
+        await until(a_claimed, "the claim of a landed")
+        await until(lambda: store.held > 0, "the claim of b was sent")
+        first = await queue.get("a")
+        assert first is not None and first.lease_expires_at is not None
+        clock.advance(lease * 0.6)  # a, not handed out yet, has less than half left
+
+        async def extended() -> bool:
+            record = await queue.get("a")
+            return record is not None and record.lease_expires_at == clock.now() + lease
+
+        await until(extended, "a's lease was extended while b's claim waits")
+        assert worker.in_flight == 0
+        let_b_land()
+        await until(lambda: worker.in_flight == 2, "both run")
+        release.set()
+        await until(lambda: worker.stats.succeeded == 2, "both ended")
+        assert worker.stats.lost == 0
+    finally:
+        let_b_land()
+        release.set()
+        await worker.stop(drain_timeout=0)

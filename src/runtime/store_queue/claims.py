@@ -10,6 +10,13 @@ random from a wider head (``spread``), and a view that keeps losing races is
 listed again sooner (:mod:`stepstone.runtime.store_queue.pacing`). What a
 listing showed but nobody read yet is read as the claim needs it
 (:class:`stepstone.runtime.store_queue.discovery.Discovery`).
+
+A claim holds what it won until it returns, and nothing renews a lease the
+worker has not been handed: so each record's lease is set as its swap is
+sent (not when the claim began, seconds earlier under throttling), a claim
+starts no new round once a quarter of its lease has gone, and the leases it
+won are extended, ahead of the process's waiting requests, whenever half of
+one is gone before it is handed out.
 """
 
 from __future__ import annotations
@@ -17,9 +24,10 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 from stepstone.store.errors import NotFound, PreconditionFailed, StoreUnavailable
+from stepstone.store.wrappers.send_rate import first as send_first
 
 from ..clock import Clock
 from ..queue import DEFAULT_LEASE, Delivery
@@ -32,6 +40,10 @@ from .size_hints import held_elsewhere, new_token
 
 CLAIM_ROUNDS = 8
 """Bound on the rounds of swaps (and re-listings between them) of one claim."""
+
+HELD_BACK = 0.25
+"""A claim starts no new round once it has taken this much of its lease,
+and keeps the leases it won meanwhile from running down, looking as often."""
 
 
 class ClaimRace:
@@ -110,11 +122,8 @@ class ClaimRace:
                 picked = sorted(random.sample(range(len(candidates)), min(need, len(candidates))))
                 batch = [candidates[i] for i in picked]
                 tried.update(batch)
-                won = await asyncio.gather(
-                    *(self._claim_one(i, now, lease, began, holder) for i in batch)
-                )
-                out.extend(d for d in won if d is not None)
-                if len(out) >= n:
+                out.extend(await self._swaps(batch, lease, began, holder))
+                if len(out) >= n or time.monotonic() - began >= lease * HELD_BACK:
                     break
             elif not self._discovery.unread:
                 break
@@ -128,9 +137,47 @@ class ClaimRace:
         self._pacing.claimed(contended=self._pacing.refusals > refused_before)
         return out
 
+    async def _swaps(
+        self, batch: list[str], lease: float, fresh_since: float, holder: str | None
+    ) -> list[Delivery]:
+        """Claim each of ``batch`` at once. Those that landed are handed out
+        together, so while the others still wait on the store (a throttled
+        process sends its writes at its share of the partition: seconds
+        each), the leases of those that landed are kept from running down:
+        each is extended from now once half of it is gone, and checked again
+        as it is handed out. A run claimed and held back past its lease
+        would be claimed by another process and run twice."""
+        tasks = [
+            asyncio.ensure_future(self._claim_one(run_id, lease, fresh_since, holder))
+            for run_id in batch
+        ]
+        pending: set[asyncio.Future[StoredJob | None]] = set(tasks)
+        latest: dict[str, StoredJob | None] = {}
+        """Each landed claim's version as last written, None once taken by another."""
+
+        async def keep_landed() -> None:
+            landed = [latest.get(job.id, job) for job in _landed(tasks)]
+            kept = await asyncio.gather(*(self._keep(job, lease) for job in landed if job))
+            latest.update(zip((job.id for job in landed if job), kept, strict=True))
+
+        try:
+            while pending:
+                _, pending = await asyncio.wait(pending, timeout=lease * HELD_BACK)
+                if pending:
+                    await keep_landed()
+        finally:
+            for task in pending:
+                task.cancel()  # (the claim was cancelled: as gather would)
+        await keep_landed()
+        return [delivery_of(job) for job in latest.values() if job is not None]
+
     async def _claim_one(
-        self, run_id: str, now: float, lease: float, fresh_since: float, holder: str | None
-    ) -> Delivery | None:
+        self, run_id: str, lease: float, fresh_since: float, holder: str | None
+    ) -> StoredJob | None:
+        """Claim one record from what the view holds of it: the claimed
+        version, or None. Its lease is set as the swap is sent (a claim
+        waits on listings and reads before it: seconds when throttled)."""
+        now = self._clock.now()
         seen = self._view.get(run_id)
         # Checked again here, not only when the candidates were picked: a
         # concurrent claim in this process may have taken it since, and its
@@ -182,29 +229,38 @@ class ClaimRace:
                 if fetched is None or fetched[1].token != new.token:
                     return None
                 self._pacing.tried(won=1, lost=0)
-                return delivery_of(fetched[1])
+                return await self._keep(fetched[1], lease)
             self._pacing.tried(won=1, lost=0)
-            held = await self._lease_from_landing(run_id, new, lease)
-            return None if held is None else delivery_of(held)
+            return await self._keep(new, lease)
 
-    async def _lease_from_landing(
-        self, run_id: str, claimed: StoredJob, lease: float
-    ) -> StoredJob | None:
-        """The claim's lease was set to end ``lease`` after it was sent; one
-        whose write took more than half of that (S3 waiting out a burst of
-        conflicts on the key) is extended from now before it is handed out,
-        or another claimer could take it as it starts and the job would run
-        twice. None: another claimer took it meanwhile."""
+    async def _keep(self, claimed: StoredJob, lease: float) -> StoredJob | None:
+        """A claim whose lease has less than half of ``lease`` left (its
+        write took that long: S3 waiting out a burst of conflicts on the key,
+        or a throttled process's turn; or it waits on the rest of its batch)
+        is extended from now, sent ahead of the process's waiting requests
+        as a renewal is, or another claimer could take it as it starts and
+        the job would run twice. None: another claimer took it meanwhile."""
+        run_id = claimed.id
         now = self._clock.now()
         assert claimed.lease_expires_at is not None
         seen = self._view.get(run_id)
-        if claimed.lease_expires_at - now >= lease / 2 or seen is None or seen.job is None:
+        if seen is None or seen.job is None:
+            return claimed
+        if seen.job.token != claimed.token:
+            return None  # taken by another meanwhile, and read since
+        if claimed.lease_expires_at - now >= lease / 2:
             return claimed
         longer = claimed.next(now, lease_expires_at=now + lease)
-        try:
-            await self._io.swap(run_id, longer, seen.etag)
-        except (NotFound, PreconditionFailed):
-            return None
-        except StoreUnavailable:
-            return claimed  # (the worker renews it at once: its first beat is due)
+        with self._io.write_of(run_id), send_first():
+            try:
+                await self._io.swap(run_id, longer, seen.etag)
+            except (NotFound, PreconditionFailed):
+                return None
+            except StoreUnavailable:
+                return seen.job  # (the worker renews it at once: its first beat is due)
         return longer
+
+
+def _landed(tasks: Sequence[asyncio.Future[StoredJob | None]]) -> list[StoredJob]:
+    """The claims of ``tasks`` that landed so far."""
+    return [job for task in tasks if task.done() and (job := task.result()) is not None]
