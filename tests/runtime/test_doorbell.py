@@ -102,3 +102,48 @@ async def test_a_queue_with_the_doorbell_off_neither_rings_nor_looks(
     assert await queue.claim(2, lease=10) == []
     assert (queue.doorbell.rings, queue.doorbell.looks) == (0, 0)
     assert queue.next_look() is None
+
+
+async def test_a_job_enqueued_just_after_a_ring_is_rung_for_when_that_ring_s_time_is_up() -> None:
+    """The second of two quick submits falls within RING_EVERY of the first's
+    ring, after the listing that ring started: a trailing ring, not the next
+    listing an hour away, tells the idle claimer of it. A burst still rings
+    once for all that came in the window."""
+    store = MemoryStore()
+    submitter = StoreQueue(store, doorbell=0.25)
+    idle = StoreQueue(store, scan_interval=RARELY, idle_scan_max=RARELY, doorbell=0.25)
+    assert await idle.claim(1, lease=10) == []  # lists, learns the bell
+    await submitter.enqueue(b"x", kind="k", id="first")
+    await until(lambda: idle.next_look() == 0, "the next look to be due")
+    [first] = await idle.claim(2, lease=10)  # the ring made it list (and came up short)
+    for n in range(3):  # within RING_EVERY of that ring: none rings at once
+        await submitter.enqueue(b"x", kind="k", id=f"next-{n}")
+    assert submitter.doorbell.rings == 1
+    await until(lambda: submitter.doorbell.rings == 2, "the trailing ring", deadline=5)
+    claimed: list[str] = []
+
+    async def claim_when_due() -> bool:
+        if idle.next_look() == 0:
+            claimed.extend(d.id for d in await idle.claim(4, lease=10))
+        return len(claimed) == 3
+
+    loop = asyncio.get_running_loop()
+    end = loop.time() + 5
+    while not await claim_when_due():
+        assert loop.time() < end, f"the idle claimer found {claimed} of 3 without a listing"
+        await asyncio.sleep(0.01)
+    assert (first.id, sorted(claimed)) == ("first", ["next-0", "next-1", "next-2"])
+    assert idle.stats.scans == 3 and submitter.doorbell.rings == 2
+    await submitter.close()
+    await idle.close()
+
+
+async def test_a_queue_closed_with_a_ring_waiting_rings_it_as_it_closes() -> None:
+    store = MemoryStore()
+    queue = StoreQueue(store, doorbell=0.25)
+    await queue.enqueue(b"x", kind="k", id="a")
+    etag = (await store.head(f"{queue.prefix}/doorbell")).etag
+    await queue.enqueue(b"x", kind="k", id="b")
+    await queue.close()
+    assert queue.doorbell.rings == 2
+    assert (await store.head(f"{queue.prefix}/doorbell")).etag != etag

@@ -18,6 +18,7 @@ and the listings go on at their pace.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import secrets
@@ -30,10 +31,11 @@ log = logging.getLogger("stepstone.runtime.store_queue")
 
 RING_EVERY = 0.1
 """Seconds a StoreQueue waits after a ring before it rings again: a burst of
-submits rings a few times, not once a job (a job submitted after a listing
-the last ring started and before the next ring waits for the next listing
-at the ``scan_interval`` pace). A process submitting a job at a time pays a
-PUT a job for it, one submitting more than ten a second less."""
+submits rings a few times, not once a job. An enqueue within this of the
+last ring is rung for once more at its end (one trailing ring for however
+many came between), since the listing that ring started may have been made
+before it was written. A process submitting a job at a time pays a PUT a
+job for it, one submitting more than ten a second less."""
 
 
 class Doorbell:
@@ -60,6 +62,8 @@ class Doorbell:
         waited for the worker to come up) would otherwise wait a whole
         ``interval`` for the second."""
         self._rung_at = -math.inf
+        self._trailing: asyncio.TimerHandle | None = None
+        self._ringing: set[asyncio.Task[None]] = set()
 
     @property
     def on(self) -> bool:
@@ -101,12 +105,36 @@ class Doorbell:
             self._next_look = min(self._next_look, time.monotonic() + self._gap)
 
     async def ring(self) -> None:
-        """Rewrite the doorbell, unless this instance did within ``RING_EVERY``."""
-        if not self.on or time.monotonic() - self._rung_at < RING_EVERY:
+        """Rewrite the doorbell; within ``RING_EVERY`` of this instance's last
+        ring, once more when that time is up instead (at most one ring waits)."""
+        if not self.on:
             return
+        wait = self._rung_at + RING_EVERY - time.monotonic()
+        if wait <= 0:
+            await self._rewrite()
+        elif self._trailing is None:
+            self._trailing = asyncio.get_running_loop().call_later(wait, self._ring_trailing)
+
+    def _ring_trailing(self) -> None:
+        self._trailing = None
+        task = asyncio.ensure_future(self._rewrite())
+        self._ringing.add(task)
+        task.add_done_callback(self._ringing.discard)
+
+    async def _rewrite(self) -> None:
         self._rung_at = time.monotonic()
         self.rings += 1
         try:
             await self.store.put(self.key, secrets.token_bytes(8))
         except StoreError as exc:
             log.debug("could not ring the doorbell %s: %s", self.key, exc)
+
+    async def close(self) -> None:
+        """Ring what waits to be rung now, so a queue closed just after an
+        enqueue leaves no job unrung, and no timer behind."""
+        if self._trailing is not None:
+            self._trailing.cancel()
+            self._trailing = None
+            await self._rewrite()
+        if self._ringing:
+            await asyncio.gather(*self._ringing, return_exceptions=True)

@@ -428,6 +428,7 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking, Reclaiming):
     async def close(self) -> None:
         """Forget the view and stop hearing the store's notices. The store is
         the caller's: it is not closed here."""
+        await self.doorbell.close()
         if self._stop_notices is not None:
             stop, self._stop_notices = self._stop_notices, None
             stop()
