@@ -9,9 +9,11 @@ from .capabilities import (
     DeadJobRequeue,
     JobCounts,
     JobListing,
+    JobSurvey,
     Page,
     QueueInspection,
     Reclaiming,
+    Survey,
     Waking,
 )
 from .clock import Clock, FakeClock, SystemClock
@@ -80,6 +82,7 @@ __all__ = [
     "JobThreads",
     "JobCounts",
     "JobListing",
+    "JobSurvey",
     "JobRecord",
     "JobStatus",
     "Lease",
@@ -102,6 +105,7 @@ __all__ = [
     "StoreQueue",
     "StoreQueueStats",
     "Success",
+    "Survey",
     "Suspend",
     "SystemClock",
     "Terminal",

@@ -106,6 +106,31 @@ class Page:
     a listing cannot show, nor an operator's bulk action touch."""
 
 
+@dataclass(frozen=True, slots=True)
+class Survey:
+    """Every record of a queue at once, as far as a budget of reads allows:
+    what a long-lived view (the web view) shows, filling in over its refreshes."""
+
+    records: list[JobRecord]
+    """The records known, each as read from the store (none guessed), in id order."""
+    listed: int
+    """Records listed, read or not: the queue's size, which costs no read."""
+    unread: int = 0
+    """Records listed but left unread for the budget: the next survey reads them."""
+    unreadable: tuple[tuple[str, str], ...] = ()
+    """The records that would not decode, as (key, why)."""
+
+
+@runtime_checkable
+class JobSurvey(Protocol):
+    """A queue that can list all its jobs within a budget of reads."""
+
+    @abc.abstractmethod
+    async def survey(self, *, reads: int) -> Survey:
+        """Every record listed, those read before at no cost (unless changed
+        since), at most ``reads`` others read now."""
+
+
 @runtime_checkable
 class JobListing(Protocol):
     """A queue that can list its jobs."""

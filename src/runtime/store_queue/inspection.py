@@ -17,7 +17,7 @@ from collections.abc import AsyncGenerator, Iterable
 
 from stepstone.store.base import DEFAULT_PAGE_SIZE, ObjectInfo
 
-from ..capabilities import Page
+from ..capabilities import Page, Survey
 from ..clock import Clock
 from ..queue import QUEUE_STATUSES, JobRecord, JobStatus
 from ..run_id import is_storable_id
@@ -79,6 +79,35 @@ class RecordInspection:
                 del self._whole[run_id]
         return Page(out, None, tuple(unreadable))
 
+    async def survey(self, *, reads: int) -> Survey:
+        """Every record listed: those whose listed version a listing or the
+        view holds at no cost, at most ``reads`` others read now (the rest
+        counted unread), so a view asking each refresh knows them all after
+        a few, and then reads only those that changed."""
+        if reads < 0:
+            raise ValueError(f"reads must be at least 0, got {reads}")
+        now = self._clock.now()
+        records: list[JobRecord] = []
+        unreadable: list[tuple[str, str]] = []
+        listed: set[str] = set()
+        unread = 0
+        async with contextlib.aclosing(self._listed(None)) as pages:
+            async for page in pages:
+                listed.update(self._io.run_id_of(info.key) for info in page)
+                unknown = [info.key for info in page if not self._known(info, payload=True)[0]]
+                left = set(unknown[reads:])
+                reads = max(0, reads - len(unknown))
+                unread += len(left)
+                taken = [info for info in page if info.key not in left]
+                for _, job in await self._load(taken, payload=True):
+                    if isinstance(job, CorruptRecord):
+                        unreadable.append((job.key, job.reason))
+                    elif job is not None:
+                        records.append(record_of(job, now))
+        for run_id in self._whole.keys() - listed:
+            del self._whole[run_id]
+        return Survey(records, len(listed), unread, tuple(unreadable))
+
     async def counts(self) -> dict[JobStatus, int]:
         """As QueueInspection's, but a record whose etag the view knows costs no GET."""
         totals = dict.fromkeys(QUEUE_STATUSES, 0)
@@ -103,6 +132,21 @@ class RecordInspection:
         if page:
             yield page
 
+    def _known(self, info: ObjectInfo, *, payload: bool) -> tuple[bool, StoredJob | None]:
+        """(True, the record) when its listed version is known here (with its
+        payload, if ``payload``)."""
+        run_id = self._io.run_id_of(info.key)
+        seen = self._view.get(run_id)
+        if seen is not None and seen.etag == info.etag:
+            if seen.job is not None and not (payload and seen.job.partial):
+                return True, seen.job
+            if seen.job is None and not payload:
+                return True, None  # counts skip it without reading it again
+        kept = self._whole.get(run_id)
+        if kept is not None and kept[0] == info.etag:
+            return True, kept[1]
+        return False, None
+
     async def _load(
         self, infos: Iterable[ObjectInfo], *, payload: bool
     ) -> list[tuple[str, StoredJob | CorruptRecord | None]]:
@@ -110,20 +154,6 @@ class RecordInspection:
         current (and it holds the payload, if ``payload``), else by GET.
         Gone ones come back as None, undecodable ones as the CorruptRecord
         that says why (read again: the view remembers only that they are)."""
-
-        def known(info: ObjectInfo) -> tuple[bool, StoredJob | None]:
-            """(True, the record) when its listed version is known here."""
-            run_id = self._io.run_id_of(info.key)
-            seen = self._view.get(run_id)
-            if seen is not None and seen.etag == info.etag:
-                if seen.job is not None and not (payload and seen.job.partial):
-                    return True, seen.job
-                if seen.job is None and not payload:
-                    return True, None  # counts skip it without reading it again
-            kept = self._whole.get(run_id)
-            if kept is not None and kept[0] == info.etag:
-                return True, kept[1]
-            return False, None
 
         async def read(run_id: str) -> StoredJob | CorruptRecord | None:
             before = self._view.etag(run_id)
@@ -150,7 +180,7 @@ class RecordInspection:
         unknown: list[int] = []
         for info in infos:
             run_id = self._io.run_id_of(info.key)
-            is_known, job = known(info)
+            is_known, job = self._known(info, payload=payload)
             if not is_known:
                 unknown.append(len(found))
             found.append((run_id, job))

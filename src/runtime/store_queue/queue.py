@@ -23,7 +23,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from stepstone.store.base import ChangeNotices, ObjectStore
 from stepstone.store.keys import validate_key
 
-from ..capabilities import Page, QueueInspection, Reclaiming, Waking
+from ..capabilities import JobSurvey, Page, QueueInspection, Reclaiming, Survey, Waking
 from ..clock import Clock, SystemClock
 from ..listeners import Listeners
 from ..queue import (
@@ -66,7 +66,7 @@ PENDING_HINT_SECONDS = 5.0
 what a handle awaiting a job a peer took may lose in latency."""
 
 
-class StoreQueue(LeaseQueue, QueueInspection, Waking, Reclaiming):
+class StoreQueue(LeaseQueue, QueueInspection, JobSurvey, Waking, Reclaiming):
     """A LeaseQueue whose state lives entirely in an ObjectStore.
 
     ``scan_interval`` (real seconds, not the injected clock's: it is about
@@ -346,6 +346,9 @@ class StoreQueue(LeaseQueue, QueueInspection, Waking, Reclaiming):
     async def counts(self) -> dict[JobStatus, int]:
         """As QueueInspection's, but a record whose etag the view knows costs no GET."""
         return await self._inspection.counts()
+
+    async def survey(self, *, reads: int) -> Survey:
+        return await self._inspection.survey(reads=reads)
 
     # -- this process ------------------------------------------------------
 

@@ -16,6 +16,12 @@ shares the process, and a listing is mostly Python holding the
 interpreter). At most one listing runs at a time, and none while no page
 asks, so an idle view costs nothing. A run's own page always reads its
 records afresh.
+
+A page never waits behind the listing: while one is served
+(:meth:`FinishedListing.serving`) the listing pauses between pages of its
+scan, so the two do not share the interpreter; it goes on between requests.
+A page waits for it only while it is known to be quick (or, before the first
+completes, for ``QUICK`` seconds: a small store's first page shows its runs).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from stepstone.ops.reads import Inspected, iter_outcomes
@@ -61,6 +68,27 @@ class FinishedListing:
         is no matter of the runner's clock, which a test may hold still)."""
         self.failed: str | None = None
         """Why the last listing failed (None: it did not); the one before stays."""
+        self._serving = 0
+        """Pages being served, less those waiting here for the listing."""
+        self._free = asyncio.Event()
+        """Set while no page is being served: the listing may go on."""
+        self._free.set()
+
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[None]:
+        """Around serving a page: the listing pauses until none is."""
+        self._serve(1)
+        try:
+            yield
+        finally:
+            self._serve(-1)
+
+    def _serve(self, change: int) -> None:
+        self._serving += change
+        if self._serving > 0:
+            self._free.clear()
+        else:
+            self._free.set()
 
     def start(self) -> None:
         """List now (a view starting: its first page should not wait for it)."""
@@ -76,16 +104,25 @@ class FinishedListing:
         pace = PACE * last.took if last is not None and last.took >= QUICK else 0.0
         if last is None or time.monotonic() - self._last_start >= pace:
             self.start()
-        if self._listing is not None and wait > 0 and (last is None or last.took <= wait):
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._listing), wait)
+        wait = min(wait, QUICK) if last is None else wait if last.took <= wait else 0.0
+        if self._listing is not None and wait > 0:
+            self._serve(-1)  # this page waits for it: let it go on meanwhile
+            try:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(self._listing), wait)
+            finally:
+                self._serve(1)
         return self._listed
 
     async def _list(self) -> None:
         began = self._runner.clock.now()
         start = time.monotonic()
         try:
-            infos = [info async for info in iter_outcomes(self._runner)]
+            infos: list[ObjectInfo] = []
+            async for info in iter_outcomes(self._runner):
+                infos.append(info)
+                if not self._free.is_set():
+                    await self._free.wait()
         except StoreError as exc:
             self.failed = str(exc)
         else:

@@ -27,7 +27,7 @@ from stepstone.ops.reads import (
 )
 from stepstone.records.envelope import Envelope
 from stepstone.records.outcome import OutcomeRecord
-from stepstone.runtime.capabilities import JobCounts, JobListing
+from stepstone.runtime.capabilities import JobCounts, JobListing, JobSurvey, Survey
 from stepstone.runtime.errors import MalformedPayload
 from stepstone.runtime.queue import QUEUE_STATUSES, JobRecord, JobStatus
 from stepstone.store import ObjectInfo
@@ -110,6 +110,7 @@ async def list_runs(
     limit: int | None = 100,
     listed: Sequence[ObjectInfo] | None = None,
     reads: int | None = None,
+    surveyed: Survey | None = None,
 ) -> Listing:
     """Runs ``chosen`` takes, newest first by when they were submitted, one
     row per id, and the records met that would not decode.
@@ -133,13 +134,22 @@ async def list_runs(
     ``reads``: read at most that many outcome records; a filter that few
     finished runs match then shows those among the ones read, and the
     listing says how many it left unread (``Listing.unread``).
+    ``surveyed``: the queue's records as a view surveyed them
+    (:func:`survey_queue`), in place of reading every one now; the rows
+    are then of those it read (``Survey.unread`` says how many it did not).
     """
     if limit is not None and limit < 1:
         raise InspectError(f"--limit must be at least 1, got {limit}")
     wanted = chosen.status
     found = _Newest(chosen, limit)
     unreadable: dict[str, Unreadable] = {}  # by key: a dead job's outcome is met twice
-    if wanted is None or wanted.queued:
+    if surveyed is not None and (wanted is None or wanted.queued):
+        for key, why in surveyed.unreadable:
+            unreadable[key] = Unreadable(key, why)
+        for record in surveyed.records:
+            if wanted is None or record.status is wanted:
+                found.offer(_queued_row(record))
+    elif wanted is None or wanted.queued:
         async for record in _queue_records(runner, wanted, unreadable):
             found.offer(_queued_row(record))
     unread = 0
@@ -315,6 +325,22 @@ async def queue_counts(runner: Inspected) -> dict[str, int]:
         raise lacks(runner.queue, "count its jobs")
     counts = await runner.queue.counts()
     return {status.value: counts.get(status, 0) for status in QUEUE_STATUSES}
+
+
+async def survey_queue(runner: Inspected, *, reads: int) -> Survey | None:
+    """The queue's records as far as ``reads`` GETs allow, those read before
+    free unless changed (:class:`~stepstone.runtime.capabilities.JobSurvey`);
+    None for a queue that cannot survey (the caller reads them all)."""
+    queue = runner.queue
+    return await queue.survey(reads=reads) if isinstance(queue, JobSurvey) else None
+
+
+def surveyed_counts(surveyed: Survey) -> dict[str, int]:
+    """Queue records by status, of those ``surveyed`` read."""
+    counts = {status.value: 0 for status in QUEUE_STATUSES}
+    for record in surveyed.records:
+        counts[record.status.value] += 1
+    return counts
 
 
 async def stats(runner: Inspected) -> Counts:

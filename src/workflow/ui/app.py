@@ -29,6 +29,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from stepstone.ops.finished import FinishedListing
 from stepstone.ops.glance import user_first
@@ -71,6 +72,23 @@ def templates() -> Jinja2Templates:
     return Jinja2Templates(env=env)
 
 
+class _PagesFirst:
+    """Each request served with the listing of finished runs paused
+    (:meth:`FinishedListing.serving`): a page never shares the interpreter
+    with it, so a refresh takes as long with one under way as without."""
+
+    def __init__(self, app: ASGIApp, finished: FinishedListing) -> None:
+        self._app = app
+        self._finished = finished
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        with self._finished.serving():
+            await self._app(scope, receive, send)
+
+
 def create_app(
     runner: JobRunner, *, refresh: float, hosts: Sequence[str], actions: bool = False
 ) -> Starlette:
@@ -79,8 +97,12 @@ def create_app(
     answers a request only when its ``Host`` is one of ``hosts`` (see
     :mod:`stepstone.ui.guard`), 400 otherwise; ``actions`` lets its pages
     change runs (:mod:`stepstone.ui.acting`)."""
+    finished = FinishedListing(runner)
     app = Starlette(
-        middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=hosts, www_redirect=False)],
+        middleware=[
+            Middleware(TrustedHostMiddleware, allowed_hosts=hosts, www_redirect=False),
+            Middleware(_PagesFirst, finished=finished),
+        ],
         routes=[
             Route("/", routes.runs_page, name="runs"),
             Route("/runs/{run_id}", routes.run_page, name="run"),
@@ -93,7 +115,7 @@ def create_app(
         ],
     )
     app.state.runner = runner
-    app.state.finished = FinishedListing(runner)
+    app.state.finished = finished
     app.state.statuses = Statuses()
     app.state.templates = templates()
     app.state.refresh = refresh

@@ -17,6 +17,7 @@ from stepstone.errors import InspectError
 from stepstone.ops import actions, listing, reads
 from stepstone.ops.finished import FinishedListing
 from stepstone.runner import JobRunner
+from stepstone.runtime.capabilities import Survey
 from stepstone.runtime.queue import JobStatus
 from stepstone.ui.present import SINCE, Filters, run_view
 from stepstone.ui.respond import HEADERS, render
@@ -24,6 +25,11 @@ from stepstone.ui.respond import HEADERS, render
 OUTCOME_READS = 1000
 """Outcome records the runs list reads at most per refresh: a filter few
 finished runs match shows those among the newest this many, and says so."""
+QUEUE_READS = 1000
+"""Queue records the runs list reads at most per refresh (those read before
+cost nothing until they change): a view just started over more live runs
+than this shows those read so far, says how many it has not, and knows them
+all after a few refreshes."""
 LISTING_WAIT = 0.25
 """Seconds the runs list waits for the listing of finished runs it starts
 (:mod:`stepstone.ops.finished`) before it answers with the last one."""
@@ -38,10 +44,11 @@ async def runs_page(request: Request) -> Response:
     idempotency key (:func:`stepstone.ops.reads.find_run`) and goes to its
     page; failing that, it lists the runs whose key starts with it.
 
-    What a refresh reads: the queue's records that changed since the last
-    (a LIST per thousand; the queue keeps copies by etag), at most
-    ``OUTCOME_READS`` outcome records, and the outcome listing of
-    :mod:`stepstone.ops.finished`, listed beside the page."""
+    What a refresh reads: the queue listed (a LIST per thousand), at most
+    ``QUEUE_READS`` of its records (those new or changed since the last;
+    the queue keeps copies by etag), at most ``OUTCOME_READS`` outcome
+    records, and the outcome listing of :mod:`stepstone.ops.finished`,
+    listed beside the page."""
     runner: JobRunner = request.app.state.runner
     filters = Filters.from_query(request.query_params)
     problems = list(filters.problems)
@@ -62,15 +69,19 @@ async def runs_page(request: Request) -> Response:
     kinds = sorted({filters.kind} - {""})
     finished: FinishedListing = request.app.state.finished
     outcomes = await finished.latest(wait=LISTING_WAIT)
+    surveyed: Survey | None = None
     if not problems:
         try:
             chosen = filters.chosen(runner.clock.now())
+            if chosen.status is None or chosen.status.queued:
+                surveyed = await listing.survey_queue(runner, reads=QUEUE_READS)
             listed = await listing.list_runs(
                 runner,
                 chosen,
                 limit=filters.limit,
                 listed=[] if outcomes is None else outcomes.infos,
                 reads=OUTCOME_READS,
+                surveyed=surveyed,
             )
         except InspectError as exc:
             problems.append(str(exc))
@@ -79,11 +90,16 @@ async def runs_page(request: Request) -> Response:
             rows = listed.rows
             unreadable = listed.unreadable
             unread = listed.unread
+    if surveyed is None:  # the list took no queue record: the counts still do
+        surveyed = await listing.survey_queue(runner, reads=QUEUE_READS)
     counts: dict[str, int] | None = None
-    try:
-        counts = await listing.queue_counts(runner)
-    except InspectError:
-        counts = None  # a queue that cannot count (the page says nothing of it)
+    if surveyed is not None:
+        counts = listing.surveyed_counts(surveyed)
+    else:
+        try:
+            counts = await listing.queue_counts(runner)
+        except InspectError:
+            counts = None  # a queue that cannot count (the page says nothing of it)
     return render(
         request,
         "runs.html",
@@ -100,6 +116,8 @@ async def runs_page(request: Request) -> Response:
             "unreadable": unreadable,
             "unread": unread,
             "reads": OUTCOME_READS,
+            "surveyed": surveyed,
+            "queue_reads": QUEUE_READS,
             "live_states": [status.value for status in JobStatus if status.queued],
             "outcomes": outcomes,
             "listing_failed": finished.failed,
