@@ -319,8 +319,10 @@ class Measured:
 
 async def measure(seeded: Seeded, refresh_rounds: int) -> dict[str, dict[str, list[Measured]]]:
     """Each page from a view just started (its listing of finished runs begun
-    at its start, as ``stepstone ui`` begins it), then ``refresh_rounds``
-    times again once that listing is done, as the page's refresh asks."""
+    at its start, as ``stepstone ui`` begins it), up to three times a second
+    apart while that listing is under way, then ``refresh_rounds`` times
+    again once it is done, as the page's refresh asks; a page that said it
+    had not read every queue record, again until it has."""
     from stepstone.ui.app import create_app
 
     out: dict[str, dict[str, list[Measured]]] = {}
@@ -336,7 +338,7 @@ async def measure(seeded: Seeded, refresh_rounds: int) -> dict[str, dict[str, li
             # Refreshes a second apart while that listing is under way (it
             # pauses while a page is served).
             found["during"] = []
-            while app.state.finished._listed is None and len(found["during"]) < 3:
+            while app.state.finished.listed is None and len(found["during"]) < 3:
                 await asyncio.sleep(1.0)
                 found["during"].append(await _timed(app, store, path))
             while await app.state.finished.latest(wait=0.05) is None:

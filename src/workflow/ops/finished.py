@@ -74,6 +74,11 @@ class FinishedListing:
         """Set while no page is being served: the listing may go on."""
         self._free.set()
 
+    @property
+    def listed(self) -> Listed | None:
+        """The last complete listing, without starting or waiting for one."""
+        return self._listed
+
     @contextlib.contextmanager
     def serving(self) -> Iterator[None]:
         """Around serving a page: the listing pauses until none is."""
