@@ -309,6 +309,35 @@ async def test_a_listing_asked_again_reads_only_the_records_that_changed(
     assert viewer._inspection._whole.keys() == {r.id for r in changed.records}
 
 
+async def test_a_survey_reads_at_most_its_budget_and_shows_no_record_it_did_not_read(
+    backing: MemoryStore, clock: FakeClock
+) -> None:
+    """A web view's first refreshes over more records than it may read: each
+    reads at most the budget, the rest counted unread (never shown from a
+    guess), until all are known; a record changed since is unread again, not
+    shown as it was."""
+    a, _ = make(backing, clock)
+    viewer, counting = make(backing, clock)
+    for n in range(5):
+        await a.enqueue(b"payload", id=f"job-{n}")
+    seen = []
+    for _ in range(3):
+        surveyed = await viewer.survey(reads=2)
+        seen.append((len(surveyed.records), surveyed.unread, surveyed.listed))
+        assert take(counting) == (
+            {"GET": 2, "LIST": 1} if surveyed.unread else {"GET": 1, "LIST": 1}
+        )
+    assert seen == [(2, 3, 5), (4, 1, 5), (5, 0, 5)]
+    [held] = await a.claim(1, lease=30)
+    stale = await viewer.survey(reads=0)
+    assert take(counting) == {"LIST": 1}
+    assert (stale.unread, stale.listed) == (1, 5)
+    assert held.id not in {r.id for r in stale.records}
+    fresh = await viewer.survey(reads=1)
+    assert take(counting) == {"GET": 1, "LIST": 1}
+    assert {r.id: r.status for r in fresh.records}[held.id] is JobStatus.RUNNING
+
+
 async def test_a_backlog_another_process_enqueued_is_read_as_claims_need_it(
     backing: MemoryStore, clock: FakeClock
 ) -> None:
