@@ -11,7 +11,7 @@ the one key.
 
 So a key whose writes are refused ``HOT_AFTER`` times within ``WINDOW``
 seconds gets a send rate of its own (an
-:class:`~stepstone.store.wrappers.throttle.AdaptiveRate`, which learns the
+:class:`~stepstone.store.wrappers.send_rate.AdaptiveRate`, which learns the
 object's limit as a partition's is learnt), and its refusals no longer
 count against its partition: writes to it wait for their turn (about one a
 second on GCS), the rest of the partition is not held up. One warning
