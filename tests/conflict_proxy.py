@@ -2,7 +2,10 @@
 ConditionalRequestConflict, as AWS does when conditional writes to one key
 race: scattered (each conditional PUT with a chance) or in bursts on one key
 (a conditional PUT starts a burst with a chance; it and the next ones on that
-key, up to ``burst`` of them within ``window`` seconds, all answer 409).
+key, up to ``burst`` of them within ``window`` seconds, all answer 409; then
+the key is calm for ``window`` seconds, as a key is once its racing writers
+have landed: bursts back to back with no rival ever landing would be one
+longer burst, past the budget a store documents).
 Draws come from ``random.Random(seed)``. Everything else is forwarded
 unchanged. ``on_conflict(path)`` runs before each 409 is answered (a test
 lands the rival write there)."""
@@ -43,14 +46,20 @@ class ConflictProxy:
         self.rng = random.Random(self.seed)
         self._server = Forwarding(self.upstream)
         self._bursts: dict[str, tuple[int, float]] = {}  # path: (409s left, until)
+        self._calm: dict[str, float] = {}  # path: no burst starts there before this
 
     def _conflicts(self, path: str) -> bool:
-        left, until = self._bursts.get(path, (0, 0.0))
-        if left > 0 and time.monotonic() < until:
+        now = time.monotonic()
+        left, until = self._bursts.pop(path, (0, 0.0))
+        if left > 0 and now < until:
             self._bursts[path] = (left - 1, until)
             return True
+        if until:  # a burst just ended here
+            self._calm[path] = now + self.window
+        if now < self._calm.get(path, 0.0):
+            return False
         if self.burst_chance and self.rng.random() < self.burst_chance:
-            self._bursts[path] = (self.burst - 1, time.monotonic() + self.window)
+            self._bursts[path] = (self.burst - 1, now + self.window)
             return True
         return bool(self.scatter) and self.rng.random() < self.scatter
 

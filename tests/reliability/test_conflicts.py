@@ -1,7 +1,7 @@
 """S3's 409 ConditionalRequestConflict, in bursts on one key as contention on
 AWS gives them, costs a job nothing: through a proxy in front of moto that
 answers a tenth of conditional PUTs with the start of a burst (six 409s in a
-row on that key within 2 s), seeded, 50 jobs of 3 steps submitted by key
+row on that key within 2 s, then 2 s of calm there), seeded, 50 jobs of 3 steps submitted by key
 and run by the runner's worker: every submit returns a handle, every step
 runs once, every outcome is recorded, stepstone logs no error.
 Before conflicts had a rule and a budget of their own, the same bursts
