@@ -22,7 +22,8 @@ from stepstone.runtime import Attempt
 from stepstone.runtime.store_queue import StoreQueue
 from stepstone.runtime.worker import Worker
 from stepstone.store import FileStore
-from stepstone.store.base import ChangeNotices
+from stepstone.store.base import ChangeNotices, ObjectStore
+from stepstone.store.wrappers.counting import CountingStore
 
 pytestmark = pytest.mark.skipif(
     sys.platform != "linux",
@@ -75,12 +76,16 @@ async def test_a_file_store_tells_of_objects_placed_by_another_process(tmp_path:
     await store.close()
 
 
+@pytest.mark.parametrize("counted", [False, True], ids=["bare", "counted"])
 async def test_a_listening_queue_reads_a_new_record_it_was_told_of_without_listing(
-    tmp_path: Path,
+    tmp_path: Path, counted: bool
 ) -> None:
+    """Also through a CountingStore, as the fleet tests and benchmarks count
+    a store: wrapped, it still finds work as the bare store would."""
     store = FileStore(str(tmp_path))
     submitter = StoreQueue(store)
-    worker_side = StoreQueue(store, scan_interval=RARELY, idle_scan_max=RARELY)
+    watched: ObjectStore = CountingStore(store) if counted else store
+    worker_side = StoreQueue(watched, scan_interval=RARELY, idle_scan_max=RARELY)
     told: list[None] = []
     unsubscribe = worker_side.subscribe(lambda: told.append(None))
     try:

@@ -6,6 +6,10 @@ DELETE is free (docs/storage.md). Benchmarks wrap the store in this to report
 requests per job, so a change that adds a LIST to every claim shows up as a
 number.
 
+Change notices (a FileStore's inotify watch) pass through uncounted: they
+cost no request, and a store wrapped to be counted should find its work as
+the bare store would.
+
 Each call to the contract is counted once, whether it succeeds or fails (a
 failed request is still a request). One ``list`` call is one LIST even though
 S3Store pages beyond 1000 keys internally; the engine never asks for more.
@@ -14,9 +18,16 @@ S3Store pages beyond 1000 keys internally; the engine never asks for more.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
-from ..base import DEFAULT_PAGE_SIZE, NewObject, ObjectInfo, ObjectStore, StoredObject
+from ..base import (
+    DEFAULT_PAGE_SIZE,
+    ChangeNotices,
+    NewObject,
+    ObjectInfo,
+    ObjectStore,
+    StoredObject,
+)
 from ..errors import StoreError
 from ..parts import Parts, SplitObject, Splitter
 
@@ -138,6 +149,15 @@ class CountingStore(ObjectStore):
             n += 1
             if n % page_size == 0:
                 self._listed(prefix)
+
+    def watch_changes(
+        self, prefix: str, on_change: Callable[[str | None], None]
+    ) -> Callable[[], None] | None:
+        """The inner store's notices (:class:`~stepstone.store.base.ChangeNotices`),
+        or None where it gives none."""
+        if isinstance(self.inner, ChangeNotices):
+            return self.inner.watch_changes(prefix, on_change)
+        return None
 
     async def open(self) -> None:
         await self.inner.open()
