@@ -1,7 +1,8 @@
 """A store that allows about one write a second to one object (GCS), on a
 fake clock: the object's writes are sent at the rate it takes, one warning
 names it, the refusals stay few, nothing fails, and the other keys of its
-partition are not held up (stepstone.store.wrappers.hot_objects).
+partition are not held up (stepstone.store.wrappers.hot_objects); a key
+refused as often as its neighbours is not taken for hot.
 
 The bucket is the fleet simulation's (benchmarks/s3_like.py), refusing a
 second write within a second to one key with SlowDown."""
@@ -9,12 +10,16 @@ second write within a second to one key with SlowDown."""
 from __future__ import annotations
 
 import logging
+import math
 import os
+import random
 import sys
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from stepstone.store import MemoryStore, RetryPolicy
+from stepstone.store.wrappers.hot_objects import HotObjects
 from stepstone.store.wrappers.throttle import AdaptiveRates
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -77,3 +82,77 @@ async def test_refusals_spread_over_a_partition_make_no_object_hot(
     assert rates.hot.rates == {}
     assert caplog.records == []
     assert rates.of("memos/").rate is not None  # the partition's rate was lowered instead
+
+
+def answer_stream(
+    hot: HotObjects, draw: random.Random, *, seconds: float, refusing: Callable[[float], float]
+) -> Iterator[float]:
+    """A partition's writes, a hundred a second, each refused with the
+    chance ``refusing(t)``: yields each time, after the answer, so a test can
+    add writes of its own between them."""
+    t = 0.0
+    n = 0
+    while t < seconds:
+        n += 1
+        t = n / 100
+        hot.answered(
+            f"memos/r{n}/#1",
+            partition="memos writes",
+            refused=draw.random() < refusing(t),
+            location=f"memos/r{n}/#1",
+        )
+        yield t
+
+
+def test_a_key_refused_again_and_again_in_a_congested_partition_is_not_hot(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A crowd crosses the partition's limit for a second (half of every
+    key's writes refused) amid ten seconds of calm: a key whose four quick
+    retries fell in that second is unlucky, not limited alone. Taken for
+    hot, it warned of a per-object limit, and its refusals stopped slowing
+    the partition."""
+    time = FakeTime()
+    hot = HotObjects(clock=time)
+    draw = random.Random(7)
+    congested = lambda t: 0.5 if 5.0 <= t < 6.0 else 0.0  # noqa: E731
+    retries = iter([5.2, 5.3, 5.45, 5.7])
+    due = next(retries)
+    with caplog.at_level(logging.WARNING, logger="stepstone.store"):
+        for t in answer_stream(hot, draw, seconds=15, refusing=congested):
+            time.now = 1000.0 + t
+            if t >= due:
+                assert (
+                    hot.answered(
+                        "memos/unlucky/#1", partition="memos writes", refused=True, location="x"
+                    )
+                    is None
+                )
+                due = next(retries, math.inf)
+    assert due == math.inf  # all four retries were refused
+    assert hot.rates == {}
+    assert caplog.records == []
+
+
+def test_a_key_refused_while_its_neighbours_go_through_is_hot(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The same stream calm (one write in two hundred refused), and one key
+    retried three times a second, refused but once a second: hot, at its
+    fourth refusal, with one warning."""
+    time = FakeTime()
+    hot = HotObjects(clock=time)
+    draw = random.Random(7)
+    tries = 0
+    with caplog.at_level(logging.WARNING, logger="stepstone.store"):
+        for t in answer_stream(hot, draw, seconds=5, refusing=lambda t: 0.005):
+            time.now = 1000.0 + t
+            if round(t * 100) % 33 == 0 and "slots/k" not in hot.rates:
+                tries += 1
+                hot.answered(
+                    "slots/k", partition="memos writes", refused=tries % 3 != 1, location="slots/k"
+                )
+    assert list(hot.rates) == ["slots/k"]
+    assert tries == 6  # hot at its fourth refusal, two tries accepted among them
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "slots/k" in warnings[0]

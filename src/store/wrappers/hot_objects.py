@@ -10,13 +10,27 @@ would still go out as fast as its retries allow, a storm of refusals for
 the one key.
 
 So a key whose writes are refused ``HOT_AFTER`` times within ``WINDOW``
-seconds gets a send rate of its own (an
+seconds, most of its tries, while the other keys of its partition were
+written meanwhile and mostly got through, gets a send rate of its own (an
 :class:`~stepstone.store.wrappers.send_rate.AdaptiveRate`, which learns the
 object's limit as a partition's is learnt), and its refusals no longer
 count against its partition: writes to it wait for their turn (about one a
 second on GCS), the rest of the partition is not held up. One warning
 names the object, once per process, with what it means; the limit is the
 provider's, documented in docs/storage.md.
+
+The neighbours are what tell a hot object from a throttled partition. When
+a crowd crosses a partition's limit every key is refused alike, and a key
+whose retries were refused four times within the congestion is unlucky,
+not limited alone: taken for hot, it warned of a per-object limit that is
+not there, and its refusals stopped slowing the partition that sent them.
+So the neighbours' answers are counted over the same span as the key's
+(from its first answer counted), not over the whole window, where a short
+congestion among many accepted writes would look like calm; where too few
+neighbours were written in that span to compare with, the key is hot only
+if none of them was refused within the window. A partition's answers are
+kept from its first refusal until ``WINDOW`` passes without one, so a store
+never throttled pays nothing.
 """
 
 from __future__ import annotations
@@ -24,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 
 from .send_rate import AdaptiveRate
@@ -34,9 +48,44 @@ logger = logging.getLogger("stepstone.store")
 HOT_AFTER = 4
 """Refused writes to one key within WINDOW that make it a hot object."""
 WINDOW = 10.0
-"""Seconds over which a key's refused writes are counted."""
+"""Seconds over which writes and their refusals are counted."""
+MOSTLY_REFUSED = 0.5
+"""The least share of a hot object's tries within WINDOW that were refused."""
+ALONE = 0.25
+"""The most the rest of a hot object's partition may be refused meanwhile, as
+a share of its answers, relative to the object's own share."""
 WATCHED = 256
-"""Keys whose recent refusals are remembered (the most recently refused)."""
+"""Keys whose recent answers are remembered (the most recently refused)."""
+
+
+class _Answers:
+    """Answers to writes within WINDOW seconds, oldest first: when, and
+    whether refused."""
+
+    def __init__(self) -> None:
+        self.times: deque[tuple[float, bool]] = deque()
+        self.refused = 0
+
+    def add(self, now: float, refused: bool) -> None:
+        self.times.append((now, refused))
+        self.refused += refused
+        while self.times and self.times[0][0] <= now - WINDOW:
+            _, old = self.times.popleft()
+            self.refused -= old
+
+    @property
+    def total(self) -> int:
+        return len(self.times)
+
+    def since(self, start: float) -> tuple[int, int]:
+        """(answers, refused) from ``start`` on."""
+        total = refused = 0
+        for at, was_refused in reversed(self.times):
+            if at < start:
+                break
+            total += 1
+            refused += was_refused
+        return total, refused
 
 
 class HotObjects:
@@ -50,7 +99,9 @@ class HotObjects:
     ) -> None:
         self._clock = clock
         self._sleep = sleep
-        self._refused: OrderedDict[str, list[float]] = OrderedDict()
+        self._partitions: dict[str, _Answers] = {}
+        """Each partition's answers, from its first refusal until WINDOW without one."""
+        self._keys: OrderedDict[str, _Answers] = OrderedDict()
         self.rates: dict[str, AdaptiveRate] = {}
         """The send rate of each hot object, by its key in the bucket."""
 
@@ -58,27 +109,60 @@ class HotObjects:
         """The send rate of ``key``'s writes, if it is a hot object."""
         return self.rates.get(key)
 
-    def refused(self, key: str, *, location: str) -> AdaptiveRate | None:
-        """Note a write to ``key`` refused by throttling; its rate if that
+    def answered(
+        self, key: str, *, partition: str, refused: bool, location: str
+    ) -> AdaptiveRate | None:
+        """Note the answer to a write to ``key`` (not a hot object yet) in
+        ``partition``; ``refused``: by throttling. The key's rate if this
         makes it a hot object (warned about once, naming ``location``)."""
         now = self._clock()
-        times = [t for t in self._refused.pop(key, []) if t > now - WINDOW]
-        times.append(now)
-        if len(times) < HOT_AFTER:
-            self._refused[key] = times
-            while len(self._refused) > WATCHED:
-                self._refused.popitem(last=False)
+        part = self._partitions.get(partition)
+        if part is None:
+            if not refused:
+                return None  # a partition never refused lately: nothing to tell apart
+            part = self._partitions[partition] = _Answers()
+        part.add(now, refused)
+        if not part.refused:
+            del self._partitions[partition]  # WINDOW without a refusal there
+            return None
+        mine = self._keys.pop(key, None)
+        if mine is None:
+            if not refused:
+                return None
+            mine = _Answers()
+        mine.add(now, refused)
+        if not (refused and self._hot(mine, part)):
+            self._keys[key] = mine
+            while len(self._keys) > WATCHED:
+                self._keys.popitem(last=False)
             return None
         rate = self.rates[key] = AdaptiveRate(clock=self._clock, sleep=self._sleep)
         rate.record(sent=now, refused=True)  # its first rate: what the object let through
         logger.warning(
-            "%s: writes to this one object were refused %d times in %.0f s (429/SlowDown): "
-            "the store limits writes per object (GCS allows about one a second). stepstone "
-            "now sends this object's writes at the rate it accepts, so what waits on it "
-            "(a concurrency key's slot, a rate limit's turn, a schedule's tick) waits "
-            "longer; see docs/storage.md, Hot objects",
+            "%s: writes to this one object were refused %d times in %.0f s (429/SlowDown) "
+            "while its neighbours' went through: the store limits writes per object (GCS "
+            "allows about one a second). stepstone now sends this object's writes at the "
+            "rate it accepts, so what waits on it (a concurrency key's slot, a rate limit's "
+            "turn, a schedule's tick) waits longer; see docs/storage.md, Hot objects",
             location,
-            len(times),
+            mine.refused,
             WINDOW,
         )
         return rate
+
+    @staticmethod
+    def _hot(mine: _Answers, part: _Answers) -> bool:
+        """Whether the key's answers ``mine`` make it hot beside the rest of
+        its partition's ``part``, over the same span (module docstring)."""
+        if mine.refused < HOT_AFTER:
+            return False
+        share = mine.refused / mine.total
+        if share < MOSTLY_REFUSED:
+            return False
+        total, refused = part.since(mine.times[0][0])
+        others, others_refused = total - mine.total, refused - mine.refused
+        if others >= HOT_AFTER:
+            return others_refused / others <= ALONE * share
+        # Too few neighbours written meanwhile to compare with: hot if none
+        # of them was refused lately either.
+        return part.refused == mine.refused

@@ -59,10 +59,7 @@ class AdaptiveRates:
         to the partition ``key`` (a key or a listing prefix) is in, of a
         store whose keys are ``under`` a prefix of the bucket: S3 limits
         each class apart."""
-        partition = key.split("/", 1)[0]
-        if under:
-            partition = f"{under}/{partition}"
-        partition += " reads" if reads else " writes"
+        partition = partition_of(key, under=under, reads=reads)
         rate = self.by_partition.get(partition)
         if rate is None:
             rate = AdaptiveRate(clock=self._clock, sleep=self._sleep)
@@ -74,9 +71,24 @@ class AdaptiveRates:
     ) -> Sending:
         """The turn of one request to ``key`` (module docstring); ``location``
         names the object in the warning if it turns out hot."""
-        partition = self.of(key, under=under, reads=reads)
         full = f"{under}/{key}" if under else key
-        return Sending(self, partition, full, writes=not reads, location=location or full)
+        return Sending(
+            self,
+            self.of(key, under=under, reads=reads),
+            partition_of(key, under=under, reads=reads),
+            full,
+            writes=not reads,
+            location=location or full,
+        )
+
+
+def partition_of(key: str, *, under: str = "", reads: bool = False) -> str:
+    """The partition and class ``key`` is sent in (as :meth:`AdaptiveRates.of`),
+    named: ``app/queue writes``."""
+    partition = key.split("/", 1)[0]
+    if under:
+        partition = f"{under}/{partition}"
+    return partition + (" reads" if reads else " writes")
 
 
 class Sending:
@@ -89,6 +101,7 @@ class Sending:
         self,
         rates: AdaptiveRates,
         partition: AdaptiveRate,
+        partition_name: str,
         key: str,
         *,
         writes: bool,
@@ -96,6 +109,7 @@ class Sending:
     ) -> None:
         self._rates = rates
         self._partition = partition
+        self._partition_name = partition_name
         self._key = key
         self._writes = writes
         self._location = location
@@ -111,8 +125,10 @@ class Sending:
 
     def record(self, *, sent: float, refused: bool) -> None:
         hot = self._hot()
-        if hot is None and refused and self._writes:
-            hot = self._rates.hot.refused(self._key, location=self._location)
+        if hot is None and self._writes:
+            hot = self._rates.hot.answered(
+                self._key, partition=self._partition_name, refused=refused, location=self._location
+            )
             if hot is not None:
                 refused = False  # (the refusal that made it hot is the object's, counted there)
                 if self._partition.throttles < HOT_AFTER:
