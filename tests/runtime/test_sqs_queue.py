@@ -504,12 +504,14 @@ async def test_long_poll_waits_for_work(make_queue: Factory, n: int) -> None:
     """The long polls cover every tier, even for a claim of one slot (one that
     polled only the heaviest tier waited out the whole poll while messages
     queued in another)."""
-    q = await make_queue(wait_time_seconds=3)
+    q = await make_queue(wait_time_seconds=20)
     producer = await make_queue(peer=q)
     start = time.monotonic()
     got = await claim_while_sent(q, n, producer, b"late")
     assert [d.payload for d in got] == [b"late"]
-    assert time.monotonic() - start < 2.9
+    # The message came half a second in: a claim back well before its polls'
+    # 20 s was brought back by it, whatever the machine's load.
+    assert time.monotonic() - start < 10
 
 
 async def test_an_idle_consumer_goes_straight_to_its_long_polls(make_queue: Factory) -> None:

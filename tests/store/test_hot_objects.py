@@ -156,3 +156,32 @@ def test_a_key_refused_while_its_neighbours_go_through_is_hot(
     assert tries == 6  # hot at its fourth refusal, two tries accepted among them
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 1 and "slots/k" in warnings[0]
+
+
+async def test_a_key_of_one_process_among_many_in_a_throttled_partition_is_not_hot(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """One process's share of a crowd's writes to a throttled partition:
+    each of its writes refused half the time, retried until written, one
+    key after another. Over one key's retries it wrote no other key, so its
+    neighbours cannot tell; but they were refused since the partition's
+    refusals began, as a throttled partition's are: not hot."""
+    time = FakeTime()
+    rates = AdaptiveRates(clock=time, sleep=time.sleep)
+    draw = random.Random(7)
+
+    async def write(key: str, refused: bool) -> None:
+        sending = rates.sending(key)
+        sent = await sending.acquire()
+        time.now += 0.02
+        sending.record(sent=sent, refused=refused)
+
+    with caplog.at_level(logging.WARNING, logger="stepstone.store"):
+        for n in range(60):
+            while draw.random() < 0.5:
+                await write(f"memos/r{n}/#1", refused=True)
+            await write(f"memos/r{n}/#1", refused=False)
+    assert rates.hot.rates == {}
+    assert caplog.records == []
+    partition = rates.of("memos/")
+    assert partition.rate is not None and partition.throttles > 30

@@ -27,8 +27,9 @@ not there, and its refusals stopped slowing the partition that sent them.
 So the neighbours' answers are counted over the same span as the key's
 (from its first answer counted), not over the whole window, where a short
 congestion among many accepted writes would look like calm; where too few
-neighbours were written in that span to compare with, the key is hot only
-if none of them was refused within the window. A partition's answers are
+neighbours were written in that span to compare with (a process sends a
+small share of a crowd's writes), the key is hot only if none of them was
+refused since the partition's refusals began. A partition's answers are
 kept from its first refusal until ``WINDOW`` passes without one, so a store
 never throttled pays nothing.
 """
@@ -65,10 +66,13 @@ class _Answers:
     def __init__(self) -> None:
         self.times: deque[tuple[float, bool]] = deque()
         self.refused = 0
+        self.ever_refused = 0
+        """Refusals since this began, WINDOW or not."""
 
     def add(self, now: float, refused: bool) -> None:
         self.times.append((now, refused))
         self.refused += refused
+        self.ever_refused += refused
         while self.times and self.times[0][0] <= now - WINDOW:
             _, old = self.times.popleft()
             self.refused -= old
@@ -163,6 +167,7 @@ class HotObjects:
         others, others_refused = total - mine.total, refused - mine.refused
         if others >= HOT_AFTER:
             return others_refused / others <= ALONE * share
-        # Too few neighbours written meanwhile to compare with: hot if none
-        # of them was refused lately either.
-        return part.refused == mine.refused
+        # Too few neighbours written meanwhile to compare with (one process's
+        # share of a crowd's writes): hot if none of them was refused since
+        # the partition's refusals began, as a partition throttled has.
+        return part.ever_refused == mine.ever_refused
