@@ -160,7 +160,9 @@ async def _stream(submitter: JobRunner, jobs: list[W3], rate: float) -> list[Job
     return await asyncio.gather(*tasks)
 
 
-async def fleet(spec: Spec) -> dict[str, Any]:
+async def fleet(spec: Spec, *, trace: list[tuple[float, str, str]] | None = None) -> dict[str, Any]:
+    """Run ``spec``; with ``trace``, every request the bucket answers is
+    appended to it (:attr:`benchmarks.s3_like.S3LikeBucket.trace`)."""
     store = CountingStore(MemoryStore())
     sim = S3LikeBucket(
         store,
@@ -170,6 +172,7 @@ async def fleet(spec: Spec) -> dict[str, Any]:
         slowdowns=spec.slowdowns,
         seed=SEED,
     )
+    sim.trace = trace
     # The submitter's client, then one a worker: each a process of its own.
     clients = [
         S3LikeStore(sim, latency=LATENCY, seed=SEED + 10 * n) for n in range(1 + spec.workers)

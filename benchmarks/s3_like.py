@@ -149,6 +149,10 @@ class S3LikeBucket:
         self.slowdown_share = slowdowns
         self.seed = seed
         self.clock = clock
+        self.trace: list[tuple[float, str, str]] | None = None
+        """If a list: (clock time, "read queue" or "write memos", the answer:
+        "served", "SlowDown", "409" or the error's name) for every request
+        (benchmarks/fleet_trace.py)."""
         self.counts: Counter[str] = Counter()
         self.slowdowns: Counter[str] = Counter()
         self.conflicted: Counter[str] = Counter()
@@ -200,6 +204,26 @@ class S3LikeBucket:
     ) -> T:
         """Answer one request that has arrived: refused (SlowDown, 409), or ``call()``."""
         part = self.partition(key)
+        if self.trace is None:
+            return await self._serve(kind, key, part, call, conditional)
+        answer = "served"
+        try:
+            return await self._serve(kind, key, part, call, conditional)
+        except SlowDown:
+            answer = "SlowDown"
+            raise
+        except WriteConflict:
+            answer = "409"
+            raise
+        except Exception as error:
+            answer = type(error).__name__
+            raise
+        finally:
+            self.trace.append((self.clock(), f"{kind} {part}", answer))
+
+    async def _serve(
+        self, kind: str, key: str, part: str, call: Callable[[], Awaitable[T]], conditional: bool
+    ) -> T:
         limit = self._limit(kind, part)
         if (
             self._slowed(part)

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -119,6 +120,21 @@ def test_a_simulated_fleet_drains_a_backlog_and_counts_its_requests() -> None:
     assert areas["DELETE queue"] == 1  # the ack
     assert r["submit_requests_per_job"]["CPUT"] == 1  # the enqueue
     assert r["slowdowns_per_job"] == 0
+
+
+def test_a_fleet_trace_holds_every_request_the_bucket_answered() -> None:
+    from benchmarks.fleet import fleet
+    from benchmarks.fleet_trace import timeline
+
+    trace: list[tuple[float, str, str]] = []
+    spec = Spec("fleet", "s3like", n=6, workers=2, concurrency=2, limit_scale=0.0)
+    r = asyncio.run(fleet(spec, trace=trace))
+    assert r["done"] == 6
+    served = Counter(part for _, part, answer in trace if answer == "served")
+    assert served["write memos"] == 6 * 3  # each step's memo, the submits' and joins' beside
+    assert served["write outcomes"] == 6
+    lines = timeline(trace, r["seconds"])
+    assert lines and "write memos=" in "".join(lines)
 
 
 def test_a_simulated_fleet_of_sqs_consumers_counts_sqs_requests_apart() -> None:
