@@ -134,12 +134,22 @@ class RecordIO:
         return obj
 
     async def fetch(self, run_id: str) -> tuple[str, StoredJob] | None:
-        """GET one record and learn it; None when it is gone. Raises CorruptRecord."""
+        """GET one record; None when it is gone. Raises CorruptRecord.
+
+        The view learns the answer only if it still holds what it held when
+        the GET went out: a write of this process that landed meanwhile (a
+        claim) is newer than the answer, and a status read answered after a
+        claim landed would put the unclaimed version back, so the claim took
+        its own run for taken, and the next claim swapped against a version
+        long gone and took the run for held elsewhere until its lease lapsed."""
+        before = self.view.etag(run_id)
         obj = await self.get(run_id)
+        unchanged = self.view.etag(run_id) == before
         if obj is None:
-            self.view.forget(run_id)
+            if unchanged:
+                self.view.forget(run_id)
             return None
-        return obj.etag, self.decode(run_id, obj.etag, obj.data)
+        return obj.etag, self.decode(run_id, obj.etag, obj.data, learn=unchanged)
 
     async def swap(self, run_id: str, new: StoredJob, etag: str) -> None:
         """Write ``new`` over version ``etag`` and learn it. Raises
