@@ -119,12 +119,12 @@ class HotObjects:
         """Note the answer to a write to ``key`` (not a hot object yet) in
         ``partition``; ``refused``: by throttling. The key's rate if this
         makes it a hot object (warned about once, naming ``location``)."""
-        now = self._clock()
         part = self._partitions.get(partition)
         if part is None:
             if not refused:
                 return None  # a partition never refused lately: nothing to tell apart
             part = self._partitions[partition] = _Answers()
+        now = self._clock()
         part.add(now, refused)
         if not part.refused:
             del self._partitions[partition]  # WINDOW without a refusal there

@@ -59,7 +59,9 @@ class AdaptiveRates:
         to the partition ``key`` (a key or a listing prefix) is in, of a
         store whose keys are ``under`` a prefix of the bucket: S3 limits
         each class apart."""
-        partition = partition_of(key, under=under, reads=reads)
+        return self._named(partition_of(key, under=under, reads=reads))
+
+    def _named(self, partition: str) -> AdaptiveRate:
         rate = self.by_partition.get(partition)
         if rate is None:
             rate = AdaptiveRate(clock=self._clock, sleep=self._sleep)
@@ -72,10 +74,11 @@ class AdaptiveRates:
         """The turn of one request to ``key`` (module docstring); ``location``
         names the object in the warning if it turns out hot."""
         full = f"{under}/{key}" if under else key
+        partition = partition_of(key, under=under, reads=reads)
         return Sending(
             self,
-            self.of(key, under=under, reads=reads),
-            partition_of(key, under=under, reads=reads),
+            self._named(partition),
+            partition,
             full,
             writes=not reads,
             location=location or full,
