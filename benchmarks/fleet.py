@@ -160,10 +160,17 @@ async def _stream(submitter: JobRunner, jobs: list[W3], rate: float) -> list[Job
     return await asyncio.gather(*tasks)
 
 
-async def fleet(spec: Spec, *, trace: list[tuple[float, str, str]] | None = None) -> dict[str, Any]:
+async def fleet(
+    spec: Spec,
+    *,
+    trace: list[tuple[float, str, str]] | None = None,
+    states: list[tuple[float, Counter[str]]] | None = None,
+) -> dict[str, Any]:
     """Run ``spec``; with ``trace``, every request the bucket answers is
-    appended to it (:attr:`benchmarks.s3_like.S3LikeBucket.trace`)."""
-    store = CountingStore(MemoryStore())
+    appended to it (:attr:`benchmarks.s3_like.S3LikeBucket.trace`); with
+    ``states``, what the queue's records hold each second (:func:`_sample`)."""
+    memory = MemoryStore()
+    store = CountingStore(memory)
     sim = S3LikeBucket(
         store,
         scale=spec.limit_scale or None,
@@ -177,8 +184,40 @@ async def fleet(spec: Spec, *, trace: list[tuple[float, str, str]] | None = None
     clients = [
         S3LikeStore(sim, latency=LATENCY, seed=SEED + 10 * n) for n in range(1 + spec.workers)
     ]
-    async with _queues(spec, list(clients)) as queues:
-        return await _run(spec, sim, clients, store, queues)
+    sampling = None if states is None else asyncio.create_task(_sample(memory, states))
+    try:
+        async with _queues(spec, list(clients)) as queues:
+            return await _run(spec, sim, clients, store, queues)
+    finally:
+        if sampling is not None:
+            sampling.cancel()
+
+
+STATES = ("free", "held", "lapsed", "unreadable")
+
+
+async def _sample(memory: MemoryStore, states: list[tuple[float, Counter[str]]]) -> None:
+    """Each second, how many of the queue's records are free (no claim on
+    them), held (a claim whose lease has not run out), lapsed (a claim whose
+    lease has), read straight from the bucket's memory, past its limits and
+    its counts: where the jobs not done yet are (held by workers, or waiting
+    to be found), which the requests alone do not say."""
+    from stepstone.runtime.store_queue.records import decode
+
+    while True:
+        await asyncio.sleep(1.0)
+        now, counts = time.time(), Counter[str]()
+        async for info in memory.scan("queue/jobs/"):
+            try:
+                job = decode((await memory.get(info.key)).data, key=info.key)
+            except Exception:  # (deleted since listed, or not a record)
+                counts["unreadable"] += 1
+                continue
+            if job.token is None:
+                counts["free"] += 1
+            else:
+                counts["held" if (job.lease_expires_at or 0.0) > now else "lapsed"] += 1
+        states.append((time.monotonic(), counts))  # (the bucket's trace clock)
 
 
 async def _run(

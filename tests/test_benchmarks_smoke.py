@@ -135,6 +135,23 @@ def test_a_fleet_trace_holds_every_request_the_bucket_answered() -> None:
     assert served["write outcomes"] == 6
     lines = timeline(trace, r["seconds"])
     assert lines and "write memos=" in "".join(lines)
+    # The records' states sampled in a second show on that second's line.
+    end = max(t for t, _, _ in trace)
+    sampled = timeline(trace, r["seconds"], [(end, Counter(free=2, held=3))])
+    assert sampled[-1].endswith("records free/held/lapsed=2/3/0")
+
+
+def test_a_fleets_record_states_are_sampled_each_second() -> None:
+    from benchmarks.fleet import fleet
+
+    states: list[tuple[float, Counter[str]]] = []
+    # Jobs of 60 steps, each a request of 20 to 60 ms: a run of a few seconds.
+    spec = Spec("fleet", "s3like", n=2, workers=2, concurrency=1, limit_scale=0.0, steps=60)
+    r = asyncio.run(fleet(spec, states=states))
+    assert r["done"] == 2
+    assert states, "no sample in a run of several seconds"
+    assert all(set(counts) <= {"free", "held", "lapsed", "unreadable"} for _, counts in states)
+    assert any(counts["held"] > 0 for _, counts in states), states  # the jobs being run
 
 
 def test_a_simulated_fleet_of_sqs_consumers_counts_sqs_requests_apart() -> None:
