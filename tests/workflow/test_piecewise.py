@@ -88,6 +88,11 @@ def test_as_decoded_is_what_decoding_gives_and_shares_the_strings() -> None:
     assert as_decoded(value) == msgpack.unpackb(msgpack.packb(value), strict_map_key=False)
     text = VALUES["ascii text"]
     assert as_decoded(text)["text"] is text["text"]
+    rows = VALUES["rows"]
+    assert as_decoded(rows)["rows"] is not rows["rows"]  # (the caller's own list)
+    assert as_decoded(rows, reuse=True) is rows  # (a dump's list, already as it decodes)
+    reused = as_decoded(value, reuse=True)
+    assert reused == as_decoded(value) and isinstance(reused, list)  # (tuples made lists)
 
 
 def test_a_large_model_is_encoded_as_it_is_written_into_a_record_packed_whole() -> None:

@@ -23,8 +23,8 @@ import msgpack
 from pydantic import BaseModel, TypeAdapter
 
 from stepstone.records.large_values import Stored, Unpacked, pack_body, unpacked_bytes, value_body
-from stepstone.records.piecewise import EncodedValue, as_decoded, native_bound
-from stepstone.store.parts import Body, Parts, as_bytes
+from stepstone.records.piecewise import EncodedValue, native_bound
+from stepstone.store.parts import Body, as_bytes
 
 
 def sha256_hex(*parts: bytes) -> str:
@@ -105,37 +105,42 @@ class ResultCodec:
         value's hold it, not a copy; any other's make its encoding as it is
         written (:mod:`stepstone.records.large_values`)."""
         bound = native_bound(value)  # (-1: not stored as it is)
-        if self.adapter is not None and bound < 0:
+        dumped = bound < 0
+        if self.adapter is not None and dumped:
             # Python mode keeps bytes as bytes; JSON mode turns datetimes,
             # UUIDs and the like into strings the adapter parses back.
-            dumped = self.adapter.dump_python(value, mode="python")
-            bound = native_bound(dumped)
+            plain = self.adapter.dump_python(value, mode="python")
+            bound = native_bound(plain)
             if bound < 0:
-                dumped = self.adapter.dump_python(value, mode="json")
-                bound = native_bound(dumped)
-            value = dumped
+                plain = self.adapter.dump_python(value, mode="json")
+                bound = native_bound(plain)
+            value = plain
         elif bound < 0:
             raise TypeError(
                 f"a {type(value).__name__} is not a MessagePack value; annotate the "
                 "function's return type so it can be stored and rebuilt"
             )
         try:
-            return value_body(value) if type(value) is bytes else pack_body(value, bound)
+            if type(value) is bytes:
+                return value_body(value)
+            return pack_body(value, bound, private=dumped)  # (a dump's containers are its own)
         except (TypeError, ValueError, OverflowError) as exc:
             raise TypeError(f"cannot encode a {type(value).__name__}: {exc}") from exc
 
     def decode(self, data: Stored) -> Any:
         """The value ``data`` holds (its encoding, or the value decoded as it
         was read), as this codec's type."""
-        if isinstance(data, Unpacked):
+        if isinstance(data, bytes):
+            value = unpack(data)
+        elif isinstance(data, Unpacked):
             value = data.value
-        elif (value := unpacked_bytes(data) if isinstance(data, Parts) else None) is None:
-            whole = data.buffers if isinstance(data, Parts) else ()
+        elif (value := unpacked_bytes(data)) is None:
+            whole = data.buffers
             if len(whole) == 1 and isinstance(whole[0], EncodedValue):
-                value = as_decoded(whole[0].value)  # (what its encoding decodes to)
+                value = whole[0].decoded()  # (what its encoding decodes to)
             else:
                 piece = whole[0] if len(whole) == 1 else None
-                value = unpack(piece if isinstance(piece, bytes | memoryview) else as_bytes(data))
+                value = unpack(piece if isinstance(piece, bytes | memoryview) else data.join())
         if self.adapter is not None:
             return self.adapter.validate_python(value)
         return value

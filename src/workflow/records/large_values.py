@@ -93,16 +93,17 @@ def value_body(value: bytes) -> Body:
     return Parts([bin_header(len(value)), value])
 
 
-def pack_body(value: object, bound: int) -> Body:
+def pack_body(value: object, bound: int, *, private: bool = False) -> Body:
     """``pack(value)``, where ``bound`` is a size its encoding does not pass
     (``stepstone.records.piecewise.native_bound``). Below ``SEPARATE``, the
     encoding made whole; from it on, counted and then made again as it is
     written, a piece at a time (an :class:`EncodedValue`): made whole, it
-    would be in memory beside the value."""
+    would be in memory beside the value. ``private``: the value's lists
+    and maps are held by nothing else (:class:`EncodedValue`)."""
     if bound >= SEPARATE:
         size = encoded_size(value)
         if size >= SEPARATE:
-            return Parts([EncodedValue(value, size)])
+            return Parts([EncodedValue(value, size, private=private)])
     packer = msgpack.Packer(use_bin_type=True, autoreset=False)
     packer.pack(value)
     view = packer.getbuffer()

@@ -19,6 +19,7 @@ can be given back without decoding: :func:`as_decoded`).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Generator, Iterator, Sequence
 from itertools import chain, islice
 from typing import Any
@@ -140,32 +141,44 @@ def encoded_size(value: object) -> int:
 class EncodedValue(Stream):
     """A value's encoding as a :class:`stepstone.store.parts.Stream`: made
     by :func:`pieces` each time it is read, ``value`` kept for
-    :func:`as_decoded`."""
+    :func:`as_decoded`. ``private``: nothing but this holds the value's
+    lists and maps (a model's dump, made to be encoded), so what decodes
+    as it is may be given back as it is."""
 
-    __slots__ = ("value",)
+    __slots__ = ("private", "value")
 
-    def __init__(self, value: object, size: int) -> None:
+    def __init__(self, value: object, size: int, *, private: bool = False) -> None:
         super().__init__(size, lambda: pieces(value))
         self.value = value
+        self.private = private
+
+    def decoded(self) -> Any:
+        """What decoding the encoding gives (:func:`as_decoded`)."""
+        return as_decoded(self.value, reuse=self.private)
 
 
-def as_decoded(value: object) -> Any:
+def as_decoded(value: object, *, reuse: bool = False) -> Any:
     """What decoding ``value``'s encoding gives (``unpackb(packb(value))``),
-    without encoding it: its lists and maps made again (a tuple comes back
-    a list), its strings and bytes the very same objects."""
+    without encoding it: its strings and bytes the very same objects, its
+    lists and maps made again (a tuple comes back a list), or, with
+    ``reuse``, made again only where they would decode otherwise."""
     kind = type(value)
     if kind in _ATOMS:
         return value
     if kind is list or kind is tuple:
         items: Sequence[Any] = value  # type: ignore[assignment]
         if set(map(type, items)) <= _ATOMS:
-            return list(items)
-        return [as_decoded(item) for item in items]
+            return items if reuse and kind is list else list(items)
+        made = [as_decoded(item, reuse=reuse) for item in items]
+        same = reuse and kind is list and all(map(operator.is_, made, items))
+        return items if same else made
     if kind is dict:
         entries: dict[Any, Any] = value  # type: ignore[assignment]
         if set(map(type, entries)) <= _ATOMS and set(map(type, entries.values())) <= _ATOMS:
-            return dict(entries)
-        return {as_decoded(k): as_decoded(v) for k, v in entries.items()}
+            return entries if reuse else dict(entries)
+        pairs = {as_decoded(k, reuse=reuse): as_decoded(v, reuse=reuse) for k, v in entries.items()}
+        same = reuse and all(map(operator.is_, pairs.values(), entries.values()))
+        return entries if same and all(map(operator.is_, pairs, entries)) else pairs
     # A subclass of a plain type: what MessagePack makes of it.
     return msgpack.unpackb(msgpack.packb(value, use_bin_type=True), raw=False, strict_map_key=False)
 
