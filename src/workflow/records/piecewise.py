@@ -36,10 +36,9 @@ _FIXED = frozenset({int, float, bool, type(None)})
 _WIDEST = 9
 """The most a fixed-size value, or the header of a str, bin, array or map, takes."""
 _ATOMS = _FIXED | {str, bytes}
-"""Types a value of which decodes as an equal value of the same type."""
-
-
+"""Types whose values decode as equal values of the same type."""
 _NATIVE = (type(None), bool, int, float, str, bytes)
+"""What msgpack stores as it is, subclasses included (an IntEnum as an int)."""
 
 
 def native_bound(value: object) -> int:
