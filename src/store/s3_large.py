@@ -24,7 +24,13 @@ Why each of these is so:
 - **A large object is read into an allocation of its size** (its
   Content-Length), filled as the answer streams in
   (:class:`stepstone.store.parts.Allocation`), not gathered in chunks and
-  joined; ``get_split`` fills the large piece of a record alone.
+  joined; ``get_split`` fills the large piece of a record alone, or hands
+  its bytes to whatever decodes them as they come (``Split.into``), a
+  read buffer at a time.
+- **A streamed body** (:class:`stepstone.store.parts.Stream`, a value
+  encoded as it is sent) is never made whole: one PutObject reads it
+  forward, making it again if botocore seeks back; in parts, a part is
+  made only when a turn to send it is free.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from .errors import StoreError
-from .parts import SPLIT_LOOK, Allocation, Parts, Splitter
+from .parts import SPLIT_LOOK, Allocation, Parts, Sink, Splitter
 
 T = TypeVar("T")
 
@@ -96,14 +102,19 @@ class Multipart:
 class BodyReader(io.RawIOBase):
     """A file-like view of a body's buffers, for a request to stream from
     (botocore reads it for its checksums and seeks back; a retry starts
-    a new one)."""
+    a new one). Read forward, a :class:`stepstone.store.parts.Stream` in
+    it is made as it is read; a seek back starts the body over."""
 
     def __init__(self, body: Parts | bytes) -> None:
-        self._buffers = [
-            memoryview(b) for b in (body.buffers if isinstance(body, Parts) else [body])
-        ]
-        self._size = sum(len(b) for b in self._buffers)
+        self._body = body if isinstance(body, Parts) else Parts([body])
+        self._size = self._body.size
         self._pos = 0
+        self._start_over()
+
+    def _start_over(self) -> None:
+        self._chunks = self._body.chunks()
+        self._chunk = memoryview(b"")
+        self._chunk_at = 0  # where ``_chunk`` starts in the body
 
     def readable(self) -> bool:
         return True
@@ -122,16 +133,21 @@ class BodyReader(io.RawIOBase):
     def readinto(self, out: Any) -> int:
         target = memoryview(out).cast("B")
         done = 0
-        start = 0  # where ``buffer`` starts in the body
-        for buffer in self._buffers:
-            end = start + len(buffer)
-            if start <= self._pos < end and done < len(target):
-                at = self._pos - start
-                taken = min(len(target) - done, end - self._pos)
-                target[done : done + taken] = buffer[at : at + taken]
-                done += taken
-                self._pos += taken
-            start = end
+        if self._pos < self._chunk_at:
+            self._start_over()
+        while done < len(target) and self._pos < self._size:
+            end = self._chunk_at + len(self._chunk)
+            if self._pos >= end:
+                self._chunk_at = end
+                self._chunk = memoryview(next(self._chunks, b""))
+                if not self._chunk:
+                    break
+                continue
+            at = self._pos - self._chunk_at
+            taken = min(len(target) - done, end - self._pos)
+            target[done : done + taken] = self._chunk[at : at + taken]
+            done += taken
+            self._pos += taken
         return done
 
     def __len__(self) -> int:
@@ -196,8 +212,10 @@ async def put_in_parts(
             sums = {k: v for k, v in answer.items() if k.startswith("Checksum") and v}
             return {"PartNumber": number, "ETag": answer["ETag"]} | sums
 
-        async with turns:
+        try:
             return await call(key, request)
+        finally:
+            turns.release()
 
     async def complete(client: Any) -> str:
         answer = await client.complete_multipart_upload(
@@ -207,10 +225,16 @@ async def put_in_parts(
 
     try:
         async with asyncio.TaskGroup() as group:
-            sent = [
-                group.create_task(send(n, piece))
-                for n, piece in enumerate(body.slices(part_size), start=1)
-            ]
+            sent: list[asyncio.Task[dict[str, Any]]] = []
+            # A part is cut (a streamed one made) only once a turn to send it
+            # is free: at most ``at_once`` of them are in memory.
+            pieces = enumerate(body.slices(part_size), start=1)
+            while True:
+                await turns.acquire()
+                taken = next(pieces, None)
+                if taken is None:
+                    break
+                sent.append(group.create_task(send(*taken)))
         parts = [task.result() for task in sent]
         return await call(key, complete, conditional=conditional, state=state)
     except BaseException as exc:
@@ -267,18 +291,33 @@ async def _read_split(body: Any, size: int, splitter: Splitter) -> tuple[bytes, 
     split = splitter(head)
     if split is None or split.start > len(head) or split.start + split.length > size:
         return await read_body(body, size, head), b"", b""
-    allocation = Allocation(split.length)
-    try:
-        early = head[split.start : split.start + split.length]
-        allocation.view[: len(early)] = early
-        await _fill(body, allocation.view[len(early) :])
-    except BaseException:
-        allocation.drop()
-        raise
-    piece = allocation.taken()
     end = split.start + split.length
+    early = head[split.start : end]
+    if split.into is not None:
+        split.into(memoryview(early))
+        await _hand_over(body, split.length - len(early), split.into)
+        piece = b""
+    else:
+        allocation = Allocation(split.length)
+        try:
+            allocation.view[: len(early)] = early
+            await _fill(body, allocation.view[len(early) :])
+        except BaseException:
+            allocation.drop()
+            raise
+        piece = allocation.taken()
     after = head[end:] if end < len(head) else await body.read()
     return head[: split.start], piece, bytes(after)
+
+
+async def _hand_over(body: Any, length: int, into: Sink) -> None:
+    """The answer's next ``length`` bytes handed to ``into``, read into one
+    buffer of ``READ_CHUNK`` bytes again and again."""
+    view = memoryview(bytearray(min(READ_CHUNK, length)))
+    for done in range(0, length, len(view) or 1):
+        taken = view[: min(len(view), length - done)]
+        await _fill(body, taken)
+        into(taken)
 
 
 async def _fill(body: Any, view: memoryview) -> None:

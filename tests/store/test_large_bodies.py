@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from stepstone.store import AlreadyExists, NotFound, ObjectStore, PreconditionFailed, StoreError
-from stepstone.store.parts import Parts, Split
+from stepstone.store.parts import FEED, Parts, Split, Stream
 from stepstone.store.s3 import S3Store
-from stepstone.store.s3_large import SINGLE_PUT_LIMIT, Multipart
+from stepstone.store.s3_large import SINGLE_PUT_LIMIT, BodyReader, Multipart
 
 MiB = 1 << 20
 SMALL_PARTS = Multipart(threshold=5 * MiB, part_size=5 * MiB)
@@ -171,3 +171,72 @@ def test_the_url_sets_multipart() -> None:
         open_store("s3://b/p?multipart_part_size=1024")
     with pytest.raises(StoreError, match="multipart_conditional"):
         open_store("s3://b/p?multipart_conditional=maybe")
+
+
+# -- streamed bodies, and large pieces handed over as they are read ------------
+
+
+def streamed(size: int, seed: int = 0) -> tuple[Parts, list[int]]:
+    """A body whose middle is a Stream of ``size`` bytes made a MiB at a
+    time; and the list that counts how often it was made from the start."""
+    made: list[int] = []
+    middle = body(size, seed).buffers[1]
+
+    def produce() -> Any:
+        made.append(1)
+        view = memoryview(middle)
+        return (view[at : at + MiB] for at in range(0, len(view), MiB))
+
+    return Parts([b"head:", Stream(len(middle), produce), b":tail"]), made
+
+
+async def test_a_streamed_body_is_stored_as_its_bytes_joined(any_store: ObjectStore) -> None:
+    parts, made = streamed(3 * MiB)
+    etag = await any_store.put_parts("big/streamed", parts, if_absent=True)
+    stored = await any_store.get("big/streamed")
+    assert stored.data == body(3 * MiB).join()
+    assert stored.etag == etag
+    assert made  # (made as it was written, at least once)
+
+
+async def test_a_streamed_body_goes_in_parts_on_s3(s3_parts: S3Store, s3_admin: Any) -> None:
+    parts, made = streamed(11 * MiB, seed=4)
+    assert _parts_of(await s3_parts.put_parts("big/streamed", parts)) == 3
+    assert (await s3_parts.get("big/streamed")).data == body(11 * MiB, seed=4).join()
+    assert len(made) == 1  # cut into parts once, as they were sent
+    assert not s3_admin.list_multipart_uploads(Bucket=s3_parts.bucket).get("Uploads")
+
+
+def test_a_stream_that_makes_other_than_its_size_is_refused() -> None:
+    short = Parts([Stream(10, lambda: [b"12345"])])
+    with pytest.raises(ValueError, match="made 5 bytes where 10 were counted"):
+        short.join()
+    long = Parts([Stream(3, lambda: [b"12345"])])
+    with pytest.raises(ValueError, match="where 3 were counted"):
+        long.join()
+
+
+def test_a_body_reader_reads_a_stream_again_after_a_seek_back() -> None:
+    parts, made = streamed(3 * MiB)
+    reader = BodyReader(parts)
+    first = reader.read()
+    reader.seek(0)
+    assert reader.read() == first == body(3 * MiB).join()
+    reader.seek(5 + MiB + 3)
+    assert reader.read(4) == first[5 + MiB + 3 : 5 + MiB + 7]
+    assert len(made) == 3  # once for each read from before where the last left off
+
+
+async def test_a_split_into_a_sink_hands_the_piece_over_in_bounded_views(
+    any_store: ObjectStore,
+) -> None:
+    parts = body(3 * MiB)
+    middle = parts.buffers[1]
+    await any_store.put_parts("big/sunk", parts, if_absent=True)
+    got: list[bytes] = []
+    found = await any_store.get_split(
+        "big/sunk", lambda look: Split(5, len(middle), into=lambda view: got.append(bytes(view)))
+    )
+    assert (found.before, found.piece, found.after) == (b"head:", b"", b":tail")
+    assert b"".join(got) == middle
+    assert max(map(len, got)) <= FEED

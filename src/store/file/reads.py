@@ -19,7 +19,7 @@ from typing import BinaryIO, TypeVar
 
 from ..base import ObjectInfo, StoredObject
 from ..errors import NotFound, StoreUnavailable
-from ..parts import SPLIT_LOOK, SplitObject, Splitter, filled
+from ..parts import FEED, SPLIT_LOOK, Sink, SplitObject, Splitter, filled
 from .os_errors import store_error
 from .stats import etag, object_info, stat_file
 
@@ -41,7 +41,8 @@ def read_object(path: str, key: str, location: str) -> StoredObject:
 
 def read_split(path: str, key: str, location: str, splitter: Splitter) -> SplitObject:
     """The object ``key`` at ``path`` in the pieces ``splitter`` finds in its
-    first bytes, its large piece read from the file into its own allocation
+    first bytes, its large piece read from the file into its own allocation,
+    or handed to the split's ``into`` a buffer at a time
     (``stepstone.store.parts``); checked as ``read_object`` is."""
 
     def pieces(f: BinaryIO, st: os.stat_result) -> tuple[bytes, bytes, bytes]:
@@ -61,10 +62,27 @@ def read_split(path: str, key: str, location: str, splitter: Splitter) -> SplitO
                 done += got
 
         after = os.pread(fd, max(0, st.st_size - end), end)
+        if split.into is not None:
+            _hand_over(fd, split.start, split.length, split.into)
+            return look[: split.start], b"", after
         return look[: split.start], filled(split.length, fill), after
 
     (before, piece, after), read_etag = _read_checked(path, key, location, pieces)
     return SplitObject(key, before, piece, after, read_etag)
+
+
+def _hand_over(fd: int, start: int, length: int, into: Sink) -> None:
+    """``length`` bytes of the file from ``start`` handed to ``into``, read
+    into one buffer of ``FEED`` bytes again and again."""
+    buffer = bytearray(min(FEED, length))
+    view = memoryview(buffer)
+    done = 0
+    while done < length:
+        got = os.preadv(fd, [view[: length - done]], start + done)
+        if got == 0:
+            raise OSError(errno.EIO, "the file ended before its size")
+        into(view[:got])
+        done += got
 
 
 def _read_checked(

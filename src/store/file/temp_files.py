@@ -107,7 +107,7 @@ class TempFiles:
             not_before_ns = max(not_before_ns, spare.st_mtime_ns)
         try:
             offset = 0
-            for buffer in data.buffers if isinstance(data, Parts) else (data,):
+            for buffer in data.chunks() if isinstance(data, Parts) else (data,):
                 view = memoryview(buffer)
                 end = offset + len(view)
                 while offset < end:

@@ -27,10 +27,10 @@ from stepstone.errors import CorruptMemo, EncodingError, NonDeterministicReplay
 from stepstone.execute.scope import AttemptScope, log_extra
 from stepstone.records.calls import Call, PositionedMemo, memo_value
 from stepstone.records.codec import ResultCodec
-from stepstone.records.large_values import LargeField, write
+from stepstone.records.large_values import LargeField, Stored, write
 from stepstone.records.layout import position_key, step_key
 from stepstone.store import AlreadyExists
-from stepstone.store.parts import Body, SplitObject
+from stepstone.store.parts import SplitObject
 
 log = logging.getLogger("stepstone")
 
@@ -130,11 +130,12 @@ class Memo:
             # Another attempt of this run (a zombie, or the attempt this one
             # replaced) recorded this position first: its value is the call's
             # value, if it recorded this call.
+            recorded: Stored
             if self.position is None:
-                data = (await run.store.get(self.key)).data
+                recorded = (await run.store.get(self.key)).data
             else:
                 field = memo_value()
-                data = self._checked(await run.store.get_split(self.key, field), field)
+                recorded = self._checked(await run.store.get_split(self.key, field), field)
             log.info(
                 "run %s (%s) attempt %d: step %r was recorded by another attempt; "
                 "continuing with the recorded value",
@@ -144,10 +145,10 @@ class Memo:
                 self.name,
                 extra=log_extra(run),
             )
-            return self._decoded(data)
+            return self._decoded(recorded)
         return self._decoded(data) if value is _DECODED else value
 
-    def _checked(self, found: SplitObject, field: LargeField) -> Body:
+    def _checked(self, found: SplitObject, field: LargeField) -> Stored:
         """The value a positioned memo records, once its call is this one;
         NonDeterministicReplay (kept on the run, so every later call raises
         it too) when it is another."""
@@ -164,7 +165,7 @@ class Memo:
             raise run.diverged
         return memo.value
 
-    def _decoded(self, data: Body) -> Any:
+    def _decoded(self, data: Stored) -> Any:
         """The recorded value; CorruptMemo, naming the step and the key, when
         it does not decode (as the step function's return type)."""
         try:

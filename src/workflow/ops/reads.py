@@ -28,10 +28,11 @@ from typing import Any, Protocol
 from stepstone.errors import InspectError
 from stepstone.records.attempts import AttemptInfo
 from stepstone.records.calls import Call, PositionedMemo
-from stepstone.records.codec import unpack
+from stepstone.records.codec import unpack, unpack_stored
 from stepstone.records.envelope import Envelope
 from stepstone.records.family import Family
 from stepstone.records.history import read_history
+from stepstone.records.large_values import Stored
 from stepstone.records.layout import check_run_id, position_of, run_id_for_key, step_name
 from stepstone.records.outcome import OutcomeRecord, decode_outcome_key
 from stepstone.records.retention import Runs
@@ -41,7 +42,6 @@ from stepstone.runtime.errors import MalformedPayload
 from stepstone.runtime.queue import JobRecord, JobStatus
 from stepstone.runtime.store_queue import CorruptRecord
 from stepstone.store import NotFound, ObjectInfo
-from stepstone.store.parts import Body, as_bytes
 
 READ_CONCURRENCY = 16
 """GETs in flight at once when a command has to read many records."""
@@ -203,12 +203,12 @@ class Detail:
         return ""
 
 
-def decode_value(data: Body | None) -> Any:
+def decode_value(data: Stored | None) -> Any:
     """A stored MessagePack value, or a short note when it is not one."""
     if data is None:
         return None
     try:
-        return unpack(as_bytes(data))
+        return unpack_stored(data)
     except Exception:
         return f"<{len(data)} undecodable bytes>"
 
@@ -267,8 +267,9 @@ async def list_memos(runner: Inspected, run_id: str, *, values: bool = True) -> 
                 data = (await runner.store.get(info.key)).data
                 if position is not None:
                     memo = PositionedMemo.decode(data)
-                    data, call = as_bytes(memo.value), memo.call
-                value = unpack(data)
+                    value, call = unpack_stored(memo.value), memo.call
+                else:
+                    value = unpack(data)
             except NotFound:
                 value = None
             except Exception as exc:

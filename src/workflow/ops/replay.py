@@ -32,7 +32,7 @@ from stepstone.ops.actions import Bulk, each
 from stepstone.ops.reads import Inspected, bounded, check_id
 from stepstone.records.attempt_log import keep_final_attempt
 from stepstone.records.calls import OUTSIDE_HISTORY, PATCH_MEMO, Call, PositionedMemo
-from stepstone.records.codec import pack, unpack
+from stepstone.records.codec import pack, unpack, unpack_stored
 from stepstone.records.envelope import Envelope
 from stepstone.records.large_values import write
 from stepstone.records.layout import fresh_incarnation, position_key, position_of
@@ -40,7 +40,6 @@ from stepstone.records.outcome import OutcomeRecord, decode_outcome_key
 from stepstone.runtime.errors import MalformedPayload
 from stepstone.runtime.queue import PRIORITY_NORMAL, JobRecord, JobStatus
 from stepstone.store import NotFound, PreconditionFailed, StoredObject
-from stepstone.store.parts import as_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,7 +253,7 @@ def _moved_take(memo: PositionedMemo, old_events: str, new_events: str) -> Posit
     """An event take's memo naming the copy of the event it took (a take
     that timed out names none)."""
     try:
-        recorded = unpack(as_bytes(memo.value))
+        recorded = unpack_stored(memo.value)
     except Exception:
         return memo  # (the replay decodes it, and says what is wrong)
     if isinstance(recorded, dict) and isinstance(recorded.get("key"), str):

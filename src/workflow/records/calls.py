@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stepstone.records.codec import unpack
-from stepstone.records.large_values import LargeField, record_body, rejoined
+from stepstone.records.large_values import LargeField, Stored, record_body, rejoined
 from stepstone.runtime import plausible
 from stepstone.store.parts import Body, SplitObject
 
@@ -56,11 +56,12 @@ class Call:
 class PositionedMemo:
     """One memo of a run's history: its position, its call and its value
     (the value's own encoding, :class:`stepstone.records.codec.ResultCodec`'s;
-    a large one as Parts, :mod:`stepstone.records.large_values`)."""
+    a large one as Parts, or read back decoded,
+    :mod:`stepstone.records.large_values`)."""
 
     position: int
     call: Call
-    value: Body
+    value: Stored
 
     def encode(self) -> Body:
         return record_body(
@@ -74,7 +75,7 @@ class PositionedMemo:
         )
 
     @classmethod
-    def decode(cls, data: bytes, value: Body | None = None) -> PositionedMemo:
+    def decode(cls, data: bytes, value: Stored | None = None) -> PositionedMemo:
         """Raises ValueError saying what is wrong when ``data`` is no such
         record. ``value``: the large value :func:`read_split` took out of it."""
         try:
@@ -93,7 +94,9 @@ class PositionedMemo:
 
     @classmethod
     def read_split(cls, found: SplitObject, field: LargeField) -> PositionedMemo:
-        """The memo ``get_split`` read with ``field`` (with :func:`memo_value`)."""
+        """The memo ``get_split`` read with ``field`` (with :func:`memo_value`);
+        ValueError when it is no such record (also when its large value does
+        not decode)."""
         small, value = rejoined(found, field)
         return cls.decode(small, value)
 

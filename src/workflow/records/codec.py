@@ -22,10 +22,9 @@ from typing import Any
 import msgpack
 from pydantic import BaseModel, TypeAdapter
 
-from stepstone.records.large_values import pack_body, unpacked_bytes, value_body
-from stepstone.store.parts import Body, Parts, as_bytes
-
-_NATIVE = (type(None), bool, int, float, str, bytes)
+from stepstone.records.large_values import Stored, Unpacked, pack_body, unpacked_bytes, value_body
+from stepstone.records.piecewise import EncodedValue, native_bound
+from stepstone.store.parts import Body, as_bytes
 
 
 def sha256_hex(*parts: bytes) -> str:
@@ -82,15 +81,10 @@ def unpack(data: bytes | memoryview) -> Any:
     return msgpack.unpackb(data, raw=False, strict_map_key=False)
 
 
-def is_native(value: object) -> bool:
-    """True if msgpack stores the value as it is (tuples come back as lists)."""
-    if isinstance(value, _NATIVE):
-        return not isinstance(value, int) or -(2**63) <= value < 2**64
-    if isinstance(value, list | tuple):
-        return all(is_native(v) for v in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str | int) and is_native(v) for k, v in value.items())
-    return False
+def unpack_stored(data: Stored) -> Any:
+    """The MessagePack value ``data`` holds: its encoding decoded, or the
+    value a large one was decoded to as it was read."""
+    return data.value if isinstance(data, Unpacked) else unpack(as_bytes(data))
 
 
 class ResultCodec:
@@ -107,28 +101,46 @@ class ResultCodec:
         return as_bytes(self.encode_body(value))
 
     def encode_body(self, value: object) -> Body:
-        """``encode``, but a large ``bytes`` value comes back as Parts that
-        hold it, not a copy (:mod:`stepstone.records.large_values`)."""
-        if self.adapter is not None and not is_native(value):
+        """``encode``, but a large value comes back as Parts: a ``bytes``
+        value's hold it, not a copy; any other's make its encoding as it is
+        written (:mod:`stepstone.records.large_values`)."""
+        bound = native_bound(value)  # (-1: not stored as it is)
+        dumped = bound < 0
+        if self.adapter is not None and dumped:
             # Python mode keeps bytes as bytes; JSON mode turns datetimes,
             # UUIDs and the like into strings the adapter parses back.
-            dumped = self.adapter.dump_python(value, mode="python")
-            value = dumped if is_native(dumped) else self.adapter.dump_python(value, mode="json")
-        elif not is_native(value):
+            plain = self.adapter.dump_python(value, mode="python")
+            bound = native_bound(plain)
+            if bound < 0:
+                plain = self.adapter.dump_python(value, mode="json")
+                bound = native_bound(plain)
+            value = plain
+        elif bound < 0:
             raise TypeError(
                 f"a {type(value).__name__} is not a MessagePack value; annotate the "
                 "function's return type so it can be stored and rebuilt"
             )
         try:
-            return value_body(value) if type(value) is bytes else pack_body(value)
+            if type(value) is bytes:
+                return value_body(value)
+            return pack_body(value, bound, private=dumped)  # (a dump's containers are its own)
         except (TypeError, ValueError, OverflowError) as exc:
             raise TypeError(f"cannot encode a {type(value).__name__}: {exc}") from exc
 
-    def decode(self, data: Body) -> Any:
-        value = unpacked_bytes(data) if isinstance(data, Parts) else None
-        if value is None:
-            whole = data.buffers if isinstance(data, Parts) else ()
-            value = unpack(whole[0] if len(whole) == 1 else as_bytes(data))
+    def decode(self, data: Stored) -> Any:
+        """The value ``data`` holds (its encoding, or the value decoded as it
+        was read), as this codec's type."""
+        if isinstance(data, bytes):
+            value = unpack(data)
+        elif isinstance(data, Unpacked):
+            value = data.value
+        elif (value := unpacked_bytes(data)) is None:
+            whole = data.buffers
+            if len(whole) == 1 and isinstance(whole[0], EncodedValue):
+                value = whole[0].decoded()  # (what its encoding decodes to)
+            else:
+                piece = whole[0] if len(whole) == 1 else None
+                value = unpack(piece if isinstance(piece, bytes | memoryview) else data.join())
         if self.adapter is not None:
             return self.adapter.validate_python(value)
         return value

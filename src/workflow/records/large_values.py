@@ -10,16 +10,21 @@ memory once more. So from :data:`SEPARATE` bytes on:
 - **written** as :class:`stepstone.store.parts.Parts`: the record's small
   fields packed, then the field's ``bin`` header, then the value's bytes
   where they lie (a ``bytes`` result is its own encoding's body: its header
-  and itself, :func:`value_body`; any other value's encoding is the
-  packer's own buffer, :func:`pack_body`); the store writes the buffers one
+  and itself, :func:`value_body`); any other value's encoding is made as
+  it is written, a piece at a time (:func:`pack_body`,
+  :mod:`stepstone.records.piecewise`); the store writes the buffers one
   after another (``put_parts``);
 - **read** with ``get_split`` and a :class:`LargeField`, which finds the
-  field in the record's first bytes: the value's bytes come in an
-  allocation of their own, the rest is decoded as a small record with an
-  empty field in the value's place, and the value is put back
+  field in the record's first bytes; the rest is decoded as a small record
+  with an empty field in the value's place, and the value is put back
   (:func:`rejoined`). A ``bytes`` result stored inside its field (a
   memo's) is found inside it, so it is read straight into the ``bytes``
-  the job gets back.
+  the job gets back. Any other value is decoded as its bytes are read (an
+  ``Unpacker`` fed a read buffer at a time lets go of what it has
+  decoded), so its encoding is never whole beside it: it comes back
+  :class:`Unpacked`. (One large ``str`` is the exception CPython makes:
+  a ``str`` is built from its bytes held whole, so for as long as it is
+  decoded, its encoding and itself are both in memory.)
 
 The bytes stored are the same as ``pack`` makes: readers of either form
 read both.
@@ -27,12 +32,14 @@ read both.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import msgpack
 
+from stepstone.records.piecewise import EncodedValue, encoded_size
 from stepstone.store import ObjectStore
-from stepstone.store.parts import Body, Parts, Split, SplitObject
+from stepstone.store.parts import Body, Parts, Split, SplitObject, Stream, feed
 
 SEPARATE = 1 << 20
 """The size from which a value is kept as its own buffer in the records it is
@@ -86,15 +93,20 @@ def value_body(value: bytes) -> Body:
     return Parts([bin_header(len(value)), value])
 
 
-def pack_body(value: object) -> Body:
-    """``pack(value)``, a large encoding handed over as a view of the
-    packer's own buffer: ``packb`` would copy it once more into the
-    ``bytes`` it returns, twice the encoding's size at that moment."""
+def pack_body(value: object, bound: int, *, private: bool = False) -> Body:
+    """``pack(value)``, where ``bound`` is a size its encoding does not pass
+    (``stepstone.records.piecewise.native_bound``). Below ``SEPARATE``, the
+    encoding made whole; from it on, counted and then made again as it is
+    written, a piece at a time (an :class:`EncodedValue`): made whole, it
+    would be in memory beside the value. ``private``: the value's lists
+    and maps are held by nothing else (:class:`EncodedValue`)."""
+    if bound >= SEPARATE:
+        size = encoded_size(value)
+        if size >= SEPARATE:
+            return Parts([EncodedValue(value, size, private=private)])
     packer = msgpack.Packer(use_bin_type=True, autoreset=False)
     packer.pack(value)
     view = packer.getbuffer()
-    if len(view) >= SEPARATE:
-        return Parts([view])
     data = bytes(view)
     view.release()
     return data
@@ -106,6 +118,8 @@ def unpacked_bytes(body: Parts) -> bytes | None:
     if len(body.buffers) != 2:
         return None
     header, value = body.buffers
+    if isinstance(header, Stream) or isinstance(value, Stream):
+        return None
     if bytes(header) != bin_header(len(value)):
         return None
     return value if isinstance(value, bytes) else bytes(value)
@@ -131,11 +145,69 @@ def record_body(fields: dict[str, Any], large: str) -> Body:
     return Parts(buffers)
 
 
+@dataclass(frozen=True, slots=True)
+class Unpacked:
+    """A large value decoded as it was read (:class:`LargeField`): the
+    MessagePack value ``value``, from an encoding of ``size`` bytes."""
+
+    value: Any
+    size: int
+
+    def __len__(self) -> int:
+        return self.size
+
+
+Stored = Body | Unpacked
+"""A value as a record holds it: its encoding, or decoded as it was read."""
+
+
+class _Unpacking:
+    """A value's encoding decoded as its bytes come in (a ``Sink``): an
+    ``Unpacker`` fed a read buffer at a time keeps only what it has not yet
+    decoded. A fault is kept, not raised (it would be taken for the
+    store's), and the rest of the bytes passed over."""
+
+    def __init__(self, size: int) -> None:
+        # (max_buffer_size 0: up to 4 GiB, past the largest value stored)
+        self._unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=0)
+        self._size = size
+        self.fed = 0
+        """How many bytes it was handed."""
+        self._value: Any = None
+        self._done = False
+        self._fault: Exception | None = None
+
+    def __call__(self, view: memoryview) -> None:
+        self.fed += len(view)
+        if self._fault is not None:
+            return
+        try:
+            if self._done:
+                raise ValueError("bytes past the end of the value")
+            self._unpacker.feed(view)
+            self._value = self._unpacker.unpack()
+            self._done = True
+        except msgpack.OutOfData:
+            pass
+        except Exception as exc:  # garbage decodes into any error
+            self._fault = exc
+
+    def unpacked(self) -> Unpacked:
+        """The value; ValueError saying what is wrong when its bytes were none."""
+        if self._fault is not None:
+            fault = self._fault
+            raise ValueError(f"the large value does not decode ({type(fault).__name__}: {fault})")
+        if not self._done or self._unpacker.tell() != self._size:
+            raise ValueError("the large value's encoding does not fill its field")
+        return Unpacked(self._value, self._size)
+
+
 class LargeField:
     """A splitter (``stepstone.store.parts.Splitter``) that finds the ``bin``
     field ``name`` of a record's top-level map in its first bytes, and inside
-    it the ``bin`` of a ``bytes`` value's encoding if that is what it holds.
-    It keeps what :func:`rejoined` needs to put the record back together."""
+    it the ``bin`` of a ``bytes`` value's encoding if that is what it holds;
+    any other value it decodes as the store reads it (``Split.into``). It
+    keeps what :func:`rejoined` needs to put the record back together."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -143,9 +215,11 @@ class LargeField:
         """Where the field's value (its ``bin`` header) starts in the record."""
         self.inner = b""
         """The header of the ``bin`` found inside the field (empty: none)."""
+        self.unpacking: _Unpacking | None = None
+        """What decodes the field's value as it is read (None: it is read whole)."""
 
     def __call__(self, look: bytes) -> Split | None:
-        self.field_at, self.inner = -1, b""
+        self.field_at, self.inner, self.unpacking = -1, b"", None
         unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
         unpacker.feed(look)
         try:
@@ -160,24 +234,32 @@ class LargeField:
                     return None
                 length, header = found
                 start = at + header
+                self.field_at = at
                 inner = _bin_at(look, start)
                 if inner is not None and inner[0] + inner[1] == length:
                     self.inner = look[start : start + inner[1]]
-                    start, length = start + inner[1], inner[0]
-                self.field_at = at
-                return Split(start, length)
+                    return Split(start + inner[1], inner[0])
+                self.unpacking = _Unpacking(length)
+                return Split(start, length, into=self.unpacking)
         except (msgpack.OutOfData, msgpack.ExtraData, ValueError, TypeError):
             return None
         return None
 
 
-def rejoined(found: SplitObject, field: LargeField) -> tuple[bytes, Body | None]:
+def rejoined(found: SplitObject, field: LargeField) -> tuple[bytes, Stored | None]:
     """The record ``found`` holds as a small record (the large field emptied)
     and the field's value; or the whole record and None, when it was not
-    split."""
-    if field.field_at < 0 or not found.piece:
+    split. ValueError when a value decoded as it was read does not decode."""
+    if field.field_at < 0:
         return found.before, None
     small = found.before[: field.field_at] + EMPTY_BIN + found.after
+    unpacking = field.unpacking
+    if unpacking is not None and found.piece:  # (a store that read the piece whole)
+        feed(unpacking, found.piece)
+    if unpacking is not None and unpacking.fed:
+        return small, unpacking.unpacked()
+    if not found.piece:
+        return found.before, None  # (the store found the split past the object's end)
     value: Body = Parts([field.inner, found.piece]) if field.inner else found.piece
     return small, value
 

@@ -21,7 +21,7 @@ from typing import Any, Generic, TypeVar
 from stepstone.errors import JobCancelled, JobFailed
 from stepstone.records.codec import codec_for_type, pack, unpack
 from stepstone.records.envelope import Envelope
-from stepstone.records.large_values import LargeField, record_body, rejoined
+from stepstone.records.large_values import LargeField, Stored, Unpacked, record_body, rejoined
 from stepstone.runtime import plausible
 from stepstone.runtime.decide import FailureKind
 from stepstone.runtime.queue import JobStatus
@@ -65,8 +65,9 @@ class OutcomeRecord:
     incarnation: str
     attempts: int
     finished_at: float
-    result: Body | None = None
-    """The result, encoded (a large one as Parts: :mod:`stepstone.records.large_values`)."""
+    result: Stored | None = None
+    """The result, encoded (a large one as Parts, or read back decoded:
+    :mod:`stepstone.records.large_values`)."""
     error: ErrorInfo | None = None
     progress: Any = None
     submitted_at: float | None = None
@@ -194,7 +195,7 @@ def read_outcome_key(found: SplitObject, field: LargeField) -> OutcomeRecord | T
     return decode_outcome_key(small, result)
 
 
-def decode_outcome_key(data: bytes, result: Body | None = None) -> OutcomeRecord | Tombstone:
+def decode_outcome_key(data: bytes, result: Stored | None = None) -> OutcomeRecord | Tombstone:
     """What an object at an outcome key holds: a record or a tombstone.
     ValueError saying what is wrong when it is neither (garbage, a truncated
     object, another format version, a field missing or of the wrong type, a
@@ -323,7 +324,7 @@ def _check_types(found: OutcomeRecord | Tombstone) -> None:
     error = record.error
     if (
         not all(isinstance(text, str) for text in texts)
-        or not isinstance(record.result, bytes | Parts | None)
+        or not isinstance(record.result, bytes | Parts | Unpacked | None)
         or (error is not None and not isinstance(error.message, str))
         or (error is not None and not isinstance(error.error_type, str | None))
         or (error is not None and not isinstance(error.traceback, str | None))
