@@ -62,7 +62,7 @@ from stepstone.store import MemoryStore, PreconditionFailed
 
 from .cases import CpuTimer, percentile
 from .counting import CountingStore, _area
-from .fleet import LATENCY, SEED, _backlog
+from .fleet import LATENCY, SEED, _backlog, _until_done
 from .jobs import bump
 from .run import source_commit
 from .s3_like import S3LikeBucket, S3LikeStore
@@ -277,7 +277,7 @@ async def hot_fleet(spec: HotSpec) -> dict[str, Any]:
             t0 = time.perf_counter()
             for runner in runners:
                 await runner.start()
-            done = await _until(runners, spec.n, spec.window)
+            done = await _until_done(runners, spec.n, spec.window)
             seconds = time.perf_counter() - t0
         slowdowns, races, areas = dict(sim.slowdowns), dict(store.lost_races), store.areas()
         outcomes = await asyncio.gather(*(h.join() for h in handles)) if done == spec.n else []
@@ -293,18 +293,6 @@ async def hot_fleet(spec: HotSpec) -> dict[str, Any]:
             if k.split()[1] in ("slots", "rates") and k.split()[0] in ("CPUT", "PUT", "DELETE")
         },
     }
-
-
-async def _until(runners: list[JobRunner], n: int, within: float) -> int:
-    deadline = time.monotonic() + within
-    done = 0
-    while done < n and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-        stats = [r.worker.stats for r in runners]
-        if any(s.dead for s in stats):
-            raise RuntimeError(f"a job died ({done} of {n} done)")
-        done = sum(s.succeeded for s in stats)
-    return done
 
 
 def _per_run(counts: dict[str, int], done: int) -> dict[str, float]:
