@@ -260,3 +260,17 @@ def test_the_large_values_case_measures_each_phase_of_a_run(tmp_path: Path) -> N
     assert all(set(run["phases"]) == {"write", "replay", "result"} for run in cases)
     assert cases[1]["phases"]["result"]["payload"] > 2**20  # the outcome holds the value
     assert len(saved["summary"]) == 4  # three phases and the build
+
+
+def test_a_hot_fleet_keeps_to_its_key_and_its_rate_and_runs_each_job_once() -> None:
+    from benchmarks.hot_fleet import LIMIT, RATE, HotSpec, hot_fleet, most_overlapping, most_within
+
+    assert most_overlapping([(0, 2), (1, 3), (2, 4)]) == 2  # (an end before a start at once)
+    assert most_within([0.0, 0.5, 0.99, 1.0, 3.0], 1.0) == 3
+    keyed = asyncio.run(hot_fleet(HotSpec("key", workers=2, object_writes=None, n=8)))
+    assert keyed["done"] == keyed["finished_exactly_once"] == 8
+    assert 0 < keyed["max_in_code_at_once"] <= LIMIT
+    assert keyed["writes_per_run"]["CPUT slots"] > 0
+    rated = asyncio.run(hot_fleet(HotSpec("rate", workers=2, object_writes=None, n=4)))
+    assert rated["done"] == rated["finished_exactly_once"] == 4
+    assert rated["allowed_runs_per_s"] == RATE and rated["max_starts_within_10s"] <= 4
