@@ -37,7 +37,7 @@ from typing import Any
 
 import msgpack
 
-from stepstone.records.piecewise import EncodedValue, encoded_size
+from stepstone.records.piecewise import EncodedValue, encoded_size, sized_header
 from stepstone.store import ObjectStore
 from stepstone.store.parts import Body, Parts, Split, SplitObject, Stream, feed
 
@@ -62,11 +62,7 @@ def bin_header(size: int) -> bytes:
     :data:`LARGEST`."""
     if size > LARGEST:
         raise ValueError(f"{size} bytes encoded: a stored value takes at most {LARGEST}")
-    if size < 1 << 8:
-        return b"\xc4" + size.to_bytes(1, "big")
-    if size < 1 << 16:
-        return b"\xc5" + size.to_bytes(2, "big")
-    return b"\xc6" + size.to_bytes(4, "big")
+    return sized_header(size, b"\xc4", b"\xc5", b"\xc6")
 
 
 def _bin_at(data: bytes, at: int) -> tuple[int, int] | None:

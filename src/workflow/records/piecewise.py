@@ -191,7 +191,7 @@ def _pieces(value: object, packer: msgpack.Packer) -> Iterator[Buffer]:
         yield from _text(value)  # type: ignore[arg-type]
     elif kind is bytes:
         data = memoryview(value)  # type: ignore[arg-type]
-        yield _header(len(data), b"\xc4", b"\xc5", b"\xc6", small=b"")
+        yield sized_header(len(data), b"\xc4", b"\xc5", b"\xc6")
         for at in range(0, len(data), PIECE):
             yield data[at : at + PIECE]
     elif kind is list or kind is tuple:
@@ -214,14 +214,16 @@ def _text(text: str) -> Iterator[bytes]:
         if text.isascii()
         else sum(len(text[at : at + step].encode()) for at in range(0, len(text), step))
     )
-    yield _header(size, b"\xd9", b"\xda", b"\xdb", small=bytes([0xA0 | size]) if size < 32 else b"")
+    fix = bytes([0xA0 | size]) if size < 32 else b""  # (a fixstr's size is in its type byte)
+    yield sized_header(size, b"\xd9", b"\xda", b"\xdb", small=fix)
     for at in range(0, len(text), step):
         yield text[at : at + step].encode()
 
 
-def _header(size: int, one: bytes, two: bytes, four: bytes, *, small: bytes) -> bytes:
+def sized_header(size: int, one: bytes, two: bytes, four: bytes, *, small: bytes = b"") -> bytes:
     """A str's or bin's header for ``size`` bytes: ``small`` where it fits
-    the type byte, else ``one``, ``two`` or ``four`` and the size in as many bytes."""
+    the type byte, else ``one``, ``two`` or ``four`` and the size in as many
+    bytes (``stepstone.records.large_values.bin_header`` is a bin's)."""
     if small:
         return small
     if size < 1 << 8:
