@@ -3,6 +3,8 @@ attempt it runs (:class:`Attempt`)."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -11,8 +13,11 @@ from stepstone.store.wrappers.send_rate import first as send_first
 
 from .. import plausible
 from ..clock import Clock
+from ..decide import describe
 from ..errors import LeaseLost
 from ..queue import Delivery, LeaseQueue
+
+log = logging.getLogger("stepstone.runtime.worker")
 
 
 def check_lease(seconds: float) -> float:
@@ -33,7 +38,8 @@ class Lease:
     The worker renews it in the background every ``heartbeat`` seconds; a
     handler about to do something long can ask for more with
     :meth:`ensure_at_least`. What is held for as long as the lease (a
-    concurrency slot) is renewed with it: :meth:`also_renew`.
+    concurrency slot) is renewed with it, after it and apart from it:
+    :meth:`also_renew`.
     """
 
     def __init__(
@@ -50,6 +56,7 @@ class Lease:
         self._expires_at = delivery.lease_expires_at
         self._lost = False
         self._also: list[Callable[[float], Awaitable[bool]]] = []
+        self._extending: asyncio.Task[None] | None = None
 
     @property
     def expires_at(self) -> float:
@@ -91,19 +98,44 @@ class Lease:
             self._lose()
             return False
         self._expires_at = max(self._expires_at, expires)
-        for extend in list(self._also):
-            if not await extend(self._expires_at):
-                self._lose()
-                return False
+        if self._also and (self._extending is None or self._extending.done()):
+            self._extending = asyncio.create_task(
+                self._extend(self._expires_at), name=f"extend lease {self._delivery.id}"
+            )
         return True
 
     def also_renew(self, extend: Callable[[float], Awaitable[bool]]) -> Callable[[], None]:
         """After every renewal, call ``extend(expires_at)`` to carry something
         held with the lease to the same expiry; False from it (that thing was
         taken over) counts as losing the lease. Returns the function that
-        stops it. An error from ``extend`` propagates like a queue error."""
+        stops it.
+
+        The calls run in a task of their own, one renewal's at a time: the
+        thing may be an object many processes write (a concurrency key's
+        slots) that takes its writes slowly, and the next renewal of the
+        lease must not wait for it, or the lease would run out while its
+        slot is renewed. A renewal while the last one's calls still run
+        starts none (the next one after them will). An error from ``extend``
+        is logged; the next renewal calls it again."""
         self._also.append(extend)
         return lambda: self._also.remove(extend) if extend in self._also else None
+
+    async def _extend(self, expires_at: float) -> None:
+        for extend in list(self._also):
+            if extend not in self._also:
+                continue  # stopped meanwhile (its slot released)
+            try:
+                ours = await extend(expires_at)
+            except Exception as error:
+                log.warning(
+                    "job %s: renewing what is held with its lease failed: %s",
+                    self._delivery.id,
+                    describe(error),
+                )
+                return
+            if not ours:
+                self._lose()
+                return
 
     def _lose(self) -> None:
         if not self._lost:
