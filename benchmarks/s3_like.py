@@ -61,6 +61,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal, TypeVar
 
 from stepstone.store import DEFAULT_PAGE_SIZE, ObjectInfo, ObjectStore, StoredObject
@@ -68,11 +69,12 @@ from stepstone.store.conflicts import (
     CONFLICT_RETRY,
     Undecided,
     WriteConflict,
+    confirm_precondition,
     decide_delete,
     decide_put,
     through_conflicts,
 )
-from stepstone.store.errors import NotFound, StoreUnavailable
+from stepstone.store.errors import NotFound, Throttled
 from stepstone.store.wrappers.retry import RetryPolicy
 from stepstone.store.wrappers.throttle import AdaptiveRates
 
@@ -105,7 +107,7 @@ class _Bucket:
         return True
 
 
-class SlowDown(StoreUnavailable):
+class SlowDown(Throttled):
     """S3's 503 SlowDown (or a 429): the partition, or the object, is over its rate."""
 
 
@@ -273,14 +275,21 @@ class S3LikeStore(ObjectStore):
             self.send_rates = AdaptiveRates() if adaptive else None
 
     async def _request(
-        self, kind: str, key: str, call: Callable[[], Awaitable[T]], *, conditional: bool = False
+        self,
+        kind: str,
+        key: str,
+        call: Callable[[], Awaitable[T]],
+        *,
+        conditional: bool = False,
+        expected: str | None = None,
     ) -> T:
         rates = self.send_rates
         where = f"{self.location}/{key}"
         rate = None if rates is None else rates.sending(key, reads=kind == "read", location=where)
+        confirm = partial(confirm_precondition, self, key, expected) if conditional else None
 
         async def once() -> T:
-            sent = 0.0 if rate is None else await rate.acquire()
+            sent = 0.0 if rate is None else await rate.acquire(confirm=confirm)
             await asyncio.sleep(self.rng.uniform(*self.latency))
             try:
                 result = await self.bucket.serve(kind, key, call, conditional=conditional)
@@ -299,9 +308,10 @@ class S3LikeStore(ObjectStore):
         key: str,
         call: Callable[[], Awaitable[T]],
         decide: Callable[[], Awaitable[T | Literal[Undecided.UNDECIDED]]],
+        expected: str | None = None,
     ) -> T:
         return await through_conflicts(
-            lambda: self._request("write", key, call, conditional=True),
+            lambda: self._request("write", key, call, conditional=True, expected=expected),
             decide,
             self.conflict_retry,
             location=self.location,
@@ -337,6 +347,7 @@ class S3LikeStore(ObjectStore):
             key,
             lambda: self.inner.put_if_match(key, data, etag),
             lambda: decide_put(self, key, data, "match", etag, _Tried()),
+            etag,
         )
 
     async def delete(self, key: str, *, if_match: str | None = None) -> None:
@@ -347,6 +358,7 @@ class S3LikeStore(ObjectStore):
             key,
             lambda: self.inner.delete(key, if_match=if_match),
             lambda: decide_delete(self, key, if_match, _Tried()),
+            if_match,
         )
 
     async def list(

@@ -19,6 +19,7 @@ from .errors import (
     StoreConfigError,
     StoreError,
     StoreUnavailable,
+    Throttled,
 )
 from .file import FileStore
 from .keys import validate_key
@@ -46,6 +47,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "StoredObject",
+    "Throttled",
     "open_store",
     "validate_key",
 ]

@@ -147,3 +147,23 @@ async def decide_delete(
     if etag == expected:
         return UNDECIDED
     raise PreconditionFailed("etag mismatch after a conflict", location=store.location, key=key)
+
+
+async def confirm_precondition(store: Rereads, key: str, expected: str | None) -> None:
+    """Before a conditional write that waited for a hot object's turn
+    (stepstone.store.wrappers.object_turns): raise what the write would be
+    answered if another process wrote the object meanwhile, read with one
+    HEAD. A provider that limits the writes to one object counts a write
+    refused as stale as one of them (the fleet simulation does), and a
+    process that waited its turn has often a stale etag: a read is not
+    counted, so the turn is not spent on a write bound to lose. ``expected``
+    is the etag of a compare-and-swap or a fenced delete, None for a create.
+    A key found absent under a swap is left to the write's own answer."""
+    try:
+        etag = (await store.head(key)).etag
+    except NotFound:
+        return
+    if expected is None:
+        raise AlreadyExists("object already exists", location=store.location, key=key)
+    if etag != expected:
+        raise PreconditionFailed("etag mismatch", location=store.location, key=key)

@@ -61,6 +61,14 @@ class StoreUnavailable(StoreError):
     """
 
 
+class Throttled(StoreUnavailable):
+    """The store kept answering that it was sent too much (503 SlowDown,
+    429) after bounded retries: a partition of the bucket, or one object,
+    is over its rate. Transient as any StoreUnavailable; told apart so that
+    an object many processes write may wait longer for its turn
+    (stepstone.limits.shared)."""
+
+
 class StoreConfigError(StoreError):
     """The store is misconfigured: the bucket does not exist, the credentials
     are wrong or lack permission, the URL is malformed. Retrying will not help.

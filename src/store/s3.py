@@ -40,6 +40,7 @@ import asyncio
 import contextlib
 import weakref
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, Literal, TypeVar
 
 from . import s3_sessions as sessions
@@ -49,6 +50,7 @@ from .conflicts import (
     CONFLICT_RETRY,
     Undecided,
     WriteConflict,
+    confirm_precondition,
     decide_delete,
     decide_put,
     through_conflicts,
@@ -61,6 +63,7 @@ from .errors import (
     StoreConfigError,
     StoreError,
     StoreUnavailable,
+    Throttled,
 )
 from .keys import MAX_KEY_LENGTH, validate_key, validate_prefix
 from .parts import Body, Parts, SplitObject, Splitter
@@ -295,7 +298,9 @@ class S3Store(ObjectStore):
                     location=loc,
                     key=key,
                 )
-            if code in TRANSIENT_CODES or status == 429 or status >= 500:
+            if code in THROTTLING_CODES or status == 429:
+                return Throttled(f"S3 error {code or status}: {detail}", location=loc, key=key)
+            if code in TRANSIENT_CODES or status >= 500:
                 return StoreUnavailable(
                     f"S3 error {code or status}: {detail}", location=loc, key=key
                 )
@@ -377,13 +382,17 @@ class S3Store(ObjectStore):
         state: _Ambiguous | None = None,
         partition: str | None = None,
         reads: bool = False,
+        expected: str | None = None,
     ) -> T:
         """Run one S3 request under the retry policy and the send rate of its
         partition (that of ``key``, or of the listing prefix ``partition``),
-        with errors classified."""
+        with errors classified; ``expected``: a conditional write's etag."""
 
         rates = self.send_rates
         where = f"{self.location}/{key}" if key else self.location
+        confirm = (
+            partial(confirm_precondition, self, key, expected) if conditional and key else None
+        )
         rate = (
             None
             if rates is None
@@ -394,7 +403,7 @@ class S3Store(ObjectStore):
 
         async def attempt() -> T:
             client = await self._client()
-            sent = 0.0 if rate is None else await rate.acquire()
+            sent = 0.0 if rate is None else await rate.acquire(confirm=confirm)
             try:
                 result = await request(client)
             except Exception as exc:
@@ -418,7 +427,8 @@ class S3Store(ObjectStore):
         except StoreUnavailable as exc:
             if self.retry.attempts == 1:
                 raise
-            raise StoreUnavailable(
+            kind = Throttled if isinstance(exc, Throttled) else StoreUnavailable
+            raise kind(
                 f"{exc.message}; gave up after {self.retry.attempts} attempts",
                 location=self.location,
                 key=key,
@@ -492,7 +502,10 @@ class S3Store(ObjectStore):
                 if in_parts:
                     args = (self._call, self.multipart, where, key, data, condition)
                     return quoted(await put_in_parts(*args, conditional, state))
-                return await self._call(key, request, conditional=conditional, state=state)
+                expected = condition.get("IfMatch")
+                return await self._call(
+                    key, request, conditional=conditional, state=state, expected=expected
+                )
             except PreconditionFailed:
                 if state.maybe_applied:
                     landed = await self.ours(key, data)
@@ -537,6 +550,7 @@ class S3Store(ObjectStore):
     async def delete(self, key: str, *, if_match: str | None = None) -> None:
         validate_key(key, location=self.location, limit=self.key_limit)
         condition = {"IfMatch": if_match} if if_match is not None else {}
+        conditional = "match" if condition else ""
         state = _Ambiguous()
 
         async def request(client: Any) -> None:
@@ -545,7 +559,7 @@ class S3Store(ObjectStore):
         async def write() -> None:
             try:
                 await self._call(
-                    key, request, conditional="match" if condition else "", state=state
+                    key, request, conditional=conditional, state=state, expected=if_match
                 )
             except NotFound:
                 if state.maybe_applied:

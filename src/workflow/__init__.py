@@ -56,6 +56,7 @@ from stepstone.errors import (
     StoreConfigError,
     StoreError,
     StoreUnavailable,
+    Throttled,
     UnknownJob,
     WorkerIdInUse,
 )
@@ -140,6 +141,7 @@ __all__ = [
     "SyncContext",
     "SyncHandle",
     "SystemClock",
+    "Throttled",
     "UnknownJob",
     "WorkerIdInUse",
     "open_store",

@@ -6,6 +6,7 @@ one kind of trouble::
     StepstoneError
     ├── StoreError                the object store failed or refused (names the store and key)
     │   ├── StoreUnavailable      transient: unreachable, throttled, timing out (retried)
+    │   │   └── Throttled         ... asked to send less (SlowDown, 429), still after retries
     │   ├── StoreConfigError      no such bucket, bad credentials, bad URL: retrying won't help
     │   ├── NotFound              the object does not exist
     │   ├── PreconditionFailed    a conditional write lost: an answer, never retried
@@ -67,6 +68,7 @@ from stepstone.store import (
     StoreConfigError,
     StoreError,
     StoreUnavailable,
+    Throttled,
 )
 
 __all__ = [
@@ -99,6 +101,7 @@ __all__ = [
     "StoreConfigError",
     "StoreError",
     "StoreUnavailable",
+    "Throttled",
     "UnknownJob",
     "WorkerIdInUse",
 ]

@@ -26,9 +26,11 @@ from stepstone.store import (
     RetryPolicy,
     StoreConfigError,
     StoreUnavailable,
+    Throttled,
     open_store,
 )
 from stepstone.store.s3 import S3Store
+from stepstone.store.wrappers.object_turns import ObjectTurns
 from stepstone.store.wrappers.throttle import AdaptiveRates
 
 FAST_RETRY = RetryPolicy(attempts=4, base=0.001, cap=0.005)
@@ -88,6 +90,9 @@ class FaultProxy:
             return self.error(action[1], action[2])
         if action[0] == "hold":
             await asyncio.wait_for(self.release.wait(), timeout=30)
+        if request.method == "HEAD" and "Content-Length" in upstream.headers:
+            out["Content-Length"] = upstream.headers["Content-Length"]  # (no body to measure)
+            return web.Response(status=status, headers=out)
         return web.Response(status=status, body=payload, headers=out)
 
     async def start(self) -> None:
@@ -271,13 +276,19 @@ async def test_transient_errors_are_retried(
     assert proxy.count("GET") == 3
 
 
+@pytest.mark.parametrize(
+    ("status", "code", "throttled"),
+    [(503, "SlowDown", True), (429, "TooManyRequests", True), (500, "InternalError", False)],
+)
 async def test_persistent_failure_becomes_unavailable_after_the_attempts(
-    faulty: S3Store, proxy: FaultProxy
+    faulty: S3Store, proxy: FaultProxy, status: int, code: str, throttled: bool
 ) -> None:
-    proxy.plan = [("error", 503, "SlowDown")] * 10
+    proxy.plan = [("error", status, code)] * 10
     with pytest.raises(StoreUnavailable, match="gave up after 4 attempts") as caught:
         await faulty.put("k", b"x")
-    assert "SlowDown" in str(caught.value)
+    assert code in str(caught.value)
+    # Asked to send less, told apart: an object many processes write waits longer.
+    assert isinstance(caught.value, Throttled) == throttled
     assert proxy.count() == FAST_RETRY.attempts
 
 
@@ -372,6 +383,40 @@ async def test_other_transient_errors_do_not_slow_the_store_down(
         assert (rates.of("k").rate, rates.of("k").throttles) == (None, 0)
     finally:
         await store.close()
+
+
+async def test_a_hot_objects_swap_that_waited_its_turn_checks_its_etag_before_it_is_sent(
+    proxy: FaultProxy, s3_bucket: str
+) -> None:
+    """A provider that limits the writes to one object counts one refused
+    as stale too: a swap that waited for its turn reads the etag first
+    (stepstone.store.conflicts.confirm_precondition)."""
+    clock = FakeClock()
+
+    async def sleep(seconds: float) -> None:
+        clock.advance(seconds)
+
+    rates = AdaptiveRates(clock=clock.now, sleep=sleep)
+    ours, theirs = through(proxy, s3_bucket, adaptive=rates), through(proxy, s3_bucket)
+    try:
+        etag = await ours.put("slots/k", b"0")
+        turns = rates.hot.rates["t/slots/k"] = ObjectTurns(clock=clock.now, sleep=sleep)
+        turns.record(sent=clock.now(), refused=False)  # our next turn is a second away
+        await theirs.put_if_match("slots/k", b"theirs", etag)
+        puts = proxy.count("PUT")
+        with pytest.raises(PreconditionFailed):
+            await ours.put_if_match("slots/k", b"ours", etag)  # its turn came after theirs
+        assert (proxy.count("PUT"), proxy.count("HEAD")) == (puts, 1)  # not sent: one HEAD
+        fresh = (await ours.get("slots/k")).etag
+        await ours.put_if_match("slots/k", b"ours", fresh)  # the turn given back: at once
+        assert (proxy.count("PUT"), proxy.count("HEAD")) == (puts + 1, 1)
+        assert turns.throttles == 0
+        with pytest.raises(AlreadyExists):
+            await ours.put_if_absent("slots/k", b"again")  # waited: found there by a HEAD
+        assert (proxy.count("PUT"), proxy.count("HEAD")) == (puts + 1, 2)
+    finally:
+        await ours.close()
+        await theirs.close()
 
 
 # -- lost answers: the write landed, the client saw an error --------------------------------

@@ -10,10 +10,10 @@ from functools import partial
 import pytest
 
 from stepstone.limits import slots
-from stepstone.limits.shared import SharedObject
+from stepstone.limits.shared import PATIENCE, SharedObject
 from stepstone.runtime import FakeClock
 from stepstone.runtime.store_queue.records import CorruptRecord
-from stepstone.store import ObjectStore
+from stepstone.store import MemoryStore, ObjectStore, Throttled
 from stepstone.store.wrappers.counting import CONDITIONAL_PUT, GET, CountingStore
 
 KEY = "slots/k"
@@ -148,3 +148,48 @@ async def test_an_object_that_does_not_decode_is_reported_with_its_key(
     await any_store.put(KEY, b"\x93garbage")
     with pytest.raises(CorruptRecord, match=KEY):
         await acquire(process(any_store, FakeClock()), "a")
+
+
+class RefusingStore(MemoryStore):
+    """Refuses the next ``refusals`` writes as too many (Throttled), as a
+    store limiting the writes to one object does; each refusal takes
+    ``seconds`` of the clock (the store's own tries and their turns)."""
+
+    def __init__(self, clock: FakeClock, refusals: int, seconds: float) -> None:
+        super().__init__()
+        self.clock, self.refusals, self.seconds = clock, refusals, seconds
+        self.tries = 0
+
+    def _refused(self) -> None:
+        self.tries += 1
+        if self.refusals > 0:
+            self.refusals -= 1
+            self.clock.advance(self.seconds)
+            raise Throttled("SlowDown", key=KEY)
+
+    async def put_if_absent(self, key: str, data: bytes) -> str:
+        self._refused()
+        return await super().put_if_absent(key, data)
+
+    async def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        self._refused()
+        return await super().put_if_match(key, data, etag)
+
+
+async def test_an_update_the_store_refuses_as_too_many_is_tried_again_until_it_lands() -> None:
+    clock = FakeClock()
+    store = RefusingStore(clock, refusals=7, seconds=5.0)  # a crowd on a hot object
+    decision = await acquire(process(store, clock), "a")
+    assert decision.held  # the run waited for its slot, its attempt did not fail
+    assert store.tries == 8
+    table = await read(store, clock)
+    assert table is not None and [h.run for h in table.holders] == ["a"]
+
+
+async def test_an_update_refused_as_too_many_for_longer_than_its_patience_fails() -> None:
+    clock = FakeClock()
+    store = RefusingStore(clock, refusals=10**6, seconds=10.0)
+    with pytest.raises(Throttled):
+        await acquire(process(store, clock), "a")
+    assert store.tries == PATIENCE / 10.0  # bounded: then the attempt fails, to be retried
+    assert await read(store, clock) is None  # nothing was written

@@ -11,11 +11,12 @@ the one key.
 
 So a key whose writes are refused ``HOT_AFTER`` times within ``WINDOW``
 seconds, most of its tries, while the other keys of its partition were
-written meanwhile and mostly got through, gets a send rate of its own (an
-:class:`~stepstone.store.wrappers.send_rate.AdaptiveRate`, which learns the
-object's limit as a partition's is learnt), and its refusals no longer
-count against its partition: writes to it wait for their turn (about one a
-second on GCS), the rest of the partition is not held up. One warning
+written meanwhile and mostly got through, gets turns of its own (an
+:class:`~stepstone.store.wrappers.object_turns.ObjectTurns`: the object's
+pace, and a backoff that spreads the processes sharing it), and its
+refusals no longer count against its partition: writes to it wait for
+their turn (about one a second on GCS), the rest of the partition is not
+held up. One warning
 names the object, once per process, with what it means; the limit is the
 provider's, documented in docs/storage.md.
 
@@ -42,7 +43,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 
-from .send_rate import AdaptiveRate
+from .object_turns import ObjectTurns
 
 logger = logging.getLogger("stepstone.store")
 
@@ -106,18 +107,18 @@ class HotObjects:
         self._partitions: dict[str, _Answers] = {}
         """Each partition's answers, from its first refusal until WINDOW without one."""
         self._keys: OrderedDict[str, _Answers] = OrderedDict()
-        self.rates: dict[str, AdaptiveRate] = {}
-        """The send rate of each hot object, by its key in the bucket."""
+        self.rates: dict[str, ObjectTurns] = {}
+        """The turns of each hot object, by its key in the bucket."""
 
-    def rate(self, key: str) -> AdaptiveRate | None:
-        """The send rate of ``key``'s writes, if it is a hot object."""
+    def rate(self, key: str) -> ObjectTurns | None:
+        """The turns of ``key``'s writes, if it is a hot object."""
         return self.rates.get(key)
 
     def answered(
         self, key: str, *, partition: str, refused: bool, location: str
-    ) -> AdaptiveRate | None:
+    ) -> ObjectTurns | None:
         """Note the answer to a write to ``key`` (not a hot object yet) in
-        ``partition``; ``refused``: by throttling. The key's rate if this
+        ``partition``; ``refused``: by throttling. The key's turns if this
         makes it a hot object (warned about once, naming ``location``)."""
         part = self._partitions.get(partition)
         if part is None:
@@ -140,13 +141,13 @@ class HotObjects:
             while len(self._keys) > WATCHED:
                 self._keys.popitem(last=False)
             return None
-        rate = self.rates[key] = AdaptiveRate(clock=self._clock, sleep=self._sleep)
-        rate.record(sent=now, refused=True)  # its first rate: what the object let through
+        rate = self.rates[key] = ObjectTurns(clock=self._clock, sleep=self._sleep)
+        rate.record(sent=now, refused=True)  # its first wait
         logger.warning(
             "%s: writes to this one object were refused %d times in %.0f s (429/SlowDown) "
             "while its neighbours' went through: the store limits writes per object (GCS "
             "allows about one a second). stepstone now sends this object's writes at the "
-            "rate it accepts, so what waits on it (a concurrency key's slot, a rate limit's "
+            "pace it accepts, so what waits on it (a concurrency key's slot, a rate limit's "
             "turn, a schedule's tick) waits longer; see docs/storage.md, Hot objects",
             location,
             mine.refused,

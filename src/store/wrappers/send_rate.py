@@ -120,6 +120,11 @@ def first() -> Iterator[None]:
         _FIRST.reset(token)
 
 
+def sent_first() -> bool:
+    """Whether the request being made is sent :func:`first`."""
+    return _FIRST.get()
+
+
 class AdaptiveRate:
     """The send rate of one partition: ``sent = await acquire()`` before each
     try of a request, ``record(sent=sent, refused=...)`` after its answer
@@ -174,7 +179,7 @@ class AdaptiveRate:
     async def acquire(self) -> float:
         """Wait until the next request may be sent; the clock's time then.
         A request sent :func:`first` waits for nothing."""
-        if self.rate is None or _FIRST.get():
+        if self.rate is None or sent_first():
             return self._now()
         self._refill(self.rate)
         self._tickets += 1

@@ -22,8 +22,8 @@ more partitions over minutes; until it does, the first segment is the
 partition.
 
 A single object may be limited too, whatever its partition serves (GCS:
-about one write a second per object): its refusals give it a rate of its
-own rather than cut its partition's (stepstone.store.wrappers.hot_objects).
+about one write a second per object): its refusals give it turns of its
+own rather than cut its partition's rate (stepstone.store.wrappers.hot_objects).
 A request takes its turn through :meth:`AdaptiveRates.sending`.
 """
 
@@ -34,7 +34,9 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 
+from ..errors import PreconditionFailed
 from .hot_objects import HOT_AFTER, HotObjects
+from .object_turns import ObjectTurns
 from .send_rate import AdaptiveRate
 
 
@@ -117,13 +119,24 @@ class Sending:
         self._writes = writes
         self._location = location
 
-    def _hot(self) -> AdaptiveRate | None:
+    def _hot(self) -> ObjectTurns | None:
         return self._rates.hot.rate(self._key) if self._writes else None
 
-    async def acquire(self) -> float:
+    async def acquire(self, *, confirm: Callable[[], Awaitable[None]] | None = None) -> float:
+        """Wait for the request's turn; the clock's time then. ``confirm``,
+        for a conditional write, raises PreconditionFailed if the write
+        would be refused as stale: it is called when a hot object's turn was
+        waited for, and the turn is then given back, not spent
+        (stepstone.store.conflicts.confirm_precondition)."""
         hot = self._hot()
         if hot is not None:
-            await hot.acquire()
+            sent, waited = await hot.turn()
+            if waited and confirm is not None:
+                try:
+                    await confirm()
+                except PreconditionFailed:
+                    hot.give_back(sent)
+                    raise
         return await self._partition.acquire()
 
     def record(self, *, sent: float, refused: bool) -> None:

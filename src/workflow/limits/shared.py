@@ -20,6 +20,13 @@ in the store, read and written by every process that runs the job type.
   read, or is refused and reads. An update that changes nothing confirms
   the kept version with a HEAD before it answers, so no answer rests on a
   stale copy.
+- **Patient with a hot object.** A write the store kept refusing as too
+  many (Throttled) is read and tried again, for up to ``PATIENCE``
+  seconds: an object a crowd writes, on a store that takes one write a
+  second to it (GCS), refuses some of their writes as a matter of course,
+  and the store spaces their turns out
+  (stepstone.store.wrappers.object_turns). Failing the update there would
+  fail the attempt of a run that only had to wait.
 - **Distinct bytes.** Every write carries a revision, and every creation a
   random nonce, so no two versions have the same bytes: on S3 an etag is the
   MD5 of the body, and equal bytes would let a stale swap through. That also
@@ -41,7 +48,13 @@ from stepstone.runtime import plausible
 from stepstone.runtime.clock import Clock
 from stepstone.runtime.store_queue.lost_answers import landed
 from stepstone.runtime.store_queue.records import CorruptRecord
-from stepstone.store import NotFound, ObjectStore, PreconditionFailed, StoreUnavailable
+from stepstone.store import (
+    NotFound,
+    ObjectStore,
+    PreconditionFailed,
+    StoreUnavailable,
+    Throttled,
+)
 
 log = logging.getLogger("stepstone")
 
@@ -54,6 +67,8 @@ MAX_CONFLICTS = 64
 CONFLICT_PAUSE = 0.002
 """After the second refused write in a row, pause up to this, doubling per
 refusal (capped at 0.1 s), so processes racing for one object spread out."""
+PATIENCE = 120.0
+"""Seconds an update keeps trying a write the store refuses as too many."""
 
 StateChange = Callable[[S | None, float], tuple[S | None, T]]
 """A pure update: (state or None when absent, now) -> (new state or None, answer)."""
@@ -134,7 +149,8 @@ class SharedObject(Generic[S]):
 
     async def _commit(self, changes: list[StateChange[S, Any]]) -> list[Any]:
         version, fresh = self._kept, False
-        for conflicts in range(MAX_CONFLICTS):
+        conflicts, patient_until = 0, self._clock.now() + PATIENCE
+        while conflicts < MAX_CONFLICTS:
             if version is None:
                 version, fresh = await self._read(), True
             now = self._clock.now()
@@ -153,10 +169,17 @@ class SharedObject(Generic[S]):
                 version = self._kept = None
                 if conflicts:
                     await asyncio.sleep(random.uniform(0, min(0.1, CONFLICT_PAUSE * 2**conflicts)))
+                conflicts += 1
                 continue
             except NotFound:
                 version = self._kept = None
+                conflicts += 1
                 continue
+            except Throttled:  # (not written: ``landed`` read it back)
+                version = self._kept = None
+                if self._clock.now() < patient_until:
+                    continue
+                raise
             except BaseException:
                 self._kept = None  # the write may or may not have landed
                 raise

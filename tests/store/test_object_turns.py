@@ -1,0 +1,78 @@
+"""Processes that know nothing of each other sharing one hot object: their
+writes spread out so that the object stays busy, the refusals stay few
+however many processes there are, and every process is served
+(stepstone.store.wrappers.object_turns); a conditional write that waited
+for its turn and would lose does not spend one of the object's writes.
+
+Time is virtual (benchmarks.hot_crowd.VirtualTime): every process sleeps
+on one clock that jumps to the next wake once all of them wait, so ten
+simulated minutes take a moment."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import sys
+
+import pytest
+
+from stepstone.store import MemoryStore, PreconditionFailed, RetryPolicy
+from stepstone.store.wrappers.object_turns import ObjectTurns
+from stepstone.store.wrappers.throttle import AdaptiveRates
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+
+from benchmarks.hot_crowd import VirtualTime, crowd
+from benchmarks.s3_like import S3LikeBucket, S3LikeStore
+
+
+@pytest.mark.parametrize(
+    ("processes", "most_refusals", "least_share"),
+    [(1, 0.05, 1.0), (3, 0.5, 0.2), (10, 1.5, 0.2), (30, 4.0, 0.1), (100, 8.0, 0.0)],
+)
+async def test_a_crowd_keeps_a_hot_object_busy_with_few_refusals_and_serves_everyone(
+    processes: int, most_refusals: float, least_share: float
+) -> None:
+    got = await crowd(processes, 600.0)
+    assert got.busy >= 0.6  # the object is busy (a process alone is paced below one a second)
+    # The refusals an accepted write grow slowly with the crowd, not in step
+    # with it, as under a send rate floored at half a write a second.
+    assert got.refusals_per_write <= most_refusals
+    # No process is starved: the least served gets a share of the mean (at
+    # 100 processes, five writes each in ten minutes is too few to tell).
+    assert got.least_share >= least_share
+
+
+async def test_a_hot_writes_turn_waited_for_is_not_spent_on_a_stale_swap() -> None:
+    clock = VirtualTime()
+    bucket = S3LikeBucket(MemoryStore(), scale=None, object_writes=1.0, clock=clock)
+    rates = AdaptiveRates(clock=clock, sleep=clock.sleep)
+    ours, theirs = (
+        S3LikeStore(
+            bucket,
+            latency=(0.0, 0.0),
+            retry=RetryPolicy(attempts=5, base=0.0, cap=0.0),
+            adaptive=adaptive,
+        )
+        for adaptive in (rates, False)
+    )
+    etag = await theirs.put("slots/k", b"0")
+    turns = ObjectTurns(clock=clock, sleep=clock.sleep, rng=random.Random(0))
+    rates.hot.rates["slots/k"] = turns
+    turns.record(sent=clock.now, refused=False)  # our next turn is 1.42 s away
+
+    async def swap_after_they_write() -> None:
+        await clock.sleep(1.0)  # when the object takes a write again
+        await theirs.put_if_match("slots/k", b"theirs", etag)  # while we wait our turn
+        with pytest.raises(PreconditionFailed):
+            await ours.put_if_match("slots/k", b"ours", etag)
+
+    writes = bucket.counts["write slots"]
+    task = asyncio.create_task(swap_after_they_write())
+    while not task.done():
+        await clock.run_for(0.5)
+    await task
+    assert bucket.counts["write slots"] == writes + 1  # theirs alone: ours was never sent
+    assert bucket.slowdowns["write slots"] == 0
+    assert turns.throttles == 0
