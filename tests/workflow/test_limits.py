@@ -263,3 +263,28 @@ def test_a_runner_refuses_limits_that_make_no_sense() -> None:
 
 async def _is(runner: JobRunner, job_id: str, status: JobStatus) -> bool:
     return await status_of(runner, job_id) is status
+
+
+async def test_a_slot_is_held_a_lease_past_its_runs_lease(
+    make_limited: Callable[..., JobRunner], clock: FakeClock, tracker: Tracker
+) -> None:
+    # Room for the slot's renewal, which follows the lease's and may wait for
+    # the key object's turn on a store that takes a write a second to it: a
+    # slot held only as long as the lease lapses under a live run there.
+    from stepstone.limits import slots
+    from stepstone.limits.shared import SharedObject
+
+    async with make_limited(concurrency=4, lease=30) as runner:
+        blocker = await runner.submit(Blocker(key="a"))
+        await wait_until(lambda: tracker.inside["a"] == 1, message="the blocker runs")
+        state = await runner.status(blocker.id)
+        assert state is not None and state.lease_expires_at is not None
+        (key,) = [o.key for o in await runner.store.list("") if "/slots/" in f"/{o.key}"]
+        table = SharedObject(
+            runner.store, key, clock, to_fields=slots.to_fields, from_fields=slots.from_fields
+        )
+        held = await table.update(lambda s, now: (s, s))
+        assert held is not None and [h.run for h in held.holders] == [blocker.id]
+        assert held.holders[0].until == pytest.approx(state.lease_expires_at + 30)
+        tracker.release.set()
+        assert await blocker.result(timeout=10) == "a0"

@@ -134,6 +134,11 @@ class Lease:
                 )
                 return
             if not ours:
+                log.warning(
+                    "job %s: what it holds with its lease (a concurrency slot) was taken over "
+                    "(it had lapsed before its renewal landed); the lease is given up",
+                    self._delivery.id,
+                )
                 self._lose()
                 return
 

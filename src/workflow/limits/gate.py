@@ -8,8 +8,14 @@ queue, the attempt not counted, holding no worker):
 1. **A slot of its concurrency key**, if the job gives one. A full key puts
    the run in line (``waiting_for_slot``) until a holder's release wakes it.
    A slot is renewed with the job's lease (``Lease.also_renew``, at every
-   heartbeat), so a crashed holder's slot lapses with its lease; and released
-   when the code ends, however it ends (:meth:`Admitted.leave`).
+   heartbeat) and held a lease past it: the renewal goes out after the
+   lease's, and on a store that takes one write a second to the key's
+   object it waits for its turn (stepstone.store.wrappers.object_turns), so
+   a slot held only as long as the lease would lapse under a live run,
+   another run would take it, and the live one would lose its lease. A
+   crashed holder's slot lapses a lease after its lease (at once for the
+   run's own next claim, which takes its entry over); it is released when
+   the code ends, however it ends (:meth:`Admitted.leave`).
 2. **Its turn under its type's rate limit**, if the type has one, once per
    attempt. A turn still to come is recorded as a memo of the run
    (``!rate.<attempt>``) and the run suspends until it (``rate_limited``),
@@ -226,8 +232,8 @@ class Limits:
 
         The first in line looks again after ``grace`` (a lease): a wake lost
         with the holder that freed the slot (killed between its release and
-        the wake), or a holder that died holding it (its slot lapses with its
-        lease), leaves a free slot that no one else would tell it of. Its look
+        the wake), or a holder that died holding it (its slot lapses a lease
+        after its lease), leaves a free slot that no one else would tell it of. Its look
         takes the slot and wakes whoever is next, so one run a full key
         looking again each lease is enough; the rest wait for the line to move.
         """
@@ -251,7 +257,7 @@ class Limits:
                 limit=job_type.concurrency_limit,
                 run=run.run_id,
                 token=token,
-                until=lease.expires_at,
+                until=lease.expires_at + grace,
                 now=now,
                 grace=grace,
             )
@@ -329,8 +335,12 @@ class HeldSlot:
         self.token = token
         self.stop_renewing: Callable[[], None] = lambda: None
 
-    async def renew(self, until: float) -> bool:
-        """Carry the slot to ``until``; False if it was taken over."""
+    async def renew(self, expires_at: float) -> bool:
+        """Carry the slot to a lease past the lease's ``expires_at`` (module
+        docstring); False if it was taken over."""
+        return await self._carry(expires_at + self.limits.grace)
+
+    async def _carry(self, until: float) -> bool:
         run, token, grace = self.run, self.token, self.limits.grace
         decision = await self.limits.decide(
             self.table,
@@ -344,7 +354,7 @@ class HeldSlot:
         """Keep the slot, unrenewed, until ``until``: the run suspends for its
         rate turn, and its next claim takes the slot over."""
         self.stop_renewing()
-        await self.renew(until)
+        await self._carry(until)
 
     async def release(self) -> None:
         self.stop_renewing()
@@ -373,7 +383,7 @@ class Admitted:
 
     async def leave(self) -> None:
         """The run's code has ended (or suspended): release its slot. A
-        failure is logged, not raised: the slot lapses with the lease."""
+        failure is logged, not raised: the slot lapses a lease after the lease."""
         slot, self.slot = self.slot, None
         if slot is None:
             return

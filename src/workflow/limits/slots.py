@@ -8,10 +8,11 @@ these functions directly.
 A table holds:
 
 - **holders**: the runs in flight under the key, each with the token its
-  claim drew when it took the slot and ``until``, the expiry of the job's
-  lease, which the holder carries forward at every renewal of that lease. A
-  holder whose ``until`` has passed crashed or hung: every operation drops
-  it, so its slot frees when its lease lapses. So does one whose ``until``
+  claim drew when it took the slot and ``until``, a lease past the expiry
+  of the job's lease, which the holder carries forward at every renewal of
+  that lease (stepstone.limits.gate says why the lease more). A holder
+  whose ``until`` has passed crashed or hung: every operation drops it, so
+  its slot frees a lease after its lease lapsed. So does one whose ``until``
   could not be real (not a number, more than ``HOLD_AHEAD`` ahead: a lease
   is renewed by heartbeat, its expiry is never that far off), which would
   otherwise block its key for good.
@@ -54,9 +55,9 @@ from typing import Any
 from stepstone.runtime import plausible
 from stepstone.runtime.store_queue.records import CorruptRecord
 
-HOLD_AHEAD = plausible.LEASE_AHEAD
-"""Seconds ahead of now past which a holder's ``until`` (a lease expiry)
-could not be real."""
+HOLD_AHEAD = plausible.LEASE_AHEAD + plausible.MAX_LEASE
+"""Seconds ahead of now past which a holder's ``until`` (a lease expiry,
+and a lease past it) could not be real."""
 
 
 @dataclass(frozen=True, slots=True)
