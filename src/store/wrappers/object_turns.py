@@ -27,9 +27,9 @@ exponential backoff), made fairer:
   refusal, not when a write is accepted: with Ethernet's rule (back to
   nothing at a success) a process served once is paced just as the object
   refills and keeps it from every other, whose waits have grown, and
-  taking one off at each success still left some processes a hundredth of
-  the others' writes. A contention that eases with time is about the same
-  in every process of a crowd, so their shares are too;
+  taking one off at each success still starved some. A contention that
+  eases with time is about the same in every process of a crowd, so none
+  is kept from the object for long;
 - after an accepted write it also waits the interval and up to
   ``YIELD`` of it more, so that a process with writes queued leaves the
   object free now and then for one that waited.
