@@ -69,14 +69,15 @@ from .keys import MAX_KEY_LENGTH, validate_key, validate_prefix
 from .parts import Body, Parts, SplitObject, Splitter
 from .s3_answers import (
     CREDENTIAL_CODES,
-    REFUSED_CODES,
     REGION_CODES,
     THROTTLING_CODES,
     TRANSIENT_CODES,
     answered,
     answered_size,
+    maybe_applied,
     object_info,
     quoted,
+    throttling,
 )
 from .s3_large import Multipart, put_in_parts, read_body, read_split, request_body
 from .wrappers.retry import RetryPolicy
@@ -336,43 +337,6 @@ class S3Store(ObjectStore):
             f"bucket {self.bucket!r} does not exist{where}", location=self.location
         )
 
-    @staticmethod
-    def _answer(exc: BaseException | None) -> tuple[str, int] | None:
-        """The error code and HTTP status of an S3 error answer (None: no answer)."""
-        from botocore.exceptions import ClientError
-
-        if not isinstance(exc, ClientError):
-            return None
-        code = str(exc.response.get("Error", {}).get("Code", ""))
-        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
-        return code, status
-
-    @classmethod
-    def _throttling(cls, exc: BaseException) -> bool:
-        """Did S3 ask us to send less (SlowDown, a throttling code, 429)?"""
-        answer = cls._answer(exc)
-        return answer is not None and (answer[0] in THROTTLING_CODES or answer[1] == 429)
-
-    @classmethod
-    def _maybe_applied(cls, exc: BaseException) -> bool:
-        """Could the failed try have reached S3 and been applied?
-
-        A refused connection never sent the request, and throttling (SlowDown,
-        429) or a conditional-write conflict (409) is refused before any work;
-        a timeout while reading the answer, a dropped connection or another
-        5xx might have been applied.
-        """
-        from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError
-
-        cause = exc.__cause__
-        if isinstance(cause, (EndpointConnectionError, ConnectTimeoutError)):
-            return False
-        answer = cls._answer(cause)
-        if answer is not None:
-            code, status = answer
-            return code not in REFUSED_CODES and status not in (409, 429)
-        return True
-
     async def _call(
         self,
         key: str | None,
@@ -408,7 +372,7 @@ class S3Store(ObjectStore):
                 result = await request(client)
             except Exception as exc:
                 if rate is not None:
-                    rate.record(sent=sent, refused=self._throttling(exc))
+                    rate.record(sent=sent, refused=throttling(exc))
                 classified = self._classify(exc, key, conditional)
                 if classified is exc:
                     raise
@@ -419,7 +383,7 @@ class S3Store(ObjectStore):
             return result
 
         def note(_: int, exc: BaseException) -> None:
-            if state is not None and self._maybe_applied(exc):
+            if state is not None and maybe_applied(exc):
                 state.maybe_applied = True
 
         try:

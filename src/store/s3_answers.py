@@ -1,6 +1,8 @@
 """S3's error codes, by what each asks of a client: send less, try again, fix
 the configuration. The S3Store classifies every answer by these
-(stepstone.store.s3), and the throttle and the retries act on the class."""
+(stepstone.store.s3), and the throttle and the retries act on the class:
+:func:`throttling` says a failure asked to send less, :func:`maybe_applied`
+whether a failed try may still have been applied."""
 
 from __future__ import annotations
 
@@ -93,3 +95,41 @@ def object_info(answer: Any, key: str, size: str, *, location: str) -> ObjectInf
     etag = quoted(str(answered(answer, "ETag", location=location, key=key)))
     length = answered_size(answer, size, location=location, key=key)
     return ObjectInfo(key, etag, length, modified.timestamp())
+
+
+def error_answer(exc: BaseException | None) -> tuple[str, int] | None:
+    """The error code and HTTP status of an S3 error answer (None: no answer)."""
+    from botocore.exceptions import ClientError
+
+    if not isinstance(exc, ClientError):
+        return None
+    code = str(exc.response.get("Error", {}).get("Code", ""))
+    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+    return code, status
+
+
+def throttling(exc: BaseException) -> bool:
+    """Did S3 ask us to send less (SlowDown, a throttling code, 429)?"""
+    answer = error_answer(exc)
+    return answer is not None and (answer[0] in THROTTLING_CODES or answer[1] == 429)
+
+
+def maybe_applied(exc: BaseException) -> bool:
+    """Could the failed try (``exc``, a StoreError raised from botocore's)
+    have reached S3 and been applied?
+
+    A refused connection never sent the request, and throttling (SlowDown,
+    429) or a conditional-write conflict (409) is refused before any work;
+    a timeout while reading the answer, a dropped connection or another
+    5xx might have been applied.
+    """
+    from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError
+
+    cause = exc.__cause__
+    if isinstance(cause, (EndpointConnectionError, ConnectTimeoutError)):
+        return False
+    answer = error_answer(cause)
+    if answer is not None:
+        code, status = answer
+        return code not in REFUSED_CODES and status not in (409, 429)
+    return True
