@@ -82,7 +82,6 @@ class ObjectTurns:
         self._now = clock
         self._sleep = sleep
         self._rng = rng or random.Random()
-        self.interval = INTERVAL
         self.contention = 0
         self._eased_at = 0.0
         """When the contention last rose or fell (while it is above nothing)."""
@@ -105,7 +104,7 @@ class ObjectTurns:
             waited = True
             await self._sleep(min(wait, NAP))  # then look again: an answer may have moved it
         now = self._now()
-        self._next = now + self.interval
+        self._next = now + INTERVAL
         return now, waited
 
     def give_back(self, sent: float) -> None:
@@ -126,9 +125,9 @@ class ObjectTurns:
             if steps:
                 self.contention = max(0, self.contention - steps)
                 self._eased_at = now
-            self._later(now + self.interval * self._rng.uniform(1.0, 1.0 + YIELD))
+            self._later(now + INTERVAL * self._rng.uniform(1.0, 1.0 + YIELD))
         if self.contention:
-            self._later(now + self.interval * self._rng.uniform(1.0, 2.0**self.contention))
+            self._later(now + INTERVAL * self._rng.uniform(1.0, 2.0**self.contention))
 
     def _later(self, at: float) -> None:
         self._next = max(self._next, at)
