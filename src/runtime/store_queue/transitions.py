@@ -8,12 +8,24 @@ and swaps the changed record over that version; a swap refused because the
 record moved on reads it again. A token that no longer owns the record
 changes nothing and answers LOST. A wake needs no token, only a swap: it
 marks a held record, or makes a waiting one due.
+
+**One change of a record at a time.** The heartbeat renews a lease while
+the attempt settles, and a settlement's swap may wait (for a throttled
+partition's rate, or a store's turn on the object), while a renewal is sent
+first. Run side by side, each renewal that landed meanwhile moved the
+record past the version the settlement swaps over, and after a few the
+settlement gave up and the job was reported lost by its own holder. So the
+changes of one record by one instance wait for each other: a settlement
+swaps over the version the renewal before it wrote, and a renewal behind a
+settlement that removed the record finds it settled.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 from stepstone.store.errors import NotFound, PreconditionFailed
 
@@ -39,6 +51,22 @@ class RecordTransitions:
         self._view = io.view
         self._clock = clock
         self._notify = notify
+        self._changing: dict[str, _Turns] = {}
+
+    @contextlib.asynccontextmanager
+    async def _turn(self, run_id: str) -> AsyncIterator[None]:
+        """Hold the run's record for one change (module docstring)."""
+        turns = self._changing.get(run_id)
+        if turns is None:
+            turns = self._changing[run_id] = _Turns()
+        turns.users += 1
+        try:
+            async with turns.lock:
+                yield
+        finally:
+            turns.users -= 1
+            if not turns.users:
+                del self._changing[run_id]
 
     async def fenced(
         self, delivery: Delivery, change: RecordChange
@@ -49,6 +77,12 @@ class RecordTransitions:
         itself to write nothing (then a HEAD confirms the token still owns it).
         Returns what was written (None for a delete), or Settlement.LOST.
         """
+        async with self._turn(delivery.id):
+            return await self._fenced(delivery, change)
+
+    async def _fenced(
+        self, delivery: Delivery, change: RecordChange
+    ) -> StoredJob | Settlement | None:
         run_id = delivery.id
         key = self._io.key(run_id)
         seen = self._view.get(run_id)
@@ -220,6 +254,16 @@ class RecordTransitions:
                 self._notify()
             return True
         return True  # it keeps moving: it is live, and whoever moves it sees the work
+
+
+class _Turns:
+    """The changes of one record under way or waiting (RecordTransitions._turn)."""
+
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
 
 
 def killed(job: StoredJob, now: float, reason: str, last_error: str | None) -> StoredJob:
