@@ -27,7 +27,9 @@ Each case runs with ``object_writes=1.0`` (a write a second per object,
 the rest answered 429) and without (``None``), interleaved. The limit holds
 for the hot objects' partitions (``slots``, ``rates``, ``schedules``);
 ``--every-object`` puts it on every key, as GCS does, where a run's own
-queue record, claimed and acked within a second, meets it too.
+queue record, claimed and acked within a second, meets it too; with
+``--object-turns`` each client is told so (``S3Store(object_turns=True)``:
+every object takes turns).
 
 Reported, besides fleet.py's jobs/s: the runs a second the limit would
 allow (the key's: ``LIMIT`` over a run's measured time in its code; the
@@ -59,6 +61,7 @@ from typing import Any, ClassVar, Literal
 from stepstone import Job, JobContext, JobRunner, RateLimit
 from stepstone.runtime.store_queue import StoreQueue
 from stepstone.store import MemoryStore, PreconditionFailed
+from stepstone.store.wrappers.throttle import AdaptiveRates
 
 from .cases import CpuTimer, percentile
 from .counting import CountingStore, _area
@@ -154,11 +157,14 @@ class HotSpec:
     steps: int = 3
     window: float = 90.0
     every_object: bool = False
+    object_turns: bool = False
+    """Each client told the store limits every object (S3Store's ``object_turns``)."""
     """The per-object limit on every key, not only the hot partitions' (HotBucket)."""
 
     @property
     def label(self) -> str:
         limited = ("1/s-all" if self.every_object else "1/s") if self.object_writes else "none"
+        limited += "-turns" if self.object_turns else ""
         return f"{self.load}-w{self.workers}-obj{limited}"
 
 
@@ -258,7 +264,13 @@ async def hot_fleet(spec: HotSpec) -> dict[str, Any]:
         limited=(lambda key: True) if spec.every_object else _hot_key,
     )
     clients = [
-        S3LikeStore(sim, latency=LATENCY, seed=SEED + 10 * n) for n in range(1 + spec.workers)
+        S3LikeStore(
+            sim,
+            latency=LATENCY,
+            seed=SEED + 10 * n,
+            adaptive=AdaptiveRates(object_turns=spec.object_turns),
+        )
+        for n in range(1 + spec.workers)
     ]
     tag = uuid.uuid4().hex[:8]
     ledger = _LEDGERS[tag] = Ledger()
@@ -397,6 +409,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--every-object", action="store_true", help="the per-object limit on every key"
     )
+    parser.add_argument(
+        "--object-turns",
+        action="store_true",
+        help="each client told that every object is limited (S3Store's object_turns)",
+    )
     parser.add_argument("--out", default="")
     options = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)  # (the hot-object warnings are counted instead)
@@ -407,6 +424,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     specs = plan(workers, options.n, loads)
     for spec in specs:
         spec.every_object = options.every_object
+        spec.object_turns = options.object_turns
     commit = source_commit()
     results = []
     for round_ in range(options.rounds):

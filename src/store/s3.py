@@ -110,6 +110,8 @@ class S3Store(ObjectStore):
     stepstone.store.conflicts). ``headers`` go with every request: a
     provider's own (Tigris: ``{"X-Tigris-Consistent": "true"}``).
     ``multipart`` says when a large body goes in parts (:class:`Multipart`).
+    ``object_turns`` paces the writes to each object, for a store that
+    limits them (GCS: about one a second per object; docs/storage.md).
     """
 
     remote = True
@@ -130,6 +132,7 @@ class S3Store(ObjectStore):
         conflicts: RetryPolicy = CONFLICT_RETRY,
         headers: dict[str, str] | None = None,
         multipart: Multipart | None = None,
+        object_turns: bool = False,
     ) -> None:
         if not bucket or "/" in bucket:
             raise StoreConfigError(f"invalid bucket name {bucket!r}", location=f"s3://{bucket}")
@@ -152,10 +155,20 @@ class S3Store(ObjectStore):
         self.conflicts = conflicts
         self.headers = dict(headers or {})
         self.multipart = multipart or Multipart()
+        if object_turns and adaptive is False:
+            raise StoreConfigError(
+                "object_turns paces writes through the adaptive send rates: "
+                "it cannot go with adaptive=False",
+                location=self.location,
+            )
         if isinstance(adaptive, AdaptiveRates):
             rates: AdaptiveRates | None = adaptive
+            if object_turns:
+                adaptive.hot.every_object = True
+        elif adaptive:
+            rates = process_rates(f"{endpoint_url or ''}|{bucket}", object_turns=object_turns)
         else:
-            rates = process_rates(f"{endpoint_url or ''}|{bucket}") if adaptive else None
+            rates = None
         self.send_rates = rates
         """The store's adaptive send rates (None: off); see
         stepstone.store.wrappers.throttle."""

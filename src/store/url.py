@@ -6,7 +6,9 @@
                          ``?commit_in=thread`` where batches commit; see FileStore)
     s3://bucket/prefix?endpoint_url=http://localhost:9000&region=eu-west-1
                          (``&header=X-Tigris-Consistent:true`` sends a
-                         provider's own header with every request)
+                         provider's own header with every request;
+                         ``&object_turns=true`` paces each object's writes,
+                         for a store that limits them: GCS)
 
 A URL opens a store that exists; it creates none. As no bucket is created,
 no directory is: a relative path means another directory to every process
@@ -40,17 +42,6 @@ class _HasNow(Protocol):
     def now(self) -> float: ...
 
 
-_S3_PARAMS = {
-    "endpoint_url": str,
-    "region": str,
-    "profile": str,
-    "connect_timeout": float,
-    "read_timeout": float,
-    "max_connections": int,
-}
-_RETRY_PARAMS = {"retry_attempts": int, "retry_base": float, "retry_cap": float}
-
-
 def boolean(raw: str) -> bool:
     """``true`` or ``false`` (``1``/``0``, ``yes``/``no``)."""
     answer = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
@@ -58,6 +49,18 @@ def boolean(raw: str) -> bool:
         return answer[raw.lower()]
     except KeyError:
         raise ValueError(raw) from None
+
+
+_S3_PARAMS: dict[str, Callable[[str], Any]] = {
+    "endpoint_url": str,
+    "region": str,
+    "profile": str,
+    "connect_timeout": float,
+    "read_timeout": float,
+    "max_connections": int,
+    "object_turns": boolean,
+}
+_RETRY_PARAMS = {"retry_attempts": int, "retry_base": float, "retry_cap": float}
 
 
 _MULTIPART_PARAMS: dict[str, Callable[[str], Any]] = {

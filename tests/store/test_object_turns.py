@@ -18,7 +18,10 @@ import sys
 import pytest
 
 from stepstone.store import MemoryStore, PreconditionFailed, RetryPolicy
-from stepstone.store.wrappers.object_turns import ObjectTurns
+from stepstone.store.errors import Throttled
+from stepstone.store.wrappers.hot_objects import HOT_AFTER
+from stepstone.store.wrappers.object_turns import INTERVAL, ObjectTurns
+from stepstone.store.wrappers.send_rate import first as send_first
 from stepstone.store.wrappers.throttle import AdaptiveRates
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -76,3 +79,63 @@ async def test_a_hot_writes_turn_waited_for_is_not_spent_on_a_stale_swap() -> No
     assert bucket.counts["write slots"] == writes + 1  # theirs alone: ours was never sent
     assert bucket.slowdowns["write slots"] == 0
     assert turns.throttles == 0
+
+
+async def test_a_write_sent_first_keeps_the_objects_pace_not_its_backoff() -> None:
+    clock = VirtualTime()
+    turns = ObjectTurns(clock=clock, sleep=clock.sleep, rng=random.Random(0))
+    for _ in range(3):  # contended: the next write waits up to eight intervals
+        turns.record(sent=clock.now, refused=True)
+    refused_at = clock.now
+
+    async def renew() -> float:
+        with send_first():
+            return await turns.acquire()
+
+    task = asyncio.create_task(renew())
+    while not task.done():
+        await clock.run_for(0.25)
+    assert await task == refused_at + INTERVAL  # the object would refuse it sooner
+
+
+async def _one_processs_record(object_turns: bool) -> tuple[S3LikeBucket, VirtualTime]:
+    """A process claims a queue record just created, renews it at once (sent
+    first, as a claim that took long is), and acks it: on a bucket that takes
+    one write a second per object."""
+    clock = VirtualTime()
+    bucket = S3LikeBucket(MemoryStore(), scale=None, object_writes=1.0, clock=clock)
+    store = S3LikeStore(
+        bucket,
+        latency=(0.0, 0.0),
+        retry=RetryPolicy(attempts=5, base=0.0, cap=0.0),
+        adaptive=AdaptiveRates(clock=clock, sleep=clock.sleep, object_turns=object_turns),
+    )
+
+    async def life() -> None:
+        etag = await store.put_if_absent("queue/jobs/a", b"created")
+        etag = await store.put_if_match("queue/jobs/a", b"claimed", etag)
+        with send_first():
+            etag = await store.put_if_match("queue/jobs/a", b"renewed", etag)
+        await store.delete("queue/jobs/a", if_match=etag)
+
+    task = asyncio.create_task(life())
+    while not task.done():
+        await clock.run_for(0.25)
+    await task
+    return bucket, clock
+
+
+async def test_on_a_store_limiting_each_object_every_object_keeps_its_pace() -> None:
+    started = VirtualTime().now
+    bucket, clock = await _one_processs_record(object_turns=True)
+    assert sum(bucket.slowdowns.values()) == 0
+    assert bucket.counts["write queue"] == 4
+    assert clock.now - started >= 3 * INTERVAL
+
+
+async def test_untold_its_quick_writes_are_refused_until_it_is_found_hot() -> None:
+    try:
+        bucket, _ = await _one_processs_record(object_turns=False)
+    except Throttled:
+        return  # (refused at every try: the worse outcome)
+    assert sum(bucket.slowdowns.values()) >= HOT_AFTER

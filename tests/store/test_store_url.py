@@ -88,6 +88,18 @@ def test_s3_urls() -> None:
     bare = open_store("s3://bucket")
     assert isinstance(bare, S3Store)
     assert (bare.prefix, bare.location, bare.endpoint_url) == ("", "s3://bucket", None)
+    assert bare.send_rates is not None and not bare.send_rates.hot.every_object
+
+
+def test_a_store_that_limits_each_object_is_told_so_in_its_url() -> None:
+    store = open_store("s3://gcs-bucket?endpoint_url=https://storage.example&object_turns=true")
+    assert isinstance(store, S3Store) and store.send_rates is not None
+    assert store.send_rates.hot.every_object
+    # Every store of the process on that bucket paces each object from then on.
+    other = open_store("s3://gcs-bucket/other?endpoint_url=https://storage.example")
+    assert isinstance(other, S3Store) and other.send_rates is store.send_rates
+    with pytest.raises(StoreConfigError, match="adaptive=False"):
+        S3Store("gcs-bucket", adaptive=False, object_turns=True)
 
 
 BAD_URLS = [
@@ -100,6 +112,7 @@ BAD_URLS = [
     "s3://bucket?retry_attempts=many",
     "s3://bucket?retry_attempts=0",
     "s3://bucket?region=a&region=b",
+    "s3://bucket?object_turns=sometimes",
     "s3://bucket/../up",
     "file://otherhost/x",
     "file://",

@@ -58,6 +58,9 @@ ALONE = 0.25
 a share of its answers, relative to the object's own share."""
 WATCHED = 256
 """Keys whose recent answers are remembered (the most recently refused)."""
+EVERY_KEPT = 4096
+"""Objects whose turns are kept when every object takes turns (the most
+recently written): one forgotten only loses the pace of its next write."""
 
 
 class _Answers:
@@ -101,9 +104,15 @@ class HotObjects:
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        every_object: bool = False,
     ) -> None:
         self._clock = clock
         self._sleep = sleep
+        self.every_object = every_object
+        """Every object takes turns, hot or not: a store that limits the writes
+        to each one (``S3Store(object_turns=True)``; module docstring)."""
+        self._recent: OrderedDict[str, ObjectTurns] = OrderedDict()
+        """The turns of the objects written lately, when every object takes turns."""
         self._partitions: dict[str, _Answers] = {}
         """Each partition's answers, from its first refusal until WINDOW without one."""
         self._keys: OrderedDict[str, _Answers] = OrderedDict()
@@ -111,8 +120,18 @@ class HotObjects:
         """The turns of each hot object, by its key in the bucket."""
 
     def rate(self, key: str) -> ObjectTurns | None:
-        """The turns of ``key``'s writes, if it is a hot object."""
-        return self.rates.get(key)
+        """The turns of ``key``'s writes, if it is a hot object (every object
+        is one when :attr:`every_object`)."""
+        turns = self.rates.get(key)
+        if turns is not None or not self.every_object:
+            return turns
+        turns = self._recent.pop(key, None)
+        if turns is None:
+            turns = ObjectTurns(clock=self._clock, sleep=self._sleep)
+        self._recent[key] = turns
+        while len(self._recent) > EVERY_KEPT:
+            self._recent.popitem(last=False)
+        return turns
 
     def answered(
         self, key: str, *, partition: str, refused: bool, location: str

@@ -42,7 +42,11 @@ A conditional write that waited for its turn reads the object's etag
 before it is sent, so a turn is not spent on a write bound to lose
 (stepstone.store.conflicts.confirm_precondition). A write sent
 :func:`~stepstone.store.wrappers.send_rate.first` (a lease's renewal) does
-not wait for its turn, as with a partition's rate.
+not wait behind the backoff, as it would not behind a partition's rate, but
+it does keep the object's **pace**: an interval after this process's last
+accepted write or refusal, before which the object would refuse it anyway
+(a renewal sent at once after its claim, quickly retried, was refused at
+every try and the lease counted as not renewed).
 """
 
 from __future__ import annotations
@@ -89,6 +93,8 @@ class ObjectTurns:
         """Throttling answers recorded."""
         self._next = -float("inf")
         """The earliest clock time the next write may be sent."""
+        self._paced = -float("inf")
+        """The earliest clock time a write sent first may be sent (the pace alone)."""
 
     async def acquire(self) -> float:
         """Wait for this process's next turn to write the object; the clock's
@@ -97,25 +103,27 @@ class ObjectTurns:
 
     async def turn(self) -> tuple[float, bool]:
         """As :meth:`acquire`, and whether it waited for the turn."""
-        if sent_first():
-            return self._now(), False
+        first = sent_first()
         waited = False
-        while (wait := self._next - self._now()) > 0:
+        while (wait := (self._paced if first else self._next) - self._now()) > 0:
             waited = True
             await self._sleep(min(wait, NAP))  # then look again: an answer may have moved it
         now = self._now()
-        self._next = now + INTERVAL
+        self._later(now + INTERVAL)
+        self._paced = max(self._paced, now + INTERVAL)
         return now, waited
 
     def give_back(self, sent: float) -> None:
         """The turn taken at ``sent`` was not used (the write was found bound
         to lose before it was sent): the next write may go at once."""
         self._next = min(self._next, sent)
+        self._paced = min(self._paced, sent)
 
     def record(self, *, sent: float, refused: bool) -> None:
         """Account for the answer to a write ``acquire`` let go at ``sent``;
         ``refused``: a throttling answer (429, SlowDown)."""
         now = self._now()
+        self._paced = max(self._paced, now + INTERVAL)
         if refused:
             self.throttles += 1
             self.contention = min(MOST_DOUBLINGS, self.contention + 1)

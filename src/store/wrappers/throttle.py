@@ -42,7 +42,8 @@ from .send_rate import AdaptiveRate
 
 class AdaptiveRates:
     """One :class:`AdaptiveRate` per partition and class, the first segment
-    of a key, made on first use, and the bucket's hot objects; ``clock`` and
+    of a key, made on first use, and the bucket's hot objects (every object,
+    with ``object_turns``: a store that limits each one); ``clock`` and
     ``sleep`` are handed to each."""
 
     def __init__(
@@ -50,11 +51,12 @@ class AdaptiveRates:
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        object_turns: bool = False,
     ) -> None:
         self._clock = clock
         self._sleep = sleep
         self.by_partition: dict[str, AdaptiveRate] = {}
-        self.hot = HotObjects(clock=clock, sleep=sleep)
+        self.hot = HotObjects(clock=clock, sleep=sleep, every_object=object_turns)
 
     def of(self, key: str, *, under: str = "", reads: bool = False) -> AdaptiveRate:
         """The rate of the reads (GET, HEAD, LIST) or the writes (the rest)
@@ -159,11 +161,16 @@ _PROCESS: dict[str, AdaptiveRates] = {}
 _PROCESS_LOCK = threading.Lock()
 
 
-def process_rates(service: str) -> AdaptiveRates:
+def process_rates(service: str, *, object_turns: bool = False) -> AdaptiveRates:
     """The send rates every request of this process to ``service`` (an
-    endpoint and a bucket: ``S3Store`` names them) shares (module docstring)."""
+    endpoint and a bucket: ``S3Store`` names them) shares (module docstring);
+    ``object_turns`` makes every object take turns from then on, for every
+    store of the process on it (one store told the bucket limits each object
+    is enough)."""
     with _PROCESS_LOCK:
         rates = _PROCESS.get(service)
         if rates is None:
             rates = _PROCESS[service] = AdaptiveRates()
+        if object_turns:
+            rates.hot.every_object = True
         return rates
