@@ -9,22 +9,29 @@ second write within a second to one key with SlowDown."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import os
 import random
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from functools import partial
+from typing import TypeVar
 
 import pytest
 
-from stepstone.store import MemoryStore, RetryPolicy
+from stepstone.store import MemoryStore, RetryPolicy, Throttled
 from stepstone.store.wrappers.hot_objects import HotObjects
+from stepstone.store.wrappers.send_rate import first as send_first
 from stepstone.store.wrappers.throttle import AdaptiveRates
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
+from benchmarks.hot_crowd import VirtualTime
 from benchmarks.s3_like import S3LikeBucket, S3LikeStore
+
+T = TypeVar("T")
 
 
 class FakeTime:
@@ -185,3 +192,115 @@ async def test_a_key_of_one_process_among_many_in_a_throttled_partition_is_not_h
     assert caplog.records == []
     partition = rates.of("memos/")
     assert partition.rate is not None and partition.throttles > 30
+
+
+# -- a store that limits every object, not told so -------------------------------------------
+
+
+def record_lives(
+    hot: HotObjects,
+    time: FakeTime,
+    draw: random.Random,
+    *,
+    seconds: float,
+    refused: Callable[[bool], float],
+) -> int:
+    """One process's writes to a queue partition, twenty records a second:
+    each record claimed (its first write here), then renewed and acked within
+    the second (``again``); each write refused with the chance
+    ``refused(again)``, retried until accepted. The refusals that fell on
+    writes again."""
+    t, n, again_refused = 0.0, 0, 0
+    while t < seconds:
+        n += 1
+        for again in (False, True, True):
+            while True:
+                t += 0.017
+                time.now = 1000.0 + t
+                refusal = draw.random() < refused(again)
+                hot.answered(
+                    f"queue/jobs/r{n}", partition="queue writes", refused=refusal, location="x"
+                )
+                again_refused += refusal and again
+                if not refusal:
+                    break
+    return again_refused
+
+
+def test_a_store_refusing_the_writes_that_follow_a_processs_own_limits_every_object(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    time = FakeTime()
+    hot = HotObjects(clock=time)
+    with caplog.at_level(logging.WARNING, logger="stepstone.store"):
+        record_lives(
+            hot, time, random.Random(7), seconds=10, refused=lambda again: 0.9 if again else 0.02
+        )
+    assert hot.every_object
+    told = [r.getMessage() for r in caplog.records if "object_turns=true" in r.getMessage()]
+    assert len(told) == 1 and "within the second" in told[0]
+    assert hot.rate("queue/jobs/any") is not None  # every object takes turns now
+
+
+def test_a_throttled_partition_refusing_every_write_alike_limits_no_object(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    time = FakeTime()
+    hot = HotObjects(clock=time)
+    with caplog.at_level(logging.WARNING, logger="stepstone.store"):
+        again_refused = record_lives(hot, time, random.Random(7), seconds=30, refused=lambda _: 0.5)
+    assert again_refused > 100  # refusals fell on writes again, as on every other
+    assert not hot.every_object
+    assert not [r for r in caplog.records if "object_turns" in r.getMessage()]
+
+
+async def test_an_untold_process_finds_every_object_limited_and_keeps_each_ones_pace(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A backlog another process created, claimed four at a time by one
+    process on a bucket taking one write a second per object: each claim
+    renewed at once (sent first, as a claim that took long is) and acked.
+    Found out once, and from then on the records' writes wait their turn."""
+    clock = VirtualTime()
+    bucket = S3LikeBucket(MemoryStore(), scale=None, object_writes=1.0, clock=clock)
+    theirs = S3LikeStore(bucket, latency=(0.0, 0.0), adaptive=False)
+    rates = AdaptiveRates(clock=clock, sleep=clock.sleep)
+    ours = S3LikeStore(
+        bucket,
+        latency=(0.0, 0.0),
+        retry=RetryPolicy(attempts=5, base=0.0, cap=0.0),
+        adaptive=rates,
+    )
+    created = {}
+    for n in range(80):
+        created[f"queue/jobs/r{n}"] = await theirs.put_if_absent(f"queue/jobs/r{n}", b"0")
+    clock.now += 1.0  # the backlog is a second old: its records take a write again
+    backlog = iter(created.items())
+    refused_when_found: list[int] = []
+
+    async def landed(write: Callable[[], Awaitable[T]]) -> T:
+        while True:
+            try:
+                return await write()
+            except Throttled:
+                await clock.sleep(0.5)  # (as the engine comes back to it)
+
+    async def lane() -> None:
+        for key, etag in backlog:
+            etag = await landed(partial(ours.put_if_match, key, b"claimed", etag))
+            with send_first():
+                etag = await landed(partial(ours.put_if_match, key, b"renewed", etag))
+            await landed(partial(ours.delete, key, if_match=etag))
+            if rates.hot.every_object and not refused_when_found:
+                refused_when_found.append(sum(bucket.slowdowns.values()))
+
+    with caplog.at_level(logging.WARNING, logger="stepstone.store"):
+        task = asyncio.gather(*(lane() for _ in range(4)))
+        while not task.done():
+            await clock.run_for(1.0)
+        await task
+    assert await ours.list("queue/") == []  # every record acked
+    assert rates.hot.every_object
+    told = [r for r in caplog.records if "object_turns=true" in r.getMessage()]
+    assert len(told) == 1
+    assert sum(bucket.slowdowns.values()) - refused_when_found[0] <= 4

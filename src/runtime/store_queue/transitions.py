@@ -23,9 +23,8 @@ settlement that removed the record finds it settled.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 from stepstone.store.errors import NotFound, PreconditionFailed
 
@@ -53,21 +52,6 @@ class RecordTransitions:
         self._notify = notify
         self._changing: dict[str, _Turns] = {}
 
-    @contextlib.asynccontextmanager
-    async def _turn(self, run_id: str) -> AsyncIterator[None]:
-        """Hold the run's record for one change (module docstring)."""
-        turns = self._changing.get(run_id)
-        if turns is None:
-            turns = self._changing[run_id] = _Turns()
-        turns.users += 1
-        try:
-            async with turns.lock:
-                yield
-        finally:
-            turns.users -= 1
-            if not turns.users:
-                del self._changing[run_id]
-
     async def fenced(
         self, delivery: Delivery, change: RecordChange
     ) -> StoredJob | Settlement | None:
@@ -77,8 +61,18 @@ class RecordTransitions:
         itself to write nothing (then a HEAD confirms the token still owns it).
         Returns what was written (None for a delete), or Settlement.LOST.
         """
-        async with self._turn(delivery.id):
-            return await self._fenced(delivery, change)
+        run_id = delivery.id  # the record's changes here take turns (module docstring)
+        turns = self._changing.get(run_id)
+        if turns is None:
+            turns = self._changing[run_id] = _Turns()
+        turns.users += 1
+        try:
+            async with turns.lock:
+                return await self._fenced(delivery, change)
+        finally:
+            turns.users -= 1
+            if not turns.users:
+                del self._changing[run_id]
 
     async def _fenced(
         self, delivery: Delivery, change: RecordChange
@@ -257,7 +251,7 @@ class RecordTransitions:
 
 
 class _Turns:
-    """The changes of one record under way or waiting (RecordTransitions._turn)."""
+    """The changes of one record under way or waiting (RecordTransitions.fenced)."""
 
     __slots__ = ("lock", "users")
 

@@ -16,9 +16,22 @@ written meanwhile and mostly got through, gets turns of its own (an
 pace, and a backoff that spreads the processes sharing it), and its
 refusals no longer count against its partition: writes to it wait for
 their turn (about one a second on GCS), the rest of the partition is not
-held up. One warning
-names the object, once per process, with what it means; the limit is the
-provider's, documented in docs/storage.md.
+held up. One warning names the object, once per process, with what it
+means; the limit is the provider's, documented in docs/storage.md.
+
+On a store known to limit every object (GCS: ``S3Store(object_turns=True)``)
+every object takes turns from its first write. Found one by one, the
+objects one process writes a few times within a second (a queue record:
+its claim, a renewal, its ack) would each be refused a few times first,
+too few to be told apart from a throttled partition, whose rate they would
+cut instead. So a store that was not told is found out by what its
+refusals fall on: a partition throttled refuses a write whatever was
+written before it, a store limiting each object refuses the writes to
+objects written within the second. When, in a partition refusing lately,
+``EVERY_AFTER`` writes to keys this process had written within
+``INTERVAL`` were refused, most of them, while its other writes there
+mostly went through (as for one hot object, ``ALONE``), every object takes
+turns from then on, with one warning saying to tell the store so.
 
 The neighbours are what tell a hot object from a throttled partition. When
 a crowd crosses a partition's limit every key is refused alike, and a key
@@ -43,7 +56,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 
-from .object_turns import ObjectTurns
+from .object_turns import INTERVAL, ObjectTurns
 
 logger = logging.getLogger("stepstone.store")
 
@@ -58,6 +71,9 @@ ALONE = 0.25
 a share of its answers, relative to the object's own share."""
 WATCHED = 256
 """Keys whose recent answers are remembered (the most recently refused)."""
+EVERY_AFTER = 8
+"""Refused writes within WINDOW to keys written by this process within
+INTERVAL before that show the store limits every object (module docstring)."""
 EVERY_KEPT = 4096
 """Objects whose turns are kept when every object takes turns (the most
 recently written): one forgotten only loses the pace of its next write."""
@@ -77,6 +93,10 @@ class _Answers:
         self.times.append((now, refused))
         self.refused += refused
         self.ever_refused += refused
+        self.expire(now)
+
+    def expire(self, now: float) -> None:
+        """Drop the answers older than WINDOW."""
         while self.times and self.times[0][0] <= now - WINDOW:
             _, old = self.times.popleft()
             self.refused -= old
@@ -96,6 +116,34 @@ class _Answers:
         return total, refused
 
 
+class _Partition:
+    """A refusing partition's answers within WINDOW: all of them, and those
+    to keys this process had written within INTERVAL before (``again``)."""
+
+    def __init__(self) -> None:
+        self.all = _Answers()
+        self.again = _Answers()
+
+    def add(self, now: float, refused: bool, *, again: bool) -> None:
+        self.all.add(now, refused)
+        if again:
+            self.again.add(now, refused)
+        else:
+            self.again.expire(now)
+
+    def every_object_limited(self) -> bool:
+        """Whether the refusals fall on the writes that follow this
+        process's own within the second, not on the others (module docstring)."""
+        again = self.again
+        if again.refused < EVERY_AFTER:
+            return False
+        share = again.refused / again.total
+        others = self.all.total - again.total
+        if share < MOSTLY_REFUSED or others < EVERY_AFTER:
+            return False
+        return (self.all.refused - again.refused) / others <= ALONE * share
+
+
 class HotObjects:
     """The hot objects of one bucket, as the process found them (module docstring)."""
 
@@ -113,8 +161,10 @@ class HotObjects:
         to each one (``S3Store(object_turns=True)``; module docstring)."""
         self._recent: OrderedDict[str, ObjectTurns] = OrderedDict()
         """The turns of the objects written lately, when every object takes turns."""
-        self._partitions: dict[str, _Answers] = {}
+        self._partitions: dict[str, _Partition] = {}
         """Each partition's answers, from its first refusal until WINDOW without one."""
+        self._written: OrderedDict[str, float] = OrderedDict()
+        """When this process's writes accepted within INTERVAL were answered, by key."""
         self._keys: OrderedDict[str, _Answers] = OrderedDict()
         self.rates: dict[str, ObjectTurns] = {}
         """The turns of each hot object, by its key in the bucket."""
@@ -139,16 +189,20 @@ class HotObjects:
         """Note the answer to a write to ``key`` (not a hot object yet) in
         ``partition``; ``refused``: by throttling. The key's turns if this
         makes it a hot object (warned about once, naming ``location``)."""
-        part = self._partitions.get(partition)
-        if part is None:
+        now = self._clock()
+        again = self._written_lately(key, now, refused)
+        found = self._partitions.get(partition)
+        if found is None:
             if not refused:
                 return None  # a partition never refused lately: nothing to tell apart
-            part = self._partitions[partition] = _Answers()
-        now = self._clock()
-        part.add(now, refused)
+            found = self._partitions[partition] = _Partition()
+        found.add(now, refused, again=again)
+        part = found.all
         if not part.refused:
             del self._partitions[partition]  # WINDOW without a refusal there
             return None
+        if refused and again and not self.every_object and found.every_object_limited():
+            return self._every_object_found(key, location, found.again.refused)
         mine = self._keys.pop(key, None)
         if mine is None:
             if not refused:
@@ -173,6 +227,38 @@ class HotObjects:
             WINDOW,
         )
         return rate
+
+    def _every_object_found(self, key: str, location: str, refused: int) -> ObjectTurns | None:
+        """Every object takes turns from now on (module docstring); the turns
+        of ``key``, whose refusal told, with its first wait."""
+        self.every_object = True
+        logger.warning(
+            "%s: writes to objects this process had written within the second were refused "
+            "%d times in %.0f s (429/SlowDown) while its other writes mostly went through: the "
+            "store limits writes per object (GCS allows about one a second). stepstone now "
+            "paces the writes to every object of this store; to do so from the start, add "
+            "object_turns=true to the store URL (or S3Store(object_turns=True)); see "
+            "docs/storage.md, Hot objects",
+            location,
+            refused,
+            WINDOW,
+        )
+        turns = self.rate(key)
+        assert turns is not None
+        turns.record(sent=self._clock(), refused=True)
+        return turns
+
+    def _written_lately(self, key: str, now: float, refused: bool) -> bool:
+        """Whether this process wrote ``key`` (accepted) within INTERVAL
+        before ``now``; an accepted write is remembered for the next."""
+        written = self._written
+        while written and next(iter(written.values())) <= now - INTERVAL:
+            written.popitem(last=False)
+        again = key in written
+        if not refused:
+            written[key] = now
+            written.move_to_end(key)
+        return again
 
     @staticmethod
     def _hot(mine: _Answers, part: _Answers) -> bool:
