@@ -35,7 +35,8 @@ Reported, besides fleet.py's jobs/s: the runs a second the limit would
 allow (the key's: ``LIMIT`` over a run's measured time in its code; the
 rate's: ``RATE``); SlowDown/429 answers and lost races (412) on the hot
 object per run; the hot objects each process found (each logs one warning
-per object); the most runs ever in their code at once under the key (never
+per object) and the processes that found every object limited (one warning
+each); the most runs ever in their code at once under the key (never
 above ``LIMIT``), and the most starts within any ``per`` of the rate limit
 and the rate over the run (never above ``RATE``, bar a start's own delay
 after its turn: see :func:`most_within`); how many times each job's code
@@ -358,6 +359,9 @@ def _figures(
     out["hot_objects_per_process_max"] = max(len(h) for h in hot)
     out["processes_with_a_hot_object"] = sum(1 for h in hot if h)
     out["hot_objects"] = sorted({k.split("/", 1)[0] for h in hot for k in h})
+    out["processes_pacing_every_object"] = sum(
+        1 for c in clients[1:] if c.send_rates and c.send_rates.hot.every_object
+    )
     waits = [(o.started_at or 0.0) - (o.submitted_at or 0.0) for o in outcomes]
     if waits:
         out["start_wait_p50_s"] = round(percentile(waits, 50), 2)
@@ -386,6 +390,7 @@ SHOWN = (
     "rate_over_run",
     "hot_objects_per_process_max",
     "processes_with_a_hot_object",
+    "processes_pacing_every_object",
     "finished_exactly_once",
     "code_ran_more_than_once",
     "worker",

@@ -14,23 +14,40 @@ that holds the ack's delete (FaultyStore's ``hold``), counted beneath it.
 from __future__ import annotations
 
 import asyncio
+from typing import NamedTuple
 
 from test_worker import until
 
-from stepstone.runtime import FakeClock, Settlement, StoreQueue
+from stepstone.runtime import Delivery, FakeClock, Settlement, StoreQueue
 from stepstone.store import CountingStore, FaultyStore, MemoryStore
 
 LEASE = 10.0
 
 
+class Claim(NamedTuple):
+    """A run claimed on a StoreQueue whose ``holding`` calls can be held,
+    counted beneath the holding (from the claim on)."""
+
+    clock: FakeClock
+    counted: CountingStore
+    store: FaultyStore
+    queue: StoreQueue
+    delivery: Delivery
+
+    @classmethod
+    async def of(cls, run_id: str, *, holding: str) -> Claim:
+        clock = FakeClock()
+        counted = CountingStore(MemoryStore())
+        store = FaultyStore(counted, operations={holding})
+        queue = StoreQueue(store, clock=clock)
+        await queue.enqueue(b"", kind="k", id=run_id)
+        [delivery] = await queue.claim(1, lease=LEASE)
+        counted.reset()
+        return cls(clock, counted, store, queue, delivery)
+
+
 async def test_a_renewal_due_while_the_ack_waits_waits_for_it_and_finds_the_job_settled() -> None:
-    clock = FakeClock()
-    counted = CountingStore(MemoryStore())
-    store = FaultyStore(counted, operations={"delete"})
-    queue = StoreQueue(store, clock=clock)
-    await queue.enqueue(b"", kind="k", id="a")
-    [delivery] = await queue.claim(1, lease=LEASE)
-    counted.reset()
+    clock, counted, store, queue, delivery = await Claim.of("a", holding="delete")
 
     let_ack_land = store.hold("queue/jobs/a")
     ack = asyncio.create_task(queue.ack(delivery))
@@ -49,13 +66,7 @@ async def test_a_renewal_due_while_the_ack_waits_waits_for_it_and_finds_the_job_
 
 
 async def test_a_settlement_behind_a_renewal_swaps_over_the_version_the_renewal_wrote() -> None:
-    clock = FakeClock()
-    counted = CountingStore(MemoryStore())
-    store = FaultyStore(counted, operations={"put_if_match"})
-    queue = StoreQueue(store, clock=clock)
-    await queue.enqueue(b"", kind="k", id="a")
-    [delivery] = await queue.claim(1, lease=LEASE)
-    counted.reset()
+    clock, counted, store, queue, delivery = await Claim.of("a", holding="put_if_match")
 
     let_renewal_land = store.hold("queue/jobs/a")
     clock.advance(LEASE * 0.6)

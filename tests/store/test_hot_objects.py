@@ -242,15 +242,18 @@ def test_a_store_refusing_the_writes_that_follow_a_processs_own_limits_every_obj
     assert hot.rate("queue/jobs/any") is not None  # every object takes turns now
 
 
-def test_a_throttled_partition_refusing_every_write_alike_limits_no_object(
+def test_a_throttled_partition_refusing_writes_alike_limits_no_object(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    time = FakeTime()
-    hot = HotObjects(clock=time)
-    with caplog.at_level(logging.WARNING, logger="stepstone.store"):
-        again_refused = record_lives(hot, time, random.Random(7), seconds=30, refused=lambda _: 0.5)
-    assert again_refused > 100  # refusals fell on writes again, as on every other
-    assert not hot.every_object
+    for share in (0.3, 0.5, 0.8):
+        time = FakeTime()
+        hot = HotObjects(clock=time)
+        with caplog.at_level(logging.WARNING, logger="stepstone.store"):
+            again_refused = record_lives(
+                hot, time, random.Random(7), seconds=60, refused=lambda _, share=share: share
+            )
+        assert again_refused > 100  # refusals fell on writes again, as on every other
+        assert not hot.every_object, share
     assert not [r for r in caplog.records if "object_turns" in r.getMessage()]
 
 

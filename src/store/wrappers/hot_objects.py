@@ -29,9 +29,9 @@ refusals fall on: a partition throttled refuses a write whatever was
 written before it, a store limiting each object refuses the writes to
 objects written within the second. When, in a partition refusing lately,
 ``EVERY_AFTER`` writes to keys this process had written within
-``INTERVAL`` were refused, most of them, while its other writes there
-mostly went through (as for one hot object, ``ALONE``), every object takes
-turns from then on, with one warning saying to tell the store so.
+``INTERVAL`` were refused, nearly all of them, while its other writes
+there mostly went through, every object takes turns from then on, with one
+warning saying to tell the store so.
 
 The neighbours are what tell a hot object from a throttled partition. When
 a crowd crosses a partition's limit every key is refused alike, and a key
@@ -74,6 +74,13 @@ WATCHED = 256
 EVERY_AFTER = 8
 """Refused writes within WINDOW to keys written by this process within
 INTERVAL before that show the store limits every object (module docstring)."""
+EVERY_REFUSED = 0.8
+"""The least share of those writes that were refused."""
+EVERY_APART = 0.4
+"""The most the process's other writes there may be refused meanwhile, as a
+share of their answers, relative to those writes' share: the others include
+writes to objects other processes had just written (a claim of a record
+just created), refused as well on such a store."""
 EVERY_KEPT = 4096
 """Objects whose turns are kept when every object takes turns (the most
 recently written): one forgotten only loses the pace of its next write."""
@@ -139,9 +146,9 @@ class _Partition:
             return False
         share = again.refused / again.total
         others = self.all.total - again.total
-        if share < MOSTLY_REFUSED or others < EVERY_AFTER:
+        if share < EVERY_REFUSED or others < EVERY_AFTER:
             return False
-        return (self.all.refused - again.refused) / others <= ALONE * share
+        return (self.all.refused - again.refused) / others <= EVERY_APART * share
 
 
 class HotObjects:
