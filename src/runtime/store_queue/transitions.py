@@ -50,7 +50,8 @@ class RecordTransitions:
         self._view = io.view
         self._clock = clock
         self._notify = notify
-        self._changing: dict[str, _Turns] = {}
+        self._changing: dict[str, asyncio.Future[None]] = {}
+        """The change of each record under way here: its end, for the next to wait on."""
 
     async def fenced(
         self, delivery: Delivery, change: RecordChange
@@ -62,17 +63,15 @@ class RecordTransitions:
         Returns what was written (None for a delete), or Settlement.LOST.
         """
         run_id = delivery.id  # the record's changes here take turns (module docstring)
-        turns = self._changing.get(run_id)
-        if turns is None:
-            turns = self._changing[run_id] = _Turns()
-        turns.users += 1
+        while (under_way := self._changing.get(run_id)) is not None:
+            await asyncio.shield(under_way)  # (its end, however it ended)
+        ended = asyncio.get_running_loop().create_future()
+        self._changing[run_id] = ended
         try:
-            async with turns.lock:
-                return await self._fenced(delivery, change)
+            return await self._fenced(delivery, change)
         finally:
-            turns.users -= 1
-            if not turns.users:
-                del self._changing[run_id]
+            del self._changing[run_id]
+            ended.set_result(None)
 
     async def _fenced(
         self, delivery: Delivery, change: RecordChange
@@ -248,16 +247,6 @@ class RecordTransitions:
                 self._notify()
             return True
         return True  # it keeps moving: it is live, and whoever moves it sees the work
-
-
-class _Turns:
-    """The changes of one record under way or waiting (RecordTransitions.fenced)."""
-
-    __slots__ = ("lock", "users")
-
-    def __init__(self) -> None:
-        self.lock = asyncio.Lock()
-        self.users = 0
 
 
 def killed(job: StoredJob, now: float, reason: str, last_error: str | None) -> StoredJob:
