@@ -18,7 +18,10 @@ a store could apply a check and a write in two steps (32 creators racing for
 one key, 8 writers incrementing one counter), and right after a write where
 a store could serve a stale answer. A property that does not answer within
 its time limit fails; nothing retries for ever. The latency of each
-operation, one call at a time, is measured last and reported, not judged.
+operation, one call at a time, is measured last and reported, not judged;
+so is whether the store limits the writes to one object (GCS takes about
+one a second), which the engine does not need but must be told of
+(``object_turns``: docs/storage.md, "Hot objects").
 """
 
 from __future__ import annotations
@@ -32,7 +35,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from .base import ObjectInfo, ObjectStore
-from .errors import AlreadyExists, NotFound, PreconditionFailed, StoreConfigError, StoreError
+from .errors import (
+    AlreadyExists,
+    NotFound,
+    PreconditionFailed,
+    StoreConfigError,
+    StoreError,
+    Throttled,
+)
 
 SCRATCH = "stepstone-check-store"
 """The first key segment of every scratch prefix; nothing of the engine's lives there."""
@@ -85,6 +95,13 @@ PROPERTIES: dict[str, str] = {
 """Each property the check tries, in order, and what to do when it fails."""
 
 LATENCY_OPERATIONS = ("get", "head", "put", "put_if_absent", "put_if_match", "list", "delete")
+REWRITES = 5
+"""Writes to one object, back to back, that show whether the store limits them."""
+OBJECT_LIMIT_REMEDY = (
+    "add object_turns=true to the store URL (or S3Store(object_turns=True)) so that "
+    "every object's writes keep the pace it takes, and run the check again with it "
+    "(docs/storage.md, Hot objects)"
+)
 
 
 @dataclass(frozen=True)
@@ -136,6 +153,10 @@ class CheckReport:
     latencies: list[Latency] = field(default_factory=list)
     unmeasured: str = ""
     """Why the latencies could not be measured ("" when they were)."""
+    one_object: str = ""
+    """What back-to-back writes to one object met, in a sentence ("" unmeasured)."""
+    object_limited: bool = False
+    """The store limits the writes to one object (then see :data:`OBJECT_LIMIT_REMEDY`)."""
     leftover: str = ""
     """Why the scratch prefix could not be removed ("" when it was)."""
 
@@ -180,6 +201,11 @@ async def check_store(
         "large-objects": _large_objects,
     }
     try:
+        # First, while the store's send rates know nothing of this bucket: the
+        # refusals of the properties' writes would slow the scratch's partition.
+        report.object_limited, report.one_object = await _one_object(
+            store, f"{scratch}one-object/", settings
+        )
         for name in [p for p in PROPERTIES if only is None or p in only]:
             report.verdicts.append(
                 await _verdict(name, checks[name](store, f"{scratch}{name}/", settings), settings)
@@ -231,6 +257,13 @@ async def _verdict(name: str, check: Awaitable[str], settings: CheckSettings) ->
         return Verdict(name, False, f"no answer within {settings.time_limit:g} s")
     except StoreConfigError:
         raise
+    except Throttled as exc:
+        return Verdict(
+            name,
+            False,
+            f"the store refused writes as too many ({exc}); if it limits the writes to one "
+            "object (see below), check it with object_turns=true in the store URL",
+        )
     except StoreError as exc:
         return Verdict(name, False, f"the store answered an error: {exc}")
     return Verdict(name, True, detail)
@@ -454,7 +487,46 @@ def _mib(size: int) -> str:
     return f"{size / 1024 / 1024:g} MiB" if size >= 1024 * 1024 else f"{size} bytes"
 
 
-# -- latency ----------------------------------------------------------------------------
+# -- one object's writes, and latency -------------------------------------------------
+
+
+async def _one_object(store: ObjectStore, base: str, settings: CheckSettings) -> tuple[bool, str]:
+    """Whether ``REWRITES`` writes to one key back to back meet a limit on
+    the object (refused as too many, or found a hot object by the store's
+    send rates), and what was seen."""
+    key = base + "key"
+    hot = getattr(getattr(store, "send_rates", None), "hot", None)
+    told = hot is not None and hot.every_object
+    refused = 0
+    start = time.perf_counter()
+    try:
+        async with asyncio.timeout(settings.time_limit):
+            for i in range(REWRITES):
+                try:
+                    await store.put(key, f"rewrite {i}".encode())
+                except Throttled:
+                    refused += 1
+    except TimeoutError:
+        return False, f"not measured: no answer within {settings.time_limit:g} s"
+    except StoreConfigError:
+        raise
+    except StoreError as exc:
+        return False, f"not measured: the store answered an error: {exc}"
+    seen = f"{REWRITES} writes to one object back to back took {time.perf_counter() - start:.2f} s"
+    if refused:
+        seen += f", {refused} refused as too many after the store's tries"
+    found = hot is not None and (hot.every_object or hot.rate(_rates_key(store, key)) is not None)
+    if refused or (found and not told):
+        return True, f"{seen}: the store limits the writes to one object"
+    if told:
+        return False, f"{seen}, paced as object_turns asks"
+    return False, f"{seen}: no limit on one object's writes seen"
+
+
+def _rates_key(store: ObjectStore, key: str) -> str:
+    """``key`` as the store's send rates name it: under the store's prefix, if any."""
+    prefix = getattr(store, "prefix", "")
+    return f"{prefix}/{key}" if isinstance(prefix, str) and prefix else key
 
 
 async def _latencies(store: ObjectStore, base: str, settings: CheckSettings) -> list[Latency]:

@@ -38,6 +38,9 @@ def test_a_directory_store_passes_and_is_left_as_it_was(cli: Cli, store_dir: Pat
     assert verdicts(result) == dict.fromkeys(PROPERTIES, "PASS")
     for operation in ("get", "put_if_absent", "put_if_match", "list", "delete"):
         assert any(line.split()[:1] == [operation] for line in result.out.splitlines())
+    assert "writes to one object: 5 writes to one object back to back took" in result.out
+    assert "no limit on one object's writes seen" in result.out
+    assert "object_turns" not in result.out
     after = sorted(p for p in store_dir.rglob("*") if ".stepstone-tmp" not in p.parts)
     assert after == before and not (store_dir / SCRATCH).exists()
 
@@ -49,6 +52,7 @@ def test_json_says_the_same(cli: Cli) -> None:
     assert document["passed"] is True
     assert [p["name"] for p in document["properties"]] == list(PROPERTIES)
     assert {lat["operation"] for lat in document["latency"]} >= {"get", "put_if_match"}
+    assert document["object_limited"] is False and "no limit" in document["one_object"]
 
 
 def test_no_store_is_a_usage_error(cli: Cli) -> None:

@@ -22,7 +22,13 @@ from stepstone.cli.errors import CliError
 from stepstone.cli.render import emit_json, table
 from stepstone.cli.runners import ENV_STORE
 from stepstone.store import FileStore, open_store
-from stepstone.store.conformance import SCRATCH, CheckReport, CheckSettings, check_store
+from stepstone.store.conformance import (
+    OBJECT_LIMIT_REMEDY,
+    SCRATCH,
+    CheckReport,
+    CheckSettings,
+    check_store,
+)
 from stepstone.telemetry.escaping import escape_controls
 
 
@@ -70,6 +76,8 @@ def _print(report: CheckReport) -> None:
         ["", "property", "what was seen"],
         [["PASS" if v.passed else "FAIL", v.name, v.detail] for v in report.verdicts],
     )
+    if report.one_object:
+        out.write(f"\nwrites to one object: {escape_controls(report.one_object)}\n")
     if report.latencies:
         out.write("\nlatency, one call at a time:\n")
         table(
@@ -91,6 +99,8 @@ def _print(report: CheckReport) -> None:
             out.write(f"- {verdict.name}: {verdict.remedy}\n")
     else:
         out.write("\nevery property stepstone needs holds on this store\n")
+    if report.object_limited:
+        out.write(f"this store limits the writes to one object: {OBJECT_LIMIT_REMEDY}\n")
 
 
 def _as_json(report: CheckReport) -> dict[str, object]:
@@ -107,5 +117,7 @@ def _as_json(report: CheckReport) -> dict[str, object]:
             for lat in report.latencies
         ],
         "unmeasured": report.unmeasured,
+        "one_object": report.one_object,
+        "object_limited": report.object_limited,
         "leftover": report.leftover,
     }
