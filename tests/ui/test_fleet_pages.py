@@ -20,6 +20,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from conftest import DEADLINE, SHOWN_BUCKET, serve, wait_for
@@ -180,12 +181,15 @@ async def test_the_schedules_page_shows_each_schedule_its_last_run_and_next_tick
     real_now = time.time()
     start = real_now - 50 * 60
     clock = FakeClock(start)
+    # The nightly report's tick is six hours from now in Paris, never within
+    # the fifty minutes the worker runs, whatever the hour the suite runs at.
+    nightly = (
+        f"30 {datetime.fromtimestamp(real_now + 6 * 3600, ZoneInfo('Europe/Paris')).hour} * * *"
+    )
     schedules = [
         Schedule("sync-inventory", every=timedelta(minutes=15), job=_sync),
         Schedule("expire-carts", cron="*/10 * * * *", job=_sync, missed="skip"),
-        Schedule(
-            "nightly-report", cron="30 2 * * *", timezone="Europe/Paris", job=_sync, missed="all"
-        ),
+        Schedule("nightly-report", cron=nightly, timezone="Europe/Paris", job=_sync, missed="all"),
     ]
     runner = JobRunner(store_url, jobs=[Sync], schedules=schedules, clock=clock, poll_interval=0.05)
     async with runner:
@@ -209,7 +213,7 @@ async def test_the_schedules_page_shows_each_schedule_its_last_run_and_next_tick
         assert (spec, missed) == ("every 0:15:00", "latest")
         assert run == f"{sync.last_run[:12]} succeeded"
         assert next_tick.endswith("overdue")
-        assert rows["nightly-report"][1:3] == ["cron 30 2 * * * (Europe/Paris)", "all"]
+        assert rows["nightly-report"][1:3] == [f"cron {nightly} (Europe/Paris)", "all"]
         # First seen, and no tick of it since: none yet.
         assert rows["nightly-report"][3].startswith("none yet (carried since ")
         assert rows["nightly-report"][4] == "none"
