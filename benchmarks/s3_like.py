@@ -285,7 +285,12 @@ class S3LikeStore(ObjectStore):
     ) -> T:
         rates = self.send_rates
         where = f"{self.location}/{key}"
-        rate = None if rates is None else rates.sending(key, reads=kind == "read", location=where)
+        creates = conditional and expected is None
+        rate = (
+            None
+            if rates is None
+            else rates.sending(key, reads=kind == "read", creates=creates, location=where)
+        )
         confirm = partial(confirm_precondition, self, key, expected) if conditional else None
 
         async def once() -> T:

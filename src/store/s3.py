@@ -374,7 +374,11 @@ class S3Store(ObjectStore):
             None
             if rates is None
             else rates.sending(
-                partition or key or "", under=self.prefix, reads=reads, location=where
+                partition or key or "",
+                under=self.prefix,
+                reads=reads,
+                creates=conditional == "absent",
+                location=where,
             )
         )
 

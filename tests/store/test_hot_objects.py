@@ -307,3 +307,23 @@ async def test_an_untold_process_finds_every_object_limited_and_keeps_each_ones_
     told = [r for r in caplog.records if "object_turns=true" in r.getMessage()]
     assert len(told) == 1
     assert sum(bucket.slowdowns.values()) - refused_when_found[0] <= 4
+
+
+@pytest.mark.parametrize("creates", [True, False])
+async def test_a_create_refused_again_and_again_is_its_partitions_not_a_hot_object(
+    creates: bool,
+) -> None:
+    """One key's writes refused at every try while its neighbours' go
+    through: a limit on that object, unless the writes are creates, which
+    an object not there yet cannot be over (a step result's, an outcome's)."""
+    time = FakeTime()
+    rates = AdaptiveRates(clock=time, sleep=time.sleep)
+    for n in range(40):
+        neighbour = rates.sending(f"memos/r{n}/#1", creates=True)
+        neighbour.record(sent=await neighbour.acquire(), refused=False)
+        time.now += 0.05
+        if n % 5 == 4:  # every fourth of a second, a try of the one key, refused
+            sending = rates.sending("memos/one/#1", creates=creates)
+            sending.record(sent=await sending.acquire(), refused=True)
+    assert ("memos/one/#1" in rates.hot.rates) is not creates
+    assert (rates.of("memos/").throttles > 0) is creates  # a create's refusals slow its partition

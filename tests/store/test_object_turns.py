@@ -139,3 +139,44 @@ async def test_untold_its_quick_writes_are_refused_until_it_is_found_hot() -> No
     except Throttled:
         return  # (refused at every try: the worse outcome)
     assert sum(bucket.slowdowns.values()) >= HOT_AFTER
+
+
+async def _a_crowds_creates(object_turns: bool) -> tuple[S3LikeBucket, int]:
+    """Eight writers in one process create fresh keys in one partition for
+    30 s, four times as fast as the partition takes writes, on a bucket that
+    limits each object too; the bucket, and the creates given up."""
+    clock = VirtualTime()
+    bucket = S3LikeBucket(MemoryStore(), scale=0.01, object_writes=1.0, clock=clock)  # 35/s
+    rates = AdaptiveRates(clock=clock, sleep=clock.sleep, object_turns=object_turns)
+    store = S3LikeStore(
+        bucket, latency=(0.0, 0.0), retry=RetryPolicy(attempts=5, base=0.0, cap=0.0), adaptive=rates
+    )
+    given_up = 0
+
+    async def writer(w: int) -> None:
+        nonlocal given_up
+        n = 0
+        while clock.now < started + 30:
+            n += 1
+            try:
+                await store.put_if_absent(f"memos/w{w}/{n}", b"result")
+            except Throttled:
+                given_up += 1
+            await clock.sleep(0.05)  # its work between two step results
+
+    started = clock.now
+    writers = asyncio.gather(*(writer(w) for w in range(8)))
+    while not writers.done():
+        await clock.run_for(1.0)
+    await writers
+    return bucket, given_up
+
+
+@pytest.mark.parametrize("object_turns", [False, True])
+async def test_a_crowds_creates_refused_by_their_partition_slow_down_told_or_not(
+    object_turns: bool,
+) -> None:
+    bucket, given_up = await _a_crowds_creates(object_turns)
+    refused, served = bucket.slowdowns["write memos"], bucket.counts["write memos"]
+    assert served >= 0.8 * 35 * 30  # the partition kept busy
+    assert refused <= 0.05 * served and given_up == 0  # its rate, not each object's, held back

@@ -191,11 +191,15 @@ class HotObjects:
         return turns
 
     def answered(
-        self, key: str, *, partition: str, refused: bool, location: str
+        self, key: str, *, partition: str, refused: bool, location: str, creates: bool = False
     ) -> ObjectTurns | None:
         """Note the answer to a write to ``key`` (not a hot object yet) in
-        ``partition``; ``refused``: by throttling. The key's turns if this
-        makes it a hot object (warned about once, naming ``location``)."""
+        ``partition``; ``refused``: by throttling; ``creates``: a
+        create-if-absent, which counts among the partition's writes but
+        cannot make its key hot (an object not there yet is over no limit
+        of its own: stepstone.store.wrappers.throttle.Sending). The key's
+        turns if this makes it a hot object (warned about once, naming
+        ``location``)."""
         now = self._clock()
         again = self._written_lately(key, now, refused)
         found = self._partitions.get(partition)
@@ -210,6 +214,8 @@ class HotObjects:
             return None
         if refused and again and not self.every_object and found.every_object_limited():
             return self._every_object_found(key, location, found.again.refused)
+        if creates:
+            return None
         mine = self._keys.pop(key, None)
         if mine is None:
             if not refused:

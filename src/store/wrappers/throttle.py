@@ -73,10 +73,17 @@ class AdaptiveRates:
         return rate
 
     def sending(
-        self, key: str, *, under: str = "", reads: bool = False, location: str = ""
+        self,
+        key: str,
+        *,
+        under: str = "",
+        reads: bool = False,
+        creates: bool = False,
+        location: str = "",
     ) -> Sending:
-        """The turn of one request to ``key`` (module docstring); ``location``
-        names the object in the warning if it turns out hot."""
+        """The turn of one request to ``key`` (module docstring); ``creates``:
+        a create-if-absent; ``location`` names the object in the warning if
+        it turns out hot."""
         full = f"{under}/{key}" if under else key
         partition = partition_of(key, under=under, reads=reads)
         return Sending(
@@ -85,6 +92,7 @@ class AdaptiveRates:
             partition,
             full,
             writes=not reads,
+            creates=creates,
             location=location or full,
         )
 
@@ -101,8 +109,14 @@ def partition_of(key: str, *, under: str = "", reads: bool = False) -> str:
 class Sending:
     """One request's turn: ``sent = await acquire()`` before each try,
     ``record(sent=sent, refused=...)`` after its answer. A write to a hot
-    object waits for the object's rate and then its partition's, and its
-    refusals count against the object alone."""
+    object waits for the object's turn and then its partition's, and its
+    refusals count against the object alone, but for a create's: an object
+    not there yet has taken no write to be over its limit with (but for a
+    rival's create in the same second, once in the object's life), so a
+    create refused as too many was refused for its partition. Without that
+    rule, on a store told that every object is limited, nothing would slow
+    a crowd's creates (step results, outcomes, submits: most of its writes)
+    when the partition, not one object, is over."""
 
     def __init__(
         self,
@@ -112,6 +126,7 @@ class Sending:
         key: str,
         *,
         writes: bool,
+        creates: bool,
         location: str,
     ) -> None:
         self._rates = rates
@@ -119,6 +134,7 @@ class Sending:
         self._partition_name = partition_name
         self._key = key
         self._writes = writes
+        self._creates = creates
         self._location = location
 
     def _hot(self) -> ObjectTurns | None:
@@ -145,12 +161,18 @@ class Sending:
         hot = self._hot()
         if hot is None and self._writes:
             hot = self._rates.hot.answered(
-                self._key, partition=self._partition_name, refused=refused, location=self._location
+                self._key,
+                partition=self._partition_name,
+                refused=refused,
+                location=self._location,
+                creates=self._creates,
             )
             if hot is not None:
                 refused = False  # (the refusal that made it hot is the object's, counted there)
                 if self._partition.throttles < HOT_AFTER:
                     self._partition.forget()  # its refusals were this object's alone
+        elif hot is not None and refused and self._creates:
+            hot.give_back(sent)  # (the object took no write: the partition refused it)
         elif hot is not None:
             hot.record(sent=sent, refused=refused)
             refused = False
