@@ -108,6 +108,9 @@ class Spec:
     slowdowns: float = 0.0
     """The share of the fleet's requests its bucket answers SlowDown whatever
     the rate (seeded: benchmarks/s3_like.py)."""
+    object_writes: float | None = None
+    """Writes a second the fleet's bucket takes to each object (GCS: about
+    one), or no such limit; each client is then told so (``object_turns``)."""
     fail_first: int = 0
     """Attempts of each W3 job that fail before one succeeds (W3.fail_first)."""
     history: bool = True

@@ -3,7 +3,9 @@
 What grows with the number of workers, without a fleet to run it on. The
 bucket is a MemoryStore behind :class:`benchmarks.s3_like.S3LikeBucket`
 (S3's per-prefix request limits times ``limit_scale``, or none; seeded 409s
-and SlowDowns, ``Spec.conflicts`` and ``Spec.slowdowns``), counted by
+and SlowDowns, ``Spec.conflicts`` and ``Spec.slowdowns``; with
+``Spec.object_writes``, a limit on each object's writes too, as GCS has,
+every client told so: ``object_turns``), counted by
 operation and area like every other case. Each worker is a JobRunner of its
 own (``concurrency`` jobs at a time, its own StoreQueue and view, as W
 processes would have) on a client of its own,
@@ -70,6 +72,7 @@ from stepstone.runtime import LeaseQueue
 from stepstone.runtime.sqs import SqsQueue
 from stepstone.runtime.store_queue import StoreQueue
 from stepstone.store import MemoryStore, ObjectStore
+from stepstone.store.wrappers.throttle import AdaptiveRates
 
 from .cases import CpuTimer, Spec, per_area, per_job, percentile
 from .counting import CountingStore
@@ -177,12 +180,18 @@ async def fleet(
         conflicts=spec.conflicts,
         conflict_burst=CONFLICT_BURST,
         slowdowns=spec.slowdowns,
+        object_writes=spec.object_writes,
         seed=SEED,
     )
     sim.trace = trace
-    # The submitter's client, then one a worker: each a process of its own.
+    # The submitter's client, then one a worker: each a process of its own,
+    # told that the bucket limits every object where it does.
+    told = spec.object_writes is not None
     clients = [
-        S3LikeStore(sim, latency=LATENCY, seed=SEED + 10 * n) for n in range(1 + spec.workers)
+        S3LikeStore(
+            sim, latency=LATENCY, seed=SEED + 10 * n, adaptive=AdaptiveRates(object_turns=told)
+        )
+        for n in range(1 + spec.workers)
     ]
     sampling = None if states is None else asyncio.create_task(_sample(memory, states))
     try:

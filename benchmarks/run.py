@@ -127,6 +127,18 @@ def plan(quick: bool) -> dict[str, Spec]:
                 ("-sqs-stream", 0.0, 8.0, 16 if q else 160),
             )
         },
+        # The fleet of 100 at a tenth of S3's limits on a bucket that also takes
+        # one write a second to each object (GCS), each client told so.
+        "fleet100-limits-every": Spec(
+            "fleet",
+            "s3like",
+            200 if q else 2000,
+            concurrency=4,
+            workers=100,
+            limit_scale=0.1,
+            object_writes=1.0,
+            window=90.0,
+        ),
         # What waiting costs: N runs asleep, watched for `window` seconds a phase.
         "suspended-file": Spec("suspended", "file", 100 if q else 2000, window=5 if q else 30),
         "suspended-s3": Spec("suspended", "s3", 20 if q else 200, window=5 if q else 30),

@@ -58,6 +58,7 @@ import dataclasses
 import hashlib
 import random
 import time
+import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -150,6 +151,8 @@ class S3LikeBucket:
         self.conflict_burst = conflict_burst
         self.slowdown_share = slowdowns
         self.seed = seed
+        self.name = uuid.uuid4().hex[:8]
+        """This bucket's, unlike any other's (its clients' location)."""
         self.clock = clock
         self.trace: list[tuple[float, str, str]] | None = None
         """If a list: (clock time, "read queue" or "write memos", the answer:
@@ -259,8 +262,12 @@ class S3LikeStore(ObjectStore):
         # Not the MemoryStore's own location: a queue takes a memory:// store
         # for one process's alone (StoreQueue.holder_scope), so every worker
         # here would take the host's id, and each sweep away the others'
-        # worker records as its own earlier lives.
-        self.location = f"s3like+{self.inner.location}"
+        # worker records as its own earlier lives. Named for this bucket too:
+        # an id's lock left on the host by a run that was killed would
+        # otherwise tell the next run's worker of that id that it is the
+        # killed life started again, and it would read every record changed
+        # lately to take its runs back (StoreQueue's reclaim).
+        self.location = f"s3like-{bucket.name}+{self.inner.location}"
         self.key_limit = self.inner.key_limit
         self.remote = True  # (as S3 is: requests are what it counts)
         self.latency = latency

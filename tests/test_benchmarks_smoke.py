@@ -4,6 +4,7 @@ only that each case runs, answers correctly and counts requests."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import subprocess
@@ -120,6 +121,15 @@ def test_a_simulated_fleet_drains_a_backlog_and_counts_its_requests() -> None:
     assert areas["DELETE queue"] == 1  # the ack
     assert r["submit_requests_per_job"]["CPUT"] == 1  # the enqueue
     assert r["slowdowns_per_job"] == 0
+
+
+def test_a_fleet_on_a_bucket_limiting_every_object_is_told_so() -> None:
+    spec = Spec("fleet", "s3like", n=6, workers=2, concurrency=2, limit_scale=0.0)
+    r = run_one(dataclasses.replace(spec, object_writes=1.0))
+    assert r["done"] == 6
+    # Told, a run's record waits its second between its writes: what is left
+    # is a claim meeting its record's create within the second.
+    assert r["slowdowns_per_job"] <= 1.5
 
 
 def test_a_fleet_trace_holds_every_request_the_bucket_answered() -> None:
