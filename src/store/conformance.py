@@ -43,6 +43,7 @@ from .errors import (
     StoreError,
     Throttled,
 )
+from .wrappers.throttle import object_key
 
 SCRATCH = "stepstone-check-store"
 """The first key segment of every scratch prefix; nothing of the engine's lives there."""
@@ -515,18 +516,14 @@ async def _one_object(store: ObjectStore, base: str, settings: CheckSettings) ->
     seen = f"{REWRITES} writes to one object back to back took {time.perf_counter() - start:.2f} s"
     if refused:
         seen += f", {refused} refused as too many after the store's tries"
-    found = hot is not None and (hot.every_object or hot.rate(_rates_key(store, key)) is not None)
+    prefix = getattr(store, "prefix", "")
+    named = object_key(key, under=prefix if isinstance(prefix, str) else "")
+    found = hot is not None and (hot.every_object or named in hot.rates)
     if refused or (found and not told):
         return True, f"{seen}: the store limits the writes to one object"
     if told:
         return False, f"{seen}, paced as object_turns asks"
     return False, f"{seen}: no limit on one object's writes seen"
-
-
-def _rates_key(store: ObjectStore, key: str) -> str:
-    """``key`` as the store's send rates name it: under the store's prefix, if any."""
-    prefix = getattr(store, "prefix", "")
-    return f"{prefix}/{key}" if isinstance(prefix, str) and prefix else key
 
 
 async def _latencies(store: ObjectStore, base: str, settings: CheckSettings) -> list[Latency]:

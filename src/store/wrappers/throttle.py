@@ -84,7 +84,7 @@ class AdaptiveRates:
         """The turn of one request to ``key`` (module docstring); ``creates``:
         a create-if-absent; ``location`` names the object in the warning if
         it turns out hot."""
-        full = f"{under}/{key}" if under else key
+        full = object_key(key, under=under)
         partition = partition_of(key, under=under, reads=reads)
         return Sending(
             self,
@@ -95,6 +95,12 @@ class AdaptiveRates:
             creates=creates,
             location=location or full,
         )
+
+
+def object_key(key: str, *, under: str = "") -> str:
+    """``key`` of a store whose keys are ``under`` a prefix, as the rates name
+    its object (the bucket's key)."""
+    return f"{under}/{key}" if under else key
 
 
 def partition_of(key: str, *, under: str = "", reads: bool = False) -> str:
