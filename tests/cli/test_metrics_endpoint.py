@@ -106,11 +106,13 @@ async def test_the_counts_a_worker_serves_match_the_jobs_it_ran(
     finally:
         await runner.close()
 
-    # An outcome is recorded before its job is acked and counted: wait for the counts.
+    # An outcome is recorded before its job is acked and counted, and an
+    # attempt is counted before its job leaves what is in flight: wait for both.
     deadline = time.monotonic() + DEADLINE
     while True:
         samples = await asyncio.to_thread(scrape, worker)
-        if value(samples, "stepstone_job_duration_seconds_count") == 6:
+        counted = value(samples, "stepstone_job_duration_seconds_count") == 6
+        if counted and value(samples, "stepstone_job_in_flight") == 0:
             break
         assert time.monotonic() < deadline, f"the counts never settled: {samples}"
         await asyncio.sleep(0.05)
