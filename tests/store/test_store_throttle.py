@@ -140,6 +140,31 @@ async def test_a_request_sent_first_does_not_queue_behind_the_others() -> None:
     assert time.now > start
 
 
+async def test_a_waiter_whose_partition_is_forgotten_while_it_waits_goes_at_once() -> None:
+    # The refusals that set the rate turn out to be one hot object's
+    # (stepstone.store.wrappers.hot_objects), and the partition goes back to
+    # unthrottled while requests wait far back in its queue: they go then.
+    time = FakeTime()
+    rate = limited(time)
+    answers(rate, time, per_second=50, seconds=2)
+    for _ in range(20):  # throttled down to its floor
+        sent = await rate.acquire()
+        time.now += SETTLE
+        rate.record(sent=sent, refused=True)
+
+    async def sleep(seconds: float) -> None:
+        await time.sleep(seconds)
+        if seconds == NAP and rate.rate is not None:
+            rate.forget()  # (while a waiter naps)
+
+    rate._sleep = sleep
+    time.slept.clear()
+    start = time.now
+    sent = await asyncio.gather(*(rate.acquire() for _ in range(10)))
+    assert rate.rate is None
+    assert max(sent) == pytest.approx(start + NAP)  # each went as it woke from its first nap
+
+
 async def test_successes_grow_the_rate_back_past_where_it_was_cut() -> None:
     time = FakeTime()
     rate = limited(time)

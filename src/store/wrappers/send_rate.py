@@ -184,9 +184,13 @@ class AdaptiveRate:
         self._refill(self.rate)
         self._tickets += 1
         ticket = self._tickets
-        while (wait := (ticket - self._granted) / self.rate) > NAP:
+        rate = self.rate
+        while (wait := (ticket - self._granted) / rate) > NAP:
             await self._sleep(NAP)  # then look again: the rate may have changed
-            self._refill(self.rate)
+            if self.rate is None:
+                return self._now()  # forgotten meanwhile: unthrottled, go now
+            rate = self.rate
+            self._refill(rate)
         if wait > 0:
             await self._sleep(wait)  # its token is due when it wakes
         return self._now()
