@@ -63,7 +63,7 @@ import contextlib
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -168,10 +168,14 @@ async def fleet(
     *,
     trace: list[tuple[float, str, str]] | None = None,
     states: list[tuple[float, Counter[str]]] | None = None,
+    rates: Callable[[int], AdaptiveRates] | None = None,
 ) -> dict[str, Any]:
     """Run ``spec``; with ``trace``, every request the bucket answers is
     appended to it (:attr:`benchmarks.s3_like.S3LikeBucket.trace`); with
-    ``states``, what the queue's records hold each second (:func:`_sample`)."""
+    ``states``, what the queue's records hold each second (:func:`_sample`);
+    with ``rates``, each client's send rates by its number (0: the
+    submitter's), instead of one set of its own each
+    (benchmarks/fleet_oracles.py)."""
     memory = MemoryStore()
     store = CountingStore(memory)
     sim = S3LikeBucket(
@@ -187,10 +191,9 @@ async def fleet(
     # The submitter's client, then one a worker: each a process of its own,
     # told that the bucket limits every object where it does.
     told = spec.object_writes is not None
+    rates = rates or (lambda n: AdaptiveRates(object_turns=told))
     clients = [
-        S3LikeStore(
-            sim, latency=LATENCY, seed=SEED + 10 * n, adaptive=AdaptiveRates(object_turns=told)
-        )
+        S3LikeStore(sim, latency=LATENCY, seed=SEED + 10 * n, adaptive=rates(n))
         for n in range(1 + spec.workers)
     ]
     sampling = None if states is None else asyncio.create_task(_sample(memory, states))

@@ -56,6 +56,17 @@ def limited(time: FakeTime) -> AdaptiveRate:
     return AdaptiveRate(clock=time, sleep=time.sleep)
 
 
+async def at_its_floor(time: FakeTime) -> AdaptiveRate:
+    """A rate throttled down to MIN_RATE, every try refused."""
+    rate = limited(time)
+    answers(rate, time, per_second=50, seconds=2)
+    for _ in range(20):
+        sent = await rate.acquire()
+        time.now += SETTLE
+        rate.record(sent=sent, refused=True)
+    return rate
+
+
 async def test_never_throttled_never_waits() -> None:
     time = FakeTime()
     rate = limited(time)
@@ -81,6 +92,17 @@ async def test_a_throttle_sets_the_rate_the_partition_let_through_and_spaces_req
     sent = await asyncio.gather(*(rate.acquire() for _ in range(10)))
     step = 1.0 / rate.rate
     assert sent == pytest.approx([start + step * (n + 1) for n in range(10)], rel=1e-3)
+
+
+async def test_a_rate_told_up_front_spaces_requests_from_the_first() -> None:
+    time = FakeTime()
+    rate = AdaptiveRate(rate=20.0, clock=time, sleep=time.sleep)
+    start = time.now
+    sent = await asyncio.gather(*(rate.acquire() for _ in range(5)))
+    assert sent == pytest.approx([start + (n + 1) / 20.0 for n in range(5)], rel=1e-3)
+    rate.record(sent=time.now - 0.04, refused=True)  # its first refusal: an event of its own
+    assert (rate.throttles, rate.events) == (1, 1)
+    assert rate.rate is not None and rate.rate < 20.0
 
 
 async def test_one_congestion_event_cuts_at_most_to_deep_cut() -> None:
@@ -126,12 +148,7 @@ async def test_throttles_without_end_reach_the_floor_not_zero() -> None:
 
 async def test_a_request_sent_first_does_not_queue_behind_the_others() -> None:
     time = FakeTime()
-    rate = limited(time)
-    answers(rate, time, per_second=50, seconds=2)
-    for _ in range(20):  # throttled down to its floor
-        sent = await rate.acquire()
-        time.now += SETTLE
-        rate.record(sent=sent, refused=True)
+    rate = await at_its_floor(time)
     start = time.now
     with first():  # a lease's renewal
         assert await rate.acquire() == start
@@ -145,12 +162,7 @@ async def test_a_waiter_whose_partition_is_forgotten_while_it_waits_goes_at_once
     # (stepstone.store.wrappers.hot_objects), and the partition goes back to
     # unthrottled while requests wait far back in its queue: they go then.
     time = FakeTime()
-    rate = limited(time)
-    answers(rate, time, per_second=50, seconds=2)
-    for _ in range(20):  # throttled down to its floor
-        sent = await rate.acquire()
-        time.now += SETTLE
-        rate.record(sent=sent, refused=True)
+    rate = await at_its_floor(time)
 
     async def sleep(seconds: float) -> None:
         await time.sleep(seconds)

@@ -131,13 +131,17 @@ class AdaptiveRate:
     (module docstring).
 
     ``rate`` is the allowed requests a second, or None while no answer was
-    a throttling one (then ``acquire`` returns at once). ``clock`` and
-    ``sleep`` are for tests.
+    a throttling one (then ``acquire`` returns at once). Made with a
+    ``rate``, requests wait for it from the first, and it moves as after a
+    congestion event: a process told its share of a limit (what that would
+    buy a fleet: benchmarks/fleet_oracles.py). ``clock`` and ``sleep`` are
+    for tests.
     """
 
     def __init__(
         self,
         *,
+        rate: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
@@ -162,6 +166,11 @@ class AdaptiveRate:
         """Tokens the bucket has refilled with, counted the same way: ticket
         ``n`` may be sent once ``_granted >= n``."""
         self._stamp = 0.0
+        if rate is not None:
+            self.rate = self._floor = max(rate, MIN_RATE)
+            self._starting = False
+            self._stamp = self._event_began = clock()
+            self._event_began -= SETTLE  # (a first refusal begins an event of its own)
 
     def forget(self) -> None:
         """Go back to unthrottled: the refusals so far were not this
@@ -187,13 +196,17 @@ class AdaptiveRate:
         rate = self.rate
         while (wait := (ticket - self._granted) / rate) > NAP:
             await self._sleep(NAP)  # then look again: the rate may have changed
-            if self.rate is None:
+            now_allowed = self._allowed()
+            if now_allowed is None:
                 return self._now()  # forgotten meanwhile: unthrottled, go now
-            rate = self.rate
+            rate = now_allowed
             self._refill(rate)
         if wait > 0:
             await self._sleep(wait)  # its token is due when it wakes
         return self._now()
+
+    def _allowed(self) -> float | None:
+        return self.rate  # (read anew after an await: forget() may have run)
 
     def record(self, *, sent: float, refused: bool) -> None:
         """Account for the answer to a try ``acquire`` let go at ``sent``;
