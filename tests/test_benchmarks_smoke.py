@@ -164,6 +164,23 @@ def test_a_fleets_record_states_are_sampled_each_second() -> None:
     assert any(counts["held"] > 0 for _, counts in states), states  # the jobs being run
 
 
+def test_the_fleet_oracles_give_the_workers_one_set_of_rates_or_fixed_shares() -> None:
+    from benchmarks.fleet_oracles import measure, rates_for
+    from benchmarks.s3_like import S3_RATES
+
+    spec = Spec("fleet", "s3like", n=6, workers=2, concurrency=2, limit_scale=0.01)
+    shared = rates_for("shared", spec)
+    assert shared(1) is shared(2) and shared(0) is not shared(1)  # (the submitter apart)
+    fixed = rates_for("fixed", spec)
+    rates = fixed(1)
+    for mode in ("shared", "fixed"):
+        assert asyncio.run(measure(spec, mode))["jobs_per_s"] > 0
+    memos = rates.of("memos/x")
+    assert memos.rate == S3_RATES["write"] * 0.01 / 2
+    memos.record(sent=0.0, refused=True)
+    assert memos.rate == S3_RATES["write"] * 0.01 / 2  # no answer moves it
+
+
 def test_a_simulated_fleet_of_sqs_consumers_counts_sqs_requests_apart() -> None:
     r = run_one(Spec("fleet", "s3like-sqs", n=8, workers=2, concurrency=2, limit_scale=0.0))
     assert r["done"] == 8
