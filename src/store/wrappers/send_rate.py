@@ -169,8 +169,8 @@ class AdaptiveRate:
         if rate is not None:
             self.rate = self._floor = max(rate, MIN_RATE)
             self._starting = False
-            self._stamp = self._event_began = clock()
-            self._event_began -= SETTLE  # (a first refusal begins an event of its own)
+            self._stamp = clock()
+            self._event_began = self._stamp - SETTLE  # (a first refusal begins an event)
 
     def forget(self) -> None:
         """Go back to unthrottled: the refusals so far were not this
@@ -196,10 +196,9 @@ class AdaptiveRate:
         rate = self.rate
         while (wait := (ticket - self._granted) / rate) > NAP:
             await self._sleep(NAP)  # then look again: the rate may have changed
-            now_allowed = self._allowed()
-            if now_allowed is None:
+            if (allowed := self._allowed()) is None:
                 return self._now()  # forgotten meanwhile: unthrottled, go now
-            rate = now_allowed
+            rate = allowed
             self._refill(rate)
         if wait > 0:
             await self._sleep(wait)  # its token is due when it wakes
