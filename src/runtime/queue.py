@@ -61,7 +61,7 @@ class JobStatus(StrEnum):
 
     A queue holds a job while it is ``scheduled``, ``ready``, ``running``,
     suspended (``sleeping``, ``waiting_for_event``, ``waiting_for_children``,
-    ``waiting_for_slot``, ``rate_limited``) or ``dead``; its outcome record
+    ``waiting_for_slot``, ``rate_limited``, ``waiting_for_version``) or ``dead``; its outcome record
     says how it ``succeeded``, ``failed`` or was ``cancelled``.
     """
 
@@ -77,6 +77,9 @@ class JobStatus(StrEnum):
     """Suspended until a run holding a slot of its concurrency key ends."""
     RATE_LIMITED = "rate_limited"
     """Suspended by its type's rate limit until its turn to start."""
+    WAITING_FOR_VERSION = "waiting_for_version"
+    """Given back by a worker whose code cannot replay it, until a worker of
+    the code version that recorded its history claims it (a rolling deploy)."""
     READY = "ready"
     """Due and waiting for a worker."""
     RUNNING = "running"
@@ -109,6 +112,7 @@ QUEUE_STATUSES: tuple[JobStatus, ...] = (
     JobStatus.WAITING_FOR_CHILDREN,
     JobStatus.WAITING_FOR_SLOT,
     JobStatus.RATE_LIMITED,
+    JobStatus.WAITING_FOR_VERSION,
     JobStatus.DEAD,
 )
 """The statuses a queue record can have."""
@@ -119,6 +123,7 @@ SUSPENDED_STATUSES = frozenset(
         JobStatus.WAITING_FOR_CHILDREN,
         JobStatus.WAITING_FOR_SLOT,
         JobStatus.RATE_LIMITED,
+        JobStatus.WAITING_FOR_VERSION,
     }
 )
 

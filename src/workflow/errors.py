@@ -244,27 +244,68 @@ class BadEvent(JobError):
 
 
 class NonDeterministicReplay(JobError):
-    """A replay made another call than its run recorded at that position: the
+    """A replay made another call than its run recorded at that place: the
     job's code changed under a run that had already gone past that point
-    (a step renamed, added or removed; a step where a sleep was). Nothing is
-    run in its place, so no step's side effect happens again for a new name:
-    the attempt fails permanently, saying where. ``ctx.patched`` lets old
-    runs keep the old path (docs/versioning.md).
+    (a step renamed, added or removed; a step where a sleep was; a branch
+    added or removed). Nothing is run in its place, so no step's side effect
+    happens again for a new name: the attempt fails permanently, saying
+    where, unless the run was last advanced by code of another version and
+    a worker of that version may still come (docs/versioning.md, "Deploying").
+    ``ctx.patched`` lets old runs keep the old path.
 
-    ``run_id`` and ``kind`` name the run, ``position`` the place in its
-    history (1 for its first call), ``recorded`` and ``asked`` the two calls
-    as words."""
+    ``run_id`` and ``kind`` name the run; ``position`` the place in its
+    branch's history (1 for its first call) and ``branch`` the branch
+    (``"2.1"``: the first task created by the run's second; ``""``: the
+    run's own task); ``recorded`` and ``asked`` the two calls as words;
+    ``recorded_by`` the code version that recorded the call, where known."""
 
-    def __init__(self, run_id: str, kind: str, position: int, recorded: str, asked: str) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        kind: str,
+        position: int,
+        recorded: str,
+        asked: str,
+        *,
+        branch: str = "",
+        recorded_by: str | None = None,
+        waited: float | None = None,
+    ) -> None:
         self.run_id = run_id
         self.kind = kind
         self.position = position
         self.recorded = recorded
         self.asked = asked
+        self.branch = branch
+        self.recorded_by = recorded_by
+        self.waited = waited
+        """Seconds the run waited for a worker of ``recorded_by``'s version
+        before it failed (None: it did not wait)."""
+        where = f"position {position}" + (f" of branch {branch}" if branch else "")
+        waiting = ""
+        if waited is not None:
+            waiting = (
+                f"; version {recorded_by} recorded it, and no worker of that version "
+                f"replayed the run within {waited:g} s"
+            )
         super().__init__(
-            f"the replay diverged at position {position}: the run recorded {recorded}, "
+            f"the replay diverged at {where}: the run recorded {recorded}, "
             f"the code now asks for {asked} (run {run_id}, {kind}: its code changed under "
-            "it; ctx.patched keeps old runs on the old path)"
+            f"it; ctx.patched keeps old runs on the old path){waiting}"
+        )
+
+    def after_waiting(self, seconds: float) -> NonDeterministicReplay:
+        """The same divergence, once the run waited ``seconds`` in vain for a
+        worker of the version that recorded the call."""
+        return NonDeterministicReplay(
+            self.run_id,
+            self.kind,
+            self.position,
+            self.recorded,
+            self.asked,
+            branch=self.branch,
+            recorded_by=self.recorded_by,
+            waited=seconds,
         )
 
 

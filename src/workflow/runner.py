@@ -36,6 +36,7 @@ from stepstone.execute.durable_waits import wait_recheck_for
 from stepstone.execute.ending import RunEnding
 from stepstone.execute.hook_threads import HookThreads
 from stepstone.execute.hooks import SettledHook, SettledHooks
+from stepstone.execute.versions import VERSION_WAIT, build_id_from
 from stepstone.handles.answers import RunAnswers
 from stepstone.handles.handle import JobHandle
 from stepstone.handles.state import JobState
@@ -96,6 +97,13 @@ class JobRunner:
     several workers share a host; two live workers on one host given one id
     are refused (``start`` raises WorkerIdInUse). The worker's record, which
     ``stepstone workers`` reads, is written every ``worker_beat`` s (None: never).
+
+    ``build_id`` names the code this runner's worker runs (default: the
+    ``STEPSTONE_BUILD_ID`` environment variable; without either, each job
+    type's ``VERSION``, else a digest of its module's source): a run this
+    worker cannot replay because another version recorded its history is
+    given back for a worker of that version, for up to ``version_wait``
+    seconds (docs/versioning.md, "Deploying").
     """
 
     def __init__(
@@ -127,6 +135,8 @@ class JobRunner:
         history: bool = True,
         worker_id: str | None = None,
         worker_beat: float | None = BEAT,
+        build_id: str | None = None,
+        version_wait: float = VERSION_WAIT,
     ) -> None:
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
@@ -239,6 +249,8 @@ class JobRunner:
             state_of=self.state_of,
             wakes=waking is not None,
             wait_recheck=wait_recheck,
+            build_id=build_id_from(build_id),
+            version_wait=version_wait,
         )
         self._sweeper: Sweeper | None = (
             None if retention is None else Sweeper(self, retention, interval=sweep_interval)

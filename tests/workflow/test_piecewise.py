@@ -104,7 +104,7 @@ def test_a_large_model_is_encoded_as_it_is_written_into_a_record_packed_whole() 
     assert body.join() == pack(dumped)
     record = PositionedMemo(3, Call("step", "make"), body).encode()
     assert isinstance(record, Parts)
-    whole = {"pos": 3, "call": "step", "name": "make", "value": pack(dumped)}
+    whole = {"pos": 3, "call": "step", "name": "make", "br": [], "value": pack(dumped)}
     assert record.join() == pack(whole)  # what readers of either form read
     assert max(len(chunk) for chunk in record.chunks()) <= PIECE + 8
     assert codec.decode(body) == value

@@ -11,8 +11,9 @@ run is over is :mod:`stepstone.execute.ending`'s.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -28,20 +29,25 @@ from stepstone.errors import (
     JobFailed,
     NonDeterministicReplay,
 )
+from stepstone.execute import branches, versions
+from stepstone.execute.branches import RunTree
 from stepstone.execute.context import JobContext
 from stepstone.execute.scope import AttemptScope, InThread, log_extra
 from stepstone.job import ErrorClass, Job
 from stepstone.limits.gate import Limits
 from stepstone.records.attempt_log import AttemptLog
+from stepstone.records.calls import PositionedMemo, memo_value
 from stepstone.records.codec import codec_for_type
 from stepstone.records.envelope import Envelope
+from stepstone.records.layout import branch_name, place_of
 from stepstone.records.outcome import OutcomeRecord, Tombstone, about_the_run
 from stepstone.records.run_records import RunRecords, answering
 from stepstone.runtime.clock import Clock
 from stepstone.runtime.errors import MalformedPayload, Permanent
-from stepstone.runtime.queue import JobStatus
+from stepstone.runtime.queue import JobStatus, Wait
 from stepstone.runtime.suspension import Suspend
 from stepstone.runtime.worker import Attempt
+from stepstone.store import NotFound
 from stepstone.store.parts import Body
 from stepstone.submit.created_here import CreatedHere
 from stepstone.submit.submitter import Submitter
@@ -74,7 +80,10 @@ class AttemptRunner:
     pool; ``limits`` admits each attempt under its concurrency key and rate
     limit; ``history`` learns when each handler began; ``created_here``
     says which keyed runs need no look for an outcome on their first claim;
-    ``state_of`` gives jobs their registered state.
+    ``state_of`` gives jobs their registered state. ``build_id`` names the
+    code this worker runs, and ``version_wait`` is how long a run it cannot
+    replay waits for a worker of the version that recorded it
+    (:mod:`stepstone.execute.versions`).
     """
 
     def __init__(
@@ -90,6 +99,8 @@ class AttemptRunner:
         state_of: Callable[[type[Any]], Any],
         wakes: bool,
         wait_recheck: float,
+        build_id: str | None = None,
+        version_wait: float = versions.VERSION_WAIT,
     ) -> None:
         self._records = records
         self._submitter = submitter
@@ -101,10 +112,14 @@ class AttemptRunner:
         self._state_of = state_of
         self._wakes = wakes
         self._wait_recheck = wait_recheck
+        self._build_id = build_id
+        self._version_wait = version_wait
+        self._versions: dict[type[Any], str] = {}
 
     def handler_for(self, job_type: type[Job[Any]]) -> AttemptHandler:
         """The worker's handler for jobs of ``job_type``."""
         self._limits.register(job_type)
+        self._versions[job_type] = versions.code_version(job_type, self._build_id)
 
         async def handle(attempt: Attempt) -> Finished:
             self._history.begun(attempt.delivery)
@@ -164,7 +179,12 @@ class AttemptRunner:
             clock=self._clock,
             wakes=self._wakes,
             wait_recheck=self._wait_recheck,
+            tree=RunTree(job_type.__module__),
+            numbered=envelope.numbered,
+            code_version=self._versions.get(job_type)
+            or versions.code_version(job_type, self._build_id),
         )
+        branches.install(asyncio.get_running_loop())
         # A slot of its concurrency key and its rate limit turn, or Suspend.
         admitted = await self._limits.admit(job_type, job, scope)
         started_at = self._clock.now()
@@ -182,16 +202,9 @@ class AttemptRunner:
             extra=extra,
         )
         try:
-            if job_type.is_async():
-                result = await cast(Awaitable[Any], job.run(ctx))
-            else:
-                result = await self._in_thread(job.run, ctx)
-            if scope.diverged is not None:
-                raise scope.diverged  # (the job caught it: its run still cannot replay)
+            result = await self._run_job(job_type, job, ctx, scope)
         except Suspend:
             await _flush(scope)
-            if scope.diverged is not None:
-                raise ClassifiedPermanent(scope.diverged) from scope.diverged
             await admitted.suspending()
             raise
         except (
@@ -214,8 +227,6 @@ class AttemptRunner:
             raise
         except Exception as exc:
             await _flush(scope)
-            if scope.diverged is not None:  # (the job caught it and raised another)
-                raise ClassifiedPermanent(scope.diverged) from exc
             if job.classify(exc) is ErrorClass.PERMANENT:
                 raise ClassifiedPermanent(exc) from exc
             raise
@@ -245,6 +256,75 @@ class AttemptRunner:
         )
         return Finished(record, envelope)
 
+    async def _run_job(
+        self, job_type: type[Job[Any]], job: Job[Any], ctx: JobContext, scope: AttemptScope
+    ) -> Any:
+        """``job.run(ctx)`` as the root of the attempt's tree of tasks; returns
+        its result once every task it started has ended (:func:`branches.stop`).
+
+        Raises what the attempt ends in, however the job's code took it: a
+        divergence (permanent, or a wait for a worker of the code version
+        that last advanced the run, :meth:`_divergence`); else what the job
+        raised (one error of a TaskGroup's group: itself); else the
+        earliest wait that suspended the run, even if the job's code caught
+        it or gathered it with ``return_exceptions``."""
+        tree = scope.tree
+        error: BaseException | None = None
+        try:
+            with tree.running():
+                if job_type.is_async():
+                    result = await cast(Awaitable[Any], job.run(ctx))
+                else:
+                    result = await self._in_thread(job.run, ctx)
+        except asyncio.CancelledError:  # (stopped from outside: cancel, timeout, drain, lease)
+            await branches.stop(tree, at_once=True)
+            raise
+        except BaseException as exc:
+            await branches.stop(tree, at_once=False)
+            error = _one_error(exc)
+        else:
+            await branches.stop(tree, at_once=False)
+            if scope.suspension() is None:
+                await _check_history_made(scope)
+        if scope.diverged is not None:
+            raise await self._divergence(scope) from error
+        if error is not None and not isinstance(error, Suspend):
+            raise error
+        suspension = scope.suspension()
+        if suspension is not None:
+            raise suspension
+        if error is not None:
+            raise error
+        return result
+
+    async def _divergence(self, scope: AttemptScope) -> BaseException:
+        """What a run whose code did not replay its history ends in: a
+        permanent failure, unless another version of the code than this
+        worker's recorded the call it diverged at; then the run waits, given
+        back uncounted, for a worker of that version, for up to
+        ``version_wait`` seconds from the first worker that could not replay it."""
+        diverged = scope.diverged
+        assert diverged is not None
+        other = diverged.recorded_by
+        if other is None or other == scope.code_version or scope.diverged_at is None:
+            return ClassifiedPermanent(diverged)
+        now = self._clock.now()
+        since = await versions.waiting_since(scope, other, scope.diverged_at, now)
+        if now - since > self._version_wait:
+            return ClassifiedPermanent(diverged.after_waiting(self._version_wait))
+        log.warning(
+            "run %s (%s): this worker's code (version %s) does not replay it: %s; "
+            "given back for a worker of version %s",
+            scope.run_id,
+            scope.kind,
+            scope.code_version,
+            diverged,
+            other,
+            extra=log_extra(scope),
+        )
+        wait = Wait(JobStatus.WAITING_FOR_VERSION, versions.waiting_for(other))
+        return Suspend(now + min(versions.RECHECK, self._wait_recheck), wait)
+
     async def _recorded(self, run_id: str, envelope: Envelope) -> OutcomeRecord | None:
         """The outcome that already answers this run, if one is recorded."""
         try:
@@ -269,6 +349,62 @@ class AttemptRunner:
             # retried): it runs again, and its outcome is to be recorded.
             await self._records.clear_tombstone(run_id, found.etag)
         return None
+
+
+def _one_error(exc: BaseException) -> BaseException:
+    """What a run's code ended in: ``exc``, or, for a group of errors (a
+    TaskGroup's), its one error other than suspensions (or a suspension,
+    when it holds nothing else)."""
+    if not isinstance(exc, BaseExceptionGroup):
+        return exc
+    leaves = list(_leaves(exc))
+    others = [leaf for leaf in leaves if not isinstance(leaf, Suspend)]
+    if not others:
+        return leaves[0]
+    return others[0] if len(others) == 1 else exc
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            yield from _leaves(exc)
+        else:
+            yield exc
+
+
+async def _check_history_made(scope: AttemptScope) -> None:
+    """Once a run's code has ended, note as its divergence (``scope.diverged``)
+    a call its history recorded that this attempt never made: a branch or a
+    loop's last turn removed from the code. (Runs recorded before branches
+    existed are not checked, as they were not.)"""
+    keys = scope.memo_keys
+    if keys is None or not scope.numbered or scope.diverged is not None:
+        return
+    missing = sorted(
+        (place, segment)
+        for segment in keys
+        if segment not in scope.made and (place := place_of(segment)) is not None
+    )
+    if not missing:
+        return
+    (branch, position), segment = missing[0]
+    key = scope.layout.memo(scope.run_id, scope.incarnation, segment)
+    field = memo_value()
+    try:
+        memo = PositionedMemo.read_split(await scope.store.get_split(key, field), field)
+        recorded, by = memo.call.describe(), memo.by
+    except (NotFound, ValueError):
+        recorded, by = f"a call (its memo {segment})", None
+    scope.diverged_at = segment
+    scope.diverged = NonDeterministicReplay(
+        scope.run_id,
+        scope.kind,
+        position,
+        recorded,
+        "nothing there: the code ended without making it",
+        branch=branch_name(branch),
+        recorded_by=by,
+    )
 
 
 def _replaced(outcome: OutcomeRecord, envelope: Envelope) -> bool:

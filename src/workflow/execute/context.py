@@ -21,12 +21,13 @@ from datetime import datetime
 from typing import Any, ParamSpec, TypeVar, cast, overload
 
 from stepstone.errors import EncodingError, InvalidWait
+from stepstone.execute import branches, patches
 from stepstone.execute import durable_waits as waits
-from stepstone.execute import patches
 from stepstone.execute.memos import Memo
 from stepstone.execute.scope import PROGRESS_INTERVAL, AttemptScope
 from stepstone.handles.handle import JobHandle
 from stepstone.job import Job
+from stepstone.records import fingerprint
 from stepstone.records.codec import codec_for, codec_for_type, pack
 from stepstone.records.outcome import Outcome
 from stepstone.runtime.worker import Attempt
@@ -150,13 +151,15 @@ class JobContext:
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> R:
-        memo = Memo(self._run, name, codec_for(fn))
+        run = self._run
+        memo = Memo(run, name, codec_for(fn), args=fingerprint.of(args, kwargs))
         found, value = await memo.lookup()
         if found:
             return cast(R, value)
-        # Handed straight over, held by no name here: a large result the
-        # memo gives back decoded is let go before its copy is made.
-        return cast(R, await memo.record(await self._called(fn, *args, **kwargs)))
+        with branches.stepping(run.tree):  # (what it creates is its own)
+            # Handed straight over, held by no name here: a large result the
+            # memo gives back decoded is let go before its copy is made.
+            return cast(R, await memo.record(await self._called(fn, *args, **kwargs)))
 
     async def _called(
         self,
@@ -184,15 +187,18 @@ class JobContext:
         id it recorded).
         """
         run = self._run
-        run.children += 1
         # The submit takes a place in the run's history (its memo records the
         # child's run id), so a replay that submits where it did something
         # else, or the other way round, is caught before the submit.
         memo = Memo(run, type(job).NAME, _RUN_ID, internal="child")
+        run.legacy_children += 1
+        # (an unkeyed child's id names its place; in a run recorded before
+        # branches existed, its count among the run's children, as it did)
+        place = memo.segment if run.numbered else str(run.legacy_children)
         found, recorded = await memo.lookup()
         derived = None
         if job.idempotency_key() is None:
-            seed = f"{run.run_id}/{run.incarnation}/child/{run.children}"
+            seed = f"{run.run_id}/{run.incarnation}/child/{place}"
             derived = recorded if found else hashlib.sha256(seed.encode()).hexdigest()
         handle = await run.submitter.submit(job, options, run_id=derived, parent=run.run_id)
         if not found:
@@ -344,7 +350,7 @@ class SyncContext:
 
     def step(self, name: str, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
         """Run ``fn`` in this (the job's) thread, once per run; see JobContext.step."""
-        memo = Memo(self._scope, name, codec_for(fn))
+        memo = Memo(self._scope, name, codec_for(fn), args=fingerprint.of(args, kwargs))
         found, value = self._call(memo.lookup())
         if found:
             return cast(R, value)

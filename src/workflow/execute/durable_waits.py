@@ -28,6 +28,7 @@ seconds instead.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from datetime import UTC, datetime
 from typing import Any
@@ -38,7 +39,9 @@ from stepstone.errors import BadEvent, InvalidWait
 from stepstone.execute.memos import Memo
 from stepstone.execute.scope import AttemptScope
 from stepstone.handles.handle import JobHandle
-from stepstone.records.codec import codec_for_type
+from stepstone.records.calls import PositionedMemo, memo_value
+from stepstone.records.codec import codec_for_type, unpack_stored
+from stepstone.records.layout import place_of
 from stepstone.records.outcome import Outcome
 from stepstone.runtime import plausible
 from stepstone.runtime.queue import JobStatus, Wait
@@ -104,7 +107,7 @@ async def sleep_until(run: AttemptScope, wake_at: float) -> None:
     if run.clock.now() >= wake_at:
         return
     when = datetime.fromtimestamp(wake_at, UTC).isoformat(timespec="seconds")
-    raise Suspend(wake_at, Wait(JobStatus.SLEEPING, f"until {when}"))
+    raise run.suspend(Suspend(wake_at, Wait(JobStatus.SLEEPING, f"until {when}")))
 
 
 async def wait_for_event(
@@ -120,18 +123,14 @@ async def wait_for_event(
     # same numbers in every replay, whichever of them it ends up reading.
     taken = Memo(run, name, _ANY, internal="event")
     limit = Memo(run, name, _FLOAT, internal="deadline")
-    turn = run.event_turn(name)
-    async with turn.lock:  # (see EventTurn: concurrent waits for one name)
+    async with run.event_turn(name).lock:  # (see EventTurn: concurrent waits for one name)
+        run.check_going()  # (another wait for the name suspended the run meanwhile)
         found, recorded = await taken.lookup()
         deadline = math.inf
         if not found and timeout is not None:
             deadline = await _recorded(limit, run.clock.now() + timeout)
         if not found:
-            try:
-                recorded = await _take_event(run, name, taken, deadline, turn.suspended)
-            except Suspend:
-                turn.suspended = True
-                raise
+            recorded = await _take_event(run, name, taken, deadline)
         if recorded is not None:
             run.consumed_events.add(recorded["key"])
     if recorded is None:
@@ -153,38 +152,59 @@ def _why(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
-async def _take_event(
-    run: AttemptScope, name: str, taken: Memo, deadline: float, suspended: bool
-) -> Any:
+async def _take_event(run: AttemptScope, name: str, taken: Memo, deadline: float) -> Any:
     """Take the oldest event ``name`` this run has not taken (recording which),
-    record a timeout past ``deadline``, or suspend (at once when an earlier
-    wait for the name has: ``suspended``)."""
-    now = run.clock.now()
-    if suspended:
-        raise Suspend(
-            min(deadline, now + run.wait_recheck), Wait(JobStatus.WAITING_FOR_EVENT, name)
-        )
+    record a timeout past ``deadline``, or suspend."""
     prefix = run.layout.events(run.run_id, run.incarnation, name)
     keys = sorted([info.key async for info in run.store.scan(prefix)])
-    for key in keys:
-        if key not in run.consumed_events:
-            data = (await run.store.get(key)).data
-            # First writer wins: a zombie of this run that took another event
-            # first makes this wait see that one, as every replay will.
-            return await taken.record({"key": key, "data": data})
+    if keys:
+        taken_before = run.consumed_events | await _taken_by_waits_to_come(run)
+        for key in keys:
+            if key not in taken_before:
+                data = (await run.store.get(key)).data
+                # First writer wins: a zombie of this run that took another event
+                # first makes this wait see that one, as every replay will.
+                return await taken.record({"key": key, "data": data})
     now = run.clock.now()
     if now >= deadline:
         return await taken.record(None)
     until = min(deadline, now + run.wait_recheck)
-    raise Suspend(until, Wait(JobStatus.WAITING_FOR_EVENT, name))
+    raise run.suspend(Suspend(until, Wait(JobStatus.WAITING_FOR_EVENT, name)))
+
+
+async def _taken_by_waits_to_come(run: AttemptScope) -> set[str]:
+    """The events taken by the recorded waits of the run that this attempt
+    has not come to yet: in a run whose branches run concurrently, a wait
+    may come before another that took an event in an earlier attempt, and
+    must not take that one. (Read once a memo an attempt; in a run whose
+    calls follow one another, there are none when a wait takes an event.)"""
+    if run.memo_keys is None:
+        return set()
+    to_come = [s for s in run.memo_keys if s not in run.made and place_of(s) is not None]
+    unread = [segment for segment in to_come if segment not in run.recorded_takes]
+
+    async def read(segment: str) -> None:
+        key = run.layout.memo(run.run_id, run.incarnation, segment)
+        field = memo_value()
+        try:
+            memo = PositionedMemo.read_split(await run.store.get_split(key, field), field)
+            recorded = unpack_stored(memo.value) if memo.call.call == "event" else None
+        except Exception:  # (unreadable: the wait that reads it says what is wrong)
+            recorded = None
+        took = recorded.get("key") if isinstance(recorded, dict) else None
+        run.recorded_takes[segment] = took if isinstance(took, str) else None
+
+    await asyncio.gather(*(read(segment) for segment in unread))
+    return {key for s in to_come if (key := run.recorded_takes.get(s)) is not None}
 
 
 async def children(run: AttemptScope, handles: tuple[JobHandle[Any], ...]) -> list[Outcome[Any]]:
     """The outcomes of ``handles`` (this run's children) once all have one;
     until then, suspend the run (each child wakes it as it ends)."""
+    run.check_going()
     outcomes = [await handle.poll() for handle in handles]
     pending = sum(outcome is None for outcome in outcomes)
     if pending:
         wait = Wait(JobStatus.WAITING_FOR_CHILDREN, f"{pending} of {len(handles)} children")
-        raise Suspend(run.clock.now() + run.wait_recheck, wait)
+        raise run.suspend(Suspend(run.clock.now() + run.wait_recheck, wait))
     return [outcome for outcome in outcomes if outcome is not None]

@@ -28,7 +28,7 @@ from stepstone.execute.scope import AttemptScope, log_extra
 from stepstone.records.calls import Call, PositionedMemo, memo_value
 from stepstone.records.codec import ResultCodec
 from stepstone.records.large_values import LargeField, Stored, write
-from stepstone.records.layout import position_key, step_key
+from stepstone.records.layout import Path, branch_name, position_key, step_key
 from stepstone.store import AlreadyExists
 from stepstone.store.parts import SplitObject
 
@@ -51,34 +51,45 @@ class Memo:
         *,
         internal: str = "",
         positioned: bool = True,
+        args: str | None = None,
     ) -> None:
-        """The memo of the next call of step ``name`` in this run. An
-        ``internal`` memo (a wait's, ``internal="sleep"``) is a call of that
-        sort. A ``positioned`` memo takes the run's next position; one that is
+        """The memo of the next call of step ``name`` in the running branch
+        of this run (:mod:`stepstone.execute.branches`). An ``internal`` memo
+        (a wait's, ``internal="sleep"``) is a call of that sort. A
+        ``positioned`` memo takes its branch's next position; one that is
         not (a rate limit's turn, which belongs to an attempt, not to the
-        run's history) is keyed by name, ``!rate.2@1``."""
-        if run.diverged is not None:
-            raise run.diverged  # (a job that caught it goes no further)
+        run's history) is keyed by name, ``!rate.2@1``. ``args``: a step's
+        arguments' fingerprint (:mod:`stepstone.records.fingerprint`)."""
+        run.check_going()
+        branch = run.branch_here()
         counted = f"!{internal}" + (f".{name}" if name else "") if internal else name
-        occurrence = run.occurrences.get(counted, 0) + 1
-        run.occurrences[counted] = occurrence
+        occurrence = branch.occurrences.get(counted, 0) + 1
+        branch.occurrences[counted] = occurrence
         self.run = run
         self.name = name or internal
         self.call = Call(internal or "step", name)
+        self.branch = branch.path
         if internal and not name:
-            self.segment = f"!{internal}@{occurrence}"
+            self.named = f"!{internal}@{occurrence}"
         else:
-            self.segment = step_key(name, occurrence, internal=internal)
-        """The key segment a memo of this call had before positions existed."""
-        self.position = run.next_position() if positioned else None
+            self.named = step_key(name, occurrence, internal=internal, branch=branch.path)
+        """The key segment of a memo keyed by name (one of a run's history
+        had one before positions existed)."""
+        self.position = branch.next_position() if positioned else None
+        self.segment = self.named
+        """Where its memo is written: under its place, or its name."""
+        if self.position is not None:
+            self.segment = position_key(self.position, branch.path)
+            run.made.add(self.segment)
         self.codec = codec
+        self.args = args
+        self.began = run.clock.now()
 
     @property
     def key(self) -> str:
         """Where this call's memo is written."""
         run = self.run
-        segment = self.segment if self.position is None else position_key(self.position)
-        return run.layout.memo(run.run_id, run.incarnation, segment)
+        return run.layout.memo(run.run_id, run.incarnation, self.segment)
 
     async def lookup(self) -> tuple[bool, Any]:
         """Whether the call was recorded, and its value. Raises
@@ -87,15 +98,15 @@ class Memo:
         keys = run.memo_keys
         if keys is None:
             return False, None
-        if self.position is not None and position_key(self.position) in keys:
+        if self.position is not None and self.segment in keys:
             field = memo_value()
             data = self._checked(await run.store.get_split(self.key, field), field)
-        elif self.segment in keys:  # recorded by name (before positions existed)
-            key = run.layout.memo(run.run_id, run.incarnation, self.segment)
+        elif self.named in keys:  # recorded by name (before positions existed)
+            key = run.layout.memo(run.run_id, run.incarnation, self.named)
             data = (await run.store.get(key)).data
         else:
             return False, None
-        run.replayed.append(self.segment)
+        run.replayed.append(self.named)
         log.debug(
             "run %s (%s) attempt %d: step %r replayed from its memo",
             run.run_id,
@@ -123,7 +134,16 @@ class Memo:
             value = _DECODED
         stored = data
         if self.position is not None:
-            stored = PositionedMemo(self.position, self.call, data).encode()
+            stored = PositionedMemo(
+                self.position,
+                self.call,
+                data,
+                self.branch,
+                self.args,
+                run.code_version,
+                self.began,
+                run.clock.now(),
+            ).encode()
         try:
             await write(run.store, self.key, stored, if_absent=True)
         except AlreadyExists:
@@ -156,13 +176,27 @@ class Memo:
             memo = PositionedMemo.read_split(found, field)
         except ValueError as exc:
             raise CorruptMemo(self.key, str(exc), job=self.run.kind, step=self.name) from exc
+        run = self.run
         if memo.call != self.call:
-            run = self.run
             assert self.position is not None
+            run.diverged_at = self.segment
             run.diverged = NonDeterministicReplay(
-                run.run_id, run.kind, self.position, memo.call.describe(), self.call.describe()
+                run.run_id,
+                run.kind,
+                self.position,
+                memo.call.describe(),
+                self.call.describe(),
+                branch=branch_name(self.branch),
+                recorded_by=memo.by,
             )
             raise run.diverged
+        if self.args is not None and memo.args is not None and memo.args != self.args:
+            changed = (
+                f"{self.call.describe()} ({where(self.branch, self.position)}) was called with "
+                "other arguments than it recorded; its recorded result was replayed"
+            )
+            run.changed_args.append(changed)
+            log.warning("run %s (%s): %s", run.run_id, run.kind, changed, extra=log_extra(run))
         return memo.value
 
     def _decoded(self, data: Stored) -> Any:
@@ -173,3 +207,9 @@ class Memo:
         except Exception as exc:  # garbage decodes into any error: each is this memo's fault
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             raise CorruptMemo(self.key, reason, job=self.run.kind, step=self.name) from exc
+
+
+def where(branch: Path, position: int | None) -> str:
+    """A call's place as words: ``position 3``, ``position 3 of branch 2.1``."""
+    at = f"position {position}"
+    return f"{at} of branch {branch_name(branch)}" if branch else at

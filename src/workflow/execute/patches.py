@@ -21,11 +21,12 @@ from __future__ import annotations
 from typing import Any
 
 from stepstone.errors import NonDeterministicReplay
+from stepstone.execute.branches import Branch
 from stepstone.execute.memos import Memo
 from stepstone.execute.scope import AttemptScope
 from stepstone.records.calls import OUTSIDE_HISTORY
 from stepstone.records.codec import codec_for_type
-from stepstone.records.layout import position_of
+from stepstone.records.layout import place_of
 
 PATCH = "patch"
 """The memos of patch decisions: ``!patch.<change-id>@n`` (PATCH_MEMO)."""
@@ -40,7 +41,8 @@ async def patched(run: AttemptScope, change_id: str) -> bool:
     found, recorded = await memo.lookup()
     if found:
         return bool(recorded["patched"])
-    decision = {"patched": not _went_past(run), "at": run.position}
+    branch = run.branch_here()
+    decision = {"patched": not _went_past(run, branch), **_where(run, branch)}
     return bool((await memo.record(decision))["patched"])
 
 
@@ -50,21 +52,30 @@ async def deprecate_patch(run: AttemptScope, change_id: str) -> None:
     deployed); NonDeterministicReplay for a run that took the old path."""
     memo = _memo(run, change_id)
     found, recorded = await memo.lookup()
+    branch = run.branch_here()
     if not found:
-        if not _went_past(run):
-            await memo.record({"patched": True, "at": run.position})
+        if not _went_past(run, branch):
+            await memo.record({"patched": True, **_where(run, branch)})
             return
     elif recorded["patched"]:
         return
-    position = run.position + 1
+    run.diverged_at = memo.segment
     run.diverged = NonDeterministicReplay(
         run.run_id,
         run.kind,
-        position,
+        branch.calls + 1,
         f"the old path of patch {change_id!r}",
         f"only its new path (deprecate_patch({change_id!r}))",
+        branch=branch.name,
+        recorded_by=recorded.get("by") if found and isinstance(recorded, dict) else None,
     )
     raise run.diverged
+
+
+def _where(run: AttemptScope, branch: Branch) -> dict[str, Any]:
+    """Where a decision was taken (the calls its branch had made, the
+    branch), and by which code version."""
+    return {"at": branch.calls, "br": list(branch.path), "by": run.code_version}
 
 
 def _memo(run: AttemptScope, change_id: str) -> Memo:
@@ -73,16 +84,22 @@ def _memo(run: AttemptScope, change_id: str) -> Memo:
     return Memo(run, change_id, _DECISION, internal=PATCH, positioned=False)
 
 
-def _went_past(run: AttemptScope) -> bool:
-    """Whether the run's recorded history holds a call after the last one
-    this attempt made: it got past this point before, without the patch."""
+def _went_past(run: AttemptScope, branch: Branch) -> bool:
+    """Whether the run's recorded history holds a call after this point of
+    ``branch``: a later call of the branch, or one of a branch it created
+    later (or of theirs). It got past this point before, without the patch.
+    (In a run recorded before branches existed every call is the root's.)"""
     keys = run.memo_keys
     if not keys:
         return False
+    here, depth = branch.path, len(branch.path)
     for segment in keys:
-        position = position_of(segment)
-        if position is not None:
-            if position > run.position:
+        place = place_of(segment)
+        if place is not None:
+            path, position = place
+            if path == here and position > branch.calls:
+                return True
+            if len(path) > depth and path[:depth] == here and path[depth] > branch.children:
                 return True
         elif not segment.startswith(OUTSIDE_HISTORY) and segment not in run.replayed:
             return True  # (a call recorded by name, before positions, not replayed yet)

@@ -16,9 +16,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from stepstone.errors import NonDeterministicReplay
+from stepstone.execute.branches import Branch, RunTree
 from stepstone.records.layout import Layout
 from stepstone.records.run_records import RunRecords
 from stepstone.runtime.clock import Clock
+from stepstone.runtime.suspension import Suspend
 from stepstone.runtime.worker import Attempt
 from stepstone.store import ObjectStore
 from stepstone.submit.submitter import Submitter
@@ -36,14 +38,10 @@ always written before the run settles."""
 
 class EventTurn:
     """Concurrent waits for one event name (``asyncio.gather``) take turns
-    deciding, in call order (``lock``), so each takes an event the ones
-    before it did not. Once one has suspended the run (``suspended``), the
-    rest suspend too rather than take an event: the one that suspended
-    would take the same event on the next claim."""
+    deciding (``lock``), so each takes an event the ones before it did not."""
 
     def __init__(self) -> None:
         self.lock = asyncio.Lock()
-        self.suspended = False
 
 
 class AttemptScope:
@@ -64,6 +62,9 @@ class AttemptScope:
         clock: Clock,
         wakes: bool,
         wait_recheck: float,
+        tree: RunTree,
+        numbered: bool,
+        code_version: str,
     ) -> None:
         self.submitter = submitter
         self.state_of = state_of
@@ -77,14 +78,28 @@ class AttemptScope:
         self.incarnation = incarnation
         self.memo_keys = memo_keys
         self.headers = headers
-        self.occurrences: dict[str, int] = {}
-        self.position = 0
-        """The position of the run's last call so far (its history: steps,
-        sleeps, event takes, child submits; :mod:`stepstone.records.calls`)."""
+        self.tree = tree
+        """The attempt's tasks: where each call stands (:mod:`stepstone.execute.branches`)."""
+        self.numbered = numbered
+        """Calls are numbered in their branch (runs submitted since branches
+        existed); else every call takes the run's next position, in the order
+        calls start, as runs recorded before replay as they did."""
+        self.code_version = code_version
+        """This worker's version of the job type's code, recorded in each memo."""
+        self.made: set[str] = set()
+        """The key segments of the calls of the run's history this attempt made."""
+        self.changed_args: list[str] = []
+        """Replayed steps called with other arguments than recorded, as words."""
+        self.suspensions: list[Suspend] = []
+        """Every wait of this attempt that suspended the run."""
         self.diverged: NonDeterministicReplay | None = None
         """Set once a replay's call differed from the recorded one: the
         attempt fails with it, even if the job caught it."""
-        self.children = 0
+        self.diverged_at: str | None = None
+        """The key segment of the memo of the call it diverged at."""
+        self.legacy_children = 0
+        """Children submitted so far, for the ids of unkeyed children of runs
+        recorded before branches existed."""
         self.progress: Any = None
         self.progress_written: Any = None
         self.progress_at = 0.0
@@ -101,6 +116,9 @@ class AttemptScope:
         """Longest a waiting run stays suspended before it looks again."""
         self.consumed_events: set[str] = set()
         """The events this attempt's waits took (recorded, or read back)."""
+        self.recorded_takes: dict[str, str | None] = {}
+        """The events recorded waits took, by their memos' key segments,
+        as read ahead of their replay (:mod:`stepstone.execute.durable_waits`)."""
         self._event_turns: dict[str, EventTurn] = {}
 
     def event_turn(self, name: str) -> EventTurn:
@@ -111,10 +129,39 @@ class AttemptScope:
     def run_id(self) -> str:
         return self.attempt.delivery.id
 
-    def next_position(self) -> int:
-        """The position of the run's next call (1 for its first)."""
-        self.position += 1
-        return self.position
+    def check_going(self) -> None:
+        """Raise what stops a call from being made now: the run's divergence,
+        once found; CancelledError once the attempt has ended; and, once a
+        wait has suspended the run, that suspension (so a branch that has not
+        reached it stops at its next call, and one that caught its own goes
+        no further: it resumes when the run does)."""
+        if self.diverged is not None:
+            raise self.diverged  # (a job that caught it goes no further)
+        if self.tree.ending:
+            stopped = self.attempt.stopped
+            why = f"was stopped: {stopped}" if stopped is not None else "has ended"
+            raise asyncio.CancelledError(f"this attempt {why}")
+        suspension = self.suspension()
+        if suspension is not None:
+            raise Suspend(suspension.until, suspension.wait)
+
+    def branch_here(self) -> Branch:
+        """The branch the next call belongs to: the running task's, for a run
+        that numbers calls by branch (:attr:`numbered`), else the root."""
+        return self.tree.here() if self.numbered else self.tree.root
+
+    def suspend(self, suspension: Suspend) -> Suspend:
+        """Note that a wait suspends the run (raise what this returns): every
+        later call of the attempt suspends it too, and it is given back until
+        the earliest wake of them all."""
+        self.suspensions.append(suspension)
+        return suspension
+
+    def suspension(self) -> Suspend | None:
+        """What this attempt suspends the run until (None: it does not)."""
+        if not self.suspensions:
+            return None
+        return min(self.suspensions, key=lambda suspension: suspension.until)
 
     async def flush_progress(self) -> None:
         if self.progress_task is not None:

@@ -17,14 +17,18 @@ from dataclasses import dataclass
 
 from stepstone.records.codec import unpack
 from stepstone.records.large_values import LargeField, Stored, record_body, rejoined
+from stepstone.records.layout import Path
 from stepstone.runtime import plausible
 from stepstone.store.parts import Body, SplitObject
 
 PATCH_MEMO = "!patch."
 """The start of a patch decision's memo key (``!patch.<change-id>@n``)."""
-OUTSIDE_HISTORY = ("!rate.", PATCH_MEMO)
+VERSION_WAIT_MEMO = "!version@"
+"""The start of the memo that keeps since when a run waits for a worker of
+another code version at a place of its history (``!version@#b2-00000003``)."""
+OUTSIDE_HISTORY = ("!rate.", PATCH_MEMO, VERSION_WAIT_MEMO)
 """The starts of the keys of memos keyed by name that are no call of the
-run's history: a rate limit's turn, a patch decision."""
+run's history: a rate limit's turn, a patch decision, a wait for a version."""
 
 CALLS = ("step", "sleep", "event", "deadline", "child")
 """The calls that take a position: a step, a sleep's wake time, an event
@@ -54,25 +58,43 @@ class Call:
 
 @dataclass(frozen=True, slots=True)
 class PositionedMemo:
-    """One memo of a run's history: its position, its call and its value
-    (the value's own encoding, :class:`stepstone.records.codec.ResultCodec`'s;
-    a large one as Parts, or read back decoded,
-    :mod:`stepstone.records.large_values`)."""
+    """One memo of a run's history: its place (its branch and its position
+    there), its call and its value (the value's own encoding,
+    :class:`stepstone.records.codec.ResultCodec`'s; a large one as Parts, or
+    read back decoded, :mod:`stepstone.records.large_values`), and what the
+    engine learnt when it was recorded: a fingerprint of a step's
+    arguments, the code version that recorded it, and when the call began
+    and was recorded (the worker's clock)."""
 
     position: int
     call: Call
     value: Stored
+    branch: Path = ()
+    args: str | None = None
+    """A step's arguments' fingerprint (:func:`stepstone.records.fingerprint.of`)."""
+    by: str | None = None
+    """The code version of the worker that recorded it (its build id, or
+    the job type's VERSION, or a digest of its code)."""
+    began: float | None = None
+    ended: float | None = None
+    numbered: bool = False
+    """Recorded by an engine that numbers calls by branch (it says ``br``)."""
 
     def encode(self) -> Body:
-        return record_body(
-            {
-                "pos": self.position,
-                "call": self.call.call,
-                "name": self.call.name,
-                "value": self.value,
-            },
-            "value",
-        )
+        fields: dict[str, object] = {
+            "pos": self.position,
+            "call": self.call.call,
+            "name": self.call.name,
+            "br": list(self.branch),
+        }
+        if self.args is not None:
+            fields["args"] = self.args
+        if self.by is not None:
+            fields["by"] = self.by
+        if self.began is not None and self.ended is not None:
+            fields["t"] = [self.began, self.ended]
+        fields["value"] = self.value
+        return record_body(fields, "value")
 
     @classmethod
     def decode(cls, data: bytes, value: Stored | None = None) -> PositionedMemo:
@@ -90,7 +112,28 @@ class PositionedMemo:
         if not isinstance(found, bytes):
             raise ValueError("its value is missing or of the wrong type")
         plausible.count(position, "its position", least=1)  # (an Implausible is a ValueError)
-        return cls(position, Call(call, name), found if value is None else value)
+        branch = raw.get("br", [])
+        if not isinstance(branch, list) or not all(
+            isinstance(step, int) and not isinstance(step, bool) and step >= 1 for step in branch
+        ):
+            raise ValueError("its branch is not a list of task numbers")
+        args, by, times = raw.get("args"), raw.get("by"), raw.get("t")
+        if not (args is None or isinstance(args, str)) or not (by is None or isinstance(by, str)):
+            raise ValueError("its arguments' fingerprint or code version is not a str")
+        began = ended = None
+        if isinstance(times, list) and len(times) == 2 and all(_number(t) for t in times):
+            began, ended = float(times[0]), float(times[1])
+        return cls(
+            position,
+            Call(call, name),
+            found if value is None else value,
+            tuple(branch),
+            args,
+            by,
+            began,
+            ended,
+            numbered="br" in raw,
+        )
 
     @classmethod
     def read_split(cls, found: SplitObject, field: LargeField) -> PositionedMemo:
@@ -99,6 +142,10 @@ class PositionedMemo:
         not decode)."""
         small, value = rejoined(found, field)
         return cls.decode(small, value)
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def memo_value() -> LargeField:

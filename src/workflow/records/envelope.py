@@ -17,6 +17,8 @@ from stepstone.runtime import plausible
 from stepstone.runtime.errors import MalformedPayload
 
 ENVELOPE_VERSION = 1
+HISTORY_BY_BRANCH = 2
+"""``hist`` in an envelope whose run numbers its calls by branch."""
 
 
 def input_hash(kind: str, data: bytes) -> str:
@@ -46,6 +48,11 @@ class Envelope:
     ``from_step`` were copied here, and its attempt history stays under it."""
     from_step: str | None = None
     """The step a replay runs from (None: from the start)."""
+    numbered: bool = True
+    """The run's calls are numbered in their branch
+    (:mod:`stepstone.execute.branches`); False for a run submitted before
+    branches existed, whose calls take the run's next position in the order
+    they start, as they did then."""
 
     def encode(self) -> bytes:
         fields: dict[str, object] = {
@@ -69,6 +76,8 @@ class Envelope:
             fields["rep"] = self.replay_of
         if self.from_step is not None:
             fields["from"] = self.from_step
+        if self.numbered:
+            fields["hist"] = HISTORY_BY_BRANCH
         return pack(fields)
 
     @classmethod
@@ -88,6 +97,7 @@ class Envelope:
                 key=raw.get("key"),
                 replay_of=raw.get("rep"),
                 from_step=raw.get("from"),
+                numbered=raw.get("hist") == HISTORY_BY_BRANCH,
             )
             if not isinstance(envelope.kind, str) or not isinstance(envelope.input, bytes):
                 raise ValueError("kind or input has the wrong type")

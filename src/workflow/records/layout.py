@@ -2,7 +2,7 @@
 
 ```
 outcomes/<run_id>                            the outcome record (create-if-absent)
-memos/<run_id>/<incarnation>/#<position>     one call of the run's history (create-if-absent)
+memos/<run_id>/<incarnation>/#<place>        one call of the run's history (create-if-absent)
 progress/<run_id>/<incarnation>              the last progress a run reported (compare-and-swap)
 events/<run_id>/<incarnation>/<name>/<seq>   one event sent to a run (create-if-absent)
 events/<run_id>/<incarnation>/!sent/<digest> the event a keyed send sent (create-if-absent)
@@ -19,8 +19,9 @@ stepstone-copy                               a copy's mark, put by hand: no work
 Run ids are hex digests or hex tokens and incarnations are hex tokens, so
 the only user text in a key is a step, event or schedule name, which is
 percent-encoded. A memo of the run's history (a step, a sleep, an event
-take, a child submit) is keyed by its position in the run, ``#00000003``
-(:func:`position_key`), and names its call in its record; memos written
+take, a child submit) is keyed by its place in the run, ``#00000003`` for
+the third call of the run's own task and ``#b2.1-00000003`` for the third
+of a branch (:func:`position_key`), and names its call in its record; memos written
 before positions existed are keyed by the step's name (``charge``,
 ``charge@2``) and a wait's own memos by theirs (``!sleep@1``,
 ``!event.approval@1``, still so for memos outside the history, such as a
@@ -194,11 +195,23 @@ def _plain(part: str) -> bool:
     return bool(part) and part[0] != "/" and part[-1] != "/"
 
 
-def step_key(name: str, occurrence: int, *, internal: str = "") -> str:
+POSITION_MARK = "#"
+"""What starts the key segment of a memo keyed by its place in the run."""
+BRANCH_MARK = "b"
+"""After POSITION_MARK, what starts the segment of a call in a branch other
+than the root: ``#b2.1-00000003``."""
+
+Path = tuple[int, ...]
+"""A branch's place in a run's task tree (:mod:`stepstone.execute.branches`):
+() for the run's own task, (2, 1) for the first task created by its second."""
+
+
+def step_key(name: str, occurrence: int, *, internal: str = "", branch: Path = ()) -> str:
     """The key segment of a step: its name percent-encoded, and ``@n`` for the
     n-th call of one name in a run (n > 1). ``@`` is always encoded in names,
     so a suffix never collides with a name. A wait's ``internal`` memo of a
-    name is ``!<internal>.<name>@n`` (``@1`` included).
+    name is ``!<internal>.<name>@n`` (``@1`` included). In a branch other
+    than the root the suffix names it: ``!patch.<name>@b2.1-n``.
 
     A segment is at most MAX_SEGMENT_LENGTH bytes on every backend; a name
     whose encoding would make it longer (86 spaces are 258 bytes) is stored
@@ -211,6 +224,8 @@ def step_key(name: str, occurrence: int, *, internal: str = "") -> str:
         encoded = encoded.replace(".", "%2E")
     head = f"!{internal}." if internal else ""
     suffix = "" if occurrence == 1 and not internal else f"@{occurrence}"
+    if branch:
+        suffix = f"@{BRANCH_MARK}{branch_name(branch)}-{occurrence}"
     room = MAX_SEGMENT_LENGTH - len(head) - len(suffix)
     if len(encoded) > room:  # quote's output is ASCII: a character is a byte
         digest = hashlib.sha256(name.encode()).hexdigest()
@@ -218,22 +233,44 @@ def step_key(name: str, occurrence: int, *, internal: str = "") -> str:
     return head + encoded + suffix
 
 
-POSITION_MARK = "#"
-"""What starts the key segment of a memo keyed by its position in the run."""
+def position_key(position: int, branch: Path = ()) -> str:
+    """The key segment of the memo at ``position`` (1 for the first call) of
+    ``branch``: zero-padded, so a branch's memos list in the order it made
+    them. The root's calls are ``#00000003`` (as before branches existed),
+    a branch's ``#b2.1-00000003``."""
+    if not branch:
+        return f"{POSITION_MARK}{position:08d}"
+    return f"{POSITION_MARK}{BRANCH_MARK}{branch_name(branch)}-{position:08d}"
 
 
-def position_key(position: int) -> str:
-    """The key segment of the memo at ``position`` (1 for a run's first
-    call): zero-padded, so a run's memos list in the order it made them."""
-    return f"{POSITION_MARK}{position:08d}"
+def branch_name(branch: Path) -> str:
+    """``"2.1"``; ``""`` for the root."""
+    return ".".join(str(step) for step in branch)
+
+
+def place_of(segment: str) -> tuple[Path, int] | None:
+    """The branch and position a memo's key segment names; None for a memo
+    keyed by its name (written before positions existed, or outside the
+    history)."""
+    if not segment.startswith(POSITION_MARK):
+        return None
+    body = segment[1:]
+    if body.isdigit():
+        return (), int(body)
+    if not body.startswith(BRANCH_MARK):
+        return None
+    path, dash, position = body[1:].partition("-")
+    steps = path.split(".")
+    if not dash or not position.isdigit() or not all(step.isdigit() for step in steps):
+        return None
+    return tuple(int(step) for step in steps), int(position)
 
 
 def position_of(segment: str) -> int | None:
-    """The position a memo's key segment names; None for a memo keyed by
-    its name (written before positions existed, or outside the history)."""
-    if segment.startswith(POSITION_MARK) and segment[1:].isdigit():
-        return int(segment[1:])
-    return None
+    """The position a memo's key segment names in its branch; None for a
+    memo keyed by its name (see :func:`place_of`)."""
+    place = place_of(segment)
+    return None if place is None else place[1]
 
 
 def _head(name: str, room: int) -> str:
