@@ -98,7 +98,7 @@ async def test_a_traceback_shows_the_jobs_frames_first_and_folds_stepstones(
         assert lines[-1].startswith("ConnectionError: attempt ")
         assert "stepstone" not in trace.replace("ui_jobs.py", "")
     folded = texts(browser, "article.result-failed details.engine-frames summary")
-    assert folded == ["3 frame(s) of stepstone above these"] * 2
+    assert folded == ["4 frame(s) of stepstone above these"] * 2
 
 
 def show(store: str, run_id: str) -> str:
@@ -121,7 +121,7 @@ async def test_show_in_the_terminal_looks_the_same(runs: Runs, waited: Waited) -
 
     said = show(runs.store, waited.retried)
     trace = said[said.index("traceback:\n") :].splitlines()
-    assert "3 frame(s) of stepstone above these" in trace[1]
+    assert "4 frame(s) of stepstone above these" in trace[1]
     assert trace[2].strip() == "Traceback (most recent call last):"
     assert "ui_jobs.py" in trace[3], said
     assert "\x1b" not in said and "\\x1b" in said  # the job's text, escaped

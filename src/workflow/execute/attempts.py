@@ -270,31 +270,35 @@ class AttemptRunner:
         it or gathered it with ``return_exceptions``."""
         tree = scope.tree
         error: BaseException | None = None
+        running = tree.enter()
         try:
-            with tree.running():
-                if job_type.is_async():
-                    result = await cast(Awaitable[Any], job.run(ctx))
-                else:
-                    result = await self._in_thread(job.run, ctx)
+            if job_type.is_async():
+                result = await cast(Awaitable[Any], job.run(ctx))
+            else:
+                result = await self._in_thread(job.run, ctx)
         except asyncio.CancelledError:  # (stopped from outside: cancel, timeout, drain, lease)
             await branches.stop(tree, at_once=True)
             raise
         except BaseException as exc:
             await branches.stop(tree, at_once=False)
             error = _one_error(exc)
+            if scope.diverged is None and not isinstance(error, Suspend):
+                if error is exc:
+                    raise  # (as the job raised it: no frame of ours added to its traceback)
+                raise error from exc
         else:
             await branches.stop(tree, at_once=False)
             if scope.suspension() is None:
                 await _check_history_made(scope)
+        finally:
+            tree.leave(running)
         if scope.diverged is not None:
             raise await self._divergence(scope) from error
-        if error is not None and not isinstance(error, Suspend):
-            raise error
         suspension = scope.suspension()
         if suspension is not None:
             raise suspension
         if error is not None:
-            raise error
+            raise error  # (a Suspend no wait noted: none of ours)
         return result
 
     async def _divergence(self, scope: AttemptScope) -> BaseException:

@@ -150,16 +150,19 @@ class RunTree:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    @contextlib.contextmanager
-    def running(self) -> Iterator[None]:
-        """Run the block (``Job.run``) as this tree's root branch."""
+    def enter(self) -> tuple[contextvars.Token[Branch | None], contextvars.Token[bool]]:
+        """Make the running task this tree's root branch (``Job.run`` is
+        about to run in it); :meth:`leave` with what this returns after.
+        (No context manager: a job's error passes through no frame of ours.)"""
         self.root.task = asyncio.current_task()
-        branch, in_step = BRANCH.set(self.root), IN_STEP.set(False)
-        try:
-            yield
-        finally:
-            IN_STEP.reset(in_step)
-            BRANCH.reset(branch)
+        return BRANCH.set(self.root), IN_STEP.set(False)
+
+    def leave(
+        self, entered: tuple[contextvars.Token[Branch | None], contextvars.Token[bool]]
+    ) -> None:
+        branch, in_step = entered
+        IN_STEP.reset(in_step)
+        BRANCH.reset(branch)
 
     def origin(self, coro: object) -> str:
         """What ``coro`` is: ``"app"`` (a coroutine of the application's),
