@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 
+from stepstone.cli.audit import cmd_audit
 from stepstone.cli.check_store import cmd_check_store
 from stepstone.cli.commands import (
     cmd_cancel,
@@ -26,6 +27,7 @@ from stepstone.cli.fleet import cmd_schedules, cmd_workers
 from stepstone.cli.runners import ENV_PREFIX, ENV_STORE
 from stepstone.cli.ui import cmd_ui
 from stepstone.cli.worker import cmd_worker
+from stepstone.records.audit import ACTIONS
 from stepstone.runtime.queue import JobStatus
 
 
@@ -308,6 +310,31 @@ def build_parser() -> argparse.ArgumentParser:
         help="pages refresh themselves this often (default 5; 0: never)",
     )
     ui.set_defaults(handler=cmd_ui)
+
+    audit = sub.add_parser(
+        "audit",
+        parents=[common],
+        help="the operators' actions, newest first: who, when, from where, what",
+        description="List the audit records of the actions taken in the web view and with "
+        "retry, cancel, replay and purge: when, who (a signed-in user, or user@host for "
+        "the CLI), from which address, the action, its runs and how it ended. Kept for "
+        "the workers' audit_retention (90 days by default).",
+    )
+    audit.add_argument("--run", metavar="ID", help="only actions on this run (an id or its start)")
+    audit.add_argument(
+        "--key", metavar="IDEMPOTENCY_KEY", help="only actions on the run of this key"
+    )
+    audit.add_argument(
+        "--since",
+        metavar="WHEN",
+        help="only actions begun since: a duration ago (10m, 2h, 3d) or an ISO time",
+    )
+    audit.add_argument(
+        "--user", metavar="NAME", help="only this user's (NAME matches NAME@host too)"
+    )
+    audit.add_argument("--action", choices=ACTIONS, help="only this action")
+    audit.add_argument("--limit", type=int, default=100, help="the newest this many (default 100)")
+    audit.set_defaults(handler=cmd_audit)
 
     check = sub.add_parser(
         "check-store",
