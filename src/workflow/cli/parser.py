@@ -25,7 +25,7 @@ from stepstone.cli.commands import (
 )
 from stepstone.cli.fleet import cmd_schedules, cmd_workers
 from stepstone.cli.runners import ENV_PREFIX, ENV_STORE
-from stepstone.cli.ui import cmd_ui
+from stepstone.cli.ui import USERS_ENV, cmd_ui, cmd_ui_user
 from stepstone.cli.worker import cmd_worker
 from stepstone.records.audit import ACTIONS
 from stepstone.runtime.queue import JobStatus
@@ -276,8 +276,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="a web view of the runs, in the browser",
         description="Serve a web page listing the store's runs (newest first; filter by "
         "state, job type, age, version and key), a page per run (input, steps, attempts, "
-        "outcome) and the queue's counts, refreshing live. Reads only unless "
-        "--allow-actions. Needs the ui extra.",
+        "outcome, audit) and the queue's counts, refreshing live. Reads only unless "
+        "--allow-actions. On this machine only it needs no sign-in; to share it, give it "
+        "--users FILE (stepstone ui-user adds users) or a proxy that signs users in "
+        "(--trusted-proxy, --user-header). Needs the ui extra.",
     )
     ui.add_argument(
         "store_url", nargs="?", metavar="STORE_URL", help="the store (or --store, --app)"
@@ -299,8 +301,36 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument(
         "--allow-actions",
         action="store_true",
-        help="let the pages retry, cancel and send events to runs (each confirmed; "
-        "anyone who can reach the view can then do so)",
+        help="let the pages retry, cancel, replay and send events to runs (each confirmed "
+        "and recorded in the audit log): with sign-in, operators may; without, anyone "
+        "who can reach the view (then this machine only)",
+    )
+    ui.add_argument(
+        "--users",
+        metavar="FILE",
+        help=f"sign-in with the users of FILE (name:role:hash lines; default ${USERS_ENV}; "
+        "stepstone ui-user adds one)",
+    )
+    ui.add_argument(
+        "--trusted-proxy",
+        action="append",
+        default=[],
+        metavar="ADDRESS",
+        help="a proxy's IP address or network (10.0.0.0/8), repeatable: from it alone, "
+        "X-Forwarded-For, X-Forwarded-Proto and --user-header are believed",
+    )
+    ui.add_argument(
+        "--user-header",
+        metavar="NAME",
+        help="the header in which a --trusted-proxy names the user it signed in "
+        "(X-Forwarded-User, X-Auth-Request-User, Remote-User, ...); the role is the "
+        "users file's, or viewer",
+    )
+    ui.add_argument(
+        "--no-sign-in",
+        action="store_true",
+        help="serve other machines (--host) with no sign-in, read-only: anyone who "
+        "reaches the view reads every run",
     )
     ui.add_argument(
         "--refresh",
@@ -310,6 +340,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="pages refresh themselves this often (default 5; 0: never)",
     )
     ui.set_defaults(handler=cmd_ui)
+
+    ui_user = sub.add_parser(
+        "ui-user",
+        help="add a user to the web view's users file, or change or remove one",
+        description="Add NAME to the users file with a role and a password (asked twice "
+        "at a terminal, else read from the first line of stdin), kept as a scrypt hash; "
+        "update the user if listed. Without --users (or $STEPSTONE_UI_USERS), print "
+        "the line instead.",
+    )
+    ui_user.add_argument("name", metavar="NAME", help="the user's name (an e-mail address fits)")
+    ui_user.add_argument("--role", choices=["viewer", "operator"], help="what the user may do")
+    ui_user.add_argument("--users", metavar="FILE", help=f"the users file (default ${USERS_ENV})")
+    ui_user.add_argument(
+        "--no-password",
+        action="store_true",
+        help="no password: the user signs in only through a trusted proxy (--user-header)",
+    )
+    ui_user.add_argument("--remove", action="store_true", help="remove the user instead")
+    ui_user.set_defaults(handler=cmd_ui_user)
 
     audit = sub.add_parser(
         "audit",
