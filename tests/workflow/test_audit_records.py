@@ -87,6 +87,20 @@ async def test_a_refused_or_failed_action_is_recorded_so_and_its_error_raised(
     await runner.close()
 
 
+async def test_what_is_no_run_id_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    runner, _ = journal_on(tmp_path)
+    acted: list[str] = []
+
+    async def act() -> None:
+        acted.append("acted")
+
+    for bad in ("../../etc", "a/b", ""):
+        with pytest.raises(InspectError, match="is not a run id"):
+            await audited(runner, ALICE, "retry", [RUN_A, bad], act, done("requeued"))
+    assert acted == [] and [i async for i in runner.store.scan("")] == []
+    await runner.close()
+
+
 async def test_a_bulk_action_marks_every_run_and_says_which_were_refused(tmp_path: Path) -> None:
     runner, journal = journal_on(tmp_path)
     bulk = Bulk("requeued", [RUN_A], {RUN_B: f"run {RUN_B} is ready, not dead"}, [])

@@ -22,7 +22,9 @@ from stepstone.ops.actions import Bulk
 from stepstone.records.audit import Action, Actor, AuditRecord, Outcome
 from stepstone.records.audit_log import AuditLog
 from stepstone.records.retention import Runs
+from stepstone.runtime import plausible
 from stepstone.runtime.errors import QueueError
+from stepstone.runtime.run_id import is_storable_id
 from stepstone.store import StoreError
 
 log = logging.getLogger("stepstone.ops.audited")
@@ -70,6 +72,9 @@ async def audited(
     with what ``said`` makes of its value, or with the error it raised
     (raised again). A record that cannot be written the second time is
     logged as a warning: the action is done, its record says ``started``."""
+    for run_id in run_ids:
+        if not is_storable_id(run_id):
+            raise InspectError(f"nothing was done: {plausible.shown(run_id)} is not a run id")
     journal = AuditLog(runs.store, runs.layout, runs.clock)
     try:
         record = await journal.begin(actor, action, run_ids, detail)

@@ -65,6 +65,13 @@ class Failures:
         while len(self._seen) > KEPT_FAILURES:
             self._seen.popitem(last=False)
 
+    def forgive(self, *who: str, now: float) -> None:
+        """Take back the failure :meth:`failed` counted at ``now`` (the attempt succeeded)."""
+        for key in who:
+            times = self._seen.get(key)
+            if times and now in times:
+                times.remove(now)
+
     def _recent(self, key: str, now: float) -> deque[float]:
         times = self._seen.setdefault(key, deque())
         while times and times[0] <= now - FAILURE_WINDOW:
@@ -103,11 +110,13 @@ async def signin_page(request: Request) -> Response:
 def _form(request: Request, why: str, wanted: str, status: int) -> Response:
     access: Access = request.app.state.access
     passwords = access.users is not None and access.users.any_password()
-    if not passwords:
+    if not passwords and access.user_header is not None:
         why = (
             "This view signs users in through its proxy, and this request did not "
             "come through it with a user named."
         )
+    elif not passwords:
+        why = "No user of this view has a password yet: add one with stepstone ui-user."
     return render(
         request,
         "signin.html",
@@ -139,14 +148,17 @@ async def sign_in(request: Request) -> Response:
         return _form(request, why, wanted, 429)
     user = access.users.get(name) if access.users is not None and name else None
     hashed = user.hashed if user is not None and user.hashed else decoy_hash()
+    # Counted as failed from the start: tries sent at once cannot all pass the check above.
+    who = (f"address {address}", f"name {name}")
+    failures.failed(*who, now=now)
     try:
         right = await asyncio.to_thread(verify_password, form.get("password", ""), hashed)
     except BadHash:
         right = False
     if user is None or user.hashed is None or not right:
-        failures.failed(f"address {address}", f"name {name}", now=now)
         log.warning("failed sign-in for %r from %s", name[:80], address)
         return _form(request, "Wrong name or password.", wanted, 401)
+    failures.forgive(*who, now=now)
     sessions: Sessions = request.app.state.sessions
     request.state.new_session = sessions.signed_in(user.name, hashed)
     return RedirectResponse(wanted, status_code=303)
