@@ -50,6 +50,7 @@ from stepstone.ops.reads import parse_status
 from stepstone.ops.replay import Replayed, replay, replay_many
 from stepstone.records.attempt_log import AttemptLog
 from stepstone.records.attempts import AttemptInfo
+from stepstone.records.audit_log import AUDIT_RETENTION
 from stepstone.records.envelope import incarnation_of
 from stepstone.records.fit_to_run import check_fit_to_run
 from stepstone.records.history import read_history
@@ -104,6 +105,11 @@ class JobRunner:
     worker cannot replay because another version recorded its history is
     given back for a worker of that version, for up to ``version_wait``
     seconds (docs/versioning.md, "Deploying").
+
+    A worker given ``retention`` (seconds) sweeps finished runs older than
+    that, and the audit records of operators' actions (``stepstone audit``)
+    older than ``audit_retention`` (90 days by default; None keeps them);
+    without ``retention`` it sweeps neither.
     """
 
     def __init__(
@@ -123,6 +129,7 @@ class JobRunner:
         attempt_timeout: float | None = None,
         retention: float | None = None,
         sweep_interval: float | None = None,
+        audit_retention: float | None = AUDIT_RETENTION,
         drain_timeout: float = 30.0,
         poll_interval: float = 1.0,
         only_registered: bool = False,
@@ -253,7 +260,9 @@ class JobRunner:
             version_wait=version_wait,
         )
         self._sweeper: Sweeper | None = (
-            None if retention is None else Sweeper(self, retention, interval=sweep_interval)
+            None
+            if retention is None
+            else Sweeper(self, retention, interval=sweep_interval, audit_retention=audit_retention)
         )
         self.scheduler = Scheduler(
             list(schedules),

@@ -30,6 +30,7 @@ sys.path.insert(0, str(HERE))  # ui_jobs, for the test process and `stepstone ui
 from ui_jobs import Explode, Nap, Ship  # noqa: E402
 
 from stepstone import JobRunner, SubmitOptions  # noqa: E402
+from stepstone.ops import reads  # noqa: E402
 from stepstone.testing import wait_until  # noqa: E402
 
 pytest.importorskip("starlette", reason="the web view needs the ui extra: pip install -e '.[ui]'")
@@ -98,6 +99,17 @@ async def runs(store_url: str) -> AsyncIterator[Runs]:
         await wait_until(asleep, timeout=DEADLINE)
     await runner.close()
     yield Runs(store_url, shipped.id, exploded.id, scheduled.id, napping.id)
+
+
+async def status_of(store: str, run_id: str) -> str:
+    """Where the run is, as the view and ``stepstone show`` say (dead, not failed)."""
+    runner = JobRunner(store)  # not started: no worker takes up what it reads
+    try:
+        found = await reads.detail(runner, run_id)
+    finally:
+        await runner.close()
+    assert found.status is not None
+    return found.status.value
 
 
 @pytest.fixture

@@ -24,12 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DEADLINE, Runs, serve, wait_for
+from conftest import DEADLINE, Runs, serve, status_of, wait_for
 from test_browser import DOCS_IMG, click, never_ran_injected_script, rows, text, texts
 from ui_jobs import Approve, Explode, Ship
 
 from stepstone import JobRunner, SubmitOptions
-from stepstone.ops import reads
 from stepstone.testing import wait_until
 
 
@@ -44,14 +43,7 @@ class Acting:
         return JobRunner(self.store, jobs=[Ship, Explode, Approve], retry_backoff=0.0)
 
     async def status(self, run_id: str) -> str:
-        """Where the run is, as the view and ``stepstone show`` say (dead, not failed)."""
-        runner = self.runner()  # not started: no worker takes up what it reads
-        try:
-            found = await reads.detail(runner, run_id)
-        finally:
-            await runner.close()
-        assert found.status is not None
-        return found.status.value
+        return await status_of(self.store, run_id)
 
 
 @pytest.fixture
@@ -124,6 +116,9 @@ async def test_retry_and_cancel_one_run_confirmed_with_a_result_line(
     )
     assert await acting.status(acting.dead) == "ready"
     never_ran_injected_script(browser)
+    # No sign-in on this machine: the audit says so, with the address it came from.
+    [audited] = texts(browser, "#audit tbody tr")
+    assert "anonymous operator 127.0.0.1 retry done" in " ".join(audited.split())
 
     browser.get(f"{console}runs/{acting.scheduled}")
     click(browser, "nav.actions a", "Cancel…")

@@ -146,9 +146,10 @@ def test_the_view_answers_only_the_host_names_that_reach_it_by_right(
 
 def test_the_first_line_says_who_can_reach_the_view(runs: Runs, tmp_path: Path) -> None:
     with serve(runs.store, tmp_path) as _, open(tmp_path / "first-line") as said:
-        assert "reachable by this machine only" in said.read()
+        line = said.read()
+        assert "reachable by this machine only, no sign-in, read-only" in line, line
     with (
-        serve(runs.store, tmp_path, "--host", "0.0.0.0") as url,
+        serve(runs.store, tmp_path, "--host", "0.0.0.0", "--no-sign-in") as url,
         open(tmp_path / "first-line") as said,
     ):
         line = said.read()
@@ -156,3 +157,28 @@ def test_the_first_line_says_who_can_reach_the_view(runs: Runs, tmp_path: Path) 
         assert (
             "reachable by anyone who can reach port" in line and "any of its addresses" in line
         ), line
+        assert "no sign-in, read-only" in line
+
+
+def test_a_view_for_other_machines_needs_sign_in_or_says_so(runs: Runs) -> None:
+    """Served beyond this machine, the view signs visitors in, or is told
+    plainly that it need not, and then never acts."""
+    for options, said in (
+        (("--host", "0.0.0.0"), "--host 0.0.0.0 serves other machines, so the view needs sign-in"),
+        (
+            ("--host", "0.0.0.0", "--no-sign-in", "--allow-actions"),
+            "--allow-actions needs sign-in when the view serves other machines",
+        ),
+        (("--user-header", "X-Forwarded-User"), "--user-header needs --trusted-proxy ADDRESS"),
+        (("--trusted-proxy", "proxy.example"), "is not an IP address or network"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "stepstone", "ui", runs.store, "--port", "0", *options],
+            capture_output=True,
+            text=True,
+            timeout=DEADLINE,
+        )
+        assert done.returncode == 2, (options, done.stderr)
+        assert done.stdout == ""
+        assert done.stderr.startswith("stepstone: error: ") and said in done.stderr, done.stderr
+        assert len(done.stderr.splitlines()) == 1

@@ -126,3 +126,19 @@ class Sync(Job[str]):
 
     async def run(self, ctx: JobContext) -> str:
         return f"synced at {self.at}"
+
+
+class Charge(Job[str]):
+    """A payment that the bank declines for good: a dead run as an operator
+    meets one, with nothing hostile in it (the sign-in tests' screenshots)."""
+
+    NAME: ClassVar[str] = "payments.charge"
+    invoice: str
+    cents: int
+
+    async def run(self, ctx: JobContext) -> str:
+        async def authorize(cents: int) -> str:
+            return f"auth-{self.invoice}"
+
+        await ctx.step("authorize", authorize, self.cents)
+        raise Permanent(f"card declined for invoice {self.invoice}: insufficient funds")

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import TextIO
 
 from stepstone.cli import statuses
+from stepstone.cli.audit import operator
 from stepstone.cli.durations import parse_duration, parse_since
 from stepstone.cli.errors import CliError
 from stepstone.cli.render import (
@@ -34,6 +35,7 @@ from stepstone.cli.render import (
 from stepstone.cli.runners import runner_from_args
 from stepstone.errors import InspectError
 from stepstone.ops import actions, listing, reads
+from stepstone.ops.audited import Said, audited, done, of_bulk
 from stepstone.ops.listing import RunFilter
 from stepstone.ops.patches import patch_paths
 from stepstone.ops.replay import replay, replay_many
@@ -182,13 +184,20 @@ def cmd_retry(args: argparse.Namespace) -> int:
             )
         if args.status not in (None, JobStatus.DEAD.value):
             raise CliError("only dead runs can be retried: --status dead, or leave it out", 2)
-        return _bulk(args, "retry", actions.retry_many)
+        return _bulk(args, "retry", actions.retry_many, {})
     if args.id is None:
         raise CliError("retry takes a run id (or a start of it), or filters: --status dead ...", 2)
 
     async def body(runner: JobRunner) -> int:
         run_id = await reads.resolve_id(runner, args.id)
-        removed = await actions.retry(runner, run_id)
+        removed = await audited(
+            runner,
+            operator(),
+            "retry",
+            [run_id],
+            lambda: actions.retry(runner, run_id),
+            done("requeued"),
+        )
         if removed is not None:
             warn_unreadable([removed])
         if args.json:
@@ -203,10 +212,13 @@ def cmd_retry(args: argparse.Namespace) -> int:
 BulkAction = Callable[[JobRunner, list[str]], Awaitable[actions.Bulk]]
 
 
-def _bulk(args: argparse.Namespace, verb: actions.BulkVerb, act: BulkAction) -> int:
+def _bulk(
+    args: argparse.Namespace, verb: actions.BulkVerb, act: BulkAction, detail: dict[str, str]
+) -> int:
     """A bulk action: list the runs the filters choose and of those the ones
     ``verb`` takes (:func:`stepstone.ops.actions.bulk_choice`), say how many,
-    confirm, act on each, and say which could not be done; exit
+    confirm, act on each (recorded in the audit log with ``detail`` and the
+    runs chosen), and say which could not be done; exit
     ``statuses.PARTIAL`` when any could not (or could not be read)."""
 
     async def body(runner: JobRunner) -> int:
@@ -220,7 +232,19 @@ def _bulk(args: argparse.Namespace, verb: actions.BulkVerb, act: BulkAction) -> 
         note.flush()
         if run_ids and not args.yes:
             _confirm(f"{verb} {matched}?")
-        done = await act(runner, run_ids)
+        if run_ids:
+            chose = {"chose": actions.described(chosen, args.since), **detail}
+            done = await audited(
+                runner,
+                operator(),
+                verb,
+                run_ids,
+                lambda: act(runner, run_ids),
+                of_bulk,
+                detail=chose,
+            )
+        else:
+            done = await act(runner, run_ids)
         warn_unreadable(done.unreadable)
         # A record that would not decode is a run left untouched, unless it
         # was read beside one acted on (a dead run's outcome).
@@ -267,14 +291,25 @@ def cmd_cancel(args: argparse.Namespace) -> int:
             raise CliError(f"a {args.status} run has finished: there is nothing to cancel", 2)
         leave = args.leave_children
         return _bulk(
-            args, "cancel", lambda r, ids: actions.cancel_many(r, ids, leave_children=leave)
+            args,
+            "cancel",
+            lambda r, ids: actions.cancel_many(r, ids, leave_children=leave),
+            {"leave_children": "yes"} if leave else {},
         )
     if args.id is None:
         raise CliError("cancel takes a run id (or a start of it), or filters: --kind K ...", 2)
 
     async def body(runner: JobRunner) -> int:
         run_id = await reads.resolve_id(runner, args.id)
-        done = await actions.cancel(runner, run_id, leave_children=args.leave_children)
+        done = await audited(
+            runner,
+            operator(),
+            "cancel",
+            [run_id],
+            lambda: actions.cancel(runner, run_id, leave_children=args.leave_children),
+            lambda done: Said("done", "cancelled" if done == "cancelled" else "discarded dead run"),
+            detail={"leave_children": "yes"} if args.leave_children else None,
+        )
         if args.json:
             emit_json({"id": run_id, "result": done})
         elif done == "cancelled":
@@ -294,13 +329,23 @@ def cmd_replay(args: argparse.Namespace) -> int:
         async def each(runner: JobRunner, run_ids: list[str]) -> actions.Bulk:
             return await replay_many(runner, run_ids, from_step=args.from_step)
 
-        return _bulk(args, "replay", each)
+        return _bulk(
+            args, "replay", each, {} if args.from_step is None else {"from_step": args.from_step}
+        )
     if args.id is None:
         raise CliError("replay takes a run id (or a start of it), or filters: --kind K ...", 2)
 
     async def body(runner: JobRunner) -> int:
         run_id = await reads.resolve_id(runner, args.id)
-        done = await replay(runner, run_id, from_step=args.from_step)
+        done = await audited(
+            runner,
+            operator(),
+            "replay",
+            [run_id],
+            lambda: replay(runner, run_id, from_step=args.from_step),
+            lambda done: Said("done", f"replaying as incarnation {done.incarnation}"),
+            detail=None if args.from_step is None else {"from_step": args.from_step},
+        )
         if args.json:
             emit_json(
                 {
@@ -332,7 +377,18 @@ def cmd_purge(args: argparse.Namespace) -> int:
     async def body(runner: JobRunner) -> int:
         progress = _Progress(sys.stderr, "checking" if args.dry_run else "purging")
         try:
-            removed = await actions.purge(runner, age, dry_run=args.dry_run, on_progress=progress)
+            if args.dry_run:  # changes nothing: not recorded
+                removed = await actions.purge(runner, age, dry_run=True, on_progress=progress)
+            else:
+                removed = await audited(
+                    runner,
+                    operator(),
+                    "purge",
+                    [],
+                    lambda: actions.purge(runner, age, on_progress=progress),
+                    lambda ids: Said("done", f"purged {len(ids)} finished run(s)", runs=ids),
+                    detail={"older_than": args.older_than},
+                )
         finally:
             progress.close()
         verb = "would purge" if args.dry_run else "purged"

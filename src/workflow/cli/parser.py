@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 
+from stepstone.cli.audit import cmd_audit
 from stepstone.cli.check_store import cmd_check_store
 from stepstone.cli.commands import (
     cmd_cancel,
@@ -24,8 +25,9 @@ from stepstone.cli.commands import (
 )
 from stepstone.cli.fleet import cmd_schedules, cmd_workers
 from stepstone.cli.runners import ENV_PREFIX, ENV_STORE
-from stepstone.cli.ui import cmd_ui
+from stepstone.cli.ui import USERS_ENV, cmd_ui, cmd_ui_user
 from stepstone.cli.worker import cmd_worker
+from stepstone.records.audit import ACTIONS
 from stepstone.runtime.queue import JobStatus
 
 
@@ -274,8 +276,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="a web view of the runs, in the browser",
         description="Serve a web page listing the store's runs (newest first; filter by "
         "state, job type, age, version and key), a page per run (input, steps, attempts, "
-        "outcome) and the queue's counts, refreshing live. Reads only unless "
-        "--allow-actions. Needs the ui extra.",
+        "outcome, audit) and the queue's counts, refreshing live. Reads only unless "
+        "--allow-actions. On this machine only it needs no sign-in; to share it, give it "
+        "--users FILE (stepstone ui-user adds users) or a proxy that signs users in "
+        "(--trusted-proxy, --user-header). Needs the ui extra.",
     )
     ui.add_argument(
         "store_url", nargs="?", metavar="STORE_URL", help="the store (or --store, --app)"
@@ -297,8 +301,36 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument(
         "--allow-actions",
         action="store_true",
-        help="let the pages retry, cancel and send events to runs (each confirmed; "
-        "anyone who can reach the view can then do so)",
+        help="let the pages retry, cancel, replay and send events to runs (each confirmed "
+        "and recorded in the audit log): with sign-in, operators may; without, anyone "
+        "who can reach the view (then this machine only)",
+    )
+    ui.add_argument(
+        "--users",
+        metavar="FILE",
+        help=f"sign-in with the users of FILE (name:role:hash lines; default ${USERS_ENV}; "
+        "stepstone ui-user adds one)",
+    )
+    ui.add_argument(
+        "--trusted-proxy",
+        action="append",
+        default=[],
+        metavar="ADDRESS",
+        help="a proxy's IP address or network (10.0.0.0/8), repeatable: from it alone, "
+        "X-Forwarded-For, X-Forwarded-Proto and --user-header are believed",
+    )
+    ui.add_argument(
+        "--user-header",
+        metavar="NAME",
+        help="the header in which a --trusted-proxy names the user it signed in "
+        "(X-Forwarded-User, X-Auth-Request-User, Remote-User, ...); the role is the "
+        "users file's, or viewer",
+    )
+    ui.add_argument(
+        "--no-sign-in",
+        action="store_true",
+        help="serve other machines (--host) with no sign-in, read-only: anyone who "
+        "reaches the view reads every run",
     )
     ui.add_argument(
         "--refresh",
@@ -308,6 +340,50 @@ def build_parser() -> argparse.ArgumentParser:
         help="pages refresh themselves this often (default 5; 0: never)",
     )
     ui.set_defaults(handler=cmd_ui)
+
+    ui_user = sub.add_parser(
+        "ui-user",
+        help="add a user to the web view's users file, or change or remove one",
+        description="Add NAME to the users file with a role and a password (asked twice "
+        "at a terminal, else read from the first line of stdin), kept as a scrypt hash; "
+        "update the user if listed. Without --users (or $STEPSTONE_UI_USERS), print "
+        "the line instead.",
+    )
+    ui_user.add_argument("name", metavar="NAME", help="the user's name (an e-mail address fits)")
+    ui_user.add_argument("--role", choices=["viewer", "operator"], help="what the user may do")
+    ui_user.add_argument("--users", metavar="FILE", help=f"the users file (default ${USERS_ENV})")
+    ui_user.add_argument(
+        "--no-password",
+        action="store_true",
+        help="no password: the user signs in only through a trusted proxy (--user-header)",
+    )
+    ui_user.add_argument("--remove", action="store_true", help="remove the user instead")
+    ui_user.set_defaults(handler=cmd_ui_user)
+
+    audit = sub.add_parser(
+        "audit",
+        parents=[common],
+        help="the operators' actions, newest first: who, when, from where, what",
+        description="List the audit records of the actions taken in the web view and with "
+        "retry, cancel, replay and purge: when, who (a signed-in user, or user@host for "
+        "the CLI), from which address, the action, its runs and how it ended. Kept for "
+        "the workers' audit_retention (90 days by default).",
+    )
+    audit.add_argument("--run", metavar="ID", help="only actions on this run (an id or its start)")
+    audit.add_argument(
+        "--key", metavar="IDEMPOTENCY_KEY", help="only actions on the run of this key"
+    )
+    audit.add_argument(
+        "--since",
+        metavar="WHEN",
+        help="only actions begun since: a duration ago (10m, 2h, 3d) or an ISO time",
+    )
+    audit.add_argument(
+        "--user", metavar="NAME", help="only this user's (NAME matches NAME@host too)"
+    )
+    audit.add_argument("--action", choices=ACTIONS, help="only this action")
+    audit.add_argument("--limit", type=int, default=100, help="the newest this many (default 100)")
+    audit.set_defaults(handler=cmd_audit)
 
     check = sub.add_parser(
         "check-store",

@@ -11,5 +11,6 @@ can work on any runner's store.
 - ``finished.py``: the outcome listing a long-lived view keeps, listed
   again beside its pages rather than on each;
 - ``actions.py``: what changes runs: retry a dead run, cancel, purge;
+- ``audited.py``: an operator's action run with its audit record around it;
 - ``timeline.py``: a run's steps in the order they ran, across its claims.
 """

@@ -15,7 +15,10 @@ how long they stay.
 - ``history.py``: a run's claims read back in order;
 - ``family.py``: the runs that wait for a run's end, and the children it
   submitted;
-- ``retention.py``: the sweep of finished runs past the window;
+- ``retention.py``: the sweep of finished runs past the window (and of
+  audit records past theirs);
+- ``audit.py``, ``audit_log.py``: the record of an operator's action, and
+  where such records are kept, read back and swept;
 - ``fit_to_run.py``: whether a store is fit for a worker: reachable,
   holding conditional writes, not a copy.
 """

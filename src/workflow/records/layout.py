@@ -13,6 +13,8 @@ schedules/<name>                             the last tick a schedule submitted
 slots/<digest>                               a concurrency key's holders and waiters
 rates/<digest>                               a rate limit's state
 workers/<holder digest>/<life>               a worker's record: who, where, holding what, last beat
+audit/<date>/<time>-<random>                 an operator's action: who, when, what, how it ended
+audit-runs/<run_id>/<date>T<time>-<random>   the same action's mark under each run it acted on
 stepstone-copy                               a copy's mark, put by hand: no worker starts there
 ```
 
@@ -180,6 +182,24 @@ class Layout:
     def workers(self) -> str:
         """The prefix of the workers' records (:mod:`stepstone.runtime.worker.presence`)."""
         return join(self.prefix, "workers") + "/"
+
+    def audit(self, day: str = "") -> str:
+        """The prefix of the audit records (of one UTC ``day``, ``2026-01-31``):
+        :mod:`stepstone.records.audit_log`."""
+        return join(self.prefix, "audit", day) + "/"
+
+    def audit_record(self, record_id: str) -> str:
+        """The audit record ``<date>T<time>-<random>``, kept in its day's folder."""
+        day, _, rest = record_id.partition("T")
+        return join(self.prefix, "audit", day, rest)
+
+    def audit_runs(self, run_id: str = "") -> str:
+        """The prefix of the marks of the actions on one run (or on any)."""
+        return join(self.prefix, "audit-runs", run_id) + "/"
+
+    def audit_run(self, run_id: str, record_id: str) -> str:
+        """The mark, under ``run_id``, of the action that record ``record_id`` holds."""
+        return join(self.prefix, "audit-runs", run_id, record_id)
 
     def copy_mark(self) -> str:
         """The object that says this store is a copy of another (its history,

@@ -26,6 +26,11 @@ the store, and every listing in it, grows.
 A sweep runs in each worker process every ``interval`` (by the runner's
 clock; a FakeClock moving past it wakes the sweeper). Several processes
 sweeping at once is harmless: every delete is idempotent.
+
+The same sweeper removes the audit records of operators' actions once they
+are older than their own window, ``audit_retention`` (90 days by default,
+None to keep them), at most once an hour (:func:`stepstone.records.audit_log.sweep`):
+they outlive the runs they name.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
+from stepstone.records import audit_log
 from stepstone.records.family import Family
 from stepstone.records.layout import Layout
 from stepstone.records.outcome import OutcomeRecord, Tombstone, decode_outcome_key
@@ -46,6 +52,8 @@ from stepstone.store import NotFound, ObjectInfo, ObjectStore, PreconditionFaile
 
 log = logging.getLogger("stepstone.records.retention")
 
+AUDIT_SWEEP_EVERY = 3600.0
+"""Seconds between two sweeps of the audit records, at most."""
 REMOVE_AT_ONCE = 32
 """Objects past the window swept concurrently (each run's own deletes run together too)."""
 
@@ -68,14 +76,28 @@ class Runs(Protocol):
 
 
 class Sweeper:
-    """Sweeps ``runs`` every ``interval`` seconds of their clock."""
+    """Sweeps ``runs`` every ``interval`` seconds of their clock, and their
+    audit records older than ``audit_retention`` seconds (None: none)."""
 
-    def __init__(self, runs: Runs, retention: float, *, interval: float | None = None) -> None:
+    def __init__(
+        self,
+        runs: Runs,
+        retention: float,
+        *,
+        interval: float | None = None,
+        audit_retention: float | None = audit_log.AUDIT_RETENTION,
+    ) -> None:
         if retention <= 0:
             raise ValueError(f"retention must be positive seconds, got {retention}")
+        if audit_retention is not None and audit_retention <= 0:
+            raise ValueError(f"audit_retention must be positive seconds, got {audit_retention}")
         self.runs = runs
         self.retention = retention
         self.interval = interval if interval is not None else min(max(retention / 10, 1.0), 300.0)
+        self.audit_retention = audit_retention
+        self._audit_every = (
+            0.0 if audit_retention is None else min(audit_retention / 10, AUDIT_SWEEP_EVERY)
+        )
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._unsubscribe: Callable[[], None] = lambda: None
@@ -95,7 +117,7 @@ class Sweeper:
 
     async def _loop(self) -> None:
         clock = self.runs.clock
-        next_at = clock.now()
+        next_at = audit_at = clock.now()
         while True:
             if clock.now() >= next_at:
                 try:
@@ -105,9 +127,19 @@ class Sweeper:
                 except Exception as exc:
                     log.warning("retention sweep failed (will try again): %s", exc)
                 next_at = clock.now() + self.interval
+            if self.audit_retention is not None and clock.now() >= audit_at:
+                audit_at = clock.now() + self._audit_every
+                try:
+                    cutoff = clock.now() - self.audit_retention
+                    removed = await audit_log.sweep(self.runs.store, self.runs.layout, cutoff)
+                    if removed:
+                        log.info("retention sweep removed %d audit object(s)", removed)
+                except Exception as exc:
+                    log.warning("audit retention sweep failed (will try again): %s", exc)
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), max(0.01, next_at - clock.now()))
+                due = next_at if self.audit_retention is None else min(next_at, audit_at)
+                await asyncio.wait_for(self._wake.wait(), max(0.01, due - clock.now()))
 
 
 async def sweep(runs: Runs, retention: float) -> int:

@@ -2,12 +2,15 @@
 to a waiting one, replay an ended one from a step, and retry or cancel every
 run a filter of the list shows.
 
-Off unless the view is started with them (``stepstone ui --allow-actions``).
-Each is two requests: a GET of ``/act/{verb}`` that changes nothing and
-answers a page naming what the action will do, to which runs, with a form;
-and that form's POST, which must carry the server's CSRF token (see
-:mod:`stepstone.ui.guard`), acts through :mod:`stepstone.ops.actions` (what
-``stepstone retry``, ``cancel`` and ``replay`` use) or ``runner.send_event``, and
+Off unless the view is started with them (``stepstone ui --allow-actions``),
+and then only for an operator (:mod:`stepstone.ui.access`): a viewer is
+refused with a 403 that says so. Each is two requests: a GET of
+``/act/{verb}`` that changes nothing and answers a page naming what the
+action will do, to which runs, with a form; and that form's POST, which
+must carry the session's CSRF token (see :mod:`stepstone.ui.guard`), acts
+through :mod:`stepstone.ops.actions` (what ``stepstone retry``, ``cancel``
+and ``replay`` use) or ``runner.send_event``, recorded in the audit log
+with who acted and from where (:mod:`stepstone.ops.audited`), and
 redirects to the page the operator came from with a line saying what was
 done. A bulk action acts on the runs its page listed, by id, so the count
 confirmed is the count acted on (each refused one is named).
@@ -25,13 +28,16 @@ from urllib.parse import parse_qsl, urlencode
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from stepstone.errors import EncodingError, EventRefused, InspectError
+from stepstone.errors import InspectError, JobError
 from stepstone.ops import actions, listing, reads
+from stepstone.ops.audited import Said, audited, done, of_bulk
+from stepstone.records.audit import Actor
 from stepstone.runner import JobRunner
 from stepstone.runtime.errors import QueueError
 from stepstone.runtime.queue import JobStatus
 from stepstone.store import StoreError
-from stepstone.ui.guard import Csrf
+from stepstone.ui.access import Visitor
+from stepstone.ui.guard import csrf_accepts
 from stepstone.ui.present import Filters
 from stepstone.ui.respond import render
 
@@ -87,7 +93,7 @@ async def confirm_page(request: Request) -> Response:
     return render(
         request,
         "confirm.html",
-        {"plan": plan, "csrf": request.app.state.csrf.token},
+        {"plan": plan},
         refresh=False,
     )
 
@@ -99,13 +105,14 @@ async def act(request: Request) -> Response:
     if (refused := _refused(request, form.get("csrf"))) is not None:
         return refused
     runner: JobRunner = request.app.state.runner
+    actor = request.state.visitor.actor()
     verb = request.path_params["verb"]
     back = _back(request, form)
     try:
         if form.get("run"):
-            lines = await _do(runner, await _plan(request, form))
+            lines = await _do(runner, await _plan(request, form), actor)
         elif verb in BULK:
-            lines = await _do_many(runner, verb, form.get("ids", ""))
+            lines = await _do_many(runner, verb, form.get("ids", ""), actor)
         else:
             raise InspectError(f"no action {verb!r} on a list (one of: {', '.join(BULK)})")
     except InspectError as exc:
@@ -116,15 +123,22 @@ async def act(request: Request) -> Response:
 
 
 def _refused(request: Request, token: str | None) -> Response | None:
-    """Why this request may not act: actions are off, or a POST lacks the token."""
-    if not request.app.state.actions:
+    """Why this request may not act: actions are off, the visitor is no
+    operator, or a POST lacks the session's token."""
+    visitor: Visitor = request.state.visitor
+    why = None
+    if not request.app.state.access.actions:
         why = "actions are off: start the view with stepstone ui --allow-actions to use them"
-        return render(request, "problem.html", {"why": why, "back": _back(request)}, 403)
-    csrf: Csrf = request.app.state.csrf
-    if request.method == "POST" and not csrf.accepts(token):
+    elif visitor.role != "operator":
+        why = (
+            f"refused: your role, {visitor.role}, cannot act on runs; an operator can "
+            "(roles are given in the view's users file)"
+        )
+    elif request.method == "POST" and not csrf_accepts(request.state.session.csrf, token):
         why = "refused: the form did not carry this view's token (reload the page and try again)"
-        return render(request, "problem.html", {"why": why, "back": _back(request)}, 403)
-    return None
+    if why is None:
+        return None
+    return render(request, "problem.html", {"why": why, "back": _back(request)}, 403)
 
 
 def _back(request: Request, given: dict[str, str] | None = None) -> str:
@@ -223,40 +237,79 @@ async def _bulk(runner: JobRunner, verb: str, fields: dict[str, str], back: str)
     return Plan(verb, question, f"{doing} {len(run_ids)} run(s)", kept, run_ids, back)
 
 
-async def _do_many(runner: JobRunner, verb: str, ids: str) -> list[str]:
+async def _do_many(runner: JobRunner, verb: str, ids: str, actor: Actor) -> list[str]:
     """A bulk action on the runs its confirmation listed (their ids, posted)."""
     posted = [run_id for run_id in ids.split(",") if run_id]
     act = actions.retry_many if verb == "retry" else actions.cancel_many
-    done = await act(runner, posted)
+    try:
+        done = await audited(
+            runner,
+            actor,
+            "retry" if verb == "retry" else "cancel",
+            posted,
+            lambda: act(runner, posted),
+            of_bulk,
+        )
+    except (InspectError, StoreError, QueueError) as exc:
+        return [f"nothing was done: {exc}"]
     lines = [f"{done.verb} {len(done.done)} of {len(posted)} run(s)"]
     lines += [f"not {done.verb} {run_id}: {why}" for run_id, why in done.refused.items()]
     lines += [f"record {bad.key} would not decode: {bad.reason}" for bad in done.unreadable]
     return lines
 
 
-async def _do(runner: JobRunner, plan: Plan) -> list[str]:
-    """The action on one run, confirmed."""
+async def _do(runner: JobRunner, plan: Plan, actor: Actor) -> list[str]:
+    """The action on one run, confirmed, recorded as ``actor``'s."""
     run_id = plan.fields["run"]
     try:
         if plan.verb == "retry":
-            await actions.retry(runner, run_id)
-            return [f"requeued {run_id}: its failed outcome was removed; finished steps replay"]
+            said = f"requeued {run_id}: its failed outcome was removed; finished steps replay"
+            await audited(
+                runner, actor, "retry", [run_id], lambda: actions.retry(runner, run_id), done(said)
+            )
+            return [said]
         if plan.verb == "cancel":
-            if await actions.cancel(runner, run_id) == "cancelled":
-                return [f"cancelled {run_id}"]
-            return [f"discarded dead run {run_id} from the queue (its failed outcome stays)"]
+            cancelled = f"cancelled {run_id}"
+            discarded = f"discarded dead run {run_id} from the queue (its failed outcome stays)"
+            result = await audited(
+                runner,
+                actor,
+                "cancel",
+                [run_id],
+                lambda: actions.cancel(runner, run_id),
+                lambda done: Said("done", cancelled if done == "cancelled" else discarded),
+            )
+            return [cancelled if result == "cancelled" else discarded]
         if plan.verb == "replay":
             step = plan.fields["step"] or None
-            done = await runner.replay(run_id, from_step=step)
             where = "the start" if step is None else f"step {step!r}"
+            replayed = await audited(
+                runner,
+                actor,
+                "replay",
+                [run_id],
+                lambda: runner.replay(run_id, from_step=step),
+                lambda done: Said("done", f"replaying from {where} as {done.incarnation}"),
+                detail={} if step is None else {"from_step": step},
+            )
             return [
-                f"replaying {run_id} from {where} as incarnation {done.incarnation} "
-                f"({done.kept_memos} memo(s) kept; the earlier incarnation's stay, linked)"
+                f"replaying {run_id} from {where} as incarnation {replayed.incarnation} "
+                f"({replayed.kept_memos} memo(s) kept; the earlier incarnation's stay, linked)"
             ]
         name = plan.fields["name"]
-        await runner.send_event(run_id, name, _payload(plan.fields["payload"]))
-        return [f"sent event {name!r} to {run_id}"]
-    except (EventRefused, EncodingError, StoreError, QueueError) as exc:
+        payload = _payload(plan.fields["payload"])
+        sent = f"sent event {name!r} to {run_id}"
+        await audited(
+            runner,
+            actor,
+            "event",
+            [run_id],
+            lambda: runner.send_event(run_id, name, payload),
+            done(sent),
+            detail={"event": name},
+        )
+        return [sent]
+    except (JobError, StoreError, QueueError) as exc:
         return [f"nothing was done: {exc}"]
 
 

@@ -2,8 +2,10 @@
 
 Read-only unless started with actions on: every page is a GET that reads
 through :mod:`stepstone.ops.reads` (what ``stepstone ls`` and ``show`` use);
-the only writes are the POSTs of :mod:`stepstone.ui.acting`, each with a
-CSRF token. Everything a job
+the only writes are the POSTs of :mod:`stepstone.ui.acting`, each by an
+operator, with a CSRF token, and recorded in the audit log. Who a request
+is from, and whether they must sign in first, is :mod:`stepstone.ui.access`'s
+to say. Everything a job
 wrote reaches a page through the templates, which autoescape HTML; control
 characters (terminal escapes, bidirectional overrides) are made visible first
 by the same :func:`~stepstone.telemetry.escaping.escape_controls` the CLI uses, so a
@@ -35,11 +37,14 @@ from stepstone.ops.finished import FinishedListing
 from stepstone.ops.glance import user_first
 from stepstone.ops.throughput import Statuses
 from stepstone.ops.timeline import took
+from stepstone.records.audit_log import AuditLog
 from stepstone.runner import JobRunner
 from stepstone.telemetry.escaping import escape_controls
-from stepstone.ui import acting, fleet, routes, throughput
-from stepstone.ui.guard import Csrf
+from stepstone.ui import acting, fleet, routes, signin, throughput
+from stepstone.ui.access import Gate
+from stepstone.ui.guard import Access
 from stepstone.ui.present import ago, pretty, when
+from stepstone.ui.sessions import Sessions
 
 HERE = Path(__file__).parent
 
@@ -90,17 +95,27 @@ class _PagesFirst:
 
 
 def create_app(
-    runner: JobRunner, *, refresh: float, hosts: Sequence[str], actions: bool = False
+    runner: JobRunner,
+    *,
+    refresh: float,
+    hosts: Sequence[str],
+    access: Access | None = None,
+    sessions: Sessions | None = None,
 ) -> Starlette:
     """The application over ``runner`` (open on the loop that will serve it);
     its pages refresh themselves every ``refresh`` seconds (0: never). It
     answers a request only when its ``Host`` is one of ``hosts`` (see
-    :mod:`stepstone.ui.guard`), 400 otherwise; ``actions`` lets its pages
-    change runs (:mod:`stepstone.ui.acting`)."""
+    :mod:`stepstone.ui.guard`), 400 otherwise. ``access`` says how it knows
+    its visitors and whether its pages change runs (by default: nobody signs
+    in, read-only); ``sessions`` signs its cookies (by default with a key
+    drawn now)."""
+    access = access if access is not None else Access()
+    sessions = sessions if sessions is not None else Sessions.from_environment()
     finished = FinishedListing(runner)
     app = Starlette(
         middleware=[
             Middleware(TrustedHostMiddleware, allowed_hosts=hosts, www_redirect=False),
+            Middleware(Gate, access=access, sessions=sessions, refuse=signin.refuse),
             Middleware(_PagesFirst, finished=finished),
         ],
         routes=[
@@ -109,6 +124,10 @@ def create_app(
             Route("/workers", fleet.workers_page, name="workers"),
             Route("/schedules", fleet.schedules_page, name="schedules"),
             Route("/throughput", throughput.throughput_page, name="throughput"),
+            Route("/audit", routes.audit_page, name="audit"),
+            Route("/signin", signin.signin_page, methods=["GET"], name="signin"),
+            Route("/signin", signin.sign_in, methods=["POST"], name="sign_in"),
+            Route("/signout", signin.sign_out, methods=["POST"], name="signout"),
             Route("/act/{verb}", acting.confirm_page, methods=["GET"], name="confirm"),
             Route("/act/{verb}", acting.act, methods=["POST"], name="act"),
             Route("/static/{name}", routes.static, name="static"),
@@ -119,8 +138,10 @@ def create_app(
     app.state.statuses = Statuses()
     app.state.templates = templates()
     app.state.refresh = refresh
-    app.state.actions = actions
-    app.state.csrf = Csrf()
+    app.state.access = access
+    app.state.sessions = sessions
+    app.state.failures = signin.Failures()
+    app.state.audit = AuditLog(runner.store, runner.layout, runner.clock)
     app.state.results = acting.Results()
     app.state.static = {path.name: path.read_bytes() for path in (HERE / "static").iterdir()}
     return app

@@ -32,16 +32,21 @@ def render(
     refresh: bool = True,
 ) -> Response:
     """The template ``name`` over ``context`` and what every page shows: the
-    store, when it was read, whether actions are on, and the lines saying
-    what an action just did (``?result=``). ``refresh``: whether the page
-    refreshes itself (a confirmation does not)."""
+    store, when it was read, who is visiting (None: nobody signed in) and
+    whether they may act, the session's CSRF token for the page's forms,
+    and the lines saying what an action just did (``?result=``).
+    ``refresh``: whether the page refreshes itself (a confirmation does not)."""
     runner: JobRunner = request.app.state.runner
     state = request.app.state
+    visitor = request.state.visitor
     base = {
         "store": runner.store.location,
         "refresh": state.refresh if refresh else 0,
         "now": runner.clock.now(),
-        "actions": state.actions,
+        "visitor": visitor,
+        "signs_in": state.access.signs_in,
+        "actions": state.access.actions and visitor is not None and visitor.role == "operator",
+        "csrf": request.state.session.csrf,
         "result": state.results.get(request.query_params.get("result")),
     }
     return state.templates.TemplateResponse(  # type: ignore[no-any-return]

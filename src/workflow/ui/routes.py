@@ -1,4 +1,4 @@
-"""The web view's pages: the runs list, one run, and the two static files.
+"""The web view's pages: the runs list, one run, the audit log, and the two static files.
 
 Each page reads through :mod:`stepstone.ops.reads` on every request (the
 pages refresh themselves, so what they show is at most one refresh old) and
@@ -9,6 +9,7 @@ queue that cannot list) is a page that says why, never a traceback.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Awaitable
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -16,9 +17,11 @@ from starlette.responses import RedirectResponse, Response
 from stepstone.errors import InspectError
 from stepstone.ops import actions, listing, reads
 from stepstone.ops.finished import FinishedListing
+from stepstone.records.audit_log import AuditLog, Found
 from stepstone.runner import JobRunner
 from stepstone.runtime.capabilities import Survey
 from stepstone.runtime.queue import JobStatus
+from stepstone.store import StoreError
 from stepstone.ui.present import SINCE, Filters, run_view
 from stepstone.ui.respond import HEADERS, render
 
@@ -33,6 +36,13 @@ all after a few refreshes."""
 LISTING_WAIT = 0.25
 """Seconds the runs list waits for the listing of finished runs it starts
 (:mod:`stepstone.ops.finished`) before it answers with the last one."""
+
+AUDIT_OF_RUN = 20
+"""Actions a run's page shows, the newest (``stepstone audit --run`` lists all)."""
+AUDIT_LISTED = 100
+AUDIT_DAYS = 7
+"""The audit page shows the newest ``AUDIT_LISTED`` actions of the last
+``AUDIT_DAYS`` days (``stepstone audit`` lists every one kept)."""
 
 STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
 
@@ -153,7 +163,37 @@ async def run_page(request: Request) -> Response:
     def link(run: str) -> str:
         return str(request.app.url_path_for("run", run_id=run))
 
-    return render(request, "run.html", {"run": run_view(found, runner.clock.now(), link)})
+    trail, problem = await _audit(request.app.state.audit.of_run(run_id, limit=AUDIT_OF_RUN))
+    return render(
+        request,
+        "run.html",
+        {
+            "run": run_view(found, runner.clock.now(), link),
+            "audit": trail,
+            "audit_problem": problem,
+            "audit_shown": AUDIT_OF_RUN,
+        },
+    )
+
+
+async def audit_page(request: Request) -> Response:
+    """The operators' actions, newest first: who, when, from where, what, how it ended."""
+    journal: AuditLog = request.app.state.audit
+    since = journal.clock.now() - AUDIT_DAYS * 86_400
+    trail, problem = await _audit(journal.listed(since=since, limit=AUDIT_LISTED))
+    return render(
+        request,
+        "audit.html",
+        {"audit": trail, "audit_problem": problem, "days": AUDIT_DAYS, "listed": AUDIT_LISTED},
+    )
+
+
+async def _audit(reading: Awaitable[Found]) -> tuple[Found, str | None]:
+    """What an audit read found, or nothing and why the store would not answer."""
+    try:
+        return await reading, None
+    except StoreError as exc:
+        return Found(), f"the audit log could not be read: {exc}"
 
 
 async def static(request: Request) -> Response:

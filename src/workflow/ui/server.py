@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from types import FrameType
 
 from stepstone.runner import JobRunner
+from stepstone.ui.guard import Access
 
 
 class CannotServe(RuntimeError):
@@ -32,21 +33,27 @@ def serve_ui(
     port: int,
     refresh: float,
     allow_hosts: Sequence[str] = (),
-    actions: bool = False,
+    access: Access | None = None,
     on_ready: Callable[[str, int], None],
 ) -> None:
     """Serve until stopped; ``on_ready`` hears the page's URL and port once it
     is served. The view answers the ``Host`` names :func:`stepstone.ui.guard.allowed_hosts`
-    gives for ``host`` and ``allow_hosts``; ``actions`` lets its pages change runs."""
+    gives for ``host`` and ``allow_hosts``; ``access`` says how it knows its
+    visitors and whether its pages change runs (:mod:`stepstone.ui.access`)."""
     try:
         import uvicorn
 
         from stepstone.ui.app import create_app
         from stepstone.ui.guard import allowed_hosts
+        from stepstone.ui.sessions import BadSessionKey, Sessions
     except ImportError as exc:
         raise CannotServe(
             f"the web view needs the ui extra: pip install 'stepstone[ui]' ({exc})"
         ) from exc
+    try:
+        sessions = Sessions.from_environment()
+    except BadSessionKey as exc:
+        raise CannotServe(str(exc)) from None
     try:
         listening = socket.create_server((host, port), family=_family(host))
     except OSError as exc:
@@ -59,10 +66,14 @@ def serve_ui(
                 runner,
                 refresh=refresh,
                 hosts=allowed_hosts(host, allow_hosts),
-                actions=actions,
+                access=access,
+                sessions=sessions,
             )
             app.state.finished.start()
-            config = uvicorn.Config(app, log_level="warning", lifespan="off")
+            # Forwarded headers are believed only from --trusted-proxy
+            # addresses, by the view itself (stepstone.ui.access), never by
+            # uvicorn's default (which believes 127.0.0.1).
+            config = uvicorn.Config(app, log_level="warning", lifespan="off", proxy_headers=False)
             started = asyncio.Event()
 
             class Server(uvicorn.Server):

@@ -20,6 +20,7 @@
     if (document.hidden || String(window.getSelection()) || editing()) return;
     try {
       const response = await fetch(window.location.href, { cache: "no-store" });
+      if (response.status === 401) { window.location.reload(); return; } // signed out: show the sign-in page
       const page = new DOMParser().parseFromString(await response.text(), "text/html");
       const fresh = page.querySelector("main");
       const open = new Set([...document.querySelectorAll("main details[open] summary")].map((s) => s.textContent));
