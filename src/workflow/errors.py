@@ -120,15 +120,30 @@ class InputMismatch(JobError):
     the other input's result.
     """
 
-    def __init__(self, run_id: str, kind: str = "", *, handles: Sequence[Any] = ()) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        kind: str = "",
+        *,
+        handles: Sequence[Any] = (),
+        key: str | None = None,
+        parent: str | None = None,
+    ) -> None:
         self.run_id = run_id
         self.kind = kind
+        self.key = key
+        """The idempotency key, where the submit that was refused knew it."""
+        self.parent = parent
+        """The run whose ``ctx.submit`` it was (a child job), if one's."""
         self.handles: list[Any] = list(handles)
         """From ``submit_many``: one entry per job of the batch, in order, the
         job's handle where it was submitted (or joined its run), None where it
         was refused; so a retry of the batch can leave out what went in.
         Empty from ``submit``."""
         what = f"job {kind!r}" if kind else "a job"
+        if parent is not None:
+            what = f"the child {what} of run {parent}"
+        under = "" if key is None else f" {_shown_key(key)}"
         submitted = sum(handle is not None for handle in self.handles)
         batch = (
             f"; the batch's other {submitted} job(s) were submitted (their handles: .handles)"
@@ -136,8 +151,8 @@ class InputMismatch(JobError):
             else ""
         )
         super().__init__(
-            f"{what} was submitted with an idempotency key already used for a different "
-            f"input (run {run_id}){batch}"
+            f"{what} was submitted with an idempotency key{under} already used for a "
+            f"different input (run {run_id}){batch}"
         )
 
     @property
@@ -368,6 +383,11 @@ class ClassifiedPermanent(Permanent):
 
 
 _RENAMED = {"InvalidJobId": "InvalidRunId"}
+
+
+def _shown_key(key: str) -> str:
+    """An idempotency key in a message: quoted, and cut short past 120 characters."""
+    return repr(key if len(key) <= 120 else key[:117] + "...")
 
 
 def __getattr__(name: str) -> Any:

@@ -587,19 +587,21 @@ class JobRunner:
         Raises InspectError, saying why, for a run still live (wait for it to
         end, or cancel it), unknown or swept, whose input was not kept, or
         with no step ``from_step``."""
-        return await replay(self, run_id_of(run), from_step=from_step)
+        replayed = await replay(self, run_id_of(run), from_step=from_step)
+        self._watch.restarted(replayed.run_id)  # (a handle held here awaits the new outcome)
+        return replayed
 
     async def replay_many(
         self, runs: Iterable[str | Job[Any] | RunSummary], *, from_step: str | None = None
     ) -> Bulk:
         """:meth:`replay` each of ``runs`` (ids, keyed jobs, or what
         :meth:`runs` listed); those that cannot be are in ``refused``, with why."""
-        return await replay_many(self, _ids(runs), from_step=from_step)
+        return self._restarted(await replay_many(self, _ids(runs), from_step=from_step))
 
     async def retry_many(self, runs: Iterable[str | Job[Any] | RunSummary]) -> Bulk:
         """Requeue each dead run of ``runs`` (``stepstone retry``): finished
         steps replay; those that cannot be are in ``refused``, with why."""
-        return await retry_many(self, _ids(runs))
+        return self._restarted(await retry_many(self, _ids(runs)))
 
     async def cancel_many(
         self, runs: Iterable[str | Job[Any] | RunSummary], *, leave_children: bool = False
@@ -608,6 +610,12 @@ class JobRunner:
         as ``stepstone cancel`` does), with their live children unless
         ``leave_children``; those that cannot be are in ``refused``."""
         return await cancel_many(self, _ids(runs), leave_children=leave_children)
+
+    def _restarted(self, bulk: Bulk) -> Bulk:
+        """Tell the handles held here of the runs ``bulk`` started again."""
+        for run_id in bulk.done:
+            self._watch.restarted(run_id)
+        return bulk
 
 
 def _ids(runs: Iterable[str | Job[Any] | RunSummary]) -> list[str]:

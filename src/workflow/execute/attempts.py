@@ -25,6 +25,7 @@ from stepstone.errors import (
     CorruptMemo,
     CorruptOutcome,
     EncodingError,
+    InputMismatch,
     InvalidWait,
     JobFailed,
     NonDeterministicReplay,
@@ -215,12 +216,14 @@ class AttemptRunner:
             InvalidWait,
             BadEvent,
             NonDeterministicReplay,
+            InputMismatch,
         ) as exc:
             # (Retrying cannot mend a value that cannot be stored, a memo
             # that does not decode, a child's outcome, which is final, a wait
-            # it cannot keep, an event taken that is not of its type, or code
-            # that no longer replays its run: the run fails for good, saying
-            # which. The job's code may catch all but the last.)
+            # it cannot keep, an event taken that is not of its type, code
+            # that no longer replays its run, or a child submitted under a
+            # key used for another input: the run fails for good, saying
+            # which. The job's code may catch all but the divergence.)
             await _flush(scope)
             if not isinstance(exc, Permanent):
                 raise ClassifiedPermanent(exc) from exc

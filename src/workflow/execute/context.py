@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any, ParamSpec, TypeVar, cast, overload
 
-from stepstone.errors import EncodingError, InvalidWait
+from stepstone.errors import EncodingError, InputMismatch, InvalidWait
 from stepstone.execute import branches, patches
 from stepstone.execute import durable_waits as waits
 from stepstone.execute.memos import Memo
@@ -200,7 +200,11 @@ class JobContext:
         if job.idempotency_key() is None:
             seed = f"{run.run_id}/{run.incarnation}/child/{place}"
             derived = recorded if found else hashlib.sha256(seed.encode()).hexdigest()
-        handle = await run.submitter.submit(job, options, run_id=derived, parent=run.run_id)
+        try:
+            handle = await run.submitter.submit(job, options, run_id=derived, parent=run.run_id)
+        except InputMismatch as exc:  # (permanent: the parent fails at once, naming both)
+            key = job.idempotency_key()
+            raise InputMismatch(exc.run_id, exc.kind, key=key, parent=run.run_id) from None
         if not found:
             await memo.record(handle.id)
         handle.wait_within(self._await_child)

@@ -51,6 +51,9 @@ class RunAnswers:
             run_id, output, fresh=fresh, input_hash=input_hash, submitted=submitted
         )
 
+    def restarts(self, run_id: str) -> int:
+        return self._watch.restarts(run_id)
+
     async def outcome(
         self, run_id: str, output: Any, input_hash: str | None = None
     ) -> Outcome[Any] | None:

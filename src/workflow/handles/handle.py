@@ -58,6 +58,11 @@ class Answers(Protocol):
     ) -> Outcome[Any] | None:
         """The outcome from its record only; None while the run goes on."""
 
+    def restarts(self, run_id: str) -> int:
+        """How many times this process started the run again after it ended
+        (``runner.replay``, ``retry_many``): an outcome a handle took before
+        is no longer the run's answer."""
+
     async def status(self, run_id: str) -> JobState | None: ...
 
     async def cancel(self, run_id: str, *, leave_children: bool = False) -> bool: ...
@@ -84,6 +89,8 @@ class JobHandle(Generic[T]):
         self._answers = answers
         self._output_type = output_type
         self._outcome = outcome
+        self._restarts = answers.restarts(run_id)
+        """The run's restarts here when ``_outcome`` was taken."""
         self._within: Callable[[JobHandle[T]], Awaitable[Outcome[T]]] | None = None
         self._input_hash = input_hash
         self._submitted = (
@@ -92,6 +99,7 @@ class JobHandle(Generic[T]):
         self.id = run_id
         """The run id."""
         self.newly_submitted = newly_submitted
+        self._fresh = newly_submitted
 
     def wait_within(self, waiter: Callable[[JobHandle[T]], Awaitable[Outcome[T]]]) -> None:
         """Await this run through ``waiter`` instead of polling: a parent
@@ -110,8 +118,11 @@ class JobHandle(Generic[T]):
         return outcome.unwrap()
 
     async def join(self, timeout: float | None = None) -> Outcome[T]:  # noqa: ASYNC109
-        """Wait for the outcome and return it, success or failure, without raising."""
-        if self._outcome is not None:
+        """Wait for the outcome and return it, success or failure, without
+        raising. After a replay (or a retry of a dead run) from this runner,
+        the run's new outcome."""
+        if self._held() is not None:
+            assert self._outcome is not None
             return self._outcome
         if self._within is not None:
             self._outcome = await self._within(self)
@@ -120,7 +131,7 @@ class JobHandle(Generic[T]):
             outcome = await self._answers.wait(
                 self.id,
                 self._output_type,
-                fresh=self.newly_submitted,
+                fresh=self._fresh,
                 input_hash=self._input_hash,
                 submitted=self._submitted,
             )
@@ -135,10 +146,18 @@ class JobHandle(Generic[T]):
     async def poll(self) -> Outcome[T] | None:
         """The outcome without waiting: the one this handle already has, else
         the record's (kept once found); None while the run goes on."""
-        if self._outcome is None:
+        if self._held() is None:
             self._outcome = await self._answers.outcome(
                 self.id, self._output_type, self._input_hash
             )
+        return self._outcome
+
+    def _held(self) -> Outcome[T] | None:
+        """The outcome this handle took, unless the run was started again here since."""
+        restarts = self._answers.restarts(self.id)
+        if restarts != self._restarts:
+            self._outcome, self._restarts = None, restarts
+            self._fresh = False  # (its new record may stand already: read it)
         return self._outcome
 
     async def status(self) -> JobState | None:

@@ -84,6 +84,17 @@ class OutcomeWatch:
         self._waiters: dict[str, list[asyncio.Future[OutcomeRecord]]] = {}
         self._recent: OrderedDict[str, OutcomeRecord | Exception] = OrderedDict()
         self._seen = TimeToOutcome()
+        self._restarts: dict[str, int] = {}
+
+    def restarted(self, run_id: str) -> None:
+        """The run ended, and was started again here (a replay, a retry of a
+        dead run): the outcome a handle holds is no longer its answer."""
+        self._recent.pop(run_id, None)
+        self._restarts[run_id] = self._restarts.get(run_id, 0) + 1
+
+    def restarts(self, run_id: str) -> int:
+        """How many times the run was started again here after it ended."""
+        return self._restarts.get(run_id, 0)
 
     def stands(self, record: OutcomeRecord) -> None:
         """The run's outcome ``record`` stands: wake the handles awaiting it

@@ -13,6 +13,10 @@ zombie of the swept run from recording a late outcome for the key's next
 run to find (see :mod:`stepstone.records.outcome`); the sweep deletes it
 once it is past the window in turn.
 
+A cancelled run's live children are cancelled before it goes (its cancel
+may have been cut short before them: :mod:`stepstone.records.cancels`),
+so none waits for ever on a parent that is gone.
+
 A finished run that a live run still waits on stays (its parent, or a run
 that joined it, has no outcome yet): that run's replay submits it again and
 must find its outcome, not a tombstone that would run it afresh. It goes in
@@ -42,9 +46,11 @@ from collections.abc import Callable
 from typing import Protocol
 
 from stepstone.records import audit_log
+from stepstone.records.cancels import cancel_children
 from stepstone.records.family import Family
 from stepstone.records.layout import Layout
 from stepstone.records.outcome import OutcomeRecord, Tombstone, decode_outcome_key
+from stepstone.records.run_records import RunRecords
 from stepstone.runtime import CorruptRecord
 from stepstone.runtime.clock import Clock, subscribe
 from stepstone.runtime.queue import JobStatus, LeaseQueue
@@ -178,7 +184,12 @@ async def sweep_one(runs: Runs, info: ObjectInfo, *, dry_run: bool = False) -> b
     if isinstance(found, OutcomeRecord) and await _waited_for(runs, found):
         return False
     if not dry_run:
-        await _remove(runs, runs.layout.run_id_of_outcome(info.key), found, stored.etag)
+        run_id = runs.layout.run_id_of_outcome(info.key)
+        if isinstance(found, OutcomeRecord) and found.status is JobStatus.CANCELLED:
+            # (a cancel cut short before its children: they go with it now)
+            records = RunRecords(runs.store, runs.layout)
+            await cancel_children(records, runs.queue, runs.clock, run_id)
+        await _remove(runs, run_id, found, stored.etag)
     return True
 
 
