@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from stepstone.cli.notices import warn
-from stepstone.ops.glance import memo_label, memo_value, user_first
+from stepstone.ops.glance import memo_label, memo_note, memo_place, memo_value, user_first
 from stepstone.ops.listing import RunSummary
 from stepstone.ops.reads import Detail, Unreadable, decode_value
 from stepstone.ops.timeline import current_steps, earlier_steps, took
@@ -374,16 +374,21 @@ def _print_steps(out: TextIO, found: Detail) -> None:
     if steps:
         incarnation = escape_controls(found.incarnation or "")
         out.write(f"steps ({len(steps)}, in the order they ran; incarnation {incarnation}):\n")
-        rows = []
-        for number, step in enumerate(steps, 1):
+        rows, notes = [], []
+        for step in steps:
             memo = step.memo
             value = short(memo_value(memo), 80)
             if memo.unreadable is not None:
                 value = f"<cannot read {memo.key}: {memo.unreadable}>"
             claim = "-" if step.claim is None else str(step.claim)
-            place = number if memo.position is None else memo.position
-            rows.append([str(place), memo_label(memo), claim, took(step.seconds), value])
+            place = memo_place(memo)
+            rows.append([place, memo_label(memo), claim, took(step.seconds), value])
+            note = memo_note(memo)
+            if note is not None:
+                notes.append(f"  {place} {memo_label(memo)}: {note}")
         table(out, ["  #", "STEP", "CLAIM", "TOOK", "VALUE"], [["  " + r[0], *r[1:]] for r in rows])
+        for note in notes:
+            out.write(escape_controls(note) + "\n")
     else:
         out.write("steps: none recorded\n")
     for incarnation, memos in earlier_steps(found).items():

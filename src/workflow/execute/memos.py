@@ -25,8 +25,8 @@ from typing import Any
 
 from stepstone.errors import CorruptMemo, EncodingError, NonDeterministicReplay
 from stepstone.execute.scope import AttemptScope, log_extra
-from stepstone.records.calls import Call, PositionedMemo, memo_value
-from stepstone.records.codec import ResultCodec
+from stepstone.records.calls import CHANGED_ARGS_MEMO, Call, PositionedMemo, memo_value
+from stepstone.records.codec import ResultCodec, pack
 from stepstone.records.large_values import LargeField, Stored, write
 from stepstone.records.layout import Path, branch_name, position_key, step_key
 from stepstone.store import AlreadyExists
@@ -100,7 +100,9 @@ class Memo:
             return False, None
         if self.position is not None and self.segment in keys:
             field = memo_value()
-            data = self._checked(await run.store.get_split(self.key, field), field)
+            memo = self._checked(await run.store.get_split(self.key, field), field)
+            data = memo.value
+            await self._note_arguments(memo)
         elif self.named in keys:  # recorded by name (before positions existed)
             key = run.layout.memo(run.run_id, run.incarnation, self.named)
             data = (await run.store.get(key)).data
@@ -155,7 +157,7 @@ class Memo:
                 recorded = (await run.store.get(self.key)).data
             else:
                 field = memo_value()
-                recorded = self._checked(await run.store.get_split(self.key, field), field)
+                recorded = self._checked(await run.store.get_split(self.key, field), field).value
             log.info(
                 "run %s (%s) attempt %d: step %r was recorded by another attempt; "
                 "continuing with the recorded value",
@@ -168,8 +170,8 @@ class Memo:
             return self._decoded(recorded)
         return self._decoded(data) if value is _DECODED else value
 
-    def _checked(self, found: SplitObject, field: LargeField) -> Stored:
-        """The value a positioned memo records, once its call is this one;
+    def _checked(self, found: SplitObject, field: LargeField) -> PositionedMemo:
+        """The positioned memo ``found`` holds, once its call is this one;
         NonDeterministicReplay (kept on the run, so every later call raises
         it too) when it is another."""
         try:
@@ -190,14 +192,35 @@ class Memo:
                 recorded_by=memo.by,
             )
             raise run.diverged
-        if self.args is not None and memo.args is not None and memo.args != self.args:
-            changed = (
-                f"{self.call.describe()} ({where(self.branch, self.position)}) was called with "
-                "other arguments than it recorded; its recorded result was replayed"
+        return memo
+
+    async def _note_arguments(self, memo: PositionedMemo) -> None:
+        """When this replay passes other arguments than ``memo`` recorded (a
+        step given ``datetime.now()``, or code that changed what it passes):
+        say so in the log, and in a note beside the memo that ``stepstone
+        show`` and the web view show. The recorded result is the step's
+        result all the same: the step ran once, with the arguments it
+        recorded. The note is best effort: it never fails the replay."""
+        if self.args is None or memo.args is None or memo.args == self.args:
+            return
+        run = self.run
+        log.warning(
+            "run %s (%s): %s (%s) was called with other arguments than it recorded; "
+            "its recorded result was replayed",
+            run.run_id,
+            run.kind,
+            self.call.describe(),
+            where(self.branch, self.position),
+            extra=log_extra(run),
+        )
+        note = {"recorded": memo.args, "called": self.args, "claim": run.attempt.delivery.claims}
+        key = run.layout.memo(run.run_id, run.incarnation, CHANGED_ARGS_MEMO + self.segment)
+        try:
+            await run.store.put(key, pack({**note, "at": run.clock.now()}))
+        except Exception as exc:
+            log.warning(
+                "run %s: the note of changed arguments was not written: %s", run.run_id, exc
             )
-            run.changed_args.append(changed)
-            log.warning("run %s (%s): %s", run.run_id, run.kind, changed, extra=log_extra(run))
-        return memo.value
 
     def _decoded(self, data: Stored) -> Any:
         """The recorded value; CorruptMemo, naming the step and the key, when

@@ -75,7 +75,12 @@ async def deprecate_patch(run: AttemptScope, change_id: str) -> None:
 def _where(run: AttemptScope, branch: Branch) -> dict[str, Any]:
     """Where a decision was taken (the calls its branch had made, the
     branch), and by which code version."""
-    return {"at": branch.calls, "br": list(branch.path), "by": run.code_version}
+    return {
+        "at": branch.calls,
+        "br": list(branch.path),
+        "by": run.code_version,
+        "t": run.clock.now(),
+    }
 
 
 def _memo(run: AttemptScope, change_id: str) -> Memo:

@@ -88,8 +88,6 @@ class AttemptScope:
         """This worker's version of the job type's code, recorded in each memo."""
         self.made: set[str] = set()
         """The key segments of the calls of the run's history this attempt made."""
-        self.changed_args: list[str] = []
-        """Replayed steps called with other arguments than recorded, as words."""
         self.suspensions: list[Suspend] = []
         """Every wait of this attempt that suspended the run."""
         self.diverged: NonDeterministicReplay | None = None

@@ -75,6 +75,25 @@ def memo_label(memo: StoredMemo) -> str:
     return f"event {wait.name}{nth}"
 
 
+def memo_place(memo: StoredMemo) -> str:
+    """A call's place for people: ``3`` (the run's own task), ``2.1/3`` (a
+    branch's), ``-`` for a memo outside the history (a patch decision)."""
+    if memo.position is None:
+        return "-"
+    if not memo.branch:
+        return str(memo.position)
+    return f"{'.'.join(map(str, memo.branch))}/{memo.position}"
+
+
+def memo_note(memo: StoredMemo) -> str | None:
+    """What is to be said of a memo beside its value: a replay that called
+    the step with other arguments than it recorded."""
+    if memo.changed_args is None:
+        return None
+    by = f"claim {memo.changed_args}" if memo.changed_args else "a later claim"
+    return f"replayed by {by} with other arguments than it recorded (its recorded result stood)"
+
+
 def memo_value(memo: StoredMemo) -> Any:
     """A memo's value for people: a wait's time as a date, an event as its
     payload decoded (or ``timed out``); a step's value (and a child's run

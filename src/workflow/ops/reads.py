@@ -27,13 +27,13 @@ from typing import Any, Protocol
 
 from stepstone.errors import InspectError
 from stepstone.records.attempts import AttemptInfo
-from stepstone.records.calls import Call, PositionedMemo
+from stepstone.records.calls import CHANGED_ARGS_MEMO, VERSION_WAIT_MEMO, Call, PositionedMemo
 from stepstone.records.codec import unpack, unpack_stored
 from stepstone.records.envelope import Envelope
 from stepstone.records.family import Family
 from stepstone.records.history import read_history
 from stepstone.records.large_values import Stored
-from stepstone.records.layout import check_run_id, position_of, run_id_for_key, step_name
+from stepstone.records.layout import Path, check_run_id, place_of, run_id_for_key, step_name
 from stepstone.records.outcome import OutcomeRecord, decode_outcome_key
 from stepstone.records.retention import Runs
 from stepstone.runtime.capabilities import JobListing
@@ -90,10 +90,19 @@ class StoredMemo:
     unreadable: str | None = None
     """Why the value would not decode, when it would not."""
     position: int | None = None
-    """Its place in the run's history (None: a memo keyed by name, recorded
-    before positions existed or outside the history)."""
+    """Its place in its branch's history (None: a memo keyed by name,
+    recorded before positions existed or outside the history)."""
     call: Call | None = None
     """The call it records, read from the memo (None: keyed by name)."""
+    branch: Path = ()
+    """The branch of the run that made the call (() for the run's own task)."""
+    began: float | None = None
+    ended: float | None = None
+    """When the call began and was recorded, by the worker's clock (None:
+    recorded before memos kept it)."""
+    changed_args: int | None = None
+    """The claim that last replayed this step with other arguments than it
+    recorded (0: one whose number is not known; None: none did)."""
 
     @property
     def step(self) -> str:
@@ -256,20 +265,27 @@ async def list_memos(runner: Inspected, run_id: str, *, values: bool = True) -> 
     prefix = runner.layout.memos(run_id)
     infos = [info async for info in runner.store.scan(prefix)]
 
+    notes = [info for info in infos if _segment(prefix, info).startswith(NOTES)]
+    infos = [info for info in infos if not _segment(prefix, info).startswith(NOTES)]
+
     async def one(info: ObjectInfo) -> StoredMemo:
         incarnation, _, key = info.key[len(prefix) :].partition("/")
-        position = position_of(key)
+        place = place_of(key)
         value: Any = None
         call: Call | None = None
         why = None
-        if values or position is not None:  # (a positioned memo names its call inside)
+        branch: Path = ()
+        began = ended = None
+        if values or place is not None:  # (a positioned memo names its call inside)
             try:
                 data = (await runner.store.get(info.key)).data
-                if position is not None:
+                if place is not None:
                     memo = PositionedMemo.decode(data)
                     value, call = unpack_stored(memo.value), memo.call
+                    branch, began, ended = memo.branch, memo.began, memo.ended
                 else:
                     value = unpack(data)
+                    began = ended = _decided_at(value)
             except NotFound:
                 value = None
             except Exception as exc:
@@ -277,10 +293,50 @@ async def list_memos(runner: Inspected, run_id: str, *, values: bool = True) -> 
         if not values:
             value = None
         return StoredMemo(
-            info.key, incarnation, key, info.size, info.modified, value, why, position, call
+            info.key,
+            incarnation,
+            key,
+            info.size,
+            info.modified,
+            value,
+            why,
+            None if place is None else place[1],
+            call,
+            branch,
+            began,
+            ended,
+            changed.get(info.key),
         )
 
+    async def claim_of(note: ObjectInfo) -> tuple[str, int | None]:
+        incarnation, _, segment = note.key[len(prefix) :].partition("/")
+        memo_key = f"{prefix}{incarnation}/{segment[len(CHANGED_ARGS_MEMO) :]}"
+        try:
+            claim = unpack((await runner.store.get(note.key)).data)["claim"]
+        except Exception:  # (an unreadable note still says the arguments changed)
+            claim = 0
+        return memo_key, claim if isinstance(claim, int) else 0
+
+    changed = dict(
+        await bounded(
+            claim_of(note) for note in notes if _segment(prefix, note).startswith(CHANGED_ARGS_MEMO)
+        )
+    )
     return await bounded(one(info) for info in infos)
+
+
+NOTES = (CHANGED_ARGS_MEMO, VERSION_WAIT_MEMO)
+"""Memos that are notes about a run, not its calls: listed with none."""
+
+
+def _segment(prefix: str, info: ObjectInfo) -> str:
+    return info.key[len(prefix) :].partition("/")[2]
+
+
+def _decided_at(value: Any) -> float | None:
+    """When a patch decision was taken (``t``), if it says."""
+    at = value.get("t") if isinstance(value, dict) else None
+    return float(at) if isinstance(at, int | float) and not isinstance(at, bool) else None
 
 
 async def detail(runner: Inspected, run_id: str) -> Detail:

@@ -1,13 +1,17 @@
 """The order things happened in a run: its steps, placed among its claims.
 
-A step's memo carries its position in the run (:mod:`stepstone.records.calls`),
-which gives the order the steps ran in (memos recorded before positions
-existed are sorted by the store's time of their write: S3's LastModified, a
-file's mtime), and each claim of the run its claim and end times (the
-attempt history, :mod:`stepstone.records.history`). Each step took the time
-since the previous memo of the same claim, or since its claim began for the claim's
-first step. That is the step's own time plus the job's code before it (a
-replayed step writes nothing, so it takes no time of its own).
+A call's memo says when the call began and when it was recorded, by the
+worker's clock (:mod:`stepstone.records.calls`); a patch decision, when it
+was taken. So a run's calls are listed in the order they began, each
+branch's interleaved with the others', and each step took its own time
+(from its call to its memo).
+
+Memos recorded before they kept their times are placed by their position
+in the run (or, older still, by the store's time of their write: S3's
+LastModified, a file's mtime), and each took the time since the previous
+memo of the same claim, or since its claim began for the claim's first: the
+step's own time plus the job's code before it. Each claim's start and end
+times come from the attempt history (:mod:`stepstone.records.history`).
 
 Both clocks are approximate: the store's times may be a second coarse (S3)
 and skewed against the worker's, so a duration is never negative, and one
@@ -51,6 +55,11 @@ def _recorded_order(memo: StoredMemo) -> tuple[int, float]:
     return (1, float(memo.position))
 
 
+def _began(memo: StoredMemo) -> float:
+    assert memo.began is not None
+    return memo.began
+
+
 def steps_in_order(memos: list[StoredMemo], history: list[AttemptInfo]) -> list[RanStep]:
     """``memos`` (of one incarnation) in the order they were recorded, each
     with the claim that recorded it and how long it took."""
@@ -63,6 +72,12 @@ def steps_in_order(memos: list[StoredMemo], history: list[AttemptInfo]) -> list[
         key=lambda span: span[:2],  # (by time: a claim's number may be unknown, None)
     )
     steps: list[RanStep] = []
+    if memos and all(memo.began is not None for memo in memos):
+        for memo in sorted(memos, key=_began):
+            span = _span_of(_began(memo), spans)
+            own = None if memo.ended is None else max(0.0, memo.ended - _began(memo))
+            steps.append(RanStep(memo, None if span is None else span[2], own))
+        return steps
     previous: dict[int | None, float] = {}
     for memo in sorted(memos, key=_recorded_order):
         span = _span_of(memo.modified, spans)

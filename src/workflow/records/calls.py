@@ -26,9 +26,13 @@ PATCH_MEMO = "!patch."
 VERSION_WAIT_MEMO = "!version@"
 """The start of the memo that keeps since when a run waits for a worker of
 another code version at a place of its history (``!version@#b2-00000003``)."""
-OUTSIDE_HISTORY = ("!rate.", PATCH_MEMO, VERSION_WAIT_MEMO)
+CHANGED_ARGS_MEMO = "!args@"
+"""The start of the note that a replay called a recorded step with other
+arguments than it recorded (``!args@#00000003``)."""
+OUTSIDE_HISTORY = ("!rate.", PATCH_MEMO, VERSION_WAIT_MEMO, CHANGED_ARGS_MEMO)
 """The starts of the keys of memos keyed by name that are no call of the
-run's history: a rate limit's turn, a patch decision, a wait for a version."""
+run's history: a rate limit's turn, a patch decision, a wait for a version,
+a note of changed arguments."""
 
 CALLS = ("step", "sleep", "event", "deadline", "child")
 """The calls that take a position: a step, a sleep's wake time, an event

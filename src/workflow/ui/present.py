@@ -20,7 +20,7 @@ from markupsafe import Markup
 
 from stepstone.cli.durations import parse_since
 from stepstone.cli.errors import CliError
-from stepstone.ops.glance import memo_label, memo_value, wait_memo
+from stepstone.ops.glance import memo_label, memo_note, memo_place, memo_value, wait_memo
 from stepstone.ops.listing import RunFilter
 from stepstone.ops.reads import Detail, StoredMemo, decode_value
 from stepstone.ops.timeline import current_steps, earlier_steps, took
@@ -162,6 +162,10 @@ class StepView:
     claim: int | None
     value: str
     unreadable: str | None
+    place: str = "-"
+    """Its place: ``3``, ``2.1/3`` in a branch, ``-`` outside the history."""
+    note: str | None = None
+    """What is to be said of it (a replay with other arguments)."""
 
 
 @dataclass(slots=True)
@@ -216,7 +220,16 @@ def _step(memo: StoredMemo, seconds: float | None, claim: int | None) -> StepVie
     """A memo as the page shows it: a wait's as what it waited for
     (:mod:`stepstone.ops.glance`), a step's as its value."""
     value = "" if memo.unreadable else pretty(memo_value(memo))
-    return StepView(memo_label(memo), memo.modified, seconds, claim, value, memo.unreadable)
+    return StepView(
+        memo_label(memo),
+        memo.modified,
+        seconds,
+        claim,
+        value,
+        memo.unreadable,
+        memo_place(memo),
+        memo_note(memo),
+    )
 
 
 def _events(found: Detail) -> list[tuple[float, str]]:
