@@ -94,13 +94,15 @@ async def run_crash(
     seed: int = 1,
     deadline: float = 150.0,
     per_worker: list[dict[str, str]] | None = None,
+    branches: bool = False,
     **env: str,
 ) -> CrashReport:
     """Run ``jobs`` ThreeSteps jobs over ``workers`` killable worker processes.
 
     ``per_worker`` gives each worker its own environment overrides (a clock
     offset, say); ``env`` applies to all. ``parent_kill_every=None``: the
-    parent kills nobody."""
+    parent kills nobody. ``branches``: each run's three steps are three
+    concurrent branches of it."""
     from rel_support import submitter
 
     root, events = base / "store", base / "events.log"
@@ -113,6 +115,7 @@ async def run_crash(
         REL_SEED=str(seed),
         REL_LEASE=str(lease),
         REL_CONCURRENCY=str(concurrency),
+        **({"REL_BRANCHES": "1"} if branches else {}),
         **env,
     )
     rng = random.Random(seed)
@@ -159,11 +162,13 @@ async def run_crash(
     finally:
         pool.kill_all()
         await runner.store.close()
-    audit(report, root, events, expected)
+    audit(report, root, events, expected, branches)
     return report
 
 
-def audit(report: CrashReport, root: Path, events_path: Path, expected: set[str]) -> None:
+def audit(
+    report: CrashReport, root: Path, events_path: Path, expected: set[str], branches: bool
+) -> None:
     """Check the store and the event log against the guarantees; fill in the figures."""
     problems = report.problems
     events = read_events(str(events_path))
@@ -226,8 +231,9 @@ def audit(report: CrashReport, root: Path, events_path: Path, expected: set[str]
             problems.append(f"run {run}: memos under {len(incarnations)} incarnations")
             continue
         memo_dir = root / "memos" / run / incarnations[0]
-        # Each step's memo at its position, naming it.
-        positions = [position_key(n) for n in range(1, len(STEPS) + 1)]
+        # Each step's memo at its place (its position, or its branch's first), naming it.
+        places = range(1, len(STEPS) + 1)
+        positions = [position_key(1, (n,)) if branches else position_key(n) for n in places]
         if sorted(os.listdir(memo_dir)) != positions:
             problems.append(f"run {run}: memo keys {sorted(os.listdir(memo_dir))}")
             continue

@@ -11,6 +11,8 @@ environment of the process it runs in:
                  SIGKILL (see :data:`KILL_POINTS`)
 ``REL_SEED``     seed for the kill draws (mixed with the pid)
 ``REL_STEP_SLEEP`` seconds each step of :class:`ThreeSteps` takes
+``REL_BRANCHES`` set: :class:`ThreeSteps` runs its steps as three concurrent
+                 branches, each after a random pause
 ``REL_GATE``     a path: the first attempt of :class:`Gated` waits inside its
                  first step until this file exists
 ``REL_LOOK_GATE`` a path: a run that has looked for its events (listed them)
@@ -284,7 +286,15 @@ class ThreeSteps(Job[list[str]]):
         return f"rel-three-steps:{self.n}"
 
     async def run(self, ctx: JobContext) -> list[str]:
-        return [await ctx.step(step, effect, ctx.run_id, step) for step in STEPS]
+        if not os.environ.get("REL_BRANCHES"):
+            return [await ctx.step(step, effect, ctx.run_id, step) for step in STEPS]
+
+        async def branch(step: str) -> str:  # (REL_BRANCHES: each step a branch of its own)
+            await asyncio.sleep(random.random() * 0.01)  # (so they start in any order)
+            value: str = await ctx.step(step, effect, ctx.run_id, step)
+            return value
+
+        return list(await asyncio.gather(*(branch(step) for step in STEPS)))
 
 
 async def _gate(run: str, step: str, attempt: int) -> str:
@@ -438,7 +448,15 @@ class Plain3(Job[list[str]]):
         return f"rel-plain3:{self.n}"
 
     async def run(self, ctx: JobContext) -> list[str]:
-        return [await ctx.step(step, effect, ctx.run_id, step) for step in STEPS]
+        if not os.environ.get("REL_BRANCHES"):
+            return [await ctx.step(step, effect, ctx.run_id, step) for step in STEPS]
+
+        async def branch(step: str) -> str:  # (REL_BRANCHES: each step a branch of its own)
+            await asyncio.sleep(random.random() * 0.01)  # (so they start in any order)
+            value: str = await ctx.step(step, effect, ctx.run_id, step)
+            return value
+
+        return list(await asyncio.gather(*(branch(step) for step in STEPS)))
 
 
 ALL_JOBS = (*ALL_JOBS, Plain3)

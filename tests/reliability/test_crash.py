@@ -33,3 +33,20 @@ async def test_sigkilled_workers_lose_nothing_and_write_everything_once(tmp_path
     # (or, rarely, a live worker's lease lapsed under it; reported, allowed).
     assert report.repeats == report.repeats_after_death + report.repeats_overlap
     assert report.executions == 3 * JOBS + report.repeats
+
+
+async def test_sigkilled_workers_of_runs_that_fan_out_give_each_branch_its_own_memos(
+    tmp_path: Path,
+) -> None:
+    """The same, each run's three steps three concurrent branches that
+    start in a random order on every attempt: each memo is its own step's,
+    and each run's result is its steps' in their order."""
+    jobs = JOBS // 3
+    report = await run_crash(
+        tmp_path, jobs=jobs, workers=4, lease=2.0, seed=20261206, branches=True
+    )
+    print("\ncrash run, branches:", report.figures())
+    assert not report.problems, "\n".join(report.problems[:20])
+    assert report.outcomes == report.succeeded == jobs
+    assert report.kills >= 3, report.figures()
+    assert report.repeats == report.repeats_after_death + report.repeats_overlap

@@ -12,6 +12,7 @@ NonDeterministicReplay fails the test.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +34,7 @@ from wf_support import ON_EVERY_STORE, wait_until
 
 from stepstone import Job, JobRunner, JobStatus
 from stepstone.ops.reads import list_memos
+from stepstone.records.envelope import Envelope
 
 RUNS = 150
 """Runs of each scenario on the memory store: each a fresh random order."""
@@ -149,3 +151,23 @@ async def test_branch_memos_are_keyed_by_their_place_in_the_task_tree(
         "#b2.1-00000001",
         "#b2.2-00000001",
     ]
+
+
+async def test_a_run_submitted_before_branches_numbers_its_calls_as_it_did(
+    make_runner: Callable[..., JobRunner], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An envelope without ``hist`` (written by an earlier release): every
+    call takes the run's next position in the order calls start, keyed as
+    before branches existed, and the run replays from those memos."""
+    encode = Envelope.encode
+    monkeypatch.setattr(
+        Envelope, "encode", lambda e: encode(dataclasses.replace(e, numbered=False))
+    )
+    runner = make_runner(jobs=BRANCH_JOBS, state=[Effects(), Jitter()])
+    async with runner:
+        job = CallsAsTasks(seed=7)
+        handle = await runner.submit(job)
+        assert await handle.result(timeout=30) == expected(job)
+        memos = await list_memos(runner, handle.id)
+    assert sorted(m.step_key for m in memos) == [f"#{p:08d}" for p in range(1, 5)]
+    assert all(times == 1 for times in runner.state_of(Effects).done.values())

@@ -24,8 +24,10 @@ happens. A live run is refused: it is still making its own history.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from stepstone.errors import InspectError
 from stepstone.ops.actions import Bulk, each
@@ -35,7 +37,7 @@ from stepstone.records.calls import OUTSIDE_HISTORY, PATCH_MEMO, Call, Positione
 from stepstone.records.codec import pack, unpack, unpack_stored
 from stepstone.records.envelope import Envelope
 from stepstone.records.large_values import write
-from stepstone.records.layout import fresh_incarnation, position_key, position_of
+from stepstone.records.layout import fresh_incarnation, place_of
 from stepstone.records.outcome import OutcomeRecord, decode_outcome_key
 from stepstone.runtime.errors import MalformedPayload
 from stepstone.runtime.queue import PRIORITY_NORMAL, JobRecord, JobStatus
@@ -91,14 +93,18 @@ async def replay(runner: Inspected, run_id: str, *, from_step: str | None = None
         key=old.key,
         replay_of=old.incarnation,
         from_step=from_step,
+        # (the calls kept replay as they were numbered: by branch, or in the
+        # order they started in a run recorded before branches existed)
+        numbered=all(k.memo.numbered for k in kept),
     )
     layout, store = runner.layout, runner.store
     events = await _events(runner, run_id, old.incarnation)
     old_events = layout.events(run_id, old.incarnation)
     new_events = layout.events(run_id, new.incarnation)
 
-    async def copy_memo(memo: PositionedMemo) -> None:
-        key = layout.memo(run_id, new.incarnation, position_key(memo.position))
+    async def copy_memo(kept: Kept) -> None:
+        key = layout.memo(run_id, new.incarnation, kept.segment)
+        memo = kept.memo
         if memo.call.call == "event":  # the take names the event's copy
             memo = _moved_take(memo, old_events, new_events)
         await write(store, key, memo.encode(), if_absent=True)
@@ -189,17 +195,22 @@ def _ended_envelope(
 
 async def _kept_memos(
     runner: Inspected, run_id: str, incarnation: str, from_step: str | None
-) -> tuple[list[PositionedMemo], int | None, list[tuple[str, bytes]]]:
-    """The memos of ``incarnation`` before the first call of step
-    ``from_step``, that call's position, and the patch decisions made before
-    it (``ctx.patched``), by key segment (none, None and
-    none without a step)."""
+) -> tuple[list[Kept], int | None, list[tuple[str, bytes]]]:
+    """The memos of ``incarnation`` from before the first call of step
+    ``from_step`` (by their key segments), that call's position, and the
+    patch decisions made before it (``ctx.patched``), by key segment (none,
+    None and none without a step).
+
+    "Before" is by when each call began, which every memo says since runs
+    number their calls by branch: a branch's calls that began before the
+    step's are kept, whichever branch made them. A memo recorded before
+    memos kept their times is placed by its position in the run."""
     if from_step is None:
         return [], None, []
     prefix = runner.layout.memos(run_id, incarnation)
     infos = [info async for info in runner.store.scan(prefix)]
-    positioned = [info for info in infos if position_of(info.key[len(prefix) :]) is not None]
-    by_name = [info for info in infos if position_of(info.key[len(prefix) :]) is None]
+    positioned = [info for info in infos if place_of(info.key[len(prefix) :]) is not None]
+    by_name = [info for info in infos if place_of(info.key[len(prefix) :]) is None]
     history = [i for i in by_name if not i.key[len(prefix) :].startswith(OUTSIDE_HISTORY)]
     if history and not positioned:
         raise InspectError(
@@ -207,17 +218,18 @@ async def _kept_memos(
             "steps: it can be replayed from the start only (without a step)"
         )
 
-    async def read(key: str) -> PositionedMemo:
+    async def read(key: str) -> Kept:
         try:
-            return PositionedMemo.decode((await runner.store.get(key)).data)
+            memo = PositionedMemo.decode((await runner.store.get(key)).data)
         except ValueError as exc:
             raise InspectError(f"run {run_id}: the memo {key} cannot be read ({exc})") from None
+        return Kept(key[len(prefix) :], memo)
 
     memos = sorted(await bounded(read(info.key) for info in positioned), key=_at)
     wanted = Call("step", from_step)
-    position = next((memo.position for memo in memos if memo.call == wanted), None)
-    if position is None:
-        steps = list(dict.fromkeys(m.call.name for m in memos if m.call.call == "step"))
+    first = next((kept for kept in memos if kept.memo.call == wanted), None)
+    if first is None:
+        steps = list(dict.fromkeys(k.memo.call.name for k in memos if k.memo.call.call == "step"))
         shown = ", ".join(repr(name) for name in steps[:20]) or "none"
         raise InspectError(f"run {run_id} recorded no step {from_step!r} (its steps: {shown})")
     decisions = []
@@ -226,13 +238,34 @@ async def _kept_memos(
         if segment.startswith(PATCH_MEMO):
             data = (await runner.store.get(info.key)).data
             with contextlib.suppress(Exception):  # (one that does not say where is dropped)
-                if unpack(data)["at"] < position:
+                decided = unpack(data)
+                if _decided_before(decided, first.memo):
                     decisions.append((segment, data))
-    return [memo for memo in memos if memo.position < position], position, decisions
+    kept = [k for k in memos if _at(k) < _at(first)]
+    return kept, first.memo.position, decisions
 
 
-def _at(memo: PositionedMemo) -> int:
-    return memo.position
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """A memo of the run's history to copy, and its key segment."""
+
+    segment: str
+    memo: PositionedMemo
+
+
+def _at(kept: Kept) -> tuple[float, int]:
+    """When the call began (a memo recorded before memos kept their times:
+    its position, which was then the order calls began in)."""
+    memo = kept.memo
+    return (memo.position if memo.began is None else memo.began, memo.position)
+
+
+def _decided_before(decided: dict[str, Any], first: PositionedMemo) -> bool:
+    """Whether a patch decision was taken before the call ``first`` began."""
+    at = decided.get("t")
+    if first.began is not None and isinstance(at, int | float):
+        return at < first.began
+    return bool(decided["at"] < first.position)
 
 
 async def _events(runner: Inspected, run_id: str, incarnation: str) -> list[StoredObject]:
@@ -260,7 +293,7 @@ def _moved_take(memo: PositionedMemo, old_events: str, new_events: str) -> Posit
         key: str = recorded["key"]
         if key.startswith(old_events):
             moved = {**recorded, "key": new_events + key[len(old_events) :]}
-            return PositionedMemo(memo.position, memo.call, pack(moved))
+            return dataclasses.replace(memo, value=pack(moved))
     return memo
 
 
