@@ -281,6 +281,17 @@ class JobRunner:
         """Jobs this runner's worker runs at once (synchronous ones included)."""
         return self.worker.concurrency
 
+    @property
+    def build_id(self) -> str | None:
+        """The code this runner's worker runs, as each memo it writes records
+        (None: each job type's VERSION, else a digest of its source); set it
+        before the worker starts (``stepstone worker --build-id``)."""
+        return self._attempts.build_id
+
+    @build_id.setter
+    def build_id(self, build_id: str | None) -> None:
+        self._attempts.build_id = build_id
+
     # -- configuration -----------------------------------------------------
 
     def register(self, job_type: type[Job[Any]]) -> None:

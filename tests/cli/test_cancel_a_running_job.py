@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_app import Gated
+from cli_app import Gated, Greet
 from cli_support import DEADLINE, Cli, file_runner, wait_for
 
 from stepstone import JobCancelled
+from stepstone.ops.reads import list_memos
+from stepstone.records.calls import PositionedMemo
 
 WORKER = [sys.executable, "-m", "stepstone", "worker", "cli_app:make_runner"]
 STOPPED_WITHIN = 10.0
@@ -65,3 +67,30 @@ async def test_a_running_job_cancelled_from_the_cli_stops_and_the_log_says_cance
     messages = [r["message"] for r in about(handle.id)]
     assert not any("lease lost" in m for m in messages), messages
     assert not (cli_dir / "release-7").exists()
+
+
+async def test_a_worker_given_a_build_id_records_it_with_each_call(
+    store_dir: Path, cli_env: dict[str, str]
+) -> None:
+    proc = subprocess.Popen(  # noqa: ASYNC220 - returns at once
+        [*WORKER, "--build-id", "release-7"],
+        env={**cli_env, "STEPSTONE_STORE": str(store_dir)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        runner = file_runner(store_dir)  # submits only: the worker process runs the job
+        handle = await runner.submit(Greet(name="ann"))
+        await handle.result(timeout=DEADLINE)
+        memos = [m for m in await list_memos(runner, handle.id) if m.position is not None]
+        recorded = [
+            PositionedMemo.decode((await runner.store.get(memo.key)).data) for memo in memos
+        ]
+        await runner.close()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=DEADLINE) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert [memo.by for memo in recorded] == ["release-7", "release-7"]

@@ -79,6 +79,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--concurrency", type=int, help="override the runner's concurrency")
     worker.add_argument(
+        "--build-id",
+        metavar="ID",
+        help="the code this worker runs (a release tag, a commit), recorded with each call "
+        "it records: a run it cannot replay because another build advanced it waits for a "
+        "worker of that build (default: $STEPSTONE_BUILD_ID, else each job type's VERSION, "
+        "else a digest of its source)",
+    )
+    worker.add_argument(
         "--worker-id",
         metavar="ID",
         help="the worker's id, kept across restarts: started again under it on the same "

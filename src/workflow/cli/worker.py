@@ -76,6 +76,11 @@ async def _serve(args: argparse.Namespace) -> int:
                 runner.worker.name = args.worker_id
             except ValueError as exc:
                 raise CliError(f"--worker-id: {exc}", 2) from None
+        if args.build_id is not None:
+            try:
+                runner.build_id = args.build_id
+            except ValueError as exc:
+                raise CliError(f"--build-id: {exc}", 2) from None
         if args.concurrency is not None:
             if args.concurrency < 1:
                 raise CliError("--concurrency must be at least 1", 2)

@@ -117,6 +117,18 @@ class AttemptRunner:
         self._version_wait = version_wait
         self._versions: dict[type[Any], str] = {}
 
+    @property
+    def build_id(self) -> str | None:
+        return self._build_id
+
+    @build_id.setter
+    def build_id(self, build_id: str | None) -> None:
+        """Run as ``build_id`` from the next attempt on (``stepstone worker --build-id``)."""
+        self._build_id = versions.build_id_from(build_id)
+        self._versions = {
+            job_type: versions.code_version(job_type, self._build_id) for job_type in self._versions
+        }
+
     def handler_for(self, job_type: type[Job[Any]]) -> AttemptHandler:
         """The worker's handler for jobs of ``job_type``."""
         self._limits.register(job_type)
