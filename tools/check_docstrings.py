@@ -11,10 +11,14 @@ reference's renderer (griffe, under mkdocstrings) reads it:
   takes from a class of stepstone's (not those of pydantic, ``Exception`` or
   the standard library, whose documentation is theirs).
 
+Each of them is also rendered by a page of docs/reference/: the page has
+``::: module`` (the whole module) or ``::: module.name``.
+
     python tools/check_docstrings.py     # exit 1 and one line per name, or 0
 
-mkdocstrings renders a name without a docstring without a word of warning;
-this is the check that keeps the reference whole. ``mkdocs build --strict``
+mkdocstrings renders a name without a docstring without a word of warning,
+and leaves out a name no page asks for; this is the check that keeps the
+reference whole. ``mkdocs build --strict``
 catches the rest (a reference that names nothing, a broken link).
 """
 
@@ -27,6 +31,7 @@ import griffe
 from layout import ROOT, build_tree
 
 TREE = ROOT / ".docs-tree"
+REFERENCE = ROOT / "docs" / "reference"
 PUBLIC_MODULES = ("stepstone", "stepstone.store", "stepstone.runtime", "stepstone.testing")
 OURS = "stepstone"
 
@@ -78,6 +83,27 @@ def missing(module_name: str, loader: griffe.GriffeLoader) -> Iterator[str]:
                     yield f"{where}.{method.name} ({method.path}): no docstring"
 
 
+def rendered() -> set[str]:
+    """What the reference pages ask mkdocstrings for (``::: name`` lines)."""
+    return {
+        line.removeprefix(":::").split()[0]
+        for page in REFERENCE.glob("*.md")
+        for line in page.read_text().splitlines()
+        if line.startswith("::: ")
+    }
+
+
+def unrendered(module_name: str, loader: griffe.GriffeLoader, pages: set[str]) -> Iterator[str]:
+    if module_name in pages:
+        return
+    for name in loader.modules_collection[module_name].exports or []:
+        if f"{module_name}.{name}" not in pages:
+            yield (
+                f"{module_name}.{name}: public, but no page of docs/reference/ renders it "
+                f"(add '::: {module_name}.{name}' under its heading)"
+            )
+
+
 def main() -> int:
     build_tree(TREE)
     # As mkdocs.yml has it: a method that overrides a documented one (a
@@ -87,13 +113,17 @@ def main() -> int:
     for name in PUBLIC_MODULES:
         loader.load(name)
     loader.resolve_aliases(implicit=False, external=False)
-    found = sorted({line for name in PUBLIC_MODULES for line in missing(name, loader)})
+    pages = rendered()
+    found = sorted(
+        {line for name in PUBLIC_MODULES for line in missing(name, loader)}
+        | {line for name in PUBLIC_MODULES for line in unrendered(name, loader, pages)}
+    )
     for line in found:
         print(line.replace(str(TREE) + "/", ""))
     if found:
-        print(f"{len(found)} public names without a docstring", file=sys.stderr)
+        print(f"{len(found)} public names without a docstring or a page", file=sys.stderr)
         return 1
-    print(f"every public name of {', '.join(PUBLIC_MODULES)} has a docstring")
+    print(f"every public name of {', '.join(PUBLIC_MODULES)} has a docstring and a page")
     return 0
 
 
