@@ -19,53 +19,17 @@ without touching this script. Exit status: mypy's.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tomllib
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from layout import ROOT, build_tree, package_dirs
+
 TREE = ROOT / ".typecheck"
-LINKED = (".py", ".pyi", "py.typed")
-
-
-def package_dirs() -> dict[str, Path]:
-    """``{"stepstone.store": <repo>/src/store, ...}`` from pyproject.toml.
-
-    Every package in ``packages``, found as setuptools finds it: under the
-    ``package-dir`` entry of its nearest listed ancestor (``stepstone.store.file``
-    in ``src/store/file``).
-    """
-    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    mapping = setuptools["package-dir"]
-    found: dict[str, Path] = {}
-    for name in setuptools["packages"]:
-        ancestor, below = name, []
-        while ancestor not in mapping:
-            ancestor, _, last = ancestor.rpartition(".")
-            below.insert(0, last)
-        found[name] = ROOT.joinpath(mapping[ancestor], *below)
-    return found
-
-
-def build_tree(packages: dict[str, Path]) -> dict[Path, Path]:
-    """Link every source file where it installs; returns {tree dir: source dir}."""
-    shutil.rmtree(TREE, ignore_errors=True)
-    where: dict[Path, Path] = {}
-    for name, source in packages.items():
-        target = TREE.joinpath(*name.split("."))
-        target.mkdir(parents=True, exist_ok=True)
-        where[target] = source
-        for entry in sorted(source.iterdir()):
-            if entry.is_file() and entry.name.endswith(LINKED):
-                (target / entry.name).symlink_to(entry)
-    return where
 
 
 def main(argv: list[str]) -> int:
     packages = package_dirs()
-    where = build_tree(packages)
+    where = build_tree(TREE, packages)
     roots = sorted({name.split(".")[0] for name in packages})
     command = [
         sys.executable,

@@ -98,6 +98,8 @@ class Reclaiming(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Page:
+    """One page of a queue's listing: its records, and the cursor for the next."""
+
     records: list[JobRecord]
     cursor: str | None
     """Pass back to get the next page; None when there is no more."""

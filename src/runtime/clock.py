@@ -20,13 +20,15 @@ from .listeners import Listeners
 class Clock(Protocol):
     """Anything with ``now() -> float`` epoch seconds."""
 
-    def now(self) -> float: ...
+    def now(self) -> float:
+        """The time now, in seconds since the epoch."""
 
 
 class SystemClock:
     """The wall clock."""
 
     def now(self) -> float:
+        """``time.time()``."""
         return time.time()
 
     def __repr__(self) -> str:
@@ -45,14 +47,18 @@ class FakeClock:
         self._listeners = Listeners()
 
     def now(self) -> float:
+        """The time this clock was set to, in seconds since the epoch."""
         return self._now
 
     def advance(self, seconds: float) -> None:
+        """Move the time on by ``seconds`` (not backwards: ``ValueError``), waking
+        what waits on it."""
         if seconds < 0:
             raise ValueError("a clock does not go backwards")
         self.set(self._now + seconds)
 
     def set(self, when: float) -> None:
+        """Set the time to ``when`` (epoch seconds), waking what waits on it."""
         self._now = float(when)
         self._listeners.call()
 

@@ -61,6 +61,8 @@ class FailureKind(StrEnum):
 
 @dataclass(frozen=True)
 class Failure:
+    """A run's end for good: why, what, and on which attempt."""
+
     reason: FailureKind
     """Why the run failed for good."""
     message: str
@@ -75,10 +77,13 @@ class Failure:
 
 @dataclass(frozen=True)
 class Success:
+    """A run's end with a result."""
+
     result: object
 
 
 Terminal = Success | Failure
+"""How a run ended for good: a Success or a Failure."""
 
 
 # -- attempt ends: how an attempt ended ----------------------------------------

@@ -71,6 +71,9 @@ class _Rec:
 
 
 class MemoryQueue(LeaseQueue, QueueInspection, Waking):
+    """A lease queue in this process's memory: the whole contract, for tests,
+    examples and a runner embedded in one process. A crash loses it."""
+
     def __init__(
         self,
         *,

@@ -53,9 +53,11 @@ class AttemptReport:
 class WorkerObserver(Protocol):
     """Hears each claim and each attempt's end. See the module docstring."""
 
-    def claimed(self, delivery: Delivery) -> None: ...
+    def claimed(self, delivery: Delivery) -> None:
+        """A claim landed: the worker holds ``delivery``."""
 
-    def attempt_over(self, report: AttemptReport) -> None: ...
+    def attempt_over(self, report: AttemptReport) -> None:
+        """An attempt ended and was settled (or given up on), as ``report`` says."""
 
 
 def error_type(ended: AttemptEnd | None, decision: Decision | None) -> str | None:

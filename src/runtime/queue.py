@@ -36,8 +36,11 @@ from .errors import PayloadTooLarge
 from .run_id import check_storable_id
 
 PRIORITY_HIGH = 0
+"""The most urgent priority (``SubmitOptions(priority=...)``: 0 to 9, lower first)."""
 PRIORITY_NORMAL = 5
+"""The priority a job gets when its submit names none."""
 PRIORITY_LOW = 9
+"""The least urgent priority; waiting jobs age, so none starves."""
 DEFAULT_PRIORITY_AGING = 60.0
 """Seconds of waiting worth one priority level (see the module docstring)."""
 DEFAULT_MAX_ATTEMPTS = 3
@@ -175,6 +178,8 @@ class NewJob:
 
 @dataclass(frozen=True, slots=True)
 class Enqueued:
+    """What an enqueue did: the run id, and whether it made a new record."""
+
     id: str
     created: bool
     """False when a record with this id already existed (a duplicate)."""

@@ -31,6 +31,9 @@ Out = TypeVar("Out")
 
 
 class ErrorClass(StrEnum):
+    """What ``Job.classify`` says of an error: worth a retry (``TRANSIENT``) or
+    not (``PERMANENT``, the run fails at once)."""
+
     PERMANENT = "permanent"
     TRANSIENT = "transient"
 
@@ -160,6 +163,8 @@ class Job(BaseModel, Generic[Out]):
 
     @classmethod
     def is_async(cls) -> bool:
+        """Whether ``run`` is ``async def`` (a ``def run`` runs in a thread, with
+        ``ctx.sync``)."""
         return inspect.iscoroutinefunction(cls.run)
 
 

@@ -320,6 +320,9 @@ class JobRunner:
         self._state[type(value)] = value
 
     def state_of(self, kind: type[S]) -> S:
+        """The application object of type ``kind`` given in ``JobRunner(state=[...])``
+        (an instance of a subclass will do); raises ``LookupError`` when there is
+        none. Jobs reach it as ``ctx.state(kind)``."""
         value = self._state.get(kind)
         if value is None:
             for candidate in self._state.values():
@@ -332,6 +335,8 @@ class JobRunner:
         return cast(S, value)
 
     def job_type(self, name: str) -> type[Job[Any]]:
+        """The job type registered under ``name`` (its ``NAME``); raises
+        ``UnknownJob`` when none is."""
         try:
             return self._jobs[name]
         except KeyError:

@@ -107,6 +107,8 @@ FAKE_AWS_ENV = {
     "AWS_DEFAULT_REGION": "us-east-1",
     "AWS_REGION": "us-east-1",
 }
+"""Credentials and a region for moto, set by the S3 fixtures: no real AWS
+account is read or reached."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -131,7 +133,9 @@ class Flaky(Protocol[P, R_co]):
     calls: int
     """Every call so far, failed or not."""
 
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R_co: ...
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R_co:
+        """Call the function: it raises InjectedFailure while it has failed fewer
+        than ``times`` calls, then answers as the wrapped function does."""
 
     def reset(self) -> None:
         """Fail again from the next call (the count starts over)."""
@@ -467,6 +471,7 @@ class WriteLock:
         self.lock = threading.Lock()
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        """Serve one WSGI request, writes one at a time and reads alongside."""
         if environ.get("REQUEST_METHOD") not in ("PUT", "DELETE"):
             return self.app(environ, start_response)
         with self.lock:

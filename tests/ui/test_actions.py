@@ -5,15 +5,10 @@ was done. A POST without the token changes nothing.
 
 Replay from a step is here too: an ended run runs again as a new
 incarnation, keeping the memos before the step chosen.
-
-The screenshot docs/operations.md shows of a confirmation is taken here
-(``STEPSTONE_UPDATE_SCREENSHOTS=1`` writes docs/img/ui-confirm.png).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -25,7 +20,7 @@ from typing import Any
 
 import pytest
 from conftest import DEADLINE, Runs, serve, status_of, wait_for
-from test_browser import DOCS_IMG, click, never_ran_injected_script, rows, text, texts
+from test_browser import click, never_ran_injected_script, rows, text, texts
 from ui_jobs import Approve, Explode, Ship
 
 from stepstone import JobRunner, SubmitOptions
@@ -151,8 +146,6 @@ async def test_an_event_sent_from_the_page_reaches_the_waiting_run(
     wait_for(lambda: "/act/event" in browser.current_url, "the confirmation")
     screenshot = tmp_path / "ui-confirm.png"
     assert browser.save_screenshot(str(screenshot))
-    if os.environ.get("STEPSTONE_UPDATE_SCREENSHOTS"):
-        shutil.copyfile(screenshot, DOCS_IMG / "ui-confirm.png")
     confirm(
         browser,
         """Send event 'approval' with {"by": "ops", "ok": true} to waiting_for_event """

@@ -1,15 +1,10 @@
 """``stepstone ui`` in a real headless browser: what a user sees on the runs
 list and a run's page, filters, live refresh, and job text that tries to
 inject script shown as text and never run.
-
-The screenshot docs/operations.md shows is taken here: set
-``STEPSTONE_UPDATE_SCREENSHOTS=1`` to write it to docs/img/ui-runs.png.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -21,9 +16,6 @@ from selenium.webdriver.support.ui import Select
 from ui_jobs import HOSTILE, Ship
 
 from stepstone import JobRunner
-
-DOCS_IMG = Path(__file__).parents[2] / "docs" / "img"
-
 
 # The page replaces its <main> twice a second (live refresh): each look at it
 # reads what it needs in one script, so no element goes stale halfway.
@@ -123,8 +115,6 @@ async def test_the_runs_list_shows_each_run_newest_first_and_filters(
     screenshot = tmp_path / "ui-runs.png"
     assert browser.save_screenshot(str(screenshot))
     assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    if os.environ.get("STEPSTONE_UPDATE_SCREENSHOTS"):
-        shutil.copyfile(screenshot, DOCS_IMG / "ui-runs.png")
 
     # Filters: by state, then by job type, through the form as a user would.
     Select(browser.find_element(By.NAME, "state")).select_by_visible_text("dead")

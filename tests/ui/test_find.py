@@ -4,15 +4,13 @@ box takes a run's id, the start of one or its idempotency key; the filters
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import Runs, wait_for
 from selenium.webdriver.common.by import By
-from test_browser import DOCS_IMG, rows, text
+from test_browser import rows, text
 from ui_jobs import Explode, Invoice, Nap, Ship
 
 from stepstone import JobRunner
@@ -53,8 +51,6 @@ async def test_the_search_box_finds_a_run_by_id_prefix_or_key(
     assert "No run has the id or the idempotency key invoice-10" in text(browser, "main")
     screenshot = tmp_path / "ui-search.png"
     assert browser.save_screenshot(str(screenshot))
-    if os.environ.get("STEPSTONE_UPDATE_SCREENSHOTS"):
-        shutil.copyfile(screenshot, DOCS_IMG / "ui-search.png")
     find(browser, "nothing-like-it")
     wait_for(lambda: "q=nothing-like-it" in browser.current_url, "the list")
     assert rows(browser) == {}

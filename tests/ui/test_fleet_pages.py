@@ -4,17 +4,12 @@ navigation: the workers page, showing a live worker with the runs it holds
 and a hostile record named as text, never run; the schedules page, showing
 each schedule's last tick and the run it started (linked), its next tick and
 its missed-tick policy.
-
-The screenshots docs/operations.md shows are taken here
-(``STEPSTONE_UPDATE_SCREENSHOTS=1`` writes docs/img/ui-workers.png and
-ui-schedules.png).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -24,7 +19,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from conftest import DEADLINE, SHOWN_BUCKET, serve, wait_for
-from test_browser import DOCS_IMG, click, never_ran_injected_script, text, texts
+from test_browser import click, never_ran_injected_script, text, texts
 from ui_jobs import HOSTILE, Hold, Ship, Sync
 from worker_records import put_record, record
 
@@ -166,8 +161,6 @@ async def test_a_fleet_on_the_workers_page(store_url: str, tmp_path: Path, brows
         assert texts(browser, "td.held a")[:2] == [held[5][:12], held[6][:12]]
         screenshot = tmp_path / "ui-workers.png"
         assert browser.save_screenshot(str(screenshot))
-        if os.environ.get("STEPSTONE_UPDATE_SCREENSHOTS"):
-            shutil.copyfile(screenshot, DOCS_IMG / "ui-workers.png")
 
 
 @pytest.mark.parametrize("store_url", ["s3"], indirect=True)  # a store name, not a path
@@ -219,8 +212,6 @@ async def test_the_schedules_page_shows_each_schedule_its_last_run_and_next_tick
         assert rows["nightly-report"][4] == "none"
         screenshot = tmp_path / "ui-schedules.png"
         assert browser.save_screenshot(str(screenshot))
-        if os.environ.get("STEPSTONE_UPDATE_SCREENSHOTS"):
-            shutil.copyfile(screenshot, DOCS_IMG / "ui-schedules.png")
         click(browser, "td.run a", sync.last_run[:12])
         wait_for(lambda: browser.current_url.endswith(f"/runs/{sync.last_run}"), "its run")
         assert "inventory.sync" in text(browser, "main")

@@ -6,9 +6,7 @@ stepstone's folded."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -18,7 +16,7 @@ from typing import Any
 
 import pytest
 from conftest import DEADLINE, Runs
-from test_browser import DOCS_IMG, screenshot_of, text, texts
+from test_browser import screenshot_of, text, texts
 from ui_jobs import Patient, Retried
 
 from stepstone import JobRunner
@@ -153,5 +151,3 @@ async def test_a_runs_timeline_draws_its_claims_waits_and_steps_on_one_axis(
     assert not EPOCH.search(" ".join(drawn["claims"] + drawn["waits"] + drawn["steps"]))
     screenshot = tmp_path / "ui-run.png"
     screenshot_of(browser, "main", screenshot)
-    if os.environ.get("STEPSTONE_UPDATE_SCREENSHOTS"):
-        shutil.copyfile(screenshot, DOCS_IMG / "ui-run.png")

@@ -1,9 +1,6 @@
 """The throughput page: runs finished and failed over the last hour and day,
 counted right, each outcome read once however often the page refreshes, and
 drawn in a real headless browser with every label as text.
-
-The screenshot docs/operations.md shows is taken here
-(``STEPSTONE_UPDATE_SCREENSHOTS=1`` writes docs/img/ui-throughput.png).
 """
 
 from __future__ import annotations
@@ -11,7 +8,6 @@ from __future__ import annotations
 import os
 import random
 import re
-import shutil
 import sys
 import time
 from collections import Counter
@@ -20,7 +16,7 @@ from typing import Any
 
 import pytest
 from conftest import serve, wait_for
-from test_browser import DOCS_IMG, click, screenshot_of, text
+from test_browser import click, screenshot_of, text
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -120,5 +116,3 @@ def test_the_throughput_page_draws_its_charts_in_a_browser(tmp_path: Path, brows
         assert "Last hour" in text(browser, "main")
         screenshot = tmp_path / "ui-throughput.png"
         screenshot_of(browser, "main", screenshot)
-        if os.environ.get("STEPSTONE_UPDATE_SCREENSHOTS"):
-            shutil.copyfile(screenshot, DOCS_IMG / "ui-throughput.png")

@@ -197,6 +197,7 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
 
     @property
     def dead_queue_name(self) -> str:
+        """The name of the dead-letter queue: the queue's name and ``-dead``."""
         return f"{self.name}-dead"
 
     @classmethod

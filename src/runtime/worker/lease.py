@@ -168,6 +168,7 @@ class Attempt:
 
     @property
     def run_id(self) -> str:
+        """The id of the run this attempt belongs to."""
         return self.delivery.id
 
     @property
@@ -180,10 +181,12 @@ class Attempt:
 
     @property
     def kind(self) -> str:
+        """The job's kind (its type's ``NAME``)."""
         return self.delivery.kind
 
     @property
     def payload(self) -> bytes:
+        """The job's payload, as it was enqueued."""
         return self.delivery.payload
 
     @property

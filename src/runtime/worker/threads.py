@@ -34,6 +34,7 @@ class JobThreads:
 
     @property
     def size(self) -> int:
+        """How many threads synchronous jobs and steps may use at once."""
         return self._size
 
     async def call(self, fn: Callable[..., R], /, *args: Any) -> R:

@@ -282,6 +282,7 @@ class Worker:
 
     @property
     def in_flight(self) -> int:
+        """Jobs this worker holds now."""
         return len(self._jobs)
 
     def in_flight_by_kind(self) -> dict[str, int]:

@@ -60,6 +60,7 @@ class CountingStore(ObjectStore):
 
     @property
     def total(self) -> int:
+        """Every request counted so far, of every operation."""
         return sum(self.counts.values())
 
     async def get(self, key: str) -> StoredObject:

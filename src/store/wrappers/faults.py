@@ -84,10 +84,12 @@ class FaultyStore(ObjectStore):
         self._down = True
 
     def up(self) -> None:
+        """End an outage: calls reach the store again."""
         self._down = False
 
     @property
     def is_down(self) -> bool:
+        """Whether an outage is on (every call fails)."""
         return self._down
 
     def fail_next(self, n: int = 1, *, after: bool = False) -> None:

@@ -99,6 +99,8 @@ class JobContext:
 
     @property
     def headers(self) -> Mapping[str, str]:
+        """The headers the run was submitted with (``SubmitOptions(headers=...)``),
+        read-only; the ``stepstone.`` prefix is the engine's."""
         return self._run.headers
 
     def state(self, kind: type[S]) -> S:
@@ -361,12 +363,16 @@ class SyncContext:
         return cast(R, self._finish(memo.record(fn(*args, **kwargs))))
 
     def submit(self, job: Job[Out], options: SubmitOptions | None = None) -> JobHandle[Out]:
+        """Submit a child job, once per parent run; see JobContext.submit."""
         return self._call(self._ctx.submit(job, options))
 
     def progress(self, value: Any) -> None:
+        """Report progress from the job's thread; see JobContext.progress."""
         self._loop.call_soon_threadsafe(self._ctx.progress, value)
 
     def ensure_lease(self, seconds: float) -> None:
+        """Make the lease last at least ``seconds`` more before something long;
+        see ``JobContext.lease.ensure_at_least``."""
         self._call(self._ctx.lease.ensure_at_least(seconds))
 
     def sleep(self, seconds: float) -> None:
@@ -374,6 +380,7 @@ class SyncContext:
         self._call(self._ctx.sleep(seconds))
 
     def sleep_until(self, when: datetime) -> None:
+        """Sleep durably until ``when`` (an aware datetime); see JobContext.sleep_until."""
         self._call(self._ctx.sleep_until(when))
 
     def wait_for_event(self, name: str, *, timeout: float | None = None, type: Any = Any) -> Any:
@@ -385,6 +392,8 @@ class SyncContext:
         return self._call(child.result())
 
     def gather(self, *children: JobHandle[Any]) -> list[Any]:
+        """The results of ``children``, in order, once all have ended, suspending
+        this run meanwhile; see JobContext.gather."""
         return self._call(self._ctx.gather(*children))
 
     def patched(self, change_id: str) -> bool:
@@ -392,9 +401,12 @@ class SyncContext:
         return self._call(self._ctx.patched(change_id))
 
     def deprecate_patch(self, change_id: str) -> None:
+        """Only the new path of ``change_id`` is left; see JobContext.deprecate_patch."""
         self._call(self._ctx.deprecate_patch(change_id))
 
     def idempotency_key(self, step: str) -> str:
+        """A key for an outside system's idempotency, the same on every retry and
+        replay of this run; see JobContext.idempotency_key."""
         return self._ctx.idempotency_key(step)
 
 

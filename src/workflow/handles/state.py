@@ -43,6 +43,7 @@ class JobState:
 
     @property
     def finished(self) -> bool:
+        """Whether the run has its outcome (succeeded, failed or cancelled)."""
         return self.status.finished
 
     @property

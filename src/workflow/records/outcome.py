@@ -267,6 +267,7 @@ class Outcome(Generic[T]):
 
     @property
     def ok(self) -> bool:
+        """Whether the run succeeded."""
         return self.status is JobStatus.SUCCEEDED
 
     @property
@@ -276,6 +277,8 @@ class Outcome(Generic[T]):
         return self.kind
 
     def unwrap(self) -> T:
+        """The result of a run that succeeded; raises ``JobFailed`` for one that
+        failed and ``JobCancelled`` for one that was cancelled."""
         if self.status is JobStatus.SUCCEEDED:
             return self.result  # type: ignore[return-value]
         error = self.error or ErrorInfo(FailureKind.UNKNOWN, "no error recorded")
