@@ -43,7 +43,7 @@ from .errors import (
     StoreError,
     Throttled,
 )
-from .wrappers.throttle import object_key
+from .s3.throttle import object_key
 
 SCRATCH = "stepstone-check-store"
 """The first key segment of every scratch prefix; nothing of the engine's lives there."""

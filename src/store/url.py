@@ -35,7 +35,7 @@ from .base import ObjectStore
 from .errors import StoreConfigError
 from .file import FileStore
 from .memory import MemoryStore
-from .wrappers.retry import RetryPolicy
+from .retry import RetryPolicy
 
 
 class _HasNow(Protocol):
@@ -68,7 +68,7 @@ _MULTIPART_PARAMS: dict[str, Callable[[str], Any]] = {
     "multipart_part_size": int,
     "multipart_conditional": boolean,
 }
-"""The fields of the S3Store's ``Multipart`` (stepstone.store.s3_large)."""
+"""The fields of the S3Store's ``Multipart`` (stepstone.store.s3.large)."""
 
 
 def open_store(url: str, *, clock: Callable[[], float] | _HasNow | None = None) -> ObjectStore:
@@ -169,7 +169,7 @@ def _s3(url: str, bucket: str, path: str, query: str) -> ObjectStore:
         except ValueError as exc:
             raise _bad(url, str(exc)) from exc
     if multipart:
-        from .s3_large import Multipart
+        from .s3.large import Multipart
 
         try:
             fields = {k.removeprefix("multipart_"): v for k, v in multipart.items()}

@@ -15,7 +15,7 @@ import pytest
 from stepstone.store import AlreadyExists, NotFound, ObjectStore, PreconditionFailed, StoreError
 from stepstone.store.parts import FEED, Parts, Split, Stream
 from stepstone.store.s3 import S3Store
-from stepstone.store.s3_large import SINGLE_PUT_LIMIT, BodyReader, Multipart
+from stepstone.store.s3.large import SINGLE_PUT_LIMIT, BodyReader, Multipart
 
 MiB = 1 << 20
 SMALL_PARTS = Multipart(threshold=5 * MiB, part_size=5 * MiB)

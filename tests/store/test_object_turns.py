@@ -1,7 +1,7 @@
 """Processes that know nothing of each other sharing one hot object: their
 writes spread out so that the object stays busy, the refusals stay few
 however many processes there are, and every process is served
-(stepstone.store.wrappers.object_turns); a conditional write that waited
+(stepstone.store.s3.object_turns); a conditional write that waited
 for its turn and would lose does not spend one of the object's writes.
 
 Time is virtual (benchmarks.hot_crowd.VirtualTime): every process sleeps
@@ -19,10 +19,10 @@ import pytest
 
 from stepstone.store import MemoryStore, PreconditionFailed, RetryPolicy
 from stepstone.store.errors import Throttled
-from stepstone.store.wrappers.hot_objects import HOT_AFTER
-from stepstone.store.wrappers.object_turns import INTERVAL, ObjectTurns
-from stepstone.store.wrappers.send_rate import first as send_first
-from stepstone.store.wrappers.throttle import AdaptiveRates
+from stepstone.store.s3.hot_objects import HOT_AFTER
+from stepstone.store.s3.object_turns import INTERVAL, ObjectTurns
+from stepstone.store.s3.send_rate import first as send_first
+from stepstone.store.s3.throttle import AdaptiveRates
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 

@@ -30,8 +30,8 @@ from stepstone.store import (
     open_store,
 )
 from stepstone.store.s3 import S3Store
-from stepstone.store.wrappers.object_turns import ObjectTurns
-from stepstone.store.wrappers.throttle import AdaptiveRates
+from stepstone.store.s3.object_turns import ObjectTurns
+from stepstone.store.s3.throttle import AdaptiveRates
 
 FAST_RETRY = RetryPolicy(attempts=4, base=0.001, cap=0.005)
 
@@ -390,7 +390,7 @@ async def test_a_hot_objects_swap_that_waited_its_turn_checks_its_etag_before_it
 ) -> None:
     """A provider that limits the writes to one object counts one refused
     as stale too: a swap that waited for its turn reads the etag first
-    (stepstone.store.conflicts.confirm_precondition)."""
+    (stepstone.store.s3.conflicts.confirm_precondition)."""
     clock = FakeClock()
 
     async def sleep(seconds: float) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from stepstone.store.wrappers.send_rate import (
+from stepstone.store.s3.send_rate import (
     DEEP_CUT,
     MIN_RATE,
     NAP,
@@ -26,7 +26,7 @@ from stepstone.store.wrappers.send_rate import (
     AdaptiveRate,
     first,
 )
-from stepstone.store.wrappers.throttle import AdaptiveRates, process_rates
+from stepstone.store.s3.throttle import AdaptiveRates, process_rates
 
 
 class FakeTime:
@@ -159,7 +159,7 @@ async def test_a_request_sent_first_does_not_queue_behind_the_others() -> None:
 
 async def test_a_waiter_whose_partition_is_forgotten_while_it_waits_goes_at_once() -> None:
     # The refusals that set the rate turn out to be one hot object's
-    # (stepstone.store.wrappers.hot_objects), and the partition goes back to
+    # (stepstone.store.s3.hot_objects), and the partition goes back to
     # unthrottled while requests wait far back in its queue: they go then.
     time = FakeTime()
     rate = await at_its_floor(time)

@@ -27,7 +27,7 @@ import time
 from collections.abc import Collection, Sequence
 
 from stepstone.store.errors import NotFound, PreconditionFailed, StoreUnavailable
-from stepstone.store.wrappers.send_rate import first as send_first
+from stepstone.store.s3.send_rate import first as send_first
 
 from ..clock import Clock
 from ..queue import DEFAULT_LEASE, Delivery

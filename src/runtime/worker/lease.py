@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from stepstone.store.wrappers.send_rate import first as send_first
+from stepstone.store.s3.send_rate import first as send_first
 
 from .. import plausible
 from ..clock import Clock

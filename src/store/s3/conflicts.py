@@ -34,10 +34,10 @@ import enum
 from collections.abc import Awaitable, Callable
 from typing import Literal, Protocol, TypeVar
 
-from .base import ObjectInfo
-from .errors import AlreadyExists, NotFound, PreconditionFailed, StoreError, StoreUnavailable
-from .parts import Body
-from .wrappers.retry import RetryPolicy
+from ..base import ObjectInfo
+from ..errors import AlreadyExists, NotFound, PreconditionFailed, StoreError, StoreUnavailable
+from ..parts import Body
+from ..retry import RetryPolicy
 
 T = TypeVar("T")
 
@@ -151,7 +151,7 @@ async def decide_delete(
 
 async def confirm_precondition(store: Rereads, key: str, expected: str | None) -> None:
     """Before a conditional write that waited for a hot object's turn
-    (stepstone.store.wrappers.object_turns): raise what the write would be
+    (stepstone.store.s3.object_turns): raise what the write would be
     answered if another process wrote the object meanwhile, read with one
     HEAD. A provider that limits the writes to one object counts a write
     refused as stale as one of them (the fleet simulation does), and a

@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from .base import ObjectInfo
+from ..base import ObjectInfo
+from ..errors import StoreError
 from .conflicts import CONFLICT_CODES
-from .errors import StoreError
 
 THROTTLING_CODES = {
     "SlowDown",
@@ -29,7 +29,7 @@ THROTTLING_CODES = {
 }
 """Answers that ask the client to send less (as do 429s): S3's SlowDown and
 botocore's throttling codes. They cut the store's send rate
-(stepstone.store.wrappers.throttle)."""
+(stepstone.store.s3.throttle)."""
 REFUSED_CODES = THROTTLING_CODES | CONFLICT_CODES
 """Transient answers S3 gives before doing any work: a retry after one of
 these cannot meet its own earlier write."""

@@ -6,22 +6,22 @@ Why it is built the way it is:
   ``If-None-Match: *``, compare-and-swap is ``PutObject`` with ``If-Match``,
   a fenced delete is ``DeleteObject`` with ``If-Match``. A large body is
   streamed, and goes in parts only where its condition holds on a
-  multipart upload's completion (:mod:`stepstone.store.s3_large`).
+  multipart upload's completion (:mod:`stepstone.store.s3.large`).
 - **Errors are classified once, here.** A 412 is an answer
   (PreconditionFailed, or AlreadyExists for a create) and is never retried;
   a 404 is NotFound; a missing bucket, refused credentials or a wrong region
   is one StoreConfigError naming the bucket; throttling, 5xx, timeouts and
   connection failures are retried with
-  :class:`stepstone.store.wrappers.retry.RetryPolicy` and then become
+  :class:`stepstone.store.retry.RetryPolicy` and then become
   StoreUnavailable. botocore's own retries are switched off so the policy is
   the only one. A 409 ConditionalRequestConflict is a race, not an outage:
   it is decided by a re-read, under a budget of its own
-  (:mod:`stepstone.store.conflicts`); a conditional write answered
+  (:mod:`stepstone.store.s3.conflicts`); a conditional write answered
   NotImplemented is a store without conditional writes, a StoreConfigError.
 - **Throttling slows the process down.** A SlowDown (or 429) lowers the
   send rate of every request of the process to that partition of the bucket
   (first key segment), whichever store sends it, and successes raise it
-  again (:mod:`stepstone.store.wrappers.throttle`): a crowd over a
+  again (:mod:`stepstone.store.s3.throttle`): a crowd over a
   partition's limit sends less instead of retrying harder.
 - **A retried write may already have landed.** If a try timed out or got a
   5xx after the request was sent, a later 412 may be our own earlier write.
@@ -43,19 +43,8 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, Literal, TypeVar
 
-from . import s3_sessions as sessions
-from .base import DEFAULT_PAGE_SIZE, ObjectInfo, ObjectStore, StoredObject
-from .conflicts import (
-    CONFLICT_CODES,
-    CONFLICT_RETRY,
-    Undecided,
-    WriteConflict,
-    confirm_precondition,
-    decide_delete,
-    decide_put,
-    through_conflicts,
-)
-from .errors import (
+from ..base import DEFAULT_PAGE_SIZE, ObjectInfo, ObjectStore, StoredObject
+from ..errors import (
     AlreadyExists,
     InvalidKey,
     NotFound,
@@ -65,9 +54,11 @@ from .errors import (
     StoreUnavailable,
     Throttled,
 )
-from .keys import MAX_KEY_LENGTH, validate_key, validate_prefix
-from .parts import Body, Parts, SplitObject, Splitter
-from .s3_answers import (
+from ..keys import MAX_KEY_LENGTH, validate_key, validate_prefix
+from ..parts import Body, Parts, SplitObject, Splitter
+from ..retry import RetryPolicy
+from . import sessions
+from .answers import (
     CREDENTIAL_CODES,
     REGION_CODES,
     THROTTLING_CODES,
@@ -79,16 +70,25 @@ from .s3_answers import (
     quoted,
     throttling,
 )
-from .s3_large import Multipart, put_in_parts, read_body, read_split, request_body
-from .wrappers.retry import RetryPolicy
-from .wrappers.throttle import AdaptiveRates, process_rates
+from .conflicts import (
+    CONFLICT_CODES,
+    CONFLICT_RETRY,
+    Undecided,
+    WriteConflict,
+    confirm_precondition,
+    decide_delete,
+    decide_put,
+    through_conflicts,
+)
+from .large import Multipart, put_in_parts, read_body, read_split, request_body
+from .throttle import AdaptiveRates, process_rates
 
 T = TypeVar("T")
 
 
 class _Ambiguous:
     """Whether an earlier try of this call may have been applied by S3
-    (a stepstone.store.conflicts.Tried)."""
+    (a stepstone.store.s3.conflicts.Tried)."""
 
     def __init__(self) -> None:
         self.maybe_applied = False
@@ -104,10 +104,10 @@ class S3Store(ObjectStore):
     ``adaptive`` (on by default) slows the process's sends to the bucket
     when S3 answers SlowDown and lets them recover on successes, one budget
     for every store of the process on this endpoint and bucket
-    (stepstone.store.wrappers.throttle.process_rates); an
+    (stepstone.store.s3.throttle.process_rates); an
     :class:`AdaptiveRates` of its own is used instead; False turns it off.
     ``conflicts`` budgets a write that meets concurrent ones (409s, see
-    stepstone.store.conflicts). ``headers`` go with every request: a
+    stepstone.store.s3.conflicts). ``headers`` go with every request: a
     provider's own (Tigris: ``{"X-Tigris-Consistent": "true"}``).
     ``multipart`` says when a large body goes in parts (:class:`Multipart`).
     ``object_turns`` paces the writes to each object, for a store that
@@ -171,7 +171,7 @@ class S3Store(ObjectStore):
             rates = None
         self.send_rates = rates
         """The store's adaptive send rates (None: off); see
-        stepstone.store.wrappers.throttle."""
+        stepstone.store.s3.throttle."""
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
         self._max_connections = max_connections

@@ -174,7 +174,7 @@ class AdaptiveRate:
 
     def forget(self) -> None:
         """Go back to unthrottled: the refusals so far were not this
-        partition's (a hot object's: stepstone.store.wrappers.hot_objects)."""
+        partition's (a hot object's: stepstone.store.s3.hot_objects)."""
         self.rate = None
         self.throttles = self.events = 0
         self._starting = True

@@ -42,8 +42,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from .errors import StoreError
-from .parts import SPLIT_LOOK, Allocation, Parts, Sink, Splitter
+from ..errors import StoreError
+from ..parts import SPLIT_LOOK, Allocation, Parts, Sink, Splitter
 
 T = TypeVar("T")
 

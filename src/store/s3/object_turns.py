@@ -1,7 +1,7 @@
 """ObjectTurns: when one process may next write a hot object, shared with
 processes it knows nothing of.
 
-Why not a send rate, as a partition has (stepstone.store.wrappers.send_rate):
+Why not a send rate, as a partition has (stepstone.store.s3.send_rate):
 a hot object takes about one write a second (GCS), and a rate that low
 learns too slowly to share. Each of W processes writing the object holds a
 rate of its own, and the object takes their sum: for the sum to stay near
@@ -40,8 +40,8 @@ fleet").
 
 A conditional write that waited for its turn reads the object's etag
 before it is sent, so a turn is not spent on a write bound to lose
-(stepstone.store.conflicts.confirm_precondition). A write sent
-:func:`~stepstone.store.wrappers.send_rate.first` (a lease's renewal) does
+(stepstone.store.s3.conflicts.confirm_precondition). A write sent
+:func:`~stepstone.store.s3.send_rate.first` (a lease's renewal) does
 not wait behind the backoff, as it would not behind a partition's rate, but
 it does keep the object's **pace**: an interval after this process's last
 accepted write or refusal, before which the object would refuse it anyway
