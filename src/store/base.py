@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+import contextlib
+import contextvars
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -25,6 +27,32 @@ from .parts import Parts, SplitObject, Splitter, split_in_memory
 
 DEFAULT_PAGE_SIZE = 1000
 """S3's maximum page for ListObjectsV2; the other backends honour the same bound."""
+
+
+_URGENT: contextvars.ContextVar[bool] = contextvars.ContextVar("stepstone_urgent", default=False)
+
+
+@contextlib.contextmanager
+def urgent() -> Iterator[None]:
+    """A hint to the store: the requests made inside this block (in this
+    task) go before any of the process's requests waiting for their turn. A
+    lease's renewal is one: it must not queue behind the writes of the work
+    it holds, or a process slowed to its share of a store's limit renews
+    late, its leases lapse, and the runs they hold are claimed again and run
+    twice. A store that does not pace its requests has nothing to do (an
+    S3Store does: stepstone.store.s3.send_rate). Such requests should be few
+    (one a job every third of its lease); they are still answered and
+    counted as any other."""
+    token = _URGENT.set(True)
+    try:
+        yield
+    finally:
+        _URGENT.reset(token)
+
+
+def is_urgent() -> bool:
+    """Whether the request being made is sent inside :func:`urgent`."""
+    return _URGENT.get()
 
 
 @dataclass(frozen=True, slots=True)

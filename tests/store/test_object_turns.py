@@ -18,10 +18,10 @@ import sys
 import pytest
 
 from stepstone.store import MemoryStore, PreconditionFailed, RetryPolicy
+from stepstone.store.base import urgent
 from stepstone.store.errors import Throttled
 from stepstone.store.s3.hot_objects import HOT_AFTER
 from stepstone.store.s3.object_turns import INTERVAL, ObjectTurns
-from stepstone.store.s3.send_rate import first as send_first
 from stepstone.store.s3.throttle import AdaptiveRates
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -89,7 +89,7 @@ async def test_a_write_sent_first_keeps_the_objects_pace_not_its_backoff() -> No
     refused_at = clock.now
 
     async def renew() -> float:
-        with send_first():
+        with urgent():
             return await turns.acquire()
 
     task = asyncio.create_task(renew())
@@ -114,7 +114,7 @@ async def _one_processs_record(object_turns: bool) -> tuple[S3LikeBucket, Virtua
     async def life() -> None:
         etag = await store.put_if_absent("queue/jobs/a", b"created")
         etag = await store.put_if_match("queue/jobs/a", b"claimed", etag)
-        with send_first():
+        with urgent():
             etag = await store.put_if_match("queue/jobs/a", b"renewed", etag)
         await store.delete("queue/jobs/a", if_match=etag)
 

@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from stepstone.store.base import urgent
 from stepstone.store.s3.send_rate import (
     DEEP_CUT,
     MIN_RATE,
     NAP,
     SETTLE,
     AdaptiveRate,
-    first,
 )
 from stepstone.store.s3.throttle import AdaptiveRates, process_rates
 
@@ -150,7 +150,7 @@ async def test_a_request_sent_first_does_not_queue_behind_the_others() -> None:
     time = FakeTime()
     rate = await at_its_floor(time)
     start = time.now
-    with first():  # a lease's renewal
+    with urgent():  # a lease's renewal
         assert await rate.acquire() == start
     assert time.now == start
     await rate.acquire()  # the others still wait their turn

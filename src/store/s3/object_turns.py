@@ -41,7 +41,7 @@ fleet").
 A conditional write that waited for its turn reads the object's etag
 before it is sent, so a turn is not spent on a write bound to lose
 (stepstone.store.s3.conflicts.confirm_precondition). A write sent
-:func:`~stepstone.store.s3.send_rate.first` (a lease's renewal) does
+:func:`~stepstone.store.base.urgent` (a lease's renewal) does
 not wait behind the backoff, as it would not behind a partition's rate, but
 it does keep the object's **pace**: an interval after this process's last
 accepted write or refusal, before which the object would refuse it anyway
@@ -56,7 +56,8 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 
-from .send_rate import NAP, sent_first
+from ..base import is_urgent
+from .send_rate import NAP
 
 INTERVAL = 1.0
 """The least seconds between one process's writes to a hot object (GCS:
@@ -103,7 +104,7 @@ class ObjectTurns:
 
     async def turn(self) -> tuple[float, bool]:
         """As :meth:`acquire`, and whether it waited for the turn."""
-        first = sent_first()
+        first = is_urgent()
         waited = False
         while (wait := (self._paced if first else self._next) - self._now()) > 0:
             waited = True
