@@ -186,7 +186,10 @@ class ObjectStore(abc.ABC):
     async def put_if_match(self, key: str, data: bytes, etag: str) -> str:
         """Replace the object only if its etag is still ``etag``; return the new etag.
 
-        Raises PreconditionFailed on a mismatch, NotFound when the object is gone.
+        Raises PreconditionFailed on a mismatch. When the object is gone,
+        raises NotFound, or PreconditionFailed where the provider answers so
+        (Ceph RGW answers 412 where AWS answers 404): a caller takes either
+        as "that version is no longer there" and reads again.
         """
 
     async def put_parts(
@@ -219,8 +222,8 @@ class ObjectStore(abc.ABC):
         """Delete the object.
 
         Without ``if_match`` a missing object is not an error (S3's semantics).
-        With it, raises PreconditionFailed on a mismatch and NotFound when the
-        object is gone.
+        With it, raises PreconditionFailed on a mismatch, and NotFound (or
+        PreconditionFailed, as :meth:`put_if_match`) when the object is gone.
         """
 
     @abc.abstractmethod

@@ -8,7 +8,10 @@
                          (``&header=X-Tigris-Consistent:true`` sends a
                          provider's own header with every request;
                          ``&object_turns=true`` paces each object's writes,
-                         for a store that limits them: GCS)
+                         for a store that limits them: GCS;
+                         ``&etag_quotes=bare`` and ``&conditional_delete=false``
+                         say what a provider does with conditions, found out
+                         otherwise: stepstone.store.s3.dialect)
 
 A URL opens a store that exists; it creates none. As no bucket is created,
 no directory is: a relative path means another directory to every process
@@ -59,6 +62,8 @@ _S3_PARAMS: dict[str, Callable[[str], Any]] = {
     "read_timeout": float,
     "max_connections": int,
     "object_turns": boolean,
+    "etag_quotes": str,
+    "conditional_delete": boolean,
 }
 _RETRY_PARAMS = {"retry_attempts": int, "retry_base": float, "retry_cap": float}
 

@@ -25,8 +25,14 @@ Why it is built the way it is:
   partition's limit sends less instead of retrying harder.
 - **A retried write may already have landed.** If a try timed out or got a
   5xx after the request was sent, a later 412 may be our own earlier write.
-  The store then reads the object back: if it holds exactly our bytes, the
-  write is reported as done. See docs/storage.md for what that means.
+  Every conditional write carries a token of its own in its metadata; the
+  store then reads the object's (one HEAD): if it is ours, the write is
+  reported as done, never on equal bytes (stepstone.store.s3.tombstones).
+- **Providers differ on conditions** (etags in quotes or not, DeleteObject
+  ignoring If-Match, a multipart completion ignoring its condition): the
+  store learns what its provider does from the answers, and fails with
+  StoreConfigError rather than retry what the provider will always refuse
+  (stepstone.store.s3.dialect).
 - **One client per event loop, created lazily inside it.** aiohttp sessions
   belong to the loop that made them; tests and CLIs run several loops one
   after another, so the client is looked up by the running loop.
@@ -38,8 +44,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
+import time
 import weakref
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal, TypeVar
 
@@ -63,8 +72,10 @@ from .answers import (
     REGION_CODES,
     THROTTLING_CODES,
     TRANSIENT_CODES,
+    Looked,
     answered,
     answered_size,
+    looked_at,
     maybe_applied,
     object_info,
     quoted,
@@ -80,8 +91,19 @@ from .conflicts import (
     decide_put,
     through_conflicts,
 )
+from .dialect import ETAG_QUOTES, REFUSALS, EtagQuotes, in_form, learned_for, refusal_named
 from .large import Multipart, put_in_parts, read_body, read_split, request_body
+from .probes import MULTIPART_IGNORED, probe_conditional_delete, probe_multipart_conditions
 from .throttle import AdaptiveRates, process_rates
+from .tombstones import (
+    GUARD,
+    LOOK_AGAIN,
+    STALE,
+    TOMBSTONE_META,
+    WRITE_META,
+    token,
+    tombstone_body,
+)
 
 T = TypeVar("T")
 
@@ -92,6 +114,36 @@ class _Ambiguous:
 
     def __init__(self) -> None:
         self.maybe_applied = False
+
+
+class _Again(enum.Enum):
+    """Send the write again (the etag's other form, a tombstone gone)."""
+
+    AGAIN = "again"
+
+
+_AGAIN = _Again.AGAIN
+
+
+@dataclass
+class _Waited:
+    """What a create has seen of a tombstone in its way: since when, and its next pause."""
+
+    etag: str = ""
+    since: float = 0.0
+    pause: float = 0.0
+
+
+class _Replace(Exception):
+    """A create found a stale tombstone: replace it by a swap on ``etag``."""
+
+    def __init__(self, etag: str) -> None:
+        super().__init__(etag)
+        self.etag = etag
+
+
+class _TooLate(Exception):
+    """A tombstone's writer past its guard: the DELETE is not sent."""
 
 
 class S3Store(ObjectStore):
@@ -112,6 +164,11 @@ class S3Store(ObjectStore):
     ``multipart`` says when a large body goes in parts (:class:`Multipart`).
     ``object_turns`` paces the writes to each object, for a store that
     limits them (GCS: about one a second per object; docs/storage.md).
+    ``etag_quotes`` says how ``If-Match`` carries an etag (``auto``: found
+    out from the answers; ``quoted`` as AWS takes it; ``bare`` as Ceph RGW
+    16 does), ``conditional_delete`` whether DeleteObject holds ``If-Match``
+    (None: tried once; False: fenced deletes go through a tombstone), both
+    as :mod:`stepstone.store.s3.dialect` says.
     """
 
     remote = True
@@ -133,6 +190,8 @@ class S3Store(ObjectStore):
         headers: dict[str, str] | None = None,
         multipart: Multipart | None = None,
         object_turns: bool = False,
+        etag_quotes: EtagQuotes = "auto",
+        conditional_delete: bool | None = None,
     ) -> None:
         if not bucket or "/" in bucket:
             raise StoreConfigError(f"invalid bucket name {bucket!r}", location=f"s3://{bucket}")
@@ -155,6 +214,14 @@ class S3Store(ObjectStore):
         self.conflicts = conflicts
         self.headers = dict(headers or {})
         self.multipart = multipart or Multipart()
+        if etag_quotes not in ETAG_QUOTES:
+            raise StoreConfigError(
+                f"etag_quotes={etag_quotes!r}: use auto, quoted or bare", location=self.location
+            )
+        self.etag_quotes: EtagQuotes = etag_quotes
+        self.conditional_delete = conditional_delete
+        self.learned = learned_for(endpoint_url, bucket)
+        """What this process learned of the provider (stepstone.store.s3.dialect)."""
         if object_turns and adaptive is False:
             raise StoreConfigError(
                 "object_turns paces writes through the adaptive send rates: "
@@ -248,6 +315,22 @@ class S3Store(ObjectStore):
 
     def _full(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
+
+    def bucket_key(self, key: str) -> str:
+        """The key in the bucket of the store's ``key`` (under its prefix)."""
+        return self._full(key)
+
+    def if_match(self, etag: str) -> str:
+        """``etag`` as this store sends it in If-Match (stepstone.store.s3.dialect)."""
+        return in_form(etag, self._form())
+
+    async def send(
+        self, key: str, request: Callable[[Any], Awaitable[T]], *, conditional: str = ""
+    ) -> T:
+        """One request about ``key`` under the store's retries, send rates
+        and error classes (``conditional``: "absent" or "match", how a 412
+        reads); for the probes of stepstone.store.s3.probes."""
+        return await self._call(key, request, conditional=conditional)
 
     def _relative(self, full: str) -> str:
         return full[len(self.prefix) + 1 :] if self.prefix else full
@@ -431,11 +514,15 @@ class S3Store(ObjectStore):
     # -- the contract -------------------------------------------------------------
 
     async def _read(self, key: str, read: Callable[[Any, int], Awaitable[T]]) -> tuple[T, str]:
-        """One GET: what ``read`` makes of its body (and Content-Length), and the etag."""
+        """One GET: what ``read`` makes of its body (and Content-Length), and
+        the etag. A tombstone is no object (NotFound)."""
         validate_key(key, location=self.location, limit=self.key_limit)
 
         async def request(client: Any) -> tuple[T, str]:
             response = await client.get_object(Bucket=self.bucket, Key=self._full(key))
+            if TOMBSTONE_META in (response.get("Metadata") or {}):
+                response["Body"].close()
+                raise NotFound("no such object", location=self.location, key=key)
             size = answered_size(response, "ContentLength", location=self.location, key=key)
             etag = quoted(answered(response, "ETag", location=self.location, key=key))
             async with response["Body"] as body:
@@ -454,87 +541,230 @@ class S3Store(ObjectStore):
         return SplitObject(key, before, piece, after, etag)
 
     async def head(self, key: str) -> ObjectInfo:
+        looked = await self._look(key)
+        if looked.tombstone:
+            raise NotFound("no such object", location=self.location, key=key)
+        return looked.info
+
+    async def _look(self, key: str) -> Looked:
+        """One HEAD: the object's info, its metadata, and its age by the
+        server's clock. Raises NotFound (a tombstone is returned, marked)."""
         validate_key(key, location=self.location, limit=self.key_limit)
 
-        async def request(client: Any) -> ObjectInfo:
+        async def request(client: Any) -> Looked:
             r = await client.head_object(Bucket=self.bucket, Key=self._full(key))
-            return object_info(r, key, "ContentLength", location=self.location)
+            return looked_at(r, key, location=self.location)
 
         try:
             return await self._call(key, request, reads=True)
         except NotFound as exc:
             raise await self._check_bucket(key) from exc
 
-    async def _put(self, key: str, data: Body, conditional: str, **condition: str) -> str:
+    async def _put(
+        self, key: str, data: Body, conditional: str, etag: str | None = None, **marks: str
+    ) -> str:
+        """Write ``data``: unconditionally, or if ``conditional`` is "absent"
+        (a create) or "match" (a swap of version ``etag``), with a write
+        token and ``marks`` in its metadata."""
         validate_key(key, location=self.location, limit=self.key_limit)
+        if conditional and self.learned.broken:
+            raise StoreConfigError(self.learned.broken, location=self.location, key=key)
         data = data if isinstance(data, Parts) else bytes(data)
         state = _Ambiguous()
         where = {"Bucket": self.bucket, "Key": self._full(key)}
+        mine = token() if conditional else ""
+        metadata = {WRITE_META: mine, **marks} if conditional else dict(marks)
         in_parts = self.multipart.in_parts(len(data), bool(conditional), self.location, key)
+        if in_parts and conditional:
+            await self._check_multipart_conditions()
+
+        def condition() -> dict[str, str]:
+            if conditional == "absent":
+                return {"IfNoneMatch": "*"}
+            if conditional == "match":
+                assert etag is not None
+                return {"IfMatch": in_form(etag, self._form())}
+            return {}
 
         async def request(client: Any) -> str:
             r = await client.put_object(
-                **where, Body=request_body(data), ContentLength=len(data), **condition
+                **where,
+                Body=request_body(data),
+                ContentLength=len(data),
+                Metadata=metadata,
+                **condition(),
             )
             return quoted(answered(r, "ETag", location=self.location, key=key))
 
+        async def send() -> str:
+            if in_parts:
+                args = (self._call, self.multipart, where, key, data, condition())
+                landed = await put_in_parts(*args, conditional, state, metadata)
+                return quoted(landed) if landed.strip('"') else await self._etag_of(key, mine)
+            return await self._call(
+                key, request, conditional=conditional, state=state, expected=etag
+            )
+
         async def write() -> str:
-            try:
-                if in_parts:
-                    args = (self._call, self.multipart, where, key, data, condition)
-                    return quoted(await put_in_parts(*args, conditional, state))
-                expected = condition.get("IfMatch")
-                return await self._call(
-                    key, request, conditional=conditional, state=state, expected=expected
-                )
-            except PreconditionFailed:
-                if state.maybe_applied:
-                    landed = await self.ours(key, data)
-                    if landed is not None:
-                        return landed
-                raise
+            waited = _Waited()
+            while True:
+                try:
+                    landed = await send()
+                except PreconditionFailed:
+                    if not conditional:
+                        raise
+                    verdict = await self._refused(key, conditional, etag, mine, state, waited)
+                    if verdict is _AGAIN:
+                        continue
+                    if verdict is None:
+                        raise
+                    return verdict
+                self._honoured(conditional)
+                return landed
 
         async def decide() -> str | Literal[Undecided.UNDECIDED]:
-            return await decide_put(self, key, data, conditional, condition.get("IfMatch"), state)
+            return await decide_put(self, key, mine, conditional, etag, state)
 
         return await through_conflicts(
             write, decide if conditional else None, self.conflicts, location=self.location, key=key
         )
 
-    async def ours(self, key: str, data: Body) -> str | None:
-        """After an ambiguous retry lost: the etag if the object holds exactly ``data``."""
+    def _form(self) -> Literal["quoted", "bare"]:
+        """The etag's form in If-Match: the setting's, or what was learned."""
+        return self.learned.form if self.etag_quotes == "auto" else self.etag_quotes
+
+    def _honoured(self, conditional: str) -> None:
+        if conditional == "match":
+            self.learned.swaps_seen = True
+        elif conditional == "absent":
+            self.learned.creates_seen = True
+        if conditional:
+            self.learned.refused = 0
+
+    async def _refused(
+        self,
+        key: str,
+        conditional: str,
+        etag: str | None,
+        mine: str,
+        state: _Ambiguous,
+        waited: _Waited,
+    ) -> str | _Again | None:
+        """After a conditional write was refused (412): its etag if an earlier
+        try of it landed (by its token), _AGAIN to send it again, or None
+        for the refusal to stand. Reads the key (one HEAD) only when the
+        refusal may not be what it says: an earlier try may have landed; no
+        swap (create) has landed yet here, so the store may be refusing a
+        condition that holds (dialect); a create may have met a tombstone."""
+        learned = self.learned
+        look = state.maybe_applied or not (
+            learned.swaps_seen if conditional == "match" else learned.creates_seen
+        )
+        if conditional == "absent" and not look:
+            look = not await self._deletes_hold()  # (a tombstone may stand there)
+        if not look:
+            return None
         try:
-            current = await self.get(key)
+            seen = await self._look(key)
+        except NotFound:
+            if conditional == "match":
+                # A swap on a missing key: 412 on Ceph RGW, 404 on AWS; the contract says NotFound.
+                raise NotFound("no such object", location=self.location, key=key) from None
+            return self._contradiction("a create on a key that does not exist", key)
+        if mine and seen.token == mine:
+            self._honoured(conditional)
+            return seen.info.etag  # an earlier try of ours landed
+        if conditional == "absent":
+            if seen.tombstone:
+                return await self._over_tombstone(key, seen, waited)
+            return None
+        assert etag is not None
+        if seen.tombstone or seen.info.etag != quoted(etag) or learned.swaps_seen:
+            return None  # a lost race
+        if self.etag_quotes == "auto":
+            learned.form = "bare" if learned.form == "quoted" else "quoted"
+        return self._contradiction("a compare-and-swap on the etag the store had just given", key)
+
+    def _contradiction(self, what: str, key: str) -> _Again:
+        """The store refused a condition that held: try again, until
+        :data:`REFUSALS` such refusals with none honoured make it unusable."""
+        learned = self.learned
+        learned.refused += 1
+        if learned.refused >= REFUSALS:
+            learned.broken = refusal_named(self.etag_quotes, self._form(), what)
+            raise StoreConfigError(learned.broken, location=self.location, key=key)
+        return _AGAIN
+
+    async def _over_tombstone(self, key: str, seen: Looked, waited: _Waited) -> _Again:
+        """A create found a tombstone: wait for its writer to remove it, or
+        replace it once it is stale (docs in stepstone.store.s3.tombstones)."""
+        now = time.monotonic()
+        if waited.etag != seen.info.etag:
+            waited.etag, waited.since, waited.pause = seen.info.etag, now, LOOK_AGAIN[0]
+        if max(now - waited.since, seen.age) < STALE:
+            await asyncio.sleep(waited.pause)
+            waited.pause = min(LOOK_AGAIN[1], waited.pause * 2)
+            return _AGAIN
+        raise _Replace(seen.info.etag)
+
+    async def _etag_of(self, key: str, mine: str) -> str:
+        """The etag of the object a multipart upload just made, where its
+        completion answered none (Ceph RGW): one HEAD."""
+        seen = await self._look(key)
+        if mine and seen.token != mine:
+            raise PreconditionFailed(
+                "another write replaced this one as it completed", location=self.location, key=key
+            )
+        return seen.info.etag
+
+    async def ours(self, key: str, mine: str) -> str | None:
+        """After an ambiguous try: the etag if the object holds the write
+        whose token is ``mine`` (one HEAD)."""
+        try:
+            seen = await self._look(key)
         except NotFound:
             return None
-        same = data.equals(current.data) if isinstance(data, Parts) else current.data == data
-        return current.etag if same else None
+        return seen.info.etag if mine and seen.token == mine else None
 
     async def put(self, key: str, data: bytes) -> str:
         return await self._put(key, data, "")
 
     async def put_if_absent(self, key: str, data: bytes) -> str:
-        return await self._put(key, data, "absent", IfNoneMatch="*")
+        return await self._create(key, data)
+
+    async def _create(self, key: str, data: Body) -> str:
+        """Create-if-absent; where a stale tombstone stands, replace it by a swap."""
+        while True:
+            try:
+                return await self._put(key, data, "absent")
+            except _Replace as stale:
+                try:
+                    return await self._put(key, data, "match", stale.etag)
+                except (PreconditionFailed, NotFound):
+                    continue  # another creator replaced it first, or its writer removed it
 
     async def put_if_match(self, key: str, data: bytes, etag: str) -> str:
-        return await self._put(key, data, "match", IfMatch=etag)
+        return await self._put(key, data, "match", etag)
 
     async def put_parts(
         self, key: str, parts: Parts, *, if_absent: bool = False, if_match: str | None = None
     ) -> str:
         if if_absent:
-            return await self._put(key, parts, "absent", IfNoneMatch="*")
+            return await self._create(key, parts)
         if if_match is not None:
-            return await self._put(key, parts, "match", IfMatch=if_match)
+            return await self._put(key, parts, "match", if_match)
         return await self._put(key, parts, "")
 
     async def delete(self, key: str, *, if_match: str | None = None) -> None:
         validate_key(key, location=self.location, limit=self.key_limit)
-        condition = {"IfMatch": if_match} if if_match is not None else {}
-        conditional = "match" if condition else ""
+        if if_match is not None and not await self._deletes_hold():
+            await self._retire(key, if_match)
+            return
+        conditional = "match" if if_match is not None else ""
         state = _Ambiguous()
 
         async def request(client: Any) -> None:
+            condition = {} if if_match is None else {"IfMatch": in_form(if_match, self._form())}
             await client.delete_object(Bucket=self.bucket, Key=self._full(key), **condition)
 
         async def write() -> None:
@@ -551,8 +781,41 @@ class S3Store(ObjectStore):
             return await decide_delete(self, key, if_match, state)
 
         await through_conflicts(
-            write, decide if condition else None, self.conflicts, location=self.location, key=key
+            write, decide if conditional else None, self.conflicts, location=self.location, key=key
         )
+
+    async def _retire(self, key: str, etag: str) -> None:
+        """A fenced delete where DeleteObject ignores If-Match: a swap of
+        ``etag`` to a tombstone, then its removal (stepstone.store.s3.tombstones)."""
+        sent = time.monotonic()
+        await self._put(key, tombstone_body(token()), "match", etag, **{TOMBSTONE_META: "1"})
+
+        async def request(client: Any) -> None:
+            if time.monotonic() - sent >= GUARD:
+                raise _TooLate()
+            await client.delete_object(Bucket=self.bucket, Key=self._full(key))
+
+        with contextlib.suppress(_TooLate):  # a create replaces it once it is stale
+            await self._call(key, request)
+
+    async def _deletes_hold(self) -> bool:
+        """Whether DeleteObject holds If-Match here: the setting, or tried
+        once per process and bucket before the first fenced delete."""
+        if self.conditional_delete is not None:
+            return self.conditional_delete
+        learned = self.learned
+        if learned.conditional_delete is None:
+            learned.conditional_delete = await probe_conditional_delete(self)
+        return learned.conditional_delete
+
+    async def _check_multipart_conditions(self) -> None:
+        """Before the first conditional write in parts: refuse a store that
+        ignores the condition on a multipart upload's completion."""
+        learned = self.learned
+        if learned.multipart_conditions is None:
+            learned.multipart_conditions = await probe_multipart_conditions(self)
+        if not learned.multipart_conditions:
+            raise StoreConfigError(MULTIPART_IGNORED, location=self.location)
 
     async def list(
         self,
