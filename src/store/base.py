@@ -102,6 +102,19 @@ class ChangeNotices(Protocol):
         stops it, or None when this store cannot here."""
 
 
+@runtime_checkable
+class ProviderNotes(Protocol):
+    """A store whose provider may do what the engine needs in a way of its
+    own, which the store finds out and works with (an S3Store: etags in
+    If-Match without quotes, a DeleteObject that ignores If-Match): what it
+    found, for ``stepstone check-store`` to report."""
+
+    async def provider_notes(self) -> list[str]:
+        """One sentence for each way the provider does what the engine needs,
+        and what the store does about it, found out now where not yet known
+        (a few requests under the store's prefix, removed after)."""
+
+
 class ObjectStore(abc.ABC):
     """An async object store with conditional writes.
 

@@ -108,3 +108,48 @@ def refusal_named(setting: EtagQuotes, form: str, what: str) -> str:
         f"last sent with the etag {form}), with none honoured: stepstone cannot run on it "
         f"as it answers.{hint} `stepstone check-store` says what else is missing"
     )
+
+
+def describe_provider(
+    learned: Learned,
+    *,
+    etag_quotes: EtagQuotes,
+    conditional_delete: bool,
+    told_delete: bool,
+    multipart_conditional: bool,
+) -> list[str]:
+    """What ``stepstone check-store`` says of the provider: one sentence a
+    property, with the store setting that says it up front."""
+    notes = []
+    if etag_quotes != "auto":
+        notes.append(f"If-Match carries the etag as told: etag_quotes={etag_quotes}")
+    elif not learned.swaps_seen:
+        notes.append("the etag's form in If-Match is not known yet (no swap has landed)")
+    elif learned.form == "bare":
+        notes.append(
+            "If-Match takes the etag without quotes (as Ceph RGW 16 does): found out from "
+            "a refused swap; etag_quotes=bare in the store URL says it up front"
+        )
+    else:
+        notes.append("If-Match takes the etag in quotes, as AWS documents")
+    if conditional_delete:
+        notes.append("DeleteObject holds If-Match: a fenced delete is one DELETE")
+    else:
+        told = "as told (conditional_delete=false)" if told_delete else "tried"
+        notes.append(
+            f"DeleteObject ignores If-Match ({told}): a fenced delete is a compare-and-swap "
+            "to a tombstone, then a DELETE of it (one PUT more each)"
+            + ("" if told_delete else "; conditional_delete=false in the store URL says it")
+        )
+    if learned.multipart_conditions:
+        notes.append(
+            "CompleteMultipartUpload holds If-None-Match (an upload over an existing object "
+            "was refused): multipart_conditional=true may write conditional values in parts"
+        )
+    else:
+        notes.append(
+            "CompleteMultipartUpload ignores If-None-Match (an upload over an existing object "
+            "replaced it): conditional writes go in one PutObject, up to 5 GiB"
+            + ("; remove multipart_conditional=true" if multipart_conditional else "")
+        )
+    return notes

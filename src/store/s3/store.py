@@ -91,7 +91,15 @@ from .conflicts import (
     decide_put,
     through_conflicts,
 )
-from .dialect import ETAG_QUOTES, REFUSALS, EtagQuotes, in_form, learned_for, refusal_named
+from .dialect import (
+    ETAG_QUOTES,
+    REFUSALS,
+    EtagQuotes,
+    describe_provider,
+    in_form,
+    learned_for,
+    refusal_named,
+)
 from .large import Multipart, put_in_parts, read_body, read_split, request_body
 from .probes import MULTIPART_IGNORED, probe_conditional_delete, probe_multipart_conditions
 from .throttle import AdaptiveRates, process_rates
@@ -807,6 +815,19 @@ class S3Store(ObjectStore):
         if learned.conditional_delete is None:
             learned.conditional_delete = await probe_conditional_delete(self)
         return learned.conditional_delete
+
+    async def provider_notes(self) -> list[str]:
+        """What this store found out of its provider (stepstone.store.base.ProviderNotes)."""
+        learned = self.learned
+        if learned.multipart_conditions is None:
+            learned.multipart_conditions = await probe_multipart_conditions(self)
+        return describe_provider(
+            learned,
+            etag_quotes=self.etag_quotes,
+            conditional_delete=await self._deletes_hold(),
+            told_delete=self.conditional_delete is not None,
+            multipart_conditional=self.multipart.conditional,
+        )
 
     async def _check_multipart_conditions(self) -> None:
         """Before the first conditional write in parts: refuse a store that
