@@ -135,8 +135,10 @@ _AGAIN = _Again.AGAIN
 
 @dataclass
 class _Waited:
-    """What a create has seen of a tombstone in its way: since when, and its next pause."""
+    """What one write has seen: the etag's form its last try was sent in;
+    for a create, the tombstone in its way, since when, and its next pause."""
 
+    form: str = ""
     etag: str = ""
     since: float = 0.0
     pause: float = 0.0
@@ -585,13 +587,15 @@ class S3Store(ObjectStore):
         in_parts = self.multipart.in_parts(len(data), bool(conditional), self.location, key)
         if in_parts and conditional:
             await self._check_multipart_conditions()
+        waited = _Waited()
 
         def condition() -> dict[str, str]:
             if conditional == "absent":
                 return {"IfNoneMatch": "*"}
             if conditional == "match":
                 assert etag is not None
-                return {"IfMatch": in_form(etag, self._form())}
+                waited.form = self._form()  # (the form this try is sent in)
+                return {"IfMatch": in_form(etag, waited.form)}
             return {}
 
         async def request(client: Any) -> str:
@@ -614,7 +618,6 @@ class S3Store(ObjectStore):
             )
 
         async def write() -> str:
-            waited = _Waited()
             while True:
                 try:
                     landed = await send()
@@ -689,6 +692,8 @@ class S3Store(ObjectStore):
         assert etag is not None
         if seen.tombstone or seen.info.etag != quoted(etag) or learned.swaps_seen:
             return None  # a lost race
+        if waited.form != self._form():
+            return _AGAIN  # sent in the form another write has since found refused
         if self.etag_quotes == "auto":
             learned.form = "bare" if learned.form == "quoted" else "quoted"
         return self._contradiction("a compare-and-swap on the etag the store had just given", key)
