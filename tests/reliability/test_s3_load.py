@@ -8,7 +8,7 @@ its outcome.
 
 On the real server this is the engine as a user runs it there: etags sent
 in the form the store found out, every fenced ack and slot delete a fenced
-swap to a tombstone (its DeleteObject ignores If-Match), lost If-Match races
+swap to a husk (its DeleteObject ignores If-Match), lost If-Match races
 answered 500 and decided by write tokens."""
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ async def _snapshot(store: ObjectStore) -> dict[str, bytes]:
 def root(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """Where the store is: a directory, or a real S3 server (CI: Ceph RGW 16,
     whose DeleteObject ignores If-Match: the zombie's fenced ack there is a
-    fenced swap to a tombstone, which must find the record gone too)."""
+    fenced swap to a husk, which must find the record gone too)."""
     if request.param == "files":
         return str(tmp_path / "store")
     url: str = request.getfixturevalue("real_s3_url")

@@ -46,7 +46,7 @@ class CountedZombie(Job[int]):
 def swept_store(request: pytest.FixtureRequest) -> ObjectStore:
     """The store of the scenarios that need no look inside it: a MemoryStore,
     and a real S3 server (CI: Ceph RGW 16, whose DeleteObject ignores
-    If-Match, so every fenced delete there goes through a tombstone)."""
+    If-Match, so every fenced delete there goes through a husk)."""
     store: ObjectStore = request.getfixturevalue(
         "store" if request.param == "memory" else "real_s3_store"
     )

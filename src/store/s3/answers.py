@@ -16,7 +16,7 @@ from typing import Any
 from ..base import ObjectInfo
 from ..errors import StoreError
 from .conflicts import CONFLICT_CODES
-from .tombstones import TOMBSTONE_META, WRITE_META
+from .husks import HUSK_META, WRITE_META
 
 THROTTLING_CODES = {
     "SlowDown",
@@ -104,13 +104,13 @@ def object_info(answer: Any, key: str, size: str, *, location: str) -> ObjectInf
 @dataclass(frozen=True, slots=True)
 class Looked:
     """What a HEAD says of one object, beyond its info: the write token and
-    the tombstone mark in its metadata (stepstone.store.s3.tombstones), and
+    the husk mark in its metadata (stepstone.store.s3.husks), and
     its age by the server's clock (its ``Date`` less its ``Last-Modified``;
     0 when the answer has no ``Date``)."""
 
     info: ObjectInfo
     token: str
-    tombstone: bool
+    husk: bool
     age: float
 
 
@@ -122,7 +122,7 @@ def looked_at(answer: Any, key: str, *, location: str) -> Looked:
     age = 0.0
     with contextlib.suppress(KeyError, TypeError, ValueError):
         age = max(0.0, parsedate_to_datetime(headers["date"]).timestamp() - info.modified)
-    return Looked(info, str(metadata.get(WRITE_META, "")), TOMBSTONE_META in metadata, age)
+    return Looked(info, str(metadata.get(WRITE_META, "")), HUSK_META in metadata, age)
 
 
 def error_answer(exc: BaseException | None) -> tuple[str, int] | None:

@@ -29,9 +29,9 @@ takes a refusal it cannot explain for an answer:
   ``stepstone check-store``, for this write and every later one.
 - **Whether DeleteObject holds If-Match** (``conditional_delete``, ``auto``
   by default): tried once before the first fenced delete, on a scratch key
-  (:func:`stepstone.store.s3.tombstones.probe_conditional_delete`). A store
+  (:func:`stepstone.store.s3.probes.probe_conditional_delete`). A store
   that ignores it gets fenced deletes another way: a fenced swap to a
-  tombstone (:mod:`stepstone.store.s3.tombstones`).
+  husk (:mod:`stepstone.store.s3.husks`).
 - **Whether CompleteMultipartUpload holds its condition**, tried once before
   the first conditional write in parts, on a store told it does
   (``multipart_conditional``): one that does not is refused with
@@ -138,7 +138,7 @@ def describe_provider(
         told = "as told (conditional_delete=false)" if told_delete else "tried"
         notes.append(
             f"DeleteObject ignores If-Match ({told}): a fenced delete is a compare-and-swap "
-            "to a tombstone, then a DELETE of it (one PUT more each)"
+            "to a husk, then a DELETE of it (one PUT more each)"
             + ("" if told_delete else "; conditional_delete=false in the store URL says it")
         )
     if learned.multipart_conditions:

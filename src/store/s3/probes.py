@@ -18,7 +18,7 @@ from typing import Any, Protocol, TypeVar
 from ..base import ObjectInfo
 from ..errors import AlreadyExists, NotFound, PreconditionFailed, StoreConfigError, StoreError
 from .answers import error_answer
-from .tombstones import PROBES, token
+from .husks import PROBES, token
 
 T = TypeVar("T")
 

@@ -27,7 +27,7 @@ Why it is built the way it is:
   5xx after the request was sent, a later 412 may be our own earlier write.
   Every conditional write carries a token of its own in its metadata; the
   store then reads the object's (one HEAD): if it is ours, the write is
-  reported as done, never on equal bytes (stepstone.store.s3.tombstones).
+  reported as done, never on equal bytes (stepstone.store.s3.husks).
 - **Providers differ on conditions** (etags in quotes or not, DeleteObject
   ignoring If-Match, a multipart completion ignoring its condition): the
   store learns what its provider does from the answers, and fails with
@@ -100,18 +100,18 @@ from .dialect import (
     learned_for,
     refusal_named,
 )
+from .husks import (
+    GUARD,
+    HUSK_META,
+    LOOK_AGAIN,
+    STALE,
+    WRITE_META,
+    husk_body,
+    token,
+)
 from .large import Multipart, put_in_parts, read_body, read_split, request_body
 from .probes import MULTIPART_IGNORED, probe_conditional_delete, probe_multipart_conditions
 from .throttle import AdaptiveRates, process_rates
-from .tombstones import (
-    GUARD,
-    LOOK_AGAIN,
-    STALE,
-    TOMBSTONE_META,
-    WRITE_META,
-    token,
-    tombstone_body,
-)
 
 T = TypeVar("T")
 
@@ -125,7 +125,7 @@ class _Ambiguous:
 
 
 class _Again(enum.Enum):
-    """Send the write again (the etag's other form, a tombstone gone)."""
+    """Send the write again (the etag's other form, a husk gone)."""
 
     AGAIN = "again"
 
@@ -136,7 +136,7 @@ _AGAIN = _Again.AGAIN
 @dataclass
 class _Waited:
     """What one write has seen: the etag's form its last try was sent in;
-    for a create, the tombstone in its way, since when, and its next pause."""
+    for a create, the husk in its way, since when, and its next pause."""
 
     form: str = ""
     etag: str = ""
@@ -145,7 +145,7 @@ class _Waited:
 
 
 class _Replace(Exception):
-    """A create found a stale tombstone: replace it by a swap on ``etag``."""
+    """A create found a stale husk: replace it by a swap on ``etag``."""
 
     def __init__(self, etag: str) -> None:
         super().__init__(etag)
@@ -153,7 +153,7 @@ class _Replace(Exception):
 
 
 class _TooLate(Exception):
-    """A tombstone's writer past its guard: the DELETE is not sent."""
+    """A husk's writer past its guard: the DELETE is not sent."""
 
 
 class S3Store(ObjectStore):
@@ -177,7 +177,7 @@ class S3Store(ObjectStore):
     ``etag_quotes`` says how ``If-Match`` carries an etag (``auto``: found
     out from the answers; ``quoted`` as AWS takes it; ``bare`` as Ceph RGW
     16 does), ``conditional_delete`` whether DeleteObject holds ``If-Match``
-    (None: tried once; False: fenced deletes go through a tombstone), both
+    (None: tried once; False: fenced deletes go through a husk), both
     as :mod:`stepstone.store.s3.dialect` says.
     """
 
@@ -525,12 +525,12 @@ class S3Store(ObjectStore):
 
     async def _read(self, key: str, read: Callable[[Any, int], Awaitable[T]]) -> tuple[T, str]:
         """One GET: what ``read`` makes of its body (and Content-Length), and
-        the etag. A tombstone is no object (NotFound)."""
+        the etag. A husk is no object (NotFound)."""
         validate_key(key, location=self.location, limit=self.key_limit)
 
         async def request(client: Any) -> tuple[T, str]:
             response = await client.get_object(Bucket=self.bucket, Key=self._full(key))
-            if TOMBSTONE_META in (response.get("Metadata") or {}):
+            if HUSK_META in (response.get("Metadata") or {}):
                 response["Body"].close()
                 raise NotFound("no such object", location=self.location, key=key)
             size = answered_size(response, "ContentLength", location=self.location, key=key)
@@ -552,13 +552,13 @@ class S3Store(ObjectStore):
 
     async def head(self, key: str) -> ObjectInfo:
         looked = await self._look(key)
-        if looked.tombstone:
+        if looked.husk:
             raise NotFound("no such object", location=self.location, key=key)
         return looked.info
 
     async def _look(self, key: str) -> Looked:
         """One HEAD: the object's info, its metadata, and its age by the
-        server's clock. Raises NotFound (a tombstone is returned, marked)."""
+        server's clock. Raises NotFound (a husk is returned, marked)."""
         validate_key(key, location=self.location, limit=self.key_limit)
 
         async def request(client: Any) -> Looked:
@@ -666,13 +666,13 @@ class S3Store(ObjectStore):
         for the refusal to stand. Reads the key (one HEAD) only when the
         refusal may not be what it says: an earlier try may have landed; no
         swap (create) has landed yet here, so the store may be refusing a
-        condition that holds (dialect); a create may have met a tombstone."""
+        condition that holds (dialect); a create may have met a husk."""
         learned = self.learned
         look = state.maybe_applied or not (
             learned.swaps_seen if conditional == "match" else learned.creates_seen
         )
         if conditional == "absent" and not look:
-            look = not await self._deletes_hold()  # (a tombstone may stand there)
+            look = not await self._deletes_hold()  # (a husk may stand there)
         if not look:
             return None
         try:
@@ -686,11 +686,11 @@ class S3Store(ObjectStore):
             self._honoured(conditional)
             return seen.info.etag  # an earlier try of ours landed
         if conditional == "absent":
-            if seen.tombstone:
-                return await self._over_tombstone(key, seen, waited)
+            if seen.husk:
+                return await self._over_husk(key, seen, waited)
             return None
         assert etag is not None
-        if seen.tombstone or seen.info.etag != quoted(etag) or learned.swaps_seen:
+        if seen.husk or seen.info.etag != quoted(etag) or learned.swaps_seen:
             return None  # a lost race
         if waited.form != self._form():
             return _AGAIN  # sent in the form another write has since found refused
@@ -708,9 +708,9 @@ class S3Store(ObjectStore):
             raise StoreConfigError(learned.broken, location=self.location, key=key)
         return _AGAIN
 
-    async def _over_tombstone(self, key: str, seen: Looked, waited: _Waited) -> _Again:
-        """A create found a tombstone: wait for its writer to remove it, or
-        replace it once it is stale (docs in stepstone.store.s3.tombstones)."""
+    async def _over_husk(self, key: str, seen: Looked, waited: _Waited) -> _Again:
+        """A create found a husk: wait for its writer to remove it, or
+        replace it once it is stale (docs in stepstone.store.s3.husks)."""
         now = time.monotonic()
         if waited.etag != seen.info.etag:
             waited.etag, waited.since, waited.pause = seen.info.etag, now, LOOK_AGAIN[0]
@@ -746,7 +746,7 @@ class S3Store(ObjectStore):
         return await self._create(key, data)
 
     async def _create(self, key: str, data: Body) -> str:
-        """Create-if-absent; where a stale tombstone stands, replace it by a swap."""
+        """Create-if-absent; where a stale husk stands, replace it by a swap."""
         while True:
             try:
                 return await self._put(key, data, "absent")
@@ -799,9 +799,9 @@ class S3Store(ObjectStore):
 
     async def _retire(self, key: str, etag: str) -> None:
         """A fenced delete where DeleteObject ignores If-Match: a swap of
-        ``etag`` to a tombstone, then its removal (stepstone.store.s3.tombstones)."""
+        ``etag`` to a husk, then its removal (stepstone.store.s3.husks)."""
         sent = time.monotonic()
-        await self._put(key, tombstone_body(token()), "match", etag, **{TOMBSTONE_META: "1"})
+        await self._put(key, husk_body(token()), "match", etag, **{HUSK_META: "1"})
 
         async def request(client: Any) -> None:
             if time.monotonic() - sent >= GUARD:
