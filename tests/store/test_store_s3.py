@@ -30,6 +30,7 @@ from stepstone.store import (
     open_store,
 )
 from stepstone.store.s3 import S3Store
+from stepstone.store.s3.dialect import Learned
 from stepstone.store.s3.object_turns import ObjectTurns
 from stepstone.store.s3.throttle import AdaptiveRates
 
@@ -543,3 +544,108 @@ async def test_a_runner_opens_its_s3_client_as_it_starts(moto_server: str, s3_bu
         with pytest.raises(StoreConfigError, match="no-such-profile-x"):
             await getattr(runner, begin)()
         await runner.close()
+
+
+# -- the provider's way with conditions (stepstone.store.s3.dialect) ---------------------------
+
+
+def learning(proxy: FaultProxy, bucket: str) -> S3Store:
+    """A store through the proxy that knows nothing yet of its provider."""
+    store = through(proxy, bucket)
+    store.learned = Learned()
+    return store
+
+
+REFUSED = ("error", 412, "PreconditionFailed")
+FORWARD = ("forward",)
+
+
+async def test_a_provider_refusing_swaps_on_the_current_etag_is_refused_after_three(
+    proxy: FaultProxy, s3_bucket: str
+) -> None:
+    """Each refusal is checked with a HEAD while no swap has landed: the etag
+    is still the one sent, in one form and then the other, so the store
+    stops with one error instead of a caller re-reading and retrying for
+    ever (the runner stops on it)."""
+    store = learning(proxy, s3_bucket)
+    try:
+        etag = await store.put("k", b"1")
+        proxy.plan = [REFUSED, FORWARD] * 3
+        with pytest.raises(StoreConfigError) as caught:
+            await store.put_if_match("k", b"2", etag)
+        message = str(caught.value)
+        assert "refused 3 conditional writes whose condition held" in message
+        assert "Both forms of the etag" in message and "stepstone check-store" in message
+        puts = [s for s in proxy.seen if s.method == "PUT"][1:]
+        assert [s.headers["If-Match"] for s in puts] == [etag, etag.strip('"'), etag]
+        with pytest.raises(StoreConfigError):  # and every conditional write after it
+            await store.put_if_absent("other", b"x")
+        assert (await store.get("k")).data == b"1"
+    finally:
+        await store.close()
+
+
+async def test_a_swap_refused_for_its_etags_form_lands_in_the_other_form(
+    proxy: FaultProxy, s3_bucket: str
+) -> None:
+    store = learning(proxy, s3_bucket)
+    try:
+        etag = await store.put("k", b"1")
+        proxy.plan = [REFUSED]  # (as Ceph RGW 16 answers a quoted etag)
+        new = await store.put_if_match("k", b"2", etag)
+        assert (await store.get("k")).etag == new
+        assert (store.learned.form, store.learned.swaps_seen) == ("bare", True)
+        proxy.seen.clear()
+        with pytest.raises(PreconditionFailed):  # a lost race from now on costs no HEAD
+            await store.put_if_match("k", b"3", etag)
+        assert [s.method for s in proxy.seen] == ["PUT"]
+        assert proxy.seen[0].headers["If-Match"] == etag.strip('"')
+    finally:
+        await store.close()
+
+
+async def test_a_provider_refusing_creates_on_missing_keys_is_refused_after_three(
+    proxy: FaultProxy, s3_bucket: str
+) -> None:
+    store = learning(proxy, s3_bucket)
+    store.conditional_delete = True
+    try:
+        await store.put("seen", b"the bucket")  # (a HEAD's 404 is then the key's)
+        proxy.plan = [REFUSED, FORWARD] * 3
+        with pytest.raises(StoreConfigError, match="a create on a key that does not exist"):
+            await store.put_if_absent("k", b"1")
+    finally:
+        await store.close()
+
+
+async def test_a_swap_on_a_missing_key_refused_412_is_not_found_until_a_swap_lands(
+    proxy: FaultProxy, s3_bucket: str
+) -> None:
+    """Ceph RGW answers If-Match on a missing key 412, AWS 404: the contract
+    takes either; while it looks anyway the store says NotFound."""
+    store = learning(proxy, s3_bucket)
+    try:
+        proxy.plan = [REFUSED]
+        with pytest.raises(NotFound):
+            await store.put_if_match("k", b"1", '"0123456789abcdef0123456789abcdef"')
+    finally:
+        await store.close()
+
+
+async def test_what_moto_holds_is_tried_once_and_told(s3_url: str) -> None:
+    from stepstone.store import open_store
+
+    store = open_store(s3_url)
+    assert isinstance(store, S3Store)
+    store.learned = Learned()
+    try:
+        etag = await store.put("k", b"1")
+        await store.put_if_match("k", b"2", etag)
+        notes = await store.provider_notes()
+        assert store.learned.conditional_delete is True
+        assert store.learned.multipart_conditions is True
+        assert notes[0] == "If-Match takes the etag in quotes, as AWS documents"
+        assert "DeleteObject holds If-Match" in notes[1]
+        assert [i.key async for i in store.scan()] == ["k"]  # the probes left nothing
+    finally:
+        await store.close()
