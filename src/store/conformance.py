@@ -91,7 +91,7 @@ PROPERTIES: dict[str, str] = {
         "step results and outcomes are single objects, created only where none is: keep "
         "results under the size this store takes in one PutObject (or raise the limit of "
         "the proxy or gateway in front of it), or store large payloads elsewhere and "
-        "record a reference; a store whose multipart completion ignores If-None-Match "
+        "record a reference; a store whose multipart completion ignores its conditions "
         "must not be told multipart_conditional=true"
     ),
 }

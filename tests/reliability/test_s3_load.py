@@ -24,7 +24,7 @@ from rel_support import Workers, submitter
 
 pytestmark = pytest.mark.slow
 
-JOBS = {"moto": 30, "real": 60}
+JOBS = {"moto": 20, "real": 60}
 """Jobs a run: moto answers about a hundred requests a second, RGW several hundred."""
 KILLS = "in_step=0.01,after_memo=0.01,before_outcome=0.01"
 DEADLINE = 150.0

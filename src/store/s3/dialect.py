@@ -143,13 +143,14 @@ def describe_provider(
         )
     if learned.multipart_conditions:
         notes.append(
-            "CompleteMultipartUpload holds If-None-Match (an upload over an existing object "
-            "was refused): multipart_conditional=true may write conditional values in parts"
+            "CompleteMultipartUpload holds If-None-Match and If-Match (an upload over an "
+            "existing object was refused under each): multipart_conditional=true may write "
+            "conditional values in parts"
         )
     else:
         notes.append(
-            "CompleteMultipartUpload ignores If-None-Match (an upload over an existing object "
-            "replaced it): conditional writes go in one PutObject, up to 5 GiB"
+            "CompleteMultipartUpload ignores If-None-Match or If-Match (an upload over an "
+            "existing object replaced it): conditional writes go in one PutObject, up to 5 GiB"
             + ("; remove multipart_conditional=true" if multipart_conditional else "")
         )
     return notes

@@ -16,15 +16,15 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 from ..base import ObjectInfo
-from ..errors import AlreadyExists, NotFound, PreconditionFailed, StoreConfigError, StoreError
+from ..errors import NotFound, PreconditionFailed, StoreConfigError, StoreError
 from .answers import error_answer
 from .husks import PROBES, token
 
 T = TypeVar("T")
 
 MULTIPART_IGNORED = (
-    "this store ignores If-None-Match on CompleteMultipartUpload (a multipart upload "
-    "over an existing object replaced it), so it cannot hold a condition on a write in "
+    "this store ignores If-None-Match or If-Match on CompleteMultipartUpload (a multipart "
+    "upload over an existing object replaced it), so it cannot hold a condition on a write in "
     "parts: remove multipart_conditional=true from the store URL (conditional writes "
     "then go in one PutObject, up to 5 GiB); `stepstone check-store` tries it"
 )
@@ -83,11 +83,28 @@ async def probe_conditional_delete(store: Prober) -> bool:
 
 
 async def probe_multipart_conditions(store: Prober) -> bool:
-    """Whether CompleteMultipartUpload holds If-None-Match: completing an
-    upload of one small part over an existing key must be refused."""
+    """Whether CompleteMultipartUpload holds its conditions: completing an
+    upload of one small part over an existing key must be refused, under
+    ``If-None-Match: *`` and under ``If-Match`` with a stale etag (moto holds
+    the first and ignores the second; Ceph RGW 16 ignores both)."""
     key = f"{PROBES}multipart-{token()}"
     where = {"Bucket": store.bucket, "Key": store.bucket_key(key)}
-    await store.put(key, b"stepstone probe: the first version")
+    stale = await store.put(key, b"stepstone probe: a stale version")
+    await store.put(key, b"stepstone probe: the current version")
+    try:
+        for condition in ({"IfNoneMatch": "*"}, {"IfMatch": store.if_match(stale)}):
+            if not await _completion_refused(store, key, where, condition):
+                return False
+        return True
+    finally:
+        with contextlib.suppress(StoreError):
+            await store.delete(key)
+
+
+async def _completion_refused(
+    store: Prober, key: str, where: dict[str, str], condition: dict[str, str]
+) -> bool:
+    """Whether an upload over ``key`` completed under ``condition`` is refused."""
 
     async def create(client: Any) -> str:
         return str((await client.create_multipart_upload(**where))["UploadId"])
@@ -95,28 +112,26 @@ async def probe_multipart_conditions(store: Prober) -> bool:
     upload = await store.send(key, create)
 
     async def send_part(client: Any) -> str:
-        body = b"stepstone probe: a second version"
+        body = b"stepstone probe: a version in parts"
         answer = await client.upload_part(**where, UploadId=upload, PartNumber=1, Body=body)
         return str(answer["ETag"])
 
     async def complete(client: Any) -> None:
         parts = [{"PartNumber": 1, "ETag": part}]
         await client.complete_multipart_upload(
-            **where, UploadId=upload, MultipartUpload={"Parts": parts}, IfNoneMatch="*"
+            **where, UploadId=upload, MultipartUpload={"Parts": parts}, **condition
         )
 
     async def abort(client: Any) -> None:
         await client.abort_multipart_upload(**where, UploadId=upload)
 
+    part = await store.send(key, send_part)
     try:
-        part = await store.send(key, send_part)
-        try:
-            await store.send(key, complete, conditional="absent")
-        except AlreadyExists:
-            with contextlib.suppress(StoreError):
-                await store.send(key, abort)
-            return True
-        return False
-    finally:
+        await store.send(
+            key, complete, conditional="absent" if "IfNoneMatch" in condition else "match"
+        )
+    except (PreconditionFailed, NotFound):
         with contextlib.suppress(StoreError):
-            await store.delete(key)
+            await store.send(key, abort)
+        return True
+    return False

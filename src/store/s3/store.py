@@ -47,7 +47,7 @@ import contextlib
 import enum
 import time
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal, TypeVar
@@ -256,6 +256,9 @@ class S3Store(ObjectStore):
             asyncio.AbstractEventLoop, asyncio.Task[tuple[Any, Any]]
         ] = weakref.WeakKeyDictionary()
         self._bucket_seen = False
+        self._probes: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[str, asyncio.Task[bool]]
+        ] = weakref.WeakKeyDictionary()
         self.max_page = DEFAULT_PAGE_SIZE
         """The most keys one ListObjectsV2 request asks for (S3 answers at most 1000)."""
 
@@ -818,14 +821,15 @@ class S3Store(ObjectStore):
             return self.conditional_delete
         learned = self.learned
         if learned.conditional_delete is None:
-            learned.conditional_delete = await probe_conditional_delete(self)
+            found = await self._once("delete", probe_conditional_delete)
+            learned.conditional_delete = found
         return learned.conditional_delete
 
     async def provider_notes(self) -> list[str]:
         """What this store found out of its provider (stepstone.store.base.ProviderNotes)."""
         learned = self.learned
         if learned.multipart_conditions is None:
-            learned.multipart_conditions = await probe_multipart_conditions(self)
+            learned.multipart_conditions = await self._once("multipart", probe_multipart_conditions)
         return describe_provider(
             learned,
             etag_quotes=self.etag_quotes,
@@ -834,12 +838,22 @@ class S3Store(ObjectStore):
             multipart_conditional=self.multipart.conditional,
         )
 
+    async def _once(self, name: str, probe: Callable[[S3Store], Coroutine[Any, Any, bool]]) -> bool:
+        """``probe(self)``, run once however many writes await it at the same
+        time on this event loop (the writes of a worker's first seconds)."""
+        loop = asyncio.get_running_loop()
+        running = self._probes.setdefault(loop, {})
+        task = running.get(name)
+        if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
+            task = running[name] = loop.create_task(probe(self))
+        return await asyncio.shield(task)
+
     async def _check_multipart_conditions(self) -> None:
         """Before the first conditional write in parts: refuse a store that
         ignores the condition on a multipart upload's completion."""
         learned = self.learned
         if learned.multipart_conditions is None:
-            learned.multipart_conditions = await probe_multipart_conditions(self)
+            learned.multipart_conditions = await self._once("multipart", probe_multipart_conditions)
         if not learned.multipart_conditions:
             raise StoreConfigError(MULTIPART_IGNORED, location=self.location)
 
