@@ -8,7 +8,13 @@ each module exists:
   aiobotocore's async client; conditional writes are S3's own, errors are
   classified once there.
 - ``answers``: S3's error codes by what each asks of a client (send less,
-  try again, fix the configuration), and the fields an answer must hold.
+  try again, fix the configuration), and the fields an answer must hold;
+  ``classify``: every failure as the contract's error, in one place.
+- ``dialect``: what a provider does with S3's conditions (etags in quotes
+  or not, DeleteObject's If-Match, a multipart completion's condition),
+  learned from its answers; ``probes``: what cannot be seen in an answer,
+  tried once on a scratch key; ``husks``: write tokens, and fenced deletes
+  where DeleteObject ignores If-Match.
 - ``conflicts``: a conditional write that met another one (409) is a race
   to decide by a re-read, under a budget of its own, not an outage.
 - ``large``: large bodies streamed, or written in parts, and read into one

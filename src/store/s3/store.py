@@ -7,7 +7,7 @@ Why it is built the way it is:
   a fenced delete is ``DeleteObject`` with ``If-Match``. A large body is
   streamed, and goes in parts only where its condition holds on a
   multipart upload's completion (:mod:`stepstone.store.s3.large`).
-- **Errors are classified once, here.** A 412 is an answer
+- **Errors are classified once** (:mod:`stepstone.store.s3.classify`). A 412 is an answer
   (PreconditionFailed, or AlreadyExists for a create) and is never retried;
   a 404 is NotFound; a missing bucket, refused credentials or a wrong region
   is one StoreConfigError naming the bucket; throttling, 5xx, timeouts and
@@ -54,12 +54,10 @@ from typing import Any, Literal, TypeVar
 
 from ..base import DEFAULT_PAGE_SIZE, ObjectInfo, ObjectStore, StoredObject
 from ..errors import (
-    AlreadyExists,
     InvalidKey,
     NotFound,
     PreconditionFailed,
     StoreConfigError,
-    StoreError,
     StoreUnavailable,
     Throttled,
 )
@@ -68,10 +66,6 @@ from ..parts import Body, Parts, SplitObject, Splitter
 from ..retry import RetryPolicy
 from . import sessions
 from .answers import (
-    CREDENTIAL_CODES,
-    REGION_CODES,
-    THROTTLING_CODES,
-    TRANSIENT_CODES,
     Looked,
     answered,
     answered_size,
@@ -81,11 +75,10 @@ from .answers import (
     quoted,
     throttling,
 )
+from .classify import classify, no_bucket
 from .conflicts import (
-    CONFLICT_CODES,
     CONFLICT_RETRY,
     Undecided,
-    WriteConflict,
     confirm_precondition,
     decide_delete,
     decide_put,
@@ -348,104 +341,6 @@ class S3Store(ObjectStore):
     def _relative(self, full: str) -> str:
         return full[len(self.prefix) + 1 :] if self.prefix else full
 
-    def _classify(self, exc: Exception, key: str | None, conditional: str = "") -> Exception:
-        """Turn a botocore/aiohttp failure into the StoreError the contract promises."""
-        from botocore.exceptions import (
-            BotoCoreError,
-            ClientError,
-            HTTPClientError,
-            NoCredentialsError,
-            ParamValidationError,
-            PartialCredentialsError,
-            ReadTimeoutError,
-        )
-        from botocore.exceptions import (
-            ConnectionError as BotoConnectionError,
-        )
-
-        loc = self.location
-        if isinstance(exc, ClientError):
-            error = exc.response.get("Error", {})
-            code = str(error.get("Code", ""))
-            status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
-            detail = error.get("Message") or code or f"HTTP {status}"
-            if code in CONFLICT_CODES:
-                return WriteConflict(f"S3 error {code}: {detail}", location=loc, key=key)
-            if conditional and (code == "NotImplemented" or status == 501):
-                return StoreConfigError(
-                    f"this store does not support conditional writes ({detail}): stepstone "
-                    "needs If-None-Match and If-Match on PutObject and DeleteObject; "
-                    f"`stepstone check-store {loc}` says what is missing",
-                    location=loc,
-                    key=key,
-                )
-            if status == 412 or code == "PreconditionFailed":
-                if conditional == "absent":
-                    return AlreadyExists("object already exists", location=loc, key=key)
-                return PreconditionFailed(f"etag mismatch: {detail}", location=loc, key=key)
-            if code == "NoSuchBucket":
-                return self._no_bucket()
-            if code in ("NoSuchKey", "404") or status == 404:
-                return NotFound("no such object", location=loc, key=key)
-            if code in CREDENTIAL_CODES:
-                return StoreConfigError(
-                    f"S3 refused the credentials for bucket {self.bucket!r} ({code}): "
-                    "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or the profile",
-                    location=loc,
-                    key=key,
-                )
-            if code in ("AccessDenied", "AllAccessDisabled", "403") or status == 403:
-                return StoreConfigError(
-                    f"access denied to bucket {self.bucket!r}: the credentials lack permission "
-                    f"for this operation ({detail})",
-                    location=loc,
-                    key=key,
-                )
-            if code in REGION_CODES or status == 301:
-                return StoreConfigError(
-                    f"bucket {self.bucket!r} is in another region than {self.region!r}: "
-                    f"set region= in the store URL ({detail})",
-                    location=loc,
-                    key=key,
-                )
-            if code in THROTTLING_CODES or status == 429:
-                return Throttled(f"S3 error {code or status}: {detail}", location=loc, key=key)
-            if code in TRANSIENT_CODES or status >= 500:
-                return StoreUnavailable(
-                    f"S3 error {code or status}: {detail}", location=loc, key=key
-                )
-            return StoreError(f"S3 error {code or status}: {detail}", location=loc, key=key)
-        if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
-            return StoreConfigError(
-                f"no usable AWS credentials for bucket {self.bucket!r}: {exc}",
-                location=loc,
-                key=key,
-            )
-        if isinstance(exc, ParamValidationError):
-            return StoreConfigError(
-                f"S3 rejected the request for bucket {self.bucket!r}: {exc}", location=loc, key=key
-            )
-        if isinstance(exc, (BotoConnectionError, HTTPClientError, ReadTimeoutError)):
-            return StoreUnavailable(f"cannot reach S3: {exc}", location=loc, key=key)
-        if isinstance(exc, (OSError, asyncio.TimeoutError)):
-            return StoreUnavailable(f"cannot reach S3: {exc!r}", location=loc, key=key)
-        if isinstance(exc, BotoCoreError):
-            return StoreError(f"S3 client error: {exc}", location=loc, key=key)
-        try:
-            import aiohttp
-
-            if isinstance(exc, aiohttp.ClientError):
-                return StoreUnavailable(f"cannot reach S3: {exc!r}", location=loc, key=key)
-        except ImportError:  # pragma: no cover - aiobotocore depends on aiohttp
-            pass
-        return exc
-
-    def _no_bucket(self) -> StoreConfigError:
-        where = f" at {self.endpoint_url}" if self.endpoint_url else ""
-        return StoreConfigError(
-            f"bucket {self.bucket!r} does not exist{where}", location=self.location
-        )
-
     async def _call(
         self,
         key: str | None,
@@ -486,7 +381,7 @@ class S3Store(ObjectStore):
             except Exception as exc:
                 if rate is not None:
                     rate.record(sent=sent, refused=throttling(exc))
-                classified = self._classify(exc, key, conditional)
+                classified = classify(exc, key, conditional, store=self)
                 if classified is exc:
                     raise
                 raise classified from exc
@@ -521,7 +416,7 @@ class S3Store(ObjectStore):
             try:
                 await self._call(None, head_bucket)
             except NotFound as exc:
-                raise self._no_bucket() from exc
+                raise no_bucket(self) from exc
         return NotFound("no such object", location=self.location, key=key)
 
     # -- the contract -------------------------------------------------------------
