@@ -428,7 +428,7 @@ async def test_concurrent_cas_increments_lose_no_update(any_store: ObjectStore) 
     assert sum(conflicts) > 0  # they really did race
 
 
-CAS_ROUNDS = int(os.environ.get("STEPSTONE_TEST_CAS_ROUNDS", "10"))
+CAS_ROUNDS = int(os.environ.get("STEPSTONE_TEST_CAS_ROUNDS", "6"))
 """Rounds of the increment race on a real S3 server (hundreds, to qualify one)."""
 
 
