@@ -649,3 +649,34 @@ async def test_what_moto_holds_is_tried_once_and_told(s3_url: str) -> None:
         assert [i.key async for i in store.scan()] == ["k"]  # the probes left nothing
     finally:
         await store.close()
+
+
+async def test_a_create_whose_every_try_failed_after_it_landed_is_decided_by_its_token(
+    faulty: S3Store, proxy: FaultProxy
+) -> None:
+    """Its first try landed and lost its answer; the others failed before
+    reaching S3: one HEAD reads the write token, and it is ours."""
+    proxy.plan = [("lose", 500, "InternalError")] + [("error", 503, "ServiceUnavailable")] * 3
+    etag = await faulty.put_if_absent("outcomes/r1", b"ours")
+    assert (await faulty.head("outcomes/r1")).etag == etag
+    assert [s.method for s in proxy.seen] == ["PUT"] * 4 + ["HEAD"] * 2
+
+
+async def test_a_swap_whose_every_try_failed_lost_to_another_writer_says_so(
+    faulty: S3Store, proxy: FaultProxy, s3_admin: Any
+) -> None:
+    """Equal bytes decide nothing: another writer's object holding the same
+    bytes is theirs, by its token, and ours did not land."""
+    etag = await faulty.put("lease", b"v1")
+    s3_admin.put_object(Bucket=faulty.bucket, Key="t/lease", Body=b"v2")  # theirs, same bytes
+    proxy.plan = [("error", 500, "InternalError")] * 4
+    with pytest.raises(PreconditionFailed, match="another write landed"):
+        await faulty.put_if_match("lease", b"v2", etag)
+
+
+async def test_a_write_whose_every_try_failed_and_that_did_not_land_stays_unavailable(
+    faulty: S3Store, proxy: FaultProxy
+) -> None:
+    proxy.plan = [("error", 500, "InternalError")] * 4
+    with pytest.raises(StoreUnavailable):
+        await faulty.put_if_absent("outcomes/r2", b"ours")

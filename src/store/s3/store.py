@@ -54,10 +54,12 @@ from typing import Any, Literal, TypeVar
 
 from ..base import DEFAULT_PAGE_SIZE, ObjectInfo, ObjectStore, StoredObject
 from ..errors import (
+    AlreadyExists,
     InvalidKey,
     NotFound,
     PreconditionFailed,
     StoreConfigError,
+    StoreError,
     StoreUnavailable,
     Throttled,
 )
@@ -528,6 +530,10 @@ class S3Store(ObjectStore):
                     if verdict is None:
                         raise
                     return verdict
+                except StoreUnavailable as failed:
+                    if not (conditional and state.maybe_applied):
+                        raise
+                    return await self._in_doubt(key, conditional, etag, mine, failed)
                 self._honoured(conditional)
                 return landed
 
@@ -595,6 +601,32 @@ class S3Store(ObjectStore):
         if self.etag_quotes == "auto":
             learned.form = "bare" if learned.form == "quoted" else "quoted"
         return self._contradiction("a compare-and-swap on the etag the store had just given", key)
+
+    async def _in_doubt(
+        self, key: str, conditional: str, etag: str | None, mine: str, failed: StoreUnavailable
+    ) -> str:
+        """Every try of a conditional write failed and one may have been
+        applied: decide by the write token the object holds (one HEAD). Ours:
+        it landed. Another write's: it lost, as a 412 would say. As it was
+        (or the HEAD fails too): ``failed`` stands, the write did not land or
+        cannot be known to have."""
+        try:
+            seen = await self._look(key)
+        except StoreError:  # (NotFound too: a create that did not land, a swap's key gone)
+            raise failed from None
+        if seen.token == mine:
+            self._honoured(conditional)
+            return seen.info.etag
+        if conditional == "match" and not seen.husk and seen.info.etag == quoted(etag or ""):
+            raise failed
+        if conditional == "absent" and seen.husk:
+            raise failed
+        error = AlreadyExists if conditional == "absent" else PreconditionFailed
+        raise error(
+            "another write landed while this one's answers were lost",
+            location=self.location,
+            key=key,
+        ) from failed
 
     def _contradiction(self, what: str, key: str) -> _Again:
         """The store refused a condition that held: try again, until
