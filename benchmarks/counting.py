@@ -1,4 +1,4 @@
-"""Request accounting for the harness: stepstone.store.wrappers.counting.CountingStore, plus a
+"""Request accounting for the harness: stepstone.store.counting.CountingStore, plus a
 breakdown by area (the key's first segment under the runner's prefix:
 ``queue``, ``memos``, ``outcomes``, ``progress``), so a figure like "3 GETs per
 job" says whose GETs they are.
@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections import Counter
 
 from stepstone.store.base import ObjectInfo
-from stepstone.store.wrappers.counting import CONDITIONAL_PUT, DELETE, GET, HEAD, LIST, PUT
-from stepstone.store.wrappers.counting import CountingStore as _CountingStore
+from stepstone.store.counting import CONDITIONAL_PUT, DELETE, GET, HEAD, LIST, PUT
+from stepstone.store.counting import CountingStore as _CountingStore
 
 OPERATIONS = ("GET", "HEAD", "PUT", "CPUT", "LIST", "DELETE")
 _SHORT = {
@@ -33,7 +33,7 @@ def _area(key: str) -> str:
 
 
 class CountingStore(_CountingStore):
-    """stepstone.store.wrappers.counting.CountingStore that also counts by (operation, area)."""
+    """stepstone.store.counting.CountingStore that also counts by (operation, area)."""
 
     def reset(self) -> None:
         super().reset()

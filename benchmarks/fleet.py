@@ -47,7 +47,7 @@ they do not depend on W; in the stream they are included, and are 2 GETs
 and 1 conditional PUT a job); SlowDown answers per job, claims lost to
 another worker, listings; the bucket client's allowed send rates at the end
 (``send_rate_at_end``, requests a second, of the partitions a SlowDown ever
-cut: stepstone.store.wrappers.throttle, summed over the clients); 409
+cut: stepstone.store.s3.throttle, summed over the clients); 409
 answers per job (``conflicts_per_job``); and this process's CPU seconds per second
 (``cpu_share``: one process drives the whole fleet, so a share near 1 means
 the host, not the bucket, set the pace) and the seconds a second it was
@@ -72,7 +72,7 @@ from stepstone.runtime import LeaseQueue
 from stepstone.runtime.sqs import SqsQueue
 from stepstone.runtime.store_queue import StoreQueue
 from stepstone.store import MemoryStore, ObjectStore
-from stepstone.store.wrappers.throttle import AdaptiveRates
+from stepstone.store.s3.throttle import AdaptiveRates
 
 from .cases import CpuTimer, Spec, per_area, per_job, percentile
 from .counting import CountingStore

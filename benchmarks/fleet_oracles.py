@@ -29,8 +29,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from stepstone.store.wrappers.send_rate import AdaptiveRate
-from stepstone.store.wrappers.throttle import AdaptiveRates
+from stepstone.store.s3.send_rate import AdaptiveRate
+from stepstone.store.s3.throttle import AdaptiveRates
 
 from .cases import Spec
 from .fleet import fleet

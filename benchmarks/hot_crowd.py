@@ -5,12 +5,12 @@ how busy the object is, the refusals per accepted write, the least served.
 
 Each process writes the object again as soon as its rule lets it: the
 worst case for the rule that paces a process's writes to an object that
-takes one write a second (stepstone.store.wrappers.object_turns). Two rules
+takes one write a second (stepstone.store.s3.object_turns). Two rules
 are compared, each over the same crowd sizes:
 
-- **turns**: :class:`~stepstone.store.wrappers.object_turns.ObjectTurns`,
+- **turns**: :class:`~stepstone.store.s3.object_turns.ObjectTurns`,
   what a hot object's writes wait for;
-- **rate**: an :class:`~stepstone.store.wrappers.send_rate.AdaptiveRate`,
+- **rate**: an :class:`~stepstone.store.s3.send_rate.AdaptiveRate`,
   a partition's send rate, which paced hot objects before (first set by a
   refusal, as a hot object's was).
 
@@ -34,8 +34,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from stepstone.store.wrappers.object_turns import ObjectTurns
-from stepstone.store.wrappers.send_rate import AdaptiveRate
+from stepstone.store.s3.object_turns import ObjectTurns
+from stepstone.store.s3.send_rate import AdaptiveRate
 
 LATENCY = 0.04
 """Seconds from a write's turn to its arrival at the object."""

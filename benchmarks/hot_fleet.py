@@ -62,7 +62,7 @@ from typing import Any, ClassVar, Literal
 from stepstone import Job, JobContext, JobRunner, RateLimit
 from stepstone.runtime.store_queue import StoreQueue
 from stepstone.store import MemoryStore, PreconditionFailed
-from stepstone.store.wrappers.throttle import AdaptiveRates
+from stepstone.store.s3.throttle import AdaptiveRates
 
 from .cases import CpuTimer, percentile
 from .counting import CountingStore, _area

@@ -40,15 +40,15 @@ with the fleet shows up without a fleet. Two parts, as on AWS:
 - **Latency**: every request waits a round trip drawn uniformly from
   ``latency`` (20 to 60 ms by default) from its own ``random.Random(seed)``.
 - **Retries and the send rate**, as ``S3Store``: a SlowDown or 429 is
-  retried under stepstone.store.wrappers.retry.RetryPolicy (full jitter from
+  retried under stepstone.store.retry.RetryPolicy (full jitter from
   50 ms, five tries, then StoreUnavailable to the engine), and every try
   first waits on the adaptive send rate of its partition
-  (stepstone.store.wrappers.throttle.AdaptiveRates). Each client has its
+  (stepstone.store.s3.throttle.AdaptiveRates). Each client has its
   own, as each process has one (``adaptive=False`` turns it off, as
   ``S3Store`` allows): the fleet's processes learn the bucket's limits each
   on its own, from its own answers.
 - **Conflicts** are decided as ``S3Store`` decides them
-  (stepstone.store.conflicts): a re-read, then a lost race or another try.
+  (stepstone.store.s3.conflicts): a re-read, then a lost race or another try.
 """
 
 from __future__ import annotations
@@ -66,7 +66,9 @@ from functools import partial
 from typing import Literal, TypeVar
 
 from stepstone.store import DEFAULT_PAGE_SIZE, ObjectInfo, ObjectStore, StoredObject
-from stepstone.store.conflicts import (
+from stepstone.store.errors import NotFound, Throttled
+from stepstone.store.retry import RetryPolicy
+from stepstone.store.s3.conflicts import (
     CONFLICT_RETRY,
     Undecided,
     WriteConflict,
@@ -75,9 +77,7 @@ from stepstone.store.conflicts import (
     decide_put,
     through_conflicts,
 )
-from stepstone.store.errors import NotFound, Throttled
-from stepstone.store.wrappers.retry import RetryPolicy
-from stepstone.store.wrappers.throttle import AdaptiveRates
+from stepstone.store.s3.throttle import AdaptiveRates
 
 T = TypeVar("T")
 
@@ -113,7 +113,7 @@ class SlowDown(Throttled):
 
 
 class _Tried:
-    """What a write knows of its earlier tries (stepstone.store.conflicts.Tried):
+    """What a write knows of its earlier tries (stepstone.store.s3.conflicts.Tried):
     a simulated refusal is never applied."""
 
     maybe_applied = False
@@ -331,7 +331,7 @@ class S3LikeStore(ObjectStore):
         )
 
     async def ours(self, key: str, data: bytes) -> str | None:
-        """The etag if ``key`` holds exactly ``data`` (stepstone.store.conflicts.Rereads)."""
+        """The etag if ``key`` holds exactly ``data`` (stepstone.store.s3.conflicts.Rereads)."""
         try:
             got = await self.get(key)
         except NotFound:

@@ -1,7 +1,7 @@
 """stepstone in one file: a job with memoized steps, a retry that replays
 them, and an idempotent resubmission, on a local directory (no cloud).
 
-    python examples/quickstart.py [DIRECTORY]
+    python examples/quickstart.py [DIRECTORY or STORE URL]
 
 Point DIRECTORY at the same place twice and the second run answers from the
 first run's outcome record without charging anyone again.
@@ -69,7 +69,8 @@ class ChargeOrder(Job[str]):
 
 
 async def main(directory: str) -> None:
-    os.makedirs(directory, exist_ok=True)  # a store URL names a store; it creates none
+    if "://" not in directory:  # (or a store URL: s3://bucket/prefix?endpoint_url=...)
+        os.makedirs(directory, exist_ok=True)  # a store URL names a store; it creates none
     network = PaymentNetwork()
     runner = JobRunner(
         directory, jobs=[ChargeOrder], state=[network], retry_backoff=0.1, poll_interval=0.1

@@ -1,4 +1,6 @@
-"""Shared fixtures: a real S3 (moto's server on a local port) and one store of each kind.
+"""Shared fixtures: S3 (moto's server on a local port, and a real server
+where ``STEPSTONE_TEST_S3_URL`` names one: tests/real_s3.py) and one store
+of each kind.
 
 Names here are used across the suite (store, runtime, workflow); keep them.
 
@@ -12,12 +14,14 @@ without serialising reads or SQS (whose long polls would block).
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from real_s3 import RealS3, missing, real_s3_from_setting
 
 from stepstone.store import FileStore, MemoryStore, ObjectStore
 from stepstone.testing import moto_server as run_moto_server
@@ -56,6 +60,37 @@ def s3_url(moto_server: str, s3_bucket: str) -> str:
     return f"s3://{s3_bucket}/t?endpoint_url={moto_server}&region=us-east-1"
 
 
+@pytest.fixture(scope="session")
+def real_s3(tmp_path_factory: pytest.TempPathFactory) -> RealS3:
+    """The real S3 server ``STEPSTONE_TEST_S3_URL`` names (CI: a Ceph RADOS
+    Gateway, tools/rgw.py). Without it the test skips, or fails under CI."""
+    try:
+        server = real_s3_from_setting(tmp_path_factory.mktemp("real-s3"))
+    except Exception as exc:
+        pytest.fail(missing(f"the server could not be used ({exc})"))
+    if server is None:
+        if os.environ.get("CI"):
+            pytest.fail(missing("the setting is not set; CI starts one (.ci/run)"))
+        pytest.skip(missing("the setting is not set"))
+    return server
+
+
+@pytest.fixture
+def real_s3_url(real_s3: RealS3, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A store URL on the real server, under a prefix of this test's own
+    (removed after it)."""
+    prefix = f"t-{uuid.uuid4().hex[:16]}"
+    yield real_s3.url(prefix)
+    real_s3.remove(prefix)
+
+
+@pytest.fixture(params=["moto", "real"])
+def both_s3_url(request: pytest.FixtureRequest) -> str:
+    """A store URL on moto, then on the real server: a test of both."""
+    url: str = request.getfixturevalue("s3_url" if request.param == "moto" else "real_s3_url")
+    return url
+
+
 @pytest.fixture
 def memory_store() -> MemoryStore:
     return MemoryStore()
@@ -85,7 +120,16 @@ async def s3_store(s3_url: str) -> AsyncIterator[ObjectStore]:
     await store.close()
 
 
-@pytest.fixture(params=["memory", "file", "file_process", "s3"])
+@pytest.fixture
+async def real_s3_store(real_s3_url: str) -> AsyncIterator[ObjectStore]:
+    from stepstone.store import open_store
+
+    store = open_store(real_s3_url)
+    yield store
+    await store.close()
+
+
+@pytest.fixture(params=["memory", "file", "file_process", "s3", "real_s3"])
 def any_store(request: pytest.FixtureRequest) -> ObjectStore:
     """The same test against every backend."""
     store: ObjectStore = request.getfixturevalue(f"{request.param}_store")

@@ -19,7 +19,7 @@ from benchmarks.retention import jobs_with_retention, removal_cost
 from benchmarks.run import main, plan, suspended_table, table
 from benchmarks.s3_like import S3LikeBucket, S3LikeStore, SlowDown
 from stepstone.store import MemoryStore, RetryPolicy
-from stepstone.store.conflicts import WriteConflict
+from stepstone.store.s3.conflicts import WriteConflict
 
 
 def test_w3_on_memory_and_files(tmp_path: object) -> None:

@@ -10,6 +10,8 @@ stays fast for code that only needs files or memory.
 from typing import TYPE_CHECKING, Any
 
 from .base import DEFAULT_PAGE_SIZE, NewObject, ObjectInfo, ObjectStore, StoredObject
+from .counting import CountingStore
+from .doubles import FaultyStore
 from .errors import (
     AlreadyExists,
     InvalidKey,
@@ -24,8 +26,8 @@ from .errors import (
 from .file import FileStore
 from .keys import validate_key
 from .memory import MemoryStore
+from .retry import RetryPolicy
 from .url import open_store
-from .wrappers import CountingStore, FaultyStore, RetryPolicy
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",

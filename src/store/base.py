@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+import contextlib
+import contextvars
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -25,6 +27,32 @@ from .parts import Parts, SplitObject, Splitter, split_in_memory
 
 DEFAULT_PAGE_SIZE = 1000
 """S3's maximum page for ListObjectsV2; the other backends honour the same bound."""
+
+
+_URGENT: contextvars.ContextVar[bool] = contextvars.ContextVar("stepstone_urgent", default=False)
+
+
+@contextlib.contextmanager
+def urgent() -> Iterator[None]:
+    """A hint to the store: the requests made inside this block (in this
+    task) go before any of the process's requests waiting for their turn. A
+    lease's renewal is one: it must not queue behind the writes of the work
+    it holds, or a process slowed to its share of a store's limit renews
+    late, its leases lapse, and the runs they hold are claimed again and run
+    twice. A store that does not pace its requests has nothing to do (an
+    S3Store does: stepstone.store.s3.send_rate). Such requests should be few
+    (one a job every third of its lease); they are still answered and
+    counted as any other."""
+    token = _URGENT.set(True)
+    try:
+        yield
+    finally:
+        _URGENT.reset(token)
+
+
+def is_urgent() -> bool:
+    """Whether the request being made is sent inside :func:`urgent`."""
+    return _URGENT.get()
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +100,19 @@ class ChangeNotices(Protocol):
         created or replaced directly under ``prefix`` (ending in ``/``), and
         ``on_change(None)`` when notices were lost. Returns the function that
         stops it, or None when this store cannot here."""
+
+
+@runtime_checkable
+class ProviderNotes(Protocol):
+    """A store whose provider may do what the engine needs in a way of its
+    own, which the store finds out and works with (an S3Store: etags in
+    If-Match without quotes, a DeleteObject that ignores If-Match): what it
+    found, for ``stepstone check-store`` to report."""
+
+    async def provider_notes(self) -> list[str]:
+        """One sentence for each way the provider does what the engine needs,
+        and what the store does about it, found out now where not yet known
+        (a few requests under the store's prefix, removed after)."""
 
 
 class ObjectStore(abc.ABC):
@@ -158,7 +199,10 @@ class ObjectStore(abc.ABC):
     async def put_if_match(self, key: str, data: bytes, etag: str) -> str:
         """Replace the object only if its etag is still ``etag``; return the new etag.
 
-        Raises PreconditionFailed on a mismatch, NotFound when the object is gone.
+        Raises PreconditionFailed on a mismatch. When the object is gone,
+        raises NotFound, or PreconditionFailed where the provider answers so
+        (Ceph RGW answers 412 where AWS answers 404): a caller takes either
+        as "that version is no longer there" and reads again.
         """
 
     async def put_parts(
@@ -191,8 +235,8 @@ class ObjectStore(abc.ABC):
         """Delete the object.
 
         Without ``if_match`` a missing object is not an error (S3's semantics).
-        With it, raises PreconditionFailed on a mismatch and NotFound when the
-        object is gone.
+        With it, raises PreconditionFailed on a mismatch, and NotFound (or
+        PreconditionFailed, as :meth:`put_if_match`) when the object is gone.
         """
 
     @abc.abstractmethod

@@ -34,7 +34,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from .base import ObjectInfo, ObjectStore
+from .base import ObjectInfo, ObjectStore, ProviderNotes
 from .errors import (
     AlreadyExists,
     NotFound,
@@ -43,7 +43,7 @@ from .errors import (
     StoreError,
     Throttled,
 )
-from .wrappers.throttle import object_key
+from .s3.throttle import object_key
 
 SCRATCH = "stepstone-check-store"
 """The first key segment of every scratch prefix; nothing of the engine's lives there."""
@@ -88,9 +88,11 @@ PROPERTIES: dict[str, str] = {
         "store with read-after-write consistency (or, behind a cache or CDN, bypass it)"
     ),
     "large-objects": (
-        "step results and outcomes are single objects: keep results under the size "
-        "this store takes in one PutObject (or raise the limit of the proxy or gateway "
-        "in front of it), or store large payloads elsewhere and record a reference"
+        "step results and outcomes are single objects, created only where none is: keep "
+        "results under the size this store takes in one PutObject (or raise the limit of "
+        "the proxy or gateway in front of it), or store large payloads elsewhere and "
+        "record a reference; a store whose multipart completion ignores its conditions "
+        "must not be told multipart_conditional=true"
     ),
 }
 """Each property the check tries, in order, and what to do when it fails."""
@@ -160,6 +162,9 @@ class CheckReport:
     """The store limits the writes to one object (then see :data:`OBJECT_LIMIT_REMEDY`)."""
     leftover: str = ""
     """Why the scratch prefix could not be removed ("" when it was)."""
+    provider: list[str] = field(default_factory=list)
+    """How the provider does what the engine needs, where the store found a
+    way of its own (:class:`stepstone.store.base.ProviderNotes`), one sentence each."""
 
     @property
     def passed(self) -> bool:
@@ -211,6 +216,13 @@ async def check_store(
             report.verdicts.append(
                 await _verdict(name, checks[name](store, f"{scratch}{name}/", settings), settings)
             )
+        if isinstance(store, ProviderNotes):
+            try:
+                report.provider = await asyncio.wait_for(
+                    store.provider_notes(), settings.time_limit
+                )
+            except (StoreError, TimeoutError) as exc:
+                report.provider = [f"not found out: {exc or 'no answer in time'}"]
         try:
             report.latencies = await asyncio.wait_for(
                 _latencies(store, f"{scratch}latency/", settings), settings.time_limit
@@ -470,8 +482,13 @@ async def _read_after_overwrite(store: ObjectStore, base: str, settings: CheckSe
 
 
 async def _large_objects(store: ObjectStore, base: str, settings: CheckSettings) -> str:
-    key = base + "key"
-    size = settings.large_bytes
+    try:
+        return await _large_object(store, base + "key", settings.large_bytes)
+    except StoreConfigError as exc:  # a store told to trust a condition its provider ignores
+        raise _Failed(exc.message) from exc
+
+
+async def _large_object(store: ObjectStore, key: str, size: int) -> str:
     data = os.urandom(size)
     digest = hashlib.sha256(data).digest()
     await store.put_if_absent(key, data)
@@ -481,7 +498,19 @@ async def _large_objects(store: ObjectStore, base: str, settings: CheckSettings)
         raise _Failed(f"an object of {_mib(size)} came back as {len(got.data)} other bytes")
     if (await store.head(key)).size != size:
         raise _Failed(f"an object of {_mib(size)} is listed at another size")
-    return f"an object of {_mib(size)} written (create-if-absent) and read back intact"
+    try:
+        await store.put_if_absent(key, os.urandom(size))
+    except AlreadyExists:
+        pass
+    else:
+        raise _Failed(f"a second create-if-absent of {_mib(size)} over the first one succeeded")
+    got = await store.get(key)
+    if hashlib.sha256(got.data).digest() != digest:
+        raise _Failed(f"a refused create-if-absent of {_mib(size)} replaced the first one")
+    return (
+        f"an object of {_mib(size)} written (create-if-absent) and read back intact; "
+        "a second create over it refused"
+    )
 
 
 def _mib(size: int) -> str:

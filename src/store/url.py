@@ -8,7 +8,10 @@
                          (``&header=X-Tigris-Consistent:true`` sends a
                          provider's own header with every request;
                          ``&object_turns=true`` paces each object's writes,
-                         for a store that limits them: GCS)
+                         for a store that limits them: GCS;
+                         ``&etag_quotes=bare`` and ``&conditional_delete=false``
+                         say what a provider does with conditions, found out
+                         otherwise: stepstone.store.s3.dialect)
 
 A URL opens a store that exists; it creates none. As no bucket is created,
 no directory is: a relative path means another directory to every process
@@ -35,7 +38,7 @@ from .base import ObjectStore
 from .errors import StoreConfigError
 from .file import FileStore
 from .memory import MemoryStore
-from .wrappers.retry import RetryPolicy
+from .retry import RetryPolicy
 
 
 class _HasNow(Protocol):
@@ -59,6 +62,8 @@ _S3_PARAMS: dict[str, Callable[[str], Any]] = {
     "read_timeout": float,
     "max_connections": int,
     "object_turns": boolean,
+    "etag_quotes": str,
+    "conditional_delete": boolean,
 }
 _RETRY_PARAMS = {"retry_attempts": int, "retry_base": float, "retry_cap": float}
 
@@ -68,7 +73,7 @@ _MULTIPART_PARAMS: dict[str, Callable[[str], Any]] = {
     "multipart_part_size": int,
     "multipart_conditional": boolean,
 }
-"""The fields of the S3Store's ``Multipart`` (stepstone.store.s3_large)."""
+"""The fields of the S3Store's ``Multipart`` (stepstone.store.s3.large)."""
 
 
 def open_store(url: str, *, clock: Callable[[], float] | _HasNow | None = None) -> ObjectStore:
@@ -169,7 +174,7 @@ def _s3(url: str, bucket: str, path: str, query: str) -> ObjectStore:
         except ValueError as exc:
             raise _bad(url, str(exc)) from exc
     if multipart:
-        from .s3_large import Multipart
+        from .s3.large import Multipart
 
         try:
             fields = {k.removeprefix("multipart_"): v for k, v in multipart.items()}

@@ -223,6 +223,7 @@ class JobRunner:
             ),
             observer=self._metrics,
             threads=self._threads,
+            on_store_broken=self._watch.store_broken,
             presence=None
             if worker_beat is None
             else Presence(self.store, self.layout.workers(), clock=self.clock, every=worker_beat),

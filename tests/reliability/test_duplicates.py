@@ -54,12 +54,13 @@ def _submitter(out: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
         )
 
 
-@pytest.fixture(params=sorted(STORMS))
+@pytest.fixture(params=[*sorted(STORMS), "real_s3"])
 def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Where the store is: a directory, or an S3 URL on the moto server."""
+    """Where the store is: a directory, or an S3 URL on the moto server or
+    on a real server (CI: Ceph RGW 16)."""
     if request.param == "files":
         return str(tmp_path / "store")
-    url: str = request.getfixturevalue("s3_url")
+    url: str = request.getfixturevalue("real_s3_url" if request.param == "real_s3" else "s3_url")
     return url
 
 

@@ -44,12 +44,13 @@ LATE = 5.0
 suspend at its next listing, at most the idle listing interval (5 s) away."""
 
 
-@pytest.fixture(params=["files", "s3"])
+@pytest.fixture(params=["files", "s3", "real_s3"])
 def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Where the store is: a directory, or an S3 URL on the moto server."""
+    """Where the store is: a directory, or an S3 URL on the moto server or
+    on a real server (CI: Ceph RGW 16)."""
     if request.param == "files":
         return str(tmp_path / "store")
-    url: str = request.getfixturevalue("s3_url")
+    url: str = request.getfixturevalue("real_s3_url" if request.param == "real_s3" else "s3_url")
     return url
 
 

@@ -1,5 +1,5 @@
 """Store faults: the engine retries through a flaky, slow store, and rides out
-an outage. stepstone.store.wrappers.faults.FaultyStore over a FileStore, under a StoreQueue and
+an outage. stepstone.store.doubles.faults.FaultyStore over a FileStore, under a StoreQueue and
 a JobRunner in this process (the submitter and the worker both see the faults).
 
 - 10% of all calls fail with StoreUnavailable (half of them after the write
@@ -26,7 +26,7 @@ from stepstone import JobHandle, JobRunner, JobStatus
 from stepstone.records.calls import PositionedMemo
 from stepstone.runtime.store_queue import StoreQueue
 from stepstone.store import FileStore, StoreUnavailable
-from stepstone.store.wrappers.faults import FaultyStore
+from stepstone.store.doubles.faults import FaultyStore
 
 pytestmark = pytest.mark.slow
 

@@ -35,7 +35,7 @@ import pytest
 from stepstone.runtime import Attempt, Worker
 from stepstone.runtime.store_queue import StoreQueue
 from stepstone.store import open_store
-from stepstone.store.wrappers.counting import CONDITIONAL_PUT, CountingStore
+from stepstone.store.counting import CONDITIONAL_PUT, CountingStore
 
 pytestmark = pytest.mark.slow
 

@@ -23,7 +23,7 @@ from stepstone.runtime.store_queue import StoreQueue
 from stepstone.runtime.worker import Worker
 from stepstone.store import FileStore
 from stepstone.store.base import ChangeNotices, ObjectStore
-from stepstone.store.wrappers.counting import CountingStore
+from stepstone.store.counting import CountingStore
 
 pytestmark = pytest.mark.skipif(
     sys.platform != "linux",

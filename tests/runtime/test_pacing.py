@@ -14,7 +14,7 @@ from stepstone.runtime import FakeClock
 from stepstone.runtime.store_queue import StoreQueue
 from stepstone.runtime.store_queue.pacing import CROWD_WAIT, SLICE_COVER, ScanPacing, in_slice
 from stepstone.store import MemoryStore
-from stepstone.store.wrappers.counting import CountingStore
+from stepstone.store.counting import CountingStore
 
 
 def pacing_on(clock: FakeClock) -> ScanPacing:

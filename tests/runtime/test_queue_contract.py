@@ -78,7 +78,7 @@ class Backend:
         return queue
 
 
-BACKENDS = ["memory_queue", "store_memory", "store_file", "store_s3", "sqs"]
+BACKENDS = ["memory_queue", "store_memory", "store_file", "store_s3", "store_real_s3", "sqs"]
 
 _REAL_TIME = (
     "leases and delays are SQS visibility timeouts and DelaySeconds, in real time, and "

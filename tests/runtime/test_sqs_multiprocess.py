@@ -274,7 +274,7 @@ async def test_requests_per_job_through_the_whole_engine(
     every SQS request and every S3 request counted."""
     from stepstone import JobRunner
     from stepstone.runtime.sqs import SqsQueue
-    from stepstone.store.wrappers.counting import CountingStore
+    from stepstone.store.counting import CountingStore
 
     monkeypatch.setenv("SQS_STEP_LOG", str(tmp_path / "steps.log"))
     store = CountingStore(s3_store)

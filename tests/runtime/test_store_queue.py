@@ -2,7 +2,7 @@
 how it treats records it cannot read, and how its view stays small and right.
 
 Request counts are the product here (on S3 they are the bill), so they are
-asserted exactly, through ``stepstone.store.wrappers.counting.CountingStore``; docs/queue.md
+asserted exactly, through ``stepstone.store.counting.CountingStore``; docs/queue.md
 quotes them. test_multiprocess_queue.py measures several processes.
 """
 
@@ -38,9 +38,9 @@ from stepstone.runtime.store_queue.records import (
     listed_priority,
 )
 from stepstone.store import MemoryStore, ObjectStore
+from stepstone.store.counting import CONDITIONAL_PUT, CountingStore
+from stepstone.store.doubles.faults import WRITES, FaultyStore
 from stepstone.store.errors import StoreUnavailable
-from stepstone.store.wrappers.counting import CONDITIONAL_PUT, CountingStore
-from stepstone.store.wrappers.faults import WRITES, FaultyStore
 
 T = TypeVar("T")
 

@@ -1,7 +1,7 @@
 """A store that allows about one write a second to one object (GCS), on a
 fake clock: the object's writes are sent at the rate it takes, one warning
 names it, the refusals stay few, nothing fails, and the other keys of its
-partition are not held up (stepstone.store.wrappers.hot_objects); a key
+partition are not held up (stepstone.store.s3.hot_objects); a key
 refused as often as its neighbours is not taken for hot.
 
 The bucket is the fleet simulation's (benchmarks/s3_like.py), refusing a
@@ -22,9 +22,9 @@ from typing import TypeVar
 import pytest
 
 from stepstone.store import MemoryStore, RetryPolicy, Throttled
-from stepstone.store.wrappers.hot_objects import HotObjects
-from stepstone.store.wrappers.send_rate import first as send_first
-from stepstone.store.wrappers.throttle import AdaptiveRates
+from stepstone.store.base import urgent
+from stepstone.store.s3.hot_objects import HotObjects
+from stepstone.store.s3.throttle import AdaptiveRates
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -291,7 +291,7 @@ async def test_an_untold_process_finds_every_object_limited_and_keeps_each_ones_
     async def lane() -> None:
         for key, etag in backlog:
             etag = await landed(partial(ours.put_if_match, key, b"claimed", etag))
-            with send_first():
+            with urgent():
                 etag = await landed(partial(ours.put_if_match, key, b"renewed", etag))
             await landed(partial(ours.delete, key, if_match=etag))
             if rates.hot.every_object and not refused_when_found:

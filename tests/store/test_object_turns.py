@@ -1,7 +1,7 @@
 """Processes that know nothing of each other sharing one hot object: their
 writes spread out so that the object stays busy, the refusals stay few
 however many processes there are, and every process is served
-(stepstone.store.wrappers.object_turns); a conditional write that waited
+(stepstone.store.s3.object_turns); a conditional write that waited
 for its turn and would lose does not spend one of the object's writes.
 
 Time is virtual (benchmarks.hot_crowd.VirtualTime): every process sleeps
@@ -18,11 +18,11 @@ import sys
 import pytest
 
 from stepstone.store import MemoryStore, PreconditionFailed, RetryPolicy
+from stepstone.store.base import urgent
 from stepstone.store.errors import Throttled
-from stepstone.store.wrappers.hot_objects import HOT_AFTER
-from stepstone.store.wrappers.object_turns import INTERVAL, ObjectTurns
-from stepstone.store.wrappers.send_rate import first as send_first
-from stepstone.store.wrappers.throttle import AdaptiveRates
+from stepstone.store.s3.hot_objects import HOT_AFTER
+from stepstone.store.s3.object_turns import INTERVAL, ObjectTurns
+from stepstone.store.s3.throttle import AdaptiveRates
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -89,7 +89,7 @@ async def test_a_write_sent_first_keeps_the_objects_pace_not_its_backoff() -> No
     refused_at = clock.now
 
     async def renew() -> float:
-        with send_first():
+        with urgent():
             return await turns.acquire()
 
     task = asyncio.create_task(renew())
@@ -114,7 +114,7 @@ async def _one_processs_record(object_turns: bool) -> tuple[S3LikeBucket, Virtua
     async def life() -> None:
         etag = await store.put_if_absent("queue/jobs/a", b"created")
         etag = await store.put_if_match("queue/jobs/a", b"claimed", etag)
-        with send_first():
+        with urgent():
             etag = await store.put_if_match("queue/jobs/a", b"renewed", etag)
         await store.delete("queue/jobs/a", if_match=etag)
 

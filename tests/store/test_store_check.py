@@ -16,9 +16,9 @@ from stepstone.store.conformance import (
     CheckSettings,
     check_store,
 )
+from stepstone.store.doubles.broken import BREAKS, BrokenStore
 from stepstone.store.errors import Throttled
-from stepstone.store.wrappers.broken import BREAKS, BrokenStore
-from stepstone.store.wrappers.throttle import AdaptiveRates
+from stepstone.store.s3.throttle import AdaptiveRates
 
 SMALL = CheckSettings(increments=24, large_bytes=2 * 1024 * 1024, samples=3, time_limit=60)
 """The command's figures but for the increments (24, not 80): moto applies

@@ -30,8 +30,9 @@ from stepstone.store import (
     open_store,
 )
 from stepstone.store.s3 import S3Store
-from stepstone.store.wrappers.object_turns import ObjectTurns
-from stepstone.store.wrappers.throttle import AdaptiveRates
+from stepstone.store.s3.dialect import Learned
+from stepstone.store.s3.object_turns import ObjectTurns
+from stepstone.store.s3.throttle import AdaptiveRates
 
 FAST_RETRY = RetryPolicy(attempts=4, base=0.001, cap=0.005)
 
@@ -128,8 +129,10 @@ def through(
 ) -> S3Store:
     """A store through the proxy. Its adaptive send rate is off unless given:
     after a throttling answer it would pace later tries in real seconds, and
-    the tests below of it run it on a fake clock."""
-    return S3Store(
+    the tests below of it run it on a fake clock. It knows its provider
+    holds every condition (as moto does): the requests it sends to learn
+    that are the subject of tests of their own."""
+    store = S3Store(
         bucket,
         "t",
         endpoint_url=proxy.url,
@@ -138,6 +141,9 @@ def through(
         read_timeout=read_timeout,
         adaptive=adaptive,
     )
+    learned = store.learned
+    learned.swaps_seen = learned.creates_seen = learned.conditional_delete = True
+    return store
 
 
 @pytest.fixture
@@ -390,7 +396,7 @@ async def test_a_hot_objects_swap_that_waited_its_turn_checks_its_etag_before_it
 ) -> None:
     """A provider that limits the writes to one object counts one refused
     as stale too: a swap that waited for its turn reads the etag first
-    (stepstone.store.conflicts.confirm_precondition)."""
+    (stepstone.store.s3.conflicts.confirm_precondition)."""
     clock = FakeClock()
 
     async def sleep(seconds: float) -> None:
@@ -429,8 +435,8 @@ async def test_put_if_absent_whose_answer_was_lost_reports_success(
     etag = await faulty.put_if_absent("outcomes/r1", b"ours")
     got = await faulty.get("outcomes/r1")
     assert (got.data, got.etag) == (b"ours", etag)
-    # PUT (landed, answer lost), PUT (412: it's there), GET (it is ours), GET (the check above)
-    assert [s.method for s in proxy.seen] == ["PUT", "PUT", "GET", "GET"]
+    # PUT (landed, answer lost), PUT (412: it's there), HEAD (its token is ours), GET (above)
+    assert [s.method for s in proxy.seen] == ["PUT", "PUT", "HEAD", "GET"]
 
 
 async def test_put_if_absent_after_a_timeout_that_landed_reports_success(
@@ -538,3 +544,139 @@ async def test_a_runner_opens_its_s3_client_as_it_starts(moto_server: str, s3_bu
         with pytest.raises(StoreConfigError, match="no-such-profile-x"):
             await getattr(runner, begin)()
         await runner.close()
+
+
+# -- the provider's way with conditions (stepstone.store.s3.dialect) ---------------------------
+
+
+def learning(proxy: FaultProxy, bucket: str) -> S3Store:
+    """A store through the proxy that knows nothing yet of its provider."""
+    store = through(proxy, bucket)
+    store.learned = Learned()
+    return store
+
+
+REFUSED = ("error", 412, "PreconditionFailed")
+FORWARD = ("forward",)
+
+
+async def test_a_provider_refusing_swaps_on_the_current_etag_is_refused_after_three(
+    proxy: FaultProxy, s3_bucket: str
+) -> None:
+    """Each refusal is checked with a HEAD while no swap has landed: the etag
+    is still the one sent, in one form and then the other, so the store
+    stops with one error instead of a caller re-reading and retrying for
+    ever (the runner stops on it)."""
+    store = learning(proxy, s3_bucket)
+    try:
+        etag = await store.put("k", b"1")
+        proxy.plan = [REFUSED, FORWARD] * 3
+        with pytest.raises(StoreConfigError) as caught:
+            await store.put_if_match("k", b"2", etag)
+        message = str(caught.value)
+        assert "refused 3 conditional writes whose condition held" in message
+        assert "Both forms of the etag" in message and "stepstone check-store" in message
+        puts = [s for s in proxy.seen if s.method == "PUT"][1:]
+        assert [s.headers["If-Match"] for s in puts] == [etag, etag.strip('"'), etag]
+        with pytest.raises(StoreConfigError):  # and every conditional write after it
+            await store.put_if_absent("other", b"x")
+        assert (await store.get("k")).data == b"1"
+    finally:
+        await store.close()
+
+
+async def test_a_swap_refused_for_its_etags_form_lands_in_the_other_form(
+    proxy: FaultProxy, s3_bucket: str
+) -> None:
+    store = learning(proxy, s3_bucket)
+    try:
+        etag = await store.put("k", b"1")
+        proxy.plan = [REFUSED]  # (as Ceph RGW 16 answers a quoted etag)
+        new = await store.put_if_match("k", b"2", etag)
+        assert (await store.get("k")).etag == new
+        assert (store.learned.form, store.learned.swaps_seen) == ("bare", True)
+        proxy.seen.clear()
+        with pytest.raises(PreconditionFailed):  # a lost race from now on costs no HEAD
+            await store.put_if_match("k", b"3", etag)
+        assert [s.method for s in proxy.seen] == ["PUT"]
+        assert proxy.seen[0].headers["If-Match"] == etag.strip('"')
+    finally:
+        await store.close()
+
+
+async def test_a_provider_refusing_creates_on_missing_keys_is_refused_after_three(
+    proxy: FaultProxy, s3_bucket: str
+) -> None:
+    store = learning(proxy, s3_bucket)
+    store.conditional_delete = True
+    try:
+        await store.put("seen", b"the bucket")  # (a HEAD's 404 is then the key's)
+        proxy.plan = [REFUSED, FORWARD] * 3
+        with pytest.raises(StoreConfigError, match="a create on a key that does not exist"):
+            await store.put_if_absent("k", b"1")
+    finally:
+        await store.close()
+
+
+async def test_a_swap_on_a_missing_key_refused_412_is_not_found_until_a_swap_lands(
+    proxy: FaultProxy, s3_bucket: str
+) -> None:
+    """Ceph RGW answers If-Match on a missing key 412, AWS 404: the contract
+    takes either; while it looks anyway the store says NotFound."""
+    store = learning(proxy, s3_bucket)
+    try:
+        proxy.plan = [REFUSED]
+        with pytest.raises(NotFound):
+            await store.put_if_match("k", b"1", '"0123456789abcdef0123456789abcdef"')
+    finally:
+        await store.close()
+
+
+async def test_what_moto_holds_is_tried_once_and_told(s3_url: str) -> None:
+    from stepstone.store import open_store
+
+    store = open_store(s3_url)
+    assert isinstance(store, S3Store)
+    store.learned = Learned()
+    try:
+        etag = await store.put("k", b"1")
+        await store.put_if_match("k", b"2", etag)
+        notes = await store.provider_notes()
+        assert store.learned.conditional_delete is True
+        assert store.learned.multipart_conditions is False  # (If-Match on completion ignored)
+        assert notes[0] == "If-Match takes the etag in quotes, as AWS documents"
+        assert "DeleteObject holds If-Match" in notes[1]
+        assert [i.key async for i in store.scan()] == ["k"]  # the probes left nothing
+    finally:
+        await store.close()
+
+
+async def test_a_create_whose_every_try_failed_after_it_landed_is_decided_by_its_token(
+    faulty: S3Store, proxy: FaultProxy
+) -> None:
+    """Its first try landed and lost its answer; the others failed before
+    reaching S3: one HEAD reads the write token, and it is ours."""
+    proxy.plan = [("lose", 500, "InternalError")] + [("error", 503, "ServiceUnavailable")] * 3
+    etag = await faulty.put_if_absent("outcomes/r1", b"ours")
+    assert (await faulty.head("outcomes/r1")).etag == etag
+    assert [s.method for s in proxy.seen] == ["PUT"] * 4 + ["HEAD"] * 2
+
+
+async def test_a_swap_whose_every_try_failed_lost_to_another_writer_says_so(
+    faulty: S3Store, proxy: FaultProxy, s3_admin: Any
+) -> None:
+    """Equal bytes decide nothing: another writer's object holding the same
+    bytes is theirs, by its token, and ours did not land."""
+    etag = await faulty.put("lease", b"v1")
+    s3_admin.put_object(Bucket=faulty.bucket, Key="t/lease", Body=b"v2")  # theirs, same bytes
+    proxy.plan = [("error", 500, "InternalError")] * 4
+    with pytest.raises(PreconditionFailed, match="another write landed"):
+        await faulty.put_if_match("lease", b"v2", etag)
+
+
+async def test_a_write_whose_every_try_failed_and_that_did_not_land_stays_unavailable(
+    faulty: S3Store, proxy: FaultProxy
+) -> None:
+    proxy.plan = [("error", 500, "InternalError")] * 4
+    with pytest.raises(StoreUnavailable):
+        await faulty.put_if_absent("outcomes/r2", b"ours")

@@ -18,15 +18,15 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from stepstone.store.wrappers.send_rate import (
+from stepstone.store.base import urgent
+from stepstone.store.s3.send_rate import (
     DEEP_CUT,
     MIN_RATE,
     NAP,
     SETTLE,
     AdaptiveRate,
-    first,
 )
-from stepstone.store.wrappers.throttle import AdaptiveRates, process_rates
+from stepstone.store.s3.throttle import AdaptiveRates, process_rates
 
 
 class FakeTime:
@@ -150,7 +150,7 @@ async def test_a_request_sent_first_does_not_queue_behind_the_others() -> None:
     time = FakeTime()
     rate = await at_its_floor(time)
     start = time.now
-    with first():  # a lease's renewal
+    with urgent():  # a lease's renewal
         assert await rate.acquire() == start
     assert time.now == start
     await rate.acquire()  # the others still wait their turn
@@ -159,7 +159,7 @@ async def test_a_request_sent_first_does_not_queue_behind_the_others() -> None:
 
 async def test_a_waiter_whose_partition_is_forgotten_while_it_waits_goes_at_once() -> None:
     # The refusals that set the rate turn out to be one hot object's
-    # (stepstone.store.wrappers.hot_objects), and the partition goes back to
+    # (stepstone.store.s3.hot_objects), and the partition goes back to
     # unthrottled while requests wait far back in its queue: they go then.
     time = FakeTime()
     rate = await at_its_floor(time)

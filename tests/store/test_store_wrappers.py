@@ -20,7 +20,7 @@ from stepstone.store import (
     RetryPolicy,
     StoreUnavailable,
 )
-from stepstone.store.wrappers.counting import KINDS
+from stepstone.store.counting import KINDS
 
 # -- RetryPolicy -------------------------------------------------------------------
 

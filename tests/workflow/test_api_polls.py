@@ -23,7 +23,7 @@ from stepstone.handles.poll_timing import (
 )
 from stepstone.runtime import StoreQueue
 from stepstone.store import MemoryStore
-from stepstone.store.wrappers.counting import GET, CountingStore
+from stepstone.store.counting import GET, CountingStore
 
 DEADLINE = 20.0
 PICKUP = 0.25

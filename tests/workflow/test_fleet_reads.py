@@ -15,7 +15,7 @@ from stepstone.records.schedule_marker import Marker, tick_run_id
 from stepstone.runtime.clock import FakeClock
 from stepstone.runtime.worker.presence import AGE_OUT
 from stepstone.store import MemoryStore
-from stepstone.store.wrappers.counting import GET, LIST, CountingStore
+from stepstone.store.counting import GET, LIST, CountingStore
 
 NOW = 1_800_000_000.0
 

@@ -578,7 +578,7 @@ async def test_a_handle_reads_nothing_while_this_process_queues_or_runs_its_job(
     """However long a job queues and runs, awaiting it where it runs costs no
     store reads: the worker hands the outcome over (polling is for jobs that
     peers took)."""
-    from stepstone.store.wrappers.counting import GET, CountingStore
+    from stepstone.store.counting import GET, CountingStore
 
     class HandleReads(CountingStore):
         """Not the worker's read, as a keyed run ends, of the runs that

@@ -9,7 +9,7 @@ from wf_jobs import Counters
 
 from stepstone import JobRunner
 from stepstone.store import MemoryStore, StoreUnavailable
-from stepstone.store.wrappers.faults import FaultyStore
+from stepstone.store.doubles.faults import FaultyStore
 from stepstone.testing import FakeClock, advance
 
 

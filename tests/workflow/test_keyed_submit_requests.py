@@ -24,7 +24,7 @@ from stepstone.records.layout import run_id_for_key
 from stepstone.runtime import Settlement, StoreQueue
 from stepstone.store import MemoryStore, ObjectStore
 from stepstone.store.base import StoredObject
-from stepstone.store.wrappers.counting import (
+from stepstone.store.counting import (
     CONDITIONAL_PUT,
     DELETE,
     GET,

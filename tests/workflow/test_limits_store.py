@@ -14,7 +14,7 @@ from stepstone.limits.shared import PATIENCE, SharedObject
 from stepstone.runtime import FakeClock
 from stepstone.runtime.store_queue.records import CorruptRecord
 from stepstone.store import MemoryStore, ObjectStore, Throttled
-from stepstone.store.wrappers.counting import CONDITIONAL_PUT, GET, CountingStore
+from stepstone.store.counting import CONDITIONAL_PUT, GET, CountingStore
 
 KEY = "slots/k"
 Decided = tuple[slots.SlotTable | None, slots.SlotDecision]

@@ -27,7 +27,7 @@ from stepstone.runtime.worker.presence import (
     holder_digest,
 )
 from stepstone.store import MemoryStore
-from stepstone.store.wrappers.counting import GET, CountingStore
+from stepstone.store.counting import GET, CountingStore
 from stepstone.testing import wait_until
 
 BEAT = 0.05

@@ -26,8 +26,8 @@ import random
 import time
 from collections.abc import Collection, Sequence
 
+from stepstone.store.base import urgent
 from stepstone.store.errors import NotFound, PreconditionFailed, StoreUnavailable
-from stepstone.store.wrappers.send_rate import first as send_first
 
 from ..clock import Clock
 from ..queue import DEFAULT_LEASE, Delivery
@@ -251,7 +251,7 @@ class ClaimRace:
         if claimed.lease_expires_at - now >= lease / 2:
             return claimed
         longer = claimed.next(now, lease_expires_at=now + lease)
-        with self._io.write_of(run_id), send_first():
+        with self._io.write_of(run_id), urgent():
             try:
                 await self._io.swap(run_id, longer, seen.etag)
             except (NotFound, PreconditionFailed):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Collection, Mapping
 
-from stepstone.store.errors import StepstoneError
+from stepstone.store.errors import StepstoneError, StoreConfigError
 
 from ..clock import Clock
 from ..decide import describe
@@ -90,6 +90,8 @@ class ClaimLoop:
                 deliveries = await self._queue.claim(
                     n, lease=self._lease, kinds=kinds, holder=self._identity.holder
                 )
+            except StoreConfigError:
+                raise  # (no pause helps: the worker stops)
             except Exception as error:
                 self.drained = False
                 self._failed("claim", error)
@@ -169,6 +171,8 @@ class ClaimLoop:
         elif len(self._jobs) < capacity:
             try:
                 due = await self._queue.next_due()
+            except StoreConfigError:
+                raise
             except Exception as error:
                 self._failed("next_due", error)
                 due = None

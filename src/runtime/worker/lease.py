@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from stepstone.store.wrappers.send_rate import first as send_first
+from stepstone.store.base import urgent
 
 from .. import plausible
 from ..clock import Clock
@@ -92,7 +92,7 @@ class Lease:
         """Renew to ``at_least`` seconds from now; False (and lost) if the token lost the job."""
         if self._lost:
             return False
-        with send_first():  # ahead of the process's other sends (a throttled store)
+        with urgent():  # ahead of the process's other sends (a throttled store)
             expires = await self._queue.renew(self._delivery, at_least)
         if expires is None:
             self._lose()

@@ -20,6 +20,12 @@ Each claimed job then runs as its own task, and is settled there
 (:mod:`stepstone.runtime.worker.attempts`, :mod:`stepstone.runtime.worker.settle`);
 a stop drains what is in flight (:mod:`stepstone.runtime.worker.drain`).
 
+A store that cannot be used as it answers (a StoreConfigError from a claim:
+the bucket is gone, the credentials are refused, the provider refuses
+conditions that hold) stops the worker with one error logged and told to
+``on_store_broken``: retrying it would only hide it, the runs waiting on
+this worker would wait for ever without a word.
+
 Time: every decision about *when* (run-at, lease expiry, attempt timeout)
 reads the injected clock; heartbeats, poll intervals and the drain window
 are real seconds, because they are about this process's liveness.
@@ -30,6 +36,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from types import TracebackType
+
+from stepstone.store.errors import StoreConfigError
 
 from .. import clock as clock_mod
 from ..backoff import Backoff
@@ -113,6 +121,7 @@ class Worker:
         name: str | None = None,
         only_registered: bool = False,
         presence: Presence | None = None,
+        on_store_broken: Callable[[StoreConfigError], None] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -202,6 +211,9 @@ class Worker:
         self._stopping = False
         self._drain_window: float | None = None
         self._unsubscribe: list[Callable[[], None]] = []
+        self._on_store_broken = on_store_broken
+        self.store_broken: StoreConfigError | None = None
+        """What stopped the worker, if the store did (module docstring)."""
 
     # -- configuration -------------------------------------------------------
 
@@ -417,6 +429,9 @@ class Worker:
                     # (A stop during the fill has set the wake-up: the sleep
                     # below returns at once and the loop condition ends it.)
                     pause = await self._claims.idle_for(self._concurrency)
+                except StoreConfigError as error:
+                    self._broken(error)
+                    break
                 except Exception:
                     # A bug of ours, not a queue outage (those are handled
                     # where they happen): log it and keep the worker alive.
@@ -445,6 +460,14 @@ class Worker:
                 await self._presence.stop()  # marked stopped while the id is still held
             self._identity.release()
             logger.info("%s stopped", self.name)
+
+    def _broken(self, error: StoreConfigError) -> None:
+        """Stop for a store that cannot be used as it answers (module docstring)."""
+        logger.error("%s stopped: the store cannot be used as it answers: %s", self.name, error)
+        self.store_broken = error
+        self._stopping = True
+        if self._on_store_broken is not None:
+            self._on_store_broken(error)
 
     async def _reclaim(self) -> None:
         """Take back the runs a killed life of this worker held (its id's

@@ -78,6 +78,10 @@ def _print(report: CheckReport) -> None:
     )
     if report.one_object:
         out.write(f"\nwrites to one object: {escape_controls(report.one_object)}\n")
+    if report.provider:
+        out.write("\nhow this provider does it (the store works with each):\n")
+        for note in report.provider:
+            out.write(f"- {escape_controls(note)}\n")
     if report.latencies:
         out.write("\nlatency, one call at a time:\n")
         table(
@@ -118,6 +122,7 @@ def _as_json(report: CheckReport) -> dict[str, object]:
         ],
         "unmeasured": report.unmeasured,
         "one_object": report.one_object,
+        "provider": report.provider,
         "object_limited": report.object_limited,
         "leftover": report.leftover,
     }

@@ -83,6 +83,7 @@ class OutcomeWatch:
         self._heard_here = heard_here
         self._waiters: dict[str, list[asyncio.Future[OutcomeRecord]]] = {}
         self._recent: OrderedDict[str, OutcomeRecord | Exception] = OrderedDict()
+        self._broken: Exception | None = None
         self._seen = TimeToOutcome()
         self._restarts: dict[str, int] = {}
 
@@ -106,6 +107,18 @@ class OutcomeWatch:
         (which says why): its waiters here raise it rather than wait for a
         record that will not come."""
         self._answer(run_id, error)
+
+    def store_broken(self, error: Exception) -> None:
+        """This runner's worker stopped: the store cannot be used as it
+        answers (``error``, a StoreConfigError saying why). Every handle
+        awaiting here raises it, now and from now on, rather than wait for
+        outcomes nothing will record."""
+        self._broken = error
+        waiting, self._waiters = self._waiters, {}
+        for futures in waiting.values():
+            for future in futures:
+                if not future.done():
+                    future.set_exception(error)
 
     def _answer(self, run_id: str, answer: OutcomeRecord | Exception) -> None:
         waiters = self._waiters.pop(run_id, None)
@@ -141,6 +154,8 @@ class OutcomeWatch:
         recent = self._recent.pop(run_id, None)
         if isinstance(recent, Exception):
             raise recent
+        if self._broken is not None and recent is None:
+            raise self._broken
         if recent is not None:
             return recent.typed(output)
         running = self._worker_running()
@@ -160,6 +175,8 @@ class OutcomeWatch:
         misses = 0
         loop = asyncio.get_running_loop()
         while True:
+            if self._broken is not None:
+                raise self._broken
             future: asyncio.Future[OutcomeRecord] = loop.create_future()
             self._waiters.setdefault(run_id, []).append(future)
             try:

@@ -10,7 +10,7 @@ queue, the attempt not counted, holding no worker):
    A slot is renewed with the job's lease (``Lease.also_renew``, at every
    heartbeat) and held a lease past it: the renewal goes out after the
    lease's, and on a store that takes one write a second to the key's
-   object it waits for its turn (stepstone.store.wrappers.object_turns), so
+   object it waits for its turn (stepstone.store.s3.object_turns), so
    a slot held only as long as the lease would lapse under a live run,
    another run would take it, and the live one would lose its lease. A
    crashed holder's slot lapses a lease after its lease (at once for the

@@ -25,7 +25,7 @@ in the store, read and written by every process that runs the job type.
   seconds: an object a crowd writes, on a store that takes one write a
   second to it (GCS), refuses some of their writes as a matter of course,
   and the store spaces their turns out
-  (stepstone.store.wrappers.object_turns). Failing the update there would
+  (stepstone.store.s3.object_turns). Failing the update there would
   fail the attempt of a run that only had to wait.
 - **Distinct bytes.** Every write carries a revision, and every creation a
   random nonce, so no two versions have the same bytes: on S3 an etag is the

@@ -42,8 +42,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from .errors import StoreError
-from .parts import SPLIT_LOOK, Allocation, Parts, Sink, Splitter
+from ..errors import StoreError
+from ..parts import SPLIT_LOOK, Allocation, Parts, Sink, Splitter
 
 T = TypeVar("T")
 
@@ -187,14 +187,16 @@ async def put_in_parts(
     condition: dict[str, str],
     conditional: str,
     state: Any,
+    metadata: dict[str, str] | None = None,
 ) -> str:
-    """Write ``data`` at ``where`` (Bucket, Key) as a multipart upload, the
-    condition on its completion; returns the S3 etag (aborted on failure)."""
+    """Write ``data`` at ``where`` (Bucket, Key) as a multipart upload with
+    ``metadata``, the condition on its completion; returns the S3 etag as
+    the completion answered it (empty on Ceph RGW; aborted on failure)."""
     body = data if isinstance(data, Parts) else Parts([data])
     part_size = max(settings.part_size, -(-body.size // MULTIPART_LIMIT))
 
     async def create(client: Any) -> str:
-        answer = await client.create_multipart_upload(**where)
+        answer = await client.create_multipart_upload(**where, Metadata=metadata or {})
         return str(answer["UploadId"])
 
     upload = await call(key, create)

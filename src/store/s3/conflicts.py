@@ -22,7 +22,7 @@ conflict is not an outage, so it has its own rule and its own budget:
   throttling and outages do not spend it (nor do conflicts spend theirs);
   only a key that conflicts past it gives StoreUnavailable.
 - **Never success.** A 409 is never taken as our write landing; the one way
-  a conflict ends in success is the re-read finding exactly our bytes after
+  a conflict ends in success is the re-read finding our write's token after
   an earlier try of ours that may have been applied (the rule of
   docs/storage.md, "A retried write whose first try landed").
 """
@@ -34,10 +34,9 @@ import enum
 from collections.abc import Awaitable, Callable
 from typing import Literal, Protocol, TypeVar
 
-from .base import ObjectInfo
-from .errors import AlreadyExists, NotFound, PreconditionFailed, StoreError, StoreUnavailable
-from .parts import Body
-from .wrappers.retry import RetryPolicy
+from ..base import ObjectInfo
+from ..errors import AlreadyExists, NotFound, PreconditionFailed, StoreError, StoreUnavailable
+from ..retry import RetryPolicy
 
 T = TypeVar("T")
 
@@ -110,14 +109,15 @@ class Rereads(Protocol):
 
     async def head(self, key: str) -> ObjectInfo: ...
 
-    async def ours(self, key: str, data: Body) -> str | None: ...
+    async def ours(self, key: str, mine: str) -> str | None: ...
 
 
 async def decide_put(
-    store: Rereads, key: str, data: Body, conditional: str, expected: str | None, tried: Tried
+    store: Rereads, key: str, mine: str, conditional: str, expected: str | None, tried: Tried
 ) -> str | Literal[Undecided.UNDECIDED]:
     """After a conflict on a create (``conditional`` "absent") or a
-    compare-and-swap against ``expected`` ("match"): lost, undecided, or ours."""
+    compare-and-swap against ``expected`` ("match"): lost, undecided, or
+    ours (the object holds the write token ``mine``)."""
     try:
         etag = (await store.head(key)).etag
     except NotFound:
@@ -126,7 +126,7 @@ async def decide_put(
         raise
     if conditional == "match" and etag == expected:
         return UNDECIDED  # the rival swap has not landed: try again
-    ours = await store.ours(key, data) if tried.maybe_applied else None
+    ours = await store.ours(key, mine) if tried.maybe_applied else None
     if ours is not None:
         return ours
     if conditional == "absent":
@@ -151,7 +151,7 @@ async def decide_delete(
 
 async def confirm_precondition(store: Rereads, key: str, expected: str | None) -> None:
     """Before a conditional write that waited for a hot object's turn
-    (stepstone.store.wrappers.object_turns): raise what the write would be
+    (stepstone.store.s3.object_turns): raise what the write would be
     answered if another process wrote the object meanwhile, read with one
     HEAD. A provider that limits the writes to one object counts a write
     refused as stale as one of them (the fleet simulation does), and a

@@ -12,7 +12,7 @@ the one key.
 So a key whose writes are refused ``HOT_AFTER`` times within ``WINDOW``
 seconds, most of its tries, while the other keys of its partition were
 written meanwhile and mostly got through, gets turns of its own (an
-:class:`~stepstone.store.wrappers.object_turns.ObjectTurns`: the object's
+:class:`~stepstone.store.s3.object_turns.ObjectTurns`: the object's
 pace, and a backoff that spreads the processes sharing it), and its
 refusals no longer count against its partition: writes to it wait for
 their turn (about one a second on GCS), the rest of the partition is not
@@ -197,7 +197,7 @@ class HotObjects:
         ``partition``; ``refused``: by throttling; ``creates``: a
         create-if-absent, which counts among the partition's writes but
         cannot make its key hot (an object not there yet is over no limit
-        of its own: stepstone.store.wrappers.throttle.Sending). The key's
+        of its own: stepstone.store.s3.throttle.Sending). The key's
         turns if this makes it a hot object (warned about once, naming
         ``location``)."""
         now = self._clock()

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from ..errors import StoreUnavailable
+from .errors import StoreUnavailable
 
 T = TypeVar("T")
 

@@ -1,7 +1,7 @@
 """ObjectTurns: when one process may next write a hot object, shared with
 processes it knows nothing of.
 
-Why not a send rate, as a partition has (stepstone.store.wrappers.send_rate):
+Why not a send rate, as a partition has (stepstone.store.s3.send_rate):
 a hot object takes about one write a second (GCS), and a rate that low
 learns too slowly to share. Each of W processes writing the object holds a
 rate of its own, and the object takes their sum: for the sum to stay near
@@ -40,8 +40,8 @@ fleet").
 
 A conditional write that waited for its turn reads the object's etag
 before it is sent, so a turn is not spent on a write bound to lose
-(stepstone.store.conflicts.confirm_precondition). A write sent
-:func:`~stepstone.store.wrappers.send_rate.first` (a lease's renewal) does
+(stepstone.store.s3.conflicts.confirm_precondition). A write sent
+:func:`~stepstone.store.base.urgent` (a lease's renewal) does
 not wait behind the backoff, as it would not behind a partition's rate, but
 it does keep the object's **pace**: an interval after this process's last
 accepted write or refusal, before which the object would refuse it anyway
@@ -56,7 +56,8 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 
-from .send_rate import NAP, sent_first
+from ..base import is_urgent
+from .send_rate import NAP
 
 INTERVAL = 1.0
 """The least seconds between one process's writes to a hot object (GCS:
@@ -103,7 +104,7 @@ class ObjectTurns:
 
     async def turn(self) -> tuple[float, bool]:
         """As :meth:`acquire`, and whether it waited for the turn."""
-        first = sent_first()
+        first = is_urgent()
         waited = False
         while (wait := (self._paced if first else self._next) - self._now()) > 0:
             waited = True

@@ -67,11 +67,11 @@ buckets, lagged a burst).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
+
+from ..base import is_urgent
 
 MIN_RATE = 0.5
 """The lowest allowed rate, requests a second."""
@@ -99,30 +99,6 @@ BURST = 0.2
 """Seconds of the allowed rate a bucket holds (at least one request)."""
 NAP = 0.5
 """The longest a waiter sleeps before it looks at the rate again, seconds."""
-
-
-_FIRST: contextvars.ContextVar[bool] = contextvars.ContextVar("stepstone_send_first", default=False)
-
-
-@contextlib.contextmanager
-def first() -> Iterator[None]:
-    """Send the requests made inside this block (in this task) before any
-    waiting for their turn: a lease's renewal, which must not queue behind
-    the writes of the work it holds. A process throttled to its share of a
-    partition otherwise sends its renewals late, its leases lapse, and the
-    runs they hold are claimed again and run twice or run out of attempts.
-    They are few (one a job every third of its lease) and are still counted:
-    their answers move the rate as any other's."""
-    token = _FIRST.set(True)
-    try:
-        yield
-    finally:
-        _FIRST.reset(token)
-
-
-def sent_first() -> bool:
-    """Whether the request being made is sent :func:`first`."""
-    return _FIRST.get()
 
 
 class AdaptiveRate:
@@ -174,7 +150,7 @@ class AdaptiveRate:
 
     def forget(self) -> None:
         """Go back to unthrottled: the refusals so far were not this
-        partition's (a hot object's: stepstone.store.wrappers.hot_objects)."""
+        partition's (a hot object's: stepstone.store.s3.hot_objects)."""
         self.rate = None
         self.throttles = self.events = 0
         self._starting = True
@@ -188,7 +164,7 @@ class AdaptiveRate:
     async def acquire(self) -> float:
         """Wait until the next request may be sent; the clock's time then.
         A request sent :func:`first` waits for nothing."""
-        if self.rate is None or sent_first():
+        if self.rate is None or is_urgent():
             return self._now()
         self._refill(self.rate)
         self._tickets += 1

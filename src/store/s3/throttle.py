@@ -3,7 +3,7 @@
 Why: a partition of a bucket serves a bounded number of requests a second
 and answers the rest SlowDown (or 429); what lets a crowd's requests
 through is each process sending less, at the rate its own answers allow
-(stepstone.store.wrappers.send_rate says how that rate moves).
+(stepstone.store.s3.send_rate says how that rate moves).
 
 **One budget a process.** Every request a process sends to a bucket draws
 on the same rates, whichever store, queue or part of the engine sends it:
@@ -23,7 +23,7 @@ partition.
 
 A single object may be limited too, whatever its partition serves (GCS:
 about one write a second per object): its refusals give it turns of its
-own rather than cut its partition's rate (stepstone.store.wrappers.hot_objects).
+own rather than cut its partition's rate (stepstone.store.s3.hot_objects).
 A request takes its turn through :meth:`AdaptiveRates.sending`.
 """
 
@@ -151,7 +151,7 @@ class Sending:
         for a conditional write, raises PreconditionFailed if the write
         would be refused as stale: it is called when a hot object's turn was
         waited for, and the turn is then given back, not spent
-        (stepstone.store.conflicts.confirm_precondition)."""
+        (stepstone.store.s3.conflicts.confirm_precondition)."""
         hot = self._hot()
         if hot is not None:
             sent, waited = await hot.turn()

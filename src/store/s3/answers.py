@@ -6,13 +6,17 @@ whether a failed try may still have been applied."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
-from .base import ObjectInfo
+from ..base import ObjectInfo
+from ..errors import StoreError
 from .conflicts import CONFLICT_CODES
-from .errors import StoreError
+from .husks import HUSK_META, WRITE_META
 
 THROTTLING_CODES = {
     "SlowDown",
@@ -29,7 +33,7 @@ THROTTLING_CODES = {
 }
 """Answers that ask the client to send less (as do 429s): S3's SlowDown and
 botocore's throttling codes. They cut the store's send rate
-(stepstone.store.wrappers.throttle)."""
+(stepstone.store.s3.throttle)."""
 REFUSED_CODES = THROTTLING_CODES | CONFLICT_CODES
 """Transient answers S3 gives before doing any work: a retry after one of
 these cannot meet its own earlier write."""
@@ -95,6 +99,30 @@ def object_info(answer: Any, key: str, size: str, *, location: str) -> ObjectInf
     etag = quoted(str(answered(answer, "ETag", location=location, key=key)))
     length = answered_size(answer, size, location=location, key=key)
     return ObjectInfo(key, etag, length, modified.timestamp())
+
+
+@dataclass(frozen=True, slots=True)
+class Looked:
+    """What a HEAD says of one object, beyond its info: the write token and
+    the husk mark in its metadata (stepstone.store.s3.husks), and
+    its age by the server's clock (its ``Date`` less its ``Last-Modified``;
+    0 when the answer has no ``Date``)."""
+
+    info: ObjectInfo
+    token: str
+    husk: bool
+    age: float
+
+
+def looked_at(answer: Any, key: str, *, location: str) -> Looked:
+    """A HEAD's answer as :class:`Looked`."""
+    info = object_info(answer, key, "ContentLength", location=location)
+    metadata = answer.get("Metadata") or {}
+    headers = (answer.get("ResponseMetadata") or {}).get("HTTPHeaders") or {}
+    age = 0.0
+    with contextlib.suppress(KeyError, TypeError, ValueError):
+        age = max(0.0, parsedate_to_datetime(headers["date"]).timestamp() - info.modified)
+    return Looked(info, str(metadata.get(WRITE_META, "")), HUSK_META in metadata, age)
 
 
 def error_answer(exc: BaseException | None) -> tuple[str, int] | None:

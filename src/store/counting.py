@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 
-from ..base import (
+from .base import (
     DEFAULT_PAGE_SIZE,
     ChangeNotices,
     NewObject,
@@ -28,8 +28,8 @@ from ..base import (
     ObjectStore,
     StoredObject,
 )
-from ..errors import StoreError
-from ..parts import Parts, SplitObject, Splitter
+from .errors import StoreError
+from .parts import Parts, SplitObject, Splitter
 
 GET = "GET"
 HEAD = "HEAD"
