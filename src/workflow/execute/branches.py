@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import logging
 import os
 import site
@@ -320,6 +321,7 @@ def _dirs(*paths: str | None) -> tuple[str, ...]:
     return tuple(found)
 
 
+@functools.lru_cache(maxsize=256)
 def _package_dirs(module: str) -> tuple[str, ...]:
     """The directories of the application package ``module`` belongs to:
     installed like a library, its coroutines are still the application's."""

@@ -36,6 +36,7 @@ from stepstone.records.large_values import Stored
 from stepstone.records.layout import Path, check_run_id, place_of, run_id_for_key, step_name
 from stepstone.records.outcome import OutcomeRecord, decode_outcome_key
 from stepstone.records.retention import Runs
+from stepstone.runtime import plausible
 from stepstone.runtime.capabilities import JobListing
 from stepstone.runtime.decide import describe
 from stepstone.runtime.errors import MalformedPayload
@@ -336,7 +337,10 @@ def _segment(prefix: str, info: ObjectInfo) -> str:
 def _decided_at(value: Any) -> float | None:
     """When a patch decision was taken (``t``), if it says."""
     at = value.get("t") if isinstance(value, dict) else None
-    return float(at) if isinstance(at, int | float) and not isinstance(at, bool) else None
+    try:
+        return None if at is None else plausible.time(at, "a patch decision's time")
+    except plausible.Implausible:
+        return None
 
 
 async def detail(runner: Inspected, run_id: str) -> Detail:

@@ -117,16 +117,14 @@ class PositionedMemo:
             raise ValueError("its value is missing or of the wrong type")
         plausible.count(position, "its position", least=1)  # (an Implausible is a ValueError)
         branch = raw.get("br", [])
-        if not isinstance(branch, list) or not all(
-            isinstance(step, int) and not isinstance(step, bool) and step >= 1 for step in branch
-        ):
-            raise ValueError("its branch is not a list of task numbers")
-        args, by, times = raw.get("args"), raw.get("by"), raw.get("t")
-        if not (args is None or isinstance(args, str)) or not (by is None or isinstance(by, str)):
-            raise ValueError("its arguments' fingerprint or code version is not a str")
-        began = ended = None
-        if isinstance(times, list) and len(times) == 2 and all(_number(t) for t in times):
-            began, ended = float(times[0]), float(times[1])
+        if not isinstance(branch, list) or len(branch) > MAX_DEPTH:
+            raise ValueError(f"its branch is not a list of at most {MAX_DEPTH} task numbers")
+        for step in branch:
+            plausible.count(step, "a task number of its branch", least=1)
+        # What only informs (a fingerprint, the code version, the times) is
+        # dropped when it could not be real, rather than fail the memo.
+        args, by = _text(raw.get("args"), FINGERPRINT_LONGEST), _text(raw.get("by"), 255)
+        began, ended = _times(raw.get("t"))
         return cls(
             position,
             Call(call, name),
@@ -148,8 +146,24 @@ class PositionedMemo:
         return cls.decode(small, value)
 
 
-def _number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+MAX_DEPTH = 100
+"""The deepest branch a memo may name (tasks in tasks in tasks ...)."""
+FINGERPRINT_LONGEST = 64
+
+
+def _text(value: object, longest: int) -> str | None:
+    return value if isinstance(value, str) and 0 < len(value) <= longest else None
+
+
+def _times(value: object) -> tuple[float | None, float | None]:
+    """A memo's (began, ended), when both are times that could be real."""
+    if not isinstance(value, list) or len(value) != 2:
+        return None, None
+    try:
+        began, ended = (plausible.time(t, "a memo's time") for t in value)
+    except plausible.Implausible:
+        return None, None
+    return began, ended
 
 
 def memo_value() -> LargeField:
