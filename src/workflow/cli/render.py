@@ -322,15 +322,15 @@ def print_detail(out: TextIO, found: Detail) -> None:
                 _traceback(out, outcome.error.traceback)
         if outcome.result is not None:
             line("result", short(decode_value(outcome.result)))
-    _print_attempts(out, found)
+    print_attempts(out, found)
     if found.replay_of is not None and found.replaced_history:
-        _print_attempts(
+        print_attempts(
             out, found, found.replaced_history, f"of the replaced incarnation {found.replay_of}"
         )
     _print_steps(out, found)
 
 
-def _print_attempts(
+def print_attempts(
     out: TextIO, found: Detail, history: list[AttemptInfo] | None = None, of: str = ""
 ) -> None:
     """Each claim of the run (or of ``history``, ``of`` saying whose): when,
