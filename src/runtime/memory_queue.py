@@ -53,6 +53,7 @@ class _Rec:
     updated_at: float
     attempts: int = 0
     claims: int = 0
+    lapses: int = 0
     version: int = 0
     token: str | None = None
     lease_expires_at: float | None = None
@@ -161,6 +162,7 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
             last_error=rec.last_error,
             dead_reason=rec.dead_reason,
             wait=rec.wait if rec.token is None and rec.run_at > now else None,
+            lapses=rec.lapses,
         )
 
     # -- the contract ------------------------------------------------------
@@ -246,8 +248,14 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
         return out
 
     def _lease(self, rec: _Rec, now: float, lease: float) -> Delivery:
-        """Claim ``rec`` for ``lease`` seconds: one attempt more, a new token."""
-        rec.attempts += 1
+        """Claim ``rec`` for ``lease`` seconds, under a new token: one attempt
+        more, or one lapse more when it takes over a claim whose lease lapsed
+        (that attempt never ended: this claim goes on with it)."""
+        took_over = rec.token is not None
+        if took_over:
+            rec.lapses += 1
+        else:
+            rec.attempts += 1
         rec.claims += 1
         rec.wait, rec.woken = None, False
         rec.token = f"{self._token_prefix}-{next(self._tokens)}"
@@ -265,6 +273,8 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
             headers=rec.headers,
             enqueued_at=rec.created_at,
             claims=rec.claims,
+            lapses=rec.lapses,
+            took_over=took_over,
         )
 
     async def renew(self, delivery: Delivery, at_least: float) -> float | None:
@@ -388,6 +398,7 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
         rec.dead = False
         rec.dead_reason = None
         rec.attempts = 0
+        rec.lapses = 0
         rec.run_at = self.clock.now()
         self._touch(rec)
         self._notify()

@@ -44,6 +44,14 @@ DEFAULT_MAX_ATTEMPTS = 3
 """Attempts a job gets, the first included, unless its type, its submit or
 the runner says otherwise. Stated once, here, for every queue and the runner."""
 
+DEFAULT_MAX_LAPSES = 10
+"""Leases a run may lose to workers that die or hang (its **lapses**) before
+it fails for good as ``expired``, unless the runner says otherwise. A lapse
+costs no attempt: a worker killed under sixteen runs is no fault of
+fifteen of them. The limit stops a run that kills every worker it lands on
+(memory, a crash in native code) after this many, where counting nothing
+would let it take the fleet down one worker after another for ever."""
+
 DEFAULT_LEASE = 10.0
 """Seconds a claim is leased for, renewed every third of it: a dead worker's
 runs are taken over within about this long (docs/queue.md prices the
@@ -197,6 +205,13 @@ class Delivery:
     """Every claim so far, counted or not (a release or an uncounted nack hands
     the attempt back but not this). 1 means no earlier claim of this job can
     have left work behind; the workflow layer skips looking for memos then."""
+    lapses: int = 0
+    """Claims of this job whose lease lapsed before they settled (their
+    worker died, hung, or lost the store) and that another claim took over:
+    counted apart from attempts (:data:`DEFAULT_MAX_LAPSES`)."""
+    took_over: bool = False
+    """This claim took over one whose lease lapsed (it counted the last of
+    ``lapses``): the attempt it goes on with began under another claim."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +235,8 @@ class JobRecord:
     dead_reason: str | None = None
     wait: Wait | None = None
     """What it waits for while suspended (its status says which kind)."""
+    lapses: int = 0
+    """Claims taken over after their lease lapsed (see :attr:`Delivery.lapses`)."""
 
 
 def check_priority(priority: int) -> int:
@@ -375,7 +392,9 @@ class LeaseQueue(abc.ABC):
     ) -> list[Delivery]:
         """Claim up to ``n`` due jobs (of ``kinds`` if given) in priority order,
         each leased for ``lease`` seconds. Jobs whose lease expired are
-        claimable again, with the attempt counted. ``holder`` names the
+        claimable again: the takeover counts a lapse (``Delivery.lapses``),
+        not an attempt, since the claim that lapsed never ended its attempt
+        (its worker died or hung) and the new one goes on with it. ``holder`` names the
         claimer (a worker's id in its place): a queue that can reclaim
         (:class:`~stepstone.runtime.capabilities.Reclaiming`) marks each claim
         with it, so a restarted worker finds its own; others ignore it."""

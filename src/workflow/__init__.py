@@ -76,6 +76,7 @@ from stepstone.runtime.clock import Clock, SystemClock
 from stepstone.runtime.decide import FailureKind
 from stepstone.runtime.queue import (
     DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_LAPSES,
     PRIORITY_HIGH,
     PRIORITY_LOW,
     PRIORITY_NORMAL,
@@ -88,6 +89,7 @@ from stepstone.submit.options import SubmitOptions
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_MAX_LAPSES",
     "PRIORITY_HIGH",
     "PRIORITY_LOW",
     "PRIORITY_NORMAL",

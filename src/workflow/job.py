@@ -54,7 +54,9 @@ class Job(BaseModel, Generic[Out]):
     set it explicitly so renaming or moving the class does not orphan queued jobs."""
 
     max_attempts: ClassVar[int | None] = None
-    """Attempts in total, the first included; None takes the runner's default."""
+    """Attempts in total, the first included; None takes the runner's default.
+    An attempt is spent by the run's own code (an error, a timeout), never by
+    a worker that dies or hangs under it (that is a lapse: ``JobRunner(max_lapses=)``)."""
 
     attempt_timeout: ClassVar[float | None] = None
     """Seconds one attempt may run before it is cancelled and counted as failed

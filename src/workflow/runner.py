@@ -60,7 +60,13 @@ from stepstone.records.run_records import RunRecords
 from stepstone.runtime.backoff import Backoff
 from stepstone.runtime.capabilities import Waking
 from stepstone.runtime.clock import Clock, SystemClock
-from stepstone.runtime.queue import DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS, JobStatus, LeaseQueue
+from stepstone.runtime.queue import (
+    DEFAULT_LEASE,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_LAPSES,
+    JobStatus,
+    LeaseQueue,
+)
 from stepstone.runtime.store_queue import StoreQueue
 from stepstone.runtime.worker import JobThreads, Worker
 from stepstone.runtime.worker.presence import BEAT, Presence
@@ -97,6 +103,11 @@ class JobRunner:
     several workers share a host; two live workers on one host given one id
     are refused (``start`` raises WorkerIdInUse). The worker's record, which
     ``stepstone workers`` reads, is written every ``worker_beat`` s (None: never).
+
+    ``max_attempts`` counts the attempts a run's own code spends (an error,
+    a timeout); a worker that dies or hangs under a run costs it no attempt
+    but a lapse, and a run fails ``expired`` once its leases lapsed
+    ``max_lapses`` times (docs/guarantees.md says why).
     """
 
     def __init__(
@@ -113,6 +124,7 @@ class JobRunner:
         retry_backoff_cap: float = 300.0,
         retry_jitter: float = 0.5,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_lapses: int = DEFAULT_MAX_LAPSES,
         attempt_timeout: float | None = None,
         retention: float | None = None,
         sweep_interval: float | None = None,
@@ -196,6 +208,7 @@ class JobRunner:
             cancel_check=cancel_check,
             only_registered=only_registered,
             name=worker_id,
+            max_lapses=max_lapses,
             callbacks=RunEnding(
                 records=records,
                 watch=self._watch,

@@ -102,7 +102,7 @@ SQS_CANNOT: dict[str, str] = {
     "test_claim_takes_n_in_priority_order_then_due_order": _FENCED_SHORT,
     "test_renew_extends_and_never_shortens": _FENCED_SHORT,
     "test_a_lapsed_lease_is_reclaimed_and_the_old_token_is_fenced_off": _REAL_TIME,
-    "test_a_reclaim_past_max_attempts_is_still_delivered": _REAL_TIME,
+    "test_a_takeover_of_the_last_attempt_counts_lapses_not_attempts": _REAL_TIME,
     "test_nack_retries_after_the_delay_counting_the_attempt": _REAL_TIME,
     "test_an_uncounted_nack_hands_the_attempt_back": _REAL_TIME,
     "test_withdraw_removes_the_record_its_enqueue_made_if_unchanged": (
@@ -371,7 +371,8 @@ async def test_a_lapsed_lease_is_reclaimed_and_the_old_token_is_fenced_off(
     assert await queue.next_due() == old.lease_expires_at
     clock.advance(1)
     new = await claim_one(queue, lease=10)
-    assert (new.id, new.attempt, new.claims) == ("j", 2, 2)
+    # A takeover: a lapse counted, the attempt the lapsed claim began goes on.
+    assert (new.id, new.attempt, new.claims, new.lapses) == ("j", 1, 2, 1)
     assert new.token != old.token
     assert new.payload == b"p"
     before = await queue.get("j")
@@ -385,16 +386,23 @@ async def test_a_lapsed_lease_is_reclaimed_and_the_old_token_is_fenced_off(
     assert await queue.ack(new) is Settlement.ACKED
 
 
-async def test_a_reclaim_past_max_attempts_is_still_delivered(
+async def test_a_takeover_of_the_last_attempt_counts_lapses_not_attempts(
     backend: Backend, clock: FakeClock
 ) -> None:
-    """The worker, not the queue, ends a job (docs/architecture.md)."""
+    """A worker that dies costs its run no attempt; the queue counts the
+    lapses, and the worker, not the queue, ends a run that has too many
+    (docs/architecture.md)."""
     queue = backend.make()
     await queue.enqueue(b"", id="j", max_attempts=1)
     await claim_one(queue, lease=1)
-    clock.advance(2)
-    again = await claim_one(queue, lease=1)
-    assert (again.attempt, again.max_attempts) == (2, 1)
+    for lapses in (1, 2, 3):
+        clock.advance(2)
+        again = await claim_one(queue, lease=1)
+        assert (again.attempt, again.max_attempts, again.lapses) == (1, 1, lapses)
+        record = await queue.get("j")
+        assert record is not None and (record.attempts, record.lapses) == (1, lapses)
+    # A failure then is the last attempt's: the run dies, its lapses kept.
+    assert await queue.nack(again, delay=0, error="boom") is Settlement.DEAD
 
 
 async def test_renew_extends_and_never_shortens(queue: LeaseQueue, clock: FakeClock) -> None:
@@ -895,7 +903,7 @@ async def test_another_process_takes_over_a_lapsed_lease(
     assert await b.claim(1, lease=10) == []
     clock.advance(10)
     new = await claim_one(b, lease=10)
-    assert (new.attempt, new.payload) == (2, b"p")
+    assert (new.attempt, new.lapses, new.payload) == (1, 1, b"p")
     assert await a.renew(old, 100) is None
     assert await a.renew(old, 1) is None  # even a renewal that would not extend
     assert await a.ack(old) is Settlement.LOST

@@ -101,9 +101,14 @@ class StoredJob:
     """A suspended job's wait: (status value, detail), for people to see."""
     woken: bool = False
     """Set by a wake while the job was held: its suspension returns at once."""
+    lapses: int = 0
+    """Claims taken over after their lease lapsed (``Delivery.lapses``)."""
     partial: bool = False
     """True when the payload and headers were dropped to save memory (a view
     entry for a job another process holds, or a dead one). Never written."""
+    took_over: bool = False
+    """Set by :meth:`claimed` on a takeover of a lapsed lease, for the
+    delivery to say so. Never written."""
 
     def next(self, now: float, **changes: Any) -> StoredJob:
         """The record's next version: ``changes`` applied, ``rev`` bumped."""
@@ -111,17 +116,23 @@ class StoredJob:
 
     def claimed(self, now: float, *, token: str, lease_expires_at: float) -> StoredJob:
         """The version a claim writes: held under ``token`` until
-        ``lease_expires_at``, one more attempt and claim, no longer waiting.
-        A claim, a reclaim and a guess at another process's claim write (or
-        assume) the same fields, so they are set here once."""
+        ``lease_expires_at``, one more claim, no longer waiting; one more
+        attempt, or, taking over a claim whose lease lapsed (the record
+        still holds its token), one more lapse instead: that claim's attempt
+        never ended, and this one goes on with it. A claim, a reclaim and a
+        guess at another process's claim write (or assume) the same fields,
+        so they are set here once."""
+        takeover = self.token is not None
         return self.next(
             now,
-            attempts=self.attempts + 1,
+            attempts=self.attempts if takeover else self.attempts + 1,
+            lapses=self.lapses + 1 if takeover else self.lapses,
             claims=self.claims + 1,
             token=token,
             lease_expires_at=lease_expires_at,
             wait=None,
             woken=False,
+            took_over=takeover,
         )
 
     @property
@@ -165,6 +176,7 @@ _FIELDS: dict[str, tuple[type, ...]] = {
 _OPTIONAL: dict[str, tuple[tuple[type, ...], Any]] = {
     "wait": ((list, type(None)), None),
     "woken": ((bool,), False),
+    "lapses": ((int,), 0),
 }
 """Fields added later: written only when set, so records without them (older
 ones, and most) decode unchanged, and an older reader ignores them."""
@@ -246,7 +258,7 @@ def decode(data: bytes, *, key: str) -> StoredJob:
         raise CorruptRecord("headers must map str to str", key=key)
     for name, (types, default) in _OPTIONAL.items():
         value = body.get(name, default)
-        if not isinstance(value, types):
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
             raise CorruptRecord(f"field {name!r} has a {type(value).__name__}", key=key)
         values[name] = value
     wait = values["wait"]
@@ -274,6 +286,7 @@ def _check_plausible(values: dict[str, Any]) -> None:
     plausible.count(values["max_attempts"], "max_attempts", least=1)
     plausible.count(values["attempts"], "attempts")
     plausible.count(values["claims"], "claims")
+    plausible.count(values["lapses"], "lapses")
     plausible.count(values["rev"], "rev", most=plausible.MAX_REVISION)
     plausible.due(values["run_at"], "run_at")
     for name in ("created_at", "updated_at"):
@@ -313,6 +326,7 @@ def record_of(job: StoredJob, now: float) -> JobRecord:
         last_error=job.last_error,
         dead_reason=job.dead_reason,
         wait=wait_of(job, now),
+        lapses=job.lapses,
     )
 
 
@@ -338,4 +352,6 @@ def delivery_of(job: StoredJob) -> Delivery:
         headers=dict(job.headers),
         enqueued_at=job.created_at,
         claims=job.claims,
+        lapses=job.lapses,
+        took_over=job.took_over,
     )

@@ -116,6 +116,7 @@ async def cancel_run(
         input_hash=digest,
         incarnation=incarnation,
         attempts=queued.attempts,
+        lapses=queued.lapses,
         finished_at=clock.now(),
         error=ErrorInfo(FailureKind.CANCELLED, why),
         **({} if envelope is None else about_the_run(envelope)),

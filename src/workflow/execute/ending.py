@@ -182,6 +182,7 @@ class RunEnding:
             input_hash=digest,
             incarnation=incarnation,
             attempts=failure.attempt,
+            lapses=delivery.lapses,
             finished_at=self._clock.now(),
             error=ErrorInfo(failure.reason, failure.message, failure.error_type, failure.traceback),
             submitted_at=delivery.enqueued_at or None,

@@ -40,6 +40,9 @@ class JobState:
     waiting_for: str | None = None
     """What a suspended run waits for: ``until <time>``, an event's name,
     ``<n> of <m> children``."""
+    lapses: int = 0
+    """Leases the run lost to workers that died or hung under it; none of
+    them spent an attempt (docs/guarantees.md)."""
 
     @property
     def finished(self) -> bool:
@@ -78,6 +81,7 @@ async def read_state(records: RunRecords, queue: LeaseQueue, run_id: str) -> Job
             attempts=record.attempts,
             progress=progress,
             last_error=None if record.error is None else record.error.message,
+            lapses=record.lapses,
         )
     if queued is None:
         return None
@@ -90,6 +94,7 @@ async def read_state(records: RunRecords, queue: LeaseQueue, run_id: str) -> Job
         run_at=queued.run_at,
         lease_expires_at=queued.lease_expires_at,
         waiting_for=None if queued.wait is None else queued.wait.detail,
+        lapses=queued.lapses,
     )
 
 
