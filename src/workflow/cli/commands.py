@@ -40,7 +40,7 @@ from stepstone.cli.runners import runner_from_args
 from stepstone.errors import EncodingError, EventRefused, InspectError
 from stepstone.ops import actions, listing, reads
 from stepstone.ops.listing import RunFilter
-from stepstone.ops.patches import patch_paths
+from stepstone.ops.patches import PatchPaths, patch_paths
 from stepstone.ops.replay import replay, replay_many
 from stepstone.records.layout import run_id_for_key
 from stepstone.runner import JobRunner
@@ -102,24 +102,39 @@ def _ls_patch(args: argparse.Namespace) -> int:
                 {
                     "patch": args.patch,
                     "old": [listed_json(r) for r in found.old],
+                    "past": [listed_json(r) for r in found.past],
                     "not_yet": [listed_json(r) for r in found.not_yet],
+                    "unplaced": [listed_json(r) for r in found.unplaced],
                     "new": len(found.new),
+                    "points": found.points,
                     "unreadable": unreadable_json(found.unreadable),
                 }
             )
             return 0
         if rows:
             print_listing(sys.stdout, rows, now)
-        print(
-            escape_controls(
-                f"{len(rows)} run(s) not finished may still take the old path of patch "
-                f"{args.patch!r}: {len(found.old)} took it, {len(found.not_yet)} have not "
-                f"reached it ({len(found.new)} took the new path)"
-            )
-        )
+        print(escape_controls(_patch_summary(args.patch, found)))
         return 0
 
     return asyncio.run(_with_runner(args, body))
+
+
+def _patch_summary(change_id: str, found: PatchPaths) -> str:
+    """What ``ls --patch`` says of the runs it lists, by what the store tells of each."""
+    said = [
+        f"{len(found.old)} took it",
+        f"{len(found.past)} went past its point on the old code (they take it when they go on)",
+        f"{len(found.not_yet)} have not reached it",
+    ]
+    if found.unplaced:
+        said.append(
+            f"{len(found.unplaced)} have not met it, nor has any run of their kind "
+            "(before its point or past it, no record says)"
+        )
+    return (
+        f"{len(found.may_take_the_old_path)} run(s) not finished may still take the old path "
+        f"of patch {change_id!r}: {', '.join(said)} ({len(found.new)} took the new path)"
+    )
 
 
 def _filter(args: argparse.Namespace, now: float, status: str | None = None) -> RunFilter:
