@@ -13,6 +13,7 @@ has to search a heap.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import secrets
@@ -37,6 +38,7 @@ from .queue import (
     check_enqueue,
     enqueue_each,
     sort_key,
+    still_pending,
 )
 
 
@@ -62,6 +64,7 @@ class _Rec:
     dead_reason: str | None = None
     wait: Wait | None = None
     woken: bool = False
+    arrivals: tuple[str, ...] = ()
     serial: int = 0
     """Tells this record from another of its id made later (``withdraw``)."""
 
@@ -257,7 +260,7 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
         else:
             rec.attempts += 1
         rec.claims += 1
-        rec.wait, rec.woken = None, False
+        rec.wait, rec.woken, rec.arrivals = None, False, ()
         rec.token = f"{self._token_prefix}-{next(self._tokens)}"
         rec.lease_expires_at = now + lease
         self._touch(rec)
@@ -320,26 +323,40 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
         rec.attempts -= 1
         rec.token = None
         rec.lease_expires_at = None
-        if rec.woken:  # what it waits for happened while it ran: look again now
+        needed = tuple(n for n in dict.fromkeys(wait.pending) if n not in rec.arrivals)
+        rec.arrivals = ()
+        if rec.woken or (wait.pending and not needed):
+            # What it waits for happened while it ran: look again now.
             rec.woken = False
             rec.run_at = self.clock.now()
             self._touch(rec)
             self._notify()
             return Settlement.RETRIED
         rec.run_at = until
-        rec.wait = wait
+        rec.wait = dataclasses.replace(wait, pending=needed)
         self._touch(rec)
         return Settlement.SUSPENDED
 
-    async def wake(self, run_id: str, waiting_for: JobStatus) -> bool:
+    async def wake(
+        self, run_id: str, waiting_for: JobStatus, *, arrived: str | None = None
+    ) -> bool:
         rec = self._records.get(run_id)
         if rec is None or rec.dead:
             return False
         if rec.token is not None:
-            rec.woken = True
+            if arrived is None:
+                rec.woken = True
+            elif arrived not in rec.arrivals:  # its suspension takes it off
+                rec.arrivals = (*rec.arrivals, arrived)
             return True
         if rec.wait is None or rec.wait.status is not waiting_for:
             return True  # not waiting for what arrived: its run-at stands
+        left = still_pending(rec.wait.pending, arrived)
+        if left is not None:
+            if left != rec.wait.pending:
+                rec.wait = dataclasses.replace(rec.wait, pending=left)
+                self._touch(rec)
+            return True
         now = self.clock.now()
         if rec.run_at > now:
             rec.run_at = now

@@ -145,10 +145,21 @@ class Wait:
     detail: str = ""
     """For people: the event's name, how many children are left, a
     concurrency key and how many were ahead, a rate limit turn."""
+    pending: tuple[str, ...] = ()
+    """What the wait still needs, by id (the children a run awaits): a wake
+    naming one of them as arrived takes it off, and the job is due only
+    once none is left (:meth:`~stepstone.runtime.capabilities.Waking.wake`).
+    Empty: any wake for its status makes it due."""
 
     def __post_init__(self) -> None:
         if self.status not in SUSPENDED_STATUSES:
             raise ValueError(f"a wait's status is one of the suspended ones, not {self.status}")
+
+    @property
+    def shown(self) -> str:
+        """What people are shown: the detail, after the number of what it
+        still needs when it counts them (``2`` then ``of 4 children``)."""
+        return f"{len(self.pending)} {self.detail}" if self.pending else self.detail
 
 
 class Settlement(StrEnum):
@@ -237,6 +248,16 @@ class JobRecord:
     """What it waits for while suspended (its status says which kind)."""
     lapses: int = 0
     """Claims taken over after their lease lapsed (see :attr:`Delivery.lapses`)."""
+
+
+def still_pending(pending: tuple[str, ...], arrived: str | None) -> tuple[str, ...] | None:
+    """What a wait that counts what it needs (``pending``) still needs once
+    ``arrived`` came; None when the wake makes the job due: nothing is left,
+    the wait counts nothing (any wake ends it), or the wake names nothing."""
+    if arrived is None or not pending:
+        return None
+    left = tuple(needed for needed in pending if needed != arrived)
+    return left or None
 
 
 def check_priority(priority: int) -> int:

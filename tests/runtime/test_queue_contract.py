@@ -805,6 +805,58 @@ async def test_a_wake_moves_only_a_job_waiting_for_what_arrived(
     assert (await claim_one(queue)).id == "later"
 
 
+async def test_a_wait_that_counts_what_it_needs_is_due_when_the_last_arrives(
+    queue: LeaseQueue, clock: FakeClock
+) -> None:
+    """A parent awaiting three children: each that ends takes itself off,
+    and only the last makes it due; a wake naming one not awaited changes
+    nothing; a wake naming none (a child that failed) makes it due at once."""
+    waking = requires(Waking, queue)
+    children = Wait(JobStatus.WAITING_FOR_CHILDREN, "of 3 children", pending=("c1", "c2", "c3"))
+    for job_id in ("p", "q"):
+        await queue.enqueue(b"", id=job_id)
+        await queue.suspend(await claim_one(queue), until=clock.now() + 3600, wait=children)
+    for arrived, left in (("c2", ("c1", "c3")), ("c9", ("c1", "c3")), ("c1", ("c3",))):
+        assert await waking.wake("p", JobStatus.WAITING_FOR_CHILDREN, arrived=arrived) is True
+        record = await queue.get("p")
+        assert record is not None and record.status is JobStatus.WAITING_FOR_CHILDREN
+        assert record.wait is not None and record.wait.pending == left
+        assert record.wait.shown == f"{len(left)} of 3 children"
+    assert await queue.claim(2, lease=LEASE) == []
+    assert await waking.wake("p", JobStatus.WAITING_FOR_CHILDREN, arrived="c3") is True
+    assert await waking.wake("q", JobStatus.WAITING_FOR_CHILDREN) is True  # (a failure)
+    assert sorted(d.id for d in await queue.claim(2, lease=LEASE)) == ["p", "q"]
+    for job_id in ("p", "q"):
+        record = await queue.get(job_id)
+        assert record is not None and (record.status, record.wait) == (JobStatus.RUNNING, None)
+
+
+async def test_what_arrives_while_held_is_taken_off_the_wait_it_suspends_with(
+    queue: LeaseQueue, clock: FakeClock
+) -> None:
+    """Children that end after their parent looked and before it suspended:
+    its suspension needs only the rest, and returns at once when none is left."""
+    waking = requires(Waking, queue)
+    children = Wait(JobStatus.WAITING_FOR_CHILDREN, "of 2 children", pending=("c1", "c2"))
+    await queue.enqueue(b"", id="p")
+    held = await claim_one(queue)
+    assert await waking.wake("p", JobStatus.WAITING_FOR_CHILDREN, arrived="c1") is True
+    assert await queue.suspend(held, until=clock.now() + 3600, wait=children) is (
+        Settlement.SUSPENDED
+    )
+    record = await queue.get("p")
+    assert record is not None and record.wait is not None and record.wait.pending == ("c2",)
+    assert await waking.wake("p", JobStatus.WAITING_FOR_CHILDREN, arrived="c2") is True
+    again = await claim_one(queue)
+    for arrived in ("c1", "c2"):
+        assert await waking.wake("p", JobStatus.WAITING_FOR_CHILDREN, arrived=arrived)
+    assert await queue.suspend(again, until=clock.now() + 3600, wait=children) is (
+        Settlement.RETRIED
+    )
+    record = await queue.get("p")
+    assert record is not None and (record.status, record.wait) == (JobStatus.READY, None)
+
+
 async def test_a_wake_while_held_makes_the_next_suspend_return_at_once(
     queue: LeaseQueue, clock: FakeClock
 ) -> None:

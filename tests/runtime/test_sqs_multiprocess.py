@@ -276,6 +276,7 @@ async def test_requests_per_job_through_the_whole_engine(
     every SQS request and every S3 request counted."""
     from stepstone import JobRunner
     from stepstone.runtime.sqs import SqsQueue
+    from stepstone.runtime.worker.presence import BEAT
     from stepstone.store.wrappers.counting import CountingStore
 
     monkeypatch.setenv("SQS_STEP_LOG", str(tmp_path / "steps.log"))
@@ -288,6 +289,7 @@ async def test_requests_per_job_through_the_whole_engine(
     store.reset()
     count = 100
     double = _double_job()
+    started = time.monotonic()
     async with JobRunner(
         store, queue=queue, jobs=[double], concurrency=32, poll_interval=0.2
     ) as runner:
@@ -297,6 +299,7 @@ async def test_requests_per_job_through_the_whole_engine(
         await _wait_for(lambda: runner.worker.stats.succeeded >= count, 60, "the jobs")
         sqs_counts, s3_counts = dict(queue.requests), dict(store.counts)
         outcomes = [await h.poll() for h in handles]
+    beats = (time.monotonic() - started) / BEAT
     assert [o.result if o else None for o in outcomes] == [2 * n for n in range(count)]
     await queue.close()
     sqs = {op: round(c / count, 3) for op, c in sorted(sqs_counts.items())}
@@ -309,8 +312,9 @@ async def test_requests_per_job_through_the_whole_engine(
     assert sum(sqs.values()) <= 3.0
     # S3: marker + outcome + 2 memos are the conditional PUTs.
     assert s3_counts["CONDITIONAL_PUT"] == 4 * count
-    # The only plain PUTs are the worker's record (its start, a beat each 30 s): none a job.
-    assert s3_counts["PUT"] <= 3
+    # The only plain PUTs are the worker's record (its start, a beat each
+    # BEAT seconds, its stop): none a job.
+    assert s3_counts["PUT"] <= 2 + beats
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ import msgpack
 from .. import plausible
 from ..errors import QueueError
 from ..queue import SUSPENDED_STATUSES, Delivery, JobRecord, JobStatus, Wait
+from ..run_id import is_storable_id
 
 __all__ = [
     "CorruptRecord",
@@ -103,12 +104,17 @@ class StoredJob:
     """Set by a wake while the job was held: its suspension returns at once."""
     lapses: int = 0
     """Claims taken over after their lease lapsed (``Delivery.lapses``)."""
+    pending: tuple[str, ...] = ()
+    """What a suspended job's wait still needs, by id (``Wait.pending``)."""
+    arrivals: tuple[str, ...] = ()
+    """What wakes said arrived while the job was held (``wake(arrived=)``):
+    its suspension takes them off what its wait needs."""
     partial: bool = False
     """True when the payload and headers were dropped to save memory (a view
     entry for a job another process holds, or a dead one). Never written."""
-    took_over: bool = False
+    took_over: bool = field(default=False, compare=False)
     """Set by :meth:`claimed` on a takeover of a lapsed lease, for the
-    delivery to say so. Never written."""
+    delivery to say so. Never written, nor part of what a record is."""
 
     def next(self, now: float, **changes: Any) -> StoredJob:
         """The record's next version: ``changes`` applied, ``rev`` bumped."""
@@ -132,6 +138,8 @@ class StoredJob:
             lease_expires_at=lease_expires_at,
             wait=None,
             woken=False,
+            pending=(),
+            arrivals=(),
             took_over=takeover,
         )
 
@@ -177,6 +185,8 @@ _OPTIONAL: dict[str, tuple[tuple[type, ...], Any]] = {
     "wait": ((list, type(None)), None),
     "woken": ((bool,), False),
     "lapses": ((int,), 0),
+    "pending": ((list, tuple), ()),
+    "arrivals": ((list, tuple), ()),
 }
 """Fields added later: written only when set, so records without them (older
 ones, and most) decode unchanged, and an older reader ignores them."""
@@ -261,6 +271,11 @@ def decode(data: bytes, *, key: str) -> StoredJob:
         if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
             raise CorruptRecord(f"field {name!r} has a {type(value).__name__}", key=key)
         values[name] = value
+    for name in ("pending", "arrivals"):
+        ids = values[name]
+        if not all(isinstance(run_id, str) and is_storable_id(run_id) for run_id in ids):
+            raise CorruptRecord(f"field {name!r} holds something that is not a run id", key=key)
+        values[name] = tuple(ids)
     wait = values["wait"]
     if wait is not None:
         if not (len(wait) == 2 and all(isinstance(part, str) for part in wait)):
@@ -334,7 +349,7 @@ def wait_of(job: StoredJob, now: float) -> Wait | None:
     """What a suspended record waits for, while it does."""
     if job.wait is None or job.token is not None or job.dead or job.run_at <= now:
         return None
-    return Wait(JobStatus(job.wait[0]), job.wait[1])
+    return Wait(JobStatus(job.wait[0]), job.wait[1], pending=job.pending)
 
 
 def delivery_of(job: StoredJob) -> Delivery:

@@ -165,7 +165,7 @@ def detail_json(found: Detail) -> dict[str, Any]:
             "lease_expires_at": queued.lease_expires_at,
             "last_error": queued.last_error,
             "dead_reason": queued.dead_reason,
-            "waiting_for": None if queued.wait is None else queued.wait.detail,
+            "waiting_for": None if queued.wait is None else queued.wait.shown,
             "headers": dict(queued.headers),
         },
         "outcome": None
@@ -291,7 +291,7 @@ def print_detail(out: TextIO, found: Detail) -> None:
             line("lapses", _lapses(queued.lapses))
         line("priority", queued.priority)
         if queued.wait is not None:
-            line("waiting for", short(queued.wait.detail) or "-")
+            line("waiting for", short(queued.wait.shown) or "-")
             line("wakes at", when(queued.run_at))
         else:
             line("run at", when(queued.run_at))

@@ -93,7 +93,7 @@ async def read_state(records: RunRecords, queue: LeaseQueue, run_id: str) -> Job
         last_error=first_line(queued.last_error or queued.dead_reason or _reason(record)),
         run_at=queued.run_at,
         lease_expires_at=queued.lease_expires_at,
-        waiting_for=None if queued.wait is None else queued.wait.detail,
+        waiting_for=None if queued.wait is None else queued.wait.shown,
         lapses=queued.lapses,
     )
 
