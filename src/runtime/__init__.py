@@ -32,6 +32,7 @@ from .memory_queue import MemoryQueue
 from .observer import AttemptReport, WorkerObserver
 from .queue import (
     DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_LAPSES,
     PRIORITY_HIGH,
     PRIORITY_LOW,
     PRIORITY_NORMAL,
@@ -61,6 +62,7 @@ from .worker import (
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_MAX_LAPSES",
     "PRIORITY_HIGH",
     "PRIORITY_LOW",
     "PRIORITY_NORMAL",

@@ -58,13 +58,20 @@ class Waking(Protocol):
     """A queue that can make a suspended job due at once."""
 
     @abc.abstractmethod
-    async def wake(self, run_id: str, waiting_for: JobStatus) -> bool:
+    async def wake(
+        self, run_id: str, waiting_for: JobStatus, *, arrived: str | None = None
+    ) -> bool:
         """Make the job due now if it is suspended waiting for ``waiting_for``
         (one of the suspended statuses: what arrived); if it is held
         (running), mark it so its next suspension returns at once. A job
         waiting for its run-at time, a retry's backoff or something else is
-        left as it is. False if there is no such job (ended, never enqueued)
-        or it is dead; True otherwise, moved or not."""
+        left as it is. ``arrived`` names what came, when the wait counts what
+        it needs (``Wait.pending``): it is taken off, and the job is due only
+        once none is left (one not pending changes nothing); a held job
+        keeps it, and its next suspension takes it off what its wait needs
+        (returning at once when nothing is left). False if there
+        is no such job (ended, never enqueued) or it is dead; True otherwise,
+        moved or not."""
 
 
 @runtime_checkable
@@ -92,8 +99,8 @@ class Reclaiming(Protocol):
         off, up to ``limit`` jobs (of ``kinds``) claimed as ``holder``
         (``claim(holder=)``) whose records changed within the last ``within``
         seconds: the runs a dead life of this worker held, which would
-        otherwise wait for their leases to lapse. The attempt is counted, as
-        a lapsed lease's takeover counts it."""
+        otherwise wait for their leases to lapse. Each counts a lapse, not an
+        attempt, as a lapsed lease's takeover does."""
 
 
 @dataclass(frozen=True, slots=True)

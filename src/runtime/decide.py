@@ -53,7 +53,9 @@ class FailureKind(StrEnum):
     MALFORMED = "malformed"
     """The payload could not be decoded (MalformedPayload)."""
     EXPIRED = "expired"
-    """The lease lapsed on the last allowed attempt (its worker died or hung)."""
+    """Its leases lapsed too often: its workers died or hung under it
+    ``max_lapses`` times (a lapse costs no attempt; this bounds a run that
+    kills every worker it lands on)."""
     CANCELLED = "cancelled"
     """Someone cancelled the job before it finished (never decided here: the
     workflow layer records it when ``cancel`` is called)."""
@@ -119,8 +121,14 @@ class NoHandler:
 
 @dataclass(frozen=True)
 class Expired:
-    """The delivery's attempt is past max_attempts: the last allowed attempt's
-    lease lapsed and the queue handed the job out again. Nothing ran."""
+    """The delivery took over a lease that lapsed, and its run's lapses have
+    reached ``limit`` (the worker's ``max_lapses``): its workers died or hung
+    under it that often. Nothing ran. (``limit`` None: a record written by
+    a release that counted a lapse as an attempt, whose attempt is past
+    ``max_attempts``.)"""
+
+    lapses: int
+    limit: int | None = None
 
 
 AttemptEnd = Returned | Raised | TimedOut | NoHandler | Expired
@@ -184,10 +192,16 @@ def decide(delivery: Delivery, ended: AttemptEnd, backoff: Backoff, now: float) 
     match ended:
         case Returned(value):
             return Ack(Success(value))
-        case Expired():
+        case Expired(lapses, None):
             lapsed = delivery.attempt - 1
             message = f"lease expired on attempt {lapsed}, the last of {delivery.max_attempts}"
             return _dead(FailureKind.EXPIRED, message, None, lapsed)
+        case Expired(lapses, limit):
+            message = (
+                f"its lease lapsed {lapses} times (its workers died or hung under it), "
+                f"the most a run is given ({limit}), on attempt {attempt}"
+            )
+            return _dead(FailureKind.EXPIRED, message, None, attempt)
         case NoHandler():
             message = f"no handler registered for job type `{delivery.kind}`"
             return _dead(FailureKind.UNKNOWN, message, qualified_name(UnknownKind), attempt)

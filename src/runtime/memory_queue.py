@@ -13,6 +13,7 @@ has to search a heap.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import secrets
@@ -37,6 +38,7 @@ from .queue import (
     check_enqueue,
     enqueue_each,
     sort_key,
+    still_pending,
 )
 
 
@@ -53,6 +55,7 @@ class _Rec:
     updated_at: float
     attempts: int = 0
     claims: int = 0
+    lapses: int = 0
     version: int = 0
     token: str | None = None
     lease_expires_at: float | None = None
@@ -61,6 +64,7 @@ class _Rec:
     dead_reason: str | None = None
     wait: Wait | None = None
     woken: bool = False
+    arrivals: tuple[str, ...] = ()
     serial: int = 0
     """Tells this record from another of its id made later (``withdraw``)."""
 
@@ -164,6 +168,7 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
             last_error=rec.last_error,
             dead_reason=rec.dead_reason,
             wait=rec.wait if rec.token is None and rec.run_at > now else None,
+            lapses=rec.lapses,
         )
 
     # -- the contract ------------------------------------------------------
@@ -249,10 +254,16 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
         return out
 
     def _lease(self, rec: _Rec, now: float, lease: float) -> Delivery:
-        """Claim ``rec`` for ``lease`` seconds: one attempt more, a new token."""
-        rec.attempts += 1
+        """Claim ``rec`` for ``lease`` seconds, under a new token: one attempt
+        more, or one lapse more when it takes over a claim whose lease lapsed
+        (that attempt never ended: this claim goes on with it)."""
+        took_over = rec.token is not None
+        if took_over:
+            rec.lapses += 1
+        else:
+            rec.attempts += 1
         rec.claims += 1
-        rec.wait, rec.woken = None, False
+        rec.wait, rec.woken, rec.arrivals = None, False, ()
         rec.token = f"{self._token_prefix}-{next(self._tokens)}"
         rec.lease_expires_at = now + lease
         self._touch(rec)
@@ -268,6 +279,8 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
             headers=rec.headers,
             enqueued_at=rec.created_at,
             claims=rec.claims,
+            lapses=rec.lapses,
+            took_over=took_over,
         )
 
     async def renew(self, delivery: Delivery, at_least: float) -> float | None:
@@ -313,26 +326,40 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
         rec.attempts -= 1
         rec.token = None
         rec.lease_expires_at = None
-        if rec.woken:  # what it waits for happened while it ran: look again now
+        needed = tuple(n for n in dict.fromkeys(wait.pending) if n not in rec.arrivals)
+        rec.arrivals = ()
+        if rec.woken or (wait.pending and not needed):
+            # What it waits for happened while it ran: look again now.
             rec.woken = False
             rec.run_at = self.clock.now()
             self._touch(rec)
             self._notify()
             return Settlement.RETRIED
         rec.run_at = until
-        rec.wait = wait
+        rec.wait = dataclasses.replace(wait, pending=needed)
         self._touch(rec)
         return Settlement.SUSPENDED
 
-    async def wake(self, run_id: str, waiting_for: JobStatus) -> bool:
+    async def wake(
+        self, run_id: str, waiting_for: JobStatus, *, arrived: str | None = None
+    ) -> bool:
         rec = self._records.get(run_id)
         if rec is None or rec.dead:
             return False
         if rec.token is not None:
-            rec.woken = True
+            if arrived is None:
+                rec.woken = True
+            elif arrived not in rec.arrivals:  # its suspension takes it off
+                rec.arrivals = (*rec.arrivals, arrived)
             return True
         if rec.wait is None or rec.wait.status is not waiting_for:
             return True  # not waiting for what arrived: its run-at stands
+        left = still_pending(rec.wait.pending, arrived)
+        if left is not None:
+            if left != rec.wait.pending:
+                rec.wait = dataclasses.replace(rec.wait, pending=left)
+                self._touch(rec)
+            return True
         now = self.clock.now()
         if rec.run_at > now:
             rec.run_at = now
@@ -391,6 +418,7 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
         rec.dead = False
         rec.dead_reason = None
         rec.attempts = 0
+        rec.lapses = 0
         rec.run_at = self.clock.now()
         self._touch(rec)
         self._notify()

@@ -47,6 +47,14 @@ DEFAULT_MAX_ATTEMPTS = 3
 """Attempts a job gets, the first included, unless its type, its submit or
 the runner says otherwise. Stated once, here, for every queue and the runner."""
 
+DEFAULT_MAX_LAPSES = 10
+"""Leases a run may lose to workers that die or hang (its **lapses**) before
+it fails for good as ``expired``, unless the runner says otherwise. A lapse
+costs no attempt: a worker killed under sixteen runs is no fault of
+fifteen of them. The limit stops a run that kills every worker it lands on
+(memory, a crash in native code) after this many, where counting nothing
+would let it take the fleet down one worker after another for ever."""
+
 DEFAULT_LEASE = 10.0
 """Seconds a claim is leased for, renewed every third of it: a dead worker's
 runs are taken over within about this long (docs/queue.md prices the
@@ -145,10 +153,21 @@ class Wait:
     detail: str = ""
     """For people: the event's name, how many children are left, a
     concurrency key and how many were ahead, a rate limit turn."""
+    pending: tuple[str, ...] = ()
+    """What the wait still needs, by id (the children a run awaits): a wake
+    naming one of them as arrived takes it off, and the job is due only
+    once none is left (:meth:`~stepstone.runtime.capabilities.Waking.wake`).
+    Empty: any wake for its status makes it due."""
 
     def __post_init__(self) -> None:
         if self.status not in SUSPENDED_STATUSES:
             raise ValueError(f"a wait's status is one of the suspended ones, not {self.status}")
+
+    @property
+    def shown(self) -> str:
+        """What people are shown: the detail, after the number of what it
+        still needs when it counts them (``2`` then ``of 4 children``)."""
+        return f"{len(self.pending)} {self.detail}" if self.pending else self.detail
 
 
 class Settlement(StrEnum):
@@ -207,6 +226,13 @@ class Delivery:
     """Every claim so far, counted or not (a release or an uncounted nack hands
     the attempt back but not this). 1 means no earlier claim of this job can
     have left work behind; the workflow layer skips looking for memos then."""
+    lapses: int = 0
+    """Claims of this job whose lease lapsed before they settled (their
+    worker died, hung, or lost the store) and that another claim took over:
+    counted apart from attempts (:data:`DEFAULT_MAX_LAPSES`)."""
+    took_over: bool = False
+    """This claim took over one whose lease lapsed (it counted the last of
+    ``lapses``): the attempt it goes on with began under another claim."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +256,18 @@ class JobRecord:
     dead_reason: str | None = None
     wait: Wait | None = None
     """What it waits for while suspended (its status says which kind)."""
+    lapses: int = 0
+    """Claims taken over after their lease lapsed (see :attr:`Delivery.lapses`)."""
+
+
+def still_pending(pending: tuple[str, ...], arrived: str | None) -> tuple[str, ...] | None:
+    """What a wait that counts what it needs (``pending``) still needs once
+    ``arrived`` came; None when the wake makes the job due: nothing is left,
+    the wait counts nothing (any wake ends it), or the wake names nothing."""
+    if arrived is None or not pending:
+        return None
+    left = tuple(needed for needed in pending if needed != arrived)
+    return left or None
 
 
 def check_priority(priority: int) -> int:
@@ -385,7 +423,9 @@ class LeaseQueue(abc.ABC):
     ) -> list[Delivery]:
         """Claim up to ``n`` due jobs (of ``kinds`` if given) in priority order,
         each leased for ``lease`` seconds. Jobs whose lease expired are
-        claimable again, with the attempt counted. ``holder`` names the
+        claimable again: the takeover counts a lapse (``Delivery.lapses``),
+        not an attempt, since the claim that lapsed never ended its attempt
+        (its worker died or hung) and the new one goes on with it. ``holder`` names the
         claimer (a worker's id in its place): a queue that can reclaim
         (:class:`~stepstone.runtime.capabilities.Reclaiming`) marks each claim
         with it, so a restarted worker finds its own; others ignore it."""

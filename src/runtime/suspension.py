@@ -33,5 +33,5 @@ class Suspend(Exception):
     def __init__(self, until: float, wait: Wait) -> None:
         self.until = until
         self.wait = wait
-        what = f"{wait.status.value}: {wait.detail}" if wait.detail else wait.status.value
+        what = f"{wait.status.value}: {wait.shown}" if wait.shown else wait.status.value
         super().__init__(f"suspended ({what})")

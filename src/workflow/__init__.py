@@ -6,7 +6,9 @@ Everything an application touches is importable from here::
 
 - the job API: :class:`Job`, :class:`JobContext`, :class:`JobRunner`,
   :class:`JobHandle` (:class:`SyncHandle` from code without an event loop),
-  :class:`Outcome`, :class:`SubmitOptions`, :class:`Schedule` for jobs
+  :class:`Outcome`, :class:`SubmitOptions`, :class:`IdempotencyKey` to
+  name a run by the key it was submitted with (every runner method taking a
+  run takes one, or a :data:`RunRef`), :class:`Schedule` for jobs
   submitted on a cron or an interval, and :class:`RateLimit` for a job
   type's ``rate_limit``;
 - one vocabulary for where a job is (:class:`JobStatus`) and why it failed
@@ -64,7 +66,7 @@ from stepstone.execute.context import JobContext, SyncContext
 from stepstone.handles.handle import JobHandle
 from stepstone.handles.state import JobState
 from stepstone.handles.sync import SyncHandle
-from stepstone.job import ErrorClass, Job, payload_idempotency_key
+from stepstone.job import ErrorClass, IdempotencyKey, Job, RunRef, payload_idempotency_key
 from stepstone.limits.rate import RateLimit
 from stepstone.records.attempts import AttemptInfo, AttemptResult
 from stepstone.records.outcome import ErrorInfo, Outcome
@@ -74,6 +76,7 @@ from stepstone.runtime.clock import Clock, SystemClock
 from stepstone.runtime.decide import FailureKind
 from stepstone.runtime.queue import (
     DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_LAPSES,
     PRIORITY_HIGH,
     PRIORITY_LOW,
     PRIORITY_NORMAL,
@@ -86,6 +89,7 @@ from stepstone.submit.options import SubmitOptions
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_MAX_LAPSES",
     "PRIORITY_HIGH",
     "PRIORITY_LOW",
     "PRIORITY_NORMAL",
@@ -104,6 +108,7 @@ __all__ = [
     "EventRefused",
     "ErrorInfo",
     "FailureKind",
+    "IdempotencyKey",
     "InputMismatch",
     "InvalidRunId",
     "InvalidKey",
@@ -129,6 +134,7 @@ __all__ = [
     "QueueError",
     "RateLimit",
     "RetryLater",
+    "RunRef",
     "Schedule",
     "SqsQueue",
     "SqsUnsupported",

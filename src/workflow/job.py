@@ -14,8 +14,9 @@ import inspect
 import typing
 import weakref
 from collections.abc import Awaitable
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -56,7 +57,9 @@ class Job(BaseModel, Generic[Out]):
     set it explicitly so renaming or moving the class does not orphan queued jobs."""
 
     max_attempts: ClassVar[int | None] = None
-    """Attempts in total, the first included; None takes the runner's default."""
+    """Attempts in total, the first included; None takes the runner's default.
+    An attempt is spent by the run's own code (an error, a timeout), never by
+    a worker that dies or hangs under it (that is a lapse: ``JobRunner(max_lapses=)``)."""
 
     attempt_timeout: ClassVar[float | None] = None
     """Seconds one attempt may run before it is cancelled and counted as failed
@@ -184,10 +187,48 @@ def payload_idempotency_key(job: Job[Any]) -> str:
     return f"{job.NAME}:{hashlib.sha256(canonical_input(job)).hexdigest()}"
 
 
-def run_id_of(run: str | Job[Any]) -> str:
-    """The id of the run ``run`` names: a run id (checked), or a job with an
-    idempotency key (the SHA-256 of its key). Raises InvalidRunId for a string
-    that is not a run id, TypeError for a job with no key (it names no run)."""
+@dataclass(frozen=True, slots=True)
+class IdempotencyKey:
+    """A run named by the idempotency key it was submitted with: what an
+    application knows (an order's or a document's id), where it does not
+    keep the run id. Every runner method that takes a run takes one, from
+    any process, without the job's input::
+
+        run = IdempotencyKey(f"charge:{order_id}")
+        await runner.status(run)
+        await runner.send_event(run, "approved", {"by": "ada"})
+        result = await runner.handle(run, ChargeOrder)
+
+    Keys are one namespace across job types (the run id is the SHA-256 of
+    the key alone), so a key names one run whatever its type: put the type
+    in the key (``"charge:" + order_id``) where two types could share one.
+    """
+
+    key: str
+    """The idempotency key, as ``Job.idempotency_key()`` returned it."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.key, str) or not self.key:
+            raise TypeError(f"an idempotency key is a non-empty str, not {self.key!r}")
+
+    @property
+    def run_id(self) -> str:
+        """The id of the run the key names (the hex SHA-256 of the key)."""
+        return run_id_for_key(self.key)
+
+
+RunRef: TypeAlias = str | Job[Any] | IdempotencyKey
+"""How a runner method is told which run: its run id, a job with an
+idempotency key (which names its run), or :class:`IdempotencyKey`."""
+
+
+def run_id_of(run: RunRef) -> str:
+    """The id of the run ``run`` names: a run id (checked), a job with an
+    idempotency key or an :class:`IdempotencyKey` (the SHA-256 of the key).
+    Raises InvalidRunId for a string that is not a run id, TypeError for a
+    job with no key (it names no run)."""
+    if isinstance(run, IdempotencyKey):
+        return run.run_id
     if isinstance(run, Job):
         key = run.idempotency_key()
         if key is None:

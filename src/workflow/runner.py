@@ -27,7 +27,7 @@ import asyncio
 import logging
 from collections.abc import Coroutine, Iterable, Sequence
 from datetime import datetime
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar, cast, overload
 
 from stepstone.errors import CorruptOutcome, DuplicateJobName, UnknownJob
 from stepstone.execute.attempts import AttemptRunner
@@ -42,8 +42,9 @@ from stepstone.handles.handle import JobHandle
 from stepstone.handles.state import JobState
 from stepstone.handles.sync import LoopThread, SyncHandle, call_on
 from stepstone.handles.watch import OutcomeWatch
-from stepstone.job import Job, run_id_of
+from stepstone.job import IdempotencyKey, Job, RunRef, run_id_of
 from stepstone.limits.gate import Limits
+from stepstone.ops import actions
 from stepstone.ops.actions import Bulk, cancel_many, retry_many
 from stepstone.ops.listing import RunFilter, RunSummary, list_runs
 from stepstone.ops.reads import parse_status
@@ -61,7 +62,13 @@ from stepstone.records.run_records import RunRecords
 from stepstone.runtime.backoff import Backoff
 from stepstone.runtime.capabilities import Waking
 from stepstone.runtime.clock import Clock, SystemClock
-from stepstone.runtime.queue import DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS, JobStatus, LeaseQueue
+from stepstone.runtime.queue import (
+    DEFAULT_LEASE,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_LAPSES,
+    JobStatus,
+    LeaseQueue,
+)
 from stepstone.runtime.store_queue import StoreQueue
 from stepstone.runtime.worker import JobThreads, Worker
 from stepstone.runtime.worker.presence import BEAT, Presence
@@ -110,6 +117,11 @@ class JobRunner:
     that, and the audit records of operators' actions (``stepstone audit``)
     older than ``audit_retention`` (90 days by default; None keeps them);
     without ``retention`` it sweeps neither.
+
+    ``max_attempts`` counts the attempts a run's own code spends (an error,
+    a timeout); a worker that dies or hangs under a run costs it no attempt
+    but a lapse, and a run fails ``expired`` once its leases lapsed
+    ``max_lapses`` times (docs/guarantees.md says why).
     """
 
     def __init__(
@@ -126,6 +138,7 @@ class JobRunner:
         retry_backoff_cap: float = 300.0,
         retry_jitter: float = 0.5,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_lapses: int = DEFAULT_MAX_LAPSES,
         attempt_timeout: float | None = None,
         retention: float | None = None,
         sweep_interval: float | None = None,
@@ -212,6 +225,7 @@ class JobRunner:
             cancel_check=cancel_check,
             only_registered=only_registered,
             name=worker_id,
+            max_lapses=max_lapses,
             callbacks=RunEnding(
                 records=records,
                 watch=self._watch,
@@ -464,10 +478,17 @@ class JobRunner:
         on a private loop in a background thread (see :mod:`stepstone.handles.sync`)."""
         return SyncHandle(self._blocking(self.submit(job, options)), self._blocking)
 
-    def handle_sync(self, run_id: str, job_type: type[Job[Out]]) -> SyncHandle[Out]:
+    @overload
+    def handle_sync(self, run: RunRef, job_type: type[Job[Out]]) -> SyncHandle[Out]: ...
+    @overload
+    def handle_sync(self, run: Job[Out], job_type: None = None) -> SyncHandle[Out]: ...
+    @overload
+    def handle_sync(self, run: str | IdempotencyKey, job_type: None = None) -> SyncHandle[Any]: ...
+
+    def handle_sync(self, run: RunRef, job_type: type[Job[Any]] | None = None) -> SyncHandle[Any]:
         """``handle`` for code without an event loop: a blocking handle on a
-        run submitted earlier (by any process)."""
-        return SyncHandle(self.handle(run_id, job_type), self._blocking)
+        run submitted earlier (by any process), named as :meth:`handle` takes it."""
+        return SyncHandle(self.handle(run, job_type), self._blocking)
 
     def _blocking(self, coro: Coroutine[Any, Any, R]) -> R:
         """Run ``coro`` on the runner's loop from a thread without one; block."""
@@ -476,31 +497,38 @@ class JobRunner:
             return call_on(home, coro)
         return self._private.run(coro)
 
-    def handle(self, run: str | Job[Out], job_type: type[Job[Out]] | None = None) -> JobHandle[Out]:
+    @overload
+    def handle(self, run: RunRef, job_type: type[Job[Out]]) -> JobHandle[Out]: ...
+    @overload
+    def handle(self, run: Job[Out], job_type: None = None) -> JobHandle[Out]: ...
+    @overload
+    def handle(self, run: str | IdempotencyKey, job_type: None = None) -> JobHandle[Any]: ...
+
+    def handle(self, run: RunRef, job_type: type[Job[Any]] | None = None) -> JobHandle[Any]:
         """A handle on a run submitted earlier (by any process), to await or
-        inspect: ``run`` is its id (with ``job_type``, for the result's type)
-        or a job with an idempotency key, which names its run.
+        inspect: ``run`` is its id, an :class:`~stepstone.job.IdempotencyKey`,
+        or a job with an idempotency key. ``job_type`` gives the result its
+        type (a keyed job gives its own); without it the result is as
+        decoded (a model's fields as a dict), as for a process that does not
+        import the job's code.
 
         Raises InvalidRunId for a string that is not a run id."""
-        if job_type is None:
-            if not isinstance(run, Job):
-                raise TypeError("handle(run_id, job_type): a run id needs its job type")
+        if job_type is None and isinstance(run, Job):
             job_type = type(run)
-        return JobHandle(
-            self._answers, run_id_of(run), job_type.output_type(), newly_submitted=False
-        )
+        output = Any if job_type is None else job_type.output_type()
+        return JobHandle(self._answers, run_id_of(run), output, newly_submitted=False)
 
     async def outcome(
-        self, run: str | Job[Any], output: Any, input_hash: str | None = None
+        self, run: RunRef, output: Any, input_hash: str | None = None
     ) -> Outcome[Any] | None:
-        """The outcome of ``run`` (a run id, or a keyed job) from its record,
+        """The outcome of ``run`` (its id, an IdempotencyKey, or a keyed job) from its record,
         its result typed as ``output``; None while the run goes on."""
         return await self._answers.outcome(run_id_of(run), output, input_hash)
 
-    async def status(self, run: str | Job[Any]) -> JobState | None:
+    async def status(self, run: RunRef) -> JobState | None:
         """Where the run is: its outcome if it has one, else its queue record;
-        None if nothing is known of it. ``run`` is its id or a job with an
-        idempotency key. Raises InvalidRunId for a string that is not a run
+        None if nothing is known of it. ``run`` is its id, an IdempotencyKey, or
+        a job with an idempotency key. Raises InvalidRunId for a string that is not a run
         id, before reading anything."""
         return await self._answers.status(run_id_of(run))
 
@@ -539,7 +567,7 @@ class JobRunner:
             log.warning("cannot read %s: %s", record.key, record.reason)
         return listed.rows
 
-    async def history(self, run: str | Job[Any]) -> list[AttemptInfo]:
+    async def history(self, run: RunRef) -> list[AttemptInfo]:
         """Each claim of the run so far, in order: who claimed it (host, pid,
         worker id), when, how it ended, and its error with the traceback's
         last frames. Claims still running are not in it until they end; a
@@ -561,11 +589,11 @@ class JobRunner:
         return found.attempts
 
     async def send_event(
-        self, job: str | Job[Any], name: str, payload: Any = None, *, key: str | None = None
+        self, job: RunRef, name: str, payload: Any = None, *, key: str | None = None
     ) -> bool:
         """Send event ``name`` with ``payload`` to a live run, to be taken by its
         ``ctx.wait_for_event(name)`` (now, or when it gets there). ``job`` is
-        the run's id, or a job with an idempotency key (which names its run).
+        the run's id, an IdempotencyKey, or a job with an idempotency key.
         Works from any process, a worker or not. Raises EventRefused if the run
         is not live (never submitted, swept, or finished).
 
@@ -578,8 +606,8 @@ class JobRunner:
             self._records, self.queue, self.clock, run_id_of(job), name, payload, key
         )
 
-    async def cancel(self, run: str | Job[Any], *, leave_children: bool = False) -> bool:
-        """Cancel a run (its id, or a keyed job) that has not finished: record
+    async def cancel(self, run: RunRef, *, leave_children: bool = False) -> bool:
+        """Cancel a run (its id, an IdempotencyKey, or a keyed job) that has not finished: record
         it cancelled, drop it from the queue, then call its on_settled hooks
         here. False if it had already finished (or was never submitted).
 
@@ -592,12 +620,34 @@ class JobRunner:
         reads the run's outcome), or at its next lease renewal."""
         return await self._answers.cancel(run_id_of(run), leave_children=leave_children)
 
-    async def replay(self, run: str | Job[Any], *, from_step: str | None = None) -> Replayed:
+    async def retry(self, run: RunRef) -> None:
+        """Requeue a dead run (its id, an IdempotencyKey, or a keyed job), as
+        ``stepstone retry`` does: its failed outcome is removed and it is
+        queued again with its attempts reset, keeping its incarnation, so the
+        steps it finished replay from their memos. Awaiting its handle
+        afterwards gives the new outcome.
+
+        Raises InspectError, saying why, for a run that is not dead (live,
+        finished, unknown) or a queue that cannot requeue (SQS without an id
+        store cannot find a dead job)."""
+        run_id = run_id_of(run)
+        unreadable = await actions.retry(self, run_id)
+        self._watch.restarted(run_id)  # (a handle held here awaits the new outcome)
+        if unreadable is not None:
+            log.warning(
+                "run %s: removed %s, which would not decode: %s",
+                run_id,
+                unreadable.key,
+                unreadable.reason,
+                extra={"run_id": run_id},
+            )
+
+    async def replay(self, run: RunRef, *, from_step: str | None = None) -> Replayed:
         """Run an ended run (succeeded, failed, cancelled or dead) again as a
         new incarnation, keeping its memos before the first call of step
         ``from_step`` (None: keeping none) and running from that step on,
-        with the input it was submitted with. ``run`` is its id or a keyed
-        job. The old incarnation's memos and attempt history stay, linked
+        with the input it was submitted with. ``run`` is its id, an
+        IdempotencyKey, or a keyed job. The old incarnation's memos and attempt history stay, linked
         from the new one (``stepstone show``); awaiting the run's handle
         afterwards gives the new outcome. See :mod:`stepstone.ops.replay`.
 
@@ -609,19 +659,19 @@ class JobRunner:
         return replayed
 
     async def replay_many(
-        self, runs: Iterable[str | Job[Any] | RunSummary], *, from_step: str | None = None
+        self, runs: Iterable[RunRef | RunSummary], *, from_step: str | None = None
     ) -> Bulk:
-        """:meth:`replay` each of ``runs`` (ids, keyed jobs, or what
+        """:meth:`replay` each of ``runs`` (ids, IdempotencyKeys, keyed jobs, or what
         :meth:`runs` listed); those that cannot be are in ``refused``, with why."""
         return self._restarted(await replay_many(self, _ids(runs), from_step=from_step))
 
-    async def retry_many(self, runs: Iterable[str | Job[Any] | RunSummary]) -> Bulk:
+    async def retry_many(self, runs: Iterable[RunRef | RunSummary]) -> Bulk:
         """Requeue each dead run of ``runs`` (``stepstone retry``): finished
         steps replay; those that cannot be are in ``refused``, with why."""
         return self._restarted(await retry_many(self, _ids(runs)))
 
     async def cancel_many(
-        self, runs: Iterable[str | Job[Any] | RunSummary], *, leave_children: bool = False
+        self, runs: Iterable[RunRef | RunSummary], *, leave_children: bool = False
     ) -> Bulk:
         """Cancel each of ``runs`` (a dead one is discarded from the queue,
         as ``stepstone cancel`` does), with their live children unless
@@ -635,5 +685,5 @@ class JobRunner:
         return bulk
 
 
-def _ids(runs: Iterable[str | Job[Any] | RunSummary]) -> list[str]:
+def _ids(runs: Iterable[RunRef | RunSummary]) -> list[str]:
     return [run.id if isinstance(run, RunSummary) else run_id_of(run) for run in runs]

@@ -223,23 +223,43 @@ def test_ls_patch_lists_the_runs_that_may_still_take_the_old_path(
 ) -> None:
     store = ["--store", str(store_dir)]
 
-    async def deploy() -> tuple[str, str]:
+    async def before_the_deploy() -> str:
         async with runner_on(store_dir, Ship) as before:
             old = await before.submit(Ship(order="s-1"))
             await waits_for(before, old.id, "packed")
+        return old.id
+
+    async def after_the_deploy() -> str:
         async with runner_on(store_dir, ShipChecked) as after:
             new = await after.submit(ShipChecked(order="s-2"))
             await waits_for(after, new.id, "packed")
-        return old.id, new.id
+        return new.id
 
-    old, new = asyncio.run(deploy())
+    old = asyncio.run(before_the_deploy())
+    # No run has met the patch yet: the store cannot say where its point is.
+    listed = run_cli("ls", "--patch", "fraud-check", *store)
+    assert listed.status == 0, listed.err
+    assert (
+        "1 run(s) not finished may still take the old path of patch 'fraud-check': "
+        "0 took it, 0 went past its point on the old code (they take it when they go on), "
+        "0 have not reached it, 1 have not met it, nor has any run of their kind "
+        "(before its point or past it, no record says) (0 took the new path)"
+    ) in listed.out
+
+    new = asyncio.run(after_the_deploy())
     listed = run_cli("ls", "--patch", "fraud-check", *store)
     assert listed.status == 0, listed.err
     assert old[:12] in listed.out and new[:12] not in listed.out
+    # The new run met it first thing: the old one, waiting after its email,
+    # went past it on the old code, and takes the old path when it goes on.
     assert (
         "1 run(s) not finished may still take the old path of patch 'fraud-check': "
-        "0 took it, 1 have not reached it (1 took the new path)"
+        "0 took it, 1 went past its point on the old code (they take it when they go on), "
+        "0 have not reached it (1 took the new path)"
     ) in listed.out
+    as_json = run_cli("ls", "--patch", "fraud-check", "--json", *store).json()
+    assert [row["id"] for row in as_json["past"]] == [old]
+    assert (as_json["not_yet"], as_json["points"]) == ([], {"cli.versioning.ship": 0})
 
     async def resume(*events: str) -> None:
         async with runner_on(store_dir, ShipChecked) as after:
@@ -253,7 +273,7 @@ def test_ls_patch_lists_the_runs_that_may_still_take_the_old_path(
     asyncio.run(resume("packed"))
     as_json = run_cli("ls", "--patch", "fraud-check", "--json", *store).json()
     assert [row["id"] for row in as_json["old"]] == [old]
-    assert (as_json["not_yet"], as_json["new"]) == ([], 1)
+    assert (as_json["past"], as_json["not_yet"], as_json["new"]) == ([], [], 1)
     asyncio.run(resume("shipped"))
     listed = run_cli("ls", "--patch", "fraud-check", *store)
     assert "0 run(s) not finished may still take the old path" in listed.out

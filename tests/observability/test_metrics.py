@@ -219,3 +219,38 @@ async def test_step_names_are_a_bounded_label_set(reader: InMemoryMetricReader) 
     assert OTHER in names
     assert len(names) <= STEP_NAMES.limit + 1
     assert total(points, "stepstone.step.duration", **{KIND: "m.many_steps"}) == pages
+
+
+class Quick(Job[str]):
+    NAME: ClassVar[str] = "m.quick"
+
+    async def run(self, ctx: JobContext) -> str:
+        return f"attempt {ctx.attempt}"
+
+
+async def test_a_takeover_of_a_lapsed_lease_is_counted_as_a_lapse_not_an_attempt(
+    reader: InMemoryMetricReader,
+) -> None:
+    """A worker died holding the run (its claim is made here by hand); the
+    next takes it over once the lease lapses. Metrics, the outcome and the
+    run's status count the same: one attempt, one lapse."""
+    from stepstone.runtime import FakeClock
+    from stepstone.store import MemoryStore
+
+    clock = FakeClock()
+    store = MemoryStore(clock=clock.now)
+    submitter = JobRunner(store, clock=clock)
+    handle = await submitter.submit(Quick())
+    [died] = await submitter.queue.claim(1, lease=10.0)  # a worker that then died
+    clock.advance(11.0)
+    async with JobRunner(store, jobs=[Quick], clock=clock, poll_interval=0.01) as runner:
+        outcome = await runner.handle(handle.id, Quick).join(timeout=10)
+        await wait_until(lambda: runner.worker.stats.succeeded == 1, timeout=10)
+        points = await collect(reader)
+        state = await runner.status(handle.id)
+    assert died.attempt == 1
+    assert (outcome.result, outcome.attempts, outcome.lapses) == ("attempt 1", 1, 1)
+    assert state is not None and (state.attempts, state.lapses) == (1, 1)
+    kind = {"stepstone.job.kind": "m.quick"}
+    assert total(points, "stepstone.job.claimed", **kind) == 1
+    assert total(points, "stepstone.job.lapsed", **kind) == 1

@@ -55,6 +55,7 @@ class CrashReport:
     """Jobs with no outcome record."""
     queue_left: int = 0
     max_attempts_seen: int = 0
+    max_lapses_seen: int = 0
     claims: int = 0
     """Claims that landed (CLAIM lines): ``jobs`` when every job ran once."""
     runs_claimed_twice: int = 0
@@ -70,7 +71,8 @@ class CrashReport:
             f"overlapping a live holder {self.repeats_overlap}), outcomes {self.outcomes} "
             f"(succeeded {self.succeeded}), lost {self.lost}, queue left {self.queue_left}, "
             f"claims {self.claims} (runs claimed more than once {self.runs_claimed_twice}), "
-            f"most attempts {self.max_attempts_seen}, problems {len(self.problems)}, "
+            f"most attempts {self.max_attempts_seen}, most lapses {self.max_lapses_seen}, "
+            f"problems {len(self.problems)}, "
             f"{self.elapsed:.1f}s"
         )
 
@@ -221,6 +223,7 @@ def audit(
     for run in sorted(expected & outcome_files):
         record = OutcomeRecord.decode((root / "outcomes" / run).read_bytes())
         report.max_attempts_seen = max(report.max_attempts_seen, record.attempts)
+        report.max_lapses_seen = max(report.max_lapses_seen, record.lapses)
         if record.status is not JobStatus.SUCCEEDED or record.result is None:
             problems.append(f"run {run}: {record.status.value}: {record.error}")
             continue

@@ -297,19 +297,19 @@ class ThreeSteps(Job[list[str]]):
         return list(await asyncio.gather(*(branch(step) for step in STEPS)))
 
 
-async def _gate(run: str, step: str, attempt: int) -> str:
-    """Like :func:`effect`, but the first attempt waits for ``REL_GATE`` to exist."""
+async def _gate(run: str, step: str) -> str:
+    """Like :func:`effect`, but in a worker given ``REL_GATE`` it waits for that file to exist."""
     token = secrets.token_hex(6)
     emit("EXEC", run, step, os.getpid(), token)
     gate = os.environ.get("REL_GATE", "")
     # The gate is a file another process creates: poll it.
-    while attempt == 1 and gate and not await asyncio.to_thread(os.path.exists, gate):  # noqa: ASYNC110
+    while gate and not await asyncio.to_thread(os.path.exists, gate):  # noqa: ASYNC110
         await asyncio.sleep(0.02)
     return f"{step}:{os.getpid()}:{token}"
 
 
 class Gated(Job[list[str]]):
-    """Three steps; attempt 1 holds in the first until the gate file appears."""
+    """Three steps; a worker given ``REL_GATE`` holds in the first until the gate file appears."""
 
     NAME: ClassVar[str] = "rel.gated"
     max_attempts: ClassVar[int | None] = 10
@@ -319,7 +319,7 @@ class Gated(Job[list[str]]):
         return f"rel-gated:{self.n}"
 
     async def run(self, ctx: JobContext) -> list[str]:
-        first = await ctx.step("a", _gate, ctx.run_id, "a", ctx.attempt)
+        first = await ctx.step("a", _gate, ctx.run_id, "a")
         rest = [await ctx.step(step, effect, ctx.run_id, step) for step in ("b", "c")]
         return [first, *rest]
 

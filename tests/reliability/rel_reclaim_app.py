@@ -15,16 +15,25 @@ LEASE = 600.0
 
 
 class Held(Job[int]):
-    """Writes a line per attempt to ``path``; its first attempt never ends."""
+    """Writes a line per start to ``path`` (its number, its attempt, the
+    pid); its first start never ends. Returns how many starts it took."""
 
     NAME: ClassVar[str] = "reclaim.held"
     path: str
 
     async def run(self, ctx: JobContext) -> int:
-        _append(self.path, f"{ctx.attempt} {os.getpid()}\n")
-        if ctx.attempt == 1:
+        start = len(_lines(self.path)) + 1
+        _append(self.path, f"{start} {ctx.attempt} {os.getpid()}\n")
+        if start == 1:
             await asyncio.sleep(3600)
-        return ctx.attempt
+        return start
+
+
+def _lines(path: str) -> list[str]:
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as lines:
+        return lines.read().splitlines()
 
 
 def _append(path: str, line: str) -> None:

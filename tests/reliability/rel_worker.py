@@ -66,6 +66,9 @@ async def main() -> int:
         poll_interval=env_float(env, "REL_POLL", 0.1),
         drain_timeout=2.0,
         clock=clock,
+        # Workers are SIGKILLed every second or so here: a run is never
+        # failed for the leases it loses to them (as ThreeSteps' max_attempts).
+        max_lapses=int(env.get("REL_MAX_LAPSES", "1000")),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

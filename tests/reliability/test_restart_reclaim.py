@@ -11,7 +11,9 @@ taken back, since its lease cannot have lapsed.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -26,6 +28,7 @@ from rel_support import wait_for
 from stepstone import JobRunner
 from stepstone.ops.workers import read_workers
 from stepstone.runtime.clock import FakeClock
+from stepstone.runtime.queue import DEFAULT_LEASE
 from stepstone.runtime.worker.presence import BEAT, GONE_AFTER
 
 pytestmark = pytest.mark.slow
@@ -96,7 +99,9 @@ async def test_a_worker_killed_and_started_again_under_its_id_takes_back_its_run
             workers[0].kill()
             workers.append(Worker(store, tmp_path / "w2.log", "w-1"))
             assert await handle.result(timeout=60) == 2
-            assert [line.split()[0] for line in starts(marks)] == ["1", "2"]
+            # Started twice, both on its first attempt: taken back as a
+            # lapse, which costs no attempt.
+            assert [line.split()[:2] for line in starts(marks)] == [["1", "1"], ["2", "1"]]
             assert "took back 1 run(s) its previous life held" in workers[1].text()
         finally:
             for worker in workers:
@@ -191,3 +196,50 @@ async def test_a_killed_worker_shows_gone_after_missed_beats_and_its_restart_rep
         finally:
             for worker in workers:
                 worker.kill()
+
+
+async def test_a_killed_worker_shows_gone_within_about_a_lease_with_the_runs_it_held(
+    store: Path, tmp_path: Path
+) -> None:
+    """At the default beat, a live worker's record lists the runs it holds
+    within a beat of their start, and once the worker is SIGKILLed it shows
+    as gone within about a lease (two beats: 10 s), the runs it held still
+    named: ``stepstone workers`` as an operator runs it."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    worker = Worker(store, tmp_path / "w1.log", "w-1")
+    async with api_runner(store) as api:
+        try:
+            held = [await api.submit(Held(path=str(path))) for path in (first, second)]
+            await wait_for(lambda: bool(starts(first) and starts(second)), 60, "both runs started")
+
+            async def holding() -> bool:
+                rows = (await read_workers(api)).rows
+                return [(r.state, r.record.held, set(r.record.runs)) for r in rows] == [
+                    ("live", 2, {h.id for h in held})
+                ]
+
+            # Within a beat (5 s), and a loaded machine's margin: well before
+            # the 30 s beat of earlier releases listed them.
+            await wait_for(holding, 15, "its record to list both runs")
+            worker.kill()
+
+            async def gone() -> bool:
+                return [row.state for row in (await read_workers(api)).rows] == ["gone"]
+
+            # Gone two beats after its last one, a lease (10 s); the deadline
+            # leaves a loaded machine room, and is a third of the 90 s it took
+            # when workers beat every 30 s and were gone after three beats.
+            await wait_for(gone, 3 * DEFAULT_LEASE, "the killed worker to show gone")
+        finally:
+            worker.kill()
+    shown = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "stepstone", "workers", "--json", "--store", str(store)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    [row] = json.loads(shown.stdout)["workers"]
+    assert (row["id"], row["state"], row["held"]) == ("w-1", "gone", 2)
+    assert set(row["runs"]) == {h.id for h in held}

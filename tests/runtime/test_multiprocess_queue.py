@@ -10,8 +10,8 @@ workers to stop, and then checks:
 - every job was executed, and acked exactly once (the workers' ACKED counts
   sum to the job count, none reports LOST, and the queue is empty);
 - no job ran twice unless a lease lapsed, which shows as a later execution
-  with a higher attempt number; with leases far longer than the run, none
-  ran twice at all;
+  under a later claim (the attempt the same: a lapse costs none); with
+  leases far longer than the run, none ran twice at all;
 - what it cost, in store requests per job (printed; docs/queue.md quotes it).
 
 The crash test SIGKILLs one worker while it holds jobs: the others take them
@@ -59,7 +59,7 @@ async def _work(url: str, out: Path, name: str, lease: float, hang: bool, work: 
     log = (out / f"{name}.log").open("a", buffering=1)
 
     async def handle(attempt: Attempt) -> None:
-        log.write(f"{attempt.run_id} {attempt.attempt}\n")
+        log.write(f"{attempt.run_id} {attempt.delivery.claims} {attempt.attempt}\n")
         if hang:  # a worker that wedges holding its jobs, until it is killed
             await asyncio.Event().wait()
         await asyncio.sleep(work)
@@ -97,13 +97,13 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
-def executions(out: Path) -> list[tuple[str, str, int]]:
-    """(worker, job id, attempt) for every execution any worker started."""
+def executions(out: Path) -> list[tuple[str, str, int, int]]:
+    """(worker, job id, claim, attempt) for every execution any worker started."""
     found = []
     for path in sorted(out.glob("*.log")):
         for line in path.read_text().splitlines():
-            job_id, attempt = line.split()
-            found.append((path.stem, job_id, int(attempt)))
+            job_id, claim, attempt = line.split()
+            found.append((path.stem, job_id, int(claim), int(attempt)))
     return found
 
 
@@ -161,7 +161,7 @@ async def run_fleet(
         await enqueue(ids[victim:])
 
         def all_executed() -> bool:
-            return {j for _, j, _ in executions(out)} == set(ids)
+            return {j for _, j, _, _ in executions(out)} == set(ids)
 
         wait_for(all_executed, 60, "every job executed")
         deadline = time.monotonic() + 30
@@ -191,16 +191,17 @@ def check(
     """The invariants; ``lapses``: leases are short enough that a busy machine
     may let a live worker's lapse, so a survivor may legitimately rerun a job."""
     runs = executions(out)
-    per_job: dict[str, list[tuple[str, int]]] = {}
-    for who, job_id, attempt in runs:
-        per_job.setdefault(job_id, []).append((who, attempt))
+    per_job: dict[str, list[tuple[str, int, int]]] = {}
+    for who, job_id, claim, attempt in runs:
+        per_job.setdefault(job_id, []).append((who, claim, attempt))
     assert len(per_job) == jobs
     for job_id, seen in per_job.items():
-        attempts = [a for _, a in seen]
-        # A second execution only after a lapsed lease, as a new attempt:
-        # never two executions of one claim.
-        assert len(set(attempts)) == len(attempts), (job_id, seen)
-        survivors = [who for who, _ in seen if who != "victim"]
+        claims = [c for _, c, _ in seen]
+        # A second execution only after a lapsed lease, as a new claim of
+        # the same attempt (a lapse costs none): never two of one claim.
+        assert len(set(claims)) == len(claims), (job_id, seen)
+        assert {a for _, _, a in seen} == {1}, (job_id, seen)
+        survivors = [who for who, _, _ in seen if who != "victim"]
         assert len(survivors) == 1 or (lapses and survivors), (job_id, seen)
     acked = sum(r["worker"]["succeeded"] for r in results.values())
     assert acked == jobs
@@ -250,7 +251,7 @@ async def test_a_killed_worker_jobs_are_taken_over_when_their_leases_lapse(
     url = f"file://{tmp_path / 'store'}"
     results = await run_fleet(url, out, workers=3, jobs=100, lease=3, victim=8)
     check(out, results, 100, label="file, 3 processes + 1 killed", lapses=True)
-    taken_over = {j for w, j, a in executions(out) if w != "victim" and a > 1}
-    victims = {j for w, j, _ in executions(out) if w == "victim"}
+    taken_over = {j for w, j, c, _ in executions(out) if w != "victim" and c > 1}
+    victims = {j for w, j, _, _ in executions(out) if w == "victim"}
     assert victims
     assert victims <= taken_over

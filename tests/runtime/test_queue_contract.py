@@ -102,7 +102,7 @@ SQS_CANNOT: dict[str, str] = {
     "test_claim_takes_n_in_priority_order_then_due_order": _FENCED_SHORT,
     "test_renew_extends_and_never_shortens": _FENCED_SHORT,
     "test_a_lapsed_lease_is_reclaimed_and_the_old_token_is_fenced_off": _REAL_TIME,
-    "test_a_reclaim_past_max_attempts_is_still_delivered": _REAL_TIME,
+    "test_a_takeover_of_the_last_attempt_counts_lapses_not_attempts": _REAL_TIME,
     "test_nack_retries_after_the_delay_counting_the_attempt": _REAL_TIME,
     "test_an_uncounted_nack_hands_the_attempt_back": _REAL_TIME,
     "test_withdraw_removes_the_record_its_enqueue_made_if_unchanged": (
@@ -371,7 +371,8 @@ async def test_a_lapsed_lease_is_reclaimed_and_the_old_token_is_fenced_off(
     assert await queue.next_due() == old.lease_expires_at
     clock.advance(1)
     new = await claim_one(queue, lease=10)
-    assert (new.id, new.attempt, new.claims) == ("j", 2, 2)
+    # A takeover: a lapse counted, the attempt the lapsed claim began goes on.
+    assert (new.id, new.attempt, new.claims, new.lapses) == ("j", 1, 2, 1)
     assert new.token != old.token
     assert new.payload == b"p"
     before = await queue.get("j")
@@ -385,16 +386,23 @@ async def test_a_lapsed_lease_is_reclaimed_and_the_old_token_is_fenced_off(
     assert await queue.ack(new) is Settlement.ACKED
 
 
-async def test_a_reclaim_past_max_attempts_is_still_delivered(
+async def test_a_takeover_of_the_last_attempt_counts_lapses_not_attempts(
     backend: Backend, clock: FakeClock
 ) -> None:
-    """The worker, not the queue, ends a job (docs/architecture.md)."""
+    """A worker that dies costs its run no attempt; the queue counts the
+    lapses, and the worker, not the queue, ends a run that has too many
+    (docs/architecture.md)."""
     queue = backend.make()
     await queue.enqueue(b"", id="j", max_attempts=1)
     await claim_one(queue, lease=1)
-    clock.advance(2)
-    again = await claim_one(queue, lease=1)
-    assert (again.attempt, again.max_attempts) == (2, 1)
+    for lapses in (1, 2, 3):
+        clock.advance(2)
+        again = await claim_one(queue, lease=1)
+        assert (again.attempt, again.max_attempts, again.lapses) == (1, 1, lapses)
+        record = await queue.get("j")
+        assert record is not None and (record.attempts, record.lapses) == (1, lapses)
+    # A failure then is the last attempt's: the run dies, its lapses kept.
+    assert await queue.nack(again, delay=0, error="boom") is Settlement.DEAD
 
 
 async def test_renew_extends_and_never_shortens(queue: LeaseQueue, clock: FakeClock) -> None:
@@ -797,6 +805,58 @@ async def test_a_wake_moves_only_a_job_waiting_for_what_arrived(
     assert (await claim_one(queue)).id == "later"
 
 
+async def test_a_wait_that_counts_what_it_needs_is_due_when_the_last_arrives(
+    queue: LeaseQueue, clock: FakeClock
+) -> None:
+    """A parent awaiting three children: each that ends takes itself off,
+    and only the last makes it due; a wake naming one not awaited changes
+    nothing; a wake naming none (a child that failed) makes it due at once."""
+    waking = requires(Waking, queue)
+    children = Wait(JobStatus.WAITING_FOR_CHILDREN, "of 3 children", pending=("c1", "c2", "c3"))
+    for job_id in ("p", "q"):
+        await queue.enqueue(b"", id=job_id)
+        await queue.suspend(await claim_one(queue), until=clock.now() + 3600, wait=children)
+    for arrived, left in (("c2", ("c1", "c3")), ("c9", ("c1", "c3")), ("c1", ("c3",))):
+        assert await waking.wake("p", JobStatus.WAITING_FOR_CHILDREN, arrived=arrived) is True
+        record = await queue.get("p")
+        assert record is not None and record.status is JobStatus.WAITING_FOR_CHILDREN
+        assert record.wait is not None and record.wait.pending == left
+        assert record.wait.shown == f"{len(left)} of 3 children"
+    assert await queue.claim(2, lease=LEASE) == []
+    assert await waking.wake("p", JobStatus.WAITING_FOR_CHILDREN, arrived="c3") is True
+    assert await waking.wake("q", JobStatus.WAITING_FOR_CHILDREN) is True  # (a failure)
+    assert sorted(d.id for d in await queue.claim(2, lease=LEASE)) == ["p", "q"]
+    for job_id in ("p", "q"):
+        record = await queue.get(job_id)
+        assert record is not None and (record.status, record.wait) == (JobStatus.RUNNING, None)
+
+
+async def test_what_arrives_while_held_is_taken_off_the_wait_it_suspends_with(
+    queue: LeaseQueue, clock: FakeClock
+) -> None:
+    """Children that end after their parent looked and before it suspended:
+    its suspension needs only the rest, and returns at once when none is left."""
+    waking = requires(Waking, queue)
+    children = Wait(JobStatus.WAITING_FOR_CHILDREN, "of 2 children", pending=("c1", "c2"))
+    await queue.enqueue(b"", id="p")
+    held = await claim_one(queue)
+    assert await waking.wake("p", JobStatus.WAITING_FOR_CHILDREN, arrived="c1") is True
+    assert await queue.suspend(held, until=clock.now() + 3600, wait=children) is (
+        Settlement.SUSPENDED
+    )
+    record = await queue.get("p")
+    assert record is not None and record.wait is not None and record.wait.pending == ("c2",)
+    assert await waking.wake("p", JobStatus.WAITING_FOR_CHILDREN, arrived="c2") is True
+    again = await claim_one(queue)
+    for arrived in ("c1", "c2"):
+        assert await waking.wake("p", JobStatus.WAITING_FOR_CHILDREN, arrived=arrived)
+    assert await queue.suspend(again, until=clock.now() + 3600, wait=children) is (
+        Settlement.RETRIED
+    )
+    record = await queue.get("p")
+    assert record is not None and (record.status, record.wait) == (JobStatus.READY, None)
+
+
 async def test_a_wake_while_held_makes_the_next_suspend_return_at_once(
     queue: LeaseQueue, clock: FakeClock
 ) -> None:
@@ -895,7 +955,7 @@ async def test_another_process_takes_over_a_lapsed_lease(
     assert await b.claim(1, lease=10) == []
     clock.advance(10)
     new = await claim_one(b, lease=10)
-    assert (new.attempt, new.payload) == (2, b"p")
+    assert (new.attempt, new.lapses, new.payload) == (1, 1, b"p")
     assert await a.renew(old, 100) is None
     assert await a.renew(old, 1) is None  # even a renewal that would not extend
     assert await a.ack(old) is Settlement.LOST

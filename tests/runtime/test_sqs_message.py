@@ -105,6 +105,7 @@ def job_messages(draw: st.DrawFn) -> JobMessage:
         last_error=draw(optional_text),
         dead_reason=draw(optional_text),
         died_at=draw(st.none() | numbers),
+        lapses=draw(st.integers(0, 10_000)),
     )
 
 
@@ -167,6 +168,8 @@ MALFORMED = [
     (_body(c=...), "field 'c' (claims) is missing"),
     (_body(c=1.5), "field 'c' (claims) is a fraction, expected an integer"),
     (_body(c=-(2**63)), f"field 'c' (claims) is {-(2**63)}, expected 0 to 1000000"),
+    (_body(l=True), "field 'l' (lapses) is a boolean, expected an integer"),
+    (_body(l=-1), "field 'l' (lapses) is -1, expected 0 to 1000000"),
     (_body(h=...), "field 'h' (headers) is missing"),
     (_body(h=["trace"]), "field 'h' (headers) is an array, expected an object"),
     (_body(h={"trace": 1}), "field 'h' (headers) must map strings to strings"),

@@ -29,7 +29,7 @@ WORKERS = 3
 VICTIM_CLAIMS = 10
 VICTIM_LEASE = 6.0
 """Long enough that the victim's first claims do not lapse (and come back to
-it as second attempts) while it is still claiming the rest on a loaded machine."""
+it as takeovers) while it is still claiming the rest on a loaded machine."""
 
 
 def _append(path: str, text: str) -> None:
@@ -48,7 +48,8 @@ def _queue(endpoint: str, name: str, s3_url: str, log: str | None = None) -> tup
         async def ack(self, delivery: Delivery) -> Settlement:
             settled = await super().ack(delivery)
             if settled == Settlement.ACKED and log is not None:
-                _append(log, f"{os.getpid()} {delivery.id} {delivery.attempt}\n")
+                line = f"{os.getpid()} {delivery.id} {delivery.attempt} {delivery.lapses}\n"
+                _append(log, line)
             return settled
 
     store = open_store(s3_url)
@@ -79,11 +80,11 @@ async def _work(endpoint: str, name: str, s3_url: str, log: str) -> None:
 async def _claim_and_hang(endpoint: str, name: str, s3_url: str, log: str) -> None:
     """Claim a batch with a short lease, say which, and hang until killed."""
     queue, _ = _queue(endpoint, name, s3_url)
-    held: dict[str, int] = {}  # id: the attempt it holds (a lapsed claim comes back higher)
+    held: dict[str, int] = {}  # id: its lapses (a lapsed claim comes back with one more)
     while len(held) < VICTIM_CLAIMS:
         got = await queue.claim(VICTIM_CLAIMS - len(held), lease=VICTIM_LEASE)
-        held.update((d.id, d.attempt) for d in got)
-    _append(log, "".join(f"{i} {attempt}\n" for i, attempt in held.items()))
+        held.update((d.id, d.lapses) for d in got)
+    _append(log, "".join(f"{i} {lapses}\n" for i, lapses in held.items()))
     await asyncio.sleep(3600)
 
 
@@ -153,18 +154,19 @@ async def test_jobs_on_sqs_are_each_completed_once_by_many_processes(
                 p.wait()
 
     lines = [line.split() for line in acks.read_text().splitlines()]
-    acked = Counter(job_id for _, job_id, _ in lines)
+    acked = Counter(job_id for _, job_id, _, _ in lines)
     assert sorted(acked) == ids, "a job was lost"
     assert max(acked.values()) == 1, f"acked twice: {[i for i, c in acked.items() if c > 1]}"
-    attempts = {job_id: int(attempt) for _, job_id, attempt in lines}
-    # Each taken over once, on the attempt after the killed process's (its
+    counted = {job_id: (int(attempt), int(lapses)) for _, job_id, attempt, lapses in lines}
+    # Each taken over once, a lapse more than the killed process held (its
     # own claims may have lapsed and come back to it while it claimed the
-    # rest on a loaded machine: then it held a second attempt).
-    assert all(attempts[i] == held + 1 for i, held in stranded.items()), (
+    # rest on a loaded machine), and still on its first attempt: a lapse
+    # costs none.
+    assert all(counted[i] == (1, held + 1) for i, held in stranded.items()), (
         "the killed process's jobs were redelivered",
-        {i: (held, attempts[i]) for i, held in stranded.items()},
+        {i: (held, counted[i]) for i, held in stranded.items()},
     )
-    assert len({pid for pid, _, _ in lines}) > 1, "the work was shared"
+    assert len({pid for pid, _, _, _ in lines}) > 1, "the work was shared"
     assert await queue.counts() == dict.fromkeys(QUEUE_STATUSES, 0)
     assert await s3_store.list(queue.id_prefix + "/") == [], "markers outlived their acks"
     await queue.close()
@@ -274,6 +276,7 @@ async def test_requests_per_job_through_the_whole_engine(
     every SQS request and every S3 request counted."""
     from stepstone import JobRunner
     from stepstone.runtime.sqs import SqsQueue
+    from stepstone.runtime.worker.presence import BEAT
     from stepstone.store.counting import CountingStore
 
     monkeypatch.setenv("SQS_STEP_LOG", str(tmp_path / "steps.log"))
@@ -286,6 +289,7 @@ async def test_requests_per_job_through_the_whole_engine(
     store.reset()
     count = 100
     double = _double_job()
+    started = time.monotonic()
     async with JobRunner(
         store, queue=queue, jobs=[double], concurrency=32, poll_interval=0.2
     ) as runner:
@@ -295,6 +299,7 @@ async def test_requests_per_job_through_the_whole_engine(
         await _wait_for(lambda: runner.worker.stats.succeeded >= count, 60, "the jobs")
         sqs_counts, s3_counts = dict(queue.requests), dict(store.counts)
         outcomes = [await h.poll() for h in handles]
+    beats = (time.monotonic() - started) / BEAT
     assert [o.result if o else None for o in outcomes] == [2 * n for n in range(count)]
     await queue.close()
     sqs = {op: round(c / count, 3) for op, c in sorted(sqs_counts.items())}
@@ -307,8 +312,9 @@ async def test_requests_per_job_through_the_whole_engine(
     assert sum(sqs.values()) <= 3.0
     # S3: marker + outcome + 2 memos are the conditional PUTs.
     assert s3_counts["CONDITIONAL_PUT"] == 4 * count
-    # The only plain PUTs are the worker's record (its start, a beat each 30 s): none a job.
-    assert s3_counts["PUT"] <= 3
+    # The only plain PUTs are the worker's record (its start, a beat each
+    # BEAT seconds, its stop): none a job.
+    assert s3_counts["PUT"] <= 2 + beats
 
 
 if __name__ == "__main__":

@@ -103,7 +103,7 @@ async def test_enqueue_claim_ack(make_queue: Factory) -> None:
     assert await q.counts() == dict.fromkeys(QUEUE_STATUSES, 0)
 
 
-async def test_lapsed_lease_is_reclaimed_counted_and_the_stale_token_is_fenced(
+async def test_a_lapsed_lease_is_taken_over_as_a_lapse_and_the_stale_token_is_fenced(
     make_queue: Factory,
 ) -> None:
     a = await make_queue()
@@ -112,7 +112,7 @@ async def test_lapsed_lease_is_reclaimed_counted_and_the_stale_token_is_fenced(
     [first] = await claim_until(a, lease=1)
     # Another process picks it up once the visibility timeout runs out.
     [second] = await claim_until(b, lease=30)
-    assert second.id == "job-1" and second.attempt == 2 and second.claims == 2
+    assert (second.id, second.attempt, second.claims, second.lapses) == ("job-1", 1, 2, 1)
     assert second.token != first.token
     # moto (like SQS for deletes) would accept the old receipt handle; the
     # local fence answers LOST without touching the message.
@@ -180,17 +180,18 @@ async def test_uncounted_nack_and_release_hand_the_attempt_back(make_queue: Fact
 
 
 async def test_long_backoff_is_re_sent_and_keeps_the_error(make_queue: Factory) -> None:
-    """A delay too long for the visibility window goes out as a new message
-    (here the window is lowered to 0 to force it) with the attempt carried."""
+    """A retry goes out as a new message (re-deferred past SQS's delay cap,
+    here lowered to 1 s) with the attempt carried: never by a visibility
+    change, which a takeover of a lapsed lease could not be told from."""
     clock = FakeClock()
-    q = await make_queue(clock=clock, max_visibility_backoff=0, max_delay_seconds=1)
+    q = await make_queue(clock=clock, max_delay_seconds=1)
     await q.enqueue(b"x", id="j")
     [d] = await claim_until(q)
     assert await q.nack(d, delay=3600, error="later") == Settlement.RETRIED
     assert await claim_until(q, within=1.5) == []  # re-deferred: not due on the fake clock
     clock.advance(3600)
     [again] = await claim_until(q)
-    assert (again.attempt, again.claims) == (2, 2)
+    assert (again.attempt, again.claims, again.lapses) == (2, 2, 0)
 
 
 async def test_last_counted_attempt_goes_dead_and_requeue_brings_it_back(

@@ -498,7 +498,7 @@ async def test_a_zombie_token_changes_nothing_after_another_worker_reclaimed(env
     [zombie] = await env.queue.claim(1, lease=10.0)
     env.clock.advance(10.5)
     [owner] = await env.queue.claim(1, lease=60.0)
-    assert owner.id == "j" and owner.attempt == zombie.attempt + 1 == 2
+    assert owner.id == "j" and (owner.attempt, owner.lapses) == (zombie.attempt, 1)
     assert owner.token != zombie.token
     before = await env.record("j")
 
@@ -566,13 +566,14 @@ async def test_a_handler_whose_lease_is_lost_is_cancelled_and_nothing_is_settled
     # reclaims the job before this one's next heartbeat.
     env.clock.advance(11.0)
     [other] = await env.queue.claim(1, lease=60.0)
-    assert other.attempt == 2
+    assert (other.attempt, other.lapses) == (1, 1)
     await until(cancelled.is_set, "the handler was cancelled")
     await until(lambda: worker.in_flight == 0, "the job left the worker")
     assert worker.stats.lost == 1
     assert worker.stats.retried == worker.stats.dead == worker.stats.succeeded == 0
     record = await env.record("j")
-    assert record is not None and record.status is JobStatus.RUNNING and record.attempts == 2
+    assert record is not None and record.status is JobStatus.RUNNING
+    assert (record.attempts, record.lapses) == (1, 1)
     assert env.reported.calls == []
     assert await env.queue.ack(other) is Settlement.ACKED
 
@@ -671,7 +672,28 @@ async def test_ensure_at_least_extends_the_queues_lease(env: Env) -> None:
     assert worker.stats.lost == 1 and env.reported.calls == []
 
 
-async def test_a_job_whose_last_attempt_lapsed_is_dead_as_expired_without_running(
+async def test_a_run_whose_workers_die_under_it_is_not_charged_an_attempt(env: Env) -> None:
+    """Three workers die under a run on its only attempt (each lease lapses
+    and the next worker takes it over): the fourth runs it, still attempt 1
+    of 1, and it succeeds."""
+    ran: list[tuple[int, int]] = []
+
+    async def handler(attempt: Attempt) -> str:
+        ran.append((attempt.attempt, attempt.delivery.lapses))
+        return "done"
+
+    await env.queue.enqueue(b"", kind="k", id="j", max_attempts=1)
+    for _ in range(3):
+        await env.queue.claim(1, lease=10.0)  # a worker that then died
+        env.clock.advance(11.0)
+    worker = env.worker()
+    worker.register("k", handler)
+    await worker.start()
+    await until(lambda: worker.stats.succeeded == 1, "the run succeeded")
+    assert ran == [(1, 3)]
+
+
+async def test_a_run_whose_leases_lapsed_max_lapses_times_is_dead_as_expired_without_running(
     env: Env,
 ) -> None:
     ran = False
@@ -680,21 +702,25 @@ async def test_a_job_whose_last_attempt_lapsed_is_dead_as_expired_without_runnin
         nonlocal ran
         ran = True
 
-    await env.queue.enqueue(b"", kind="k", id="j", max_attempts=1)
-    [_crashed] = await env.queue.claim(1, lease=10.0)  # a worker that then died
-    env.clock.advance(11.0)
-    worker = env.worker()
+    await env.queue.enqueue(b"", kind="k", id="j", max_attempts=3)
+    for _ in range(2):
+        await env.queue.claim(1, lease=10.0)  # a worker that then died
+        env.clock.advance(11.0)
+    worker = env.worker(max_lapses=2)
     worker.register("k", handler)
     await worker.start()
     await until(lambda: worker.stats.dead == 1, "the job is dead")
     assert not ran
     [failure] = env.reported.of("j")
-    assert failure == Failure(
-        FailureKind.EXPIRED, "lease expired on attempt 1, the last of 1", None, 1
+    message = (
+        "its lease lapsed 2 times (its workers died or hung under it), "
+        "the most a run is given (2), on attempt 1"
     )
+    assert failure == Failure(FailureKind.EXPIRED, message, None, 1)
     record = await env.record("j")
     assert record is not None
-    assert record.dead_reason == "expired: lease expired on attempt 1, the last of 1"
+    assert record.dead_reason == f"expired: {message}"
+    assert (record.attempts, record.lapses) == (1, 2)
 
 
 # -- scheduling ------------------------------------------------------------------------

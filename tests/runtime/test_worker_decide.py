@@ -115,8 +115,22 @@ def test_no_handler_is_unknown_and_names_the_kind() -> None:
     assert decision.terminal.message == "no handler registered for job type `mail.send`"
 
 
-def test_a_delivery_past_its_last_attempt_is_expired() -> None:
-    decision = decide(delivery(attempt=4, max_attempts=3), Expired(), BACKOFF, NOW)
+def test_a_run_whose_leases_lapsed_too_often_is_expired_on_the_attempt_it_was_on() -> None:
+    decision = decide(delivery(attempt=2, max_attempts=3), Expired(10, 10), BACKOFF, NOW)
+    assert isinstance(decision, Dead)
+    assert decision.terminal.reason is FailureKind.EXPIRED
+    assert decision.terminal.message == (
+        "its lease lapsed 10 times (its workers died or hung under it), "
+        "the most a run is given (10), on attempt 2"
+    )
+    assert decision.terminal.attempt == 2
+    assert decision.reason == f"expired: {decision.terminal.message}"
+
+
+def test_a_record_an_earlier_release_counted_past_its_last_attempt_is_expired() -> None:
+    """Before lapses were counted apart, a takeover counted an attempt, even
+    past max_attempts: such a record, met after an upgrade, still dies."""
+    decision = decide(delivery(attempt=4, max_attempts=3), Expired(0), BACKOFF, NOW)
     assert isinstance(decision, Dead)
     assert decision.terminal.reason is FailureKind.EXPIRED
     assert decision.terminal.message == "lease expired on attempt 3, the last of 3"

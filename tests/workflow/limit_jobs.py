@@ -154,8 +154,9 @@ class PacedPerKey(Job[float]):
 
 class Serial(Job[int]):
     """Appends ``start`` and ``end`` lines to $STEPSTONE_LIMITS_LOG around a
-    short pause. With ``die`` set, the first attempt of run 0 SIGKILLs its
-    own process right after its start line: a holder that crashed."""
+    short pause, each with the run's start number (1 for its first). With
+    ``die`` set, the first start of run 0 SIGKILLs its own process right
+    after its start line: a holder that crashed."""
 
     NAME: ClassVar[str] = "limits.serial"
     key: str
@@ -167,12 +168,22 @@ class Serial(Job[int]):
 
     async def run(self, ctx: JobContext) -> int:
         log = os.environ["STEPSTONE_LIMITS_LOG"]
-        _append(log, f"start {self.n} {ctx.attempt} {os.getpid()} {time.monotonic():.6f}\n")
-        if self.die and self.n == 0 and ctx.attempt == 1:
+        # One run of the key at a time: nobody else writes this run's lines now.
+        start = 1 + sum(line.startswith(f"start {self.n} ") for line in _lines(log))
+        _append(log, f"start {self.n} {start} {os.getpid()} {time.monotonic():.6f}\n")
+        if self.die and self.n == 0 and start == 1:
             os.kill(os.getpid(), signal.SIGKILL)
         await asyncio.sleep(0.02)
-        _append(log, f"end {self.n} {ctx.attempt} {os.getpid()} {time.monotonic():.6f}\n")
+        _append(log, f"end {self.n} {start} {os.getpid()} {time.monotonic():.6f}\n")
         return self.n
+
+
+def _lines(path: str) -> list[str]:
+    try:
+        with open(path) as lines:
+            return lines.read().splitlines()
+    except FileNotFoundError:
+        return []
 
 
 def _append(path: str, line: str) -> None:

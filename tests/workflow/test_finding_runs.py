@@ -141,5 +141,5 @@ async def test_a_resumed_attempt_says_so_in_the_log(
         await runner.send_event(handle.id, "approval", {"approved": False, "by": "bo"})
         assert await handle.result(timeout=DEADLINE) == "refused by bo"
     said = [r.getMessage() for r in caplog.records if getattr(r, "run_id", None) == handle.id]
-    assert any(m.endswith("attempt 1 started (claim 1)") for m in said), said
-    assert any(m.endswith("attempt 1 resumed (claim 2)") for m in said), said
+    assert any(m.endswith("attempt 1/3 started (claim 1)") for m in said), said
+    assert any(m.endswith("attempt 1/3 resumed (claim 2)") for m in said), said

@@ -297,7 +297,7 @@ async def test_a_scheduled_job_runs_when_the_clock_passes_run_at(
     assert await handle.result(timeout=5) == 12
 
 
-async def test_lease_expiry_leads_to_a_reclaim_and_the_second_attempts_result(
+async def test_lease_expiry_leads_to_a_takeover_on_the_same_attempt(
     make_runner: MakeRunner, clock: FakeClock, counters: Counters
 ) -> None:
     runner = make_runner(jobs=[Reclaimable], lease=10, heartbeat=0, drain_timeout=0.05)
@@ -306,8 +306,10 @@ async def test_lease_expiry_leads_to_a_reclaim_and_the_second_attempts_result(
         await wait_until(counters.started.is_set)
         assert counters.counts["reclaimable"] == 1
         clock.advance(30)
-        assert await handle.result(timeout=5) == 2
+        assert await handle.result(timeout=5) == 1  # a lapse costs no attempt
         assert counters.counts["reclaimable"] == 2
+        outcome = await handle.join()
+        assert (outcome.attempts, outcome.lapses) == (1, 1)
 
 
 # -- beyond the seed ---------------------------------------------------------
@@ -443,9 +445,9 @@ async def test_cancel_a_pending_job(make_runner: MakeRunner) -> None:
 async def test_first_writer_wins_against_a_zombie(
     make_runner: MakeRunner, clock: FakeClock, counters: Counters
 ) -> None:
-    """Attempt 1 stalls inside its step past its lease; attempt 2 (another
-    worker) finishes the run. When the zombie wakes, its memo write, its
-    outcome and its ack change nothing."""
+    """The first start stalls inside its step past its lease; the takeover
+    (another worker) finishes the run. When the zombie wakes, its memo
+    write, its outcome and its ack change nothing."""
     zombie = make_runner(jobs=[ZombieStep], concurrency=1, lease=10, heartbeat=0, drain_timeout=5)
     owner = make_runner(jobs=[ZombieStep], lease=10, heartbeat=0)
     async with zombie:
@@ -453,20 +455,20 @@ async def test_first_writer_wins_against_a_zombie(
         await wait_until(counters.started.is_set)
         clock.advance(30)
         async with owner:
-            assert await handle.result(timeout=5) == "written by attempt 2"
+            assert await handle.result(timeout=5) == "written by start 2"
         counters.gate.set()  # the zombie wakes up and finishes its step
-        await wait_until(lambda: counters.counts["attempt 1 saw: written by attempt 2"] == 1)
+        await wait_until(lambda: counters.counts["start 1 saw: written by start 2"] == 1)
         await wait_until(lambda: zombie.worker.stats.lost == 1)
     assert counters.counts["zombie-step"] == 2
     outcome = await owner.outcome(handle.id, str)
-    assert outcome is not None and outcome.result == "written by attempt 2"
-    assert outcome.attempts == 2
+    assert outcome is not None and outcome.result == "written by start 2"
+    assert (outcome.attempts, outcome.lapses) == (1, 1)
     record = await read_outcome(owner, handle.id)
     assert record is not None
     memo = await owner.store.get(owner.layout.memo(handle.id, record.incarnation, position_key(1)))
     recorded = PositionedMemo.decode(memo.data)
     assert recorded.call == Call("step", "work")
-    assert unpack(recorded.value) == "written by attempt 2"
+    assert unpack(recorded.value) == "written by start 2"
 
 
 async def test_many_synchronous_jobs_at_once_do_not_starve_each_other_of_threads(

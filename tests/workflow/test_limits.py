@@ -100,12 +100,12 @@ async def test_a_run_that_suspends_gives_its_slot_back(
         assert await sleeper.result(timeout=10) == "slept"
 
 
-async def test_a_run_whose_lease_lapsed_on_its_last_attempt_frees_its_slot(
+async def test_a_run_expired_for_its_lapsed_leases_frees_its_slot(
     make_limited: Callable[..., JobRunner], clock: FakeClock, tracker: Tracker
 ) -> None:
     # No heartbeat: the blocker's lease lapses when the clock passes it, as if
-    # its worker had died; with one attempt, the next claim of it expires it.
-    async with make_limited(concurrency=4, heartbeat=0, lease=30, max_attempts=1) as runner:
+    # its worker had died; with max_lapses=1, the takeover expires it.
+    async with make_limited(concurrency=4, heartbeat=0, lease=30, max_lapses=1) as runner:
         stuck = await runner.submit(Blocker(key="a"))
         await wait_until(lambda: tracker.inside["a"] == 1, message="the blocker runs")
         after = await runner.submit(Blocker(key="a", n=1))

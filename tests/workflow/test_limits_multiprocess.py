@@ -29,21 +29,21 @@ LEASE = 3.0
 @dataclass
 class Interval:
     n: int
-    attempt: int
+    start_number: int
     pid: int
     start: float
     end: float | None = None
 
 
 def intervals(log: Path) -> list[Interval]:
-    """Every attempt that started, with its end if it ended, by start time."""
+    """Every start of a run, with its end if it ended, by start time."""
     found: dict[tuple[int, int], Interval] = {}
     for line in log.read_text().splitlines():
-        what, n, attempt, pid, at = line.split()
-        key = (int(n), int(attempt))
+        what, n, number, pid, at = line.split()
+        key = (int(n), int(number))
         if what == "start":
-            assert key not in found, f"run {n} attempt {attempt} started twice"
-            found[key] = Interval(int(n), int(attempt), int(pid), float(at))
+            assert key not in found, f"run {n} start {number} logged twice"
+            found[key] = Interval(int(n), int(number), int(pid), float(at))
         else:
             found[key].end = float(at)
     return sorted(found.values(), key=lambda i: i.start)
@@ -55,9 +55,9 @@ def start_worker(url: str, log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(command, env=env, cwd=HERE)
 
 
-async def run_fleet(url: str, log: Path, *, die: bool) -> list[int]:
+async def run_fleet(url: str, log: Path, *, die: bool) -> list[tuple[int, int]]:
     """Submit the runs, let two worker processes work them off, and return
-    the attempts each run's outcome records."""
+    the attempts and lapses each run's outcome records."""
     api = JobRunner(url)  # submits and awaits; runs no worker
     handles = [await api.submit(Serial(key="acct-1", n=n, die=die)) for n in range(RUNS)]
     workers = [start_worker(url, log) for _ in range(2)]
@@ -71,7 +71,7 @@ async def run_fleet(url: str, log: Path, *, die: bool) -> list[int]:
             await asyncio.to_thread(worker.wait, 30)
         await api.close()
     assert all(o.ok for o in outcomes), [o.error for o in outcomes if not o.ok]
-    return [o.attempts for o in outcomes]
+    return [(o.attempts, o.lapses) for o in outcomes]
 
 
 @pytest.fixture(params=["file", "s3"])
@@ -88,8 +88,8 @@ async def test_two_processes_never_run_two_of_one_key_at_once(
     store_url: str, tmp_path: Path
 ) -> None:
     log = tmp_path / "intervals.log"
-    attempts = await run_fleet(store_url, log, die=False)
-    assert attempts == [1] * RUNS  # waiting for the key spent no attempt
+    counted = await run_fleet(store_url, log, die=False)
+    assert counted == [(1, 0)] * RUNS  # waiting for the key spent no attempt
     seen = intervals(log)
     assert sorted(i.n for i in seen) == list(range(RUNS))
     for before, after in itertools.pairwise(seen):
@@ -100,14 +100,14 @@ async def test_a_sigkilled_holder_keeps_its_key_until_its_lease_lapses_and_no_lo
     store_url: str, tmp_path: Path
 ) -> None:
     log = tmp_path / "intervals.log"
-    attempts = await run_fleet(store_url, log, die=True)
-    # The killed run was tried again. So may be the runs the dead process had
+    counted = await run_fleet(store_url, log, die=True)
+    # The killed run was taken over. So may be the runs the dead process had
     # claimed besides (up to 3 at concurrency 4, on their way to wait for the
-    # key): a crash spends an attempt, waiting does not.
-    assert attempts[0] == 2
-    assert set(attempts[1:]) <= {1, 2} and attempts[1:].count(2) <= 3
+    # key): a crash is a lapse, spending no attempt, and waiting spends none.
+    assert counted[0] == (1, 1)
+    assert set(counted[1:]) <= {(1, 0), (1, 1)} and counted[1:].count((1, 1)) <= 3
     seen = intervals(log)
-    killed = next(i for i in seen if i.n == 0 and i.attempt == 1)
+    killed = next(i for i in seen if i.n == 0 and i.start_number == 1)
     assert killed.end is None
     finished = [i for i in seen if i is not killed]
     assert sorted(i.n for i in finished) == list(range(RUNS))

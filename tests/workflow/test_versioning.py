@@ -334,11 +334,14 @@ async def test_a_patch_keeps_old_runs_on_the_old_path_and_new_runs_on_the_new(
             await waiting_for(patched, run.id, "shipped")
         assert counters.counts == {"charge": 3, "email": 3, "fraud": 1}
         # Which runs may still need the old path: the one that took it, and
-        # the one that has not been back since the deploy.
+        # the one that has not been back since the deploy, which went past
+        # the patch (its email is after where the new run met it).
         paths = await patch_paths(patched, "fraud-check", RunFilter(kind="versioning.packed"))
         assert [r.id for r in paths.old] == [old.id]
-        assert [r.id for r in paths.not_yet] == [untouched.id]
+        assert [r.id for r in paths.past] == [untouched.id]
+        assert (paths.not_yet, paths.unplaced) == ([], [])
         assert [r.id for r in paths.new] == [new.id]
+        assert paths.points == {"versioning.packed": 1}
         await patched.send_event(untouched.id, "packed")
         await patched.send_event(untouched.id, "shipped")
         assert await patched.handle(untouched.id, PackedFraud).result(timeout=10) == "done"
@@ -352,3 +355,44 @@ async def test_a_patch_keeps_old_runs_on_the_old_path_and_new_runs_on_the_new(
             await deprecated.handle(old.id, PackedFraudOnly).result(timeout=10)
     assert "the run recorded the old path of patch 'fraud-check'" in failed.value.message
     assert counters.counts == {"charge": 3, "email": 3, "fraud": 1}
+
+
+class LateCheck(Job[str]):
+    """A patch after a wait: a run waiting there has not reached it."""
+
+    NAME: ClassVar[str] = "versioning.late-check"
+    order: str
+
+    async def run(self, ctx: JobContext) -> str:
+        await ctx.step("charge", hit(ctx, "charge"))
+        await ctx.wait_for_event("packed")
+        if await ctx.patched("late-check"):
+            await ctx.step("check", hit(ctx, "check"))
+        await ctx.wait_for_event("shipped")
+        return "done"
+
+
+async def test_runs_not_yet_at_a_patch_are_told_from_those_past_it(
+    make_runner: Callable[..., JobRunner], counters: Counters
+) -> None:
+    """``ls --patch``'s split: a run that has not decided is before the
+    patch's point or past it, by where the runs of its kind that did met
+    it; with none that did, the store cannot say."""
+    chosen = RunFilter(kind="versioning.late-check")
+    async with make_runner(jobs=[LateCheck]) as runner:
+        early = await runner.submit(LateCheck(order="l-1"))
+        ahead = await runner.submit(LateCheck(order="l-2"))
+        for run in (early, ahead):
+            await waiting_for(runner, run.id, "packed")
+        paths = await patch_paths(runner, "late-check", chosen)
+        assert sorted(r.id for r in paths.unplaced) == sorted([early.id, ahead.id])
+        assert (paths.old, paths.past, paths.not_yet, paths.points) == ([], [], [], {})
+
+        await runner.send_event(ahead.id, "packed")
+        await waiting_for(runner, ahead.id, "shipped")
+        paths = await patch_paths(runner, "late-check", chosen)
+        assert [r.id for r in paths.new] == [ahead.id]
+        assert [r.id for r in paths.not_yet] == [early.id]  # its wait is before the patch
+        assert (paths.past, paths.unplaced) == ([], [])
+        assert [r.id for r in paths.may_take_the_old_path] == [early.id]
+        assert counters.counts["check"] == 1

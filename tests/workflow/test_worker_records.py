@@ -93,7 +93,7 @@ async def test_a_worker_that_stops_beating_shows_as_gone_after_missed_beats() ->
     every = 30.0
     await store.put(key, record_bytes(id="w-dead", life="00aa", beat=clock.now(), every=every))
     reader = JobRunner(store, clock=clock)
-    clock.advance(GONE_AFTER * every)  # three beats missed: not yet
+    clock.advance(GONE_AFTER * every)  # two beats missed: not yet
     assert [row.state for row in (await read_workers(reader)).rows] == ["live"]
     clock.advance(1.0)
     assert [row.state for row in (await read_workers(reader)).rows] == ["gone"]

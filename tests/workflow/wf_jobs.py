@@ -181,14 +181,15 @@ class Increment(Job[int]):
 
 
 class Reclaimable(Job[int]):
-    """Attempt 1 hangs (as a stalled worker would); attempt 2 answers."""
+    """Its first start hangs (as a stalled worker would); the takeover
+    answers with the attempt it is on."""
 
     NAME: ClassVar[str] = "test.reclaimable"
 
     async def run(self, ctx: JobContext) -> int:
         counters = ctx.state(Counters)
         counters.hit("reclaimable")
-        if ctx.attempt == 1:
+        if counters.counts["reclaimable"] == 1:
             counters.started.set()
             await asyncio.Event().wait()
         return ctx.attempt
@@ -272,23 +273,25 @@ class KeyedStep(Job[int]):
 
 
 class ZombieStep(Job[str]):
-    """Its step blocks on the Counters gate on attempt 1 (a stalled worker)."""
+    """Its step blocks on the Counters gate in its first start (a stalled
+    worker); each start says which it was."""
 
     NAME: ClassVar[str] = "test.zombie-step"
 
     async def run(self, ctx: JobContext) -> str:
         counters = ctx.state(Counters)
-        attempt = ctx.attempt
+        counters.hit("zombie-start")
+        start = counters.counts["zombie-start"]
 
         async def work() -> str:
             counters.hit("zombie-step")
-            if attempt == 1:
+            if start == 1:
                 counters.started.set()
                 await counters.gate.wait()
-            return f"written by attempt {attempt}"
+            return f"written by start {start}"
 
         value = await ctx.step("work", work)
-        counters.counts[f"attempt {attempt} saw: {value}"] += 1
+        counters.counts[f"start {start} saw: {value}"] += 1
         return value
 
 

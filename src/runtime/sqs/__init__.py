@@ -7,7 +7,7 @@ form), with the module that holds each part:
 - **Lease = visibility timeout.** A claim is a ReceiveMessage with
   ``VisibilityTimeout`` = the lease; renew is ChangeMessageVisibility; a
   lease that lapses makes the message visible again and the next receive is
-  the reclaim, counted. (``queue``, the class, hands each operation to a part:
+  the takeover, counted as a lapse. (``queue``, the class, hands each operation to a part:
   ``enqueues``, ``receiving`` for claims, ``transitions`` for renewals and
   settlements, ``admin`` for cancel and requeue, ``inspection`` for get and
   counts.)
@@ -18,17 +18,18 @@ form), with the module that holds each part:
   at-least-once delivery, which the workflow layer's first-writer-wins
   outcome records and memos make harmless. (``fence``, and ``holds``, which
   adds the id store's marker to the fence's answer)
-- **Attempts = ApproximateReceiveCount + a carried base.** Every receive
-  bumps SQS's count; operations that must not burn an attempt (release, an
-  uncounted nack, a message put back because it came early or is of an
-  unwanted kind) re-send the message with the base lowered by one and delete
-  the received copy, so the count restarts from the right number. The base
-  travels in the message body. (``message``, the body and its codec)
+- **Attempts and lapses = a carried base + ApproximateReceiveCount.** Every
+  settlement but an ack (a retry, a release, a suspension, a message put
+  back because it came early or is of an unwanted kind) re-sends the job as
+  a new message, with its attempt base as it must stand, and deletes the
+  received copy; so a message is received again only when the lease of its
+  last receive lapsed. A delivery's attempt is the base plus one, and its
+  lapses the carried ones plus the receives before it. The bases travel in
+  the message body. (``message``, the body and its codec)
 - **Delays = DelaySeconds, capped at 15 minutes.** A run-at or backoff further
   out is sent with the cap; when the message arrives early it is re-sent with
-  the remaining delay (re-deferred) instead of delivered. A counted nack whose
-  delay fits in the visibility window is one ChangeMessageVisibility instead.
-  (``limits`` has SQS's numbers.)
+  the remaining delay (re-deferred) instead of delivered. (``limits`` has
+  SQS's numbers.)
 - **Dead = a dead-letter queue.** ``dead_letter`` sends the message there with
   the reason in the body; the tier queues also carry a RedrivePolicy as a
   last-resort net. ``requeue(id)`` has to scan the dead-letter queue: SQS

@@ -80,12 +80,13 @@ async def scan(
 
 
 def revived(message: JobMessage, receives: int, now: float) -> JobMessage:
-    """A dead job as it goes back to its tier: due now, attempts reset, the
+    """A dead job as it goes back to its tier: due now, attempts and lapses reset, the
     death forgotten. Claims keep counting, this scan's receives included
     (over-counting is safe: it only makes the workflow layer look for memos)."""
     return dataclasses.replace(
         message,
         attempts=0,
+        lapses=0,
         claims=message.claims + receives,
         run_at=now,
         last_error=None,

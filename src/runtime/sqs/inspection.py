@@ -71,8 +71,7 @@ class SqsInspection:
         """SQS's approximate totals (GetQueueAttributes, one request per queue).
 
         READY is ApproximateNumberOfMessages over the tiers, SCHEDULED is
-        ...Delayed, RUNNING is ...NotVisible (which also holds counted retries
-        waiting out a backoff on the visibility timeout), DEAD is everything
+        ...Delayed, RUNNING is ...NotVisible, DEAD is everything
         in the dead-letter queue. SQS says these may lag by about a minute."""
         totals = dict.fromkeys(QUEUE_STATUSES, 0)
         names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
@@ -113,6 +112,7 @@ def _record(
         payload=message.payload or b"",
         headers=dict(message.headers),
         lease_expires_at=lease_expires_at,
+        lapses=message.lapses,
         last_error=message.last_error,
         dead_reason=message.dead_reason,
     )

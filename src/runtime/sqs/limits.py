@@ -20,14 +20,16 @@ SQS_MAX_WAIT_SECONDS = 20
 DEFAULT_MAX_RECEIVE_COUNT = 100
 """The redrive policy's maxReceiveCount: a safety net only. The worker
 dead-letters a job itself once its attempts run out (so the workflow layer
-writes a failed outcome); SQS's redrive catches only a message received this
-many times without ever being settled or re-sent."""
+writes a failed outcome), and a run's lapsed leases (each a receive of one
+message) fail it long before this (``DEFAULT_MAX_LAPSES``); SQS's redrive
+catches only a message received this many times without ever being
+settled or re-sent."""
 RETENTION_SECONDS = 1_209_600
 """14 days, SQS's maximum, set on every queue :meth:`SqsQueue.create_queues` makes."""
 VISIBILITY_SAFETY = 60.0
-"""Seconds kept clear of the 12-hour visibility ceiling when deciding whether a
-backoff can ride on the visibility timeout (moto measures it from the send,
-AWS from the receive; both are covered)."""
+"""Seconds kept clear of the 12-hour visibility ceiling when renewing a
+lease (moto measures it from the send, AWS from the receive; both are
+covered)."""
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,70}$")
 """A base name or a tier suffix: SQS queue names are letters, digits, '-' and
 '_', and ``<name>-<suffix>`` has to stay a queue name."""

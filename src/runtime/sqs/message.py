@@ -17,6 +17,7 @@ key        field               what
 ``enq``    ``enqueued_at``     when it was enqueued
 ``a``      ``attempts``        attempts counted before this message's receives
 ``c``      ``claims``          claims made before this message's receives
+``l``      ``lapses``          lapsed leases taken over before this message
 ``h``      ``headers``         str to str
 ``p``      ``payload``         base64; left out of a spilled job's message
 ``tok``    ``token``           this enqueue's marker token (id store only)
@@ -26,9 +27,12 @@ key        field               what
 ``died``   ``died_at``         when
 =========  ==================  ================================================
 
-SQS counts every receive of a message itself (ApproximateReceiveCount), so a
-delivery's attempt is ``a`` plus that count; a message is re-sent with ``a``
-lowered when a receive must not count (docs/scaling.md).
+Every settlement but an ack re-sends the job as a new message, so a message
+is received again only when the lease of its last receive lapsed (its
+worker died or hung): SQS counts every receive itself
+(ApproximateReceiveCount), so a delivery's attempt is ``a`` plus one and
+its lapses ``l`` plus the receives before it (docs/scaling.md). A message
+is re-sent with ``a`` as it must stand: the attempt spent, or handed back.
 
 A message that is not a job's (sent by something else, or garbled) is set
 aside in the dead-letter queue wrapped as a :class:`ForeignMessage`, which
@@ -72,7 +76,7 @@ class JobMessage:
     enqueued_at: float
     attempts: int
     """Counted attempts before this message's receives: a delivery's attempt
-    is this plus SQS's ApproximateReceiveCount."""
+    is this plus one."""
     claims: int
     """Claims before this message's receives, counted or not."""
     headers: Mapping[str, str]
@@ -85,6 +89,9 @@ class JobMessage:
     dead_reason: str | None = None
     """Set once the job is dead-lettered."""
     died_at: float | None = None
+    lapses: int = 0
+    """Leases that lapsed before this message's receives: a delivery's lapses
+    are this plus SQS's ApproximateReceiveCount less one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +133,7 @@ def encode(message: JobMessage | ForeignMessage) -> str:
         "err": message.last_error,
         "dead": message.dead_reason,
         "died": message.died_at,
+        "l": message.lapses or None,
     }
     body.update((key, value) for key, value in optional.items() if value is not None)
     return _dumps(body)
@@ -174,6 +182,7 @@ def decode(text: str | bytes) -> JobMessage:
         last_error=fields.optional_text("err", "last_error"),
         dead_reason=fields.optional_text("dead", "dead_reason"),
         died_at=fields.optional_number("died", "died_at"),
+        lapses=fields.integer("l", "lapses", lowest=0) if "l" in body else 0,
     )
 
 

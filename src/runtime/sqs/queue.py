@@ -8,6 +8,7 @@ setup, and each operation handed to the part that maps it onto SQS requests
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
@@ -40,9 +41,7 @@ from .limits import (
     RETENTION_SECONDS,
     SQS_MAX_DELAY_SECONDS,
     SQS_MAX_MESSAGE_BYTES,
-    SQS_MAX_VISIBILITY_SECONDS,
     SQS_MAX_WAIT_SECONDS,
-    VISIBILITY_SAFETY,
 )
 from .local_jobs import LocalJobs
 from .markers import IdMarkers
@@ -76,9 +75,9 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
     ``max_delay_seconds`` is SQS's 15-minute cap; lower it only to exercise
     re-deferral in tests. ``wait_time_seconds`` is the long poll a claim does
     when every tier is empty (0 turns long polling off). ``max_visibility_backoff``
-    is the longest counted-nack delay carried on the visibility timeout (one
-    request, but the message counts as in flight meanwhile); longer delays
-    re-send the message with DelaySeconds (two requests, not in flight).
+    is deprecated and ignored: a retry re-sends the message with DelaySeconds
+    (batched with other sends and deletes), since a second receive of one
+    message is how a lapsed lease shows (:mod:`stepstone.runtime.sqs.message`).
     ``spill_bytes``: with an id store, a base64 payload longer than this stays
     in the marker, not the message (SQS bills each 64 KiB as one request).
     """
@@ -97,7 +96,7 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
         max_message_bytes: int = SQS_MAX_MESSAGE_BYTES,
         wait_time_seconds: int = 5,
         max_delay_seconds: int = SQS_MAX_DELAY_SECONDS,
-        max_visibility_backoff: float = SQS_MAX_VISIBILITY_SECONDS - VISIBILITY_SAFETY,
+        max_visibility_backoff: float | None = None,
         fence_margin: float = 1.0,
         batch_window: float = 0.01,
         dead_scan_visibility: int = 30,
@@ -125,7 +124,13 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
         self.max_message_bytes = max_message_bytes
         self.wait_time_seconds = wait_time_seconds
         self.max_delay_seconds = max_delay_seconds
-        self.max_visibility_backoff = max_visibility_backoff
+        if max_visibility_backoff is not None:
+            warnings.warn(
+                "SqsQueue(max_visibility_backoff=) is ignored: a retry is always re-sent, "
+                "since a second receive of a message is a lapsed lease's takeover",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         self.fence_margin = fence_margin
         self.dead_scan_visibility = dead_scan_visibility
         self.id_store = id_store
@@ -164,9 +169,7 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
             max_message_bytes=max_message_bytes,
             spill_bytes=spill_bytes,
         )
-        self._transitions = SqsTransitions(
-            parts, fence_margin=fence_margin, max_visibility_backoff=max_visibility_backoff
-        )
+        self._transitions = SqsTransitions(parts, fence_margin=fence_margin)
         self._receiver = Receiver(
             parts,
             self.tiers,

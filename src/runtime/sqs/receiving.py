@@ -177,8 +177,11 @@ class Receiver:
             await self._parts.outbox.delete(url, receipt)
             return None
         run_id = message.id
-        attempt = message.attempts + receives
+        # Each receive after the first is a takeover of a lease that lapsed:
+        # the attempt goes on, one more lapse (the message module says why).
+        attempt = message.attempts + 1
         claims = message.claims + receives
+        message = dataclasses.replace(message, lapses=message.lapses + receives - 1)
         if run_id in self._parts.local.cancelled:
             await self._parts.outbox.delete(url, receipt)
             return None
@@ -199,7 +202,7 @@ class Receiver:
         if message.run_at > self._parts.clock.now():
             # Arrived before its run-at (DelaySeconds stops at 15 minutes):
             # send it again for the rest of the wait, this receive not counted.
-            again = dataclasses.replace(message, attempts=attempt - 1, claims=claims - 1)
+            again = dataclasses.replace(message, claims=claims - 1)
             await self._parts.outbox.send(url, again, message.run_at)
             await self._parts.outbox.delete(url, receipt)
             return None
@@ -227,4 +230,6 @@ class Receiver:
             headers=dict(message.headers),
             enqueued_at=message.enqueued_at,
             claims=claims,
+            lapses=message.lapses,
+            took_over=receives > 1,
         )

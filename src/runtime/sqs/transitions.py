@@ -3,9 +3,10 @@ settlements (ack, nack, dead-letter, release), each mapped onto SQS requests.
 
 Every one asks first whether the delivery still holds its job
 (:mod:`stepstone.runtime.sqs.holds`) and answers LOST, calling nothing, when
-it does not. An attempt handed back (a release, an uncounted nack) is a
-re-send with the attempt base lowered and a delete of the received copy,
-since any receive of the same message would count one.
+it does not. Every settlement but an ack is a re-send with the attempt
+base it needs (the attempt spent, or handed back) and a delete of the
+received copy, since a second receive of one message is a lapsed lease's
+takeover (:mod:`stepstone.runtime.sqs.message`).
 """
 
 from __future__ import annotations
@@ -25,10 +26,9 @@ class SqsTransitions:
     """One SqsQueue's renewals and settlements; ``notify`` tells this
     process's listeners when one makes work due now."""
 
-    def __init__(self, parts: Parts, *, fence_margin: float, max_visibility_backoff: float) -> None:
+    def __init__(self, parts: Parts, *, fence_margin: float) -> None:
         self._parts = parts
         self._fence_margin = fence_margin
-        self._max_visibility_backoff = max_visibility_backoff
 
     async def renew(self, delivery: Delivery, at_least: float) -> float | None:
         """ChangeMessageVisibility, when the lease this process measured would
@@ -79,47 +79,27 @@ class SqsTransitions:
     async def nack(
         self, delivery: Delivery, *, delay: float, count: bool = True, error: str | None = None
     ) -> Settlement:
-        """Retry after ``delay``. A counted nack whose delay fits the visibility
-        window is one ChangeMessageVisibility (the next receive counts the
-        attempt by itself); anything else re-sends the message with the attempt
-        base it needs and deletes the received copy."""
+        """Retry after ``delay``: re-send the message with the attempt base it
+        needs and delete the received copy. Never by a visibility change: a
+        second receive of one message is how a lapsed lease shows, counted
+        as a lapse (:mod:`stepstone.runtime.sqs.message`)."""
         held = await self._parts.holds.owns(delivery)
         if held is None:
             return Settlement.LOST
         if count and held.attempt >= held.message.max_attempts:
             return await self._kill(delivery, held, error or "exhausted its attempts", error)
         delay = max(0.0, delay)
-        since_receive = time.monotonic() - held.received
-        fits = (
-            count
-            and delay <= self._max_visibility_backoff
-            and since_receive + delay < SQS_MAX_VISIBILITY_SECONDS - VISIBILITY_SAFETY
+        run_at = self._parts.clock.now() + delay
+        again = dataclasses.replace(
+            held.message,
+            attempts=held.attempt if count else held.attempt - 1,
+            claims=held.claims,
+            run_at=run_at,
+            last_error=held.message.last_error if error is None else error,
         )
-        if fits:
-            self._parts.fence.drop(delivery.token)
-            try:
-                await self._parts.sqs.call(
-                    "change_message_visibility",
-                    QueueUrl=held.url,
-                    ReceiptHandle=delivery.token,
-                    VisibilityTimeout=math.ceil(delay),
-                )
-            except Exception as exc:
-                if is_lost(error_code(exc)):
-                    return Settlement.LOST
-                raise
-        else:
-            run_at = self._parts.clock.now() + delay
-            again = dataclasses.replace(
-                held.message,
-                attempts=held.attempt if count else held.attempt - 1,
-                claims=held.claims,
-                run_at=run_at,
-                last_error=held.message.last_error if error is None else error,
-            )
-            await self._parts.outbox.send(held.url, again, run_at)
-            self._parts.fence.drop(delivery.token)
-            await self._parts.outbox.delete(held.url, delivery.token)
+        await self._parts.outbox.send(held.url, again, run_at)
+        self._parts.fence.drop(delivery.token)
+        await self._parts.outbox.delete(held.url, delivery.token)
         if delay <= 0:
             self._parts.notify()
         return Settlement.RETRIED

@@ -74,7 +74,7 @@ class RecordAdmin:
     async def requeue(self, run_id: str) -> bool:
         async def revive(etag: str, job: StoredJob) -> None:
             now = self._clock.now()
-            new = job.next(now, dead=False, dead_reason=None, attempts=0, run_at=now)
+            new = job.next(now, dead=False, dead_reason=None, attempts=0, lapses=0, run_at=now)
             await self._io.swap(run_id, new, etag)
 
         if not await self._if_dead(run_id, revive):

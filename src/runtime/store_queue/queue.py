@@ -313,8 +313,10 @@ class StoreQueue(LeaseQueue, QueueInspection, JobSurvey, Waking, Reclaiming):
     async def release(self, delivery: Delivery) -> Settlement:
         return await self._transitions.release(delivery)
 
-    async def wake(self, run_id: str, waiting_for: JobStatus) -> bool:
-        return await self._transitions.wake(run_id, waiting_for)
+    async def wake(
+        self, run_id: str, waiting_for: JobStatus, *, arrived: str | None = None
+    ) -> bool:
+        return await self._transitions.wake(run_id, waiting_for, arrived)
 
     # -- outside a claim (stepstone.runtime.store_queue.admin) --------------
 

@@ -31,6 +31,7 @@ import msgpack
 from .. import plausible
 from ..errors import QueueError
 from ..queue import SUSPENDED_STATUSES, Delivery, JobRecord, JobStatus, Wait
+from ..run_id import is_storable_id
 
 __all__ = [
     "CorruptRecord",
@@ -101,9 +102,19 @@ class StoredJob:
     """A suspended job's wait: (status value, detail), for people to see."""
     woken: bool = False
     """Set by a wake while the job was held: its suspension returns at once."""
+    lapses: int = 0
+    """Claims taken over after their lease lapsed (``Delivery.lapses``)."""
+    pending: tuple[str, ...] = ()
+    """What a suspended job's wait still needs, by id (``Wait.pending``)."""
+    arrivals: tuple[str, ...] = ()
+    """What wakes said arrived while the job was held (``wake(arrived=)``):
+    its suspension takes them off what its wait needs."""
     partial: bool = False
     """True when the payload and headers were dropped to save memory (a view
     entry for a job another process holds, or a dead one). Never written."""
+    took_over: bool = field(default=False, compare=False)
+    """Set by :meth:`claimed` on a takeover of a lapsed lease, for the
+    delivery to say so. Never written, nor part of what a record is."""
 
     def next(self, now: float, **changes: Any) -> StoredJob:
         """The record's next version: ``changes`` applied, ``rev`` bumped."""
@@ -111,17 +122,25 @@ class StoredJob:
 
     def claimed(self, now: float, *, token: str, lease_expires_at: float) -> StoredJob:
         """The version a claim writes: held under ``token`` until
-        ``lease_expires_at``, one more attempt and claim, no longer waiting.
-        A claim, a reclaim and a guess at another process's claim write (or
-        assume) the same fields, so they are set here once."""
+        ``lease_expires_at``, one more claim, no longer waiting; one more
+        attempt, or, taking over a claim whose lease lapsed (the record
+        still holds its token), one more lapse instead: that claim's attempt
+        never ended, and this one goes on with it. A claim, a reclaim and a
+        guess at another process's claim write (or assume) the same fields,
+        so they are set here once."""
+        takeover = self.token is not None
         return self.next(
             now,
-            attempts=self.attempts + 1,
+            attempts=self.attempts if takeover else self.attempts + 1,
+            lapses=self.lapses + 1 if takeover else self.lapses,
             claims=self.claims + 1,
             token=token,
             lease_expires_at=lease_expires_at,
             wait=None,
             woken=False,
+            pending=(),
+            arrivals=(),
+            took_over=takeover,
         )
 
     @property
@@ -165,6 +184,9 @@ _FIELDS: dict[str, tuple[type, ...]] = {
 _OPTIONAL: dict[str, tuple[tuple[type, ...], Any]] = {
     "wait": ((list, type(None)), None),
     "woken": ((bool,), False),
+    "lapses": ((int,), 0),
+    "pending": ((list, tuple), ()),
+    "arrivals": ((list, tuple), ()),
 }
 """Fields added later: written only when set, so records without them (older
 ones, and most) decode unchanged, and an older reader ignores them."""
@@ -246,9 +268,14 @@ def decode(data: bytes, *, key: str) -> StoredJob:
         raise CorruptRecord("headers must map str to str", key=key)
     for name, (types, default) in _OPTIONAL.items():
         value = body.get(name, default)
-        if not isinstance(value, types):
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
             raise CorruptRecord(f"field {name!r} has a {type(value).__name__}", key=key)
         values[name] = value
+    for name in ("pending", "arrivals"):
+        ids = values[name]
+        if not all(isinstance(run_id, str) and is_storable_id(run_id) for run_id in ids):
+            raise CorruptRecord(f"field {name!r} holds something that is not a run id", key=key)
+        values[name] = tuple(ids)
     wait = values["wait"]
     if wait is not None:
         if not (len(wait) == 2 and all(isinstance(part, str) for part in wait)):
@@ -274,6 +301,7 @@ def _check_plausible(values: dict[str, Any]) -> None:
     plausible.count(values["max_attempts"], "max_attempts", least=1)
     plausible.count(values["attempts"], "attempts")
     plausible.count(values["claims"], "claims")
+    plausible.count(values["lapses"], "lapses")
     plausible.count(values["rev"], "rev", most=plausible.MAX_REVISION)
     plausible.due(values["run_at"], "run_at")
     for name in ("created_at", "updated_at"):
@@ -313,6 +341,7 @@ def record_of(job: StoredJob, now: float) -> JobRecord:
         last_error=job.last_error,
         dead_reason=job.dead_reason,
         wait=wait_of(job, now),
+        lapses=job.lapses,
     )
 
 
@@ -320,7 +349,7 @@ def wait_of(job: StoredJob, now: float) -> Wait | None:
     """What a suspended record waits for, while it does."""
     if job.wait is None or job.token is not None or job.dead or job.run_at <= now:
         return None
-    return Wait(JobStatus(job.wait[0]), job.wait[1])
+    return Wait(JobStatus(job.wait[0]), job.wait[1], pending=job.pending)
 
 
 def delivery_of(job: StoredJob) -> Delivery:
@@ -338,4 +367,6 @@ def delivery_of(job: StoredJob) -> Delivery:
         headers=dict(job.headers),
         enqueued_at=job.created_at,
         claims=job.claims,
+        lapses=job.lapses,
+        took_over=job.took_over,
     )

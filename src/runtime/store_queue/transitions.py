@@ -29,7 +29,7 @@ from collections.abc import Callable
 from stepstone.store.errors import NotFound, PreconditionFailed
 
 from ..clock import Clock
-from ..queue import Delivery, JobStatus, Settlement, Wait
+from ..queue import Delivery, JobStatus, Settlement, Wait, still_pending
 from ..run_id import is_storable_id
 from .record_io import SWAP_TRIES, RecordIO
 from .records import CorruptRecord, StoredJob
@@ -162,7 +162,10 @@ class RecordTransitions:
 
     async def suspend(self, delivery: Delivery, *, until: float, wait: Wait) -> Settlement:
         def give_back(job: StoredJob, now: float) -> StoredJob:
-            if job.woken:  # woken while it ran: due at once, to look again
+            needed = tuple(n for n in dict.fromkeys(wait.pending) if n not in job.arrivals)
+            if job.woken or (wait.pending and not needed):
+                # Woken while it ran, or all it counted arrived meanwhile:
+                # due at once, to look again.
                 return job.next(
                     now,
                     attempts=job.attempts - 1,
@@ -171,6 +174,8 @@ class RecordTransitions:
                     run_at=now,
                     woken=False,
                     wait=None,
+                    pending=(),
+                    arrivals=(),
                 )
             return job.next(
                 now,
@@ -179,6 +184,8 @@ class RecordTransitions:
                 lease_expires_at=None,
                 run_at=until,
                 wait=(wait.status.value, wait.detail),
+                pending=needed,
+                arrivals=(),
             )
 
         result = await self.fenced(delivery, give_back)
@@ -211,7 +218,7 @@ class RecordTransitions:
         self._notify()
         return Settlement.RELEASED
 
-    async def wake(self, run_id: str, waiting_for: JobStatus) -> bool:
+    async def wake(self, run_id: str, waiting_for: JobStatus, arrived: str | None) -> bool:
         if not is_storable_id(run_id):
             return False
         for _ in range(SWAP_TRIES):
@@ -230,13 +237,20 @@ class RecordTransitions:
             # here: its holder may still be running it.
             due = min(now, job.updated_at)
             if job.token is not None:
-                if job.woken:
+                if job.woken or (arrived is not None and arrived in job.arrivals):
                     return True  # already marked
-                new = job.next(now, woken=True)
+                if arrived is None:
+                    new = job.next(now, woken=True)
+                else:  # its suspension takes it off what the wait needs
+                    new = job.next(now, arrivals=(*job.arrivals, arrived))
             elif job.wait is None or job.wait[0] != waiting_for.value:
                 return True  # not waiting for what arrived: its run-at stands
+            elif (left := still_pending(job.pending, arrived)) is not None:
+                if left == job.pending:
+                    return True  # not among what it still needs
+                new = job.next(now, pending=left)  # the rest still to come
             elif job.run_at > due:
-                new = job.next(now, run_at=due, wait=None)
+                new = job.next(now, run_at=due, wait=None, pending=())
             else:
                 return True  # due already
             try:

@@ -63,6 +63,7 @@ class Attempts:
         attempt_timeout: float | None,
         lease: float,
         heartbeat: float,
+        max_lapses: int,
         stats: WorkerStats,
         log: JobLog,
         wake: Callable[[], None],
@@ -80,6 +81,7 @@ class Attempts:
         self._attempt_timeout = attempt_timeout
         self._lease = lease
         self._heartbeat = heartbeat
+        self._max_lapses = max_lapses
         self._stats = stats
         self._log = log
         self._wake = wake
@@ -125,7 +127,7 @@ class Attempts:
             job.began = loop.time()
         if self._observer is not None:
             self._observe(delivery, lambda observer: observer.claimed(delivery))
-        runnable = registration is not None and delivery.attempt <= delivery.max_attempts
+        runnable = registration is not None and self._expired(delivery) is None
         if runnable:
             assert registration is not None
             job.attempt = Attempt(delivery, lease)
@@ -135,6 +137,16 @@ class Attempts:
             )
         job.task = asyncio.create_task(self._execute(job), name=f"job {delivery.id}")
         self._log(delivery, logging.DEBUG, "claimed")
+
+    def _expired(self, delivery: Delivery) -> Expired | None:
+        """Why ``delivery`` must not run: its run's leases lapsed
+        ``max_lapses`` times (this claim took over the last), or an earlier
+        release counted its lapses as attempts past ``max_attempts``."""
+        if delivery.lapses >= self._max_lapses:
+            return Expired(delivery.lapses, self._max_lapses)
+        if delivery.attempt > delivery.max_attempts:
+            return Expired(delivery.lapses)
+        return None
 
     def stop(self, job: InFlightJob, why: Stop) -> None:
         """Cancel the job's handler for ``why``, unless it already finished."""
@@ -165,8 +177,9 @@ class Attempts:
         """How the attempt ended, or None when there is nothing to settle
         (the lease was lost, or the drain cut the attempt short and it was released)."""
         delivery = job.delivery
-        if delivery.attempt > delivery.max_attempts:
-            return Expired()
+        expired = self._expired(delivery)
+        if expired is not None:
+            return expired
         if job.handler_task is None:
             return NoHandler()
         handler = job.handler_task

@@ -1,5 +1,6 @@
 """The worker's log: one logger, ``stepstone.runtime.worker``, and a line
-about one job that says which worker, which run, which kind and attempt.
+about one job that says which worker, which run, which kind and attempt
+(``attempt 1/3``, and ``2 lapsed`` when workers died or hung under it).
 
 A job's line carries ``run_id``, ``kind`` and ``attempt`` as record
 attributes (``extra``), so a log pipeline can index them
@@ -19,7 +20,8 @@ logger = logging.getLogger("stepstone.runtime.worker")
 
 def where(delivery: Delivery) -> str:
     d = delivery
-    return f"job {d.id} (kind {d.kind!r}, attempt {d.attempt}/{d.max_attempts})"
+    lapsed = f", {d.lapses} lapsed" if d.lapses else ""
+    return f"job {d.id} (kind {d.kind!r}, attempt {d.attempt}/{d.max_attempts}{lapsed})"
 
 
 def extra(delivery: Delivery) -> dict[str, object]:

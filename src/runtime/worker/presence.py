@@ -14,13 +14,14 @@ own record, and neither overwrites the other's.
   worker holds then; a write that fails is logged and tried at the next beat,
   never stopping the worker. ``BEAT`` weighs a PUT a beat, all month
   (docs/operations.md prices it), against how soon a dead worker shows as
-  gone: within ``GONE_AFTER`` beats.
+  gone: ``GONE_AFTER`` beats, a default lease, which is when its runs are
+  taken over too; and the runs it holds are the list at most a beat old.
 - **A clean stop marks it.** After the drain the worker writes it once more,
   stopped, holding nothing.
 - **A dead worker's is found out.** A record not stopped whose last beat is
   more than ``GONE_AFTER`` of its own beats old is gone (:meth:`WorkerRecord.state`).
-- **The set stays bounded.** A worker sweeps at its start and every
-  ``SWEEP_EVERY`` beats: it deletes every record not written for ``AGE_OUT``
+- **The set stays bounded.** A worker sweeps at its start and about every
+  ``SWEEP_EVERY`` seconds: it deletes every record not written for ``AGE_OUT``
   (if it is still the version listed), and, when it holds its id's lock
   (so every earlier life under its holder on this host is over), the
   records of those earlier lives at once.
@@ -53,14 +54,16 @@ from ..run_id import is_storable_id
 
 log = logging.getLogger("stepstone.runtime.worker")
 
-BEAT = 30.0
-"""Seconds between a worker's writes of its record, by default."""
-GONE_AFTER = 3
-"""Beats a live worker's record may miss before it shows as gone."""
+BEAT = 5.0
+"""Seconds between a worker's writes of its record, by default: half the
+default lease (``stepstone.runtime.queue.DEFAULT_LEASE``)."""
+GONE_AFTER = 2
+"""Beats a live worker's record may miss before it shows as gone: at the
+default beat, a default lease, after which its runs are taken over too."""
 AGE_OUT = 86_400.0
 """Seconds after its last write a record is deleted by the next sweep."""
-SWEEP_EVERY = 120
-"""Beats between a worker's sweeps (an hour at the default beat)."""
+SWEEP_EVERY = 3600.0
+"""Seconds between a worker's sweeps, about (counted in its beats)."""
 SWEEP_PAGES = 10
 """Listing pages one sweep reads at most (the set stays well under this)."""
 RUNS_LISTED = 50
@@ -226,9 +229,10 @@ class Presence:
 
     async def _beat(self, sole_holder: bool) -> None:
         beats = 0
+        sweep_every = max(1, round(SWEEP_EVERY / self.every))
         while True:
             await self._write(stopped=False)
-            if beats % SWEEP_EVERY == 0:
+            if beats % sweep_every == 0:
                 await self._sweep(sole_holder and beats == 0)
             beats += 1
             await asyncio.sleep(self.every)

@@ -103,7 +103,7 @@ class Settler:
             return
         if isinstance(decision, Suspended):
             wait = decision.wait
-            self._log(delivery, logging.DEBUG, "suspended (%s %s)", wait.status.value, wait.detail)
+            self._log(delivery, logging.DEBUG, "suspended (%s %s)", wait.status.value, wait.shown)
             await self._settle(
                 job,
                 "suspend",

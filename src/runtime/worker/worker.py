@@ -45,7 +45,7 @@ from ..capabilities import Reclaiming
 from ..clock import Clock
 from ..decide import describe
 from ..observer import WorkerObserver
-from ..queue import DEFAULT_LEASE, Delivery, LeaseQueue
+from ..queue import DEFAULT_LEASE, DEFAULT_MAX_LAPSES, Delivery, LeaseQueue
 from .attempts import Attempts
 from .callbacks import AttemptCallbacks
 from .claims import ClaimLoop
@@ -100,6 +100,10 @@ class Worker:
     leases. Two live workers on one host may not share an id: the second
     one's ``start`` raises WorkerIdInUse. Without a name a worker takes the
     host's name, or the next free one on this host (``host-2``, ...).
+
+    ``max_lapses``: a run whose leases lapsed this many times (its workers
+    died or hung under it; each costs no attempt) is dead as ``expired``
+    when a worker takes over the last, without running again.
     """
 
     def __init__(
@@ -122,6 +126,7 @@ class Worker:
         only_registered: bool = False,
         presence: Presence | None = None,
         on_store_broken: Callable[[StoreConfigError], None] | None = None,
+        max_lapses: int = DEFAULT_MAX_LAPSES,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -135,6 +140,8 @@ class Worker:
             raise ValueError(f"attempt_timeout must be positive, got {attempt_timeout}")
         if cancel_check is not None and cancel_check <= 0:
             raise ValueError(f"cancel_check must be positive (or None), got {cancel_check}")
+        if max_lapses < 1:
+            raise ValueError(f"max_lapses must be at least 1, got {max_lapses}")
         self.queue = queue
         self._concurrency = concurrency
         self.lease = lease
@@ -145,6 +152,7 @@ class Worker:
         self.drain_timeout = drain_timeout
         self.clock: Clock = clock or queue.clock
         self.cancel_check = cancel_check
+        self.max_lapses = max_lapses
         self._identity = WorkerIdentity(name)
         self.only_registered = only_registered
         self._presence = presence
@@ -189,6 +197,7 @@ class Worker:
             attempt_timeout=attempt_timeout,
             lease=lease,
             heartbeat=self.heartbeat,
+            max_lapses=max_lapses,
             stats=self.stats,
             log=log,
             wake=self.wake,

@@ -1,9 +1,11 @@
-"""The commands that inspect and operate on runs: ls, show, retry, cancel, replay, purge, stats
+"""The commands that inspect and operate on runs: ls, show, history, send-event,
+retry, cancel, replay, purge, stats
 (the fleet's, workers and schedules, are in :mod:`stepstone.cli.fleet`).
 
 Each opens the runner the options name, does one thing through
 :mod:`stepstone.ops`, prints it (a table or ``--json``) and closes the
-runner. A command on one run takes its id or any unique start of it; a bulk
+runner. A command on one run takes its id, any unique start of it, or
+``--key``, the idempotency key it was submitted with; a bulk
 action (``retry``, ``cancel``, ``replay`` with filters instead of an id) says how many
 runs match, asks, and exits with its own status (``statuses.PARTIAL``) when
 it could not touch some. Each returns
@@ -14,8 +16,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import json
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TextIO
 
 from stepstone.cli import statuses
@@ -26,6 +30,7 @@ from stepstone.cli.render import (
     detail_json,
     emit_json,
     listed_json,
+    print_attempts,
     print_detail,
     print_listing,
     table,
@@ -33,11 +38,11 @@ from stepstone.cli.render import (
     warn_unreadable,
 )
 from stepstone.cli.runners import runner_from_args
-from stepstone.errors import InspectError
+from stepstone.errors import EncodingError, EventRefused, InspectError
 from stepstone.ops import actions, listing, reads
 from stepstone.ops.audited import Said, audited, done, of_bulk
 from stepstone.ops.listing import RunFilter
-from stepstone.ops.patches import patch_paths
+from stepstone.ops.patches import PatchPaths, patch_paths
 from stepstone.ops.replay import replay, replay_many
 from stepstone.records.layout import run_id_for_key
 from stepstone.runner import JobRunner
@@ -99,24 +104,39 @@ def _ls_patch(args: argparse.Namespace) -> int:
                 {
                     "patch": args.patch,
                     "old": [listed_json(r) for r in found.old],
+                    "past": [listed_json(r) for r in found.past],
                     "not_yet": [listed_json(r) for r in found.not_yet],
+                    "unplaced": [listed_json(r) for r in found.unplaced],
                     "new": len(found.new),
+                    "points": found.points,
                     "unreadable": unreadable_json(found.unreadable),
                 }
             )
             return 0
         if rows:
             print_listing(sys.stdout, rows, now)
-        print(
-            escape_controls(
-                f"{len(rows)} run(s) not finished may still take the old path of patch "
-                f"{args.patch!r}: {len(found.old)} took it, {len(found.not_yet)} have not "
-                f"reached it ({len(found.new)} took the new path)"
-            )
-        )
+        print(escape_controls(_patch_summary(args.patch, found)))
         return 0
 
     return asyncio.run(_with_runner(args, body))
+
+
+def _patch_summary(change_id: str, found: PatchPaths) -> str:
+    """What ``ls --patch`` says of the runs it lists, by what the store tells of each."""
+    said = [
+        f"{len(found.old)} took it",
+        f"{len(found.past)} went past its point on the old code (they take it when they go on)",
+        f"{len(found.not_yet)} have not reached it",
+    ]
+    if found.unplaced:
+        said.append(
+            f"{len(found.unplaced)} have not met it, nor has any run of their kind "
+            "(before its point or past it, no record says)"
+        )
+    return (
+        f"{len(found.may_take_the_old_path)} run(s) not finished may still take the old path "
+        f"of patch {change_id!r}: {', '.join(said)} ({len(found.new)} took the new path)"
+    )
 
 
 def _filter(args: argparse.Namespace, now: float, status: str | None = None) -> RunFilter:
@@ -149,14 +169,10 @@ def _sources(status: str | None) -> str:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    if (args.id is None) == (args.key is None):
-        raise CliError("show takes a run id (or a prefix of one), or --key IDEMPOTENCY_KEY", 2)
+    _one_run(args, "show")
 
     async def body(runner: JobRunner) -> int:
-        if args.key is not None:
-            found = await _keyed(runner, args.key)
-        else:
-            found = await reads.detail(runner, await reads.resolve_id(runner, args.id))
+        found = await _detail(runner, args)
         warn_unreadable(found.unreadable_attempts)  # (the other parts say so in place)
         if args.json:
             emit_json(detail_json(found))
@@ -167,37 +183,110 @@ def cmd_show(args: argparse.Namespace) -> int:
     return asyncio.run(_with_runner(args, body))
 
 
-async def _keyed(runner: JobRunner, key: str) -> reads.Detail:
-    """The run a job submitted with idempotency key ``key`` runs as."""
-    run_id = run_id_for_key(key)
+def cmd_history(args: argparse.Namespace) -> int:
+    _one_run(args, "history")
+
+    async def body(runner: JobRunner) -> int:
+        found = await _detail(runner, args)
+        warn_unreadable(found.unreadable_attempts)
+        if args.json:
+            emit_json({"id": found.id, "attempts": detail_json(found)["attempts"]})
+        else:
+            sys.stdout.write(f"run {found.id} ({found.status or 'unknown'})\n")
+            print_attempts(sys.stdout, found)
+        return 0
+
+    return asyncio.run(_with_runner(args, body))
+
+
+def cmd_send_event(args: argparse.Namespace) -> int:
+    _one_run(args, "send-event")
     try:
-        return await reads.detail(runner, run_id)
+        payload = None if args.payload is None else json.loads(args.payload)
+    except ValueError as exc:
+        raise CliError(f"--payload is not JSON: {exc}", 2) from None
+
+    async def body(runner: JobRunner) -> int:
+        with _named_by_key(args):
+            run_id = await _run_of(runner, args)
+            try:
+                sent = await runner.send_event(run_id, args.name, payload, key=args.event_key)
+            except (EventRefused, EncodingError) as exc:
+                raise InspectError(str(exc)) from None
+        if args.json:
+            emit_json({"id": run_id, "event": args.name, "sent": sent})
+        elif sent:
+            print(escape_controls(f"sent event {args.name!r} to {run_id}"))
+        else:
+            print(
+                escape_controls(
+                    f"event {args.name!r} with key {args.event_key!r} was sent to {run_id} "
+                    "before: not sent again"
+                )
+            )
+        return 0
+
+    return asyncio.run(_with_runner(args, body))
+
+
+def _one_run(args: argparse.Namespace, command: str) -> None:
+    """A command on one run is given its id or ``--key``, one of the two."""
+    if (args.id is None) == (args.key is None):
+        raise CliError(
+            f"{command} takes a run id (or a unique start of one), or --key IDEMPOTENCY_KEY", 2
+        )
+
+
+async def _run_of(runner: JobRunner, args: argparse.Namespace) -> str:
+    """The run ``args`` name: by ``--key`` (its run id is the key's SHA-256),
+    or by an id or a unique start of one."""
+    if args.key is not None:
+        return run_id_for_key(args.key)
+    return await reads.resolve_id(runner, args.id)
+
+
+@contextlib.contextmanager
+def _named_by_key(args: argparse.Namespace) -> Iterator[None]:
+    """What goes wrong with a run named by ``--key`` says the key."""
+    try:
+        yield
     except InspectError as exc:
-        raise InspectError(f"idempotency key {key!r}: {exc}") from None
+        if args.key is None:
+            raise
+        raise InspectError(f"idempotency key {args.key!r}: {exc}") from None
+
+
+async def _detail(runner: JobRunner, args: argparse.Namespace) -> reads.Detail:
+    with _named_by_key(args):
+        return await reads.detail(runner, await _run_of(runner, args))
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
     if _filtered(args):
-        if args.id is not None:
+        if args.id is not None or args.key is not None:
             raise CliError(
                 "retry takes a run id or filters (--status dead, --kind, ...), not both", 2
             )
         if args.status not in (None, JobStatus.DEAD.value):
             raise CliError("only dead runs can be retried: --status dead, or leave it out", 2)
         return _bulk(args, "retry", actions.retry_many, {})
-    if args.id is None:
-        raise CliError("retry takes a run id (or a start of it), or filters: --status dead ...", 2)
+    if args.id is None and args.key is None:
+        raise CliError(
+            "retry takes a run id (or a start of it), --key, or filters: --status dead ...", 2
+        )
+    _one_run(args, "retry")
 
     async def body(runner: JobRunner) -> int:
-        run_id = await reads.resolve_id(runner, args.id)
-        removed = await audited(
-            runner,
-            operator(),
-            "retry",
-            [run_id],
-            lambda: actions.retry(runner, run_id),
-            done("requeued"),
-        )
+        with _named_by_key(args):
+            run_id = await _run_of(runner, args)
+            removed = await audited(
+                runner,
+                operator(),
+                "retry",
+                [run_id],
+                lambda: actions.retry(runner, run_id),
+                done("requeued"),
+            )
         if removed is not None:
             warn_unreadable([removed])
         if args.json:
@@ -285,7 +374,7 @@ def _confirm(question: str) -> None:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     if _filtered(args):
-        if args.id is not None:
+        if args.id is not None or args.key is not None:
             raise CliError("cancel takes a run id or filters (--status, --kind, ...), not both", 2)
         if args.status is not None and JobStatus(args.status).finished:
             raise CliError(f"a {args.status} run has finished: there is nothing to cancel", 2)
@@ -296,20 +385,26 @@ def cmd_cancel(args: argparse.Namespace) -> int:
             lambda r, ids: actions.cancel_many(r, ids, leave_children=leave),
             {"leave_children": "yes"} if leave else {},
         )
-    if args.id is None:
-        raise CliError("cancel takes a run id (or a start of it), or filters: --kind K ...", 2)
+    if args.id is None and args.key is None:
+        raise CliError(
+            "cancel takes a run id (or a start of it), --key, or filters: --kind K ...", 2
+        )
+    _one_run(args, "cancel")
 
     async def body(runner: JobRunner) -> int:
-        run_id = await reads.resolve_id(runner, args.id)
-        done = await audited(
-            runner,
-            operator(),
-            "cancel",
-            [run_id],
-            lambda: actions.cancel(runner, run_id, leave_children=args.leave_children),
-            lambda done: Said("done", "cancelled" if done == "cancelled" else "discarded dead run"),
-            detail={"leave_children": "yes"} if args.leave_children else None,
-        )
+        with _named_by_key(args):
+            run_id = await _run_of(runner, args)
+            done = await audited(
+                runner,
+                operator(),
+                "cancel",
+                [run_id],
+                lambda: actions.cancel(runner, run_id, leave_children=args.leave_children),
+                lambda done: Said(
+                    "done", "cancelled" if done == "cancelled" else "discarded dead run"
+                ),
+                detail={"leave_children": "yes"} if args.leave_children else None,
+            )
         if args.json:
             emit_json({"id": run_id, "result": done})
         elif done == "cancelled":
@@ -323,7 +418,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     if _filtered(args):
-        if args.id is not None:
+        if args.id is not None or args.key is not None:
             raise CliError("replay takes a run id or filters (--status, --kind, ...), not both", 2)
 
         async def each(runner: JobRunner, run_ids: list[str]) -> actions.Bulk:
@@ -332,20 +427,24 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return _bulk(
             args, "replay", each, {} if args.from_step is None else {"from_step": args.from_step}
         )
-    if args.id is None:
-        raise CliError("replay takes a run id (or a start of it), or filters: --kind K ...", 2)
+    if args.id is None and args.key is None:
+        raise CliError(
+            "replay takes a run id (or a start of it), --key, or filters: --kind K ...", 2
+        )
+    _one_run(args, "replay")
 
     async def body(runner: JobRunner) -> int:
-        run_id = await reads.resolve_id(runner, args.id)
-        done = await audited(
-            runner,
-            operator(),
-            "replay",
-            [run_id],
-            lambda: replay(runner, run_id, from_step=args.from_step),
-            lambda done: Said("done", f"replaying as incarnation {done.incarnation}"),
-            detail=None if args.from_step is None else {"from_step": args.from_step},
-        )
+        with _named_by_key(args):
+            run_id = await _run_of(runner, args)
+            done = await audited(
+                runner,
+                operator(),
+                "replay",
+                [run_id],
+                lambda: replay(runner, run_id, from_step=args.from_step),
+                lambda done: Said("done", f"replaying as incarnation {done.incarnation}"),
+                detail=None if args.from_step is None else {"from_step": args.from_step},
+            )
         if args.json:
             emit_json(
                 {

@@ -16,10 +16,12 @@ from stepstone.cli.audit import cmd_audit
 from stepstone.cli.check_store import cmd_check_store
 from stepstone.cli.commands import (
     cmd_cancel,
+    cmd_history,
     cmd_ls,
     cmd_purge,
     cmd_replay,
     cmd_retry,
+    cmd_send_event,
     cmd_show,
     cmd_stats,
 )
@@ -150,27 +152,59 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="one job: queue record, outcome, attempts, steps",
         description="Show everything stored about one job, by its id, a unique "
-        "start of its id (4 or more digits), or the idempotency key it was submitted with.",
+        "start of its id (4 or more digits), or --key, the idempotency key it was "
+        "submitted with.",
     )
-    show.add_argument("id", nargs="?", help="the run id, or a unique start of it")
-    show.add_argument(
-        "--key",
-        metavar="IDEMPOTENCY_KEY",
-        help="the job submitted with this idempotency key (instead of an id)",
-    )
+    _naming_a_run(show)
     show.set_defaults(handler=cmd_show)
+
+    history = sub.add_parser(
+        "history",
+        parents=[common],
+        help="one run's attempts: each claim, who ran it, how it ended",
+        description="List each claim of one run, by its id, a unique start of its id, or "
+        "--key: when, how long, how it ended, by which worker, and its error (the "
+        "attempts part of `show`).",
+    )
+    _naming_a_run(history)
+    history.set_defaults(handler=cmd_history)
+
+    event = sub.add_parser(
+        "send-event",
+        parents=[common],
+        help="send an event to a live run, for its ctx.wait_for_event(NAME)",
+        description="Send event NAME with a JSON payload to a run that has not finished, "
+        "named by its id, a unique start of its id, or --key: its ctx.wait_for_event(NAME) "
+        "takes it, now or when it gets there. Refused, saying why, for a run that has "
+        "finished or was never submitted.",
+    )
+    _naming_a_run(event)
+    event.add_argument("name", metavar="NAME", help="the event's name")
+    event.add_argument(
+        "--payload",
+        metavar="JSON",
+        help="the event's payload, as JSON (default: none, which the wait takes as None)",
+    )
+    event.add_argument(
+        "--event-key",
+        metavar="KEY",
+        help="make the send idempotent: a send of NAME with a KEY already sent is that "
+        "event, not another (a webhook's delivery id)",
+    )
+    event.set_defaults(handler=cmd_send_event)
 
     retry = sub.add_parser(
         "retry",
         parents=[common],
         help="requeue a dead run, or every dead run the filters choose",
-        description="Requeue a dead run with its attempts reset. Its failed outcome "
+        description="Requeue a dead run (by its id, a unique start of it, or --key) with "
+        "its attempts reset. Its failed outcome "
         "record is removed first so the new run can record its own; steps it "
         "finished replay from their memos. With filters (--status dead, --kind, --since, "
         "--version, --key-prefix) instead of an id, every dead run they choose, after "
         "saying how many and asking (--yes for scripts); exit 1 if some could not be.",
     )
-    retry.add_argument("id", nargs="?", help="the run id, or a unique start of it")
+    _naming_a_run(retry)
     retry.add_argument(
         "--status", choices=[JobStatus.DEAD.value], help="dead: the only runs a retry takes"
     )
@@ -182,7 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
         "cancel",
         parents=[common],
         help="cancel a run that has not finished (or discard a dead one), or every one chosen",
-        description="Cancel a run that has not finished: its outcome is recorded "
+        description="Cancel a run that has not finished (by its id, a unique start of it, "
+        "or --key): its outcome is recorded "
         "cancelled and its queue record goes, and the children it created that have not "
         "finished are cancelled with it (--leave-children leaves them running); a dead "
         "run is discarded from the queue. "
@@ -190,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
         "id, every run they choose (without --status, every live one), after saying how "
         "many and asking (--yes for scripts); exit 1 if some could not be.",
     )
-    cancel.add_argument("id", nargs="?", help="the run id, or a unique start of it")
+    _naming_a_run(cancel)
     cancel.add_argument(
         "--leave-children",
         action="store_true",
@@ -209,15 +244,16 @@ def build_parser() -> argparse.ArgumentParser:
         "replay",
         parents=[common],
         help="run an ended run again from a step, or every ended run the filters choose",
-        description="Run an ended run (succeeded, failed, cancelled or dead) again as a new "
-        "incarnation with the same input: the steps before --from-step replay from their "
-        "memos, and that step and all after it run again (without --from-step, all of "
-        "them). The old incarnation's memos and attempts stay, linked from the new one. "
+        description="Run an ended run (succeeded, failed, cancelled or dead; by its id, a "
+        "unique start of it, or --key) again as a new incarnation with the same input: "
+        "the steps before --from-step replay from their memos, and that step and all "
+        "after it run again (without --from-step, all of them). The old incarnation's "
+        "memos and attempts stay, linked from the new one. "
         "A live run is refused. With filters (--status, --kind, --since, --version, "
         "--key-prefix) instead of an id, every ended run they choose, after saying how "
         "many and asking (--yes for scripts); exit 1 if some could not be.",
     )
-    replay.add_argument("id", nargs="?", help="the run id, or a unique start of it")
+    _naming_a_run(replay)
     replay.add_argument(
         "--from-step", metavar="STEP", help="the step to run from (its first call in the run)"
     )
@@ -423,6 +459,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.set_defaults(handler=cmd_check_store)
     return parser
+
+
+def _naming_a_run(command: argparse.ArgumentParser) -> None:
+    """How a command on one run is told which: its id (or a unique start of
+    it), or the idempotency key it was submitted with."""
+    command.add_argument("id", nargs="?", help="the run id, or a unique start of it")
+    command.add_argument(
+        "--key",
+        metavar="IDEMPOTENCY_KEY",
+        help="the run submitted with this idempotency key (instead of an id)",
+    )
 
 
 def _choosing(command: argparse.ArgumentParser) -> None:

@@ -128,6 +128,7 @@ def listed_json(row: RunSummary) -> dict[str, Any]:
         "kind": row.kind,
         "status": row.status,
         "attempts": row.attempts,
+        "lapses": row.lapses,
         "updated": row.updated,
         "source": row.source,
         "submitted": row.submitted,
@@ -155,15 +156,16 @@ def detail_json(found: Detail) -> dict[str, Any]:
             "status": queued.status.value,
             "kind": queued.kind,
             "priority": queued.priority,
-            "attempts": queued.attempts,
+            "attempts": found.attempts,
             "max_attempts": queued.max_attempts,
+            "lapses": queued.lapses,
             "run_at": queued.run_at,
             "created_at": queued.created_at,
             "updated_at": queued.updated_at,
             "lease_expires_at": queued.lease_expires_at,
             "last_error": queued.last_error,
             "dead_reason": queued.dead_reason,
-            "waiting_for": None if queued.wait is None else queued.wait.detail,
+            "waiting_for": None if queued.wait is None else queued.wait.shown,
             "headers": dict(queued.headers),
         },
         "outcome": None
@@ -171,6 +173,7 @@ def detail_json(found: Detail) -> dict[str, Any]:
         else {
             "status": outcome.status.value,
             "attempts": outcome.attempts,
+            "lapses": outcome.lapses,
             "finished_at": outcome.finished_at,
             "result": decode_value(outcome.result),
             "error": None
@@ -283,10 +286,12 @@ def print_detail(out: TextIO, found: Detail) -> None:
     else:
         out.write("queue:\n")
         line("status", queued.status.value)
-        line("attempts", f"{queued.attempts} of {queued.max_attempts}")
+        line("attempts", f"{found.attempts} of {queued.max_attempts}")
+        if queued.lapses:
+            line("lapses", _lapses(queued.lapses))
         line("priority", queued.priority)
         if queued.wait is not None:
-            line("waiting for", short(queued.wait.detail) or "-")
+            line("waiting for", short(queued.wait.shown) or "-")
             line("wakes at", when(queued.run_at))
         else:
             line("run at", when(queued.run_at))
@@ -313,6 +318,8 @@ def print_detail(out: TextIO, found: Detail) -> None:
         out.write("outcome:\n")
         line("status", outcome.status.value)
         line("attempts", outcome.attempts)
+        if outcome.lapses:
+            line("lapses", _lapses(outcome.lapses))
         line("finished", when(outcome.finished_at))
         if outcome.error is not None:
             line("error", f"{outcome.error.reason}: {short(outcome.error.message)}")
@@ -322,15 +329,19 @@ def print_detail(out: TextIO, found: Detail) -> None:
                 _traceback(out, outcome.error.traceback)
         if outcome.result is not None:
             line("result", short(decode_value(outcome.result)))
-    _print_attempts(out, found)
+    print_attempts(out, found)
     if found.replay_of is not None and found.replaced_history:
-        _print_attempts(
+        print_attempts(
             out, found, found.replaced_history, f"of the replaced incarnation {found.replay_of}"
         )
     _print_steps(out, found)
 
 
-def _print_attempts(
+def _lapses(n: int) -> str:
+    return f"{n} lease(s) lost to workers that died or hung (no attempt spent)"
+
+
+def print_attempts(
     out: TextIO, found: Detail, history: list[AttemptInfo] | None = None, of: str = ""
 ) -> None:
     """Each claim of the run (or of ``history``, ``of`` saying whose): when,

@@ -203,13 +203,17 @@ class AttemptRunner:
         started_at = self._clock.now()
         ctx = JobContext(scope)
         # A claim beyond the counted attempts follows one given back uncounted
-        # (a durable wait, a drain): the attempt goes on rather than starts.
+        # (a durable wait, a drain) or one whose lease lapsed: the attempt
+        # goes on rather than starts.
         began = "resumed" if delivery.claims > delivery.attempt else "started"
+        if delivery.took_over:
+            began = f"taken over from a lapsed lease (lapse {delivery.lapses})"
         log.info(
-            "run %s (%s) attempt %d %s (claim %d)",
+            "run %s (%s) attempt %d/%d %s (claim %d)",
             run_id,
             envelope.kind,
             delivery.attempt,
+            delivery.max_attempts,
             began,
             delivery.claims,
             extra=extra,
@@ -259,6 +263,7 @@ class AttemptRunner:
             input_hash=envelope.input_hash,
             incarnation=envelope.incarnation,
             attempts=delivery.attempt,
+            lapses=delivery.lapses,
             finished_at=self._clock.now(),
             result=encoded,
             progress=scope.progress,

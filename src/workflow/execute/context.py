@@ -219,9 +219,10 @@ class JobContext:
     async def gather(self, *children: JobHandle[Any]) -> list[Any]:
         """The results of ``children`` (handles from :meth:`submit`), in order,
         once every one has ended. Until then this run is suspended: it holds
-        no worker, and each child wakes it as it ends. A failed child raises
-        its :class:`~stepstone.JobFailed` here (the first, in order), once all
-        have ended; use ``await child.join()`` for outcomes without raising."""
+        no worker, and it resumes when the last of them ends. A failed child
+        raises its :class:`~stepstone.JobFailed` here (the first in order), as
+        soon as it and every child before it have ended (the others go on);
+        use ``await child.join()`` for outcomes without raising."""
         outcomes = await waits.children(self._run, children)
         return [outcome.unwrap() for outcome in outcomes]
 

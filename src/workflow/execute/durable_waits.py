@@ -15,7 +15,9 @@ so a replay decides the same:
   event it took, or that it timed out (``!event.<name>@n``): a replay sees
   the same payload, and a run takes each event once (waits for one name
   made at once take turns: :class:`~stepstone.execute.scope.EventTurn`);
-- awaiting children records nothing: their outcome records are the answer.
+- awaiting children records nothing: their outcome records are the answer,
+  and the wait names the children still running, so that only the last of
+  them (or one that fails) wakes the run.
 
 What it waits for may happen while the run is still running, between its
 look and its suspension. Whoever makes it happen writes first (the event,
@@ -199,12 +201,26 @@ async def _taken_by_waits_to_come(run: AttemptScope) -> set[str]:
 
 
 async def children(run: AttemptScope, handles: tuple[JobHandle[Any], ...]) -> list[Outcome[Any]]:
-    """The outcomes of ``handles`` (this run's children) once all have one;
-    until then, suspend the run (each child wakes it as it ends)."""
-    run.check_going()
+    """The outcomes of ``handles`` (this run's children), in order, once the
+    wait is over: every child has ended, or one has not succeeded and every
+    child before it has ended. Then the list stops at that one, whose
+    failure the caller raises (``Outcome.unwrap``): the first failure in
+    order, the same on every replay, as the children's outcomes are final.
+
+    Until then the run suspends, its wait naming the children still
+    running (``Wait.pending``): one that ends successfully only takes
+    itself off, and the last to end wakes the run, so a parent of N children
+    resumes once, not once per child; one that fails wakes it at once (the
+    wait may be over)."""
     outcomes = [await handle.poll() for handle in handles]
-    pending = sum(outcome is None for outcome in outcomes)
-    if pending:
-        wait = Wait(JobStatus.WAITING_FOR_CHILDREN, f"{pending} of {len(handles)} children")
-        raise run.suspend(Suspend(run.clock.now() + run.wait_recheck, wait))
-    return [outcome for outcome in outcomes if outcome is not None]
+    for n, outcome in enumerate(outcomes):
+        if outcome is None:
+            break
+        if not outcome.ok:
+            return [o for o in outcomes[: n + 1] if o is not None]
+    else:
+        return [outcome for outcome in outcomes if outcome is not None]
+    running = (handle.id for handle, o in zip(handles, outcomes, strict=True) if o is None)
+    pending = tuple(dict.fromkeys(running))
+    wait = Wait(JobStatus.WAITING_FOR_CHILDREN, f"of {len(handles)} children", pending=pending)
+    raise run.suspend(Suspend(run.clock.now() + run.wait_recheck, wait))

@@ -163,7 +163,12 @@ class RunEnding:
         record, so they find it when they look), tell the handles awaiting it
         here, then call its hooks (a cancelled run's are the cancelling process's)."""
         if self._waking is not None:
-            await self._family.wake_waiters(self._waking, record.run_id, envelope)
+            await self._family.wake_waiters(
+                self._waking,
+                record.run_id,
+                envelope,
+                succeeded=record.status is JobStatus.SUCCEEDED,
+            )
         self._watch.stands(record)
         if record.status is not JobStatus.CANCELLED:
             await self._hooks.run(record, None if envelope is None else envelope.input)
@@ -182,6 +187,7 @@ class RunEnding:
             input_hash=digest,
             incarnation=incarnation,
             attempts=failure.attempt,
+            lapses=delivery.lapses,
             finished_at=self._clock.now(),
             error=ErrorInfo(failure.reason, failure.message, failure.error_type, failure.traceback),
             submitted_at=delivery.enqueued_at or None,

@@ -40,6 +40,9 @@ class JobState:
     waiting_for: str | None = None
     """What a suspended run waits for: ``until <time>``, an event's name,
     ``<n> of <m> children``."""
+    lapses: int = 0
+    """Leases the run lost to workers that died or hung under it; none of
+    them spent an attempt (docs/guarantees.md)."""
 
     @property
     def finished(self) -> bool:
@@ -79,6 +82,7 @@ async def read_state(records: RunRecords, queue: LeaseQueue, run_id: str) -> Job
             attempts=record.attempts,
             progress=progress,
             last_error=None if record.error is None else record.error.message,
+            lapses=record.lapses,
         )
     if queued is None:
         return None
@@ -90,7 +94,8 @@ async def read_state(records: RunRecords, queue: LeaseQueue, run_id: str) -> Job
         last_error=first_line(queued.last_error or queued.dead_reason or _reason(record)),
         run_at=queued.run_at,
         lease_expires_at=queued.lease_expires_at,
-        waiting_for=None if queued.wait is None else queued.wait.detail,
+        waiting_for=None if queued.wait is None else queued.wait.shown,
+        lapses=queued.lapses,
     )
 
 

@@ -2,8 +2,10 @@
 
 A runner whose worker records a run's outcome hands the record to
 :meth:`OutcomeWatch.stands`, which wakes the handles awaiting it here at
-once, or keeps it a moment for a handle that asks soon (a batch of submits
-awaited one by one then neither reads nor waits). Any other run is someone
+once, or keeps it for a handle its submits returned that asks later (a
+batch of submits awaited one by one then neither reads nor waits); a handle
+made afterwards by id or key reads the record, which an operator may have
+changed since (a retry, a replay). Any other run is someone
 else's: its handles poll the outcome record, with backoff, and with a budget
 of reads per second shared by every waiting handle, so N handles waiting T
 seconds cost O(N) reads, not O(N * T).
@@ -152,6 +154,11 @@ class OutcomeWatch:
         kind's runs took (module docstring). ``input_hash``, when known, is checked against
         the record read (a record of another input raises CorruptOutcome)."""
         recent = self._recent.pop(run_id, None)
+        if input_hash is None and not fresh:
+            # A handle made later (``runner.handle``), not by a submit: the
+            # run may have been retried or replayed since its end here (by
+            # an operator, in another process), so the record is the answer.
+            recent = None
         if isinstance(recent, Exception):
             raise recent
         if self._broken is not None and recent is None:

@@ -54,6 +54,8 @@ class RunSummary:
     """The job type's ``VERSION`` it was submitted under."""
     key: str | None = None
     """The idempotency key it was submitted with."""
+    lapses: int = 0
+    """Leases it lost to workers that died or hung (none spent an attempt)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +266,7 @@ def _queued_row(record: JobRecord) -> RunSummary:
         submitted=record.created_at,
         version=None if envelope is None else envelope.version,
         key=None if envelope is None else envelope.key,
+        lapses=record.lapses,
     )
 
 
@@ -316,6 +319,7 @@ def _finished_row(record: OutcomeRecord) -> RunSummary:
         submitted=record.submitted_at or record.finished_at,
         version=record.version,
         key=record.key,
+        lapses=record.lapses,
     )
 
 

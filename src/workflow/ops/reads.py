@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from stepstone.errors import InspectError
+from stepstone.handles.state import attempts_of
 from stepstone.records.attempts import AttemptInfo
 from stepstone.records.calls import CHANGED_ARGS_MEMO, VERSION_WAIT_MEMO, Call, PositionedMemo
 from stepstone.records.codec import unpack, unpack_stored
@@ -211,6 +212,26 @@ class Detail:
         if self.queued is not None:
             return self.queued.kind
         return ""
+
+    @property
+    def attempts(self) -> int | None:
+        """The attempts the run has spent, counted as ``ls``, the web view,
+        ``runner.status`` and the worker's log count them: a waiting run's
+        paused attempt included (:func:`stepstone.handles.state.attempts_of`);
+        None when nothing but leftovers is stored."""
+        if self.queued is not None:
+            return attempts_of(self.queued)
+        if self.outcome is not None:
+            return self.outcome.attempts
+        return None
+
+    @property
+    def lapses(self) -> int:
+        """Leases the run lost to workers that died or hung under it (none
+        spent an attempt)."""
+        if self.queued is not None:
+            return self.queued.lapses
+        return 0 if self.outcome is None else self.outcome.lapses
 
 
 def decode_value(data: Stored | None) -> Any:

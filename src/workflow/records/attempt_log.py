@@ -137,7 +137,7 @@ def _info(report: AttemptReport, noted: AttemptResult | None) -> AttemptInfo:
         message, traceback, number = failure.message, failure.traceback, failure.attempt
     elif isinstance(decision, Suspended):
         wait = decision.wait
-        message = f"{wait.status.value}: {wait.detail}" if wait.detail else wait.status.value
+        message = f"{wait.status.value}: {wait.shown}" if wait.shown else wait.status.value
     elif isinstance(decision, Ack) and noted is None:
         message = "its outcome could not be recorded"
     return AttemptInfo(

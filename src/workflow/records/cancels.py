@@ -64,6 +64,7 @@ async def cancel_run(
         input_hash=digest,
         incarnation=incarnation,
         attempts=queued.attempts,
+        lapses=queued.lapses,
         finished_at=clock.now(),
         error=ErrorInfo(FailureKind.CANCELLED, why),
         **({} if envelope is None else about_the_run(envelope)),
@@ -72,7 +73,9 @@ async def cancel_run(
         return None  # it had ended first (or was swept): its outcome stands
     await queue.cancel(run_id)
     if isinstance(queue, Waking):  # the runs waiting for this one look again
-        await Family(records.store, records.layout).wake_waiters(queue, run_id, envelope)
+        await Family(records.store, records.layout).wake_waiters(
+            queue, run_id, envelope, succeeded=False
+        )
     return record, None if envelope is None else envelope.input
 
 

@@ -70,15 +70,22 @@ class Family:
             return []
         return _decode(stored.data)
 
-    async def wake_waiters(self, waking: Waking, run_id: str, envelope: Envelope | None) -> None:
-        """Wake every run waiting for ``run_id``, which has ended: the parent
-        that created it and every run that joined it. Only a keyed run can be
-        joined, so only its waiters record is read."""
+    async def wake_waiters(
+        self, waking: Waking, run_id: str, envelope: Envelope | None, *, succeeded: bool
+    ) -> None:
+        """Tell every run waiting for ``run_id``, which has ended, the parent
+        that created it and every run that joined it: a waiter that awaits
+        other children too is woken once the last of them has ended (its
+        wait counts them: ``Wait.pending``), or at once when this one did
+        not succeed, which may end its wait (``ctx.gather`` raises the first
+        failure). Only a keyed run can be joined, so only its waiters record
+        is read."""
         waiting = [] if envelope is None or envelope.parent is None else [envelope.parent]
         if envelope is not None and envelope.key is not None:
             waiting += [w for w in await self.waiters(run_id) if w not in waiting]
+        arrived = run_id if succeeded else None
         for waiter in waiting:
-            await waking.wake(waiter, JobStatus.WAITING_FOR_CHILDREN)
+            await waking.wake(waiter, JobStatus.WAITING_FOR_CHILDREN, arrived=arrived)
 
     async def add_child(self, parent: str, child: str) -> None:
         """Record that ``parent`` submits ``child`` (before it does)."""

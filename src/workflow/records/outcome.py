@@ -95,6 +95,9 @@ class OutcomeRecord:
     """The incarnation this run replays (``runner.replay``; None: none)."""
     from_step: str | None = None
     """The step that replay ran from (None: from the start)."""
+    lapses: int = 0
+    """Leases the run lost to workers that died or hung under it (none
+    spent an attempt)."""
 
     def encode(self) -> Body:
         return record_body(
@@ -130,6 +133,8 @@ class OutcomeRecord:
                 "parent": self.parent,
                 "replay_of": self.replay_of,
                 "from_step": self.from_step,
+                # Only when there were some: most runs lose no lease.
+                **({"lapses": self.lapses} if self.lapses else {}),
             },
             "result",
         )
@@ -160,6 +165,7 @@ class OutcomeRecord:
             submitted_at=self.submitted_at,
             started_at=self.started_at,
             kind=self.kind,
+            lapses=self.lapses,
         )
 
 
@@ -238,6 +244,7 @@ def decode_outcome_key(data: bytes, result: Stored | None = None) -> OutcomeReco
                 parent=raw.get("parent"),
                 replay_of=raw.get("replay_of"),
                 from_step=raw.get("from_step"),
+                lapses=plausible.count(raw.get("lapses", 0), "lapses"),
             )
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         raise ValueError(f"a field is missing or malformed ({type(exc).__name__}: {exc})") from exc
@@ -264,6 +271,9 @@ class Outcome(Generic[T]):
     started_at: float | None = None
     kind: str = ""
     """The job's kind (its type's NAME)."""
+    lapses: int = 0
+    """Leases the run lost to workers that died or hung under it: each cost
+    it no attempt (``attempts`` counts the attempts its own code spent)."""
 
     @property
     def ok(self) -> bool:

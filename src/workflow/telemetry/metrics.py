@@ -182,7 +182,15 @@ class _Instruments:
             )
 
         self.claimed = counter(
-            "stepstone.job.claimed", "{attempt}", "Attempts a worker claimed (started)."
+            "stepstone.job.claimed",
+            "{claim}",
+            "Claims a worker made: an attempt started, resumed after a wait, or taken over.",
+        )
+        self.lapsed = counter(
+            "stepstone.job.lapsed",
+            "{lease}",
+            "Claims that took over a lease that lapsed (its worker died or hung): "
+            "a lapse, which costs the run no attempt.",
         )
         self.failed = counter(
             "stepstone.job.failed",
@@ -317,6 +325,8 @@ class RunnerMetrics:
         self.kinds_seen.add(kind)
         attributes = {JOB_KIND: kind}
         instruments.claimed.add(1, attributes)
+        if delivery.took_over:
+            instruments.lapsed.add(1, attributes)
         if delivery.claims == 1 and delivery.enqueued_at > 0:
             waited = self._clock.now() - delivery.enqueued_at
             instruments.start_latency.record(max(0.0, waited), attributes)
