@@ -250,8 +250,11 @@ def _factory(previous: Any) -> Any:
     ) -> asyncio.Future[Any]:
         given: contextvars.Context | None = kwargs.get("context")
         parent = BRANCH.get() if given is None else given.run(BRANCH.get)
-        if parent is None:
-            return _make(previous, loop, coro, kwargs)
+        if parent is None:  # (most tasks: the worker's, the application's outside runs)
+            if previous is None:
+                return asyncio.Task(coro, loop=loop, **kwargs)
+            made: asyncio.Future[Any] = previous(loop, coro, **kwargs)
+            return made
         tree = parent.tree
         in_step = IN_STEP.get() if given is None else given.run(IN_STEP.get)
         origin = "other" if in_step else tree.origin(coro)
