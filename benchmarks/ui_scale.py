@@ -49,8 +49,8 @@ from stepstone.records.layout import (
     run_id_for_key,
 )
 from stepstone.records.outcome import ErrorInfo, OutcomeRecord
-from stepstone.runtime.decide import FailureKind
-from stepstone.runtime.queue import JobStatus
+from stepstone.runtime.decision import FailureKind
+from stepstone.runtime.status import JobStatus
 from stepstone.runtime.store_queue.records import StoredJob
 from stepstone.runtime.store_queue.records import encode as encode_job
 from stepstone.store.file import FileStore

@@ -26,6 +26,19 @@ method that raises. A caller that needs one checks for it,
 - :class:`QueueInspection`: the last three together, with ``counts`` over
   ``list`` unless the backend knows better. MemoryQueue, StoreQueue.
 
+And what saves requests or latency where a backend can:
+
+- :class:`ClaimedEnqueue` (``enqueue_claimed``): a submit's record written
+  already claimed by a worker in the same process (the hand-off).
+  MemoryQueue, StoreQueue.
+- :class:`Withdrawing` (``withdraw``): a record just created taken back.
+  MemoryQueue, StoreQueue.
+- :class:`IdleHints` (``subscribe``, ``next_due``, ``next_look``): when an
+  idle worker in the process should look. MemoryQueue, StoreQueue; SqsQueue
+  (its long poll does the rest).
+- :class:`PendingHere` (``pending_here``): which runs this process knows
+  are not over, so their handles need not poll. MemoryQueue, StoreQueue.
+
 Why SqsQueue lacks two: SQS has no listing of messages, and cannot change a
 message it does not hold, so nothing can make a waiting job due early (the
 workflow layer then has waiting runs look again every ``wait_recheck``
@@ -36,20 +49,25 @@ fit together).
 from __future__ import annotations
 
 import abc
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from .queue import QUEUE_STATUSES, Delivery, JobRecord, JobStatus
+from .queue import Delivery, Enqueued, JobRecord, NewJob
+from .status import QUEUE_STATUSES, JobStatus
 
 __all__ = [
+    "ClaimedEnqueue",
     "DeadJobRequeue",
+    "IdleHints",
     "JobCounts",
     "JobListing",
     "Page",
+    "PendingHere",
     "QueueInspection",
     "Reclaiming",
     "Waking",
+    "Withdrawing",
 ]
 
 
@@ -72,6 +90,76 @@ class Waking(Protocol):
         (returning at once when nothing is left). False if there
         is no such job (ended, never enqueued) or it is dead; True otherwise,
         moved or not."""
+
+
+@runtime_checkable
+class ClaimedEnqueue(Protocol):
+    """A queue that can enqueue a job already claimed by its submitter: one
+    write where an enqueue and a claim take two (a worker in the submitting
+    process with room, and nothing else to take: a hand-off)."""
+
+    @abc.abstractmethod
+    async def enqueue_claimed(
+        self, job: NewJob, *, lease: float, holder: str | None = None
+    ) -> tuple[Enqueued, Delivery | None]:
+        """Enqueue ``job`` claimed by the caller (``holder``, as ``claim``
+        takes it), leased for ``lease`` seconds. The delivery is the
+        caller's to run, renew and settle as a claim's, or to release; if
+        the caller goes away instead, the lease lapses and any worker
+        claims the job. None when the enqueue created no record (a live run
+        has the id), or when this time the queue could not write it
+        claimed (it then enqueued it as ``enqueue`` does)."""
+
+
+@runtime_checkable
+class Withdrawing(Protocol):
+    """A queue that can take back a record it just created, if nothing
+    changed it since: for a submit that finds, once it made the record,
+    that it is nobody's run."""
+
+    @abc.abstractmethod
+    async def withdraw(self, enqueued: Enqueued) -> bool:
+        """Remove the record ``enqueued`` created, if nothing changed it
+        since (claimed, settled, or gone and made again). False when it
+        changed or went; the caller decides what then."""
+
+
+@runtime_checkable
+class IdleHints(Protocol):
+    """A queue that tells an idle worker in its process when to look:
+    woken at once by this process's own enqueues, and told how long it may
+    sleep. Without it, a worker polls every ``poll_interval``."""
+
+    @abc.abstractmethod
+    def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener`` when this process makes work available (an
+        enqueue, a release, a requeue). Returns an unsubscribe function."""
+
+    @abc.abstractmethod
+    async def next_due(self) -> float | None:
+        """The earliest clock time something not claimable now may become
+        claimable (a run-at, a backoff, a lease expiry), as far as this
+        process knows; None when nothing is pending."""
+
+    @abc.abstractmethod
+    def next_look(self) -> float | None:
+        """Real seconds until a claim would look for other processes' work in
+        a way a wait would miss (a StoreQueue's look at its doorbell): how
+        long an idle worker may sleep at most. None: whenever it polls."""
+
+
+@runtime_checkable
+class PendingHere(Protocol):
+    """A queue that knows, from its own writes and recent looks, which jobs
+    have not ended: handles awaiting a run skip reading its outcome while
+    it is known to be pending (on S3 that took a keyed job from 5.9 GETs to 2)."""
+
+    @abc.abstractmethod
+    def pending_here(self, run_id: str) -> bool:
+        """Whether this process knows, without asking anyone, that the job
+        has not ended: it waits unclaimed, or this process holds its lease,
+        as of this process's own write or a recent look (a few seconds at
+        most); False whenever it does not know."""
 
 
 @runtime_checkable

@@ -20,8 +20,17 @@ import secrets
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
-from .capabilities import Page, QueueInspection, Waking
+from .capabilities import (
+    ClaimedEnqueue,
+    IdleHints,
+    Page,
+    PendingHere,
+    QueueInspection,
+    Waking,
+    Withdrawing,
+)
 from .clock import Clock, SystemClock
+from .decision import Ack, Dead, Decision, Release, Retry, Suspended
 from .listeners import Listeners
 from .queue import (
     DEFAULT_MAX_ATTEMPTS,
@@ -30,16 +39,14 @@ from .queue import (
     Delivery,
     Enqueued,
     JobRecord,
-    JobStatus,
     LeaseQueue,
     NewJob,
     Settlement,
-    Wait,
     check_enqueue,
     enqueue_each,
     sort_key,
-    still_pending,
 )
+from .status import JobStatus, Wait, still_pending
 
 
 @dataclass(slots=True)
@@ -74,7 +81,15 @@ class _Rec:
         return f"{self.serial}.{self.version}"
 
 
-class MemoryQueue(LeaseQueue, QueueInspection, Waking):
+class MemoryQueue(
+    LeaseQueue,
+    QueueInspection,
+    Waking,
+    ClaimedEnqueue,
+    Withdrawing,
+    IdleHints,
+    PendingHere,
+):
     """A lease queue in this process's memory: the whole contract, for tests,
     examples and a runner embedded in one process. A crash loses it."""
 
@@ -294,19 +309,34 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
             self._touch(rec)
         return rec.lease_expires_at
 
-    async def ack(self, delivery: Delivery) -> Settlement:
+    async def settle(self, delivery: Delivery, decision: Decision) -> Settlement:
+        match decision:
+            case Ack():
+                return await self._ack(delivery)
+            case Retry():
+                return await self._retry(
+                    delivery, delay=decision.delay, count=decision.count, error=decision.kept_error
+                )
+            case Suspended():
+                return await self._suspend(delivery, until=decision.until, wait=decision.wait)
+            case Dead():
+                return await self._dead(delivery, decision.reason)
+            case Release():
+                return await self._release(delivery)
+
+    async def _ack(self, delivery: Delivery) -> Settlement:
         if self._owned(delivery) is None:
             return Settlement.LOST
         del self._records[delivery.id]
         return Settlement.ACKED
 
-    async def nack(
-        self, delivery: Delivery, *, delay: float, count: bool = True, error: str | None = None
+    async def _retry(
+        self, delivery: Delivery, *, delay: float, count: bool, error: str
     ) -> Settlement:
         rec = self._owned(delivery)
         if rec is None:
             return Settlement.LOST
-        rec.last_error = error if error is not None else rec.last_error
+        rec.last_error = error or rec.last_error
         if count and rec.attempts >= rec.max_attempts:
             return self._kill(rec, error or "exhausted its attempts")
         if not count:
@@ -319,7 +349,7 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
             self._notify()
         return Settlement.RETRIED
 
-    async def suspend(self, delivery: Delivery, *, until: float, wait: Wait) -> Settlement:
+    async def _suspend(self, delivery: Delivery, *, until: float, wait: Wait) -> Settlement:
         rec = self._owned(delivery)
         if rec is None:
             return Settlement.LOST
@@ -368,7 +398,7 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
             self._notify()
         return True
 
-    async def dead_letter(self, delivery: Delivery, reason: str) -> Settlement:
+    async def _dead(self, delivery: Delivery, reason: str) -> Settlement:
         rec = self._owned(delivery)
         if rec is None:
             return Settlement.LOST
@@ -382,7 +412,7 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
         self._touch(rec)
         return Settlement.DEAD
 
-    async def release(self, delivery: Delivery) -> Settlement:
+    async def _release(self, delivery: Delivery) -> Settlement:
         rec = self._owned(delivery)
         if rec is None:
             return Settlement.LOST
@@ -456,6 +486,10 @@ class MemoryQueue(LeaseQueue, QueueInspection, Waking):
             if rec is not None and rec.version == version and not rec.dead:
                 return when
             heapq.heappop(self._timed)
+        return None
+
+    def next_look(self) -> float | None:
+        """None: every claim sees every job (they live in this process)."""
         return None
 
     def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:

@@ -18,7 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from .decide import AttemptEnd, Dead, Decision, Raised, TimedOut, qualified_name, reported_error
+from .decide import AttemptEnd, Raised, TimedOut
+from .decision import Dead, Decision
+from .error_text import qualified_name, reported_error
 from .queue import Delivery, Settlement
 from .suspension import Suspend
 
@@ -62,7 +64,7 @@ class WorkerObserver(Protocol):
 
 def error_type(ended: AttemptEnd | None, decision: Decision | None) -> str | None:
     """The type of error an attempt ended in (see :attr:`AttemptReport.error_type`)."""
-    if isinstance(decision, Dead):
+    if isinstance(decision, Dead) and decision.terminal is not None:
         return decision.terminal.error_type or decision.terminal.reason.value
     if isinstance(ended, TimedOut):
         return "TimeoutError"

@@ -3,15 +3,17 @@
 This is all the worker and the workflow layer's submit and await path ask
 of a queue, and every backend offers all of it. What some backends cannot
 do (waking a suspended job; listing, counts and requeue, which only
-operators' tools ask) is in :mod:`stepstone.runtime.capabilities`, offered
-by the backends that can.
+operators' tools ask), and what helps one backend save requests (a claimed
+enqueue, hints for an idle worker), is in
+:mod:`stepstone.runtime.capabilities`, offered by the backends that can.
 
 A job is enqueued once (an optional id deduplicates), claimed under a lease
 that carries a fencing token, and settled exactly once by the holder of the
-current token: ack (done, the record goes away), nack (retry later),
-dead-letter, or release (back at once, the attempt not counted). A worker
-whose lease lapsed and was taken over holds a stale token: every transition
-it tries changes nothing and reports ``Settlement.LOST``.
+current token, with the :data:`~stepstone.runtime.decision.Decision` the
+worker made of the attempt (done, retry later, suspended until a wake,
+dead, or released at once). A worker whose lease lapsed and was taken over
+holds a stale token: every transition it tries changes nothing and reports
+``Settlement.LOST``.
 
 Priorities are integers 0..9, lower first. To keep a steady stream of urgent
 work from starving the rest, a job's place in line is its due time plus
@@ -32,8 +34,10 @@ from typing import TypeVar
 
 from . import plausible
 from .clock import Clock
+from .decision import Decision
 from .errors import PayloadTooLarge
 from .run_id import check_storable_id
+from .status import JobStatus, Wait
 
 PRIORITY_HIGH = 0
 """The most urgent priority (``SubmitOptions(priority=...)``: 0 to 9, lower first)."""
@@ -64,110 +68,6 @@ T = TypeVar("T")
 
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
 """SQS's limit, kept on every backend so a job that runs on one runs on all."""
-
-
-class JobStatus(StrEnum):
-    """Where a job is: the one vocabulary of ``handle.status()``, outcome
-    records, queue listings and the CLI.
-
-    A queue holds a job while it is ``scheduled``, ``ready``, ``running``,
-    suspended (``sleeping``, ``waiting_for_event``, ``waiting_for_children``,
-    ``waiting_for_slot``, ``rate_limited``, ``waiting_for_version``) or ``dead``; its outcome record
-    says how it ``succeeded``, ``failed`` or was ``cancelled``.
-    """
-
-    SCHEDULED = "scheduled"
-    """Waiting for its run-at time (a first run or a retry's backoff)."""
-    SLEEPING = "sleeping"
-    """Suspended in ``ctx.sleep`` until its wake time; holds no worker."""
-    WAITING_FOR_EVENT = "waiting_for_event"
-    """Suspended in ``ctx.wait_for_event`` until the event comes (or its timeout)."""
-    WAITING_FOR_CHILDREN = "waiting_for_children"
-    """Suspended awaiting child jobs until they have ended."""
-    WAITING_FOR_SLOT = "waiting_for_slot"
-    """Suspended until a run holding a slot of its concurrency key ends."""
-    RATE_LIMITED = "rate_limited"
-    """Suspended by its type's rate limit until its turn to start."""
-    WAITING_FOR_VERSION = "waiting_for_version"
-    """Given back by a worker whose code cannot replay it, until a worker of
-    the code version that recorded its history claims it (a rolling deploy)."""
-    READY = "ready"
-    """Due and waiting for a worker."""
-    RUNNING = "running"
-    """Claimed by a worker under a lease. A running job whose lease has expired
-    is claimable again."""
-    DEAD = "dead"
-    """Failed for good; kept in the queue until requeued or cancelled."""
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def finished(self) -> bool:
-        """True for the states an outcome record holds: nothing will change."""
-        return self in _FINISHED
-
-    @property
-    def queued(self) -> bool:
-        """True for the states a queue record holds."""
-        return not self.finished
-
-
-_FINISHED = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
-QUEUE_STATUSES: tuple[JobStatus, ...] = (
-    JobStatus.SCHEDULED,
-    JobStatus.READY,
-    JobStatus.RUNNING,
-    JobStatus.SLEEPING,
-    JobStatus.WAITING_FOR_EVENT,
-    JobStatus.WAITING_FOR_CHILDREN,
-    JobStatus.WAITING_FOR_SLOT,
-    JobStatus.RATE_LIMITED,
-    JobStatus.WAITING_FOR_VERSION,
-    JobStatus.DEAD,
-)
-"""The statuses a queue record can have."""
-SUSPENDED_STATUSES = frozenset(
-    {
-        JobStatus.SLEEPING,
-        JobStatus.WAITING_FOR_EVENT,
-        JobStatus.WAITING_FOR_CHILDREN,
-        JobStatus.WAITING_FOR_SLOT,
-        JobStatus.RATE_LIMITED,
-        JobStatus.WAITING_FOR_VERSION,
-    }
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Wait:
-    """What a suspended job waits for: shown by status, ``ls`` and ``show``.
-
-    The queue keeps it with the record until the job is claimed again. The
-    job is due at its run-at time, or when woken for what it waits for: a
-    wake for another status leaves it (see
-    :class:`~stepstone.runtime.capabilities.Waking`)."""
-
-    status: JobStatus
-    """One of the suspended statuses (SUSPENDED_STATUSES)."""
-    detail: str = ""
-    """For people: the event's name, how many children are left, a
-    concurrency key and how many were ahead, a rate limit turn."""
-    pending: tuple[str, ...] = ()
-    """What the wait still needs, by id (the children a run awaits): a wake
-    naming one of them as arrived takes it off, and the job is due only
-    once none is left (:meth:`~stepstone.runtime.capabilities.Waking.wake`).
-    Empty: any wake for its status makes it due."""
-
-    def __post_init__(self) -> None:
-        if self.status not in SUSPENDED_STATUSES:
-            raise ValueError(f"a wait's status is one of the suspended ones, not {self.status}")
-
-    @property
-    def shown(self) -> str:
-        """What people are shown: the detail, after the number of what it
-        still needs when it counts them (``2`` then ``of 4 children``)."""
-        return f"{len(self.pending)} {self.detail}" if self.pending else self.detail
 
 
 class Settlement(StrEnum):
@@ -260,16 +160,6 @@ class JobRecord:
     """Claims taken over after their lease lapsed (see :attr:`Delivery.lapses`)."""
 
 
-def still_pending(pending: tuple[str, ...], arrived: str | None) -> tuple[str, ...] | None:
-    """What a wait that counts what it needs (``pending``) still needs once
-    ``arrived`` came; None when the wake makes the job due: nothing is left,
-    the wait counts nothing (any wake ends it), or the wake names nothing."""
-    if arrived is None or not pending:
-        return None
-    left = tuple(needed for needed in pending if needed != arrived)
-    return left or None
-
-
 def check_priority(priority: int) -> int:
     if not isinstance(priority, int) or not 0 <= priority <= 9:
         raise ValueError(f"priority must be an int from 0 (first) to 9 (last), got {priority!r}")
@@ -348,10 +238,17 @@ async def enqueue_each(
 
 
 class LeaseQueue(abc.ABC):
-    """A queue of jobs claimed under fenced leases. See the module docstring.
+    """A queue of jobs claimed under fenced leases: the whole contract a
+    backend implements (see the module docstring). Eight abstract members:
 
-    The abstract methods are the contract; the others are hints a backend
-    gives where it can, with defaults that are always correct."""
+    - :attr:`clock`, the time run-at times and leases are read by;
+    - :meth:`enqueue_many` (and :meth:`enqueue`, one job of it) adds jobs;
+    - :meth:`claim` takes due jobs under a lease, :meth:`renew` extends it;
+    - :meth:`settle` ends a claim as its :data:`Decision` says;
+    - :meth:`cancel`, :meth:`discard_dead` and :meth:`get`, for a job by id.
+
+    What only some backends can do, or only helps one save requests, is a
+    capability of its own (:mod:`stepstone.runtime.capabilities`)."""
 
     @property
     @abc.abstractmethod
@@ -379,38 +276,21 @@ class LeaseQueue(abc.ABC):
 
     @abc.abstractmethod
     async def enqueue_many(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
-        """Enqueue each job; returns, in order, what each did. Jobs of one id
-        are enqueued in order (the first may create it, the rest are its
-        duplicates). A backend may write them together: a StoreQueue on files
-        makes the whole batch durable with one flush; one that enqueues a job
-        at a time uses :func:`enqueue_each`.
+        """Enqueue each job; returns, in order, what each did.
+
+        A job gets a record, due at its ``run_at`` (now when None), with
+        ``max_attempts`` (the queue's default when None) and its ``headers``
+        and ``payload`` kept as given; :func:`check_enqueue` checks the
+        arguments every backend checks, and gives a fresh id to a job
+        without one. A job whose id a live record already has (not acked,
+        not cancelled, not discarded) adds nothing: ``created=False``. Jobs
+        of one id are enqueued in order (the first may create it, the rest
+        are its duplicates). A backend may write them together: a StoreQueue
+        makes the whole batch durable with one flush on files; one that
+        enqueues a job at a time uses :func:`enqueue_each`.
 
         Every job is tried; then the first error met is raised (the jobs
         before and after it may have been enqueued)."""
-
-    async def enqueue_claimed(
-        self, job: NewJob, *, lease: float, holder: str | None = None
-    ) -> tuple[Enqueued, Delivery | None]:
-        """Enqueue ``job`` already claimed by the caller (``holder``, as
-        ``claim`` takes it), leased for ``lease`` seconds: for a worker in the
-        submitting process with free capacity and nothing else to take, one
-        write where an enqueue and a claim take two.
-        The delivery is the caller's to run, renew and settle as a claim's,
-        or to ``release``; if the caller goes away instead, the lease lapses
-        and any worker claims the job. None when the enqueue created no record
-        (a live run has the id), or when the queue cannot write a record
-        claimed (it then enqueues ``job`` as ``enqueue`` does, as this default
-        does)."""
-        [enqueued] = await self.enqueue_many([job])
-        return enqueued, None
-
-    async def withdraw(self, enqueued: Enqueued) -> bool:
-        """Remove the record ``enqueued`` created, if nothing changed it since
-        (claimed, settled, or gone and made again): for a submit that finds,
-        once it made the record, that it is nobody's run. False when it
-        changed or went, or when the queue cannot tell (this default); the
-        caller decides what then."""
-        return False
 
     @abc.abstractmethod
     async def claim(
@@ -421,50 +301,52 @@ class LeaseQueue(abc.ABC):
         kinds: Collection[str] | None = None,
         holder: str | None = None,
     ) -> list[Delivery]:
-        """Claim up to ``n`` due jobs (of ``kinds`` if given) in priority order,
-        each leased for ``lease`` seconds. Jobs whose lease expired are
-        claimable again: the takeover counts a lapse (``Delivery.lapses``),
-        not an attempt, since the claim that lapsed never ended its attempt
-        (its worker died or hung) and the new one goes on with it. ``holder`` names the
-        claimer (a worker's id in its place): a queue that can reclaim
-        (:class:`~stepstone.runtime.capabilities.Reclaiming`) marks each claim
-        with it, so a restarted worker finds its own; others ignore it."""
+        """Claim up to ``n`` due jobs (of ``kinds`` if given), each leased for
+        ``lease`` seconds under a fresh fencing token, first by
+        :func:`sort_key` (priority with aging). A job whose lease lapsed is
+        claimable again: that claim takes it over (``Delivery.took_over``,
+        one more of its ``lapses``), its attempt not counted again; any
+        other claim counts one (``Delivery.attempt``). Every claim counts in
+        ``Delivery.claims``. ``holder`` names the claimer (a worker's id): a
+        queue that can reclaim (:class:`~stepstone.runtime.capabilities.Reclaiming`)
+        marks each claim with it, so a restarted worker finds its own; others
+        ignore it. Returns fewer (or none) when fewer are due."""
 
     @abc.abstractmethod
     async def renew(self, delivery: Delivery, at_least: float) -> float | None:
-        """Extend the lease to at least ``at_least`` seconds from now.
-
-        Returns the new expiry, or None when the token has lost the job."""
-
-    @abc.abstractmethod
-    async def ack(self, delivery: Delivery) -> Settlement:
-        """Done: remove the job. ACKED or LOST."""
+        """Extend the lease to at least ``at_least`` seconds from now, if
+        ``delivery``'s token still holds the job. Returns the new expiry, or
+        None when the token has lost the job (it was taken over, cancelled
+        or settled): nothing changed."""
 
     @abc.abstractmethod
-    async def nack(
-        self, delivery: Delivery, *, delay: float, count: bool = True, error: str | None = None
-    ) -> Settlement:
-        """Retry after ``delay`` seconds. RETRIED, or DEAD when a counted
-        attempt was the last, or LOST. An uncounted nack hands the attempt back."""
+    async def settle(self, delivery: Delivery, decision: Decision) -> Settlement:
+        """End ``delivery``'s claim as ``decision`` says, if its token still
+        holds the job; else change nothing and answer ``LOST``.
 
-    async def suspend(self, delivery: Delivery, *, until: float, wait: Wait) -> Settlement:
-        """Give the job back, the attempt not counted, due again at ``until``
-        (clock time) or when woken (see :class:`~stepstone.runtime.capabilities.Waking`),
-        remembering ``wait`` for people to see. SUSPENDED; RETRIED when a wake
-        came while the job was held (it is due at once); or LOST.
+        - :class:`~stepstone.runtime.decision.Ack`: the job is done; its
+          record goes. ``ACKED``.
+        - :class:`~stepstone.runtime.decision.Retry`: due again ``delay``
+          seconds from now, its last error kept (``Retry.kept_error``).
+          With ``count``, the attempt is spent, and if it was the job's last
+          (``attempt >= max_attempts``) the job is dead instead, with that
+          error as its reason: ``DEAD``; else ``RETRIED``. Without it, the
+          attempt is handed back (the next claim is the same attempt).
+        - :class:`~stepstone.runtime.decision.Suspended`: given back, the
+          attempt handed back, due again at ``until`` (clock time) or when
+          woken for what ``wait`` waits for
+          (:class:`~stepstone.runtime.capabilities.Waking`); ``wait`` kept
+          for people to see. ``SUSPENDED``; ``RETRIED`` when a wake came
+          while the job was held (it is due at once). A queue that cannot
+          keep a wait gives the job back until ``until``, uncounted.
+        - :class:`~stepstone.runtime.decision.Dead`: failed for good; the
+          record stays, dead, with ``reason``, until requeued or discarded.
+          ``DEAD``.
+        - :class:`~stepstone.runtime.decision.Release`: given back at once,
+          the attempt handed back (a drain). ``RELEASED``.
 
-        This default is an uncounted nack, which forgets ``wait``; a backend
-        that can keep it overrides this."""
-        delay = max(0.0, until - self.clock.now())
-        return await self.nack(delivery, delay=delay, count=False)
-
-    @abc.abstractmethod
-    async def dead_letter(self, delivery: Delivery, reason: str) -> Settlement:
-        """Fail for good with ``reason``. DEAD or LOST."""
-
-    @abc.abstractmethod
-    async def release(self, delivery: Delivery) -> Settlement:
-        """Give the job back at once, the attempt not counted. RELEASED or LOST."""
+        Raises only when the queue could not be reached; the worker tries
+        again, and failing that the lease lapses and the job comes back."""
 
     @abc.abstractmethod
     async def cancel(self, run_id: str) -> bool:
@@ -480,32 +362,6 @@ class LeaseQueue(abc.ABC):
     @abc.abstractmethod
     async def get(self, run_id: str) -> JobRecord | None:
         """The job's record, or None (never enqueued, acked or cancelled)."""
-
-    async def next_due(self) -> float | None:
-        """The earliest time something not claimable now may become claimable
-        (a run-at, a backoff, a lease expiry), as far as this process knows.
-        A hint for how long a worker may sleep; None when nothing is pending."""
-        return None
-
-    def next_look(self) -> float | None:
-        """Real seconds until a claim would look for other processes' work in
-        a way a wait would miss (a StoreQueue's look at its doorbell): how
-        long an idle worker may sleep at most. None: whenever it polls."""
-        return None
-
-    def pending_here(self, run_id: str) -> bool:
-        """Whether this process knows, without asking anyone, that the job has
-        not ended: it waits unclaimed, or this process holds its lease, as of
-        this process's own write or a recent look (a few seconds at most). A
-        hint for callers polling for the job's end, who need not poll while it
-        holds; False whenever the process does not know."""
-        return False
-
-    def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
-        """Call ``listener`` when this process makes work available (an enqueue,
-        a release, a requeue), so an idle worker wakes at once. Returns an
-        unsubscribe function."""
-        return lambda: None
 
     async def close(self) -> None:  # noqa: B027 - optional
         """Release resources."""

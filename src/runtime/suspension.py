@@ -2,7 +2,7 @@
 
 A job suspends (``ctx.sleep``, ``ctx.wait_for_event``, awaiting children)
 by raising :class:`Suspend` from its handler: the worker gives its claim
-back with a wake time (:meth:`LeaseQueue.suspend`), the attempt not
+back with a wake time (a :class:`~stepstone.runtime.decision.Suspended` settlement), the attempt not
 counted, and the job holds no worker while it waits. When what it waits
 for happens first (an event is sent, a child ends), whoever made it happen
 wakes the job (:class:`stepstone.runtime.capabilities.Waking`), naming
@@ -23,7 +23,7 @@ time and looks again when they come due.
 
 from __future__ import annotations
 
-from .queue import Wait
+from .status import Wait
 
 
 class Suspend(Exception):

@@ -73,16 +73,16 @@ from stepstone.records.outcome import ErrorInfo, Outcome
 from stepstone.runner import JobRunner
 from stepstone.runtime import MemoryQueue, SqsQueue, StoreQueue
 from stepstone.runtime.clock import Clock, SystemClock
-from stepstone.runtime.decide import FailureKind
+from stepstone.runtime.decision import FailureKind
 from stepstone.runtime.queue import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_LAPSES,
     PRIORITY_HIGH,
     PRIORITY_LOW,
     PRIORITY_NORMAL,
-    JobStatus,
     LeaseQueue,
 )
+from stepstone.runtime.status import JobStatus
 from stepstone.schedules import Schedule
 from stepstone.store import ObjectStore, open_store
 from stepstone.submit.options import SubmitOptions

@@ -60,15 +60,15 @@ from stepstone.records.outcome import Outcome
 from stepstone.records.retention import Sweeper
 from stepstone.records.run_records import RunRecords
 from stepstone.runtime.backoff import Backoff
-from stepstone.runtime.capabilities import Waking
+from stepstone.runtime.capabilities import PendingHere, Waking
 from stepstone.runtime.clock import Clock, SystemClock
 from stepstone.runtime.queue import (
     DEFAULT_LEASE,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_LAPSES,
-    JobStatus,
     LeaseQueue,
 )
+from stepstone.runtime.status import JobStatus
 from stepstone.runtime.store_queue import StoreQueue
 from stepstone.runtime.worker import JobThreads, Worker
 from stepstone.runtime.worker.presence import BEAT, Presence
@@ -184,6 +184,9 @@ class JobRunner:
         # The parts, each built with what it needs (bottom up).
         waking = self.queue if isinstance(self.queue, Waking) else None
         wait_recheck = wait_recheck_for(waking is not None, wait_recheck)
+        pending_here = (
+            self.queue.pending_here if isinstance(self.queue, PendingHere) else _knows_nothing
+        )
         threads_name = worker_id or "stepstone-worker"
         self._threads = JobThreads(concurrency, name=threads_name)
         self._records = records = RunRecords(self.store, self.layout)
@@ -191,7 +194,7 @@ class JobRunner:
             records,
             self.queue,
             worker_running=lambda: self._running,
-            heard_here=lambda run_id: self.worker.holds(run_id) or self.queue.pending_here(run_id),
+            heard_here=lambda run_id: self.worker.holds(run_id) or pending_here(run_id),
         )
         self._hooks = SettledHooks(
             on_settled, job_type=self._jobs.get, threads=HookThreads(name=threads_name)
@@ -683,6 +686,10 @@ class JobRunner:
         for run_id in bulk.done:
             self._watch.restarted(run_id)
         return bulk
+
+
+def _knows_nothing(run_id: str) -> bool:
+    return False
 
 
 def _ids(runs: Iterable[RunRef | RunSummary]) -> list[str]:

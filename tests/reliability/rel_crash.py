@@ -22,7 +22,7 @@ from rel_support import Workers
 from stepstone.records.calls import Call, PositionedMemo
 from stepstone.records.layout import position_key
 from stepstone.records.outcome import OutcomeRecord
-from stepstone.runtime.queue import JobStatus
+from stepstone.runtime.status import JobStatus
 
 DEFAULT_KILLS = (
     "in_step=0.01,before_memo=0.01,after_memo=0.01,"

@@ -19,10 +19,12 @@ from typing import Any, TypeVar
 import pytest
 
 from stepstone.runtime import (
+    ClaimedEnqueue,
     DeadJobRequeue,
     Delivery,
     Enqueued,
     FakeClock,
+    IdleHints,
     JobCounts,
     JobListing,
     JobStatus,
@@ -30,12 +32,16 @@ from stepstone.runtime import (
     MemoryQueue,
     NewJob,
     PayloadTooLarge,
+    PendingHere,
     QueueInspection,
     Settlement,
     Wait,
     Waking,
+    Withdrawing,
 )
-from stepstone.runtime.queue import DEFAULT_MAX_ATTEMPTS, QUEUE_STATUSES
+from stepstone.runtime.decision import Ack, Dead, Release, Retry, Suspended
+from stepstone.runtime.queue import DEFAULT_MAX_ATTEMPTS
+from stepstone.runtime.status import QUEUE_STATUSES
 from stepstone.runtime.store_queue import StoreQueue
 from stepstone.store import MemoryStore, ObjectStore
 
@@ -105,10 +111,6 @@ SQS_CANNOT: dict[str, str] = {
     "test_a_takeover_of_the_last_attempt_counts_lapses_not_attempts": _REAL_TIME,
     "test_nack_retries_after_the_delay_counting_the_attempt": _REAL_TIME,
     "test_an_uncounted_nack_hands_the_attempt_back": _REAL_TIME,
-    "test_withdraw_removes_the_record_its_enqueue_made_if_unchanged": (
-        "a sent message cannot be taken back by its sender (withdraw answers False; "
-        "the submit then cancels it, which SqsQueue does as far as it can)"
-    ),
 }
 """Contract cases SqsQueue cannot hold, each with the reason (docs/scaling.md
 says the same to users). Everything else in this module runs on moto's SQS,
@@ -182,7 +184,7 @@ async def test_enqueue_with_a_live_id_is_deduplicated(queue: LeaseQueue) -> None
     # Still a duplicate while claimed; a new job once acked.
     d = await claim_one(queue)
     assert not (await queue.enqueue(b"three", id="job-1")).created
-    assert await queue.ack(d) is Settlement.ACKED
+    assert await queue.settle(d, Ack()) is Settlement.ACKED
     assert (await queue.enqueue(b"four", id="job-1")).created
 
 
@@ -235,14 +237,14 @@ async def test_a_payload_over_the_limit_is_refused_and_nothing_is_enqueued(
 
 async def test_subscribe_fires_on_enqueue_until_unsubscribed(queue: LeaseQueue) -> None:
     calls: list[str] = []
-    unsubscribe = queue.subscribe(lambda: calls.append("wake"))
+    unsubscribe = requires(IdleHints, queue).subscribe(lambda: calls.append("wake"))
     await queue.enqueue(b"a")
     assert calls == ["wake"]
     await queue.enqueue(b"a", id="dup")
     await queue.enqueue(b"a", id="dup")  # a duplicate makes nothing new available
     assert calls == ["wake", "wake"]
     d = await claim_one(queue)
-    await queue.release(d)
+    await queue.settle(d, Release())
     assert len(calls) == 3
     unsubscribe()
     await queue.enqueue(b"b")
@@ -291,20 +293,17 @@ async def test_enqueue_claimed_hands_over_the_job_held_or_enqueues_it(
     queue: LeaseQueue, clock: FakeClock, backend: Backend
 ) -> None:
     """A queue that can writes the record claimed: the delivery is the
-    caller's, and no claim gets the job while its lease runs. One that
-    cannot (SqsQueue) enqueues it for a claim. Either way a live id is
-    refused, and a job due later waits for its time."""
+    caller's, and no claim gets the job while its lease runs. A live id is
+    refused, and a job due later is enqueued to wait for its time."""
+    claiming = requires(ClaimedEnqueue, queue)
     job = NewJob(b"body", kind="k", id="j", priority=2, headers={"h": "v"})
-    enqueued, d = await queue.enqueue_claimed(job, lease=30)
+    enqueued, d = await claiming.enqueue_claimed(job, lease=30)
     assert enqueued == Enqueued("j", created=True)
-    if d is None:
-        assert backend.name == "sqs"
-        d = await claim_one(queue)
-    else:
-        assert await queue.claim(5, lease=30) == []
-        assert d.lease_expires_at == clock.now() + 30
-        record = await queue.get("j")
-        assert record is not None and record.status is JobStatus.RUNNING
+    assert d is not None
+    assert await queue.claim(5, lease=30) == []
+    assert d.lease_expires_at == clock.now() + 30
+    record = await queue.get("j")
+    assert record is not None and record.status is JobStatus.RUNNING
     assert (d.id, d.kind, d.payload, d.priority, dict(d.headers)) == (
         "j",
         "k",
@@ -313,12 +312,12 @@ async def test_enqueue_claimed_hands_over_the_job_held_or_enqueues_it(
         {"h": "v"},
     )
     assert (d.attempt, d.claims, d.enqueued_at) == (1, 1, clock.now())
-    assert await queue.enqueue_claimed(NewJob(b"other", id="j"), lease=30) == (
+    assert await claiming.enqueue_claimed(NewJob(b"other", id="j"), lease=30) == (
         Enqueued("j", created=False),
         None,
     )
-    assert await queue.ack(d) is Settlement.ACKED
-    later, none = await queue.enqueue_claimed(
+    assert await queue.settle(d, Ack()) is Settlement.ACKED
+    later, none = await claiming.enqueue_claimed(
         NewJob(b"", id="l", run_at=clock.now() + 60), lease=30
     )
     assert later.created and none is None
@@ -330,7 +329,7 @@ async def test_a_job_is_not_claimed_before_its_run_at(queue: LeaseQueue, clock: 
     assert await queue.claim(1, lease=LEASE) == []
     record = await queue.get("later")
     assert record is not None and record.status is JobStatus.SCHEDULED
-    assert await queue.next_due() == clock.now() + 100
+    assert await requires(IdleHints, queue).next_due() == clock.now() + 100
     clock.advance(99.5)
     assert await queue.claim(1, lease=LEASE) == []
     clock.advance(0.5)
@@ -368,7 +367,7 @@ async def test_a_lapsed_lease_is_reclaimed_and_the_old_token_is_fenced_off(
     old = await claim_one(queue, lease=10)
     clock.advance(9)
     assert await queue.claim(1, lease=10) == []  # not lapsed yet
-    assert await queue.next_due() == old.lease_expires_at
+    assert await requires(IdleHints, queue).next_due() == old.lease_expires_at
     clock.advance(1)
     new = await claim_one(queue, lease=10)
     # A takeover: a lapse counted, the attempt the lapsed claim began goes on.
@@ -377,13 +376,13 @@ async def test_a_lapsed_lease_is_reclaimed_and_the_old_token_is_fenced_off(
     assert new.payload == b"p"
     before = await queue.get("j")
     assert await queue.renew(old, 100) is None
-    assert await queue.ack(old) is Settlement.LOST
-    assert await queue.nack(old, delay=0) is Settlement.LOST
-    assert await queue.nack(old, delay=0, count=False) is Settlement.LOST
-    assert await queue.dead_letter(old, "stale") is Settlement.LOST
-    assert await queue.release(old) is Settlement.LOST
+    assert await queue.settle(old, Ack()) is Settlement.LOST
+    assert await queue.settle(old, Retry(0)) is Settlement.LOST
+    assert await queue.settle(old, Retry(0, count=False)) is Settlement.LOST
+    assert await queue.settle(old, Dead("stale")) is Settlement.LOST
+    assert await queue.settle(old, Release()) is Settlement.LOST
     assert await queue.get("j") == before
-    assert await queue.ack(new) is Settlement.ACKED
+    assert await queue.settle(new, Ack()) is Settlement.ACKED
 
 
 async def test_a_takeover_of_the_last_attempt_counts_lapses_not_attempts(
@@ -402,7 +401,7 @@ async def test_a_takeover_of_the_last_attempt_counts_lapses_not_attempts(
         record = await queue.get("j")
         assert record is not None and (record.attempts, record.lapses) == (1, lapses)
     # A failure then is the last attempt's: the run dies, its lapses kept.
-    assert await queue.nack(again, delay=0, error="boom") is Settlement.DEAD
+    assert await queue.settle(again, Retry(0, error="boom")) is Settlement.DEAD
 
 
 async def test_renew_extends_and_never_shortens(queue: LeaseQueue, clock: FakeClock) -> None:
@@ -415,7 +414,7 @@ async def test_renew_extends_and_never_shortens(queue: LeaseQueue, clock: FakeCl
     assert await queue.renew(d, 30) == clock.now() + 30
     record = await queue.get("j")
     assert record is not None and record.lease_expires_at == clock.now() + 30
-    assert await queue.ack(d) is Settlement.ACKED
+    assert await queue.settle(d, Ack()) is Settlement.ACKED
 
 
 async def test_a_lapsed_lease_not_yet_taken_over_can_still_settle(
@@ -424,7 +423,7 @@ async def test_a_lapsed_lease_not_yet_taken_over_can_still_settle(
     await queue.enqueue(b"", id="j")
     d = await claim_one(queue, lease=10)
     clock.advance(20)
-    assert await queue.ack(d) is Settlement.ACKED
+    assert await queue.settle(d, Ack()) is Settlement.ACKED
 
 
 # -- settlements -----------------------------------------------------------
@@ -433,9 +432,9 @@ async def test_a_lapsed_lease_not_yet_taken_over_can_still_settle(
 async def test_ack_removes_the_job(queue: LeaseQueue) -> None:
     await queue.enqueue(b"", id="j")
     d = await claim_one(queue)
-    assert await queue.ack(d) is Settlement.ACKED
+    assert await queue.settle(d, Ack()) is Settlement.ACKED
     assert await queue.get("j") is None
-    assert await queue.ack(d) is Settlement.LOST
+    assert await queue.settle(d, Ack()) is Settlement.LOST
     assert await queue.claim(1, lease=LEASE) == []
 
 
@@ -444,17 +443,17 @@ async def test_nack_retries_after_the_delay_counting_the_attempt(
 ) -> None:
     await queue.enqueue(b"", id="j")
     d = await claim_one(queue)
-    assert await queue.nack(d, delay=10, error="boom") is Settlement.RETRIED
+    assert await queue.settle(d, Retry(10, error="boom")) is Settlement.RETRIED
     record = await queue.get("j")
     assert record is not None
     assert (record.status, record.attempts, record.last_error) == (JobStatus.SCHEDULED, 1, "boom")
     assert record.run_at == clock.now() + 10
-    assert await queue.next_due() == clock.now() + 10
+    assert await requires(IdleHints, queue).next_due() == clock.now() + 10
     assert await queue.claim(1, lease=LEASE) == []
     clock.advance(10)
     again = await claim_one(queue)
     assert (again.attempt, again.claims) == (2, 2)
-    assert await queue.ack(d) is Settlement.LOST
+    assert await queue.settle(d, Ack()) is Settlement.LOST
 
 
 async def test_an_uncounted_nack_hands_the_attempt_back(
@@ -462,7 +461,7 @@ async def test_an_uncounted_nack_hands_the_attempt_back(
 ) -> None:
     await queue.enqueue(b"", id="j", max_attempts=1)
     d = await claim_one(queue)
-    assert await queue.nack(d, delay=5, count=False) is Settlement.RETRIED
+    assert await queue.settle(d, Retry(5, count=False)) is Settlement.RETRIED
     clock.advance(5)
     again = await claim_one(queue)
     assert (again.attempt, again.claims) == (1, 2)
@@ -471,10 +470,10 @@ async def test_an_uncounted_nack_hands_the_attempt_back(
 async def test_a_counted_nack_on_the_last_attempt_is_dead(queue: LeaseQueue) -> None:
     await queue.enqueue(b"", id="j", max_attempts=2)
     d1 = await claim_one(queue)
-    assert await queue.nack(d1, delay=0, error="first") is Settlement.RETRIED
+    assert await queue.settle(d1, Retry(0, error="first")) is Settlement.RETRIED
     d2 = await claim_one(queue)
     assert d2.attempt == 2
-    assert await queue.nack(d2, delay=0, error="second") is Settlement.DEAD
+    assert await queue.settle(d2, Retry(0, error="second")) is Settlement.DEAD
     record = await queue.get("j")
     assert record is not None
     assert (record.status, record.attempts, record.last_error) == (JobStatus.DEAD, 2, "second")
@@ -486,12 +485,12 @@ async def test_a_counted_nack_on_the_last_attempt_is_dead(queue: LeaseQueue) -> 
 async def test_dead_letter_records_the_reason(queue: LeaseQueue) -> None:
     await queue.enqueue(b"", id="j")
     d = await claim_one(queue)
-    assert await queue.dead_letter(d, "bad input") is Settlement.DEAD
+    assert await queue.settle(d, Dead("bad input")) is Settlement.DEAD
     record = await queue.get("j")
     assert record is not None
     assert (record.status, record.dead_reason) == (JobStatus.DEAD, "bad input")
     assert await queue.claim(1, lease=LEASE) == []
-    assert await queue.ack(d) is Settlement.LOST
+    assert await queue.settle(d, Ack()) is Settlement.LOST
     assert not (await queue.enqueue(b"", id="j")).created  # a dead id is still taken
 
 
@@ -501,20 +500,20 @@ async def test_release_gives_the_job_back_at_once_uncounted(
     await queue.enqueue(b"", id="j", run_at=clock.now())
     d = await claim_one(queue)
     clock.advance(3)
-    assert await queue.release(d) is Settlement.RELEASED
+    assert await queue.settle(d, Release()) is Settlement.RELEASED
     record = await queue.get("j")
     assert record is not None and (record.status, record.attempts) == (JobStatus.READY, 0)
     again = await claim_one(queue)
     assert (again.attempt, again.claims) == (1, 2)
-    assert await queue.release(d) is Settlement.LOST
+    assert await queue.settle(d, Release()) is Settlement.LOST
 
 
 async def test_release_of_a_retry_makes_it_due_now(queue: LeaseQueue, clock: FakeClock) -> None:
     await queue.enqueue(b"", id="j")
     d = await claim_one(queue)
-    await queue.nack(d, delay=0)
+    await queue.settle(d, Retry(0))
     d = await claim_one(queue)
-    await queue.release(d)
+    await queue.settle(d, Release())
     assert (await claim_one(queue)).attempt == 2
 
 
@@ -526,7 +525,7 @@ async def test_cancel_removes_a_job_in_any_state(queue: LeaseQueue, clock: FakeC
     await queue.enqueue(b"", id="scheduled", run_at=clock.now() + 60)
     await queue.enqueue(b"", id="dead")
     d = await claim_one(queue, kinds=[""])
-    await queue.dead_letter(d, "x")
+    await queue.settle(d, Dead("x"))
     for job_id in ("ready", "scheduled", "dead"):
         assert await queue.cancel(job_id) is True, job_id
         assert await queue.get(job_id) is None
@@ -537,7 +536,7 @@ async def test_cancel_removes_a_job_in_any_state(queue: LeaseQueue, clock: FakeC
 async def test_discard_dead_removes_a_dead_record_and_nothing_live(queue: LeaseQueue) -> None:
     """What retention and purge do to a swept run's dead record: its id is free again."""
     await queue.enqueue(b"", id="dead")
-    await queue.dead_letter(await claim_one(queue), "x")
+    await queue.settle(await claim_one(queue), Dead("x"))
     await queue.enqueue(b"", id="held")
     held = await claim_one(queue)
     await queue.enqueue(b"", id="ready")
@@ -547,7 +546,7 @@ async def test_discard_dead_removes_a_dead_record_and_nothing_live(queue: LeaseQ
     assert await queue.get("dead") is None
     assert await queue.discard_dead("dead") is False
     assert (await queue.enqueue(b"again", id="dead")).created
-    assert await queue.ack(held) is Settlement.ACKED
+    assert await queue.settle(held, Ack()) is Settlement.ACKED
     ready = await queue.get("ready")
     assert ready is not None and ready.status is JobStatus.READY
 
@@ -557,8 +556,8 @@ async def test_cancelling_a_claimed_job_fences_off_its_holder(queue: LeaseQueue)
     d = await claim_one(queue)
     assert await queue.cancel("j") is True
     assert await queue.renew(d, 100) is None
-    assert await queue.ack(d) is Settlement.LOST
-    assert await queue.nack(d, delay=1) is Settlement.LOST
+    assert await queue.settle(d, Ack()) is Settlement.LOST
+    assert await queue.settle(d, Retry(1)) is Settlement.LOST
     assert await queue.get("j") is None
 
 
@@ -568,26 +567,27 @@ async def test_withdraw_removes_the_record_its_enqueue_made_if_unchanged(
     """What a submit does with a record it made for a key whose run had
     already ended: gone if nothing touched it; left alone once claimed, or
     once the id holds a record made since."""
+    withdrawing = requires(Withdrawing, queue)
     made = await queue.enqueue(b"mine", id="unclaimed")
-    assert made.created and await queue.withdraw(made) is True
+    assert made.created and await withdrawing.withdraw(made) is True
     assert await queue.get("unclaimed") is None
-    assert await queue.withdraw(made) is False  # (gone already)
+    assert await withdrawing.withdraw(made) is False  # (gone already)
 
     claimed = await queue.enqueue(b"mine", id="claimed")
     d = await claim_one(queue)
-    assert await queue.withdraw(claimed) is False
-    assert await queue.ack(d) is Settlement.ACKED
+    assert await withdrawing.withdraw(claimed) is False
+    assert await queue.settle(d, Ack()) is Settlement.ACKED
 
     first = await queue.enqueue(b"first", id="again")
     assert await queue.cancel("again") is True
     second = await queue.enqueue(b"second", id="again")
-    assert await queue.withdraw(first) is False
+    assert await withdrawing.withdraw(first) is False
     record = await queue.get("again")
     assert record is not None and record.payload == b"second"
 
     duplicate = await queue.enqueue(b"other", id="again")
-    assert not duplicate.created and await queue.withdraw(duplicate) is False
-    assert await queue.withdraw(second) is True
+    assert not duplicate.created and await withdrawing.withdraw(duplicate) is False
+    assert await withdrawing.withdraw(second) is True
 
 
 async def test_get_of_an_unknown_id_is_none(queue: LeaseQueue) -> None:
@@ -598,6 +598,11 @@ async def test_get_of_an_unknown_id_is_none(queue: LeaseQueue) -> None:
 
 NOT_OFFERED = {
     JobListing: "SQS has no listing of messages",
+    ClaimedEnqueue: "SQS cannot send a message already received (the hand-off enqueues it)",
+    Withdrawing: (
+        "a sent message cannot be taken back by its sender (the submit then cancels it, "
+        "which SqsQueue does as far as it can)"
+    ),
     Waking: (
         "SQS cannot change a message it does not hold, so nothing can make a waiting "
         "job due early; its suspend is the default uncounted nack, and the workflow "
@@ -619,10 +624,12 @@ def requires(capability: type[T], queue: LeaseQueue) -> T:
 def test_each_backend_offers_the_inspection_it_can(backend: Backend) -> None:
     queue = backend.make()
     if backend.sqs is not None:
-        assert isinstance(queue, JobCounts | DeadJobRequeue)
-        assert not isinstance(queue, JobListing)
+        assert all(isinstance(queue, c) for c in (JobCounts, DeadJobRequeue, IdleHints))
+        missing = (JobListing, ClaimedEnqueue, Withdrawing, PendingHere)
+        assert not any(isinstance(queue, c) for c in missing)
     else:
-        assert isinstance(queue, QueueInspection)
+        offered = (QueueInspection, ClaimedEnqueue, Withdrawing, IdleHints, PendingHere)
+        assert all(isinstance(queue, c) for c in offered)
 
 
 async def test_requeue_brings_a_dead_job_back_with_attempts_reset(
@@ -633,7 +640,7 @@ async def test_requeue_brings_a_dead_job_back_with_attempts_reset(
     await queue.enqueue(b"", id="live")
     d = await claim_one(queue, kinds=[""])
     assert d.id == "j"
-    assert await queue.nack(d, delay=0, error="e") is Settlement.DEAD
+    assert await queue.settle(d, Retry(0, error="e")) is Settlement.DEAD
     assert await requeue.requeue("live") is False
     assert await requeue.requeue("never") is False
     clock.advance(5)
@@ -655,7 +662,7 @@ async def test_list_pages_by_status_in_id_order(queue: LeaseQueue, clock: FakeCl
     await queue.enqueue(b"", id="s", run_at=clock.now() + 60)
     d0 = await claim_one(queue)  # j0
     d1 = await claim_one(queue)  # j1
-    await queue.dead_letter(d1, "x")
+    await queue.settle(d1, Dead("x"))
     assert d0.id == "j0"
 
     seen: list[str] = []
@@ -691,7 +698,7 @@ async def test_counts_by_status(queue: LeaseQueue, clock: FakeClock) -> None:
         await queue.enqueue(b"", id=f"j{i}", priority=i)
     await queue.enqueue(b"", id="s", run_at=clock.now() + 60)
     await claim_one(queue)
-    await queue.dead_letter(await claim_one(queue), "x")
+    await queue.settle(await claim_one(queue), Dead("x"))
     assert await counting.counts() == {
         **dict.fromkeys(QUEUE_STATUSES, 0),
         JobStatus.READY: 5,
@@ -710,14 +717,14 @@ async def test_an_empty_queue_lists_nothing(queue: LeaseQueue) -> None:
 async def test_next_due_is_the_earliest_run_at_or_lease_expiry(
     queue: LeaseQueue, clock: FakeClock
 ) -> None:
-    assert await queue.next_due() is None
+    assert await requires(IdleHints, queue).next_due() is None
     await queue.enqueue(b"", id="later", run_at=clock.now() + 100)
-    assert await queue.next_due() == clock.now() + 100
+    assert await requires(IdleHints, queue).next_due() == clock.now() + 100
     await queue.enqueue(b"", id="now")
     d = await claim_one(queue, lease=40)
-    assert await queue.next_due() == clock.now() + 40
-    await queue.ack(d)
-    assert await queue.next_due() == clock.now() + 100
+    assert await requires(IdleHints, queue).next_due() == clock.now() + 40
+    await queue.settle(d, Ack())
+    assert await requires(IdleHints, queue).next_due() == clock.now() + 100
 
 
 # -- suspend and wake (stepstone.runtime.capabilities.Waking), where a backend offers them ----
@@ -731,13 +738,13 @@ async def test_a_suspended_job_shows_its_wait_and_is_due_at_until_uncounted(
     requires(Waking, queue)
     await queue.enqueue(b"p", id="j", max_attempts=1)
     d = await claim_one(queue)
-    assert await queue.suspend(d, until=clock.now() + 100, wait=SLEEPING) is Settlement.SUSPENDED
+    assert await queue.settle(d, Suspended(clock.now() + 100, SLEEPING)) is Settlement.SUSPENDED
     record = await queue.get("j")
     assert record is not None
     assert (record.status, record.wait, record.attempts) == (JobStatus.SLEEPING, SLEEPING, 0)
     assert record.run_at == clock.now() + 100 and record.lease_expires_at is None
-    assert await queue.next_due() == clock.now() + 100
-    assert await queue.ack(d) is Settlement.LOST  # the suspension gave the claim back
+    assert await requires(IdleHints, queue).next_due() == clock.now() + 100
+    assert await queue.settle(d, Ack()) is Settlement.LOST  # the suspension gave the claim back
     clock.advance(99)
     assert await queue.claim(1, lease=LEASE) == []
     clock.advance(1)
@@ -759,7 +766,7 @@ async def test_each_wait_shows_as_its_own_status(queue: LeaseQueue, clock: FakeC
         await queue.enqueue(b"", id=f"j{i}")
     for d in await queue.claim(3, lease=LEASE):
         wait = waits[int(d.id[1:])]
-        assert await queue.suspend(d, until=clock.now() + 60, wait=wait) is Settlement.SUSPENDED
+        assert await queue.settle(d, Suspended(clock.now() + 60, wait)) is Settlement.SUSPENDED
     for i, wait in enumerate(waits):
         record = await queue.get(f"j{i}")
         assert record is not None and (record.status, record.wait) == (wait.status, wait)
@@ -769,7 +776,7 @@ async def test_wake_makes_a_suspended_job_due_at_once(queue: LeaseQueue, clock: 
     waking = requires(Waking, queue)
     await queue.enqueue(b"", id="j")
     d = await claim_one(queue)
-    await queue.suspend(d, until=clock.now() + 3600, wait=SLEEPING)
+    await queue.settle(d, Suspended(clock.now() + 3600, SLEEPING))
     assert await waking.wake("j", JobStatus.SLEEPING) is True
     record = await queue.get("j")
     assert record is not None
@@ -787,9 +794,9 @@ async def test_a_wake_moves_only_a_job_waiting_for_what_arrived(
     waking = requires(Waking, queue)
     await queue.enqueue(b"", id="later", run_at=clock.now() + 20)
     await queue.enqueue(b"", id="backoff")
-    assert await queue.nack(await claim_one(queue), delay=30) is Settlement.RETRIED
+    assert await queue.settle(await claim_one(queue), Retry(30)) is Settlement.RETRIED
     await queue.enqueue(b"", id="asleep")
-    await queue.suspend(await claim_one(queue), until=clock.now() + 3600, wait=SLEEPING)
+    await queue.settle(await claim_one(queue), Suspended(clock.now() + 3600, SLEEPING))
     for job_id in ("later", "backoff", "asleep"):
         assert await waking.wake(job_id, JobStatus.WAITING_FOR_EVENT) is True  # live
         assert await waking.wake(job_id, JobStatus.WAITING_FOR_CHILDREN) is True
@@ -815,7 +822,7 @@ async def test_a_wait_that_counts_what_it_needs_is_due_when_the_last_arrives(
     children = Wait(JobStatus.WAITING_FOR_CHILDREN, "of 3 children", pending=("c1", "c2", "c3"))
     for job_id in ("p", "q"):
         await queue.enqueue(b"", id=job_id)
-        await queue.suspend(await claim_one(queue), until=clock.now() + 3600, wait=children)
+        await queue.settle(await claim_one(queue), Suspended(clock.now() + 3600, children))
     for arrived, left in (("c2", ("c1", "c3")), ("c9", ("c1", "c3")), ("c1", ("c3",))):
         assert await waking.wake("p", JobStatus.WAITING_FOR_CHILDREN, arrived=arrived) is True
         record = await queue.get("p")
@@ -841,7 +848,7 @@ async def test_what_arrives_while_held_is_taken_off_the_wait_it_suspends_with(
     await queue.enqueue(b"", id="p")
     held = await claim_one(queue)
     assert await waking.wake("p", JobStatus.WAITING_FOR_CHILDREN, arrived="c1") is True
-    assert await queue.suspend(held, until=clock.now() + 3600, wait=children) is (
+    assert await queue.settle(held, Suspended(clock.now() + 3600, children)) is (
         Settlement.SUSPENDED
     )
     record = await queue.get("p")
@@ -850,7 +857,7 @@ async def test_what_arrives_while_held_is_taken_off_the_wait_it_suspends_with(
     again = await claim_one(queue)
     for arrived in ("c1", "c2"):
         assert await waking.wake("p", JobStatus.WAITING_FOR_CHILDREN, arrived=arrived)
-    assert await queue.suspend(again, until=clock.now() + 3600, wait=children) is (
+    assert await queue.settle(again, Suspended(clock.now() + 3600, children)) is (
         Settlement.RETRIED
     )
     record = await queue.get("p")
@@ -866,13 +873,13 @@ async def test_a_wake_while_held_makes_the_next_suspend_return_at_once(
     await queue.enqueue(b"", id="j")
     d = await claim_one(queue)
     assert await waking.wake("j", JobStatus.SLEEPING) is True
-    assert await queue.suspend(d, until=clock.now() + 3600, wait=SLEEPING) is Settlement.RETRIED
+    assert await queue.settle(d, Suspended(clock.now() + 3600, SLEEPING)) is Settlement.RETRIED
     record = await queue.get("j")
     assert record is not None and (record.status, record.wait) == (JobStatus.READY, None)
     again = await claim_one(queue)
     assert (again.attempt, again.claims) == (1, 2)
     # The mark is spent: the next suspension sleeps.
-    assert await queue.suspend(again, until=clock.now() + 60, wait=SLEEPING) is (
+    assert await queue.settle(again, Suspended(clock.now() + 60, SLEEPING)) is (
         Settlement.SUSPENDED
     )
 
@@ -881,10 +888,10 @@ async def test_wake_of_an_unknown_or_dead_job_is_false(queue: LeaseQueue) -> Non
     waking = requires(Waking, queue)
     assert await waking.wake("never", JobStatus.SLEEPING) is False
     await queue.enqueue(b"", id="dead")
-    await queue.dead_letter(await claim_one(queue), "x")
+    await queue.settle(await claim_one(queue), Dead("x"))
     assert await waking.wake("dead", JobStatus.SLEEPING) is False
     await queue.enqueue(b"", id="acked")
-    await queue.ack(await claim_one(queue))
+    await queue.settle(await claim_one(queue), Ack())
     assert await waking.wake("acked", JobStatus.SLEEPING) is False
     await queue.enqueue(b"", id="ready")
     assert await waking.wake("ready", JobStatus.SLEEPING) is True  # due already: nothing to change
@@ -897,10 +904,10 @@ async def test_a_suspend_with_a_stale_token_is_lost(queue: LeaseQueue, clock: Fa
     old = await claim_one(queue, lease=10)
     clock.advance(10)
     new = await claim_one(queue, lease=10)
-    assert await queue.suspend(old, until=clock.now() + 60, wait=SLEEPING) is Settlement.LOST
+    assert await queue.settle(old, Suspended(clock.now() + 60, SLEEPING)) is Settlement.LOST
     record = await queue.get("j")
     assert record is not None and (record.status, record.wait) == (JobStatus.RUNNING, None)
-    assert await queue.ack(new) is Settlement.ACKED
+    assert await queue.settle(new, Ack()) is Settlement.ACKED
 
 
 # -- two processes on one store --------------------------------------------
@@ -917,7 +924,7 @@ async def test_a_job_enqueued_by_one_process_is_claimed_by_another(backend: Back
     d = await claim_one(b)
     assert (d.id, d.payload, d.kind, dict(d.headers)) == ("j", b"from a", "k", {"h": "1"})
     assert await a.claim(1, lease=LEASE) == []  # a's view is stale: the swap must fail
-    assert await b.ack(d) is Settlement.ACKED
+    assert await b.settle(d, Ack()) is Settlement.ACKED
     assert await a.get("j") is None
 
 
@@ -958,9 +965,9 @@ async def test_another_process_takes_over_a_lapsed_lease(
     assert (new.attempt, new.lapses, new.payload) == (1, 1, b"p")
     assert await a.renew(old, 100) is None
     assert await a.renew(old, 1) is None  # even a renewal that would not extend
-    assert await a.ack(old) is Settlement.LOST
-    assert await a.release(old) is Settlement.LOST
-    assert await b.ack(new) is Settlement.ACKED
+    assert await a.settle(old, Ack()) is Settlement.LOST
+    assert await a.settle(old, Release()) is Settlement.LOST
+    assert await b.settle(new, Ack()) is Settlement.ACKED
 
 
 @store_only
@@ -969,7 +976,7 @@ async def test_a_cancel_in_one_process_fences_the_holder_in_another(backend: Bac
     await a.enqueue(b"", id="j")
     d = await claim_one(a)
     assert await b.cancel("j") is True
-    assert await a.ack(d) is Settlement.LOST
+    assert await a.settle(d, Ack()) is Settlement.LOST
     assert (await a.enqueue(b"", id="j")).created
 
 
@@ -981,9 +988,9 @@ async def test_work_one_process_gives_back_is_seen_by_another(
     await a.enqueue(b"", id="j", max_attempts=1)
     d = await claim_one(a)
     assert await b.claim(1, lease=LEASE) == []
-    await a.release(d)
+    await a.settle(d, Release())
     d = await claim_one(b)
-    await b.dead_letter(d, "x")
+    await b.settle(d, Dead("x"))
     assert await a.requeue("j") is True
     assert (await claim_one(b)).attempt == 1
 
@@ -997,11 +1004,11 @@ async def test_a_wake_from_another_process_makes_the_job_due_for_its_holder(
     d = await claim_one(a)
     assert isinstance(b, Waking)
     assert await b.wake("j", JobStatus.SLEEPING) is True  # while a holds it
-    assert await a.suspend(d, until=backend.clock.now() + 3600, wait=SLEEPING) is (
+    assert await a.settle(d, Suspended(backend.clock.now() + 3600, SLEEPING)) is (
         Settlement.RETRIED
     )
     d = await claim_one(a)
-    await a.suspend(d, until=backend.clock.now() + 3600, wait=SLEEPING)
+    await a.settle(d, Suspended(backend.clock.now() + 3600, SLEEPING))
     assert await b.wake("j", JobStatus.SLEEPING) is True  # while it sleeps
     assert (await claim_one(a)).claims == 3
 
@@ -1023,12 +1030,12 @@ async def test_a_wake_on_a_skewed_clock_makes_the_job_due_on_the_sleepers(
     # Held, its lease lapsed by the waker's clock when it runs ahead: its
     # holder may still be running it, so the wake must mark it all the same.
     assert await waker.wake("j", JobStatus.SLEEPING) is True
-    assert await sleeper.suspend(d, until=backend.clock.now() + 3600, wait=SLEEPING) is (
+    assert await sleeper.settle(d, Suspended(backend.clock.now() + 3600, SLEEPING)) is (
         Settlement.RETRIED
     )
     d = await claim_one(sleeper)
     backend.clock.advance(1)
-    await sleeper.suspend(d, until=backend.clock.now() + 3600, wait=SLEEPING)
+    await sleeper.settle(d, Suspended(backend.clock.now() + 3600, SLEEPING))
     backend.clock.advance(1)
     assert await waker.wake("j", JobStatus.SLEEPING) is True
     assert (await claim_one(sleeper)).id == "j"

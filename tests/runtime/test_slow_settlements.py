@@ -19,6 +19,7 @@ from typing import NamedTuple
 from test_worker import until
 
 from stepstone.runtime import Delivery, FakeClock, Settlement, StoreQueue
+from stepstone.runtime.decision import Ack
 from stepstone.store import CountingStore, FaultyStore, MemoryStore
 
 LEASE = 10.0
@@ -50,7 +51,7 @@ async def test_a_renewal_due_while_the_ack_waits_waits_for_it_and_finds_the_job_
     clock, counted, store, queue, delivery = await Claim.of("a", holding="delete")
 
     let_ack_land = store.hold("queue/jobs/a")
-    ack = asyncio.create_task(queue.ack(delivery))
+    ack = asyncio.create_task(queue.settle(delivery, Ack()))
     await until(lambda: store.held == 1, "the ack's delete waits on the store")
     clock.advance(LEASE * 0.6)  # the heartbeat's renewal is due and would write
     renewal = asyncio.create_task(queue.renew(delivery, LEASE))
@@ -72,7 +73,7 @@ async def test_a_settlement_behind_a_renewal_swaps_over_the_version_the_renewal_
     clock.advance(LEASE * 0.6)
     renewal = asyncio.create_task(queue.renew(delivery, LEASE))
     await until(lambda: store.held == 1, "the renewal's swap waits on the store")
-    ack = asyncio.create_task(queue.ack(delivery))
+    ack = asyncio.create_task(queue.settle(delivery, Ack()))
     let_renewal_land()
 
     assert await renewal == clock.now() + LEASE

@@ -39,14 +39,14 @@ def _append(path: str, text: str) -> None:
 
 
 def _queue(endpoint: str, name: str, s3_url: str, log: str | None = None) -> tuple[Any, Any]:
-    from stepstone.runtime import Settlement
+    from stepstone.runtime import Decision, Settlement
     from stepstone.runtime.queue import Delivery
     from stepstone.runtime.sqs import SqsQueue
     from stepstone.store import open_store
 
     class RecordingQueue(SqsQueue):
-        async def ack(self, delivery: Delivery) -> Settlement:
-            settled = await super().ack(delivery)
+        async def settle(self, delivery: Delivery, decision: Decision) -> Settlement:
+            settled = await super().settle(delivery, decision)
             if settled == Settlement.ACKED and log is not None:
                 line = f"{os.getpid()} {delivery.id} {delivery.attempt} {delivery.lapses}\n"
                 _append(log, line)

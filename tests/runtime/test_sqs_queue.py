@@ -17,9 +17,11 @@ from typing import Any
 import pytest
 
 from stepstone.runtime import FakeClock, JobListing, PayloadTooLarge, Settlement
-from stepstone.runtime.queue import DEFAULT_MAX_ATTEMPTS, QUEUE_STATUSES, Delivery, JobStatus
+from stepstone.runtime.decision import Ack, Dead, Release, Retry
+from stepstone.runtime.queue import DEFAULT_MAX_ATTEMPTS, Delivery
 from stepstone.runtime.sqs import SqsQueue, SqsUnsupported, Tier
 from stepstone.runtime.sqs.message import encode
+from stepstone.runtime.status import QUEUE_STATUSES, JobStatus
 from stepstone.store import ObjectStore
 
 Factory = Callable[..., Awaitable[SqsQueue]]
@@ -98,8 +100,8 @@ async def test_enqueue_claim_ack(make_queue: Factory) -> None:
     )
     assert d.lease_expires_at > q.clock.now()
     assert await q.claim(5, lease=30) == []
-    assert await q.ack(d) == Settlement.ACKED
-    assert await q.ack(d) == Settlement.LOST
+    assert await q.settle(d, Ack()) == Settlement.ACKED
+    assert await q.settle(d, Ack()) == Settlement.LOST
     assert await q.counts() == dict.fromkeys(QUEUE_STATUSES, 0)
 
 
@@ -117,14 +119,14 @@ async def test_a_lapsed_lease_is_taken_over_as_a_lapse_and_the_stale_token_is_fe
     # moto (like SQS for deletes) would accept the old receipt handle; the
     # local fence answers LOST without touching the message.
     assert await a.renew(first, 10) is None
-    assert await a.ack(first) == Settlement.LOST
-    assert await a.nack(first, delay=0) == Settlement.LOST
-    assert await a.dead_letter(first, "zombie") == Settlement.LOST
-    assert await a.release(first) == Settlement.LOST
+    assert await a.settle(first, Ack()) == Settlement.LOST
+    assert await a.settle(first, Retry(0)) == Settlement.LOST
+    assert await a.settle(first, Dead("zombie")) == Settlement.LOST
+    assert await a.settle(first, Release()) == Settlement.LOST
     # The message is still b's: a visibility change with b's handle works
     # (moto rejects it for a deleted message), and b's ack settles it.
     assert await b.renew(second, 60) is not None
-    assert await b.ack(second) == Settlement.ACKED
+    assert await b.settle(second, Ack()) == Settlement.ACKED
     assert await b.counts() == dict.fromkeys(QUEUE_STATUSES, 0)
 
 
@@ -137,7 +139,7 @@ async def test_renew_extends_the_visibility(make_queue: Factory) -> None:
     assert expires is not None and expires >= a.clock.now() + 3
     # Well past the original one-second lease, no one else can receive it.
     assert await claim_until(b, within=2.0) == []
-    assert await a.ack(d) == Settlement.ACKED
+    assert await a.settle(d, Ack()) == Settlement.ACKED
 
 
 async def test_renew_with_time_to_spare_makes_no_request(make_queue: Factory) -> None:
@@ -155,7 +157,7 @@ async def test_nack_with_delay_is_not_delivered_early(make_queue: Factory) -> No
     await q.enqueue(b"x")
     [d] = await claim_until(q)
     start = time.monotonic()
-    assert await q.nack(d, delay=2, error="boom") == Settlement.RETRIED
+    assert await q.settle(d, Retry(2, error="boom")) == Settlement.RETRIED
     assert await q.claim(1, lease=30) == []
     [again] = await claim_until(q, within=8)
     assert time.monotonic() - start >= 1.9
@@ -167,16 +169,16 @@ async def test_uncounted_nack_and_release_hand_the_attempt_back(make_queue: Fact
     await q.enqueue(b"x", id="j")
     [d1] = await claim_until(q)
     assert d1.attempt == 1
-    assert await q.release(d1) == Settlement.RELEASED
+    assert await q.settle(d1, Release()) == Settlement.RELEASED
     [d2] = await claim_until(q)
     assert (d2.attempt, d2.claims) == (1, 2)
-    assert await q.nack(d2, delay=0, count=False) == Settlement.RETRIED
+    assert await q.settle(d2, Retry(0, count=False)) == Settlement.RETRIED
     [d3] = await claim_until(q)
     assert (d3.attempt, d3.claims) == (1, 3)
-    assert await q.nack(d3, delay=0) == Settlement.RETRIED
+    assert await q.settle(d3, Retry(0)) == Settlement.RETRIED
     [d4] = await claim_until(q)
     assert (d4.attempt, d4.claims) == (2, 4)
-    assert await q.release(d1) == Settlement.LOST
+    assert await q.settle(d1, Release()) == Settlement.LOST
 
 
 async def test_long_backoff_is_re_sent_and_keeps_the_error(make_queue: Factory) -> None:
@@ -187,7 +189,7 @@ async def test_long_backoff_is_re_sent_and_keeps_the_error(make_queue: Factory) 
     q = await make_queue(clock=clock, max_delay_seconds=1)
     await q.enqueue(b"x", id="j")
     [d] = await claim_until(q)
-    assert await q.nack(d, delay=3600, error="later") == Settlement.RETRIED
+    assert await q.settle(d, Retry(3600, error="later")) == Settlement.RETRIED
     assert await claim_until(q, within=1.5) == []  # re-deferred: not due on the fake clock
     clock.advance(3600)
     [again] = await claim_until(q)
@@ -203,8 +205,8 @@ async def test_last_counted_attempt_goes_dead_and_requeue_brings_it_back(
     got = await claim_until(q, 2)
     d = next(g for g in got if g.id == "j")
     other = next(g for g in got if g.id == "other")
-    assert await q.dead_letter(other, "bad input") == Settlement.DEAD
-    assert await q.nack(d, delay=0, error="ValueError: nope") == Settlement.DEAD
+    assert await q.settle(other, Dead("bad input")) == Settlement.DEAD
+    assert await q.settle(d, Retry(0, error="ValueError: nope")) == Settlement.DEAD
     bodies = {b["id"]: b for b in dead_bodies(moto_server, q)}
     assert bodies["j"]["dead"] == "ValueError: nope" and bodies["j"]["a"] == 1
     assert bodies["other"]["dead"] == "bad input"
@@ -310,14 +312,14 @@ async def test_payload_over_the_message_limit_is_kept_on_s3(
     assert len(sizes) == 2 and sizes[-1] < 1024
     got = {d.id: d for d in await claim_until(q, 2)}
     assert got["big"].payload == big and got["small"].payload == b"small"
-    assert await q.release(got["big"]) == Settlement.RELEASED
+    assert await q.settle(got["big"], Release()) == Settlement.RELEASED
     [again] = await claim_until(q)
     assert again.payload == big
-    assert await q.dead_letter(again, "too big to live") == Settlement.DEAD
+    assert await q.settle(again, Dead("too big to live")) == Settlement.DEAD
     assert await q.requeue("big")
     [back] = await claim_until(q)
     assert (back.payload, back.attempt) == (big, 1)
-    assert await q.ack(back) == Settlement.ACKED
+    assert await q.settle(back, Ack()) == Settlement.ACKED
     # Without an id store there is nowhere to keep it.
     plain = await make_queue(max_message_bytes=4096, max_payload_bytes=300_000)
     with pytest.raises(PayloadTooLarge, match="id store"):
@@ -334,7 +336,7 @@ async def test_dedup_is_per_process(make_queue: Factory) -> None:
     got = await claim_until(a, 2)
     assert sorted(d.payload for d in got) == [b"1", b"3"]
     for d in got:
-        assert await a.ack(d) == Settlement.ACKED
+        assert await a.settle(d, Ack()) == Settlement.ACKED
     assert (await a.enqueue(b"4", id="same")).created
 
 
@@ -346,7 +348,7 @@ async def test_cancel_in_this_process(make_queue: Factory) -> None:
     [d] = await claim_until(q, 1)
     assert d.id == "held"
     assert await q.cancel("held")
-    assert await q.ack(d) == Settlement.LOST
+    assert await q.settle(d, Ack()) == Settlement.LOST
     assert await q.renew(d, 5) is None
     assert await q.counts() == dict.fromkeys(QUEUE_STATUSES, 0)
     assert not await q.cancel("never-seen")
@@ -393,7 +395,7 @@ async def test_id_store_dedups_across_processes_and_answers_get(
     [d] = await claim_until(b)
     assert await b.claim(5, lease=30) == []  # one message, not two
     assert await a.get("missing") is None
-    assert await b.ack(d) == Settlement.ACKED
+    assert await b.settle(d, Ack()) == Settlement.ACKED
     assert await a.get("same") is None
     assert (await b.enqueue(b"3", id="same")).created
 
@@ -414,7 +416,7 @@ async def test_id_store_drops_duplicates_and_cancels_fleet_wide(
     assert "Messages" not in raw
     held = next(iter(a._fence.held.values()))
     body = encode(held.message)
-    assert await a.ack(d) == Settlement.ACKED
+    assert await a.settle(d, Ack()) == Settlement.ACKED
     client.send_message(QueueUrl=url, MessageBody=body)
     assert await claim_until(b, within=1.0) == []
     assert (await b.counts())[JobStatus.READY] == 0  # dropped, not left waiting
@@ -445,7 +447,7 @@ async def test_id_store_lets_one_of_two_holders_of_a_duplicate_ack(
     [second] = await claim_until(b)
     assert (second.id, first.id) == ("j", "j")
     # Both look at the marker before either settles:
-    settled = await asyncio.gather(a.ack(first), b.ack(second))
+    settled = await asyncio.gather(a.settle(first, Ack()), b.settle(second, Ack()))
     assert sorted(settled) == sorted([Settlement.ACKED, Settlement.LOST])
     assert await a.get("j") is None
     assert (await a.counts())[JobStatus.READY] == 0
@@ -460,7 +462,7 @@ async def test_id_store_cancel_fences_the_holder_in_another_process(
     [d] = await claim_until(a)
     assert await b.cancel("j")
     assert await a.renew(d, 60) is None
-    assert await a.ack(d) == Settlement.LOST
+    assert await a.settle(d, Ack()) == Settlement.LOST
     assert (await a.enqueue(b"", id="j")).created
 
 
@@ -468,7 +470,7 @@ async def test_id_store_keeps_dead_jobs_visible(make_queue: Factory, s3_store: O
     q = await make_queue(id_store=s3_store)
     await q.enqueue(b"x", id="d")
     [d] = await claim_until(q)
-    assert await q.dead_letter(d, "no such customer") == Settlement.DEAD
+    assert await q.settle(d, Dead("no such customer")) == Settlement.DEAD
     record = await q.get("d")
     assert record is not None and record.status == JobStatus.DEAD
     assert record.dead_reason == "no such customer"
@@ -477,7 +479,7 @@ async def test_id_store_keeps_dead_jobs_visible(make_queue: Factory, s3_store: O
     assert record is not None and record.status == JobStatus.READY
     [again] = await claim_until(q)
     assert again.attempt == 1
-    assert await q.ack(again) == Settlement.ACKED
+    assert await q.settle(again, Ack()) == Settlement.ACKED
 
 
 async def test_kinds_filter_does_not_burn_attempts(make_queue: Factory) -> None:
@@ -564,7 +566,7 @@ async def test_requests_per_job(make_queue: Factory) -> None:
     done = 0
     while done < jobs:
         got = await q.claim(10, lease=30)
-        results = await asyncio.gather(*(q.ack(d) for d in got))
+        results = await asyncio.gather(*(q.settle(d, Ack()) for d in got))
         assert all(r == Settlement.ACKED for r in results)
         done += len(got)
     per_job = {op: count / jobs for op, count in q.requests.items() if "queue" not in op}

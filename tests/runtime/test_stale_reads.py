@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 
 from stepstone.runtime import Settlement
+from stepstone.runtime.decision import Ack
 from stepstone.runtime.store_queue import StoreQueue
 from stepstone.store import MemoryStore
 from stepstone.store.base import StoredObject
@@ -54,4 +55,4 @@ async def test_a_status_read_answered_after_a_claim_landed_leaves_the_claim_in_t
     # The view still holds the claim: no second claim of it, no race lost to ourselves.
     assert await queue.claim(1, lease=10) == []
     assert queue.stats.lost_races == 0
-    assert await queue.ack(delivery) is Settlement.ACKED
+    assert await queue.settle(delivery, Ack()) is Settlement.ACKED

@@ -28,7 +28,9 @@ from stepstone.runtime import (
     Settlement,
     Wait,
 )
-from stepstone.runtime.queue import QUEUE_STATUSES, NewJob
+from stepstone.runtime.decision import Ack, Dead, Release, Retry, Suspended
+from stepstone.runtime.queue import NewJob
+from stepstone.runtime.status import QUEUE_STATUSES
 from stepstone.runtime.store_queue import StoreQueue
 from stepstone.runtime.store_queue.records import (
     CorruptRecord,
@@ -92,17 +94,17 @@ async def test_each_operation_costs_one_request_for_a_process_own_jobs(
     assert take(store) == {"PUT": 1}
     assert await q.renew(d, 1) is not None  # would not extend: a HEAD confirms the token
     assert take(store) == {"HEAD": 1}
-    assert await q.nack(d, delay=0) is Settlement.RETRIED
+    assert await q.settle(d, Retry(0)) is Settlement.RETRIED
     assert take(store) == {"PUT": 1}
     [d] = await q.claim(1, lease=30)
-    assert await q.release(d) is Settlement.RELEASED
+    assert await q.settle(d, Release()) is Settlement.RELEASED
     assert take(store) == {"PUT": 2}
     [d] = await q.claim(1, lease=30)
-    assert await q.ack(d) is Settlement.ACKED
+    assert await q.settle(d, Ack()) is Settlement.ACKED
     assert take(store) == {"PUT": 1, "DELETE": 1}
 
     [d] = await q.claim(1, lease=30)
-    assert await q.dead_letter(d, "x") is Settlement.DEAD
+    assert await q.settle(d, Dead("x")) is Settlement.DEAD
     assert take(store) == {"PUT": 2}
     assert await q.requeue(d.id)
     assert take(store) == {"GET": 1, "PUT": 1}
@@ -125,7 +127,7 @@ async def test_a_job_enqueued_claimed_costs_one_write_and_settles_like_a_claim(
     assert d.lease_expires_at == clock.now() + 30
     assert take(store) == {"PUT": 1}
     assert await q.renew(d, 60) is not None
-    assert await q.ack(d) is Settlement.ACKED
+    assert await q.settle(d, Ack()) is Settlement.ACKED
     assert take(store) == {"PUT": 1, "DELETE": 1}
 
     await q.enqueue(b"p", id="b")
@@ -148,7 +150,7 @@ async def test_a_job_enqueued_claimed_by_a_process_that_died_runs_once_its_lease
     clock.advance(31)
     [d] = await b.claim(1, lease=30)
     assert (d.id, d.attempt, d.claims, d.lapses) == ("j", 1, 2, 1)
-    assert await a.ack(held) is Settlement.LOST
+    assert await a.settle(held, Ack()) is Settlement.LOST
 
 
 async def test_a_process_working_its_own_jobs_lists_rarely_and_never_gets(
@@ -163,7 +165,7 @@ async def test_a_process_working_its_own_jobs_lists_rarely_and_never_gets(
         batch = await q.claim(8, lease=30)
         assert batch
         for d in batch:
-            assert await q.ack(d) is Settlement.ACKED
+            assert await q.settle(d, Ack()) is Settlement.ACKED
             done += 1
     # The view served every claim: no listing, no read.
     assert take(store) == {"PUT": 200, "DELETE": 200}
@@ -202,7 +204,7 @@ async def test_another_process_reads_each_record_once_per_change_it_sees(
     assert len(got) == 10
     assert take(b_store) == {"LIST": 1, "GET": 10, "PUT": 10}
     for d in got:
-        await b.ack(d)
+        await b.settle(d, Ack())
     assert take(b_store) == {"DELETE": 10}
     # a's view still holds them as ready, but not confirmed within
     # scan_interval: it lists before swapping, and sees them gone.
@@ -250,7 +252,7 @@ async def test_another_holder_renewing_is_not_reread_until_its_lease_would_lapse
     assert await b.claim(1, lease=30) == []
     assert take(b_store) == {"LIST": 1}
     # A settlement changes the size: b reads it at once.
-    assert await a.nack(d, delay=0) is Settlement.RETRIED
+    assert await a.settle(d, Retry(0)) is Settlement.RETRIED
     [again] = await b.claim(1, lease=30)
     assert again.attempt == 2
     assert take(b_store) == {"LIST": 1, "GET": 1, "PUT": 1}
@@ -266,7 +268,7 @@ async def test_records_held_elsewhere_or_dead_keep_no_payload_in_the_view(
     await a.enqueue(b"big" * 100, id="ready", priority=9)
     [held] = await a.claim(1, lease=30)
     [dead] = await a.claim(1, lease=30)
-    await a.dead_letter(dead, "x")
+    await a.settle(dead, Dead("x"))
     assert await b.claim(1, lease=30, kinds=["other"]) == []
     view = b._view
     assert {i: view[i].job.payload == b"" for i in view if view[i].job} == {  # type: ignore[union-attr]
@@ -290,7 +292,7 @@ async def test_a_listing_asked_again_reads_only_the_records_that_changed(
         await a.enqueue(b"payload", id=f"job-{n}")
     [held] = await a.claim(1, lease=30)
     [dead] = await a.claim(1, lease=30)
-    await a.dead_letter(dead, "x")
+    await a.settle(dead, Dead("x"))
     first = await viewer.list()
     assert take(counting) == {"GET": 4, "LIST": 1}
     assert {r.id: r.payload for r in first.records} == {f"job-{n}": b"payload" for n in range(4)}
@@ -298,7 +300,7 @@ async def test_a_listing_asked_again_reads_only_the_records_that_changed(
     assert take(counting) == {"LIST": 1}
     assert again.records == first.records
     await a.renew(held, 60)
-    await a.ack(held)
+    await a.settle(held, Ack())
     [other] = await a.claim(1, lease=30)
     await a.renew(other, 60)
     changed = await viewer.list()
@@ -420,7 +422,9 @@ async def test_processes_sharing_a_backlog_read_each_record_about_once(
             break
         claimed += [d.id for d in got_b + got_c]
         clock.advance(1)  # later than the enqueues, as claims are
-        await asyncio.gather(*(b.ack(d) for d in got_b), *(c.ack(d) for d in got_c))
+        await asyncio.gather(
+            *(b.settle(d, Ack()) for d in got_b), *(c.settle(d, Ack()) for d in got_c)
+        )
     assert sorted(claimed) == [f"j{i:03}" for i in range(200)]
     reads = b_store.counts["GET"] + c_store.counts["GET"]
     assert reads < 320, reads  # both reading everything: 400; 30 runs: 232 to 271
@@ -644,12 +648,14 @@ async def test_a_claim_elsewhere_of_a_job_seen_waiting_is_inferred_not_read(
     assert record is not None and record.status is JobStatus.RUNNING
     take(a_store)
 
-    assert await b.release(got[0]) is Settlement.RELEASED  # a different size: read at once
+    assert (
+        await b.settle(got[0], Release()) is Settlement.RELEASED
+    )  # a different size: read at once
     for d in got[1:4]:
-        assert await b.ack(d) is Settlement.ACKED  # gone from the listing: never read
+        assert await b.settle(d, Ack()) is Settlement.ACKED  # gone from the listing: never read
     [d] = await a.claim(5, lease=30)
     assert d.id == got[0].id
-    assert await a.ack(d) is Settlement.ACKED
+    assert await a.settle(d, Ack()) is Settlement.ACKED
     assert take(a_store) == {"LIST": 1, "GET": 1, "PUT": 1, "DELETE": 1}
 
     # b's holder of the last one dies. a guessed its lease from its own (30 s); after
@@ -674,7 +680,7 @@ async def test_suspended_jobs_cost_only_the_listing_and_a_claim_elsewhere_is_inf
     for i in range(5):
         await a.enqueue(b"", id=f"j{i}")
     for d in await a.claim(5, lease=30):
-        await a.suspend(d, until=clock.now() + 3600, wait=Wait(JobStatus.SLEEPING, "x"))
+        await a.settle(d, Suspended(clock.now() + 3600, Wait(JobStatus.SLEEPING, "x")))
     take(a_store)
     for _ in range(3):
         clock.advance(600)
@@ -710,7 +716,7 @@ async def test_a_claim_elsewhere_that_lapsed_is_taken_at_the_next_claim_round(
         assert await a.claim(1, lease=30) == []  # its swap is refused: claimed elsewhere
     [d] = await a.claim(1, lease=30)
     assert (d.id, d.attempt, d.lapses) == ("j", 1, 1)
-    assert await b.ack(held) is Settlement.LOST
+    assert await b.settle(held, Ack()) is Settlement.LOST
 
 
 # -- writes whose answer is lost ---------------------------------------------------
@@ -748,14 +754,14 @@ async def test_transitions_whose_answer_was_lost_are_settled_not_lost(
     store.fail_next(1, after=True)
     assert await q.renew(d, 60) == clock.now() + 60
     store.fail_next(1, after=True)
-    assert await q.nack(d, delay=0) is Settlement.RETRIED
+    assert await q.settle(d, Retry(0)) is Settlement.RETRIED
     [d] = await q.claim(1, lease=30)
     assert d.attempt == 2
     store.fail_next(1, after=False)
     with pytest.raises(StoreUnavailable):
-        await q.ack(d)  # nothing happened; the worker retries the settlement
+        await q.settle(d, Ack())  # nothing happened; the worker retries the settlement
     store.fail_next(1, after=True)
-    assert await q.ack(d) is Settlement.ACKED
+    assert await q.settle(d, Ack()) is Settlement.ACKED
     assert await q.get("j") is None
 
 
@@ -785,7 +791,7 @@ async def test_a_queue_on_a_store_that_loses_answers_still_runs_each_job_once(
     while await q.counts() != dict.fromkeys(QUEUE_STATUSES, 0):
         for d in await retried(lambda: q.claim(7, lease=30)):
             delivered[d.id] += 1
-            assert await retried(lambda d=d: q.ack(d)) is Settlement.ACKED  # type: ignore[misc]
+            assert await retried(lambda d=d: q.settle(d, Ack())) is Settlement.ACKED  # type: ignore[misc]
     assert delivered == Counter({f"j{i:02}": 1 for i in range(40)})
 
 
@@ -890,15 +896,15 @@ async def _drive(ops: list[Op]) -> None:
                 assert (await q.renew(d, 50) is not None) == owned
                 continue
             if y == "ack":
-                result = await q.ack(d)
+                result = await q.settle(d, Ack())
             elif y in ("nack", "nack-later", "uncounted"):
-                result = await q.nack(d, delay=0 if y == "nack" else 7, count=y != "uncounted")
+                result = await q.settle(d, Retry(0 if y == "nack" else 7, count=y != "uncounted"))
             elif y == "release":
-                result = await q.release(d)
+                result = await q.settle(d, Release())
             elif y == "suspend":
-                result = await q.suspend(d, until=now + 7, wait=Wait(JobStatus.SLEEPING))
+                result = await q.settle(d, Suspended(now + 7, Wait(JobStatus.SLEEPING)))
             else:
-                result = await q.dead_letter(d, "x")
+                result = await q.settle(d, Dead("x"))
             assert (result is not Settlement.LOST) == owned, (op, y, d.id)
             if owned:
                 del current[d.id]
@@ -955,7 +961,7 @@ async def test_a_process_that_only_enqueues_does_not_remember_every_job(
     while batch := await producer.claim(16, lease=30):
         for d in batch:
             seen.add(d.id)
-            assert await producer.ack(d) is Settlement.ACKED
+            assert await producer.settle(d, Ack()) is Settlement.ACKED
     assert len(seen) == 60
 
 
@@ -1023,7 +1029,7 @@ async def test_pending_here_follows_this_instances_own_writes(
     clock.advance(31)
     assert not a.pending_here("mine"), "a lapsed lease may have let a peer finish it"
     (held,) = await a.claim(1, lease=30)
-    await a.ack(held)
+    await a.settle(held, Ack())
     assert not a.pending_here("mine")
     assert not a.pending_here("never-enqueued")
 
@@ -1042,7 +1048,7 @@ async def test_pending_here_is_false_for_a_job_a_peer_holds(
     assert await a.claim(1, lease=30) == []
     # ...and after looking, it knows a peer has the job.
     assert not a.pending_here("shared")
-    await b.ack(held)
+    await b.settle(held, Ack())
 
 
 async def test_pending_here_trusts_a_look_only_for_a_few_seconds(

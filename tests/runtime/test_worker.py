@@ -48,6 +48,7 @@ from stepstone.runtime import (
     Terminal,
     Worker,
 )
+from stepstone.runtime.decision import Ack, Dead, Release, Retry
 from stepstone.runtime.queue import DEFAULT_MAX_ATTEMPTS, Enqueued, NewJob
 from stepstone.store.errors import InvalidKey, StoreError, StoreUnavailable
 
@@ -502,17 +503,17 @@ async def test_a_zombie_token_changes_nothing_after_another_worker_reclaimed(env
     assert owner.token != zombie.token
     before = await env.record("j")
 
-    assert await env.queue.ack(zombie) is Settlement.LOST
-    assert await env.queue.nack(zombie, delay=0.0) is Settlement.LOST
-    assert await env.queue.nack(zombie, delay=0.0, count=False) is Settlement.LOST
-    assert await env.queue.dead_letter(zombie, "stale") is Settlement.LOST
-    assert await env.queue.release(zombie) is Settlement.LOST
+    assert await env.queue.settle(zombie, Ack()) is Settlement.LOST
+    assert await env.queue.settle(zombie, Retry(0.0)) is Settlement.LOST
+    assert await env.queue.settle(zombie, Retry(0.0, count=False)) is Settlement.LOST
+    assert await env.queue.settle(zombie, Dead("stale")) is Settlement.LOST
+    assert await env.queue.settle(zombie, Release()) is Settlement.LOST
     assert await env.queue.renew(zombie, 600.0) is None
     assert await env.record("j") == before
 
     # The owner's own token still works, so the refusals were about the token.
     assert await env.queue.renew(owner, 600.0) == env.clock.now() + 600.0
-    assert await env.queue.ack(owner) is Settlement.ACKED
+    assert await env.queue.settle(owner, Ack()) is Settlement.ACKED
 
 
 async def test_a_worker_whose_lease_lapsed_settles_nothing_and_reports_nothing(env: Env) -> None:
@@ -575,7 +576,7 @@ async def test_a_handler_whose_lease_is_lost_is_cancelled_and_nothing_is_settled
     assert record is not None and record.status is JobStatus.RUNNING
     assert (record.attempts, record.lapses) == (1, 1)
     assert env.reported.calls == []
-    assert await env.queue.ack(other) is Settlement.ACKED
+    assert await env.queue.settle(other, Ack()) is Settlement.ACKED
 
 
 async def test_the_heartbeat_keeps_a_long_handler_its_job(env: Env) -> None:
@@ -952,18 +953,18 @@ class FlakyQueue(LeaseQueue):
         if self.failing_acks:
             self.failing_acks -= 1
             raise StoreError("ack timed out")
-        return await self.inner.ack(delivery)
+        return await self.inner.settle(delivery, Ack())
 
     async def nack(
         self, delivery: Delivery, *, delay: float, count: bool = True, error: str | None = None
     ) -> Settlement:
-        return await self.inner.nack(delivery, delay=delay, count=count, error=error)
+        return await self.inner.settle(delivery, Retry(delay, count=count, error=error))
 
     async def dead_letter(self, delivery: Delivery, reason: str) -> Settlement:
-        return await self.inner.dead_letter(delivery, reason)
+        return await self.inner.settle(delivery, Dead(reason))
 
     async def release(self, delivery: Delivery) -> Settlement:
-        return await self.inner.release(delivery)
+        return await self.inner.settle(delivery, Release())
 
     async def cancel(self, id: str) -> bool:
         return await self.inner.cancel(id)

@@ -7,19 +7,10 @@ import asyncio
 import pytest
 
 from stepstone.runtime.backoff import Backoff
-from stepstone.runtime.decide import (
+from stepstone.runtime.decide import Expired, NoHandler, Raised, Returned, TimedOut, decide
+from stepstone.runtime.decision import Ack, Dead, FailureKind, Retry, Success
+from stepstone.runtime.error_text import (
     MAX_MESSAGE_CHARS,
-    Ack,
-    Dead,
-    Expired,
-    FailureKind,
-    NoHandler,
-    Raised,
-    Retry,
-    Returned,
-    Success,
-    TimedOut,
-    decide,
     describe,
     format_traceback,
     qualified_name,

@@ -24,7 +24,7 @@ from benchmarks.counting import CountingStore
 from benchmarks.ui_scale import Seeded, ask, seed
 from stepstone import JobRunner
 from stepstone.records.outcome import OutcomeRecord
-from stepstone.runtime.queue import JobStatus
+from stepstone.runtime.status import JobStatus
 from stepstone.store.file import FileStore
 from stepstone.ui.app import create_app
 

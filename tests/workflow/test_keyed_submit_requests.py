@@ -22,6 +22,7 @@ from wf_support import wait_until
 from stepstone import InputMismatch, JobRunner
 from stepstone.records.layout import run_id_for_key
 from stepstone.runtime import Settlement, StoreQueue
+from stepstone.runtime.decision import Ack
 from stepstone.store import MemoryStore, ObjectStore
 from stepstone.store.base import StoredObject
 from stepstone.store.counting import (
@@ -190,7 +191,9 @@ async def test_a_record_claimed_before_the_look_is_cancelled_and_runs_nothing(
     store.go.set()
     handle = await asyncio.wait_for(submitting, DEADLINE)
     assert not handle.newly_submitted and await handle.result(DEADLINE) == 1
-    assert await other.ack(claimed) is Settlement.LOST, "the claimed record was not taken back"
+    assert await other.settle(claimed, Ack()) is Settlement.LOST, (
+        "the claimed record was not taken back"
+    )
     assert await api.queue.get(run_id) is None
     assert counters.counts["keyed"] == 1
 

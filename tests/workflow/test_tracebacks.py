@@ -12,7 +12,7 @@ import pytest
 from wf_support import wait_until
 
 from stepstone import Job, JobContext, JobFailed, JobRunner, JobStatus
-from stepstone.runtime.decide import MAX_MESSAGE_CHARS, MAX_TRACEBACK_CHARS
+from stepstone.runtime.error_text import MAX_MESSAGE_CHARS, MAX_TRACEBACK_CHARS
 from stepstone.testing import FakeClock
 
 MakeRunner = Callable[..., JobRunner]

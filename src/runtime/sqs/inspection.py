@@ -8,7 +8,8 @@ memory) for the rest; ``counts`` is SQS's own approximate numbers.
 from __future__ import annotations
 
 from ..errors import QueueError
-from ..queue import QUEUE_STATUSES, JobRecord, JobStatus
+from ..queue import JobRecord
+from ..status import QUEUE_STATUSES, JobStatus
 from .message import JobMessage
 from .parts import Parts
 

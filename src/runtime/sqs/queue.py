@@ -14,8 +14,9 @@ from typing import Any
 
 from stepstone.store import ObjectStore
 
-from ..capabilities import DeadJobRequeue, JobCounts
+from ..capabilities import DeadJobRequeue, IdleHints, JobCounts
 from ..clock import Clock, SystemClock
+from ..decision import Ack, Dead, Decision, Release, Retry, Suspended
 from ..listeners import Listeners
 from ..queue import (
     DEFAULT_MAX_ATTEMPTS,
@@ -23,12 +24,12 @@ from ..queue import (
     Delivery,
     Enqueued,
     JobRecord,
-    JobStatus,
     LeaseQueue,
     NewJob,
     Settlement,
     enqueue_each,
 )
+from ..status import JobStatus
 from .admin import SqsAdmin
 from .client import SqsClient
 from .enqueues import Enqueues
@@ -54,7 +55,7 @@ from .transitions import SqsTransitions
 __all__ = ["SqsQueue", "SqsUnsupported"]
 
 
-class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
+class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue, IdleHints):
     """The lease queue on SQS standard queues: one per priority tier plus a
     dead-letter queue, named ``<name>-<tier suffix>`` and ``<name>-dead``.
 
@@ -268,19 +269,25 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
     async def renew(self, delivery: Delivery, at_least: float) -> float | None:
         return await self._transitions.renew(delivery, at_least)
 
-    async def ack(self, delivery: Delivery) -> Settlement:
-        return await self._transitions.ack(delivery)
-
-    async def nack(
-        self, delivery: Delivery, *, delay: float, count: bool = True, error: str | None = None
-    ) -> Settlement:
-        return await self._transitions.nack(delivery, delay=delay, count=count, error=error)
-
-    async def dead_letter(self, delivery: Delivery, reason: str) -> Settlement:
-        return await self._transitions.dead_letter(delivery, reason)
-
-    async def release(self, delivery: Delivery) -> Settlement:
-        return await self._transitions.release(delivery)
+    async def settle(self, delivery: Delivery, decision: Decision) -> Settlement:
+        """As the contract says; a suspension is a retry after its wake time,
+        uncounted: SQS cannot change a message it does not hold, so nothing
+        wakes it early, and its wait is not kept (:mod:`stepstone.runtime.suspension`)."""
+        transitions = self._transitions
+        match decision:
+            case Ack():
+                return await transitions.ack(delivery)
+            case Retry():
+                return await transitions.nack(
+                    delivery, delay=decision.delay, count=decision.count, error=decision.kept_error
+                )
+            case Suspended():
+                delay = max(0.0, decision.until - self.clock.now())
+                return await transitions.nack(delivery, delay=delay, count=False)
+            case Dead():
+                return await transitions.dead_letter(delivery, decision.reason)
+            case Release():
+                return await transitions.release(delivery)
 
     # -- outside a claim (stepstone.runtime.sqs.admin) -----------------------
 
@@ -311,6 +318,14 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue):
         """Wake ``listener`` on this process's enqueues, releases and requeues
         (other processes' work arrives through the long poll)."""
         return self._listeners.add(listener)
+
+    async def next_due(self) -> float | None:
+        """None: SQS keeps the run-at times; its long poll brings what comes due."""
+        return None
+
+    def next_look(self) -> float | None:
+        """None: a claim long-polls, which hears other processes' work as it comes."""
+        return None
 
     async def flush(self) -> None:
         """Send what the batchers are holding now (close() does this too)."""

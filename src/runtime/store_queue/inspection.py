@@ -19,8 +19,9 @@ from stepstone.store.base import DEFAULT_PAGE_SIZE, ObjectInfo
 
 from ..capabilities import Page, Survey
 from ..clock import Clock
-from ..queue import QUEUE_STATUSES, JobRecord, JobStatus
+from ..queue import JobRecord
 from ..run_id import is_storable_id
+from ..status import QUEUE_STATUSES, JobStatus
 from .record_io import RecordIO
 from .records import CorruptRecord, StoredJob, record_of, status_of
 

@@ -23,8 +23,20 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from stepstone.store.base import ChangeNotices, ObjectStore
 from stepstone.store.keys import validate_key
 
-from ..capabilities import JobSurvey, Page, QueueInspection, Reclaiming, Survey, Waking
+from ..capabilities import (
+    ClaimedEnqueue,
+    IdleHints,
+    JobSurvey,
+    Page,
+    PendingHere,
+    QueueInspection,
+    Reclaiming,
+    Survey,
+    Waking,
+    Withdrawing,
+)
 from ..clock import Clock, SystemClock
+from ..decision import Ack, Dead, Decision, Release, Retry, Suspended
 from ..listeners import Listeners
 from ..queue import (
     DEFAULT_MAX_ATTEMPTS,
@@ -33,13 +45,12 @@ from ..queue import (
     Delivery,
     Enqueued,
     JobRecord,
-    JobStatus,
     LeaseQueue,
     NewJob,
     Settlement,
-    Wait,
     all_or_first_error,
 )
+from ..status import JobStatus
 from . import creates
 from .admin import RecordAdmin
 from .claims import ClaimRace
@@ -66,7 +77,17 @@ PENDING_HINT_SECONDS = 5.0
 what a handle awaiting a job a peer took may lose in latency."""
 
 
-class StoreQueue(LeaseQueue, QueueInspection, JobSurvey, Waking, Reclaiming):
+class StoreQueue(
+    LeaseQueue,
+    QueueInspection,
+    JobSurvey,
+    Waking,
+    Reclaiming,
+    ClaimedEnqueue,
+    Withdrawing,
+    IdleHints,
+    PendingHere,
+):
     """A LeaseQueue whose state lives entirely in an ObjectStore.
 
     ``scan_interval`` (real seconds, not the injected clock's: it is about
@@ -296,22 +317,21 @@ class StoreQueue(LeaseQueue, QueueInspection, JobSurvey, Waking, Reclaiming):
     async def renew(self, delivery: Delivery, at_least: float) -> float | None:
         return await self._transitions.renew(delivery, at_least)
 
-    async def ack(self, delivery: Delivery) -> Settlement:
-        return await self._transitions.ack(delivery)
-
-    async def nack(
-        self, delivery: Delivery, *, delay: float, count: bool = True, error: str | None = None
-    ) -> Settlement:
-        return await self._transitions.nack(delivery, delay=delay, count=count, error=error)
-
-    async def suspend(self, delivery: Delivery, *, until: float, wait: Wait) -> Settlement:
-        return await self._transitions.suspend(delivery, until=until, wait=wait)
-
-    async def dead_letter(self, delivery: Delivery, reason: str) -> Settlement:
-        return await self._transitions.dead_letter(delivery, reason)
-
-    async def release(self, delivery: Delivery) -> Settlement:
-        return await self._transitions.release(delivery)
+    async def settle(self, delivery: Delivery, decision: Decision) -> Settlement:
+        transitions = self._transitions
+        match decision:
+            case Ack():
+                return await transitions.ack(delivery)
+            case Retry():
+                return await transitions.nack(
+                    delivery, delay=decision.delay, count=decision.count, error=decision.kept_error
+                )
+            case Suspended():
+                return await transitions.suspend(delivery, until=decision.until, wait=decision.wait)
+            case Dead():
+                return await transitions.dead_letter(delivery, decision.reason)
+            case Release():
+                return await transitions.release(delivery)
 
     async def wake(
         self, run_id: str, waiting_for: JobStatus, *, arrived: str | None = None

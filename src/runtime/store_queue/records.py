@@ -30,8 +30,9 @@ import msgpack
 
 from .. import plausible
 from ..errors import QueueError
-from ..queue import SUSPENDED_STATUSES, Delivery, JobRecord, JobStatus, Wait
+from ..queue import Delivery, JobRecord
 from ..run_id import is_storable_id
+from ..status import SUSPENDED_STATUSES, JobStatus, Wait
 
 __all__ = [
     "CorruptRecord",

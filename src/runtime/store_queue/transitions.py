@@ -29,8 +29,9 @@ from collections.abc import Callable
 from stepstone.store.errors import NotFound, PreconditionFailed
 
 from ..clock import Clock
-from ..queue import Delivery, JobStatus, Settlement, Wait, still_pending
+from ..queue import Delivery, Settlement
 from ..run_id import is_storable_id
+from ..status import JobStatus, Wait, still_pending
 from .record_io import SWAP_TRIES, RecordIO
 from .records import CorruptRecord, StoredJob
 

@@ -43,7 +43,7 @@ why it is apart:
 """
 
 from ..backoff import Backoff
-from ..decide import Failure, FailureKind, Success, Terminal
+from ..decision import Failure, FailureKind, Success, Terminal
 from .callbacks import AttemptCallbacks, OnTerminal
 from .handlers import Handler
 from .lease import Attempt, Lease

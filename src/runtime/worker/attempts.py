@@ -18,18 +18,9 @@ from collections.abc import Callable, Mapping
 
 from ..backoff import Backoff
 from ..clock import Clock
-from ..decide import (
-    AttemptEnd,
-    Decision,
-    Expired,
-    NoHandler,
-    Raised,
-    Returned,
-    TimedOut,
-    decide,
-    format_traceback,
-    reported_error,
-)
+from ..decide import AttemptEnd, Expired, NoHandler, Raised, Returned, TimedOut, decide
+from ..decision import Decision
+from ..error_text import format_traceback, reported_error
 from ..observer import AttemptReport, WorkerObserver, error_type
 from ..queue import Delivery, LeaseQueue, Settlement
 from ..suspension import Suspend
@@ -160,7 +151,7 @@ class Attempts:
         try:
             ended = await self._ended(job)
             if ended is not None:
-                decision = decide(job.delivery, ended, self._backoff, self._clock.now())
+                decision = decide(job.delivery, ended, self._backoff)
                 await self._settler.apply(job, decision, ended)
         except Exception:
             self._log(job.delivery, logging.ERROR, "settling failed", exc_info=True)

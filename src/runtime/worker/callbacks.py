@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from ..decide import Terminal
+from ..decision import Terminal
 from ..observer import AttemptReport
 from ..queue import Delivery
 

@@ -24,8 +24,10 @@ from collections.abc import Callable, Collection, Mapping
 
 from stepstone.store.errors import StepstoneError, StoreConfigError
 
+from ..capabilities import IdleHints
 from ..clock import Clock
-from ..decide import describe
+from ..decision import Release
+from ..error_text import describe
 from ..queue import Delivery, LeaseQueue
 from .handlers import Registration
 from .identity import WorkerIdentity
@@ -124,7 +126,7 @@ class ClaimLoop:
         the concurrency bound."""
         for delivery in surplus:
             try:
-                await self._queue.release(delivery)
+                await self._queue.settle(delivery, Release())
             except Exception as error:
                 self._stats.queue_errors += 1
                 logger.warning(
@@ -168,7 +170,7 @@ class ClaimLoop:
         wait = self._poll_interval
         if now_real < self._not_before:
             wait = self._not_before - now_real
-        elif len(self._jobs) < capacity:
+        elif len(self._jobs) < capacity and isinstance(self._queue, IdleHints):
             try:
                 due = await self._queue.next_due()
             except StoreConfigError:

@@ -1,7 +1,7 @@
 """When a job submitted in this process may go straight to its worker.
 
 A submit in the worker's own process can write the job's record already
-claimed for this worker (``LeaseQueue.enqueue_claimed``): one write where an
+claimed for this worker (``ClaimedEnqueue.enqueue_claimed``): one write where an
 enqueue and a claim take two, and no wait for the next claim. The worker
 takes it (``Worker.take``) only when that passes over nothing: it runs on
 the submitter's event loop, is not stopping, has free capacity and room

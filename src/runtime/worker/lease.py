@@ -13,7 +13,7 @@ from stepstone.store.base import urgent
 
 from .. import plausible
 from ..clock import Clock
-from ..decide import describe
+from ..error_text import describe
 from ..errors import LeaseLost
 from ..queue import Delivery, LeaseQueue
 

@@ -49,7 +49,7 @@ from stepstone.store.errors import NotFound, PreconditionFailed
 
 from .. import plausible
 from ..clock import Clock
-from ..decide import describe
+from ..error_text import describe
 from ..run_id import is_storable_id
 
 log = logging.getLogger("stepstone.runtime.worker")

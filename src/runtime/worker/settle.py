@@ -2,11 +2,13 @@
 made of an attempt's end, on the queue, and counting what the queue did.
 
 A terminal decision goes to ``on_terminal`` first (the workflow layer
-writes the run's outcome record there), then to the queue: ack or
-dead-letter. An ``on_terminal`` that fails because the store is out sends
-the job round again, uncounted; one that fails for any other reason
-dead-letters it, so no job is claimed forever for a result that can never be
-recorded. A retry is a nack, a suspension a suspend, a drain a release.
+writes the run's outcome record there), then to the queue. An
+``on_terminal`` that fails because the store is out sends the job round
+again, uncounted; one that fails for any other reason makes it dead, so no
+job is claimed forever for a result that can never be recorded. Every
+decision reaches the queue through its one verb,
+:meth:`~stepstone.runtime.queue.LeaseQueue.settle`; a drain's is a
+:class:`~stepstone.runtime.decision.Release`.
 
 Every settlement is fenced by the delivery's token. A worker that lost its
 lease (it hung, the lease lapsed, another worker reclaimed the job) gets
@@ -20,26 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 
 from stepstone.store.errors import StoreUnavailable
 
 from ..backoff import Backoff
 from ..clock import Clock
-from ..decide import (
-    Ack,
-    AttemptEnd,
-    Dead,
-    Decision,
-    Raised,
-    Retry,
-    Suspended,
-    describe,
-    reported_error,
-    truncate,
-    uncounted_step,
-    with_traceback,
-)
+from ..decide import AttemptEnd, Raised, uncounted_step
+from ..decision import Ack, Dead, Decision, Release, Retry, Suspended
+from ..error_text import describe, reported_error, truncate
 from ..queue import LeaseQueue, Settlement
 from .callbacks import OnTerminal
 from .in_flight import InFlightJob
@@ -92,33 +82,21 @@ class Settler:
                 "" if decision.count else " (attempt not counted)",
                 exc_info=error if decision.count else None,
             )
-            text = with_traceback(decision.error, decision.traceback)
-            await self._settle(
-                job,
-                "nack",
-                lambda: self._queue.nack(
-                    delivery, delay=decision.delay, count=decision.count, error=text
-                ),
-            )
-            return
-        if isinstance(decision, Suspended):
+        elif isinstance(decision, Suspended):
             wait = decision.wait
             self._log(delivery, logging.DEBUG, "suspended (%s %s)", wait.status.value, wait.shown)
-            await self._settle(
-                job,
-                "suspend",
-                lambda: self._queue.suspend(delivery, until=decision.until, wait=wait),
-            )
-            return
-        if not await self._report(job, decision):
-            return
-        if isinstance(decision, Ack):
-            await self._settle(job, "ack", lambda: self._queue.ack(delivery))
-        else:
-            self._log(
-                delivery, logging.WARNING, "failed for good: %s", decision.reason, exc_info=error
-            )
-            await self._dead_letter(job, decision.reason)
+        elif isinstance(decision, Ack | Dead):
+            if not await self._report(job, decision):
+                return
+            if isinstance(decision, Dead):
+                self._log(
+                    delivery,
+                    logging.WARNING,
+                    "failed for good: %s",
+                    decision.reason,
+                    exc_info=error,
+                )
+        await self._settle(job, decision)
 
     async def release(self, job: InFlightJob) -> None:
         """Give back a job the drain cut short, its attempt not counted."""
@@ -126,7 +104,7 @@ class Settler:
             job.delivery, logging.INFO, "cut short by shutdown; releasing (attempt not counted)"
         )
         try:
-            settled = await self._queue.release(job.delivery)
+            settled = await self._queue.settle(job.delivery, Release())
         except Exception as error:
             self._stats.queue_errors += 1
             self._log(
@@ -136,22 +114,16 @@ class Settler:
                 describe(error),
             )
             return
-        self._count(job, settled, "release")
+        self._count(job, settled, Release())
 
-    async def _dead_letter(self, job: InFlightJob, reason: str) -> None:
-        delivery = job.delivery
-        await self._settle(job, "dead_letter", lambda: self._queue.dead_letter(delivery, reason))
-
-    async def _settle(
-        self, job: InFlightJob, operation: str, call: Callable[[], Awaitable[Settlement]]
-    ) -> None:
-        """Run one settlement, retrying a queue error a few times (the heartbeat
-        keeps the lease meanwhile). If it never lands, the job stays claimed
-        and comes back when its lease lapses, which is the honest outcome for
-        "we could not say how it ended"."""
+    async def _settle(self, job: InFlightJob, decision: Decision) -> None:
+        """Settle the claim as ``decision`` says, retrying a queue error a few
+        times (the heartbeat keeps the lease meanwhile). If it never lands,
+        the job stays claimed and comes back when its lease lapses, which is
+        the honest outcome for "we could not say how it ended"."""
         for attempt in range(SETTLE_TRIES):
             try:
-                settled = await call()
+                settled = await self._queue.settle(job.delivery, decision)
             except Exception as error:
                 self._stats.queue_errors += 1
                 last = attempt == SETTLE_TRIES - 1
@@ -159,14 +131,14 @@ class Settler:
                     job.delivery,
                     logging.ERROR if last else logging.WARNING,
                     "%s failed (%s)%s",
-                    operation,
+                    _verb(decision),
                     describe(error),
                     "; the job returns when its lease expires" if last else "; retrying",
                 )
                 if not last:
                     await asyncio.sleep(error_pause(attempt, self._poll_interval))
                 continue
-            self._count(job, settled, operation)
+            self._count(job, settled, decision)
             return
 
     async def _report(self, job: InFlightJob, decision: Ack | Dead) -> bool:
@@ -174,13 +146,14 @@ class Settler:
         and settle as decided.
 
         If on_terminal raises, the result was not recorded. A store outage
-        (StoreUnavailable) passes: the job is nacked, uncounted, to run again
+        (StoreUnavailable) passes: the job is retried, uncounted, to run again
         later. Anything else would fail the same way on every claim (an
         outcome object that does not decode, a key the store refuses), so the
-        job is dead-lettered at once with that error in its reason: a job
+        job is made dead at once with that error in its reason: a job
         ends in bounded time, never claimed again and again for nothing.
         """
-        if self._on_terminal is None:
+        terminal = decision.terminal
+        if self._on_terminal is None or terminal is None:
             return True
         delivery = job.delivery
         if self._clock.now() >= job.lease.expires_at:
@@ -195,26 +168,22 @@ class Settler:
                 self._log(delivery, logging.WARNING, "lease lost before the result was reported")
                 return False
         try:
-            await self._on_terminal(delivery, decision.terminal)
+            await self._on_terminal(delivery, terminal)
         except StoreUnavailable as error:
             delay = self._backoff.delay(uncounted_step(delivery), delivery.id)
             message = truncate(f"result not recorded: {describe(error)}")
             self._log(delivery, logging.WARNING, "%s; retrying in %.3gs", message, delay)
-            await self._settle(
-                job,
-                "nack",
-                lambda: self._queue.nack(delivery, delay=delay, count=False, error=message),
-            )
+            await self._settle(job, Retry(delay, count=False, error=message))
             return False
         except Exception as error:
             message = f"result not recorded: {describe(error)}"
             self._log(delivery, logging.ERROR, "%s; the job is dead", message, exc_info=True)
             reason = message if isinstance(decision, Ack) else f"{decision.reason} ({message})"
-            await self._dead_letter(job, truncate(reason))
+            await self._settle(job, Dead(truncate(reason)))
             return False
         return True
 
-    def _count(self, job: InFlightJob, settled: Settlement, operation: str) -> None:
+    def _count(self, job: InFlightJob, settled: Settlement, decision: Decision) -> None:
         job.settled = settled
         if settled is Settlement.LOST:
             self._stats.lost += 1
@@ -222,7 +191,7 @@ class Settler:
                 job.delivery,
                 logging.WARNING,
                 "%s found the job no longer ours (lease lost or job cancelled); nothing changed",
-                operation,
+                _verb(decision),
             )
             return
         if settled is Settlement.ACKED:
@@ -235,4 +204,19 @@ class Settler:
             self._stats.released += 1
         elif settled is Settlement.SUSPENDED:
             self._stats.suspended += 1
-        self._log(job.delivery, logging.DEBUG, "%s: %s", operation, settled.value)
+        self._log(job.delivery, logging.DEBUG, "%s: %s", _verb(decision), settled.value)
+
+
+def _verb(decision: Decision) -> str:
+    """A settlement as a log line names it."""
+    match decision:
+        case Ack():
+            return "ack"
+        case Retry():
+            return "retry"
+        case Suspended():
+            return "suspend"
+        case Dead():
+            return "dead-letter"
+        case Release():
+            return "release"

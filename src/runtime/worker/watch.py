@@ -40,7 +40,7 @@ import math
 from collections.abc import Awaitable, Callable
 
 from ..clock import Clock
-from ..decide import describe
+from ..error_text import describe
 from ..queue import Delivery
 from .in_flight import InFlight, InFlightJob, Stop
 from .logs import JobLog

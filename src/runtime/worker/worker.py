@@ -41,9 +41,9 @@ from stepstone.store.errors import StoreConfigError
 
 from .. import clock as clock_mod
 from ..backoff import Backoff
-from ..capabilities import Reclaiming
+from ..capabilities import IdleHints, Reclaiming
 from ..clock import Clock
-from ..decide import describe
+from ..error_text import describe
 from ..observer import WorkerObserver
 from ..queue import DEFAULT_LEASE, DEFAULT_MAX_LAPSES, Delivery, LeaseQueue
 from .attempts import Attempts
@@ -340,7 +340,7 @@ class Worker:
 
     def ready_for(self, kind: str) -> bool:
         """Whether a job of ``kind`` may be handed to this worker as it is
-        enqueued (``take``, after ``LeaseQueue.enqueue_claimed``): it runs on
+        enqueued (``take``, after ``ClaimedEnqueue.enqueue_claimed``): it runs on
         this event loop with free capacity and room under the kind's cap, and
         no job waiting in the queue is passed over for it."""
         try:
@@ -375,10 +375,9 @@ class Worker:
         self._wakeup = Wakeup(asyncio.get_running_loop())
         self._stopping = False
         self._claims.work_came()
-        self._unsubscribe = [
-            self.queue.subscribe(self._work_came),
-            clock_mod.subscribe(self.clock, self.wake),
-        ]
+        self._unsubscribe = [clock_mod.subscribe(self.clock, self.wake)]
+        if isinstance(self.queue, IdleHints):
+            self._unsubscribe.append(self.queue.subscribe(self._work_came))
         self._watch_task = asyncio.create_task(self._watch.keep(), name=f"{self.name} watch")
         self._loop_task = asyncio.create_task(self._run(), name=f"{self.name} loop")
         if self._presence is not None:

@@ -46,7 +46,7 @@ from stepstone.ops.patches import PatchPaths, patch_paths
 from stepstone.ops.replay import replay, replay_many
 from stepstone.records.layout import run_id_for_key
 from stepstone.runner import JobRunner
-from stepstone.runtime.queue import JobStatus
+from stepstone.runtime.status import JobStatus
 from stepstone.telemetry.escaping import escape_controls
 
 

@@ -30,7 +30,7 @@ from stepstone.cli.runners import ENV_PREFIX, ENV_STORE
 from stepstone.cli.ui import USERS_ENV, cmd_ui, cmd_ui_user
 from stepstone.cli.worker import cmd_worker
 from stepstone.records.audit import ACTIONS
-from stepstone.runtime.queue import JobStatus
+from stepstone.runtime.status import JobStatus
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -45,7 +45,7 @@ from stepstone.records.outcome import OutcomeRecord, Tombstone, about_the_run
 from stepstone.records.run_records import RunRecords, answering
 from stepstone.runtime.clock import Clock
 from stepstone.runtime.errors import MalformedPayload, Permanent
-from stepstone.runtime.queue import JobStatus, Wait
+from stepstone.runtime.status import JobStatus, Wait
 from stepstone.runtime.suspension import Suspend
 from stepstone.runtime.worker import Attempt
 from stepstone.store import NotFound

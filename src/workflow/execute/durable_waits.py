@@ -46,7 +46,7 @@ from stepstone.records.codec import codec_for_type, unpack_stored
 from stepstone.records.layout import place_of
 from stepstone.records.outcome import Outcome
 from stepstone.runtime import plausible
-from stepstone.runtime.queue import JobStatus, Wait
+from stepstone.runtime.status import JobStatus, Wait
 from stepstone.runtime.suspension import Suspend
 
 RECHECK_WAKING = 3600.0

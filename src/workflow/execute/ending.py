@@ -30,10 +30,11 @@ from stepstone.records.outcome import ErrorInfo, OutcomeRecord, about_the_run
 from stepstone.records.run_records import RunRecords
 from stepstone.runtime.capabilities import Waking
 from stepstone.runtime.clock import Clock
-from stepstone.runtime.decide import Failure, FailureKind, Success, Terminal
+from stepstone.runtime.decision import Failure, FailureKind, Success, Terminal
 from stepstone.runtime.errors import MalformedPayload
 from stepstone.runtime.observer import AttemptReport
-from stepstone.runtime.queue import Delivery, JobStatus
+from stepstone.runtime.queue import Delivery
+from stepstone.runtime.status import JobStatus
 from stepstone.store import StoreUnavailable
 
 log = logging.getLogger("stepstone")

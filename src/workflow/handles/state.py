@@ -18,7 +18,8 @@ from stepstone.records.envelope import Envelope
 from stepstone.records.outcome import OutcomeRecord
 from stepstone.records.run_records import RunRecords, answering
 from stepstone.runtime.errors import MalformedPayload
-from stepstone.runtime.queue import SUSPENDED_STATUSES, JobRecord, JobStatus, LeaseQueue
+from stepstone.runtime.queue import JobRecord, LeaseQueue
+from stepstone.runtime.status import SUSPENDED_STATUSES, JobStatus
 
 
 @dataclass(frozen=True, slots=True)

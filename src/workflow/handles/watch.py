@@ -45,8 +45,9 @@ from stepstone.handles.poll_timing import (
 )
 from stepstone.records.outcome import Outcome, OutcomeRecord
 from stepstone.records.run_records import RunRecords
-from stepstone.runtime.decide import FailureKind
-from stepstone.runtime.queue import JobStatus, LeaseQueue
+from stepstone.runtime.decision import FailureKind
+from stepstone.runtime.queue import LeaseQueue
+from stepstone.runtime.status import JobStatus
 from stepstone.store import StoreUnavailable
 
 log = logging.getLogger("stepstone")

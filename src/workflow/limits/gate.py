@@ -54,7 +54,8 @@ from stepstone.records.layout import Layout, limit_digest
 from stepstone.runtime.capabilities import Waking
 from stepstone.runtime.clock import Clock
 from stepstone.runtime.errors import MalformedPayload
-from stepstone.runtime.queue import Delivery, JobStatus, Wait
+from stepstone.runtime.queue import Delivery
+from stepstone.runtime.status import JobStatus, Wait
 from stepstone.runtime.suspension import Suspend
 from stepstone.store import ObjectStore
 

@@ -32,7 +32,7 @@ from stepstone.records.outcome import OutcomeRecord
 from stepstone.records.retention import sweep_one
 from stepstone.runtime.capabilities import DeadJobRequeue
 from stepstone.runtime.errors import QueueError
-from stepstone.runtime.queue import JobStatus
+from stepstone.runtime.status import JobStatus
 from stepstone.store import ObjectInfo, StoreError
 
 

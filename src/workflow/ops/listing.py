@@ -29,7 +29,8 @@ from stepstone.records.envelope import Envelope
 from stepstone.records.outcome import OutcomeRecord
 from stepstone.runtime.capabilities import JobCounts, JobListing, JobSurvey, Survey
 from stepstone.runtime.errors import MalformedPayload
-from stepstone.runtime.queue import QUEUE_STATUSES, JobRecord, JobStatus
+from stepstone.runtime.queue import JobRecord
+from stepstone.runtime.status import QUEUE_STATUSES, JobStatus
 from stepstone.store import ObjectInfo
 
 

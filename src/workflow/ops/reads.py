@@ -39,9 +39,10 @@ from stepstone.records.outcome import OutcomeRecord, decode_outcome_key
 from stepstone.records.retention import Runs
 from stepstone.runtime import plausible
 from stepstone.runtime.capabilities import JobListing
-from stepstone.runtime.decide import describe
+from stepstone.runtime.error_text import describe
 from stepstone.runtime.errors import MalformedPayload
-from stepstone.runtime.queue import JobRecord, JobStatus
+from stepstone.runtime.queue import JobRecord
+from stepstone.runtime.status import JobStatus
 from stepstone.runtime.store_queue import CorruptRecord
 from stepstone.store import NotFound, ObjectInfo
 

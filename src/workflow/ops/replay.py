@@ -40,7 +40,8 @@ from stepstone.records.large_values import write
 from stepstone.records.layout import fresh_incarnation, place_of
 from stepstone.records.outcome import OutcomeRecord, decode_outcome_key
 from stepstone.runtime.errors import MalformedPayload
-from stepstone.runtime.queue import PRIORITY_NORMAL, JobRecord, JobStatus
+from stepstone.runtime.queue import PRIORITY_NORMAL, JobRecord
+from stepstone.runtime.status import JobStatus
 from stepstone.store import NotFound, PreconditionFailed, StoredObject
 
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from stepstone.ops.reads import Inspected, Unreadable, read_outcomes
-from stepstone.runtime.queue import JobStatus
+from stepstone.runtime.status import JobStatus
 from stepstone.store import ObjectInfo
 
 HOUR, DAY = 3600.0, 86400.0

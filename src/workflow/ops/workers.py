@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from stepstone.ops.reads import Unreadable, bounded
 from stepstone.records.retention import Runs
-from stepstone.runtime.decide import describe
+from stepstone.runtime.error_text import describe
 from stepstone.runtime.worker.presence import AGE_OUT, MAX_RECORD_BYTES, State, WorkerRecord
 from stepstone.store import NotFound
 

@@ -23,7 +23,7 @@ from stepstone.records.envelope import incarnation_of
 from stepstone.records.layout import Layout
 from stepstone.records.outcome import OutcomeRecord
 from stepstone.runtime.clock import Clock
-from stepstone.runtime.decide import Ack, Dead, Decision, Retry, Suspended
+from stepstone.runtime.decision import Ack, Dead, Decision, Retry, Suspended
 from stepstone.runtime.observer import AttemptReport
 from stepstone.runtime.queue import Delivery, Settlement
 from stepstone.store import AlreadyExists, ObjectStore
@@ -132,7 +132,7 @@ def _info(report: AttemptReport, noted: AttemptResult | None) -> AttemptInfo:
     message = traceback = None
     if isinstance(decision, Retry):
         message, traceback = decision.error, decision.traceback
-    elif isinstance(decision, Dead):
+    elif isinstance(decision, Dead) and decision.terminal is not None:
         failure = decision.terminal
         message, traceback, number = failure.message, failure.traceback, failure.attempt
     elif isinstance(decision, Suspended):

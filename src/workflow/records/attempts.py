@@ -35,7 +35,7 @@ from enum import StrEnum
 from stepstone.records.codec import pack, unpack
 from stepstone.records.outcome import OutcomeRecord
 from stepstone.runtime import plausible
-from stepstone.runtime.queue import JobStatus
+from stepstone.runtime.status import JobStatus
 
 HISTORY_VERSION = 1
 

@@ -25,9 +25,10 @@ from stepstone.records.outcome import ErrorInfo, OutcomeRecord, about_the_run
 from stepstone.records.run_records import RunRecords
 from stepstone.runtime.capabilities import Waking
 from stepstone.runtime.clock import Clock
-from stepstone.runtime.decide import FailureKind
+from stepstone.runtime.decision import FailureKind
 from stepstone.runtime.errors import MalformedPayload
-from stepstone.runtime.queue import JobStatus, LeaseQueue
+from stepstone.runtime.queue import LeaseQueue
+from stepstone.runtime.status import JobStatus
 
 CANCEL_AT_ONCE = 32
 """Children of a cancelled run cancelled concurrently."""

@@ -29,7 +29,7 @@ from stepstone.records.codec import pack, unpack
 from stepstone.records.envelope import Envelope
 from stepstone.records.layout import Layout
 from stepstone.runtime.capabilities import Waking
-from stepstone.runtime.queue import JobStatus
+from stepstone.runtime.status import JobStatus
 from stepstone.store import AlreadyExists, NotFound, ObjectStore, PreconditionFailed
 
 SWAP_TRIES = 20

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from stepstone.records.attempts import AttemptInfo, AttemptResult, decode, final_attempt
 from stepstone.records.layout import Layout
 from stepstone.records.outcome import OutcomeRecord
-from stepstone.runtime.queue import JobStatus
+from stepstone.runtime.status import JobStatus
 from stepstone.store import NotFound, ObjectStore
 
 READ_CONCURRENCY = 16

@@ -23,8 +23,8 @@ from stepstone.records.codec import codec_for_type, pack, unpack
 from stepstone.records.envelope import Envelope
 from stepstone.records.large_values import LargeField, Stored, Unpacked, record_body, rejoined
 from stepstone.runtime import plausible
-from stepstone.runtime.decide import FailureKind
-from stepstone.runtime.queue import JobStatus
+from stepstone.runtime.decision import FailureKind
+from stepstone.runtime.status import JobStatus
 from stepstone.store.parts import Body, Parts, SplitObject
 
 T = TypeVar("T")

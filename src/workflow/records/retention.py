@@ -53,7 +53,8 @@ from stepstone.records.outcome import OutcomeRecord, Tombstone, decode_outcome_k
 from stepstone.records.run_records import RunRecords
 from stepstone.runtime import CorruptRecord
 from stepstone.runtime.clock import Clock, subscribe
-from stepstone.runtime.queue import JobStatus, LeaseQueue
+from stepstone.runtime.queue import LeaseQueue
+from stepstone.runtime.status import JobStatus
 from stepstone.store import NotFound, ObjectInfo, ObjectStore, PreconditionFailed
 
 log = logging.getLogger("stepstone.records.retention")

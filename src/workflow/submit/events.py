@@ -30,7 +30,8 @@ from stepstone.records.run_records import RunRecords
 from stepstone.runtime.capabilities import Waking
 from stepstone.runtime.clock import Clock
 from stepstone.runtime.errors import MalformedPayload
-from stepstone.runtime.queue import JobStatus, LeaseQueue
+from stepstone.runtime.queue import LeaseQueue
+from stepstone.runtime.status import JobStatus
 from stepstone.store import AlreadyExists
 
 _SEQ = re.compile(r"^[0-9]{20}-[0-9a-f]{8}$")

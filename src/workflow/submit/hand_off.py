@@ -1,7 +1,7 @@
 """The hand-off: a job submitted while this process's worker is ready for it
 goes straight to that worker.
 
-Its record is written claimed (``LeaseQueue.enqueue_claimed``), one write
+Its record is written claimed (``ClaimedEnqueue.enqueue_claimed``), one write
 where an enqueue and a claim take two, and it makes no trip through the
 queue. Queue order holds: the worker is ready for a kind only when it has
 room and no older work of that kind waits for it (``Worker.ready_for``).
@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 
+from stepstone.runtime.capabilities import ClaimedEnqueue
+from stepstone.runtime.decision import Release
 from stepstone.runtime.queue import Delivery, Enqueued, LeaseQueue, NewJob
 from stepstone.runtime.worker import Worker
 
@@ -27,9 +29,14 @@ class HandOff:
     async def enqueue(self, job: NewJob) -> tuple[Enqueued, Delivery | None]:
         """Enqueue ``job``; with the delivery to hand over when it was written
         claimed for this process's worker (None: it waits in the queue)."""
-        if job.run_at is not None or not self._worker.ready_for(job.kind):
-            return (await self._queue.enqueue_many([job]))[0], None
-        return await self._queue.enqueue_claimed(
+        queue = self._queue
+        if (
+            job.run_at is not None
+            or not isinstance(queue, ClaimedEnqueue)
+            or not self._worker.ready_for(job.kind)
+        ):
+            return (await queue.enqueue_many([job]))[0], None
+        return await queue.enqueue_claimed(
             job, lease=self._worker.lease, holder=self._worker.holder
         )
 
@@ -40,7 +47,7 @@ class HandOff:
         if self._worker.take(delivery):
             return
         try:
-            await self._queue.release(delivery)
+            await self._queue.settle(delivery, Release())
         except Exception as exc:
             log.warning(
                 "run %s: giving a claim back failed (%s); it runs once its lease lapses",

@@ -9,7 +9,7 @@ it again answers from what is already there, in this order:
    looked for once more, because the previous run of the key may have ended
    between step 1 and the enqueue (its ack removed the queue record, so ours
    was created): then that outcome is the answer, and the record just
-   written is nobody's run: it is taken back (``LeaseQueue.withdraw``, or
+   written is nobody's run: it is taken back (``Withdrawing.withdraw``, or
    cancelled if a worker claimed it meanwhile; that worker looks for the
    outcome first and runs nothing, see :mod:`stepstone.execute.attempts`).
 3. The queue already holds a live run of the id: join it (same input hash),
@@ -43,9 +43,11 @@ from stepstone.records.envelope import Envelope, incarnation_of
 from stepstone.records.family import Family
 from stepstone.records.outcome import Outcome, OutcomeRecord
 from stepstone.records.run_records import RunRecords
-from stepstone.runtime.decide import FailureKind
+from stepstone.runtime.capabilities import Withdrawing
+from stepstone.runtime.decision import FailureKind
 from stepstone.runtime.errors import MalformedPayload
-from stepstone.runtime.queue import Enqueued, JobStatus, LeaseQueue
+from stepstone.runtime.queue import Enqueued, LeaseQueue
+from stepstone.runtime.status import JobStatus
 from stepstone.submit.created_here import CreatedHere
 from stepstone.submit.hand_off import HandOff
 from stepstone.submit.look_first import LookFirst
@@ -270,7 +272,7 @@ class Submitter:
         run_id = enqueued.id
         assert s.envelope is not None  # (set by its new_job)
         try:
-            if await self.queue.withdraw(enqueued):
+            if isinstance(self.queue, Withdrawing) and await self.queue.withdraw(enqueued):
                 return
             record = await self.queue.get(run_id)
             if record is not None and incarnation_of(record.payload) == s.envelope.incarnation:

@@ -38,7 +38,8 @@ from typing import Any
 from stepstone.runtime.capabilities import JobCounts
 from stepstone.runtime.clock import Clock
 from stepstone.runtime.observer import AttemptReport
-from stepstone.runtime.queue import Delivery, JobStatus, LeaseQueue, Settlement
+from stepstone.runtime.queue import Delivery, LeaseQueue, Settlement
+from stepstone.runtime.status import JobStatus
 
 QUEUE_DEPTH_MAX_AGE = 5.0
 """Seconds a count of the queue is reused for: readers collecting more often

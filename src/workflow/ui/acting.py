@@ -34,7 +34,7 @@ from stepstone.ops.audited import Said, audited, done, of_bulk
 from stepstone.records.audit import Actor
 from stepstone.runner import JobRunner
 from stepstone.runtime.errors import QueueError
-from stepstone.runtime.queue import JobStatus
+from stepstone.runtime.status import JobStatus
 from stepstone.store import StoreError
 from stepstone.ui.access import Visitor
 from stepstone.ui.guard import csrf_accepts

@@ -19,7 +19,7 @@ from stepstone.ops.glance import date, memo_label
 from stepstone.ops.reads import Detail
 from stepstone.ops.timeline import RanStep, took
 from stepstone.records.attempts import AttemptResult
-from stepstone.runtime.queue import JobStatus
+from stepstone.runtime.status import JobStatus
 from stepstone.telemetry.escaping import escape_controls
 
 WIDTH, LABELS, LANE, TOP = 960, 90, 26, 8

@@ -25,7 +25,8 @@ from stepstone.ops.listing import RunFilter
 from stepstone.ops.reads import Detail, StoredMemo, decode_value
 from stepstone.ops.timeline import current_steps, earlier_steps, took
 from stepstone.records.attempts import AttemptInfo
-from stepstone.runtime.queue import JobRecord, JobStatus
+from stepstone.runtime.queue import JobRecord
+from stepstone.runtime.status import JobStatus
 from stepstone.ui.draw import run_timeline
 
 VALUE_CHARS = 4000

@@ -20,7 +20,7 @@ from stepstone.ops.finished import FinishedListing
 from stepstone.records.audit_log import AuditLog, Found
 from stepstone.runner import JobRunner
 from stepstone.runtime.capabilities import Survey
-from stepstone.runtime.queue import JobStatus
+from stepstone.runtime.status import JobStatus
 from stepstone.store import StoreError
 from stepstone.ui.present import SINCE, Filters, run_view
 from stepstone.ui.respond import HEADERS, render
