@@ -26,7 +26,7 @@ import os
 import secrets
 import threading
 
-from .forks import forks
+from ..forks import forks
 
 SPARE_SUFFIX = ".spare"
 

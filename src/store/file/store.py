@@ -21,6 +21,7 @@ from typing import Literal, TypeVar
 
 from ..base import DEFAULT_PAGE_SIZE, NewObject, ObjectInfo, ObjectStore, StoredObject
 from ..errors import NotFound, StoreConfigError, StoreError, StoreUnavailable
+from ..forks import forks
 from ..keys import RESERVED_SEGMENT
 from ..parts import SPLIT_LOOK, Parts, SplitObject, Splitter, split_in_memory
 from . import notices
@@ -36,7 +37,6 @@ from .commit_process import (
 )
 from .creates import Creator, RecoverableObject
 from .flush import HAVE_SYNCFS, fsync_directory, syncfs
-from .forks import forks
 from .journal import Journal
 from .listing import list_page, next_page, objects_under
 from .locks import KeyLocks

@@ -1,0 +1,112 @@
+"""Notices of objects placed in a SQLite store, by any process on this machine.
+
+A worker waiting for work would otherwise find a job another process
+submitted only at its next listing. So every process that commits a write
+which placed an object then sets the database file's times (``ring``: one
+system call, after the commit, so whoever hears it can already read what
+was committed), and a watcher hears that through inotify on the file's
+directory (:mod:`stepstone.store.inotify`), on the event loop. It then asks
+the database, on the store's reading thread, which keys under its prefix
+were written since the last write it knew of: every write has a number, in
+order (``objects.id``), so that is one look at an index, however busy the
+database is (:class:`~stepstone.store.sqlite.reads.Changes`). Looks do not
+pile up: while one is under way, more rings make one more look after it.
+
+A notice is a hint: a watch can overflow, other machines' writes (the file
+on a network filesystem) ring nothing here, and a platform without inotify
+has no watch (``watch_changes`` answers None). The caller goes on listing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Awaitable, Callable
+
+from .. import inotify
+from ..errors import StoreError
+
+log = logging.getLogger("stepstone.store.sqlite")
+
+Look = Callable[[str, int | None], Awaitable[tuple[int, list[str] | None]]]
+"""Asks the database for the keys placed under a prefix since a write's
+number (None: only the last number), and the last number."""
+
+
+def ring(path: str) -> None:
+    """Tell the watchers of the database at ``path`` that objects were placed."""
+    with contextlib.suppress(OSError):  # (a hint: a watcher lists anyway)
+        os.utime(path)
+
+
+def watch(
+    path: str, prefix: str, look: Look, on_change: Callable[[str | None], None]
+) -> Callable[[], None] | None:
+    """Call ``on_change(key)`` on the running loop for each object placed
+    directly under ``prefix`` in the database at ``path`` by any process,
+    ``on_change(None)`` when notices were lost; returns the function that
+    stops it, or None where this platform offers no watch. Notices begin
+    with the watch's first look, a moment after the call: what is placed
+    meanwhile goes unheard (the caller's listing finds it)."""
+    watcher = _Watcher(prefix, look, on_change)
+    name = os.path.basename(path)
+
+    def rung(names: list[str] | None) -> None:
+        if names is None or name in names:
+            watcher.ring()
+
+    stop = inotify.watch(os.path.dirname(path), inotify.TOUCHED, rung)
+    if stop is None:
+        return None
+    watcher.ring()  # (the first look)
+
+    def stop_all() -> None:
+        stop()
+        watcher.stop()
+
+    return stop_all
+
+
+class _Watcher:
+    """One prefix's looks: where it has looked up to, and one look at a time."""
+
+    def __init__(self, prefix: str, look: Look, on_change: Callable[[str | None], None]) -> None:
+        self._prefix = prefix
+        self._look = look
+        self._on_change = on_change
+        self._seen: int | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._again = False
+
+    def ring(self) -> None:
+        if self._task is not None:
+            self._again = True
+            return
+        self._task = asyncio.get_running_loop().create_task(self._looks())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _looks(self) -> None:
+        try:
+            self._again = True
+            while self._again:
+                self._again = False
+                try:
+                    top, keys = await self._look(self._prefix, self._seen)
+                except StoreError as exc:
+                    log.debug("could not look for changes under %s: %s", self._prefix, exc)
+                    self._on_change(None)
+                    return
+                first, self._seen = self._seen is None, top
+                if first:  # (it learns where the numbers are, and no more)
+                    continue
+                if keys is None:
+                    self._on_change(None)
+                for key in keys or ():
+                    self._on_change(key)
+        finally:
+            self._task = None
