@@ -68,7 +68,7 @@ from typing import Any
 from stepstone import JobHandle, JobRunner, JobStatus, SubmitOptions
 from stepstone.execute.durable_waits import RECHECK_WAKING
 from stepstone.runtime import Clock, FakeClock, MemoryQueue
-from stepstone.store import FileStore, MemoryStore, ObjectStore
+from stepstone.store import FileStore, MemoryStore, ObjectStore, SqliteStore
 
 from .counting import OPERATIONS, CountingStore
 from .jobs import W3, W3_JOBS, AwaitsPing, Naps, w3_job
@@ -209,6 +209,10 @@ async def open_backend(
     elif spec.backend == "file":
         tmp = tempfile.mkdtemp(prefix="stepstone-bench-", dir=spec.workdir or None)
         inner = FileStore(tmp, **_file_options())
+    elif spec.backend in ("sqlite", "sqlite-normal"):
+        tmp = tempfile.mkdtemp(prefix="stepstone-bench-", dir=spec.workdir or None)
+        synchronous = "normal" if spec.backend == "sqlite-normal" else "full"
+        inner = SqliteStore(os.path.join(tmp, "jobs.db"), synchronous=synchronous)
     elif spec.backend == "s3":
         from stepstone.store import S3Store
 

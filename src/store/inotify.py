@@ -20,6 +20,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable
+from typing import Any
 
 log = logging.getLogger("stepstone.store")
 
@@ -38,19 +39,43 @@ TOUCHED = "touched"
 """An entry whose attributes (its times) changed."""
 
 
-def watch(
-    directory: str, what: str, on_names: Callable[[list[str] | None], None]
-) -> Callable[[], None] | None:
+class Watch:
+    """A directory's watch, read on the event loop while it is not paused."""
+
+    def __init__(self, notify: Any, on_events: Callable[[], None]) -> None:
+        self._notify = notify
+        self._loop = asyncio.get_running_loop()
+        self._on_events = on_events
+        self._paused = True
+        self.resume()
+
+    def pause(self) -> None:
+        """Stop reading: events wait in the kernel (one of a kind while
+        unread), for ``resume``."""
+        if not self._paused:
+            self._paused = True
+            with contextlib.suppress(Exception):
+                self._loop.remove_reader(self._notify.fileno())
+
+    def resume(self) -> None:
+        if self._paused:
+            self._paused = False
+            self._loop.add_reader(self._notify.fileno(), self._on_events)
+
+    def stop(self) -> None:
+        self.pause()
+        self._notify.close()
+
+
+def watch(directory: str, what: str, on_names: Callable[[list[str] | None], None]) -> Watch | None:
     """Call ``on_names(names)`` on the running loop with the names of the
     files in ``directory`` (made if missing) that were ``what`` (PLACED or
     TOUCHED), a batch of events at a time, and ``on_names(None)`` when events
-    were lost; returns the function that stops it, or None where this
-    platform offers no watch."""
+    were lost; returns the watch, or None where this platform offers none."""
     if inotify_simple is None:
         return None
     flags = inotify_simple.flags
     mask = flags.CREATE | flags.MOVED_TO if what == PLACED else flags.ATTRIB
-    loop = asyncio.get_running_loop()
     os.makedirs(directory, exist_ok=True)
     notify = inotify_simple.INotify(nonblocking=True)
     try:
@@ -72,11 +97,4 @@ def watch(
         if names:
             on_names(names)
 
-    loop.add_reader(notify.fileno(), readable)
-
-    def stop() -> None:
-        with contextlib.suppress(Exception):
-            loop.remove_reader(notify.fileno())
-        notify.close()
-
-    return stop
+    return Watch(notify, readable)

@@ -60,6 +60,11 @@ TABLES = (
         data BLOB NOT NULL,
         PRIMARY KEY (object, n)
     )""",
+    # An object's pieces go with its row, however the row goes (a delete, or
+    # the REPLACE of a later write: with ``recursive_triggers`` on, its
+    # deletion fires the trigger too).
+    """CREATE TRIGGER pieces_go AFTER DELETE ON objects WHEN old.data IS NULL
+    BEGIN DELETE FROM pieces WHERE object = old.id; END""",
 )
 
 _CONFIG_CODES = {
@@ -91,6 +96,7 @@ def connect(
         raise store_error(exc, location, None, "cannot open the database") from exc
     try:
         conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
+        conn.execute("PRAGMA recursive_triggers=ON")
         journal = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
     except sqlite3.Error as exc:
         conn.close()

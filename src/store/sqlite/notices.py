@@ -10,7 +10,10 @@ the database, on the store's reading thread, which keys under its prefix
 were written since the last write it knew of: every write has a number, in
 order (``objects.id``), so that is one look at an index, however busy the
 database is (:class:`~stepstone.store.sqlite.reads.Changes`). Looks do not
-pile up: while one is under way, more rings make one more look after it.
+pile up: the first ring after a quiet spell is looked into at once, and the
+rings heard while a look is under way, or within ``LOOK_GAP`` after it, make
+one more look when that time is up. (Every commit rings, this process's
+own too: on a busy store a watcher would otherwise look after each.)
 
 A notice is a hint: a watch can overflow, other machines' writes (the file
 on a network filesystem) ring nothing here, and a platform without inotify
@@ -29,6 +32,10 @@ from .. import inotify
 from ..errors import StoreError
 
 log = logging.getLogger("stepstone.store.sqlite")
+
+LOOK_GAP = 0.005
+"""Seconds between the end of a watcher's look and its next: what a notice
+may wait on a busy store, for at most one look every ``LOOK_GAP``."""
 
 Look = Callable[[str, int | None], Awaitable[tuple[int, list[str] | None]]]
 """Asks the database for the keys placed under a prefix since a write's
@@ -57,16 +64,11 @@ def watch(
         if names is None or name in names:
             watcher.ring()
 
-    stop = inotify.watch(os.path.dirname(path), inotify.TOUCHED, rung)
-    if stop is None:
+    found = inotify.watch(os.path.dirname(path), inotify.TOUCHED, rung)
+    if found is None:
         return None
-    watcher.ring()  # (the first look)
-
-    def stop_all() -> None:
-        stop()
-        watcher.stop()
-
-    return stop_all
+    watcher.start(found)
+    return watcher.stop
 
 
 class _Watcher:
@@ -77,36 +79,43 @@ class _Watcher:
         self._look = look
         self._on_change = on_change
         self._seen: int | None = None
+        self._watch: inotify.Watch | None = None
         self._task: asyncio.Task[None] | None = None
-        self._again = False
+
+    def start(self, watch: inotify.Watch) -> None:
+        self._watch = watch
+        self.ring()  # (the first look learns where the numbers are, and no more)
 
     def ring(self) -> None:
-        if self._task is not None:
-            self._again = True
+        """A look now; rings heard meanwhile wait in the kernel until it is done."""
+        if self._watch is None:
             return
+        self._watch.pause()
         self._task = asyncio.get_running_loop().create_task(self._looks())
 
     def stop(self) -> None:
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.stop()
         if self._task is not None:
             self._task.cancel()
 
     async def _looks(self) -> None:
         try:
-            self._again = True
-            while self._again:
-                self._again = False
-                try:
-                    top, keys = await self._look(self._prefix, self._seen)
-                except StoreError as exc:
-                    log.debug("could not look for changes under %s: %s", self._prefix, exc)
+            try:
+                top, keys = await self._look(self._prefix, self._seen)
+            except StoreError as exc:
+                log.debug("could not look for changes under %s: %s", self._prefix, exc)
+                if self._seen is not None:
                     self._on_change(None)
-                    return
+            else:
                 first, self._seen = self._seen is None, top
-                if first:  # (it learns where the numbers are, and no more)
-                    continue
-                if keys is None:
+                if keys is None and not first:
                     self._on_change(None)
-                for key in keys or ():
+                for key in keys if not first and keys else ():
                     self._on_change(key)
+            await asyncio.sleep(LOOK_GAP)
         finally:
             self._task = None
+            if self._watch is not None:
+                self._watch.resume()

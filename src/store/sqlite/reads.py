@@ -1,26 +1,30 @@
-"""Reads, a batch of them in one read transaction.
+"""Reads: each one statement, but for an object kept in pieces.
 
-A read transaction sees the database as of its first read, whatever is
-committed meanwhile, so an object kept in pieces is read whole from one
-version, and a batch's reads agree with each other. A large object's
-pieces come out of the database one at a time, straight into the place
-that keeps its bytes (an allocation of its size, or a split's sink), so
-a read holds at most one piece beside the value.
+A read of a small object is one statement (SQLite makes it its own read
+transaction), for the reason a write is (``writes``). An object kept in
+pieces is read in a read transaction, which sees the database as of its
+first read whatever is committed meanwhile, so its row and its pieces are
+of one version. Its pieces come out one at a time, straight into the place
+that keeps its bytes (an allocation of its size, or a split's sink), so a
+read holds at most one piece beside the value.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from ..base import ObjectInfo, StoredObject
-from ..errors import NotFound, StoreError, StoreUnavailable
+from ..errors import NotFound, StoreConfigError, StoreError
 from ..keys import validate_prefix
 from ..parts import SPLIT_LOOK, Sink, SplitObject, Splitter, filled, split_in_memory
 from .batches import Request
 from .connection import store_error, transaction
 from .writes import etag
+
+Row = tuple[int, int, bytes | None]
+"""An object's id, size and data (None: in pieces)."""
 
 CHANGES_AT_ONCE = 1000
 """The most changes under a prefix one look reports; past it the watcher
@@ -106,14 +110,16 @@ class GetSplit(Read):
     result: SplitObject | None = None
 
     def serve(self, conn: sqlite3.Connection, location: str) -> None:
+        _read(conn, self.key, location, lambda conn, found: self._split(conn, found, location))
+
+    def _split(self, conn: sqlite3.Connection, found: Row, location: str) -> None:
         assert self.splitter is not None
-        found = _row(conn, self.key, location)
         object_id, size, data = found
         tag = etag(object_id)
         if data is not None:
             self.result = split_in_memory(self.key, data, tag, self.splitter)
             return
-        body = _Body(conn, object_id, size, self.key, location)
+        body = _Body(conn, object_id, self.key, location)
         look = body.peek(SPLIT_LOOK)
         split = self.splitter(look)
         if split is None or split.start > len(look) or split.start + split.length > size:
@@ -158,18 +164,14 @@ class Changes(Read):
 
 
 def serve(conn: sqlite3.Connection, reads: list[Read], location: str) -> None:
-    """Serve ``reads`` in one read transaction; each gets its result or error."""
-    try:
-        with transaction(conn, "BEGIN"):
-            for read in reads:
-                try:
-                    read.serve(conn, location)
-                except StoreError as exc:
-                    read.error = exc
-    except sqlite3.Error as exc:
-        for read in reads:
-            if read.error is None:
-                read.error = store_error(exc, location, read.key or None, "cannot read")
+    """Serve ``reads``; each gets its result or error."""
+    for read in reads:
+        try:
+            read.serve(conn, location)
+        except StoreError as exc:
+            read.error = exc
+        except sqlite3.Error as exc:
+            read.error = store_error(exc, location, read.key or None, "cannot read")
 
 
 def end_of(prefix: str) -> str | None:
@@ -185,7 +187,23 @@ def end_of(prefix: str) -> str | None:
     return None
 
 
-def _row(conn: sqlite3.Connection, key: str, location: str) -> tuple[int, int, bytes | None]:
+def _read(
+    conn: sqlite3.Connection,
+    key: str,
+    location: str,
+    use: Callable[[sqlite3.Connection, Row], None],
+) -> None:
+    """``use`` the object's row; a row whose bytes are in pieces is read again,
+    and used, in a read transaction (the first read was its own)."""
+    found = _row(conn, key, location)
+    if found[2] is not None:
+        use(conn, found)
+        return
+    with transaction(conn, "BEGIN"):
+        use(conn, _row(conn, key, location))
+
+
+def _row(conn: sqlite3.Connection, key: str, location: str) -> Row:
     row = conn.execute("SELECT id, size, data FROM objects WHERE key = ?", (key,)).fetchone()
     if row is None:
         raise NotFound("no such object", location=location, key=key)
@@ -193,18 +211,22 @@ def _row(conn: sqlite3.Connection, key: str, location: str) -> tuple[int, int, b
 
 
 def _get(conn: sqlite3.Connection, key: str, location: str) -> StoredObject:
-    object_id, size, data = _row(conn, key, location)
-    if data is None:
-        data = filled(size, _Body(conn, object_id, size, key, location).fill)
-    return StoredObject(key, data, etag(object_id))
+    got: list[StoredObject] = []
+
+    def whole(conn: sqlite3.Connection, found: Row) -> None:
+        object_id, size, data = found
+        if data is None:
+            data = filled(size, _Body(conn, object_id, key, location).fill)
+        got.append(StoredObject(key, data, etag(object_id)))
+
+    _read(conn, key, location, whole)
+    return got[0]
 
 
 class _Body:
     """A large object's bytes, read from its pieces in order, a length at a time."""
 
-    def __init__(
-        self, conn: sqlite3.Connection, object_id: int, size: int, key: str, location: str
-    ) -> None:
+    def __init__(self, conn: sqlite3.Connection, object_id: int, key: str, location: str) -> None:
         self._pieces: Iterator[tuple[bytes]] = conn.execute(
             "SELECT data FROM pieces WHERE object = ? ORDER BY n", (object_id,)
         )
@@ -216,7 +238,7 @@ class _Body:
         if not self._left:
             row = next(self._pieces, None)
             if row is None:
-                raise StoreUnavailable(
+                raise StoreConfigError(
                     "the object's pieces end before its size: the database is damaged",
                     location=self._location,
                     key=self._key,

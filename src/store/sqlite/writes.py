@@ -1,17 +1,22 @@
 """A batch of writes in one transaction: each checked and applied, then one commit.
 
-A write's condition is checked against the object as the transaction sees
-it, which no other writer can change meanwhile (the transaction holds the
-database's write lock), so create-if-absent, compare-and-swap and the
-conditional delete need nothing more. A write that loses its condition gets
-its answer (AlreadyExists, PreconditionFailed, NotFound) and the others go
-on; a failure of the database itself (a full disk, a lock held too long)
-rolls the batch back, and each write in it that had not lost gets the error.
+Each write is one statement that carries its condition (``ON CONFLICT DO
+NOTHING`` for a create, ``WHERE EXISTS`` the etag for a swap, ``AND id =``
+for a conditional delete), applied inside a transaction that holds the
+database's write lock, so no other writer, in any process, comes between
+the check and the act. One statement a write, and none more for a batch of
+one (which SQLite makes its own transaction), because the statements are
+where the serving thread takes the interpreter lock back from a busy event
+loop. A write that loses its condition gets its answer (AlreadyExists,
+PreconditionFailed, NotFound) and the others go on; a failure of the
+database itself (a full disk, a lock held too long) rolls the batch back,
+and each write in it that had not lost gets the error.
 
-Every write of an object inserts a new row, so its ``id`` (the etag) is new
-on every write, never reused. An object's bytes beyond ``PIECE`` are kept
-in pieces of that size, each cut from the body as it is written, so a large
-value is never held joined, nor limited by SQLite's largest value (a GB).
+Every write of an object inserts a new row (a swap or a put REPLACEs the
+old one), so its ``id``, the etag, is new on every write, never reused. An
+object's bytes beyond ``PIECE`` are kept in pieces of that size, each cut
+from the body as it is written, so a large value is never held joined, nor
+limited by SQLite's largest value (a GB).
 """
 
 from __future__ import annotations
@@ -32,10 +37,28 @@ PIECE = 1 << 20
 """The size of the pieces a large object is kept in, and the largest object
 kept in one piece, in its row."""
 
+_COLUMNS = "INTO objects (key, size, modified, data)"
+_WRITE = {
+    "none": f"INSERT OR REPLACE {_COLUMNS} VALUES (?, ?, ?, ?)",
+    "absent": f"INSERT {_COLUMNS} VALUES (?, ?, ?, ?) ON CONFLICT (key) DO NOTHING",
+    "match": f"INSERT OR REPLACE {_COLUMNS} SELECT ?, ?, ?, ?"
+    " WHERE EXISTS (SELECT 1 FROM objects WHERE key = ? AND id = ?)",
+}
+_DELETE = {
+    "none": "DELETE FROM objects WHERE key = ?",
+    "match": "DELETE FROM objects WHERE key = ? AND id = ?",
+}
+
 
 def etag(object_id: int) -> str:
     """The etag of the object row ``object_id``."""
     return f'"{object_id}"'
+
+
+def _row_id(tag: str | None) -> int:
+    """The row an etag names (-1, which no row has, for one of no row)."""
+    digits = (tag or "").strip('"')
+    return int(digits) if digits.isdigit() else -1
 
 
 @dataclass(eq=False, slots=True)
@@ -54,9 +77,12 @@ def commit(conn: sqlite3.Connection, writes: list[Write], location: str) -> bool
     its error. Returns whether an object was placed (created or replaced)."""
     now = time.time()
     try:
-        with transaction(conn):
-            for write in writes:
-                _apply(conn, write, now, location)
+        if len(writes) == 1 and not isinstance(writes[0].data, Parts):
+            _apply(conn, writes[0], now, location)  # (its own transaction)
+        else:
+            with transaction(conn):
+                for write in writes:
+                    _apply(conn, write, now, location)
     except sqlite3.Error as exc:
         for write in writes:
             if write.error is None:
@@ -67,63 +93,65 @@ def commit(conn: sqlite3.Connection, writes: list[Write], location: str) -> bool
 
 
 def _apply(conn: sqlite3.Connection, write: Write, now: float, location: str) -> None:
-    """One write, within the batch's transaction. A body of parts is written
-    in a savepoint of its own, so that a stream that fails part-way (a
-    value changed since it was counted) undoes that write alone."""
-    large = isinstance(write.data, Parts)
-    if large:
-        conn.execute("SAVEPOINT large")
+    """One write. A body of parts is written in a savepoint of its own, so
+    that a stream that fails part-way (a value changed since it was
+    counted) undoes that write alone."""
+    if not isinstance(write.data, Parts):
+        try:
+            _one(conn, write, now, location)
+        except StoreError as exc:
+            write.error = exc
+        return
+    conn.execute("SAVEPOINT large")
     try:
-        found = conn.execute(
-            "SELECT id, data IS NULL FROM objects WHERE key = ?", (write.key,)
-        ).fetchone()
-        _check(write, found, location)
-        if found is not None:
-            conn.execute("DELETE FROM objects WHERE id = ?", (found[0],))
-            if found[1]:
-                conn.execute("DELETE FROM pieces WHERE object = ?", (found[0],))
-        if write.data is not None:
-            write.result = _insert(conn, write.key, write.data, now)
+        _one(conn, write, now, location)
     except (StoreError, ValueError) as exc:
-        if large:
-            conn.execute("ROLLBACK TO large")
+        conn.execute("ROLLBACK TO large")
         write.error = exc
-    if large:
-        conn.execute("RELEASE large")
+    conn.execute("RELEASE large")
 
 
-def _check(write: Write, found: tuple[int, int] | None, location: str) -> None:
-    """Raise if ``write``'s condition does not hold against the row ``found``."""
-    if write.condition == "absent" and found is not None:
+def _one(conn: sqlite3.Connection, write: Write, now: float, location: str) -> None:
+    match = (_row_id(write.etag),) if write.condition == "match" else ()
+    if write.data is None:
+        done = conn.execute(_DELETE[write.condition], (write.key, *match)).rowcount
+    else:
+        size = len(write.data)
+        small = size <= PIECE
+        body = (
+            (write.data.join() if isinstance(write.data, Parts) else write.data) if small else None
+        )
+        cursor = conn.execute(
+            _WRITE[write.condition],
+            (write.key, size, now, body, *(write.key,) * len(match), *match),
+        )
+        done = cursor.rowcount
+        if done:
+            assert cursor.lastrowid is not None
+            write.result = etag(cursor.lastrowid)
+            if not small:
+                _pieces(conn, cursor.lastrowid, write.data)
+    if not done:
+        _refused(conn, write, location)
+
+
+def _refused(conn: sqlite3.Connection, write: Write, location: str) -> None:
+    """Raise why ``write`` was not made (a delete without a condition always is)."""
+    if write.condition == "absent":
         raise AlreadyExists("object already exists", location=location, key=write.key)
     if write.condition == "match":
+        found = conn.execute("SELECT id FROM objects WHERE key = ?", (write.key,)).fetchone()
         if found is None:
             raise NotFound("no such object", location=location, key=write.key)
-        if etag(found[0]) != write.etag:
-            raise PreconditionFailed(
-                f"etag is {etag(found[0])}, not {write.etag}", location=location, key=write.key
-            )
-
-
-def _insert(conn: sqlite3.Connection, key: str, data: bytes | Parts, now: float) -> str:
-    """A new row for ``key`` holding ``data`` (in pieces past ``PIECE``); its etag."""
-    size = len(data)
-    if size <= PIECE:
-        body = data.join() if isinstance(data, Parts) else data
-        cursor = conn.execute(
-            "INSERT INTO objects (key, size, modified, data) VALUES (?, ?, ?, ?)",
-            (key, size, now, body),
+        raise PreconditionFailed(
+            f"etag is {etag(found[0])}, not {write.etag}", location=location, key=write.key
         )
-        assert cursor.lastrowid is not None
-        return etag(cursor.lastrowid)
-    cursor = conn.execute(
-        "INSERT INTO objects (key, size, modified, data) VALUES (?, ?, ?, NULL)", (key, size, now)
-    )
-    object_id = cursor.lastrowid
-    assert object_id is not None
+
+
+def _pieces(conn: sqlite3.Connection, object_id: int, data: bytes | Parts) -> None:
+    """``data`` into the pieces of the object row ``object_id``, a piece at a time."""
     whole = data if isinstance(data, Parts) else Parts([data])
     for n, piece in enumerate(whole.slices(PIECE)):
         conn.execute(
             "INSERT INTO pieces (object, n, data) VALUES (?, ?, ?)", (object_id, n, piece.join())
         )
-    return etag(object_id)
