@@ -517,7 +517,8 @@ def peer_one_at_a_time(spec: Spec) -> dict[str, Any]:
     Not a coroutine: DBOS refuses to start inside a running event loop."""
     figures = PEERS[spec.backend](spec.n, spec.steps, spec.concurrency, spec.workdir)
     discard(figures.pop("root"))
-    return _one_at_a_time_figures(spec, **figures)
+    cpu = figures.pop("cpu_seconds")
+    return {**_one_at_a_time_figures(spec, **figures), "jobs_per_cpu_s": round(spec.n / cpu, 1)}
 
 
 def _one_at_a_time_figures(

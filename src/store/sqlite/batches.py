@@ -3,9 +3,9 @@
 A SQLite call is fast (microseconds) next to what it costs to hand it to a
 thread and hear back on the event loop, and a durable commit costs about as
 much for one write as for a hundred. So requests queue here, and one thread
-at a time takes everything queued and serves it as a batch: the writes in
-one transaction with one commit, the reads in one read transaction; the
-callers are then woken with one call into each event loop. While a batch is
+takes everything queued and serves it as a batch (the writes in one
+transaction with one commit); the callers are then woken with one call into
+each event loop. While a batch is
 served the next one gathers, so the batch size follows the load by itself:
 a lone request is served at once, and under load one commit covers what
 arrived during the previous one.
@@ -40,17 +40,21 @@ _Queued = tuple[Sequence[R], "asyncio.Future[None]", asyncio.AbstractEventLoop]
 
 class Batcher(Generic[R]):
     """Queues requests from any event loop and serves them in batches, one
-    batch at a time, on a thread ``start`` provides (``start(fn)`` runs
-    ``fn`` on one) while there are requests."""
+    batch at a time, on a thread of its own (started with the first request,
+    waiting for the next one between batches: handing work to a waiting
+    thread costs the event loop less than a pool's ``submit``)."""
 
-    def __init__(
-        self, serve: Callable[[list[R]], None], start: Callable[[Callable[[], None]], object]
-    ) -> None:
+    def __init__(self, serve: Callable[[list[R]], None], name: str) -> None:
         self._serve = serve
-        self._start = start
+        self._name = name
         self._lock = threading.Lock()
+        self._wakeup = threading.Lock()
+        """Held while the thread has nothing to do; released to wake it."""
+        self._wakeup.acquire()
         self._queue: deque[_Queued[R]] = deque()
-        self._draining = False
+        self._thread: threading.Thread | None = None
+        self._idle = False  # the thread waits for a request
+        self._stopping = False
 
     async def run(self, requests: Sequence[R]) -> None:
         """Queue ``requests`` (served in order, in one batch) and return once
@@ -60,17 +64,35 @@ class Batcher(Generic[R]):
         done: asyncio.Future[None] = loop.create_future()
         with self._lock:
             self._queue.append((requests, done, loop))
-            start, self._draining = not self._draining, True
-        if start:
-            try:
-                self._start(self._drain)
-            except BaseException:
-                with self._lock:
-                    self._draining = False
-                raise
+            self._stopping = False
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name=self._name, daemon=True)
+                self._thread.start()
+            elif self._idle:
+                self._idle = False
+                self._wakeup.release()
         await done
 
-    def _take(self) -> list[_Queued[R]]:
+    def stop(self) -> threading.Thread | None:
+        """Let the thread end once the queue is empty; the thread, to join."""
+        with self._lock:
+            self._stopping = True
+            if self._idle:
+                self._idle = False
+                self._wakeup.release()
+            return self._thread
+
+    def _take(self) -> list[_Queued[R]] | None:
+        """The next batch, once there is one; None when the thread is to end."""
+        while True:
+            with self._lock:
+                if self._queue:
+                    break
+                if self._stopping:
+                    self._thread = None
+                    return None
+                self._idle = True
+            self._wakeup.acquire()  # (released by the next request, or ``stop``)
         with self._lock:
             batch: list[_Queued[R]] = []
             count = 0
@@ -78,11 +100,9 @@ class Batcher(Generic[R]):
                 item = self._queue.popleft()
                 batch.append(item)
                 count += len(item[0])
-            if not batch:
-                self._draining = False
             return batch
 
-    def _drain(self) -> None:
+    def _work(self) -> None:
         while batch := self._take():
             requests = [request for queued in batch for request in queued[0]]
             try:

@@ -2,11 +2,11 @@
 together from the parts beside it.
 
 What is the class's own: requests queue in two batchers, writes and reads
-(``batches``), each served a batch at a time on a thread of a small pool,
-so the event loop never waits on the database; each batch takes a
-connection from the store's idle ones (any thread may use one, one at a
-time). A store used before a fork starts afresh in the child, and leaves
-the parent's connections alone (SQLite's rule for a fork).
+(``batches``), each served a batch at a time on a thread of its own, so the
+event loop never waits on the database; each batch takes a connection from
+the store's idle ones (any thread may use one, one at a time). A store
+used before a fork starts afresh in the child, and leaves the parent's
+connections alone (SQLite's rule for a fork).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..base import DEFAULT_PAGE_SIZE, NewObject, ObjectInfo, ObjectStore, StoredObject
@@ -30,9 +29,6 @@ from .batches import Batcher
 from .connection import Synchronous, connect, prepare
 from .reads import Changes, Get, GetMany, GetSplit, Head, ListPage, Read
 from .writes import Condition, Write
-
-THREADS = 2
-"""Threads serving one store: one serving a batch of writes, one a batch of reads."""
 
 
 class SqliteStore(ObjectStore):
@@ -73,7 +69,6 @@ class SqliteStore(ObjectStore):
             raise
         self._idle = [conn]
         self._lock = threading.Lock()
-        self._pool: ThreadPoolExecutor | None = None
         self._start_afresh()
 
     # -- plumbing ---------------------------------------------------------
@@ -81,22 +76,16 @@ class SqliteStore(ObjectStore):
     def _start_afresh(self) -> None:
         """New batchers (and, in a forked child, no connections of the parent's)."""
         self._generation = forks()
-        self._writes: Batcher[Write] = Batcher(self._commit, self._start)
-        self._reads: Batcher[Read] = Batcher(self._serve_reads, self._start)
+        self._writes: Batcher[Write] = Batcher(self._commit, "stepstone-sqlite-writes")
+        self._reads: Batcher[Read] = Batcher(self._serve_reads, "stepstone-sqlite-reads")
 
     def _forked(self) -> None:
         """In a child forked from a process that used this store, start afresh:
         the parent's threads did not come along, and its connections must
         not be used (nor closed) here."""
         if self._generation != forks():
-            self._pool = None
             self._idle = []
             self._start_afresh()
-
-    def _start(self, fn: Callable[[], None]) -> None:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(THREADS, thread_name_prefix="stepstone-sqlite")
-        self._pool.submit(fn)
 
     def _connection(self) -> sqlite3.Connection:
         with self._lock:
@@ -253,12 +242,13 @@ class SqliteStore(ObjectStore):
     async def close(self) -> None:
         """Finish the batches queued, then close the connections. The store
         can be used again."""
-        pool, self._pool = self._pool, None
         if self._generation != forks():
             self._forked()
             return
-        if pool is not None:
-            await asyncio.get_running_loop().run_in_executor(None, pool.shutdown)
+        for batcher in (self._writes, self._reads):
+            thread = batcher.stop()
+            if thread is not None:
+                await asyncio.get_running_loop().run_in_executor(None, thread.join)
         with self._lock:
             idle, self._idle = self._idle, []
         for conn in idle:
