@@ -17,7 +17,8 @@ submitters
           per job by operation, and the submits' latency, as submitters grow;
           with ``api`` the submitting runner runs no worker, another does.
 latency   one job at a time: submit, await the result, repeat.
-scale     one FileStore, ``processes`` worker processes (``async with
+scale     one local store (a directory, or a SQLite file: ``sqlite`` and
+          ``sqlite-normal``), ``processes`` worker processes (``async with
           JobRunner(...)`` in each); the parent submits all N first, then
           lets the workers go and times until every job is acked. With
           ``urgent``, once a tenth of the N are done the parent submits that
@@ -38,9 +39,11 @@ a retried job costs, and what of it is the history's.
 the ``-metrics`` cases against their twins measure what recording costs.
 
 Backends: ``memory`` (MemoryStore + MemoryQueue), ``memory-sq`` (MemoryStore +
-StoreQueue: the StoreQueue's request pattern without I/O), ``file``
-(FileStore + StoreQueue, durable: every write synced before it returns), ``s3`` (moto's S3
-server in a child process + StoreQueue).
+StoreQueue: the StoreQueue's request pattern without I/O), ``sqlite``
+(SqliteStore + StoreQueue, ``synchronous`` FULL: every commit synced before
+it returns), ``sqlite-normal`` (NORMAL: synced at checkpoints), ``file``
+(FileStore + StoreQueue, durable: every write synced before it returns),
+``s3`` (moto's S3 server in a child process + StoreQueue).
 
 Every store is wrapped in a CountingStore, so the figures include its (tiny)
 cost; requests are reported per job by operation.
@@ -157,18 +160,14 @@ def _record_metrics() -> None:
     use_meter_provider(meter_provider(InMemoryMetricReader()))
 
 
-def _file_options() -> dict[str, Any]:
-    """FileStore keyword arguments from the environment, for experiments
-    (``STEPSTONE_BENCH_FILE_THREADS=32``, ``STEPSTONE_BENCH_FILE_SYNC=fsync``,
-    ``STEPSTONE_BENCH_FILE_COMMIT=thread``); empty means the defaults."""
-    options: dict[str, Any] = {}
-    if commit_in := os.environ.get("STEPSTONE_BENCH_FILE_COMMIT"):
-        options["commit_in"] = commit_in
-    if threads := os.environ.get("STEPSTONE_BENCH_FILE_THREADS"):
-        options["max_workers"] = int(threads)
-    if sync := os.environ.get("STEPSTONE_BENCH_FILE_SYNC"):
-        options["sync"] = sync
-    return options
+def local_store(backend: str, where: str) -> ObjectStore:
+    """The local store of a backend at ``where``, a directory: a FileStore
+    (``file``), or a SqliteStore in a file there (``sqlite``: synchronous
+    FULL; ``sqlite-normal``: NORMAL)."""
+    if backend == "file":
+        return FileStore(where)
+    synchronous = "normal" if backend == "sqlite-normal" else "full"
+    return SqliteStore(os.path.join(where, "jobs.db"), synchronous=synchronous)
 
 
 TRASH = "stepstone-bench-trash"
@@ -206,13 +205,9 @@ async def open_backend(
         queue = MemoryQueue(clock=clock)
     elif spec.backend == "memory-sq":
         inner = MemoryStore()
-    elif spec.backend == "file":
+    elif spec.backend in ("file", "sqlite", "sqlite-normal"):
         tmp = tempfile.mkdtemp(prefix="stepstone-bench-", dir=spec.workdir or None)
-        inner = FileStore(tmp, **_file_options())
-    elif spec.backend in ("sqlite", "sqlite-normal"):
-        tmp = tempfile.mkdtemp(prefix="stepstone-bench-", dir=spec.workdir or None)
-        synchronous = "normal" if spec.backend == "sqlite-normal" else "full"
-        inner = SqliteStore(os.path.join(tmp, "jobs.db"), synchronous=synchronous)
+        inner = local_store(spec.backend, tmp)
     elif spec.backend == "s3":
         from stepstone.store import S3Store
 
@@ -267,55 +262,39 @@ async def _submit_and_wait(
 
 
 class FlushCounter:
-    """Counts flushes in this process: ``os.fsync`` (files and directories),
-    ``os.fdatasync`` (the FileStore's create journal) and the FileStore's
-    ``syncfs``, and the ``syncfs`` calls its commit process reports (not its
-    fsyncs: compare ``sync="fsync"`` runs with ``STEPSTONE_BENCH_FILE_COMMIT=thread``).
-    The cost that bounds a durable FileStore, and a figure that does not
-    depend on how busy the machine is."""
+    """Counts flushes in this process: ``os.fsync`` and ``os.fdatasync`` (a
+    FileStore's files and directories, two of each a write; a SqliteStore's
+    syncs are SQLite's own, each commit one with ``synchronous`` FULL: see
+    ``SqliteStore.commits``): the cost that bounds a durable store, and a
+    figure that does not depend on how busy the machine is."""
 
     def __init__(self) -> None:
         self.calls = 0
 
     def install(self) -> FlushCounter:
-        import stepstone.store.file.commit as commit_module
-        import stepstone.store.file.store as store_module
-
-        try:
-            from stepstone.store.file.commit_process import CommitProcess
-        except ImportError:  # (an older FileStore committed in a thread only)
-            pass
-        else:
-            in_helper = CommitProcess.commit
-
-            def commit(helper: CommitProcess, writes: Any) -> int:
-                syncs = in_helper(helper, writes)
-                self.calls += syncs
-                return syncs
-
-            CommitProcess.commit = commit  # type: ignore[method-assign]
-
         def counted(real: Any) -> Any:
-            def flush(fd: int) -> None:
+            def flush(*args: Any) -> Any:
                 self.calls += 1  # a race between threads can lose a count: close enough
-                real(fd)
+                return real(*args)
 
             return flush
 
         os.fsync = counted(os.fsync)
         os.fdatasync = counted(os.fdatasync)
-        for module in (commit_module, store_module):
-            if hasattr(module, "syncfs"):  # (an older FileStore flushed in commit only)
-                module.syncfs = counted(module.syncfs)
         return self
+
+
+def flushed(store: CountingStore) -> int:
+    """The flushes of this process so far, with a SqliteStore's commits."""
+    return FLUSHES.calls + int(getattr(store.inner, "commits", 0))
 
 
 FLUSHES = FlushCounter().install()
 
 
 class CpuTimer:
-    """The CPU seconds of this process (all threads) and of its children (a
-    FileStore's commit process) over a block: on a shared, busy machine,
+    """The CPU seconds of this process (all threads) and of its children over
+    a block: on a shared, busy machine,
     jobs per CPU-second moves far less than jobs per second."""
 
     def __enter__(self) -> CpuTimer:
@@ -341,13 +320,6 @@ def _run_queue_wait() -> float:
         return 0.0
 
 
-def committing_in(store: CountingStore) -> dict[str, str]:
-    """Where a FileStore commits its writes at the end of a run (``thread``
-    or ``process``, see ``FileStore.commit_in``); nothing for other stores."""
-    where = getattr(store.inner, "committing_in", None)
-    return {} if where is None else {"committing_in": where}
-
-
 def _children_cpu() -> float:
     """CPU seconds used so far by this process's children: those waited for
     (``os.times``) and those still running (``/proc``, Linux)."""
@@ -371,7 +343,7 @@ async def _warm_up_in_process(
     spec: Spec, store: CountingStore, runner: JobRunner, tag: str
 ) -> None:
     """Run a batch first (first-use costs: pydantic schemas, codecs, a
-    StoreQueue's first listing, the FileStore's journal), then count from zero:
+    StoreQueue's first listing, the store's connections), then count from zero:
     the steady state is what is measured."""
     warm = [w3_job(spec.limit, n=-1 - i, steps=spec.steps, tag=tag) for i in range(min(64, spec.n))]
     await _submit_and_wait(runner, warm)
@@ -396,10 +368,10 @@ async def w3(spec: Spec) -> dict[str, Any]:
         ]
         async with runner:
             await _warm_up_in_process(spec, store, runner, tag)
-            flushes = FLUSHES.calls
+            flushes = flushed(store)
             with CpuTimer() as cpu:
                 seconds, latencies, results = await _submit_and_wait(runner, jobs)
-            flushes = FLUSHES.calls - flushes
+            flushes = flushed(store) - flushes
             assert results == [i + spec.steps for i in range(spec.n)], "wrong results"
             counts = store.snapshot()
             out.update(
@@ -412,7 +384,6 @@ async def w3(spec: Spec) -> dict[str, Any]:
                 p99_ms=round(percentile(latencies, 99) * 1e3, 3),
                 requests_per_job=per_job(counts, spec.n),
                 requests_by_area=per_area(store.areas(), spec.n),
-                **committing_in(store),
             )
             if spec.resubmit and spec.keyed:
                 store.reset()
@@ -444,7 +415,7 @@ async def w3_one_at_a_time(spec: Spec) -> dict[str, Any]:
         jobs = [W3(n=i, steps=spec.steps, tag=tag, keyed=spec.keyed) for i in range(spec.n)]
         async with runner:
             await _warm_up_in_process(spec, store, runner, tag)
-            flushes = FLUSHES.calls
+            flushes = flushed(store)
             latencies = []
             with CpuTimer() as cpu:
                 t0 = time.perf_counter()
@@ -460,10 +431,9 @@ async def w3_one_at_a_time(spec: Spec) -> dict[str, Any]:
             return {
                 **_one_at_a_time_figures(spec, seconds, submit_seconds, latencies),
                 "jobs_per_cpu_s": round(spec.n / cpu.seconds, 1),
-                "flushes_per_job": round((FLUSHES.calls - flushes) / spec.n, 2),
+                "flushes_per_job": round((flushed(store) - flushes) / spec.n, 2),
                 "requests_per_job": per_job(store.snapshot(), spec.n),
                 "requests_by_area": per_area(store.areas(), spec.n),
-                **committing_in(store),
             }
 
 
@@ -474,25 +444,18 @@ async def submit_many(spec: Spec) -> dict[str, Any]:
     async with open_backend(spec) as (store, runner):
         tag = uuid.uuid4().hex[:8]
         jobs = [W3(n=i, steps=spec.steps, tag=tag, keyed=spec.keyed) for i in range(spec.n)]
-        # Warm up (first-use costs: the codecs, the store's journal file); these
+        # Warm up (first-use costs: the codecs, the store's connection); these
         # run with the rest.
         warm = [W3(n=-1 - i, steps=spec.steps, tag=tag) for i in range(min(64, spec.n))]
         warm_handles = await runner.submit_many(warm)
-        if isinstance(store.inner, FileStore):
-            # The journal's checkpoint flushes the warm-up's creates a moment
-            # later: flush them now and let that checkpoint end, so that its
-            # flush is not counted as the batch's.
-            journal = store.inner._journal
-            await asyncio.to_thread(journal.flush_linked)
-            await _until(lambda: not journal._checkpointing, within=10)
         gc.collect()
         store.reset()
-        flushes = FLUSHES.calls
+        flushes = flushed(store)
         with CpuTimer() as cpu:
             t0 = time.perf_counter()
             handles = await runner.submit_many(jobs)
             submit_seconds = time.perf_counter() - t0
-        submit_flushes = FLUSHES.calls - flushes
+        submit_flushes = flushed(store) - flushes
         submit_requests = per_job(store.snapshot(), spec.n)
         async with runner:
             results = await asyncio.gather(*handles)
@@ -618,7 +581,7 @@ async def latency(spec: Spec) -> dict[str, Any]:
         }
 
 
-# -- several worker processes on one FileStore ---------------------------------
+# -- several worker processes on one local store --------------------------------
 
 
 @dataclass
@@ -632,22 +595,25 @@ class _Signals:
     results: Any  # Queue: each worker's report
 
 
-def _worker_process(root: str, concurrency: int, signals: _Signals, slot: int) -> None:
+def _worker_process(
+    backend: str, root: str, concurrency: int, signals: _Signals, slot: int
+) -> None:
     profile_dir = os.environ.get("STEPSTONE_BENCH_PROFILE_DIR")
     if not profile_dir:
-        asyncio.run(_worker_main(root, concurrency, signals, slot))
+        asyncio.run(_worker_main(backend, root, concurrency, signals, slot))
         return
     # Where a worker's time goes, for `python -m pstats DIR/worker-<slot>.prof`.
     profiler = cProfile.Profile()
-    profiler.runcall(asyncio.run, _worker_main(root, concurrency, signals, slot))
+    profiler.runcall(asyncio.run, _worker_main(backend, root, concurrency, signals, slot))
     profiler.dump_stats(os.path.join(profile_dir, f"worker-{slot}.prof"))
 
 
-async def _warm_up(root: str, concurrency: int) -> None:
+async def _warm_up(backend: str, root: str, concurrency: int) -> None:
     """Run a batch of W3 on a store of the worker's own, so that imports and
     first-call costs are paid before the clock starts, as in a long-running
     worker, and not counted against however many processes share them."""
-    store = FileStore(root, **_file_options())
+    os.makedirs(root, exist_ok=True)
+    store = local_store(backend, root)
     async with JobRunner(store, jobs=[W3], concurrency=concurrency) as runner:
         jobs = [W3(n=i, tag="warm-up") for i in range(concurrency)]
         await asyncio.gather(*await asyncio.gather(*(runner.submit(job) for job in jobs)))
@@ -665,15 +631,17 @@ def _discard_warm_ups(root: str, processes: int) -> None:
             discard(f"{root}-warm-up-{slot}")
 
 
-async def _worker_main(root: str, concurrency: int, signals: _Signals, slot: int) -> None:
-    await _warm_up(f"{root}-warm-up-{slot}", concurrency)
+async def _worker_main(
+    backend: str, root: str, concurrency: int, signals: _Signals, slot: int
+) -> None:
+    await _warm_up(backend, f"{root}-warm-up-{slot}", concurrency)
     signals.ready[slot] = 1
-    store = CountingStore(FileStore(root, **_file_options()))
+    store = CountingStore(local_store(backend, root))
     runner = JobRunner(store, jobs=[W3], concurrency=concurrency, retry_backoff=0.0)
     go, stop, done = signals.go, signals.stop, signals.done
     while not go.is_set():  # noqa: ASYNC110 - a multiprocessing Event, not an asyncio one
         await asyncio.sleep(0.001)
-    cpu_start, flushes_start = time.process_time() + _children_cpu(), FLUSHES.calls
+    cpu_start, flushes_start = time.process_time() + _children_cpu(), flushed(store)
     usage_start = resource.getrusage(resource.RUSAGE_SELF)
     async with runner:
         while not stop.is_set():
@@ -691,9 +659,8 @@ async def _worker_main(root: str, concurrency: int, signals: _Signals, slot: int
             if stats is None
             else {k: v for k, v in asdict(stats).items() if k != "corrupt_keys"},
             "peak_rss_mb": round(peak_rss_mb(), 1),
-            **committing_in(store),
             "cpu_seconds": time.process_time() + _children_cpu() - cpu_start,
-            "flushes": FLUSHES.calls - flushes_start,
+            "flushes": flushed(store) - flushes_start,
             "context_switches": _switches(resource.getrusage(resource.RUSAGE_SELF))
             - _switches(usage_start),
             "system_seconds": resource.getrusage(resource.RUSAGE_SELF).ru_stime
@@ -715,13 +682,17 @@ async def scale(spec: Spec) -> dict[str, Any]:
     )
     go, stop, done, results = signals.go, signals.stop, signals.done, signals.results
     procs = [
-        ctx.Process(target=_worker_process, args=(root, spec.concurrency, signals, i), daemon=True)
+        ctx.Process(
+            target=_worker_process,
+            args=(spec.backend, root, spec.concurrency, signals, i),
+            daemon=True,
+        )
         for i in range(spec.processes)
     ]
     try:
         for p in procs:
             p.start()
-        store = CountingStore(FileStore(root))
+        store = CountingStore(local_store(spec.backend, root))
         submitter = JobRunner(store, jobs=[W3])
         tag = uuid.uuid4().hex[:8]
         jobs = [
@@ -792,7 +763,6 @@ async def scale(spec: Spec) -> dict[str, Any]:
             dict(sum((Counter(r["areas"]) for r in reports), Counter())), n
         ),
         "worker_peak_rss_mb": max(r["peak_rss_mb"] for r in reports),
-        "committing_in": [r.get("committing_in") for r in sorted(reports, key=lambda r: r["slot"])],
         **_urgent_waits(waits[spec.n :]),
     }
 
@@ -931,12 +901,10 @@ def run_one(spec: Spec) -> dict[str, Any]:
     figures = CASES[spec.case](spec)
     if asyncio.iscoroutine(figures):
         figures = asyncio.run(figures)
-    options = _file_options() if spec.backend == "file" else {}
     return {
         "name": spec.name(),
         **asdict(spec),
         **figures,
-        **({"file_options": options} if options else {}),
         "peak_rss_mb": round(peak_rss_mb(), 1),
         "load_before": round(load, 2),
     }

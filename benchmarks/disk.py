@@ -1,13 +1,12 @@
 """How fast and how dear a durable write is here: ``python -m benchmarks.disk [DIR]``.
 
-Prints, for small files in DIR (default: the temp directory):
+Prints, for small objects in DIR (default: the temp directory):
 
-- the raw patterns: each file fsynced then its directory fsynced (what a
-  store that flushes per write pays), against temp files renamed into place
-  in batches of 1, 4, 16 and 64 with one ``syncfs`` before and one after
-  (the FileStore's group commit);
-- the FileStore itself: ``put_if_absent`` one at a time, and 64 at a time,
-  in each sync mode;
+- the raw patterns: each file fsynced then its directory fsynced (what the
+  FileStore pays a write), and one SQLite transaction of one insert in WAL
+  mode, ``synchronous=FULL`` (a sync of the log each) and ``NORMAL``;
+- the stores themselves: ``put_if_absent`` one at a time, and 64 at a time,
+  on a FileStore and on a SqliteStore in each mode;
 - the cost of creating a file in DIR: on ext4 without a journal it grows
   with the files deleted nearby in the last minutes (see docs/performance.md).
 
@@ -23,6 +22,7 @@ import functools
 import os
 import resource
 import shutil
+import sqlite3
 import sys
 import tempfile
 import time
@@ -30,8 +30,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from stepstone.store import FileStore
-from stepstone.store.file.flush import HAVE_SYNCFS, syncfs
+from stepstone.store import FileStore, ObjectStore, SqliteStore
 
 Usage = tuple[float, float, float]
 
@@ -75,42 +74,42 @@ def fsync_each(root: str, n: int) -> dict[str, Any]:
     return row("fsync file + directory, one write at a time", n, a, b)
 
 
-def syncfs_batches(root: str, n: int, batch: int) -> dict[str, Any]:
-    dfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+def sqlite_each(root: str, n: int, synchronous: str) -> dict[str, Any]:
+    conn = sqlite3.connect(os.path.join(root, "raw.db"), isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={synchronous}")
+    conn.execute("CREATE TABLE t (key TEXT PRIMARY KEY, data BLOB)")
     a = usage()
-    for start in range(0, n, batch):
-        temps = []
-        for i in range(start, start + batch):
-            tmp = os.path.join(root, f"{batch}-{i}.tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT, 0o644)
-            os.write(fd, b"x" * 100)
-            os.close(fd)
-            temps.append(tmp)
-        syncfs(dfd)
-        for tmp in temps:
-            os.rename(tmp, tmp[:-4])
-        syncfs(dfd)
+    for i in range(n):
+        conn.execute("INSERT INTO t VALUES (?, ?)", (str(i), b"x" * 100))
     b = usage()
-    os.close(dfd)
-    return row(f"syncfs before and after, batches of {batch}", n, a, b)
+    conn.close()
+    return row(f"SQLite, one insert a transaction, WAL, synchronous={synchronous}", n, a, b)
 
 
-def filestore(root: str, n: int, concurrent: int, sync: str) -> dict[str, Any]:
+def store(root: str, n: int, concurrent: int, kind: str) -> dict[str, Any]:
     async def main() -> tuple[Usage, Usage]:
-        async with FileStore(root, sync=sync) as store:  # type: ignore[arg-type]
-            await store.put_if_absent("warm", b"x")
+        opened: ObjectStore
+        if kind == "file":
+            opened = FileStore(root)
+        else:
+            path = os.path.join(root, "jobs.db")
+            opened = SqliteStore(path, synchronous=kind)  # type: ignore[arg-type]
+        async with opened as target:
+            await target.put_if_absent("warm", b"x")
             gate = asyncio.Semaphore(concurrent)
 
             async def one(i: int) -> None:
                 async with gate:
-                    await store.put_if_absent(f"d{i % 50}/k{i}", b"y" * 100)
+                    await target.put_if_absent(f"d{i % 50}/k{i}", b"y" * 100)
 
             a = usage()
             await asyncio.gather(*(one(i) for i in range(n)))
             return a, usage()
 
     a, b = asyncio.run(main())
-    return row(f"FileStore.put_if_absent, {concurrent} at a time, sync={sync}", n, a, b)
+    what = "FileStore" if kind == "file" else f"SqliteStore(synchronous={kind!r})"
+    return row(f"{what}.put_if_absent, {concurrent} at a time", n, a, b)
 
 
 def create_cost(root: str, n: int = 2000) -> dict[str, Any]:
@@ -126,13 +125,12 @@ def main() -> None:
     probes: list[Callable[[str], dict[str, Any]]] = [
         create_cost,
         functools.partial(fsync_each, n=600),
+        functools.partial(sqlite_each, n=600, synchronous="FULL"),
+        functools.partial(sqlite_each, n=2000, synchronous="NORMAL"),
     ]
-    if HAVE_SYNCFS:
-        probes += [functools.partial(syncfs_batches, n=640, batch=b) for b in (1, 4, 16, 64)]
-    modes = ["syncfs", "fsync"] if HAVE_SYNCFS else ["fsync"]
     probes += [
-        functools.partial(filestore, n=300 if c == 1 else 2000, concurrent=c, sync=m)
-        for m in modes
+        functools.partial(store, n=300 if c == 1 else 2000, concurrent=c, kind=kind)
+        for kind in ("file", "full", "normal")
         for c in (1, 64)
     ]
     for probe in probes:

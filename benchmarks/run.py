@@ -59,6 +59,9 @@ def plan(quick: bool) -> dict[str, Spec]:
         "scale-1": Spec("scale", "file", n_scale, processes=1),
         "scale-2": Spec("scale", "file", n_scale, processes=2),
         "scale-4": Spec("scale", "file", n_scale, processes=4),
+        "scale-sqlite-1": Spec("scale", "sqlite", n_scale, processes=1),
+        "scale-sqlite-2": Spec("scale", "sqlite", n_scale, processes=2),
+        "scale-sqlite-4": Spec("scale", "sqlite", n_scale, processes=4),
         # 4,000 jobs: 4 x 64 in flight is a quarter of 1,000, so at N=1,000
         # the ramp up and the last batches weigh as much as the steady state.
         "scale4k-1": Spec("scale", "file", 4 * n_scale, processes=1),

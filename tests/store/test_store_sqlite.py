@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-import stepstone.store.sqlite.connection as connection
+import stepstone.store.sqlite.database as connection
 from stepstone.store import (
     AlreadyExists,
     NotFound,
@@ -27,7 +27,7 @@ from stepstone.store import (
     StoreUnavailable,
 )
 from stepstone.store.parts import Parts, Split, Stream
-from stepstone.store.sqlite.writes import PIECE
+from stepstone.store.sqlite.objects import PIECE
 
 DEADLINE = 60.0
 

@@ -1,10 +1,10 @@
-"""The SqliteStore class: the ObjectStore contract on one SQLite file, put
-together from the parts beside it.
+"""The SqliteStore class: the contract on one SQLite file, its calls served
+in batches off the event loop.
 
-What is the class's own: requests queue in two batchers, writes and reads
-(``batches``), each served a batch at a time on a thread of its own, so the
-event loop never waits on the database; each batch takes a connection from
-the store's idle ones (any thread may use one, one at a time). A store
+Writes and reads queue in a batcher each (``calls``), served on a thread of
+its own, so the event loop never waits on the database: a batch of writes
+in one transaction, reads one statement each. A batch takes a connection
+from the store's idle ones (any thread may use one, one at a time). A store
 used before a fork starts afresh in the child, and leaves the parent's
 connections alone (SQLite's rule for a fork).
 """
@@ -16,24 +16,34 @@ import builtins
 import os
 import sqlite3
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from ..base import DEFAULT_PAGE_SIZE, NewObject, ObjectInfo, ObjectStore, StoredObject
 from ..errors import StoreConfigError, StoreError
-from ..forks import forks
 from ..keys import validate_key
 from ..parts import Parts, SplitObject, Splitter
-from . import notices, reads, writes
-from .batches import Batcher
-from .connection import Synchronous, connect, prepare
-from .reads import Changes, Get, GetMany, GetSplit, Head, ListPage, Read
-from .writes import Condition, Write
+from . import notices
+from . import objects as db
+from .calls import Batcher, Call, call
+from .database import Synchronous, connect, prepare, store_error, transaction
+
+_STORES: weakref.WeakSet[SqliteStore] = weakref.WeakSet()
+
+
+def _forked() -> None:
+    for store in _STORES:
+        store._start_afresh()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 class SqliteStore(ObjectStore):
-    """An object store in one SQLite file, shared by every process on this
-    machine that opens it; see the ``stepstone.store.sqlite`` docstring."""
+    """An object store in one SQLite file, shared by the processes of this
+    machine that open it; see the ``stepstone.store.sqlite`` docstring."""
 
     def __init__(
         self, path: str | Path, *, synchronous: Synchronous = "full", create: bool = True
@@ -67,25 +77,19 @@ class SqliteStore(ObjectStore):
         except BaseException:
             conn.close()
             raise
-        self._idle = [conn]
-        self._lock = threading.Lock()
+        self.commits = 0
+        """Write transactions this store committed (each a sync of the log
+        with ``synchronous`` FULL, none with NORMAL)."""
         self._start_afresh()
-
-    # -- plumbing ---------------------------------------------------------
+        self._idle.append(conn)
+        _STORES.add(self)
 
     def _start_afresh(self) -> None:
-        """New batchers (and, in a forked child, no connections of the parent's)."""
-        self._generation = forks()
-        self._writes: Batcher[Write] = Batcher(self._commit, "stepstone-sqlite-writes")
-        self._reads: Batcher[Read] = Batcher(self._serve_reads, "stepstone-sqlite-reads")
-
-    def _forked(self) -> None:
-        """In a child forked from a process that used this store, start afresh:
-        the parent's threads did not come along, and its connections must
-        not be used (nor closed) here."""
-        if self._generation != forks():
-            self._idle = []
-            self._start_afresh()
+        """New batchers and no connections (in a forked child: not the parent's)."""
+        self._lock = threading.Lock()
+        self._idle: list[sqlite3.Connection] = []
+        self._writes = Batcher(self._commit, "stepstone-sqlite-writes")
+        self._reads = Batcher(self._read_all, "stepstone-sqlite-reads")
 
     def _connection(self) -> sqlite3.Connection:
         with self._lock:
@@ -97,117 +101,130 @@ class SqliteStore(ObjectStore):
         with self._lock:
             self._idle.append(conn)
 
-    def _commit(self, batch: list[Write]) -> None:
+    def _commit(self, calls: list[Call]) -> None:
+        """A batch of writes in one transaction (a lone write of one
+        statement, as its own); then the watchers are told (``notices``)."""
         try:
             conn = self._connection()
-        except StoreError as exc:
-            for write in batch:
-                write.error = exc
+            try:
+                if len(calls) == 1 and not isinstance(calls[0].args[1], Parts):
+                    call(conn, calls[0])
+                else:
+                    with transaction(conn):
+                        for one in calls:
+                            call(conn, one)
+            finally:
+                self._done_with(conn)
+        except (sqlite3.Error, StoreError) as exc:
+            for one in calls:
+                if one.error is None:
+                    one.result = None
+                    one.error = (
+                        exc
+                        if isinstance(exc, StoreError)
+                        else (store_error(exc, self.location, one.key, "cannot write"))
+                    )
             return
-        try:
-            placed = writes.commit(conn, batch, self.location)
-        finally:
-            self._done_with(conn)
-        if placed:
+        self.commits += 1
+        if any(isinstance(one.result, str) for one in calls):
             notices.ring(self.path)
 
-    def _serve_reads(self, batch: list[Read]) -> None:
+    def _read_all(self, calls: list[Call]) -> None:
         try:
             conn = self._connection()
         except StoreError as exc:
-            for read in batch:
-                read.error = exc
+            for one in calls:
+                one.error = exc
             return
         try:
-            reads.serve(conn, batch, self.location)
+            for one in calls:
+                try:
+                    call(conn, one)
+                except sqlite3.Error as exc:
+                    one.error = store_error(exc, self.location, one.key, "cannot read")
         finally:
             self._done_with(conn)
 
-    async def _write(self, write: Write) -> str | None:
-        validate_key(write.key, location=self.location)
-        self._forked()
-        await self._writes.run((write,))
-        if write.error is not None:
-            raise write.error
-        return write.result
+    async def _run(self, batcher: Batcher, calls: Sequence[Call]) -> list[Any]:
+        await batcher.run(calls)
+        for one in calls:
+            if one.error is not None and not isinstance(one.error, StoreError):
+                raise one.error  # (a failed stream's ValueError; a bug)
+        return [one.error or one.result for one in calls]
 
-    async def _read(self, read: Read) -> None:
-        self._forked()
-        await self._reads.run((read,))
-        if read.error is not None:
-            raise read.error
+    async def _one(self, batcher: Batcher, fn: Callable[..., Any], *args: Any) -> Any:
+        key = validate_key(args[0], location=self.location) if args else None
+        [answer] = await self._run(batcher, [Call(fn, (*args, self.location), key)])
+        if isinstance(answer, StoreError):
+            raise answer
+        return answer
+
+    async def _write(self, *args: Any) -> Any:
+        return await self._one(self._writes, db.write, *args)
 
     # -- the contract -----------------------------------------------------
 
     async def get(self, key: str) -> StoredObject:
-        read = Get(validate_key(key, location=self.location))
-        await self._read(read)
-        assert read.result is not None
-        return read.result
+        found: StoredObject = await self._one(self._reads, db.get, key)
+        return found
 
-    async def get_many(self, keys: Sequence[str]) -> list[StoredObject | None]:
-        """All ``keys`` read in one read transaction (None for each that names nothing)."""
+    async def get_many(self, keys: Sequence[str]) -> builtins.list[StoredObject | None]:
+        """All ``keys`` read in one batch (None for each that names nothing)."""
         for key in keys:
             validate_key(key, location=self.location)
-        if not keys:
-            return []
-        read = GetMany("", keys=list(keys))
-        await self._read(read)
-        return read.results
+        calls = [Call(db.get_or_none, (key, self.location), key) for key in keys]
+        answers = await self._run(self._reads, calls)
+        for answer in answers:
+            if isinstance(answer, StoreError):
+                raise answer
+        return answers
 
     async def head(self, key: str) -> ObjectInfo:
-        read = Head(validate_key(key, location=self.location))
-        await self._read(read)
-        assert read.result is not None
-        return read.result
+        found: ObjectInfo = await self._one(self._reads, db.head, key)
+        return found
 
     async def put(self, key: str, data: bytes) -> str:
-        return _etag_of(await self._write(Write(key, bytes(data))))
+        return str(await self._write(key, bytes(data), "none", None))
 
     async def put_if_absent(self, key: str, data: bytes) -> str:
-        return _etag_of(await self._write(Write(key, bytes(data), "absent")))
+        return str(await self._write(key, bytes(data), "absent", None))
 
-    async def put_many_if_absent(self, objects: Sequence[NewObject]) -> list[str | StoreError]:
+    async def put_many_if_absent(
+        self, objects: Sequence[NewObject]
+    ) -> builtins.list[str | StoreError]:
         """Every create of the call in one transaction, with one commit."""
         answers: list[str | StoreError] = []
-        batch: list[Write] = []
+        calls: list[Call] = []
         for obj in objects:
             try:
                 validate_key(obj.key, location=self.location)
             except StoreError as exc:
                 answers.append(exc)
                 continue
+            args = (obj.key, bytes(obj.data), "absent", None, self.location)
+            calls.append(Call(db.write, args, obj.key))
             answers.append("")
-            batch.append(Write(obj.key, bytes(obj.data), "absent"))
-        if batch:
-            self._forked()
-            await self._writes.run(batch)
-        made = iter(batch)
-        return [answer if answer else _answer(next(made)) for answer in answers]
+        made = iter(await self._run(self._writes, calls) if calls else [])
+        return [answer or next(made) for answer in answers]
 
     async def put_if_match(self, key: str, data: bytes, etag: str) -> str:
-        return _etag_of(await self._write(Write(key, bytes(data), "match", etag)))
+        return str(await self._write(key, bytes(data), "match", etag))
 
     async def put_parts(
         self, key: str, parts: Parts, *, if_absent: bool = False, if_match: str | None = None
     ) -> str:
         """The buffers written a piece at a time as they are cut from the
         body (a piece of ``PIECE`` bytes at most joined), never joined whole."""
-        condition: Condition = (
-            "absent" if if_absent else "match" if if_match is not None else "none"
-        )
-        return _etag_of(await self._write(Write(key, parts, condition, if_match)))
+        condition = "absent" if if_absent else "match" if if_match is not None else "none"
+        return str(await self._write(key, parts, condition, if_match))
 
     async def get_split(self, key: str, splitter: Splitter) -> SplitObject:
         """A large object's piece filled from the database a piece at a time."""
-        read = GetSplit(validate_key(key, location=self.location), splitter=splitter)
-        await self._read(read)
-        result, read.result = read.result, None  # (the request may outlive the read)
-        assert result is not None
-        return result
+        found: SplitObject = await self._one(self._reads, db.split, key, splitter)
+        return found
 
     async def delete(self, key: str, *, if_match: str | None = None) -> None:
-        await self._write(Write(key, None, "none" if if_match is None else "match", if_match))
+        await self._write(key, None, "none" if if_match is None else "match", if_match)
 
     async def list(
         self,
@@ -215,10 +232,13 @@ class SqliteStore(ObjectStore):
         *,
         start_after: str | None = None,
         limit: int = DEFAULT_PAGE_SIZE,
-    ) -> list[ObjectInfo]:
-        read = ListPage(prefix, start_after=start_after, limit=limit)
-        await self._read(read)
-        return read.result
+    ) -> builtins.list[ObjectInfo]:
+        page = Call(db.listing, (prefix, start_after, limit, self.location))
+        [answer] = await self._run(self._reads, [page])
+        if isinstance(answer, StoreError):
+            raise answer
+        found: list[ObjectInfo] = answer
+        return found
 
     # -- notices ----------------------------------------------------------
 
@@ -235,16 +255,15 @@ class SqliteStore(ObjectStore):
     async def _changes(
         self, prefix: str, after: int | None
     ) -> tuple[int, builtins.list[str] | None]:
-        read = Changes(prefix, after=after)
-        await self._read(read)
-        return read.top, read.keys
+        [answer] = await self._run(self._reads, [Call(db.changes, (prefix, after))])
+        if isinstance(answer, StoreError):
+            raise answer
+        found: tuple[int, list[str] | None] = answer
+        return found
 
     async def close(self) -> None:
-        """Finish the batches queued, then close the connections. The store
+        """Finish the calls queued, then close the connections. The store
         can be used again."""
-        if self._generation != forks():
-            self._forked()
-            return
         for batcher in (self._writes, self._reads):
             thread = batcher.stop()
             if thread is not None:
@@ -253,17 +272,3 @@ class SqliteStore(ObjectStore):
             idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
-
-
-def _answer(write: Write) -> str | StoreError:
-    """A create's etag, or the StoreError that refused it (anything else is a bug: raised)."""
-    if write.error is None:
-        return _etag_of(write.result)
-    if isinstance(write.error, StoreError):
-        return write.error
-    raise write.error
-
-
-def _etag_of(result: str | None) -> str:
-    assert result is not None, "a committed put has an etag"
-    return result
