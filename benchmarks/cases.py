@@ -417,6 +417,7 @@ async def w3_one_at_a_time(spec: Spec) -> dict[str, Any]:
             await _warm_up_in_process(spec, store, runner, tag)
             flushes = flushed(store)
             latencies = []
+            usage = resource.getrusage(resource.RUSAGE_SELF)
             with CpuTimer() as cpu:
                 t0 = time.perf_counter()
                 handles = []
@@ -431,6 +432,7 @@ async def w3_one_at_a_time(spec: Spec) -> dict[str, Any]:
             return {
                 **_one_at_a_time_figures(spec, seconds, submit_seconds, latencies),
                 "jobs_per_cpu_s": round(spec.n / cpu.seconds, 1),
+                "waits_per_job": round(_waits(usage) / spec.n, 1),
                 "flushes_per_job": round((flushed(store) - flushes) / spec.n, 2),
                 "requests_per_job": per_job(store.snapshot(), spec.n),
                 "requests_by_area": per_area(store.areas(), spec.n),
@@ -618,6 +620,13 @@ async def _warm_up(backend: str, root: str, concurrency: int) -> None:
         jobs = [W3(n=i, tag="warm-up") for i in range(concurrency)]
         await asyncio.gather(*await asyncio.gather(*(runner.submit(job) for job in jobs)))
     await store.close()
+
+
+def _waits(since: resource.struct_rusage) -> int:
+    """The times a thread of this process gave up its core to wait (voluntary
+    context switches) since ``since``: what handing work between threads
+    costs, counted apart from how busy the machine is."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - since.ru_nvcsw
 
 
 def _switches(usage: resource.struct_rusage) -> int:

@@ -83,6 +83,7 @@ def plan(quick: bool) -> dict[str, Spec]:
         # W3 as the peers' benchmarks run it: each submit awaited before the
         # next (benchmarks/peers.py); huey and DBOS on SQLite beside stepstone.
         "w3seq-memory": Spec("w3seq", "memory", n_mem),
+        "w3seq-memory-sq": Spec("w3seq", "memory-sq", n_mem),
         "w3seq-file": Spec("w3seq", "file", n_file),
         "w3seq-sqlite": Spec("w3seq", "sqlite", n_file),
         "w3seq-sqlite-normal": Spec("w3seq", "sqlite-normal", n_file),
