@@ -160,12 +160,26 @@ def _record_metrics() -> None:
     use_meter_provider(meter_provider(InMemoryMetricReader()))
 
 
+def _file_options() -> dict[str, Any]:
+    """FileStore keyword arguments from the environment, for experiments
+    (``STEPSTONE_BENCH_FILE_THREADS=32``, ``STEPSTONE_BENCH_FILE_SYNC=fsync``,
+    ``STEPSTONE_BENCH_FILE_COMMIT=thread``); empty means the defaults."""
+    options: dict[str, Any] = {}
+    if commit_in := os.environ.get("STEPSTONE_BENCH_FILE_COMMIT"):
+        options["commit_in"] = commit_in
+    if threads := os.environ.get("STEPSTONE_BENCH_FILE_THREADS"):
+        options["max_workers"] = int(threads)
+    if sync := os.environ.get("STEPSTONE_BENCH_FILE_SYNC"):
+        options["sync"] = sync
+    return options
+
+
 def local_store(backend: str, where: str) -> ObjectStore:
     """The local store of a backend at ``where``, a directory: a FileStore
     (``file``), or a SqliteStore in a file there (``sqlite``: synchronous
     FULL; ``sqlite-normal``: NORMAL)."""
     if backend == "file":
-        return FileStore(where)
+        return FileStore(where, **_file_options())
     synchronous = "normal" if backend == "sqlite-normal" else "full"
     return SqliteStore(os.path.join(where, "jobs.db"), synchronous=synchronous)
 
@@ -262,25 +276,42 @@ async def _submit_and_wait(
 
 
 class FlushCounter:
-    """Counts flushes in this process: ``os.fsync`` and ``os.fdatasync`` (a
-    FileStore's files and directories, two of each a write; a SqliteStore's
-    syncs are SQLite's own, each commit one with ``synchronous`` FULL: see
-    ``SqliteStore.commits``): the cost that bounds a durable store, and a
-    figure that does not depend on how busy the machine is."""
+    """Counts flushes in this process: ``os.fsync`` (files and directories),
+    ``os.fdatasync`` (the FileStore's create journal) and the FileStore's
+    ``syncfs``, and the ``syncfs`` calls its commit process reports (not its
+    fsyncs: compare ``sync="fsync"`` runs with ``STEPSTONE_BENCH_FILE_COMMIT=thread``).
+    A SqliteStore's syncs are SQLite's own, one a commit with ``synchronous``
+    FULL: ``flushed`` adds its ``commits``. The cost that bounds a durable
+    store, and a figure that does not depend on how busy the machine is."""
 
     def __init__(self) -> None:
         self.calls = 0
 
     def install(self) -> FlushCounter:
+        import stepstone.store.file.commit as commit_module
+        import stepstone.store.file.store as store_module
+        from stepstone.store.file.commit_process import CommitProcess
+
+        in_helper = CommitProcess.commit
+
+        def commit(helper: CommitProcess, writes: Any) -> int:
+            syncs = in_helper(helper, writes)
+            self.calls += syncs
+            return syncs
+
+        CommitProcess.commit = commit  # type: ignore[method-assign]
+
         def counted(real: Any) -> Any:
-            def flush(*args: Any) -> Any:
+            def flush(fd: int) -> None:
                 self.calls += 1  # a race between threads can lose a count: close enough
-                return real(*args)
+                real(fd)
 
             return flush
 
         os.fsync = counted(os.fsync)
         os.fdatasync = counted(os.fdatasync)
+        for module in (commit_module, store_module):
+            module.syncfs = counted(module.syncfs)  # type: ignore[attr-defined]
         return self
 
 
@@ -293,8 +324,8 @@ FLUSHES = FlushCounter().install()
 
 
 class CpuTimer:
-    """The CPU seconds of this process (all threads) and of its children over
-    a block: on a shared, busy machine,
+    """The CPU seconds of this process (all threads) and of its children (a
+    FileStore's commit process) over a block: on a shared, busy machine,
     jobs per CPU-second moves far less than jobs per second."""
 
     def __enter__(self) -> CpuTimer:
@@ -320,6 +351,13 @@ def _run_queue_wait() -> float:
         return 0.0
 
 
+def committing_in(store: CountingStore) -> dict[str, str]:
+    """Where a FileStore commits its writes at the end of a run (``thread``
+    or ``process``, see ``FileStore.commit_in``); nothing for other stores."""
+    where = getattr(store.inner, "committing_in", None)
+    return {} if where is None else {"committing_in": where}
+
+
 def _children_cpu() -> float:
     """CPU seconds used so far by this process's children: those waited for
     (``os.times``) and those still running (``/proc``, Linux)."""
@@ -343,7 +381,7 @@ async def _warm_up_in_process(
     spec: Spec, store: CountingStore, runner: JobRunner, tag: str
 ) -> None:
     """Run a batch first (first-use costs: pydantic schemas, codecs, a
-    StoreQueue's first listing, the store's connections), then count from zero:
+    StoreQueue's first listing, the FileStore's journal), then count from zero:
     the steady state is what is measured."""
     warm = [w3_job(spec.limit, n=-1 - i, steps=spec.steps, tag=tag) for i in range(min(64, spec.n))]
     await _submit_and_wait(runner, warm)
@@ -384,6 +422,7 @@ async def w3(spec: Spec) -> dict[str, Any]:
                 p99_ms=round(percentile(latencies, 99) * 1e3, 3),
                 requests_per_job=per_job(counts, spec.n),
                 requests_by_area=per_area(store.areas(), spec.n),
+                **committing_in(store),
             )
             if spec.resubmit and spec.keyed:
                 store.reset()
@@ -436,6 +475,7 @@ async def w3_one_at_a_time(spec: Spec) -> dict[str, Any]:
                 "flushes_per_job": round((flushed(store) - flushes) / spec.n, 2),
                 "requests_per_job": per_job(store.snapshot(), spec.n),
                 "requests_by_area": per_area(store.areas(), spec.n),
+                **committing_in(store),
             }
 
 
@@ -446,10 +486,17 @@ async def submit_many(spec: Spec) -> dict[str, Any]:
     async with open_backend(spec) as (store, runner):
         tag = uuid.uuid4().hex[:8]
         jobs = [W3(n=i, steps=spec.steps, tag=tag, keyed=spec.keyed) for i in range(spec.n)]
-        # Warm up (first-use costs: the codecs, the store's connection); these
-        # run with the rest.
+        # Warm up (first-use costs: the codecs, the store's journal file or
+        # connection); these run with the rest.
         warm = [W3(n=-1 - i, steps=spec.steps, tag=tag) for i in range(min(64, spec.n))]
         warm_handles = await runner.submit_many(warm)
+        if isinstance(store.inner, FileStore):
+            # The journal's checkpoint flushes the warm-up's creates a moment
+            # later: flush them now and let that checkpoint end, so that its
+            # flush is not counted as the batch's.
+            journal = store.inner._journal
+            await asyncio.to_thread(journal.flush_linked)
+            await _until(lambda: not journal._checkpointing, within=10)
         gc.collect()
         store.reset()
         flushes = flushed(store)
@@ -668,6 +715,7 @@ async def _worker_main(
             if stats is None
             else {k: v for k, v in asdict(stats).items() if k != "corrupt_keys"},
             "peak_rss_mb": round(peak_rss_mb(), 1),
+            **committing_in(store),
             "cpu_seconds": time.process_time() + _children_cpu() - cpu_start,
             "flushes": flushed(store) - flushes_start,
             "context_switches": _switches(resource.getrusage(resource.RUSAGE_SELF))
@@ -772,6 +820,7 @@ async def scale(spec: Spec) -> dict[str, Any]:
             dict(sum((Counter(r["areas"]) for r in reports), Counter())), n
         ),
         "worker_peak_rss_mb": max(r["peak_rss_mb"] for r in reports),
+        "committing_in": [r.get("committing_in") for r in sorted(reports, key=lambda r: r["slot"])],
         **_urgent_waits(waits[spec.n :]),
     }
 
@@ -910,10 +959,12 @@ def run_one(spec: Spec) -> dict[str, Any]:
     figures = CASES[spec.case](spec)
     if asyncio.iscoroutine(figures):
         figures = asyncio.run(figures)
+    options = _file_options() if spec.backend == "file" else {}
     return {
         "name": spec.name(),
         **asdict(spec),
         **figures,
+        **({"file_options": options} if options else {}),
         "peak_rss_mb": round(peak_rss_mb(), 1),
         "load_before": round(load, 2),
     }

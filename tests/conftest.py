@@ -69,6 +69,14 @@ async def file_store(tmp_path: Path) -> AsyncIterator[FileStore]:
 
 
 @pytest.fixture
+async def file_process_store(tmp_path: Path) -> AsyncIterator[FileStore]:
+    """A FileStore committing every batch in its helper process."""
+    store = FileStore(tmp_path / "store", commit_in="process")
+    yield store
+    await store.close()
+
+
+@pytest.fixture
 async def sqlite_store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
     store = SqliteStore(tmp_path / "jobs.db")
     yield store
@@ -84,7 +92,7 @@ async def s3_store(s3_url: str) -> AsyncIterator[ObjectStore]:
     await store.close()
 
 
-@pytest.fixture(params=["memory", "file", "sqlite", "s3"])
+@pytest.fixture(params=["memory", "file", "file_process", "sqlite", "s3"])
 def any_store(request: pytest.FixtureRequest) -> ObjectStore:
     """The same test against every backend."""
     store: ObjectStore = request.getfixturevalue(f"{request.param}_store")

@@ -40,7 +40,10 @@ class ObjectInfo:
 
 @dataclass(frozen=True, slots=True)
 class NewObject:
-    """One object for :meth:`ObjectStore.put_many_if_absent` to create."""
+    """One object for :meth:`ObjectStore.put_many_if_absent` to create. A
+    store may take a subclass that says more about the create (a FileStore:
+    :class:`stepstone.store.file.RecoverableObject`); every store creates
+    ``data`` at ``key``."""
 
     key: str
     data: bytes
@@ -58,7 +61,7 @@ class StoredObject:
 @runtime_checkable
 class ChangeNotices(Protocol):
     """A store that can tell, as it happens, that an object was placed under
-    a prefix, by any process: a SqliteStore or a FileStore on Linux
+    a prefix, by any process: a FileStore or a SqliteStore on Linux
     (inotify). A notice is a
     hint for a reader that would otherwise list again to find out, never
     the only way a change is found: notices can be lost."""
@@ -100,7 +103,7 @@ class ObjectStore(abc.ABC):
 
     async def get_many(self, keys: Sequence[str]) -> list[StoredObject | None]:
         """Each key's object, or None where there is none: ``get`` for many
-        keys, which a store may serve together (a SqliteStore reads them all
+        keys, which a store may serve together (the FileStore reads them all
         in one trip to its reading thread)."""
 
         async def one(key: str) -> StoredObject | None:
@@ -132,8 +135,11 @@ class ObjectStore(abc.ABC):
         (AlreadyExists when another writer got there first). Objects of one key
         are created in order: the first can win, the rest find it there.
 
-        A store may make the whole batch durable at once: a SqliteStore
-        makes it in one transaction, with one commit.
+        A store may make the whole batch durable at once: the FileStore does,
+        with one flush of a journal of its creates (docs/storage.md, and
+        :class:`stepstone.store.file.RecoverableObject` for what a recovery
+        from that journal writes back); a SqliteStore makes it in one
+        transaction.
         """
         results: list[str | StoreError] = [""] * len(objects)
         by_key: dict[str, list[int]] = {}
@@ -164,7 +170,7 @@ class ObjectStore(abc.ABC):
         :mod:`stepstone.store.parts`) as ``put``, ``put_if_absent`` (with
         ``if_absent``) or ``put_if_match`` (with ``if_match``) would write them
         joined, with their errors. A store that can write the buffers where
-        they lie does (SqliteStore, FileStore, S3Store); this default joins
+        they lie does (FileStore, SqliteStore, S3Store); this default joins
         them."""
         data = parts.join()
         if if_absent:
@@ -178,8 +184,8 @@ class ObjectStore(abc.ABC):
         ``splitter`` finds one in its first bytes) in an allocation of its
         own, so that a large value comes out of its record without another
         copy. Raises NotFound. A store that can read the piece straight into
-        its place does (SqliteStore, FileStore, S3Store); this default cuts what ``get``
-        read."""
+        its place does (FileStore, SqliteStore, S3Store); this default cuts
+        what ``get`` read."""
         stored = await self.get(key)
         return split_in_memory(key, stored.data, stored.etag, splitter)
 

@@ -6,7 +6,8 @@
     sqlite:///srv/jobs.db
                          the same, as a URL (``?synchronous=normal``: see SqliteStore)
     ./jobs, /srv/jobs    a FileStore on that directory (relative to the cwd)
-    file:///srv/jobs     the same, as a URL
+    file:///srv/jobs     the same, as a URL (``?sync=fsync`` picks the flush,
+                         ``?commit_in=thread`` where batches commit; see FileStore)
     s3://bucket/prefix?endpoint_url=http://localhost:9000&region=eu-west-1
                          (``&header=X-Tigris-Consistent:true`` sends a
                          provider's own header with every request;
@@ -96,9 +97,8 @@ def open_store(url: str, *, clock: Callable[[], float] | _HasNow | None = None) 
     if scheme == "file":
         if parts.netloc not in ("", "localhost") or not parts.path:
             raise _bad(url, "a file URL is file:///absolute/path")
-        if parts.query:
-            raise _bad(url, "a file URL takes no parameters")
-        return FileStore(_existing(url, Path(unquote(parts.path)), "directory"))
+        options = _file_options(url, parts.query)
+        return FileStore(_existing(url, Path(unquote(parts.path)), "directory"), **options)
     if scheme == "sqlite":
         if parts.netloc not in ("", "localhost") or not parts.path:
             raise _bad(url, "a sqlite URL is sqlite:///absolute/path/jobs.db")
@@ -147,6 +147,18 @@ def _sqlite_options(url: str, query: str) -> dict[str, Any]:
         raise _bad(url, f"unknown parameter {sorted(unknown)[0]!r} (known: synchronous)")
     if params.get("synchronous", "full") not in ("full", "normal"):
         raise _bad(url, f"synchronous={params['synchronous']!r}: use full or normal")
+    return params
+
+
+def _file_options(url: str, query: str) -> dict[str, Any]:
+    params = _params(url, query)
+    unknown = set(params) - {"sync", "commit_in"}
+    if unknown:
+        raise _bad(url, f"unknown parameter {sorted(unknown)[0]!r} (known: commit_in, sync)")
+    if "sync" in params and params["sync"] not in ("auto", "syncfs", "fsync"):
+        raise _bad(url, f"sync={params['sync']!r}: use auto, syncfs or fsync")
+    if "commit_in" in params and params["commit_in"] not in ("auto", "thread", "process"):
+        raise _bad(url, f"commit_in={params['commit_in']!r}: use auto, thread or process")
     return params
 
 

@@ -22,6 +22,7 @@ from stepstone.store import (
     PreconditionFailed,
     StoreError,
 )
+from stepstone.store.file import RecoverableObject
 
 
 def is_s3(store: ObjectStore) -> bool:
@@ -124,7 +125,7 @@ async def test_put_many_if_absent_creates_each_free_key_in_order(any_store: Obje
         [
             NewObject("many/a", b"a"),
             NewObject("taken", b"again"),
-            NewObject("many/b", b"b"),
+            RecoverableObject("many/b", b"b", recovered=b"only for a recovery"),
             NewObject("many/a", b"a twice"),  # the first of one key wins, the rest find it
             NewObject("../x", b"bad key"),
         ]

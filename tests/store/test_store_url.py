@@ -45,6 +45,10 @@ def test_paths_and_file_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     url = open_store(f"file://{tmp_path}/as%20url")
     assert isinstance(url, FileStore)
     assert url.root == str((tmp_path / "as url").resolve())
+    flushed = open_store(f"file://{tmp_path}/f?sync=fsync")
+    assert isinstance(flushed, FileStore) and flushed.sync_mode == "fsync"
+    threaded = open_store(f"file://{tmp_path}/f?commit_in=thread")
+    assert isinstance(threaded, FileStore) and threaded.commit_in == "thread"
 
 
 def test_a_url_opens_an_existing_directory_and_creates_none(
@@ -171,7 +175,10 @@ BAD_URLS = [
     "s3://bucket/../up",
     "file://otherhost/x",
     "file://",
-    "file:///x?sync=fsync",
+    "file:///x?sync=sometimes",
+    "file:///x?fsync=1",
+    "file:///x?sync=fsync&sync=auto",
+    "file:///x?commit_in=elsewhere",
     "sqlite://otherhost/x.db",
     "sqlite://",
     "sqlite:///x.db?synchronous=off",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
@@ -12,7 +13,7 @@ from wf_support import wait_until
 
 from stepstone import EncodingError, InputMismatch, Job, JobContext, JobRunner, SubmitOptions
 from stepstone.records.layout import run_id_for_key
-from stepstone.store import SqliteStore
+from stepstone.store import FileStore, SqliteStore
 
 BOTH_SUBMIT_ORDERS = True  # (conftest: keyed submits also in a remote store's order)
 
@@ -104,6 +105,40 @@ async def test_options_apply_to_every_job(runner: JobRunner) -> None:
         if record is not None:  # (or already run)
             assert (record.priority, dict(record.headers)) == (1, {"batch": "b1"})
     assert [await h for h in handles] == [2, 4]
+
+
+async def test_on_files_the_batch_is_made_durable_with_one_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hundred jobs, one ``fdatasync`` of the create journal, no flush of
+    the filesystem on the way (the checkpoint that retires the journal later
+    is held off here)."""
+    import stepstone.store.file.commit as commit_module
+    import stepstone.store.file.journal as journal_module
+    import stepstone.store.file.store as store_module
+
+    monkeypatch.setattr(store_module, "CHECKPOINT_DELAY", 60.0)
+    flushes: list[str] = []
+
+    def counted(name: str, real: Callable[[int], None]) -> Callable[[int], None]:
+        def flush(fd: int) -> None:
+            flushes.append(name)
+            real(fd)
+
+        return flush
+
+    runner = JobRunner(FileStore(tmp_path), jobs=[Keyed], state=[Counters()])
+    await runner.submit(Keyed(n=-1))  # the journal is made (and flushed) on first use
+    monkeypatch.setattr(journal_module.os, "fdatasync", counted("fdatasync", os.fdatasync))
+    monkeypatch.setattr(journal_module.os, "fsync", counted("fsync", os.fsync))
+    for module in (commit_module, store_module):
+        monkeypatch.setattr(module, "syncfs", counted("syncfs", module.syncfs))
+    handles = await runner.submit_many([Keyed(n=i) for i in range(100)])
+    assert flushes == ["fdatasync"]
+    assert all(h.newly_submitted for h in handles)
+    async with runner:
+        assert [await h for h in handles] == list(range(100))
+    await runner.close()
 
 
 async def test_on_a_sqlite_file_the_batch_is_made_in_one_transaction(tmp_path: Path) -> None:

@@ -2,8 +2,8 @@
 ``put_many_if_absent``, and a create whose answer was lost decided by what
 the store holds.
 
-A batch is one request to the store, so a SqliteStore makes every create of
-it in one transaction, with one commit. A create refused because the key is
+A batch is one request to the store, so a FileStore makes every create of it
+durable with one flush of its journal. A create refused because the key is
 taken is a duplicate (``created=False``). A create whose answer was lost
 (a timeout, a 5xx) may have landed: the record's random ``nonce`` makes its
 bytes unique, so a read of the key says whether it is ours
@@ -15,13 +15,13 @@ from __future__ import annotations
 import asyncio
 import secrets
 
-from stepstone.store.base import NewObject
 from stepstone.store.errors import AlreadyExists, PreconditionFailed, StoreError, StoreUnavailable
+from stepstone.store.file import RecoverableObject
 
 from ..queue import Enqueued, NewJob, check_enqueue
 from .lost_answers import landed
 from .record_io import RecordIO
-from .records import StoredJob, encode
+from .records import StoredJob, encode_created
 
 
 def new_record(
@@ -52,14 +52,21 @@ def new_record(
 
 async def create(io: RecordIO, records: list[StoredJob]) -> list[Enqueued | BaseException]:
     """One create-if-absent per record, all in one ``put_many_if_absent``
-    (a SqliteStore makes them in one transaction); what each did."""
-    encoded = [encode(record) for record in records]
+    (a FileStore makes them durable with one flush of its journal); what
+    each did. A record that a recovery after a power cut writes back
+    counts as claimed once more (``claims``), so its worker looks for an
+    outcome before running it: the record may be one that was acked or
+    cancelled just before the cut (docs/storage.md)."""
+    encoded = [encode_created(record) for record in records]
     created = await io.store.put_many_if_absent(
-        [NewObject(io.key(r.id), data) for r, data in zip(records, encoded, strict=True)]
+        [
+            RecoverableObject(io.key(r.id), data, recovered)
+            for r, (data, recovered) in zip(records, encoded, strict=True)
+        ]
     )
     answers: list[Enqueued | BaseException] = []
     unsure: list[tuple[int, StoredJob, bytes, StoreError]] = []
-    for record, data, result in zip(records, encoded, created, strict=True):
+    for record, (data, _), result in zip(records, encoded, created, strict=True):
         if isinstance(result, str):  # (the common case, answered without a coroutine)
             io.view.learn(record.id, result, record, len(data))
             answers.append(Enqueued(record.id, created=True, version=result))

@@ -38,6 +38,7 @@ __all__ = [
     "decode",
     "delivery_of",
     "encode",
+    "encode_created",
     "record_of",
     "listed_priority",
     "status_of",
@@ -171,6 +172,19 @@ ones, and most) decode unchanged, and an older reader ignores them."""
 
 def encode(job: StoredJob) -> bytes:
     return _packed(job, _body(job))
+
+
+def encode_created(job: StoredJob) -> tuple[bytes, bytes]:
+    """A new record's bytes, and the bytes a recovery after a power cut writes
+    back in its place (``put_many_if_absent``'s ``recovered``): the same
+    record counted as claimed once more, so that its worker looks for an
+    outcome before running it (it may have run and been acked before the
+    cut), and its ``rev`` bumped, so that no two versions share bytes."""
+    body = _body(job)
+    data = _packed(job, body)
+    body["claims"] = job.claims + 1
+    body["rev"] = job.rev + 1
+    return data, _packed(job, body)
 
 
 def _body(job: StoredJob) -> dict[str, Any]:

@@ -14,19 +14,11 @@ import os
 
 from ..errors import InvalidKey, StoreConfigError
 from ..keys import validate_key
+from .flush import fsync_directory
 from .os_errors import key_conflict
 
 INSIDE_CACHE = 4096
 """Directories remembered as resolving inside the root (see ``KeyPaths.check_inside``)."""
-
-
-def fsync_directory(path: str) -> None:
-    """Make the entries of the directory at ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def make_own_directory(path: str, location: str) -> None:
@@ -52,9 +44,13 @@ def make_own_directory(path: str, location: str) -> None:
 class KeyPaths:
     """The paths of one store's keys, under ``root`` (a resolved, absolute path)."""
 
-    def __init__(self, root: str, location: str) -> None:
+    def __init__(self, root: str, location: str, *, fsync_new_directories: bool) -> None:
+        """With ``fsync_new_directories`` (fsync mode), each directory made
+        for a write is fsynced into its parent; in syncfs mode the batch's
+        second sync covers them with the entries in them."""
         self.root = root
         self.location = location
+        self._fsync = fsync_new_directories
         self._inside_ok: set[str] = set()
 
     def of(self, key: str) -> str:
@@ -88,8 +84,6 @@ class KeyPaths:
 
         The deepest existing ancestor is checked to lie inside the root before
         anything is created, so a symlink in the root cannot lead a write out.
-        Each directory made is flushed into its parent, so a write's path is
-        on the disk with it.
         """
         missing: list[str] = []
         d = directory
@@ -109,6 +103,7 @@ class KeyPaths:
                 if not os.path.isdir(d):
                     raise key_conflict(self.location, key) from None
                 raced = True  # another writer made it: perhaps a symlink
-            fsync_directory(os.path.dirname(d))
+            if self._fsync:
+                fsync_directory(os.path.dirname(d))
         if raced:
             self.check_inside(directory, key)

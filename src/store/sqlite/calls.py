@@ -12,7 +12,6 @@ grows with the load by itself, and a lone call is served at once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sqlite3
 import threading
 from collections import deque
@@ -20,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..callers import serve_all, tell
 from ..errors import StoreError
 
 MAX_BATCH = 256
@@ -103,25 +103,8 @@ class Batcher:
 
     def _work(self) -> None:
         while batch := self._take():
-            calls = [call for queued in batch for call in queued[0]]
-            try:
-                self._serve(calls)
-            except BaseException as exc:  # a bug or an interrupt: fail the batch, loudly
-                for call in calls:
-                    if call.error is None:
-                        call.error = exc
-            by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
-            for _, done, loop in batch:
-                by_loop.setdefault(loop, []).append(done)
-            for loop, futures in by_loop.items():
-                with contextlib.suppress(RuntimeError):  # (a closed loop: nobody waits)
-                    loop.call_soon_threadsafe(_wake, futures)
-
-
-def _wake(futures: list[asyncio.Future[None]]) -> None:
-    for done in futures:
-        if not done.done():
-            done.set_result(None)
+            serve_all(self._serve, [call for queued in batch for call in queued[0]])
+            tell((done, loop) for _, done, loop in batch)
 
 
 def call(conn: sqlite3.Connection, one: Call) -> None:
