@@ -9,7 +9,7 @@ directory (:mod:`stepstone.store.inotify`), on the event loop. It then asks
 the database, on the store's reading thread, which keys under its prefix
 were written since the last write it knew of: every write has a number, in
 order (``objects.id``), so that is one look at an index, however busy the
-database is (:class:`~stepstone.store.sqlite.reads.Changes`). Looks do not
+database is (:func:`stepstone.store.sqlite.objects.changes`). Looks do not
 pile up: the first ring after a quiet spell is looked into at once, and the
 rings heard while a look is under way, or within ``LOOK_GAP`` after it, make
 one more look when that time is up. (Every commit rings, this process's
