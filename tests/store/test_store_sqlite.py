@@ -127,7 +127,8 @@ async def test_a_write_lock_held_elsewhere_fails_writes_in_bounded_time_and_spar
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Another process holds the write lock (a transaction left open): reads
-    go on (WAL), a write waits its bounded time and fails StoreUnavailable
+    go on (WAL), and so does opening the store again (a command, a worker
+    starting), a write waits its bounded time and fails StoreUnavailable
     saying why, and once the lock is free writes go through again."""
     monkeypatch.setattr(connection, "LOCK_WAIT", 0.5)
     path = tmp_path / "s.db"
@@ -138,6 +139,8 @@ async def test_a_write_lock_held_elsewhere_fails_writes_in_bounded_time_and_spar
         holder.execute("INSERT INTO objects (key, size, modified, data) VALUES ('x', 0, 0, x'')")
         try:
             assert (await store.get("k")).data == b"committed"
+            async with SqliteStore(path) as opened:  # (waits for no writer: it would fail)
+                assert (await opened.get("k")).data == b"committed"
             started = time.monotonic()
             with pytest.raises(StoreUnavailable, match="write lock"):
                 await store.put("k", b"blocked")

@@ -102,36 +102,46 @@ def transaction(conn: sqlite3.Connection, begin: str = "BEGIN IMMEDIATE") -> Ite
 
 def prepare(conn: sqlite3.Connection, location: str) -> None:
     """Check that the database is a stepstone one of a schema this release
-    reads, or make an empty one so; StoreConfigError if it is neither."""
-    refused = "this SQLite database belongs to another application"
+    reads, or make an empty one so; StoreConfigError if it is neither. An
+    existing store is only read here: opening one waits for no writer."""
     try:
+        if _marked(conn, location):
+            return
         with transaction(conn):
-            application = conn.execute("PRAGMA application_id").fetchone()[0]
-            if application == 0:
-                if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
-                    raise StoreConfigError(
-                        f"{refused} (it has tables and no stepstone mark): refused, so as"
-                        " not to write into it",
-                        location=location,
-                    )
+            if not _marked(conn, location):
                 for table in TABLES:
                     conn.execute(table)
                 conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
                 conn.execute(f"PRAGMA user_version={SCHEMA}")
-            elif application != APPLICATION_ID:
-                raise StoreConfigError(
-                    f"{refused} (application_id {application:#x}): refused, so as not to"
-                    " write into it",
-                    location=location,
-                )
-            elif (schema := conn.execute("PRAGMA user_version").fetchone()[0]) > SCHEMA:
-                raise StoreConfigError(
-                    f"this database was made by a later release of stepstone (schema"
-                    f" {schema}); this release reads schema {SCHEMA}: upgrade stepstone",
-                    location=location,
-                )
     except sqlite3.Error as exc:
         raise store_error(exc, location, None, "cannot open the database") from exc
+
+
+def _marked(conn: sqlite3.Connection, location: str) -> bool:
+    """Whether the database is a stepstone one this release reads (False: an
+    empty one); StoreConfigError for another application's or a later one."""
+    refused = "this SQLite database belongs to another application"
+    application = conn.execute("PRAGMA application_id").fetchone()[0]
+    if application == 0:
+        if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+            raise StoreConfigError(
+                f"{refused} (it has tables and no stepstone mark): refused, so as not to"
+                " write into it",
+                location=location,
+            )
+        return False
+    if application != APPLICATION_ID:
+        raise StoreConfigError(
+            f"{refused} (application_id {application:#x}): refused, so as not to write into it",
+            location=location,
+        )
+    if (schema := conn.execute("PRAGMA user_version").fetchone()[0]) > SCHEMA:
+        raise StoreConfigError(
+            f"this database was made by a later release of stepstone (schema {schema});"
+            f" this release reads schema {SCHEMA}: upgrade stepstone",
+            location=location,
+        )
+    return True
 
 
 def store_error(exc: sqlite3.Error, location: str, key: str | None, doing: str) -> StoreError:
