@@ -1,7 +1,7 @@
 """Large step results: a run's peak memory and time as it records, replays
-and answers a value of many megabytes, on files and on S3 (moto).
+and answers a value of many megabytes, on a SQLite file, on files and on S3 (moto).
 
-``python -m benchmarks.big_values [--mb 100] [--backends file,s3]
+``python -m benchmarks.big_values [--mb 100] [--backends sqlite,file,s3]
 [--values bytes,text,rows] [--rounds 3] [--out FILE]``
 
 Each case is one run of ``BigValue`` (in ``benchmarks.big_values_app``),
@@ -29,13 +29,13 @@ peak with a value of a few bytes (the ``control`` rows): what the value costs
 the process, in everything it holds (the C buffers of msgpack, aiohttp
 and the file reads included), which tracemalloc, counting Python's
 allocations only, would miss. ``os.wait4``'s figure, which counts the
-child's own children too (a FileStore's commit process, say), is kept
+child's own children too, is kept
 beside it. moto runs in a process of its own (benchmarks.moto_server),
 started by this one, so its memory is in neither.
 ``build`` is a child that only builds the value (no step, no store): the
 value's own size in memory, which for ``rows`` is well above its payload.
 
-Stores are fresh (a directory under the system's temp directory, or a
+Stores are fresh (a SQLite file or a directory under the system's temp directory, or a
 bucket on a moto server of its own per round) and removed at the end.
 Figures go to docs/performance.md with the commit; the history to
 benchmarks/NOTES.md.
@@ -107,9 +107,12 @@ def _one_case(backend: str, value: str, mb: float, moto_url: str | None) -> dict
     """The three phases of one run on a fresh store; the child's figures by phase."""
     env = dict(os.environ)
     directory = None
-    if backend == "file":
+    if backend in ("file", "sqlite"):
         directory = tempfile.mkdtemp(prefix="stepstone-big-")
         store = directory
+        if backend == "sqlite":
+            store = os.path.join(directory, "jobs.db")
+            open(store, "wb").close()  # (an empty file is an empty store)
     else:
         assert moto_url is not None
         bucket = f"big-{uuid.uuid4().hex[:12]}"
@@ -133,7 +136,7 @@ def _one_case(backend: str, value: str, mb: float, moto_url: str | None) -> dict
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mb", type=float, default=100.0, help="the value's payload, MiB")
-    parser.add_argument("--backends", default="file,s3")
+    parser.add_argument("--backends", default="sqlite,file,s3")
     parser.add_argument("--values", default=",".join(VALUES))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default=None)
@@ -204,7 +207,7 @@ def _summary(runs: list[dict[str, Any]], mb: float) -> list[str]:
         payload = statistics.median(f["payload"] or mb * 2**20 for f in figures) / 2**20
         seconds = statistics.median(f["phase_seconds"] or f["seconds"] for f in figures)
         lines.append(
-            f"{backend:5} {value:6} {phase:7} payload {payload:6.1f} MiB  "
+            f"{backend:6} {value:6} {phase:7} payload {payload:6.1f} MiB  "
             f"peak over control {over:7.1f} MiB = {over / payload:4.2f}x  "
             f"(control {base:5.1f} MiB)  {seconds:6.2f} s"
         )

@@ -17,7 +17,8 @@ submitters
           per job by operation, and the submits' latency, as submitters grow;
           with ``api`` the submitting runner runs no worker, another does.
 latency   one job at a time: submit, await the result, repeat.
-scale     one FileStore, ``processes`` worker processes (``async with
+scale     one local store (a directory, or a SQLite file: ``sqlite`` and
+          ``sqlite-normal``), ``processes`` worker processes (``async with
           JobRunner(...)`` in each); the parent submits all N first, then
           lets the workers go and times until every job is acked. With
           ``urgent``, once a tenth of the N are done the parent submits that
@@ -38,9 +39,11 @@ a retried job costs, and what of it is the history's.
 the ``-metrics`` cases against their twins measure what recording costs.
 
 Backends: ``memory`` (MemoryStore + MemoryQueue), ``memory-sq`` (MemoryStore +
-StoreQueue: the StoreQueue's request pattern without I/O), ``file``
-(FileStore + StoreQueue, durable: every write synced before it returns), ``s3`` (moto's S3
-server in a child process + StoreQueue).
+StoreQueue: the StoreQueue's request pattern without I/O), ``sqlite``
+(SqliteStore + StoreQueue, ``synchronous`` FULL: every commit synced before
+it returns), ``sqlite-normal`` (NORMAL: synced at checkpoints), ``file``
+(FileStore + StoreQueue, durable: every write synced before it returns),
+``s3`` (moto's S3 server in a child process + StoreQueue).
 
 Every store is wrapped in a CountingStore, so the figures include its (tiny)
 cost; requests are reported per job by operation.
@@ -68,7 +71,7 @@ from typing import Any
 from stepstone import JobHandle, JobRunner, JobStatus, SubmitOptions
 from stepstone.execute.durable_waits import RECHECK_WAKING
 from stepstone.runtime import Clock, FakeClock, MemoryQueue
-from stepstone.store import FileStore, MemoryStore, ObjectStore
+from stepstone.store import FileStore, MemoryStore, ObjectStore, SqliteStore
 
 from .counting import OPERATIONS, CountingStore
 from .jobs import W3, W3_JOBS, AwaitsPing, Naps, w3_job
@@ -171,6 +174,16 @@ def _file_options() -> dict[str, Any]:
     return options
 
 
+def local_store(backend: str, where: str) -> ObjectStore:
+    """The local store of a backend at ``where``, a directory: a FileStore
+    (``file``), or a SqliteStore in a file there (``sqlite``: synchronous
+    FULL; ``sqlite-normal``: NORMAL)."""
+    if backend == "file":
+        return FileStore(where, **_file_options())
+    synchronous = "normal" if backend == "sqlite-normal" else "full"
+    return SqliteStore(os.path.join(where, "jobs.db"), synchronous=synchronous)
+
+
 TRASH = "stepstone-bench-trash"
 
 
@@ -206,9 +219,9 @@ async def open_backend(
         queue = MemoryQueue(clock=clock)
     elif spec.backend == "memory-sq":
         inner = MemoryStore()
-    elif spec.backend == "file":
+    elif spec.backend in ("file", "sqlite", "sqlite-normal"):
         tmp = tempfile.mkdtemp(prefix="stepstone-bench-", dir=spec.workdir or None)
-        inner = FileStore(tmp, **_file_options())
+        inner = local_store(spec.backend, tmp)
     elif spec.backend == "s3":
         from stepstone.store import S3Store
 
@@ -267,8 +280,9 @@ class FlushCounter:
     ``os.fdatasync`` (the FileStore's create journal) and the FileStore's
     ``syncfs``, and the ``syncfs`` calls its commit process reports (not its
     fsyncs: compare ``sync="fsync"`` runs with ``STEPSTONE_BENCH_FILE_COMMIT=thread``).
-    The cost that bounds a durable FileStore, and a figure that does not
-    depend on how busy the machine is."""
+    A SqliteStore's syncs are SQLite's own, one a commit with ``synchronous``
+    FULL: ``flushed`` adds its ``commits``. The cost that bounds a durable
+    store, and a figure that does not depend on how busy the machine is."""
 
     def __init__(self) -> None:
         self.calls = 0
@@ -276,20 +290,16 @@ class FlushCounter:
     def install(self) -> FlushCounter:
         import stepstone.store.file.commit as commit_module
         import stepstone.store.file.store as store_module
+        from stepstone.store.file.commit_process import CommitProcess
 
-        try:
-            from stepstone.store.file.commit_process import CommitProcess
-        except ImportError:  # (an older FileStore committed in a thread only)
-            pass
-        else:
-            in_helper = CommitProcess.commit
+        in_helper = CommitProcess.commit
 
-            def commit(helper: CommitProcess, writes: Any) -> int:
-                syncs = in_helper(helper, writes)
-                self.calls += syncs
-                return syncs
+        def commit(helper: CommitProcess, writes: Any) -> int:
+            syncs = in_helper(helper, writes)
+            self.calls += syncs
+            return syncs
 
-            CommitProcess.commit = commit  # type: ignore[method-assign]
+        CommitProcess.commit = commit  # type: ignore[method-assign]
 
         def counted(real: Any) -> Any:
             def flush(fd: int) -> None:
@@ -301,9 +311,13 @@ class FlushCounter:
         os.fsync = counted(os.fsync)
         os.fdatasync = counted(os.fdatasync)
         for module in (commit_module, store_module):
-            if hasattr(module, "syncfs"):  # (an older FileStore flushed in commit only)
-                module.syncfs = counted(module.syncfs)
+            module.syncfs = counted(module.syncfs)  # type: ignore[attr-defined]
         return self
+
+
+def flushed(store: CountingStore) -> int:
+    """The flushes of this process so far, with a SqliteStore's commits."""
+    return FLUSHES.calls + int(getattr(store.inner, "commits", 0))
 
 
 FLUSHES = FlushCounter().install()
@@ -392,10 +406,10 @@ async def w3(spec: Spec) -> dict[str, Any]:
         ]
         async with runner:
             await _warm_up_in_process(spec, store, runner, tag)
-            flushes = FLUSHES.calls
+            flushes = flushed(store)
             with CpuTimer() as cpu:
                 seconds, latencies, results = await _submit_and_wait(runner, jobs)
-            flushes = FLUSHES.calls - flushes
+            flushes = flushed(store) - flushes
             assert results == [i + spec.steps for i in range(spec.n)], "wrong results"
             counts = store.snapshot()
             out.update(
@@ -440,8 +454,9 @@ async def w3_one_at_a_time(spec: Spec) -> dict[str, Any]:
         jobs = [W3(n=i, steps=spec.steps, tag=tag, keyed=spec.keyed) for i in range(spec.n)]
         async with runner:
             await _warm_up_in_process(spec, store, runner, tag)
-            flushes = FLUSHES.calls
+            flushes = flushed(store)
             latencies = []
+            usage = resource.getrusage(resource.RUSAGE_SELF)
             with CpuTimer() as cpu:
                 t0 = time.perf_counter()
                 handles = []
@@ -456,7 +471,8 @@ async def w3_one_at_a_time(spec: Spec) -> dict[str, Any]:
             return {
                 **_one_at_a_time_figures(spec, seconds, submit_seconds, latencies),
                 "jobs_per_cpu_s": round(spec.n / cpu.seconds, 1),
-                "flushes_per_job": round((FLUSHES.calls - flushes) / spec.n, 2),
+                "waits_per_job": round(_waits(usage) / spec.n, 1),
+                "flushes_per_job": round((flushed(store) - flushes) / spec.n, 2),
                 "requests_per_job": per_job(store.snapshot(), spec.n),
                 "requests_by_area": per_area(store.areas(), spec.n),
                 **committing_in(store),
@@ -470,8 +486,8 @@ async def submit_many(spec: Spec) -> dict[str, Any]:
     async with open_backend(spec) as (store, runner):
         tag = uuid.uuid4().hex[:8]
         jobs = [W3(n=i, steps=spec.steps, tag=tag, keyed=spec.keyed) for i in range(spec.n)]
-        # Warm up (first-use costs: the codecs, the store's journal file); these
-        # run with the rest.
+        # Warm up (first-use costs: the codecs, the store's journal file or
+        # connection); these run with the rest.
         warm = [W3(n=-1 - i, steps=spec.steps, tag=tag) for i in range(min(64, spec.n))]
         warm_handles = await runner.submit_many(warm)
         if isinstance(store.inner, FileStore):
@@ -483,12 +499,12 @@ async def submit_many(spec: Spec) -> dict[str, Any]:
             await _until(lambda: not journal._checkpointing, within=10)
         gc.collect()
         store.reset()
-        flushes = FLUSHES.calls
+        flushes = flushed(store)
         with CpuTimer() as cpu:
             t0 = time.perf_counter()
             handles = await runner.submit_many(jobs)
             submit_seconds = time.perf_counter() - t0
-        submit_flushes = FLUSHES.calls - flushes
+        submit_flushes = flushed(store) - flushes
         submit_requests = per_job(store.snapshot(), spec.n)
         async with runner:
             results = await asyncio.gather(*handles)
@@ -513,7 +529,8 @@ def peer_one_at_a_time(spec: Spec) -> dict[str, Any]:
     Not a coroutine: DBOS refuses to start inside a running event loop."""
     figures = PEERS[spec.backend](spec.n, spec.steps, spec.concurrency, spec.workdir)
     discard(figures.pop("root"))
-    return _one_at_a_time_figures(spec, **figures)
+    cpu = figures.pop("cpu_seconds")
+    return {**_one_at_a_time_figures(spec, **figures), "jobs_per_cpu_s": round(spec.n / cpu, 1)}
 
 
 def _one_at_a_time_figures(
@@ -613,7 +630,7 @@ async def latency(spec: Spec) -> dict[str, Any]:
         }
 
 
-# -- several worker processes on one FileStore ---------------------------------
+# -- several worker processes on one local store --------------------------------
 
 
 @dataclass
@@ -627,26 +644,36 @@ class _Signals:
     results: Any  # Queue: each worker's report
 
 
-def _worker_process(root: str, concurrency: int, signals: _Signals, slot: int) -> None:
+def _worker_process(
+    backend: str, root: str, concurrency: int, signals: _Signals, slot: int
+) -> None:
     profile_dir = os.environ.get("STEPSTONE_BENCH_PROFILE_DIR")
     if not profile_dir:
-        asyncio.run(_worker_main(root, concurrency, signals, slot))
+        asyncio.run(_worker_main(backend, root, concurrency, signals, slot))
         return
     # Where a worker's time goes, for `python -m pstats DIR/worker-<slot>.prof`.
     profiler = cProfile.Profile()
-    profiler.runcall(asyncio.run, _worker_main(root, concurrency, signals, slot))
+    profiler.runcall(asyncio.run, _worker_main(backend, root, concurrency, signals, slot))
     profiler.dump_stats(os.path.join(profile_dir, f"worker-{slot}.prof"))
 
 
-async def _warm_up(root: str, concurrency: int) -> None:
+async def _warm_up(backend: str, root: str, concurrency: int) -> None:
     """Run a batch of W3 on a store of the worker's own, so that imports and
     first-call costs are paid before the clock starts, as in a long-running
     worker, and not counted against however many processes share them."""
-    store = FileStore(root, **_file_options())
+    os.makedirs(root, exist_ok=True)
+    store = local_store(backend, root)
     async with JobRunner(store, jobs=[W3], concurrency=concurrency) as runner:
         jobs = [W3(n=i, tag="warm-up") for i in range(concurrency)]
         await asyncio.gather(*await asyncio.gather(*(runner.submit(job) for job in jobs)))
     await store.close()
+
+
+def _waits(since: resource.struct_rusage) -> int:
+    """The times a thread of this process gave up its core to wait (voluntary
+    context switches) since ``since``: what handing work between threads
+    costs, counted apart from how busy the machine is."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - since.ru_nvcsw
 
 
 def _switches(usage: resource.struct_rusage) -> int:
@@ -660,15 +687,17 @@ def _discard_warm_ups(root: str, processes: int) -> None:
             discard(f"{root}-warm-up-{slot}")
 
 
-async def _worker_main(root: str, concurrency: int, signals: _Signals, slot: int) -> None:
-    await _warm_up(f"{root}-warm-up-{slot}", concurrency)
+async def _worker_main(
+    backend: str, root: str, concurrency: int, signals: _Signals, slot: int
+) -> None:
+    await _warm_up(backend, f"{root}-warm-up-{slot}", concurrency)
     signals.ready[slot] = 1
-    store = CountingStore(FileStore(root, **_file_options()))
+    store = CountingStore(local_store(backend, root))
     runner = JobRunner(store, jobs=[W3], concurrency=concurrency, retry_backoff=0.0)
     go, stop, done = signals.go, signals.stop, signals.done
     while not go.is_set():  # noqa: ASYNC110 - a multiprocessing Event, not an asyncio one
         await asyncio.sleep(0.001)
-    cpu_start, flushes_start = time.process_time() + _children_cpu(), FLUSHES.calls
+    cpu_start, flushes_start = time.process_time() + _children_cpu(), flushed(store)
     usage_start = resource.getrusage(resource.RUSAGE_SELF)
     async with runner:
         while not stop.is_set():
@@ -688,7 +717,7 @@ async def _worker_main(root: str, concurrency: int, signals: _Signals, slot: int
             "peak_rss_mb": round(peak_rss_mb(), 1),
             **committing_in(store),
             "cpu_seconds": time.process_time() + _children_cpu() - cpu_start,
-            "flushes": FLUSHES.calls - flushes_start,
+            "flushes": flushed(store) - flushes_start,
             "context_switches": _switches(resource.getrusage(resource.RUSAGE_SELF))
             - _switches(usage_start),
             "system_seconds": resource.getrusage(resource.RUSAGE_SELF).ru_stime
@@ -710,13 +739,17 @@ async def scale(spec: Spec) -> dict[str, Any]:
     )
     go, stop, done, results = signals.go, signals.stop, signals.done, signals.results
     procs = [
-        ctx.Process(target=_worker_process, args=(root, spec.concurrency, signals, i), daemon=True)
+        ctx.Process(
+            target=_worker_process,
+            args=(spec.backend, root, spec.concurrency, signals, i),
+            daemon=True,
+        )
         for i in range(spec.processes)
     ]
     try:
         for p in procs:
             p.start()
-        store = CountingStore(FileStore(root))
+        store = CountingStore(local_store(spec.backend, root))
         submitter = JobRunner(store, jobs=[W3])
         tag = uuid.uuid4().hex[:8]
         jobs = [

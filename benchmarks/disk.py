@@ -8,6 +8,9 @@ Prints, for small files in DIR (default: the temp directory):
   (the FileStore's group commit);
 - the FileStore itself: ``put_if_absent`` one at a time, and 64 at a time,
   in each sync mode;
+- one SQLite transaction of one insert in WAL mode, ``synchronous=FULL`` (a
+  sync of the log each) and ``NORMAL``, and the SqliteStore in each mode,
+  ``put_if_absent`` one at a time and 64 at a time;
 - the cost of creating a file in DIR: on ext4 without a journal it grows
   with the files deleted nearby in the last minutes (see docs/performance.md).
 
@@ -23,6 +26,7 @@ import functools
 import os
 import resource
 import shutil
+import sqlite3
 import sys
 import tempfile
 import time
@@ -30,7 +34,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from stepstone.store import FileStore
+from stepstone.store import FileStore, ObjectStore, SqliteStore
 from stepstone.store.file.flush import HAVE_SYNCFS, syncfs
 
 Usage = tuple[float, float, float]
@@ -95,9 +99,11 @@ def syncfs_batches(root: str, n: int, batch: int) -> dict[str, Any]:
     return row(f"syncfs before and after, batches of {batch}", n, a, b)
 
 
-def filestore(root: str, n: int, concurrent: int, sync: str) -> dict[str, Any]:
+def creates(what: str, make: Callable[[], ObjectStore], n: int, concurrent: int) -> dict[str, Any]:
+    """``n`` small ``put_if_absent`` calls, ``concurrent`` at a time, on ``make()``."""
+
     async def main() -> tuple[Usage, Usage]:
-        async with FileStore(root, sync=sync) as store:  # type: ignore[arg-type]
+        async with make() as store:
             await store.put_if_absent("warm", b"x")
             gate = asyncio.Semaphore(concurrent)
 
@@ -110,7 +116,31 @@ def filestore(root: str, n: int, concurrent: int, sync: str) -> dict[str, Any]:
             return a, usage()
 
     a, b = asyncio.run(main())
-    return row(f"FileStore.put_if_absent, {concurrent} at a time, sync={sync}", n, a, b)
+    return row(f"{what}.put_if_absent, {concurrent} at a time", n, a, b)
+
+
+def filestore(root: str, n: int, concurrent: int, sync: str) -> dict[str, Any]:
+    make = functools.partial(FileStore, root, sync=sync)
+    return creates(f"FileStore(sync={sync!r})", make, n, concurrent)  # type: ignore[arg-type]
+
+
+def sqlite_each(root: str, n: int, synchronous: str) -> dict[str, Any]:
+    conn = sqlite3.connect(os.path.join(root, "raw.db"), isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={synchronous}")
+    conn.execute("CREATE TABLE t (key TEXT PRIMARY KEY, data BLOB)")
+    a = usage()
+    for i in range(n):
+        conn.execute("INSERT INTO t VALUES (?, ?)", (str(i), b"x" * 100))
+    b = usage()
+    conn.close()
+    return row(f"SQLite, one insert a transaction, WAL, synchronous={synchronous}", n, a, b)
+
+
+def sqlitestore(root: str, n: int, concurrent: int, synchronous: str) -> dict[str, Any]:
+    path = os.path.join(root, "jobs.db")
+    make = functools.partial(SqliteStore, path, synchronous=synchronous)
+    return creates(f"SqliteStore(synchronous={synchronous!r})", make, n, concurrent)  # type: ignore[arg-type]
 
 
 def create_cost(root: str, n: int = 2000) -> dict[str, Any]:
@@ -133,6 +163,15 @@ def main() -> None:
     probes += [
         functools.partial(filestore, n=300 if c == 1 else 2000, concurrent=c, sync=m)
         for m in modes
+        for c in (1, 64)
+    ]
+    probes += [
+        functools.partial(sqlite_each, n=600, synchronous="FULL"),
+        functools.partial(sqlite_each, n=2000, synchronous="NORMAL"),
+    ]
+    probes += [
+        functools.partial(sqlitestore, n=300 if c == 1 else 2000, concurrent=c, synchronous=m)
+        for m in ("full", "normal")
         for c in (1, 64)
     ]
     for probe in probes:

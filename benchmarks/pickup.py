@@ -1,11 +1,11 @@
 """Pickup and failover with a separate worker process, as a user runs them.
 
-``python -m benchmarks.pickup [--backends file,s3] [--idles 0,1,10,60]
+``python -m benchmarks.pickup [--backends sqlite,file,s3] [--idles 0,1,10,60]
 [--rounds 3] [--failover] [--out FILE]``
 
 **Pickup.** A ``stepstone worker`` process runs ``benchmarks.pickup_app``
-on a fresh store (a directory under /tmp, or a bucket on a moto S3 server in
-a process of its own); this process submits as an API process would (a
+on a fresh store (a SQLite file or a directory under /tmp, or a bucket on a
+moto S3 server in a process of its own); this process submits as an API process would (a
 runner that runs no worker, opened as it starts) and awaits each result. For each job it
 records submit -> start (the job answers the wall-clock time its attempt
 began) and submit -> result. The first job is submitted as soon as the
@@ -104,7 +104,7 @@ class WorkerProcess:
 
 
 class Backend:
-    """Fresh stores of one kind: a directory under /tmp, or a moto bucket."""
+    """Fresh stores of one kind: a SQLite file or a directory under /tmp, or a moto bucket."""
 
     def __init__(self, name: str, moto: MotoServer | None) -> None:
         self.name = name
@@ -112,10 +112,14 @@ class Backend:
         self.dirs: list[str] = []
 
     def fresh(self) -> tuple[str, dict[str, str]]:
-        if self.name == "file":
+        if self.name in ("file", "sqlite"):
             root = tempfile.mkdtemp(prefix="stepstone-pickup-", dir="/tmp")
             self.dirs.append(root)
-            return root, {}
+            if self.name == "file":
+                return root, {}
+            path = os.path.join(root, "jobs.db")
+            open(path, "wb").close()  # (an empty file is an empty store)
+            return path, {}
         assert self.moto is not None
         bucket = f"pickup-{uuid.uuid4().hex[:12]}"
         self.moto.create_bucket(bucket)
@@ -310,7 +314,7 @@ def _table(result: dict[str, Any]) -> str:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backends", default="file,s3")
+    parser.add_argument("--backends", default="sqlite,file,s3")
     parser.add_argument("--idles", default="0,1,10,60")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--failover", action="store_true")

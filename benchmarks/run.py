@@ -31,6 +31,8 @@ def plan(quick: bool) -> dict[str, Spec]:
         "w3-memory": Spec("w3", "memory", n_mem),
         "w3-memory-sq": Spec("w3", "memory-sq", n_mem),
         "w3-file": Spec("w3", "file", n_file),
+        "w3-sqlite": Spec("w3", "sqlite", n_file),
+        "w3-sqlite-normal": Spec("w3", "sqlite-normal", n_file),
         "w3-s3": Spec("w3", "s3", n_s3),
         "w3-s3-unkeyed": Spec("w3", "s3", n_s3, keyed=False, resubmit=False),
         # Fleet-wide limits (docs/concepts.md): each run its own concurrency
@@ -48,6 +50,7 @@ def plan(quick: bool) -> dict[str, Spec]:
         "w3-s3-rate": Spec("w3", "s3", n_s3, limit="rate"),
         "latency-memory": Spec("latency", "memory", 50 if q else 1000),
         "latency-file": Spec("latency", "file", 20 if q else 200),
+        "latency-sqlite": Spec("latency", "sqlite", 20 if q else 200),
         # Submit, then await, one job at a time from a runner with no worker
         # (an API process), a worker in another runner on the same store: the
         # handle polls for the outcome; its reads are in the counts.
@@ -56,6 +59,9 @@ def plan(quick: bool) -> dict[str, Spec]:
         "scale-1": Spec("scale", "file", n_scale, processes=1),
         "scale-2": Spec("scale", "file", n_scale, processes=2),
         "scale-4": Spec("scale", "file", n_scale, processes=4),
+        "scale-sqlite-1": Spec("scale", "sqlite", n_scale, processes=1),
+        "scale-sqlite-2": Spec("scale", "sqlite", n_scale, processes=2),
+        "scale-sqlite-4": Spec("scale", "sqlite", n_scale, processes=4),
         # 4,000 jobs: 4 x 64 in flight is a quarter of 1,000, so at N=1,000
         # the ramp up and the last batches weigh as much as the steady state.
         "scale4k-1": Spec("scale", "file", 4 * n_scale, processes=1),
@@ -77,11 +83,15 @@ def plan(quick: bool) -> dict[str, Spec]:
         # W3 as the peers' benchmarks run it: each submit awaited before the
         # next (benchmarks/peers.py); huey and DBOS on SQLite beside stepstone.
         "w3seq-memory": Spec("w3seq", "memory", n_mem),
+        "w3seq-memory-sq": Spec("w3seq", "memory-sq", n_mem),
         "w3seq-file": Spec("w3seq", "file", n_file),
+        "w3seq-sqlite": Spec("w3seq", "sqlite", n_file),
+        "w3seq-sqlite-normal": Spec("w3seq", "sqlite-normal", n_file),
         "w3seq-huey": Spec("peer", "huey", n_file),
         "w3seq-dbos": Spec("peer", "dbos", n_file),
         # runner.submit_many of N jobs in one call, no worker running meanwhile
         "many-file": Spec("many", "file", 1000 if q else 10000),
+        "many-sqlite": Spec("many", "sqlite", 1000 if q else 10000),
         "many-memory": Spec("many", "memory", 1000 if q else 10000),
         "many-s3": Spec("many", "s3", n_s3),
         # W3 from 1, 4 and 16 submitters at once on moto's S3, with the worker

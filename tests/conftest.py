@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from real_s3 import RealS3, missing, real_s3_from_setting
 
-from stepstone.store import FileStore, MemoryStore, ObjectStore
+from stepstone.store import FileStore, MemoryStore, ObjectStore, SqliteStore
 from stepstone.testing import moto_server as run_moto_server
 
 
@@ -112,6 +112,13 @@ async def file_process_store(tmp_path: Path) -> AsyncIterator[FileStore]:
 
 
 @pytest.fixture
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
+    store = SqliteStore(tmp_path / "jobs.db")
+    yield store
+    await store.close()
+
+
+@pytest.fixture
 async def s3_store(s3_url: str) -> AsyncIterator[ObjectStore]:
     from stepstone.store import open_store
 
@@ -129,7 +136,7 @@ async def real_s3_store(real_s3_url: str) -> AsyncIterator[ObjectStore]:
     await store.close()
 
 
-@pytest.fixture(params=["memory", "file", "file_process", "s3", "real_s3"])
+@pytest.fixture(params=["memory", "file", "file_process", "sqlite", "s3", "real_s3"])
 def any_store(request: pytest.FixtureRequest) -> ObjectStore:
     """The same test against every backend."""
     store: ObjectStore = request.getfixturevalue(f"{request.param}_store")

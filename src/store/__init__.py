@@ -1,4 +1,4 @@
-"""Object storage for the engine: one async contract, three backends.
+"""Object storage for the engine: one async contract, four backends.
 
 ``S3Store`` is imported on first use (aiobotocore is heavy), so ``import stepstone.store``
 stays fast for code that only needs files or memory.
@@ -27,6 +27,7 @@ from .file import FileStore
 from .keys import validate_key
 from .memory import MemoryStore
 from .retry import RetryPolicy
+from .sqlite import SqliteStore
 from .url import open_store
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "PreconditionFailed",
     "RetryPolicy",
     "S3Store",
+    "SqliteStore",
     "StepstoneError",
     "StoreConfigError",
     "StoreError",

@@ -89,7 +89,8 @@ class StoredObject:
 @runtime_checkable
 class ChangeNotices(Protocol):
     """A store that can tell, as it happens, that an object was placed under
-    a prefix, by any process: a FileStore on Linux (inotify). A notice is a
+    a prefix, by any process: a FileStore or a SqliteStore on Linux
+    (inotify). A notice is a
     hint for a reader that would otherwise list again to find out, never
     the only way a change is found: notices can be lost."""
 
@@ -178,7 +179,8 @@ class ObjectStore(abc.ABC):
         A store may make the whole batch durable at once: the FileStore does,
         with one flush of a journal of its creates (docs/storage.md, and
         :class:`stepstone.store.file.RecoverableObject` for what a recovery
-        from that journal writes back).
+        from that journal writes back); a SqliteStore makes it in one
+        transaction.
         """
         results: list[str | StoreError] = [""] * len(objects)
         by_key: dict[str, list[int]] = {}
@@ -212,7 +214,8 @@ class ObjectStore(abc.ABC):
         :mod:`stepstone.store.parts`) as ``put``, ``put_if_absent`` (with
         ``if_absent``) or ``put_if_match`` (with ``if_match``) would write them
         joined, with their errors. A store that can write the buffers where
-        they lie does (FileStore, S3Store); this default joins them."""
+        they lie does (FileStore, SqliteStore, S3Store); this default joins
+        them."""
         data = parts.join()
         if if_absent:
             return await self.put_if_absent(key, data)
@@ -225,8 +228,8 @@ class ObjectStore(abc.ABC):
         ``splitter`` finds one in its first bytes) in an allocation of its
         own, so that a large value comes out of its record without another
         copy. Raises NotFound. A store that can read the piece straight into
-        its place does (FileStore, S3Store); this default cuts what ``get``
-        read."""
+        its place does (FileStore, SqliteStore, S3Store); this default cuts
+        what ``get`` read."""
         stored = await self.get(key)
         return split_in_memory(key, stored.data, stored.etag, splitter)
 

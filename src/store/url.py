@@ -1,6 +1,10 @@
 """open_store: one string picks the backend, so configuration is a URL, not code.
 
     memory://            a fresh in-process store (``memory://name`` labels it)
+    ./jobs.db, /srv/jobs.db
+                         a SqliteStore in that file (relative to the cwd)
+    sqlite:///srv/jobs.db
+                         the same, as a URL (``?synchronous=normal``: see SqliteStore)
     ./jobs, /srv/jobs    a FileStore on that directory (relative to the cwd)
     file:///srv/jobs     the same, as a URL (``?sync=fsync`` picks the flush,
                          ``?commit_in=thread`` where batches commit; see FileStore)
@@ -14,11 +18,13 @@
                          otherwise: stepstone.store.s3.dialect)
 
 A URL opens a store that exists; it creates none. As no bucket is created,
-no directory is: a relative path means another directory to every process
-started elsewhere, and a process that created its own would wait on an
-empty store while the jobs sit in the other. So an API process, a worker
-and the ``stepstone`` command agree on what a URL names, or fail at once.
-(``FileStore(path)``, in code, creates its directory.)
+no database file or directory is: a relative path means another file to
+every process started elsewhere, and a process that created its own would
+wait on an empty store while the jobs sit in the other. So an API process, a
+worker and the ``stepstone`` command agree on what a URL names, or fail at
+once. A path names a SqliteStore when it is a file (an empty file is an
+empty store: ``touch jobs.db``), a FileStore when it is a directory.
+(``SqliteStore(path)`` and ``FileStore(path)``, in code, create theirs.)
 
 S3 credentials come from the usual AWS sources (environment, shared config,
 ``profile=``, instance role), never from the URL, so a URL can be logged.
@@ -39,6 +45,7 @@ from .errors import StoreConfigError
 from .file import FileStore
 from .memory import MemoryStore
 from .retry import RetryPolicy
+from .sqlite import SqliteStore
 
 
 class _HasNow(Protocol):
@@ -96,27 +103,56 @@ def open_store(url: str, *, clock: Callable[[], float] | _HasNow | None = None) 
         if parts.netloc not in ("", "localhost") or not parts.path:
             raise _bad(url, "a file URL is file:///absolute/path")
         options = _file_options(url, parts.query)
-        return FileStore(_directory(url, Path(unquote(parts.path))), **options)
+        return FileStore(_existing(url, Path(unquote(parts.path)), "directory"), **options)
+    if scheme == "sqlite":
+        if parts.netloc not in ("", "localhost") or not parts.path:
+            raise _bad(url, "a sqlite URL is sqlite:///absolute/path/jobs.db")
+        options = _sqlite_options(url, parts.query)
+        return SqliteStore(
+            _existing(url, Path(unquote(parts.path)), "file"), create=False, **options
+        )
     if scheme == "s3":
         return _s3(url, parts.netloc, unquote(parts.path), parts.query)
     if scheme == "":
-        return FileStore(_directory(url, Path(url).expanduser()))
-    raise _bad(url, f"unknown scheme {parts.scheme!r}; use memory://, file://, s3:// or a path")
+        path = Path(url).expanduser()
+        if path.resolve().is_file():
+            return SqliteStore(path.resolve(), create=False)
+        return FileStore(_existing(url, path, "path"))
+    raise _bad(
+        url, f"unknown scheme {parts.scheme!r}; use memory://, sqlite://, file://, s3:// or a path"
+    )
 
 
-def _directory(url: str, path: Path) -> Path:
-    """The existing directory ``path`` names, resolved; StoreConfigError if there is none."""
+def _existing(url: str, path: Path, kind: str) -> Path:
+    """The existing ``kind`` ("file", "directory", or "path": either) that
+    ``path`` names, resolved; StoreConfigError if there is none."""
     resolved = path.resolve()
-    if resolved.is_dir():
+    if resolved.is_file() if kind == "file" else resolved.is_dir():
         return resolved
-    what = "is not a directory" if resolved.exists() else "does not exist"
+    what = f"is not a {kind}" if resolved.exists() else "does not exist"
     cwd = os.getcwd()
     against = "" if path.is_absolute() else f" (relative to the working directory {cwd!r})"
+    makes = {"file": "touch", "directory": "mkdir"}
+    how = " or ".join(
+        f"{make} it for an empty {'SQLite' if k == 'file' else 'directory'} store"
+        for k, make in makes.items()
+        if kind in (k, "path")
+    )
     raise StoreConfigError(
-        f"no store at {str(resolved)!r}{against}: the directory {what}. A store URL opens "
-        "a store and creates none: create the directory first",
+        f"no store at {str(resolved)!r}{against}: the {kind} {what}. A store URL opens "
+        f"a store and creates none: create it first ({how})",
         location=url,
     )
+
+
+def _sqlite_options(url: str, query: str) -> dict[str, Any]:
+    params = _params(url, query)
+    unknown = set(params) - {"synchronous"}
+    if unknown:
+        raise _bad(url, f"unknown parameter {sorted(unknown)[0]!r} (known: synchronous)")
+    if params.get("synchronous", "full") not in ("full", "normal"):
+        raise _bad(url, f"synchronous={params['synchronous']!r}: use full or normal")
+    return params
 
 
 def _file_options(url: str, query: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from cli_support import Cli, Result
 from unconditional_proxy import UnconditionalProxy
 
 from stepstone import JobRunner
-from stepstone.store import StoreConfigError
+from stepstone.store import SqliteStore, StoreConfigError
 from stepstone.store.conformance import PROPERTIES, SCRATCH
 from stepstone.testing import FAKE_AWS_ENV
 
@@ -43,6 +43,20 @@ def test_a_directory_store_passes_and_is_left_as_it_was(cli: Cli, store_dir: Pat
     assert "object_turns" not in result.out
     after = sorted(p for p in store_dir.rglob("*") if ".stepstone-tmp" not in p.parts)
     assert after == before and not (store_dir / SCRATCH).exists()
+
+
+async def test_a_sqlite_store_passes_and_is_left_as_it_was(cli: Cli, tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    store = SqliteStore(path)
+    await store.put("queue/kept", b"a user's object")
+    await store.close()
+    result = cli("check-store", f"sqlite://{path}", "--large-mib", "2", "--samples", "3")
+    assert result.status == 0, result
+    assert verdicts(result) == dict.fromkeys(PROPERTIES, "PASS")
+    assert "no limit on one object's writes seen" in result.out
+    store = SqliteStore(path)
+    assert [(info.key, info.size) for info in await store.list()] == [("queue/kept", 15)]
+    await store.close()
 
 
 def test_json_says_the_same(cli: Cli) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import random
 import time
 from collections import Counter, defaultdict
@@ -23,6 +22,7 @@ from stepstone.records.calls import Call, PositionedMemo
 from stepstone.records.layout import position_key
 from stepstone.records.outcome import OutcomeRecord
 from stepstone.runtime.status import JobStatus
+from stepstone.store import ObjectStore
 
 DEFAULT_KILLS = (
     "in_step=0.01,before_memo=0.01,after_memo=0.01,"
@@ -77,11 +77,8 @@ class CrashReport:
         )
 
 
-def _count(directory: Path) -> int:
-    try:
-        return len(os.listdir(directory))
-    except FileNotFoundError:
-        return 0
+async def _count(store: ObjectStore, prefix: str) -> int:
+    return len([info async for info in store.scan(prefix)])
 
 
 async def run_crash(
@@ -96,18 +93,20 @@ async def run_crash(
     seed: int = 1,
     deadline: float = 150.0,
     per_worker: list[dict[str, str]] | None = None,
+    store: str = "",
     branches: bool = False,
     **env: str,
 ) -> CrashReport:
     """Run ``jobs`` ThreeSteps jobs over ``workers`` killable worker processes.
 
+    ``store`` is where (a URL; a directory ``base/store`` by default);
     ``per_worker`` gives each worker its own environment overrides (a clock
     offset, say); ``env`` applies to all. ``parent_kill_every=None``: the
     parent kills nobody. ``branches``: each run's three steps are three
     concurrent branches of it."""
     from rel_support import submitter
 
-    root, events = base / "store", base / "events.log"
+    root, events = store or base / "store", base / "events.log"
     report = CrashReport(jobs, workers, lease, kill_spec, seed)
     pool = Workers(
         root,
@@ -134,20 +133,23 @@ async def run_crash(
             report.problems.append(f"{jobs} submits gave {len(expected)} distinct run ids")
 
         next_kill = time.monotonic() + rng.uniform(*(parent_kill_every or (0, 0)))
-        outcomes_dir, queue_dir = root / "outcomes", root / "queue" / "jobs"
+        next_count = 0.0
         while True:
             for proc in pool.dead():
                 if proc.returncode == -9:
                     report.kills += 1
                 pool.restart(proc)
-            done = _count(outcomes_dir) >= jobs and _count(queue_dir) == 0
-            if done:
-                break
             now = time.monotonic()
+            if now >= next_count:  # (a listing of both, twice a second)
+                next_count = now + 0.5
+                outcomes = await _count(runner.store, "outcomes/")
+                left = await _count(runner.store, "queue/jobs/")
+                if outcomes >= jobs and left == 0:
+                    break
             if now > started + deadline:
                 report.problems.append(
-                    f"not finished after {deadline:g}s: {_count(outcomes_dir)} outcomes, "
-                    f"{_count(queue_dir)} queue records\n{pool.log_tail()}"
+                    f"not finished after {deadline:g}s: {outcomes} outcomes, "
+                    f"{left} queue records\n{pool.log_tail()}"
                 )
                 break
             if parent_kill_every and now >= next_kill and pool.alive():
@@ -161,15 +163,24 @@ async def run_crash(
         for proc in pool.procs:
             if proc.returncode == -9:
                 report.kills += 1
+        await audit(report, runner.store, events, expected, branches)
     finally:
         pool.kill_all()
         await runner.store.close()
-    audit(report, root, events, expected, branches)
     return report
 
 
-def audit(
-    report: CrashReport, root: Path, events_path: Path, expected: set[str], branches: bool
+async def _keys(store: ObjectStore, prefix: str) -> list[str]:
+    """The keys under ``prefix``, less it."""
+    return [info.key[len(prefix) :] async for info in store.scan(prefix)]
+
+
+async def audit(
+    report: CrashReport,
+    store: ObjectStore,
+    events_path: Path,
+    expected: set[str],
+    branches: bool = False,
 ) -> None:
     """Check the store and the event log against the guarantees; fill in the figures."""
     problems = report.problems
@@ -209,19 +220,18 @@ def audit(
     report.runs_claimed_twice = sum(1 for n in claimed.values() if n > 1)
 
     # Outcomes: one per run, every run, all succeeded, each the memos' values.
-    outcome_files = set(os.listdir(root / "outcomes")) if (root / "outcomes").is_dir() else set()
+    outcome_files = set(await _keys(store, "outcomes/"))
     report.outcomes = len(outcome_files & expected)
     report.lost = len(expected - outcome_files)
     if outcome_files - expected:
         problems.append(f"outcomes for runs never submitted: {sorted(outcome_files - expected)}")
-    queue_dir = root / "queue" / "jobs"
-    report.queue_left = len(os.listdir(queue_dir)) if queue_dir.is_dir() else 0
+    report.queue_left = len(await _keys(store, "queue/jobs/"))
     for run, n in outcome_writes.items():
         if n > 1:
             problems.append(f"run {run}: its outcome was written {n} times")
 
     for run in sorted(expected & outcome_files):
-        record = OutcomeRecord.decode((root / "outcomes" / run).read_bytes())
+        record = OutcomeRecord.decode((await store.get(f"outcomes/{run}")).data)
         report.max_attempts_seen = max(report.max_attempts_seen, record.attempts)
         report.max_lapses_seen = max(report.max_lapses_seen, record.lapses)
         if record.status is not JobStatus.SUCCEEDED or record.result is None:
@@ -229,18 +239,22 @@ def audit(
             continue
         report.succeeded += 1
         result = msgpack.unpackb(record.result, raw=False)
-        incarnations = os.listdir(root / "memos" / run)
+        memo_keys = await _keys(store, f"memos/{run}/")
+        incarnations = sorted({key.split("/")[0] for key in memo_keys})
         if len(incarnations) != 1:
             problems.append(f"run {run}: memos under {len(incarnations)} incarnations")
             continue
-        memo_dir = root / "memos" / run / incarnations[0]
         # Each step's memo at its place (its position, or its branch's first), naming it.
         places = range(1, len(STEPS) + 1)
         positions = [position_key(1, (n,)) if branches else position_key(n) for n in places]
-        if sorted(os.listdir(memo_dir)) != positions:
-            problems.append(f"run {run}: memo keys {sorted(os.listdir(memo_dir))}")
+        found = sorted(key.split("/", 1)[1] for key in memo_keys)
+        if found != positions:
+            problems.append(f"run {run}: memo keys {found}")
             continue
-        recorded = [PositionedMemo.decode((memo_dir / p).read_bytes()) for p in positions]
+        memo_dir = f"memos/{run}/{incarnations[0]}"
+        recorded = [
+            PositionedMemo.decode((await store.get(f"{memo_dir}/{p}")).data) for p in positions
+        ]
         if [memo.call for memo in recorded] != [Call("step", step) for step in STEPS]:
             problems.append(f"run {run}: memos of {[memo.call for memo in recorded]}")
             continue

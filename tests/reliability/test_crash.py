@@ -1,5 +1,6 @@
-"""Crash recovery (guarantees 2, 3 and 5): real worker processes SIGKILLed at
-random moments, by their own hooks at the dangerous points (inside a step,
+"""Crash recovery (guarantees 2, 3 and 5), on a directory store and on a
+SQLite file: real worker processes SIGKILLed at random moments, by their own
+hooks at the dangerous points (inside a step,
 between a step and its memo, between the memo and the step's return, around
 the outcome write, right after a claim) and by the test at random times,
 restarted until every job has finished. Nothing may be lost; every memo and
@@ -19,8 +20,15 @@ pytestmark = pytest.mark.slow
 JOBS = int(os.environ.get("REL_CRASH_JOBS", "300"))
 
 
-async def test_sigkilled_workers_lose_nothing_and_write_everything_once(tmp_path: Path) -> None:
-    report = await run_crash(tmp_path, jobs=JOBS, workers=4, lease=2.0, seed=20261129)
+@pytest.mark.parametrize("kind", ["file", "sqlite"])
+async def test_sigkilled_workers_lose_nothing_and_write_everything_once(
+    tmp_path: Path, kind: str
+) -> None:
+    store = ""  # (a directory)
+    if kind == "sqlite":
+        (tmp_path / "jobs.db").write_bytes(b"")  # (an empty file is an empty store)
+        store = f"sqlite://{tmp_path / 'jobs.db'}"
+    report = await run_crash(tmp_path, jobs=JOBS, workers=4, lease=2.0, seed=20261129, store=store)
     print("\ncrash run:", report.figures())
     assert not report.problems, "\n".join(report.problems[:20])
     assert report.lost == 0

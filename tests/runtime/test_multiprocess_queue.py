@@ -1,8 +1,8 @@
 """StoreQueue across real processes: the claim races are real, not interleaved.
 
 Worker processes (multiprocessing, spawn) each run the real Worker over
-their own StoreQueue on one shared store: a FileStore directory, or S3 on
-the moto server this test process runs. Each process appends every
+their own StoreQueue on one shared store: a FileStore directory, a SQLite
+file, or S3 on the moto server this test process runs. Each process appends every
 execution it starts to its own file; the parent enqueues, waits (with a
 deadline) until every job has been executed and the queue is empty, tells the
 workers to stop, and then checks:
@@ -224,13 +224,24 @@ def check(
     assert totals["LIST"] / jobs < 0.5
 
 
-async def test_four_processes_over_a_file_store_run_500_jobs_once_each(tmp_path: Path) -> None:
+def local_store(tmp_path: Path, kind: str) -> str:
+    """A fresh local store's URL: a directory, or a SQLite file."""
+    if kind == "sqlite":
+        (tmp_path / "jobs.db").write_bytes(b"")  # (an empty file is an empty store)
+        return f"sqlite://{tmp_path / 'jobs.db'}"
+    (tmp_path / "store").mkdir()
+    return f"file://{tmp_path / 'store'}"
+
+
+@pytest.mark.parametrize("kind", ["file", "sqlite"])
+async def test_four_processes_over_a_local_store_run_500_jobs_once_each(
+    tmp_path: Path, kind: str
+) -> None:
     out = tmp_path / "out"
     out.mkdir()
-    (tmp_path / "store").mkdir()
-    url = f"file://{tmp_path / 'store'}"
+    url = local_store(tmp_path, kind)
     results = await run_fleet(url, out, workers=4, jobs=500, lease=60)
-    check(out, results, 500, label="file, 4 processes")
+    check(out, results, 500, label=f"{kind}, 4 processes")
     assert len(executions(out)) == 500  # no lease lapsed: nothing ran twice
 
 
@@ -242,15 +253,15 @@ async def test_two_processes_over_s3_run_60_jobs_once_each(tmp_path: Path, s3_ur
     assert len(executions(out)) == 60
 
 
+@pytest.mark.parametrize("kind", ["file", "sqlite"])
 async def test_a_killed_worker_jobs_are_taken_over_when_their_leases_lapse(
-    tmp_path: Path,
+    tmp_path: Path, kind: str
 ) -> None:
     out = tmp_path / "out"
     out.mkdir()
-    (tmp_path / "store").mkdir()
-    url = f"file://{tmp_path / 'store'}"
+    url = local_store(tmp_path, kind)
     results = await run_fleet(url, out, workers=3, jobs=100, lease=3, victim=8)
-    check(out, results, 100, label="file, 3 processes + 1 killed", lapses=True)
+    check(out, results, 100, label=f"{kind}, 3 processes + 1 killed", lapses=True)
     taken_over = {j for w, j, c, _ in executions(out) if w != "victim" and c > 1}
     victims = {j for w, j, _, _ in executions(out) if w == "victim"}
     assert victims

@@ -1,6 +1,7 @@
-"""An idle worker on a directory store hears of another process's job as it
-is created (inotify), instead of at its next listing: the store's notices
-(stepstone.store.file.notices) and the StoreQueue's use of them.
+"""An idle worker on a local store (a directory, a SQLite file) hears of
+another process's job as it is created (inotify), instead of at its next
+listing: the stores' notices (stepstone.store.file.notices,
+stepstone.store.sqlite.notices) and the StoreQueue's use of them.
 
 Listings are made rare here (an hour apart), so a job found at all was
 found by its notice. The notices come from the kernel, so a second
@@ -21,14 +22,14 @@ import pytest
 from stepstone.runtime import Attempt
 from stepstone.runtime.store_queue import StoreQueue
 from stepstone.runtime.worker import Worker
-from stepstone.store import FileStore
+from stepstone.store import FileStore, SqliteStore
 from stepstone.store.base import ChangeNotices, ObjectStore
 from stepstone.store.counting import CountingStore
 
 pytestmark = pytest.mark.skipif(
     sys.platform != "linux",
     reason=(
-        "file notices use inotify, which only Linux has; elsewhere a worker finds "
+        "local stores' notices use inotify, which only Linux has; elsewhere a worker finds "
         "new jobs by listing, which the rest of the suite tests"
     ),
 )
@@ -46,24 +47,35 @@ async def until(condition: object, what: str, deadline: float = 20.0) -> None:
         await asyncio.sleep(0.01)
 
 
-async def run_script(root: Path, *lines: str) -> None:
-    """Run ``lines`` in another process, in an async function holding a
-    FileStore on ``root`` as ``store``."""
+@pytest.fixture(params=["file", "sqlite"])
+def local(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """Where a local store lives: a directory, or a SQLite file in one."""
+    return tmp_path if request.param == "file" else tmp_path / "jobs.db"
+
+
+def open_local(path: Path) -> FileStore | SqliteStore:
+    return SqliteStore(path) if path.suffix == ".db" else FileStore(path)
+
+
+async def run_script(path: Path, *lines: str) -> None:
+    """Run ``lines`` in another process, in an async function holding the
+    local store at ``path`` as ``store``."""
     body = "".join(f"    {line}\n" for line in lines)
+    kind = "SqliteStore" if path.suffix == ".db" else "FileStore"
     script = (
         "import asyncio, sys\n"
-        "from stepstone.store import FileStore\n"
+        f"from stepstone.store import {kind}\n"
         "async def main():\n"
-        "    store = FileStore(sys.argv[1])\n"
+        f"    store = {kind}(sys.argv[1])\n"
         f"{body}"
         "    await store.close()\n"
         "asyncio.run(main())\n"
     )
-    await asyncio.to_thread(subprocess.run, [sys.executable, "-c", script, str(root)], check=True)
+    await asyncio.to_thread(subprocess.run, [sys.executable, "-c", script, str(path)], check=True)
 
 
-async def test_a_file_store_tells_of_objects_placed_by_another_process(tmp_path: Path) -> None:
-    store = FileStore(str(tmp_path))
+async def test_a_local_store_tells_of_objects_placed_by_another_process(local: Path) -> None:
+    store = open_local(local)
     assert isinstance(store, ChangeNotices)
     heard: list[str | None] = []
     stop = store.watch_changes("queue/jobs/", heard.append)
@@ -72,10 +84,10 @@ async def test_a_file_store_tells_of_objects_placed_by_another_process(tmp_path:
         # Two processes one after another: the kernel folds a notice into the
         # one before it while that one is unread (inotify(7)): a create and
         # a swap of one name heard after both landed are one notice.
-        await run_script(tmp_path, "await store.put('queue/jobs/a', b'1')")
+        await run_script(local, "await store.put('queue/jobs/a', b'1')")
         await until(lambda: "queue/jobs/a" in heard, "the notice of the create")
         await run_script(
-            tmp_path,
+            local,
             "found = await store.get('queue/jobs/a')",
             "await store.put_if_match('queue/jobs/a', b'2', found.etag)",
             "await store.put('queue/other/b', b'1')",
@@ -91,11 +103,11 @@ async def test_a_file_store_tells_of_objects_placed_by_another_process(tmp_path:
 
 @pytest.mark.parametrize("counted", [False, True], ids=["bare", "counted"])
 async def test_a_listening_queue_reads_a_new_record_it_was_told_of_without_listing(
-    tmp_path: Path, counted: bool
+    local: Path, counted: bool
 ) -> None:
     """Also through a CountingStore, as the fleet tests and benchmarks count
     a store: wrapped, it still finds work as the bare store would."""
-    store = FileStore(str(tmp_path))
+    store = open_local(local)
     submitter = StoreQueue(store)
     watched: ObjectStore = CountingStore(store) if counted else store
     worker_side = StoreQueue(watched, scan_interval=RARELY, idle_scan_max=RARELY)
@@ -121,9 +133,9 @@ async def test_a_listening_queue_reads_a_new_record_it_was_told_of_without_listi
 
 
 async def test_an_idle_worker_starts_another_process_job_without_waiting_for_a_listing(
-    tmp_path: Path,
+    local: Path,
 ) -> None:
-    store = FileStore(str(tmp_path))
+    store = open_local(local)
     submitter = StoreQueue(store)
     queue = StoreQueue(store, scan_interval=RARELY, idle_scan_max=RARELY)
     ran: list[str] = []

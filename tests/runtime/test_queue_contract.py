@@ -1,7 +1,7 @@
 """The LeaseQueue contract, once, against every backend.
 
-Each test runs on MemoryQueue, on StoreQueue over a MemoryStore, a FileStore
-and S3 (moto), and on SqsQueue over moto's SQS except where ``SQS_CANNOT``
+Each test runs on MemoryQueue, on StoreQueue over a MemoryStore, a FileStore,
+a SqliteStore and S3 (moto), and on SqsQueue over moto's SQS except where ``SQS_CANNOT``
 says why not. Time is a FakeClock throughout: nothing sleeps. The inspection
 section checks the capabilities of stepstone.runtime.capabilities on the backends
 that offer them. The last section runs two StoreQueue instances on one
@@ -84,7 +84,15 @@ class Backend:
         return queue
 
 
-BACKENDS = ["memory_queue", "store_memory", "store_file", "store_s3", "store_real_s3", "sqs"]
+BACKENDS = [
+    "memory_queue",
+    "store_memory",
+    "store_file",
+    "store_sqlite",
+    "store_s3",
+    "store_real_s3",
+    "sqs",
+]
 
 _REAL_TIME = (
     "leases and delays are SQS visibility timeouts and DelaySeconds, in real time, and "

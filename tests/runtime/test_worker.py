@@ -35,6 +35,7 @@ from stepstone.runtime import (
     Failure,
     FailureKind,
     FakeClock,
+    IdleHints,
     JobRecord,
     JobStatus,
     LeaseLost,
@@ -48,7 +49,7 @@ from stepstone.runtime import (
     Terminal,
     Worker,
 )
-from stepstone.runtime.decision import Ack, Dead, Release, Retry
+from stepstone.runtime.decision import Ack, Dead, Decision, Release, Retry
 from stepstone.runtime.queue import DEFAULT_MAX_ATTEMPTS, Enqueued, NewJob
 from stepstone.store.errors import InvalidKey, StoreError, StoreUnavailable
 
@@ -912,7 +913,7 @@ async def test_jobs_handed_over_during_a_claim_keep_the_concurrency_bound(env: E
 # -- queue outage ----------------------------------------------------------------------
 
 
-class FlakyQueue(LeaseQueue):
+class FlakyQueue(LeaseQueue, IdleHints):
     """Our own test double of an outage: a MemoryQueue whose claim raises
     StoreError while ``down`` is set."""
 
@@ -949,22 +950,11 @@ class FlakyQueue(LeaseQueue):
     async def renew(self, delivery: Delivery, at_least: float) -> float | None:
         return await self.inner.renew(delivery, at_least)
 
-    async def ack(self, delivery: Delivery) -> Settlement:
-        if self.failing_acks:
+    async def settle(self, delivery: Delivery, decision: Decision) -> Settlement:
+        if isinstance(decision, Ack) and self.failing_acks:
             self.failing_acks -= 1
             raise StoreError("ack timed out")
-        return await self.inner.settle(delivery, Ack())
-
-    async def nack(
-        self, delivery: Delivery, *, delay: float, count: bool = True, error: str | None = None
-    ) -> Settlement:
-        return await self.inner.settle(delivery, Retry(delay, count=count, error=error))
-
-    async def dead_letter(self, delivery: Delivery, reason: str) -> Settlement:
-        return await self.inner.settle(delivery, Dead(reason))
-
-    async def release(self, delivery: Delivery) -> Settlement:
-        return await self.inner.settle(delivery, Release())
+        return await self.inner.settle(delivery, decision)
 
     async def cancel(self, id: str) -> bool:
         return await self.inner.cancel(id)
@@ -981,6 +971,9 @@ class FlakyQueue(LeaseQueue):
 
     def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
         return self.inner.subscribe(listener)
+
+    def next_look(self) -> float | None:
+        return self.inner.next_look()
 
 
 async def test_a_queue_outage_is_survived_and_the_worker_recovers(

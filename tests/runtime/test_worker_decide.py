@@ -38,16 +38,16 @@ def delivery(attempt: int = 1, max_attempts: int = 3, kind: str = "k", claims: i
 
 
 def test_a_returned_value_is_acked_with_the_value() -> None:
-    assert decide(delivery(), Returned({"x": 1}), BACKOFF, NOW) == Ack(Success({"x": 1}))
+    assert decide(delivery(), Returned({"x": 1}), BACKOFF) == Ack(Success({"x": 1}))
 
 
 def test_a_transient_error_with_attempts_left_retries_after_the_backoff() -> None:
-    decision = decide(delivery(attempt=2), Raised(ValueError("flaky")), BACKOFF, NOW)
-    assert decision == Retry(delay=20.0, run_at=NOW + 20.0, count=True, error="ValueError: flaky")
+    decision = decide(delivery(attempt=2), Raised(ValueError("flaky")), BACKOFF)
+    assert decision == Retry(delay=20.0, count=True, error="ValueError: flaky")
 
 
 def test_a_transient_error_on_the_last_attempt_is_exhausted_with_that_error() -> None:
-    decision = decide(delivery(attempt=3), Raised(ValueError("third")), BACKOFF, NOW)
+    decision = decide(delivery(attempt=3), Raised(ValueError("third")), BACKOFF)
     assert isinstance(decision, Dead)
     failure = decision.terminal
     assert failure.reason is FailureKind.EXHAUSTED
@@ -66,7 +66,7 @@ def test_a_transient_error_on_the_last_attempt_is_exhausted_with_that_error() ->
     ],
 )
 def test_permanent_errors_die_on_the_first_attempt(error: Exception, kind: FailureKind) -> None:
-    decision = decide(delivery(attempt=1), Raised(error), BACKOFF, NOW)
+    decision = decide(delivery(attempt=1), Raised(error), BACKOFF)
     assert isinstance(decision, Dead)
     assert decision.terminal.reason is kind
     assert decision.terminal.attempt == 1
@@ -74,40 +74,40 @@ def test_permanent_errors_die_on_the_first_attempt(error: Exception, kind: Failu
 
 
 def test_a_timeout_retries_then_dies_as_a_timeout() -> None:
-    first = decide(delivery(attempt=1), TimedOut(5.0), BACKOFF, NOW)
+    first = decide(delivery(attempt=1), TimedOut(5.0), BACKOFF)
     assert isinstance(first, Retry) and first.count and first.delay == 10.0
     assert "timed out after 5s" in first.error
-    last = decide(delivery(attempt=3), TimedOut(5.0), BACKOFF, NOW)
+    last = decide(delivery(attempt=3), TimedOut(5.0), BACKOFF)
     assert isinstance(last, Dead)
     assert last.terminal.reason is FailureKind.TIMEOUT
 
 
 def test_retry_later_waits_its_own_delay_and_spends_no_attempt() -> None:
     """Even on the last attempt: a rate limit is not a failure."""
-    decision = decide(delivery(attempt=3), Raised(RetryLater(42.0)), BACKOFF, NOW)
-    assert decision == Retry(42.0, NOW + 42.0, count=False, error="RetryLater: retry in 42s")
+    decision = decide(delivery(attempt=3), Raised(RetryLater(42.0)), BACKOFF)
+    assert decision == Retry(42.0, count=False, error="RetryLater: retry in 42s")
 
 
 def test_a_counted_retry_later_on_the_last_attempt_is_exhausted() -> None:
-    decision = decide(delivery(attempt=3), Raised(RetryLater(5.0, count=True)), BACKOFF, NOW)
+    decision = decide(delivery(attempt=3), Raised(RetryLater(5.0, count=True)), BACKOFF)
     assert isinstance(decision, Dead)
     assert decision.terminal.reason is FailureKind.EXHAUSTED
 
 
 def test_a_cancelled_error_from_the_handler_is_an_ordinary_failure() -> None:
-    decision = decide(delivery(attempt=1), Raised(asyncio.CancelledError()), BACKOFF, NOW)
+    decision = decide(delivery(attempt=1), Raised(asyncio.CancelledError()), BACKOFF)
     assert isinstance(decision, Retry) and decision.count
 
 
 def test_no_handler_is_unknown_and_names_the_kind() -> None:
-    decision = decide(delivery(kind="mail.send"), NoHandler(), BACKOFF, NOW)
+    decision = decide(delivery(kind="mail.send"), NoHandler(), BACKOFF)
     assert isinstance(decision, Dead)
     assert decision.terminal.reason is FailureKind.UNKNOWN
     assert decision.terminal.message == "no handler registered for job type `mail.send`"
 
 
 def test_a_run_whose_leases_lapsed_too_often_is_expired_on_the_attempt_it_was_on() -> None:
-    decision = decide(delivery(attempt=2, max_attempts=3), Expired(10, 10), BACKOFF, NOW)
+    decision = decide(delivery(attempt=2, max_attempts=3), Expired(10, 10), BACKOFF)
     assert isinstance(decision, Dead)
     assert decision.terminal.reason is FailureKind.EXPIRED
     assert decision.terminal.message == (
@@ -121,7 +121,7 @@ def test_a_run_whose_leases_lapsed_too_often_is_expired_on_the_attempt_it_was_on
 def test_a_record_an_earlier_release_counted_past_its_last_attempt_is_expired() -> None:
     """Before lapses were counted apart, a takeover counted an attempt, even
     past max_attempts: such a record, met after an upgrade, still dies."""
-    decision = decide(delivery(attempt=4, max_attempts=3), Expired(0), BACKOFF, NOW)
+    decision = decide(delivery(attempt=4, max_attempts=3), Expired(0), BACKOFF)
     assert isinstance(decision, Dead)
     assert decision.terminal.reason is FailureKind.EXPIRED
     assert decision.terminal.message == "lease expired on attempt 3, the last of 3"
@@ -134,7 +134,7 @@ def test_describe_survives_an_exception_whose_str_raises() -> None:
             raise RuntimeError("no")
 
     assert describe(Nasty()) == "<unprintable Nasty>"
-    decision = decide(delivery(attempt=3), Raised(Nasty()), BACKOFF, NOW)
+    decision = decide(delivery(attempt=3), Raised(Nasty()), BACKOFF)
     assert isinstance(decision, Dead)
     assert decision.terminal.message == "<unprintable Nasty>"
     assert decision.terminal.error_type is not None
@@ -144,7 +144,7 @@ def test_describe_survives_an_exception_whose_str_raises() -> None:
 def test_messages_are_truncated_and_empty_ones_are_just_the_type() -> None:
     assert len(describe(ValueError("x" * 100_000))) == MAX_MESSAGE_CHARS
     assert describe(KeyError()) == "KeyError"
-    decision = decide(delivery(attempt=3), Raised(ValueError("y" * 100_000)), BACKOFF, NOW)
+    decision = decide(delivery(attempt=3), Raised(ValueError("y" * 100_000)), BACKOFF)
     assert isinstance(decision, Dead)
     assert len(decision.reason) <= MAX_MESSAGE_CHARS
 
@@ -156,7 +156,7 @@ def test_qualified_name_keeps_the_module_except_for_builtins() -> None:
 
 def test_decide_reads_no_clock_and_does_no_io() -> None:
     """The same inputs give the same decision: it is a function, not a process."""
-    args = (delivery(attempt=1), Raised(OSError("reset")), Backoff(jitter=0.5), NOW)
+    args = (delivery(attempt=1), Raised(OSError("reset")), Backoff(jitter=0.5))
     assert decide(*args) == decide(*args)
 
 
@@ -169,7 +169,7 @@ def test_a_permanent_wrapper_reports_the_error_it_wraps() -> None:
             self.original = original
             super().__init__(str(original))
 
-    decision = decide(delivery(attempt=1), Raised(Classified(KeyError("sku-9"))), BACKOFF, NOW)
+    decision = decide(delivery(attempt=1), Raised(Classified(KeyError("sku-9"))), BACKOFF)
     assert isinstance(decision, Dead)
     assert decision.terminal.reason is FailureKind.PERMANENT
     assert decision.terminal.message == "KeyError: 'sku-9'"
@@ -180,8 +180,8 @@ def test_a_store_outage_retries_without_spending_an_attempt_backing_off_by_claim
     """The store failed, not the job: even the last attempt is handed back,
     and the delay grows with the claims since the attempt number stands still."""
     outage = StoreUnavailable("bucket down")
-    first = decide(delivery(attempt=3, claims=3), Raised(outage), BACKOFF, NOW)
-    later = decide(delivery(attempt=3, claims=6), Raised(outage), BACKOFF, NOW)
+    first = decide(delivery(attempt=3, claims=3), Raised(outage), BACKOFF)
+    later = decide(delivery(attempt=3, claims=6), Raised(outage), BACKOFF)
     assert isinstance(first, Retry) and isinstance(later, Retry)
     assert not first.count and not later.count
     assert (first.delay, later.delay) == (40.0, 320.0)
@@ -201,12 +201,12 @@ def test_a_failed_attempt_keeps_its_traceback_and_an_uncounted_retry_none() -> N
     trace = format_traceback(raised_here())
     assert trace is not None and "in raised_here" in trace
     assert trace.endswith("ValueError: from here")
-    counted = decide(delivery(), Raised(ValueError("x"), trace), BACKOFF, NOW)
+    counted = decide(delivery(), Raised(ValueError("x"), trace), BACKOFF)
     assert isinstance(counted, Retry) and counted.traceback == trace
-    dead = decide(delivery(), Raised(Permanent("x"), trace), BACKOFF, NOW)
+    dead = decide(delivery(), Raised(Permanent("x"), trace), BACKOFF)
     assert isinstance(dead, Dead) and dead.terminal.traceback == trace
     for verdict in (RetryLater(5.0), StoreUnavailable("down")):
-        uncounted = decide(delivery(), Raised(verdict, trace), BACKOFF, NOW)
+        uncounted = decide(delivery(), Raised(verdict, trace), BACKOFF)
         assert isinstance(uncounted, Retry) and uncounted.traceback is None
 
 

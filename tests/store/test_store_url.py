@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import sqlite3
 from pathlib import Path
 
 import pytest
 
-from stepstone.store import FileStore, MemoryStore, StoreConfigError, open_store
+from stepstone.store import FileStore, MemoryStore, SqliteStore, StoreConfigError, open_store
 from stepstone.store.s3 import S3Store
 
 
@@ -70,9 +72,66 @@ def test_a_url_opens_an_existing_directory_and_creates_none(
             open_store(missing)
     (tmp_path / "file").write_bytes(b"")
     with pytest.raises(StoreConfigError, match="is not a directory"):
-        open_store(str(tmp_path / "file"))
+        open_store(f"file://{tmp_path}/file")
     assert list(worker.iterdir()) == []
     assert not (tmp_path / "gone").exists()
+
+
+async def test_a_path_to_a_file_and_a_sqlite_url_open_a_sqlite_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    made = SqliteStore("data/jobs.db")  # in code, it makes its file (and directory)
+    await made.put("k", b"x")
+    await made.close()
+    path = str((tmp_path / "data" / "jobs.db").resolve())
+    for url in ("data/jobs.db", path, f"sqlite://{path}", f"sqlite://{tmp_path}/data/%6Aobs.db"):
+        store = open_store(url)
+        assert isinstance(store, SqliteStore), url
+        assert (store.path, store.location) == (path, f"sqlite://{path}")
+        assert (await store.get("k")).data == b"x"
+        assert store.synchronous == "full"
+        await store.close()
+    relaxed = open_store(f"sqlite://{path}?synchronous=normal")
+    assert isinstance(relaxed, SqliteStore) and relaxed.synchronous == "normal"
+    await relaxed.close()
+
+
+async def test_a_url_opens_an_existing_database_and_creates_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for missing in ("jobs.db", f"sqlite://{tmp_path}/jobs.db"):
+        with pytest.raises(StoreConfigError, match="does not exist") as refused:
+            open_store(missing)
+        assert "touch" in str(refused.value)
+    with pytest.raises(StoreConfigError, match="is not a file"):
+        open_store(f"sqlite://{tmp_path}")
+    assert os.listdir(tmp_path) == []
+    (tmp_path / "jobs.db").write_bytes(b"")  # an empty file is an empty store
+    store = open_store("jobs.db")
+    assert isinstance(store, SqliteStore) and await store.list() == []
+    await store.close()
+
+
+def test_a_file_that_is_no_stepstone_database_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("not a database\n" * 100)
+    with pytest.raises(StoreConfigError, match="not a database"):
+        open_store(str(tmp_path / "notes.txt"))
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE accounts (id INTEGER)")
+    conn.close()
+    with pytest.raises(StoreConfigError, match="another application"):
+        open_store(str(other))
+    with sqlite3.connect(other) as conn:
+        conn.execute("PRAGMA application_id = 7")
+    conn.close()
+    with pytest.raises(StoreConfigError, match="another application"):
+        SqliteStore(other)
+    assert [row for row in sqlite3.connect(other).execute("SELECT name FROM sqlite_master")] == [
+        ("accounts",)
+    ]
 
 
 def test_s3_urls() -> None:
@@ -120,6 +179,10 @@ BAD_URLS = [
     "file:///x?fsync=1",
     "file:///x?sync=fsync&sync=auto",
     "file:///x?commit_in=elsewhere",
+    "sqlite://otherhost/x.db",
+    "sqlite://",
+    "sqlite:///x.db?synchronous=off",
+    "sqlite:///x.db?mode=rwc",
     "memory://name/with/path",
     "memory://?x=1",
 ]

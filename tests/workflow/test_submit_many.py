@@ -13,7 +13,7 @@ from wf_support import wait_until
 
 from stepstone import EncodingError, InputMismatch, Job, JobContext, JobRunner, SubmitOptions
 from stepstone.records.layout import run_id_for_key
-from stepstone.store import FileStore
+from stepstone.store import FileStore, SqliteStore
 
 BOTH_SUBMIT_ORDERS = True  # (conftest: keyed submits also in a remote store's order)
 
@@ -139,3 +139,17 @@ async def test_on_files_the_batch_is_made_durable_with_one_flush(
     async with runner:
         assert [await h for h in handles] == list(range(100))
     await runner.close()
+
+
+async def test_on_a_sqlite_file_the_batch_is_made_in_one_transaction(tmp_path: Path) -> None:
+    """A hundred jobs, one transaction: one commit, one sync of the log."""
+    store = SqliteStore(tmp_path / "jobs.db")
+    runner = JobRunner(store, jobs=[Keyed], state=[Counters()])
+    before = store.commits
+    handles = await runner.submit_many([Keyed(n=i) for i in range(100)])
+    assert store.commits == before + 1
+    assert all(h.newly_submitted for h in handles)
+    async with runner:
+        assert [await h for h in handles] == list(range(100))
+    await runner.close()
+    await store.close()

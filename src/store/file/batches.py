@@ -21,7 +21,6 @@ This module holds the queue (``Batcher``) and what is queued (``Write``,
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import threading
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
 
 from ..base import StoredObject
+from ..callers import serve_all, tell
 from ..parts import Parts
 
 MAX_BATCH = 256
@@ -156,26 +156,8 @@ class Batcher(Generic[R]):
 
     def _drain(self) -> None:
         while batch := self._take():
-            requests = [request for request, _, _ in batch]
-            try:
-                self._serve(requests)
-            except BaseException as exc:  # a bug or an interrupt: fail the batch, loudly
-                for request in requests:
-                    if request.error is None:
-                        request.error = exc
-            self._serving = False  # (before the wakes: a caller resumed finds it idle)
-            by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
-            for _, done, loop in batch:
-                by_loop.setdefault(loop, []).append(done)
-            for loop, futures in by_loop.items():
-                # (a closed loop raises RuntimeError: nobody waits there any more)
-                with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(_wake, futures)
+            serve_all(self._serve, [request for request, _, _ in batch])
+            self._serving = False  # (before the callers hear: one resumed finds it idle)
+            tell((done, loop) for _, done, loop in batch)
         if self._on_idle is not None:
             self._on_idle()
-
-
-def _wake(futures: list[asyncio.Future[None]]) -> None:
-    for done in futures:
-        if not done.done():
-            done.set_result(None)

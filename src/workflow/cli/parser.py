@@ -25,6 +25,7 @@ from stepstone.cli.commands import (
     cmd_show,
     cmd_stats,
 )
+from stepstone.cli.copy import cmd_copy
 from stepstone.cli.fleet import cmd_schedules, cmd_workers
 from stepstone.cli.runners import ENV_PREFIX, ENV_STORE
 from stepstone.cli.ui import USERS_ENV, cmd_ui, cmd_ui_user
@@ -41,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--store",
         default=argparse.SUPPRESS,
         metavar="URL",
-        help=f"the store: a directory, file:///path or s3://bucket/prefix (default ${ENV_STORE})",
+        help=f"the store: a SQLite file, a directory, or s3://bucket/prefix (default ${ENV_STORE})",
     )
     common.add_argument(
         "--prefix",
@@ -458,6 +459,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="a property not answered within this fails (default 120)",
     )
     check.set_defaults(handler=cmd_check_store)
+
+    copy = sub.add_parser(
+        "copy",
+        parents=[common],
+        help="copy every object of one store into another (a bucket into a file, and back)",
+        description="Put every object of SOURCE into DESTINATION, any two stores: a "
+        "bucket's prefix into a SQLite file or a directory to inspect offline with ls, "
+        "show and ui, and back. A DESTINATION that is a local path naming nothing is "
+        "made: a SQLite file when its name ends in .db, .sqlite or .sqlite3, else a "
+        "directory. Objects the destination holds already are replaced; the others "
+        "there are left alone. Copy a store nobody writes to for a picture of one moment.",
+    )
+    copy.add_argument("source", metavar="SOURCE", help="the store to copy from (a URL or path)")
+    copy.add_argument("destination", metavar="DESTINATION", help="the store to copy into")
+    copy.add_argument(
+        "--mark",
+        action="store_true",
+        help="mark the copy as one (stepstone-copy, under --prefix): no worker starts on it",
+    )
+    copy.set_defaults(handler=cmd_copy)
     return parser
 
 

@@ -40,7 +40,6 @@ cancelled, and all are awaited before the run is settled.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import functools
 import logging
@@ -48,7 +47,7 @@ import os
 import site
 import sys
 import sysconfig
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
@@ -180,22 +179,32 @@ class RunTree:
         return "app"
 
 
-@contextlib.contextmanager
-def stepping(tree: RunTree) -> Iterator[None]:
-    """Run a step's function: what it creates is its own, and an attempt
-    that ends meanwhile lets it finish (and cancels the task after)."""
+Begun = tuple["asyncio.Task[Any] | None", "contextvars.Token[bool]"]
+"""What :func:`step_begins` gives :func:`step_ends`."""
+
+
+def step_begins(tree: RunTree) -> Begun:
+    """A step's function is about to run: what it creates is its own, and an
+    attempt that ends meanwhile lets it finish. :func:`step_ends` with what
+    this returns, once its result is recorded. (Two calls, not a context
+    manager: a step is the hot path.)"""
     task = asyncio.current_task()
     if task is not None:
         tree.stepping.add(task)
-    token = IN_STEP.set(True)
-    try:
-        yield
-    finally:
-        IN_STEP.reset(token)
-        if task is not None:
-            tree.stepping.discard(task)
-            if tree.ending and task is not tree.root.task:
-                task.cancel()  # (at its next await: the attempt is over)
+    return task, IN_STEP.set(True)
+
+
+def step_ends(
+    tree: RunTree, begun: tuple[asyncio.Task[Any] | None, contextvars.Token[bool]]
+) -> None:
+    """The step is over; a task whose attempt ended meanwhile cancels itself
+    (at its next await)."""
+    task, token = begun
+    IN_STEP.reset(token)
+    if task is not None:
+        tree.stepping.discard(task)
+        if tree.ending and task is not tree.root.task:
+            task.cancel()
 
 
 async def stop(tree: RunTree, *, at_once: bool) -> None:

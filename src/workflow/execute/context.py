@@ -158,10 +158,13 @@ class JobContext:
         found, value = await memo.lookup()
         if found:
             return cast(R, value)
-        with branches.stepping(run.tree):  # (what it creates is its own)
+        begun = branches.step_begins(run.tree)  # (what it creates is its own)
+        try:
             # Handed straight over, held by no name here: a large result the
             # memo gives back decoded is let go before its copy is made.
             return cast(R, await memo.record(await self._called(fn, *args, **kwargs)))
+        finally:
+            branches.step_ends(run.tree, begun)
 
     async def _called(
         self,

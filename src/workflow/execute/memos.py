@@ -20,6 +20,7 @@ some (``Delivery.claims > 1``), or a replay copied some
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -69,21 +70,26 @@ class Memo:
         self.name = name or internal
         self.call = Call(internal or "step", name)
         self.branch = branch.path
-        if internal and not name:
-            self.named = f"!{internal}@{occurrence}"
-        else:
-            self.named = step_key(name, occurrence, internal=internal, branch=branch.path)
-        """The key segment of a memo keyed by name (one of a run's history
-        had one before positions existed)."""
+        self._internal, self._occurrence = internal, occurrence
         self.position = branch.next_position() if positioned else None
-        self.segment = self.named
-        """Where its memo is written: under its place, or its name."""
-        if self.position is not None:
+        if self.position is None:
+            self.segment = self.named
+        else:
             self.segment = position_key(self.position, branch.path)
             run.made.add(self.segment)
+        """Where its memo is written: under its place, or its name."""
         self.codec = codec
         self.args = args
         self.began = run.clock.now()
+
+    @functools.cached_property
+    def named(self) -> str:
+        """The key segment of a memo keyed by name (one of a run's history had
+        one before positions existed; one outside it, a patch's, has one still)."""
+        internal, occurrence = self._internal, self._occurrence
+        if internal and not self.call.name:
+            return f"!{internal}@{occurrence}"
+        return step_key(self.call.name, occurrence, internal=internal, branch=self.branch)
 
     @property
     def key(self) -> str:

@@ -139,8 +139,8 @@ class AttemptScope:
             stopped = self.attempt.stopped
             why = f"was stopped: {stopped}" if stopped is not None else "has ended"
             raise asyncio.CancelledError(f"this attempt {why}")
-        suspension = self.suspension()
-        if suspension is not None:
+        if self.suspensions:
+            suspension = min(self.suspensions, key=lambda suspension: suspension.until)
             raise Suspend(suspension.until, suspension.wait)
 
     def branch_here(self) -> Branch:
