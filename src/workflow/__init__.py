@@ -29,7 +29,11 @@ queue and the worker) and :mod:`stepstone.store` (the object stores).
 
 from stepstone.errors import (
     AlreadyExists,
+    BadCallback,
     BadEvent,
+    BadStreamItem,
+    CallbackRefused,
+    CallbackTimeout,
     CorruptMemo,
     CorruptOutcome,
     CorruptRecord,
@@ -51,18 +55,22 @@ from stepstone.errors import (
     PreconditionFailed,
     QueueError,
     RetryLater,
+    RunNotFound,
     SqsUnsupported,
     StepstoneError,
     StoreConfigError,
     StoreError,
     StoreUnavailable,
+    StreamClosed,
     Throttled,
     UnknownJob,
     WorkerIdInUse,
 )
 from stepstone.execute.context import JobContext, SyncContext
+from stepstone.execute.streams import StreamWriter
 from stepstone.handles.handle import JobHandle
 from stepstone.handles.state import JobState
+from stepstone.handles.streams import StreamItem, StreamReader
 from stepstone.handles.sync import SyncHandle
 from stepstone.job import ErrorClass, Job, payload_idempotency_key
 from stepstone.limits.rate import RateLimit
@@ -92,7 +100,11 @@ __all__ = [
     "AlreadyExists",
     "AttemptInfo",
     "AttemptResult",
+    "BadCallback",
     "BadEvent",
+    "BadStreamItem",
+    "CallbackRefused",
+    "CallbackTimeout",
     "Clock",
     "CorruptMemo",
     "NonDeterministicReplay",
@@ -129,6 +141,7 @@ __all__ = [
     "QueueError",
     "RateLimit",
     "RetryLater",
+    "RunNotFound",
     "Schedule",
     "SqsQueue",
     "SqsUnsupported",
@@ -137,6 +150,10 @@ __all__ = [
     "StoreError",
     "StoreQueue",
     "StoreUnavailable",
+    "StreamClosed",
+    "StreamItem",
+    "StreamReader",
+    "StreamWriter",
     "SubmitOptions",
     "SyncContext",
     "SyncHandle",

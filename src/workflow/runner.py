@@ -27,7 +27,7 @@ import asyncio
 import logging
 from collections.abc import Coroutine, Iterable, Sequence
 from datetime import datetime
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar, cast, overload
 
 from stepstone.errors import CorruptOutcome, DuplicateJobName, UnknownJob
 from stepstone.execute.attempts import AttemptRunner
@@ -40,6 +40,7 @@ from stepstone.execute.versions import VERSION_WAIT, build_id_from
 from stepstone.handles.answers import RunAnswers
 from stepstone.handles.handle import JobHandle
 from stepstone.handles.state import JobState
+from stepstone.handles.streams import StreamReader
 from stepstone.handles.sync import LoopThread, SyncHandle, call_on
 from stepstone.handles.watch import OutcomeWatch
 from stepstone.job import Job, run_id_of
@@ -570,6 +571,49 @@ class JobRunner:
         had (whose payload stands)."""
         return await send_event(
             self._records, self.queue, self.clock, run_id_of(job), name, payload, key
+        )
+
+    @overload
+    def stream(
+        self,
+        run: str | Job[Any],
+        name: str,
+        *,
+        start: int = 0,
+        follow: bool = True,
+        poll: float | None = None,
+    ) -> StreamReader[Any]: ...
+
+    @overload
+    def stream(
+        self,
+        run: str | Job[Any],
+        name: str,
+        type: type[S],
+        *,
+        start: int = 0,
+        follow: bool = True,
+        poll: float | None = None,
+    ) -> StreamReader[S]: ...
+
+    def stream(
+        self,
+        run: str | Job[Any],
+        name: str,
+        type: Any = Any,
+        *,
+        start: int = 0,
+        follow: bool = True,
+        poll: float | None = None,
+    ) -> StreamReader[Any]:
+        """A reader of the stream ``name`` of ``run`` (its id, or a job with
+        an idempotency key, which names its run), from any process, one that
+        never held the run's handle included: ``async for value in
+        runner.stream(run_id, "tokens", str)``. See :meth:`JobHandle.stream`.
+        Raises InvalidRunId for a string that is not a run id; reading raises
+        RunNotFound for a run nothing is known of."""
+        return self._answers.stream(
+            run_id_of(run), name, type, start=start, follow=follow, poll=poll
         )
 
     async def cancel(self, run: str | Job[Any], *, leave_children: bool = False) -> bool:

@@ -118,6 +118,7 @@ CALLS = frozenset(
             "deprecate_patch",
         ),
         "JobHandle": ("result", "join", "_awaited"),
+        "StreamWriter": ("write", "close"),
     }.items()
     for method in methods
 )

@@ -25,10 +25,12 @@ from stepstone.execute import branches, patches
 from stepstone.execute import durable_waits as waits
 from stepstone.execute.memos import Memo
 from stepstone.execute.scope import PROGRESS_INTERVAL, AttemptScope
+from stepstone.execute.streams import StreamWriter
 from stepstone.handles.handle import JobHandle
 from stepstone.job import Job
 from stepstone.records import fingerprint
 from stepstone.records.codec import codec_for, codec_for_type, pack
+from stepstone.records.layout import name_key
 from stepstone.records.outcome import Outcome
 from stepstone.runtime.worker import Attempt
 from stepstone.submit.options import SubmitOptions
@@ -288,6 +290,23 @@ class JobContext:
         took the old path fails here with NonDeterministicReplay."""
         await patches.deprecate_patch(self._run, change_id)
 
+    @overload
+    def stream(self, name: str) -> StreamWriter[Any]: ...
+
+    @overload
+    def stream(self, name: str, type: type[T]) -> StreamWriter[T]: ...
+
+    def stream(self, name: str, type: Any = None) -> StreamWriter[Any]:
+        """The run's stream ``name``, to write values to as the run goes
+        (``await ctx.stream("tokens").write(token)``) for readers anywhere
+        (``handle.stream("tokens")``, ``runner.stream(run_id, "tokens")``):
+        in order, each once, whatever retries and replays the run goes
+        through. Values are encoded as step results are, through ``type``
+        when given (else through each value's own type). See
+        :mod:`stepstone.execute.streams` and docs/streams.md."""
+        _check_name("stream", name)
+        return StreamWriter(self._run, name, type)
+
     def idempotency_key(self, step: str) -> str:
         """A key for an outside system's idempotency (a payment provider's
         Idempotency-Key header, an SQS deduplication id): the same on every
@@ -396,6 +415,36 @@ class SyncContext:
 
     def idempotency_key(self, step: str) -> str:
         return self._ctx.idempotency_key(step)
+
+    def stream(self, name: str, type: Any = None) -> SyncStreamWriter:
+        """The run's stream ``name``, written from a synchronous job; see JobContext.stream."""
+        return SyncStreamWriter(self, self._ctx.stream(name, type))
+
+
+class SyncStreamWriter:
+    """A stream of a synchronous job's run: blocking ``write`` and ``close``
+    (see :class:`~stepstone.execute.streams.StreamWriter`)."""
+
+    def __init__(self, sync: SyncContext, writer: StreamWriter[Any]) -> None:
+        self._sync = sync
+        self._writer = writer
+        self.name = writer.name
+        """The stream's name."""
+
+    def write(self, value: Any) -> None:
+        """Append ``value`` to the stream, once for this run."""
+        self._sync._call(self._writer.write(value))
+
+    def close(self) -> None:
+        """End the stream for its readers."""
+        self._sync._call(self._writer.close())
+
+
+def _check_name(what: str, name: object) -> None:
+    """Refuse a name that cannot name a stream or a callback (ValueError, at the call)."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a {what}'s name is a non-empty str, not {name!r}")
+    name_key(name)
 
 
 async def _as_coro(awaitable: Awaitable[R]) -> R:

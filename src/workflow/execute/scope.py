@@ -44,6 +44,23 @@ class EventTurn:
         self.lock = asyncio.Lock()
 
 
+class StreamState:
+    """What an attempt knows of one of its run's streams: the next offset it
+    takes (None until it knows where the stream ends), and whether the run
+    closed the stream (:mod:`stepstone.execute.streams`)."""
+
+    def __init__(self) -> None:
+        self.next: int | None = None
+        self.closed = False
+        self.lock = asyncio.Lock()
+        """Held while the end of the stream is looked for (once an attempt)."""
+
+    def taken(self, offset: int) -> None:
+        """An item stands at ``offset``: the next offset taken is past it."""
+        if self.next is not None and self.next <= offset:
+            self.next = offset + 1
+
+
 class AttemptScope:
     """One attempt's bookkeeping (see the module docstring)."""
 
@@ -118,10 +135,15 @@ class AttemptScope:
         """The events recorded waits took, by their memos' key segments,
         as read ahead of their replay (:mod:`stepstone.execute.durable_waits`)."""
         self._event_turns: dict[str, EventTurn] = {}
+        self._streams: dict[str, StreamState] = {}
 
     def event_turn(self, name: str) -> EventTurn:
         """The turns of this attempt's waits for event ``name``."""
         return self._event_turns.setdefault(name, EventTurn())
+
+    def stream_state(self, name: str) -> StreamState:
+        """What this attempt knows of the run's stream ``name``."""
+        return self._streams.setdefault(name, StreamState())
 
     @property
     def run_id(self) -> str:
