@@ -68,6 +68,10 @@ from stepstone.runtime.worker import JobThreads, Worker
 from stepstone.runtime.worker.presence import BEAT, Presence
 from stepstone.schedules import Schedule, Scheduler
 from stepstone.store import ObjectStore, open_store
+from stepstone.store.base import PresignsPuts
+from stepstone.submit import callback_watch
+from stepstone.submit.callback_watch import CallbackWatch
+from stepstone.submit.callbacks import complete_callback
 from stepstone.submit.created_here import CreatedHere
 from stepstone.submit.events import send_event
 from stepstone.submit.hand_off import HandOff
@@ -107,6 +111,14 @@ class JobRunner:
     given back for a worker of that version, for up to ``version_wait``
     seconds (docs/versioning.md, "Deploying").
 
+    On a store that presigns PUTs (S3), each worker looks for callbacks
+    completed through their URLs every ``callback_look`` seconds (one LIST;
+    None: never, and a completion by URL reaches its run when the run looks
+    again on its own, ``wait_recheck``); given ``callback_notices``, the URL
+    of an SQS queue that the bucket's event notifications of
+    ``callbacks/`` go to, it hears of each at once
+    (:mod:`stepstone.submit.callback_watch`, docs/streams.md).
+
     A worker given ``retention`` (seconds) sweeps finished runs older than
     that, and the audit records of operators' actions (``stepstone audit``)
     older than ``audit_retention`` (90 days by default; None keeps them);
@@ -145,6 +157,8 @@ class JobRunner:
         worker_beat: float | None = BEAT,
         build_id: str | None = None,
         version_wait: float = VERSION_WAIT,
+        callback_look: float | None = callback_watch.EVERY,
+        callback_notices: str | None = None,
     ) -> None:
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
@@ -265,6 +279,12 @@ class JobRunner:
             if retention is None
             else Sweeper(self, retention, interval=sweep_interval, audit_retention=audit_retention)
         )
+        self._callback_watch: CallbackWatch | None = None
+        presigns = isinstance(self.store, PresignsPuts)
+        if callback_look is not None and waking is not None and presigns:
+            self._callback_watch = CallbackWatch(
+                self.store, self.layout, waking, every=callback_look, notices=callback_notices
+            )
         self.scheduler = Scheduler(
             list(schedules),
             submitter=self._submitter,
@@ -360,6 +380,8 @@ class JobRunner:
         self._metrics.start(in_flight=self.worker.in_flight_by_kind)
         if self._sweeper is not None:
             self._sweeper.start()
+        if self._callback_watch is not None:
+            self._callback_watch.start()
         self.scheduler.start()
 
     async def stop(self, drain_timeout: float | None = None) -> None:
@@ -372,6 +394,8 @@ class JobRunner:
         await self.scheduler.stop()
         if self._sweeper is not None:
             await self._sweeper.stop()
+        if self._callback_watch is not None:
+            await self._callback_watch.stop()
         await self.worker.stop(drain_timeout)
         self._threads.shutdown()
         self._metrics.stop()
@@ -615,6 +639,17 @@ class JobRunner:
         return self._answers.stream(
             run_id_of(run), name, type, start=start, follow=follow, poll=poll
         )
+
+    async def complete_callback(self, callback_id: str, value: Any = None) -> bool:
+        """Complete the callback ``callback_id`` (``cb.id`` in the run that
+        made it) with ``value``, sent as JSON, and wake its run, from any
+        process, a worker or not: True. The first completion wins: False if
+        it had been completed already (by this or through its URL), whose
+        value stands. Raises CallbackRefused, saying why, when it can take
+        none (no such callback, it expired, its run is not live, the value is
+        over 1 MiB as JSON); EncodingError for a value that is not JSON-able.
+        See :mod:`stepstone.submit.callbacks`."""
+        return await complete_callback(self._records, self.queue, self.clock, callback_id, value)
 
     async def cancel(self, run: str | Job[Any], *, leave_children: bool = False) -> bool:
         """Cancel a run (its id, or a keyed job) that has not finished: record

@@ -116,7 +116,9 @@ CALLS = frozenset(
             "gather",
             "patched",
             "deprecate_patch",
+            "callback",
         ),
+        "Callback": ("wait",),
         "JobHandle": ("result", "join", "_awaited"),
         "StreamWriter": ("write", "close"),
     }.items()
