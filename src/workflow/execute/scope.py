@@ -11,6 +11,7 @@ lease another worker took over cannot overwrite the new owner's progress.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -45,18 +46,40 @@ class EventTurn:
 
 
 class StreamState:
-    """What an attempt knows of one of its run's streams: the next offset it
-    takes (None until it knows where the stream ends), and whether the run
-    closed the stream (:mod:`stepstone.execute.streams`)."""
+    """What an attempt knows of one of its run's streams: the offsets it
+    takes next (None until it knows where the stream ends), and whether the
+    run closed the stream (:mod:`stepstone.execute.streams`)."""
 
     def __init__(self) -> None:
         self.next: int | None = None
+        """The offset past every item known: the next offset taken, once
+        the offsets in :attr:`free` are."""
+        self.free: list[int] = []
+        """Offsets before :attr:`next` that hold no item (an earlier attempt
+        took them and ended before it wrote there), in order: taken first."""
         self.closed = False
         self.lock = asyncio.Lock()
         """Held while the end of the stream is looked for (once an attempt)."""
 
+    def take(self) -> int:
+        """The next offset to write at (once :attr:`next` is known)."""
+        assert self.next is not None
+        if self.free:
+            return self.free.pop(0)
+        offset = self.next
+        self.next += 1
+        return offset
+
+    def give_back(self, offset: int) -> None:
+        """``offset`` was taken, and not written at: it is free again."""
+        if self.next is not None and offset < self.next and offset not in self.free:
+            bisect.insort(self.free, offset)
+
     def taken(self, offset: int) -> None:
-        """An item stands at ``offset``: the next offset taken is past it."""
+        """An item stands at ``offset`` (and at every offset a write walked
+        past to get there: :func:`stepstone.execute.streams._place`)."""
+        if offset in self.free:
+            self.free.remove(offset)
         if self.next is not None and self.next <= offset:
             self.next = offset + 1
 

@@ -28,11 +28,16 @@ So:
 
 Offsets are dense, 0, 1, 2, ...: an attempt takes them one after another, a
 first claim from 0 and any later one from past the stream's last item (one
-listing, on its first write that is not a replay). Concurrent writes of one
-attempt (branches writing one stream) take distinct offsets at once, and
-each lands when its PUT does: a reader reads offsets in order
-(:mod:`stepstone.handles.streams`), so an item whose write is slower holds
-up the ones after it, never reorders them.
+listing, on its first write that is not a replay), after the offsets an
+earlier attempt took and did not write at (it was stopped from outside, or
+died, in between). A write once begun is finished as a step is when its
+attempt ends (a concurrent branch's wait that suspends the run, a failure):
+only a stop from outside (a cancel, a timeout, a lost lease) or a crash
+leaves an offset unwritten, and the run's next attempt fills it. Concurrent
+writes of one attempt (branches writing one stream) take distinct offsets
+at once, and each lands when its PUT does: a reader reads offsets in order
+(:mod:`stepstone.handles.streams`), so an item whose write is slower (or
+left for the next attempt) holds up the ones after it, never reorders them.
 
 A write costs two PUTs (the memo, the item); a replayed write a GET of the
 memo, as any call's, and a GET of its item.
@@ -44,6 +49,7 @@ import enum
 from typing import Any, Generic, TypeVar
 
 from stepstone.errors import EncodingError, StreamClosed
+from stepstone.execute import branches
 from stepstone.execute.memos import Memo
 from stepstone.execute.scope import AttemptScope, StreamState
 from stepstone.records.calls import PositionedMemo, memo_value
@@ -109,44 +115,55 @@ class StreamWriter(Generic[T]):
 
 
 async def _append(run: AttemptScope, state: StreamState, name: str, call: str, data: Body) -> None:
-    """Record the call (its memo: the offset of its item), then write its item."""
+    """Record the call (its memo: the offset of its item), then write its
+    item. Once begun, it is finished as a step is when the attempt ends
+    (:func:`stepstone.execute.branches.stepping`): a branch's wait that
+    suspends the run leaves no offset taken and not written."""
     memo = Memo(run, name, _OFFSET, internal=call)
-    found, offset = await memo.lookup()
-    if found:
-        if call == CLOSE:
-            state.closed = True
-        await _place(run, state, memo, offset, data, look_first=True)
-        return
-    chosen = await _next_offset(run, state, name)
-    offset = await memo.record(chosen)  # (another attempt's, if it recorded the call first)
-    await _place(run, state, memo, offset, data, look_first=offset != chosen)
+    with branches.stepping(run.tree):
+        found, offset = await memo.lookup()
+        if found:
+            if call == CLOSE:
+                state.closed = True
+            await _place(run, state, memo, offset, data, look_first=True)
+            return
+        chosen = await _next_offset(run, state, name)
+        try:
+            offset = await memo.record(chosen)  # (another attempt's, if it recorded the call first)
+        except BaseException:
+            state.give_back(chosen)
+            raise
+        if offset != chosen:
+            state.give_back(chosen)
+        await _place(run, state, memo, offset, data, look_first=offset != chosen)
 
 
 async def _next_offset(run: AttemptScope, state: StreamState, name: str) -> int:
-    """The offset this attempt takes next in the stream: past every item
-    written so far. A first claim's streams start empty; any later claim
-    lists the stream once to find its end."""
+    """The offset this attempt takes next in the stream: one no item holds.
+    A first claim's streams start empty; any later claim lists the stream
+    once, and takes the offsets an earlier attempt left free first (it took
+    them and ended before it wrote there), then those past the last item."""
     if state.next is None:
         if run.memo_keys is None:  # (a first claim: no attempt wrote before it)
             state.next = 0
         else:
             async with state.lock:
                 if state.next is None:
-                    state.next = await _end_of(run, name)
-    offset = state.next
-    state.next += 1
-    return offset
+                    present = await _offsets(run, name)
+                    state.next = max(present, default=-1) + 1
+                    state.free = sorted(set(range(state.next)) - present)
+    return state.take()
 
 
-async def _end_of(run: AttemptScope, name: str) -> int:
-    """One past the last item of the stream (0 when it has none)."""
+async def _offsets(run: AttemptScope, name: str) -> set[int]:
+    """The offsets the stream's items stand at."""
     prefix = run.layout.stream(run.run_id, run.incarnation, name)
-    last = -1
+    found = set()
     async for info in run.store.scan(prefix):
         offset = stream_offset_of(info.key[len(prefix) :])
         if offset is not None:
-            last = max(last, offset)
-    return last + 1
+            found.add(offset)
+    return found
 
 
 async def _place(
