@@ -148,7 +148,13 @@ class AwaitsCallback(Job[str]):
             if not self.catch:
                 raise
             return f"{type(exc).__name__}: {exc}"
-        return f"{'approved' if approval.approved else 'refused'} by {approval.by}"
+        said = f"{'approved' if approval.approved else 'refused'} by {approval.by}"
+        return await ctx.step("after", lambda: _after(said, counters))
+
+
+def _after(said: str, counters: Counters) -> str:
+    counters.hit(f"after:{said}")
+    return said
 
 
 def _send(callback_id: str, url: str | None) -> str:
