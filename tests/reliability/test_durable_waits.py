@@ -44,15 +44,6 @@ LATE = 5.0
 suspend at its next listing, at most the idle listing interval (5 s) away."""
 
 
-@pytest.fixture(params=["files", "s3"])
-def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Where the store is: a directory, or an S3 URL on the moto server."""
-    if request.param == "files":
-        return str(tmp_path / "store")
-    url: str = request.getfixturevalue("s3_url")
-    return url
-
-
 def steps_run(events: list[list[str]]) -> Counter[tuple[str, str]]:
     """How many times each (run, step) executed."""
     return Counter((e[1], e[2]) for e in events if e[0] == "EXEC")

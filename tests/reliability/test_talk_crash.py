@@ -40,16 +40,14 @@ ITEMS = 40
 DEADLINE = 240.0
 
 
-@pytest.fixture(params=["files", "s3"])
-def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "files":
-        return str(tmp_path / "store")
-    url: str = request.getfixturevalue("s3_url")
-    return url
-
-
 KILLS = 4
 """Workers the test SIGKILLs itself in a run (the kill points kill more)."""
+
+
+def talk_workers(location: str, tmp_path: Path, **env: str) -> Workers:
+    """Worker processes of rel_talk.py on ``location``, their events in
+    ``tmp_path/events.log``."""
+    return Workers(location, tmp_path / "events.log", tmp_path / "logs", script=SCRIPT, **env)
 
 
 async def keep_going(pool: Workers, until: asyncio.Task[Any], seed: int, workers: int) -> int:
@@ -75,13 +73,8 @@ async def test_streams_read_live_lose_and_repeat_nothing_across_sigkills(
     tmp_path: Path, location: str
 ) -> None:
     events = tmp_path / "events.log"
-    pool = Workers(
-        location,
-        events,
-        tmp_path / "logs",
-        script=SCRIPT,
-        REL_TALK_KILL="before_item=0.05,after_item=0.05",
-        REL_SEED="20261206",
+    pool = talk_workers(
+        location, tmp_path, REL_TALK_KILL="before_item=0.05,after_item=0.05", REL_SEED="20261206"
     )
     api = talk_runner(location)
     try:
@@ -121,11 +114,9 @@ async def test_callbacks_keep_their_ids_and_take_one_completion_across_sigkills(
     tmp_path: Path, location: str
 ) -> None:
     events = tmp_path / "events.log"
-    pool = Workers(
+    pool = talk_workers(
         location,
-        events,
-        tmp_path / "logs",
-        script=SCRIPT,
+        tmp_path,
         # Each life takes one completion, then dies at its second (one run at
         # a time): before recording it, in one life, after, in the next.
         REL_TALK_KILL="before_take@2|after_take@2",
