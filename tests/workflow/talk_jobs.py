@@ -183,6 +183,24 @@ class TwoCallbacks(Job[list[Any]]):
         return list(await asyncio.gather(first.wait(), second.wait()))
 
 
+class SyncTalker(Job[Any]):
+    """A synchronous job: writes two lines, makes callback ``ok`` and waits
+    for it, through ``ctx.sync``."""
+
+    NAME: ClassVar[str] = "talk.sync"
+    order: str
+
+    def run(self, ctx: JobContext) -> Any:
+        lines = ctx.sync.stream("lines")
+        lines.write("first")
+        lines.write("second")
+        cb = ctx.sync.callback("ok", timeout=3600)
+        ctx.state(Counters).sent.append((self.order, ctx.attempt, cb.id, cb.url))
+        came = cb.wait()
+        lines.close()
+        return came
+
+
 TALK_JOBS: list[type[Job[Any]]] = [
     Tokens,
     Branches,
@@ -190,4 +208,5 @@ TALK_JOBS: list[type[Job[Any]]] = [
     WritesAfterClose,
     AwaitsCallback,
     TwoCallbacks,
+    SyncTalker,
 ]

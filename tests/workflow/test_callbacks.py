@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from talk_jobs import TALK_JOBS, AwaitsCallback, Tokens, TwoCallbacks
+from talk_jobs import TALK_JOBS, AwaitsCallback, SyncTalker, Tokens, TwoCallbacks
 from wf_jobs import Counters
 from wf_support import ON_EVERY_STORE
 
@@ -222,3 +222,15 @@ async def test_a_replay_from_a_later_step_keeps_what_the_wait_took(
         await runner.replay(run_id, from_step="after")
         assert await handle.result(timeout=DONE) == "approved by kay"
     assert counters.counts["after:approved by kay"] == 2, "the step after the wait ran again"
+
+
+async def test_a_synchronous_job_streams_and_waits_for_a_callback_through_ctx_sync(
+    make_talker: Callable[..., JobRunner], counters: Counters
+) -> None:
+    async with make_talker() as runner:
+        handle = await runner.submit(SyncTalker(order="s"))
+        await wait_until(lambda: waiting(runner, handle.id), message="the run waits")
+        (callback_id,) = {sent[2] for sent in counters.sent if sent[0] == "s"}
+        assert await runner.complete_callback(callback_id, {"ok": 1}) is True
+        assert await handle.result(timeout=DONE) == {"ok": 1}
+        assert [line async for line in handle.stream("lines")] == ["first", "second"]
