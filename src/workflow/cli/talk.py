@@ -198,7 +198,6 @@ def talk_json(streams: list[StreamSeen], callbacks: list[CallbackSeen]) -> dict[
                 "name": s.name,
                 "written": s.written,
                 "closed": s.closed,
-                "stored": s.stored,
                 "last": [_item_json(i) for i in s.last],
             }
             for s in streams

@@ -28,6 +28,10 @@ STREAM_CALLS = ("stream", "stream-close")
 """The calls of a stream: a write, a close."""
 SHOWN_ITEMS = 5
 """A stream's last items a run's page shows."""
+TAIL_SLACK = 16
+"""Offsets before where a stream's writes say it ends that the look for its
+last items starts at (a write that found its offset taken is further on):
+one LIST of a few keys, however long the stream."""
 PAGE_ITEMS = 100
 """Items a stream's own page shows at once."""
 
@@ -59,8 +63,6 @@ class StreamSeen:
     closed: bool
     last: list[ItemSeen]
     """Its last items (``SHOWN_ITEMS``), oldest first."""
-    stored: int
-    """Items (the close among them) its store holds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,9 +110,11 @@ async def streams_of(runner: Inspected, found: Detail) -> list[StreamSeen]:
             writes.setdefault(memo.call.name, 0)
 
     async def one(name: str) -> StreamSeen:
-        offsets = await _offsets(runner, found.id, incarnation, name)
+        # Its items are at offsets 0 to about its writes: list from near the end.
+        near = writes[name] + (name in closed) - SHOWN_ITEMS - TAIL_SLACK
+        offsets = await _offsets(runner, found.id, incarnation, name, after=near)
         last = await _items(runner, found.id, incarnation, name, offsets[-SHOWN_ITEMS:])
-        return StreamSeen(name, writes[name], name in closed, last, len(offsets))
+        return StreamSeen(name, writes[name], name in closed, last)
 
     return list(await asyncio.gather(*(one(name) for name in sorted(writes))))
 
@@ -127,10 +131,14 @@ async def stream_items(
     return await _items(runner, run_id, incarnation, name, chosen), len(offsets)
 
 
-async def _offsets(runner: Inspected, run_id: str, incarnation: str, name: str) -> list[int]:
+async def _offsets(
+    runner: Inspected, run_id: str, incarnation: str, name: str, *, after: int = -1
+) -> list[int]:
+    """The offsets the stream's items stand at (past ``after``), in order."""
     prefix = runner.layout.stream(run_id, incarnation, name)
+    start = None if after < 0 else runner.layout.stream_item(run_id, incarnation, name, after)
     found = []
-    async for info in runner.store.scan(prefix):
+    async for info in runner.store.scan(prefix, start_after=start):
         offset = stream_offset_of(info.key[len(prefix) :])
         if offset is not None:
             found.append(offset)

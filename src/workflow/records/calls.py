@@ -13,6 +13,7 @@ both record a call there.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from stepstone.records.codec import unpack
@@ -167,7 +168,8 @@ class PositionedMemo:
 
 
 def _number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    """A time a memo can hold: a finite number (anything else: its times are unknown)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def memo_value() -> LargeField:
