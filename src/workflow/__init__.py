@@ -6,6 +6,8 @@ Everything an application touches is importable from here::
 
 - the job API: :class:`Job`, :class:`JobContext`, :class:`JobRunner`,
   :class:`JobHandle` (:class:`SyncHandle` from code without an event loop),
+  a run's streams (:class:`StreamWriter` in the run, :class:`StreamReader`
+  and :class:`StreamItem` outside it) and callbacks (:class:`Callback`),
   :class:`Outcome`, :class:`SubmitOptions`, :class:`Schedule` for jobs
   submitted on a cron or an interval, and :class:`RateLimit` for a job
   type's ``rate_limit``;
@@ -66,6 +68,7 @@ from stepstone.errors import (
     UnknownJob,
     WorkerIdInUse,
 )
+from stepstone.execute.callbacks import Callback
 from stepstone.execute.context import JobContext, SyncContext
 from stepstone.execute.streams import StreamWriter
 from stepstone.handles.handle import JobHandle
@@ -103,6 +106,7 @@ __all__ = [
     "BadCallback",
     "BadEvent",
     "BadStreamItem",
+    "Callback",
     "CallbackRefused",
     "CallbackTimeout",
     "Clock",

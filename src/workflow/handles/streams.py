@@ -22,12 +22,13 @@ not there, the reader waits and looks again:
   nothing is there);
 - in memory, every ``LOCAL_POLL`` seconds.
 
-Every ``END_CHECK`` seconds of waiting (``REMOTE_END_CHECK`` on S3) it also
-reads the run's outcome record: once the run has ended, it lists what the
-run wrote past the offset it waits at (an item a crash left unwritten is
-never written now) and ends after those. It reads the run's queue record,
-too, every ``QUEUE_CHECK`` seconds, for a run that was swept or started
-again as another incarnation meanwhile (the stream it reads will get no
+At the first offset not written, and then every ``END_CHECK`` seconds of
+waiting (``REMOTE_END_CHECK`` on S3), it also reads the run's outcome
+record: once the run has ended, it lists what the run wrote past the
+offset it waits at (an item a crash left unwritten is never written now)
+and ends after those. It reads the run's queue record, too, every
+``QUEUE_CHECK`` seconds, for a run that was swept or started again as
+another incarnation meanwhile (the stream it reads will get no
 more items).
 """
 
@@ -129,7 +130,7 @@ class StreamReader(Generic[T]):
 
         Raises RunNotFound for a run nothing is known of, and BadStreamItem,
         naming the item, for one that does not decode as the reader's type."""
-        incarnation = await self._incarnation()
+        incarnation, finished = await self._incarnation()
         store = self._records.store
         prefix = self._records.layout.stream(self.run_id, incarnation, self.name)
         noticed = asyncio.Event()
@@ -141,7 +142,7 @@ class StreamReader(Generic[T]):
         )
         end_every = REMOTE_END_CHECK if store.remote else END_CHECK
         loop = asyncio.get_running_loop()
-        end_at = loop.time() + end_every
+        end_at = loop.time()  # (at the first miss: a finished run's stream ends there)
         queue_at = loop.time() + QUEUE_CHECK
         try:
             while True:
@@ -158,7 +159,7 @@ class StreamReader(Generic[T]):
                     look_at_queue = now >= queue_at
                     if look_at_queue:
                         queue_at = now + QUEUE_CHECK
-                    if await self._ended(incarnation, look_at_queue):
+                    if finished or await self._ended(incarnation, look_at_queue):
                         async for item in self._rest(incarnation, prefix):
                             yield item
                         return
@@ -212,19 +213,20 @@ class StreamReader(Generic[T]):
                 return
             yield self._item(incarnation, offset, found)
 
-    async def _incarnation(self) -> str:
-        """The incarnation of the run whose stream is read: its outcome's, or
-        its queue record's. RunNotFound when there is neither."""
+    async def _incarnation(self) -> tuple[str, bool]:
+        """The incarnation of the run whose stream is read (its outcome's, or
+        its queue record's), and whether it has ended. RunNotFound when there
+        is neither."""
         record = await self._records.outcome(self.run_id)
         if record is not None and record.incarnation:
-            return record.incarnation
+            return record.incarnation, True
         queued = await self._queue.get(self.run_id)
         incarnation = None if queued is None else incarnation_of(queued.payload)
         if incarnation is None:
             raise RunNotFound(
                 f"no run {self.run_id} (never submitted, or swept): it has no stream {self.name!r}"
             )
-        return incarnation
+        return incarnation, False
 
     async def _ended(self, incarnation: str, look_at_queue: bool) -> bool:
         """Whether the run's incarnation has ended: its outcome is recorded
