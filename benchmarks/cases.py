@@ -23,6 +23,8 @@ scale     one local store (a directory, or a SQLite file: ``sqlite`` and
           lets the workers go and times until every job is acked. With
           ``urgent``, once a tenth of the N are done the parent submits that
           many more at priority 0, and reports how long they waited to start.
+stream    how soon a reader in another process sees a run's stream items, and
+          what writing and reading them costs (benchmarks/streams.py).
 suspended what waiting costs: the requests of a worker over ``window``
           seconds with an empty queue, then with N runs asleep for 30 days
           (a FakeClock is the jobs' time; listings keep real time), then in
@@ -76,6 +78,7 @@ from stepstone.store import FileStore, MemoryStore, ObjectStore, SqliteStore
 from .counting import OPERATIONS, CountingStore
 from .jobs import W3, W3_JOBS, AwaitsPing, Naps, w3_job
 from .peers import PEERS
+from .streams import stream_latency
 
 
 @dataclass
@@ -950,6 +953,7 @@ CASES: dict[str, Callable[[Spec], Any]] = {
     "scale": scale,
     "suspended": suspended,
     "fleet": _fleet,
+    "stream": stream_latency,
 }
 
 

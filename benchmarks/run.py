@@ -149,6 +149,10 @@ def plan(quick: bool) -> dict[str, Spec]:
             object_writes=1.0,
             window=90.0,
         ),
+        # A run's stream read from another process: write-to-reader latency,
+        # requests per item and per reader-second (benchmarks/streams.py).
+        "stream-file": Spec("stream", "file", 20 if q else 200, pause=0.1, window=2 if q else 20),
+        "stream-s3": Spec("stream", "s3", 20 if q else 200, pause=0.1, window=2 if q else 20),
         # What waiting costs: N runs asleep, watched for `window` seconds a phase.
         "suspended-file": Spec("suspended", "file", 100 if q else 2000, window=5 if q else 30),
         "suspended-s3": Spec("suspended", "s3", 20 if q else 200, window=5 if q else 30),

@@ -1,6 +1,11 @@
 """Shared fixtures: S3 (moto's server on a local port, and a real server
-where ``STEPSTONE_TEST_S3_URL`` names one: tests/real_s3.py) and one store
-of each kind.
+where ``STEPSTONE_TEST_S3_URL`` names one: tests/real_s3.py), one store of
+each kind, and a real headless browser.
+
+The browser is Debian's ``chromium`` driven through ``chromedriver``
+(packages chromium and chromium-driver; .ci/run installs them). Without
+them the browser tests fail when ``CI`` is set, since CI must run them, and
+skip otherwise, saying what to install.
 
 Names here are used across the suite (store, runtime, workflow); keep them.
 
@@ -15,6 +20,7 @@ without serialising reads or SQS (whose long polls would block).
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -134,6 +140,53 @@ async def real_s3_store(real_s3_url: str) -> AsyncIterator[ObjectStore]:
     store = open_store(real_s3_url)
     yield store
     await store.close()
+
+
+PAGE_LOAD = 30.0
+"""Seconds a page may take to load in the browser."""
+
+
+def _browser_missing(what: str) -> None:
+    message = (
+        f"{what}: the browser tests need Debian's chromium and chromium-driver "
+        "(apt-get install -y chromium chromium-driver) and selenium (the test extra)"
+    )
+    if os.environ.get("CI"):
+        pytest.fail(message + "; CI installs them (.ci/run), so this run is broken")
+    pytest.skip(message)
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    """Headless Chromium through chromedriver, on a fresh profile."""
+    chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
+    if chromium is None or driver_path is None:
+        _browser_missing("chromium or chromedriver is not installed")
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        _browser_missing("selenium is not installed")
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--window-size=1280,860",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=driver_path))
+    driver.set_page_load_timeout(PAGE_LOAD)
+    try:
+        yield driver
+    finally:
+        driver.quit()
 
 
 @pytest.fixture(params=["memory", "file", "file_process", "sqlite", "s3", "real_s3"])

@@ -301,3 +301,12 @@ def test_a_hot_fleet_keeps_to_its_key_and_its_rate_and_runs_each_job_once() -> N
     rated = asyncio.run(hot_fleet(HotSpec("rate", workers=2, object_writes=None, n=4)))
     assert rated["done"] == rated["finished_exactly_once"] == 4
     assert rated["allowed_runs_per_s"] == RATE and rated["max_starts_within_10s"] <= 4
+
+
+def test_stream_case_reads_every_item_in_another_process(tmp_path: object) -> None:
+    r = run_one(Spec("stream", "file", n=5, pause=0.01, window=0.2, workdir=str(tmp_path)))
+    assert r["items"] == 5
+    assert r["p50_ms"] >= 0 and r["max_ms"] >= r["p50_ms"]
+    # each write is a memo and an item, each created once
+    assert r["writer_requests_per_item"]["CONDITIONAL_PUT"] >= 2
+    assert r["reader_requests_per_item"]["GET"] >= 1

@@ -17,9 +17,11 @@ class JobStatus(StrEnum):
     records, queue listings and the CLI.
 
     A queue holds a job while it is ``scheduled``, ``ready``, ``running``,
-    suspended (``sleeping``, ``waiting_for_event``, ``waiting_for_children``,
-    ``waiting_for_slot``, ``rate_limited``, ``waiting_for_version``) or ``dead``; its outcome record
-    says how it ``succeeded``, ``failed`` or was ``cancelled``.
+    suspended (``sleeping``, ``waiting_for_event``,
+    ``waiting_for_callback``, ``waiting_for_children``,
+    ``waiting_for_slot``, ``rate_limited``, ``waiting_for_version``) or
+    ``dead``; its outcome record says how it ``succeeded``, ``failed`` or
+    was ``cancelled``.
     """
 
     SCHEDULED = "scheduled"
@@ -28,6 +30,9 @@ class JobStatus(StrEnum):
     """Suspended in ``ctx.sleep`` until its wake time; holds no worker."""
     WAITING_FOR_EVENT = "waiting_for_event"
     """Suspended in ``ctx.wait_for_event`` until the event comes (or its timeout)."""
+    WAITING_FOR_CALLBACK = "waiting_for_callback"
+    """Suspended awaiting a callback (``await ctx.callback(...)``) until it is
+    completed (or its timeout)."""
     WAITING_FOR_CHILDREN = "waiting_for_children"
     """Suspended awaiting child jobs until they have ended."""
     WAITING_FOR_SLOT = "waiting_for_slot"
@@ -66,6 +71,7 @@ QUEUE_STATUSES: tuple[JobStatus, ...] = (
     JobStatus.RUNNING,
     JobStatus.SLEEPING,
     JobStatus.WAITING_FOR_EVENT,
+    JobStatus.WAITING_FOR_CALLBACK,
     JobStatus.WAITING_FOR_CHILDREN,
     JobStatus.WAITING_FOR_SLOT,
     JobStatus.RATE_LIMITED,
@@ -77,6 +83,7 @@ SUSPENDED_STATUSES = frozenset(
     {
         JobStatus.SLEEPING,
         JobStatus.WAITING_FOR_EVENT,
+        JobStatus.WAITING_FOR_CALLBACK,
         JobStatus.WAITING_FOR_CHILDREN,
         JobStatus.WAITING_FOR_SLOT,
         JobStatus.RATE_LIMITED,

@@ -116,6 +116,26 @@ class ProviderNotes(Protocol):
         (a few requests under the store's prefix, removed after)."""
 
 
+MAX_PRESIGNED_LIFETIME = 7 * 86_400
+"""The longest a presigned URL lives, in seconds: S3's limit for a URL
+signed with Signature Version 4 (seven days)."""
+
+
+@runtime_checkable
+class PresignsPuts(Protocol):
+    """A store that can hand out a URL through which anyone holding it may
+    PUT one object, with no credentials of their own: an S3Store (a
+    presigned PUT). The URL is a bearer credential for that one key until it
+    expires: whoever holds it can write the object, as often as they like."""
+
+    async def presign_put(self, key: str, expires_in: float) -> str | None:
+        """A URL that PUTs the object ``key`` for the next ``expires_in``
+        seconds (at most :data:`MAX_PRESIGNED_LIFETIME`; less when the
+        credentials that sign it expire sooner, as a role's do), or None
+        when this store cannot (a wrapper of a store that presigns nothing).
+        Signing is local: no request is sent."""
+
+
 class ObjectStore(abc.ABC):
     """An async object store with conditional writes.
 

@@ -26,6 +26,7 @@ from .base import (
     NewObject,
     ObjectInfo,
     ObjectStore,
+    PresignsPuts,
     StoredObject,
 )
 from .errors import StoreError
@@ -158,6 +159,14 @@ class CountingStore(ObjectStore):
         or None where it gives none."""
         if isinstance(self.inner, ChangeNotices):
             return self.inner.watch_changes(prefix, on_change)
+        return None
+
+    async def presign_put(self, key: str, expires_in: float) -> str | None:
+        """The inner store's presigned PUT (:class:`~stepstone.store.base.PresignsPuts`),
+        or None where it presigns nothing; signing sends no request, so
+        nothing is counted."""
+        if isinstance(self.inner, PresignsPuts):
+            return await self.inner.presign_put(key, expires_in)
         return None
 
     async def open(self) -> None:

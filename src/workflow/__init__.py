@@ -6,6 +6,8 @@ Everything an application touches is importable from here::
 
 - the job API: :class:`Job`, :class:`JobContext`, :class:`JobRunner`,
   :class:`JobHandle` (:class:`SyncHandle` from code without an event loop),
+  a run's streams (:class:`StreamWriter` in the run, :class:`StreamReader`
+  and :class:`StreamItem` outside it) and callbacks (:class:`Callback`),
   :class:`Outcome`, :class:`SubmitOptions`, :class:`IdempotencyKey` to
   name a run by the key it was submitted with (every runner method taking a
   run takes one, or a :data:`RunRef`), :class:`Schedule` for jobs
@@ -31,7 +33,11 @@ queue and the worker) and :mod:`stepstone.store` (the object stores).
 
 from stepstone.errors import (
     AlreadyExists,
+    BadCallback,
     BadEvent,
+    BadStreamItem,
+    CallbackRefused,
+    CallbackTimeout,
     CorruptMemo,
     CorruptOutcome,
     CorruptRecord,
@@ -53,18 +59,23 @@ from stepstone.errors import (
     PreconditionFailed,
     QueueError,
     RetryLater,
+    RunNotFound,
     SqsUnsupported,
     StepstoneError,
     StoreConfigError,
     StoreError,
     StoreUnavailable,
+    StreamClosed,
     Throttled,
     UnknownJob,
     WorkerIdInUse,
 )
+from stepstone.execute.callbacks import Callback
 from stepstone.execute.context import JobContext, SyncContext
+from stepstone.execute.streams import StreamWriter
 from stepstone.handles.handle import JobHandle
 from stepstone.handles.state import JobState
+from stepstone.handles.streams import StreamItem, StreamReader
 from stepstone.handles.sync import SyncHandle
 from stepstone.job import ErrorClass, IdempotencyKey, Job, RunRef, payload_idempotency_key
 from stepstone.limits.rate import RateLimit
@@ -96,7 +107,12 @@ __all__ = [
     "AlreadyExists",
     "AttemptInfo",
     "AttemptResult",
+    "BadCallback",
     "BadEvent",
+    "BadStreamItem",
+    "Callback",
+    "CallbackRefused",
+    "CallbackTimeout",
     "Clock",
     "CorruptMemo",
     "NonDeterministicReplay",
@@ -135,6 +151,7 @@ __all__ = [
     "RateLimit",
     "RetryLater",
     "RunRef",
+    "RunNotFound",
     "Schedule",
     "SqsQueue",
     "SqsUnsupported",
@@ -143,6 +160,10 @@ __all__ = [
     "StoreError",
     "StoreQueue",
     "StoreUnavailable",
+    "StreamClosed",
+    "StreamItem",
+    "StreamReader",
+    "StreamWriter",
     "SubmitOptions",
     "SyncContext",
     "SyncHandle",

@@ -30,6 +30,14 @@ one kind of trouble::
         ├── InvalidWait           a durable wait given what it cannot keep (a ValueError)
         ├── BadEvent              an event a wait took that is not of its type (names the run
         │                         and the event)
+        ├── StreamClosed          a write to a stream the run closed
+        ├── BadStreamItem         a stream item that does not decode, or not as the reader's type
+        ├── RunNotFound           a run nothing is known of: never submitted, or swept
+        ├── CallbackRefused       a completion of a callback that cannot take one: unknown,
+        │                         expired, taken, its run ended; nothing was completed
+        ├── CallbackTimeout       a callback's timeout passed before it was completed
+        ├── BadCallback           a callback's completion that is not of its type, or too
+        │                         large (names the run and the callback)
         ├── NonDeterministicReplay  a replay's call differs from the one its run recorded there
         ├── InspectError          an operator's request that cannot be done (no such run, a
         │                         queue that cannot list), with the reason to show
@@ -73,7 +81,11 @@ from stepstone.store import (
 
 __all__ = [
     "AlreadyExists",
+    "BadCallback",
     "BadEvent",
+    "BadStreamItem",
+    "CallbackRefused",
+    "CallbackTimeout",
     "CorruptMemo",
     "CorruptOutcome",
     "CorruptRecord",
@@ -96,11 +108,13 @@ __all__ = [
     "PreconditionFailed",
     "QueueError",
     "RetryLater",
+    "RunNotFound",
     "SqsUnsupported",
     "StepstoneError",
     "StoreConfigError",
     "StoreError",
     "StoreUnavailable",
+    "StreamClosed",
     "Throttled",
     "UnknownJob",
     "WorkerIdInUse",
@@ -255,6 +269,80 @@ class BadEvent(JobError):
         self.reason = reason
         super().__init__(
             f"run {run_id}: event {name!r} ({key}) is not of the type waited for: {reason}"
+        )
+
+
+class StreamClosed(JobError):
+    """A write to a stream this run closed (``await stream.close()``): a
+    programming error, raised at the call; the attempt fails for good."""
+
+    def __init__(self, run_id: str, name: str) -> None:
+        self.run_id = run_id
+        self.name = name
+        super().__init__(f"run {run_id}: stream {name!r} is closed; nothing more can be written")
+
+
+class BadStreamItem(JobError):
+    """A stream item a reader cannot give: its record does not decode, or
+    its value does not validate as the type the reader asked for. Names the
+    run, the stream, the item's offset and its key, and what is wrong."""
+
+    def __init__(self, run_id: str, name: str, offset: int, key: str, reason: str) -> None:
+        self.run_id = run_id
+        self.name = name
+        self.offset = offset
+        self.key = key
+        self.reason = reason
+        super().__init__(
+            f"run {run_id}: item {offset} of stream {name!r} ({key}) cannot be read: {reason}"
+        )
+
+
+class RunNotFound(JobError, LookupError):
+    """Nothing is known of the run asked for: it was never submitted, or
+    retention swept it (reading a stream of it, ``runner.stream``)."""
+
+
+class CallbackRefused(JobError, LookupError):
+    """A completion of a callback (``runner.complete_callback``) that cannot
+    be taken: the id names no callback, the callback expired or its wait
+    already took a completion (or its timeout), its run has finished or is
+    not live, or the value cannot be stored. Nothing was completed."""
+
+
+class CallbackTimeout(JobError):
+    """Raised by awaiting a callback (``await cb``) whose timeout passed
+    before it was completed. The expiry is recorded, so every replay of the
+    run raises it again at the same place; the job may catch it."""
+
+    def __init__(self, run_id: str, name: str, callback_id: str, expired_at: float) -> None:
+        self.run_id = run_id
+        self.name = name
+        self.callback_id = callback_id
+        self.expired_at = expired_at
+        super().__init__(
+            f"run {run_id}: callback {name!r} ({callback_id}) was not completed before its timeout"
+        )
+
+
+class BadCallback(JobError):
+    """A callback's completion that its wait cannot give the run: not JSON,
+    not of the type the callback declares (pydantic's message names the
+    field), or over the largest body a completion may have
+    (:data:`stepstone.records.callbacks.MAX_BODY`).
+
+    The completion is recorded as taken, so every replay would take it again
+    and fail alike: uncaught, the attempt fails for good, naming the run, the
+    callback (its name and id) and what is wrong."""
+
+    def __init__(self, run_id: str, name: str, callback_id: str, reason: str) -> None:
+        self.run_id = run_id
+        self.name = name
+        self.callback_id = callback_id
+        self.reason = reason
+        super().__init__(
+            f"run {run_id}: the completion of callback {name!r} ({callback_id}) "
+            f"cannot be taken: {reason}"
         )
 
 

@@ -40,6 +40,7 @@ from stepstone.execute.versions import VERSION_WAIT, build_id_from
 from stepstone.handles.answers import RunAnswers
 from stepstone.handles.handle import JobHandle
 from stepstone.handles.state import JobState
+from stepstone.handles.streams import StreamReader
 from stepstone.handles.sync import LoopThread, SyncHandle, call_on
 from stepstone.handles.watch import OutcomeWatch
 from stepstone.job import IdempotencyKey, Job, RunRef, run_id_of
@@ -74,6 +75,10 @@ from stepstone.runtime.worker import JobThreads, Worker
 from stepstone.runtime.worker.presence import BEAT, Presence
 from stepstone.schedules import Schedule, Scheduler
 from stepstone.store import ObjectStore, open_store
+from stepstone.store.base import PresignsPuts
+from stepstone.submit import callback_watch
+from stepstone.submit.callback_watch import CallbackWatch
+from stepstone.submit.callbacks import complete_callback
 from stepstone.submit.created_here import CreatedHere
 from stepstone.submit.events import send_event
 from stepstone.submit.hand_off import HandOff
@@ -112,6 +117,14 @@ class JobRunner:
     worker cannot replay because another version recorded its history is
     given back for a worker of that version, for up to ``version_wait``
     seconds (docs/versioning.md, "Deploying").
+
+    On a store that presigns PUTs (S3), each worker looks for callbacks
+    completed through their URLs every ``callback_look`` seconds (one LIST;
+    None: never, and a completion by URL reaches its run when the run looks
+    again on its own, ``wait_recheck``); given ``callback_notices``, the URL
+    of an SQS queue that the bucket's event notifications of
+    ``callbacks/`` go to, it hears of each at once
+    (:mod:`stepstone.submit.callback_watch`, docs/streams.md).
 
     A worker given ``retention`` (seconds) sweeps finished runs older than
     that, and the audit records of operators' actions (``stepstone audit``)
@@ -157,6 +170,8 @@ class JobRunner:
         worker_beat: float | None = BEAT,
         build_id: str | None = None,
         version_wait: float = VERSION_WAIT,
+        callback_look: float | None = callback_watch.EVERY,
+        callback_notices: str | None = None,
     ) -> None:
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
@@ -282,6 +297,12 @@ class JobRunner:
             if retention is None
             else Sweeper(self, retention, interval=sweep_interval, audit_retention=audit_retention)
         )
+        self._callback_watch: CallbackWatch | None = None
+        presigns = isinstance(self.store, PresignsPuts)
+        if callback_look is not None and waking is not None and presigns:
+            self._callback_watch = CallbackWatch(
+                self.store, self.layout, waking, every=callback_look, notices=callback_notices
+            )
         self.scheduler = Scheduler(
             list(schedules),
             submitter=self._submitter,
@@ -382,6 +403,8 @@ class JobRunner:
         self._metrics.start(in_flight=self.worker.in_flight_by_kind)
         if self._sweeper is not None:
             self._sweeper.start()
+        if self._callback_watch is not None:
+            self._callback_watch.start()
         self.scheduler.start()
 
     async def stop(self, drain_timeout: float | None = None) -> None:
@@ -394,6 +417,8 @@ class JobRunner:
         await self.scheduler.stop()
         if self._sweeper is not None:
             await self._sweeper.stop()
+        if self._callback_watch is not None:
+            await self._callback_watch.stop()
         await self.worker.stop(drain_timeout)
         self._threads.shutdown()
         self._metrics.stop()
@@ -608,6 +633,60 @@ class JobRunner:
         return await send_event(
             self._records, self.queue, self.clock, run_id_of(job), name, payload, key
         )
+
+    @overload
+    def stream(
+        self,
+        run: RunRef,
+        name: str,
+        *,
+        start: int = 0,
+        follow: bool = True,
+        poll: float | None = None,
+    ) -> StreamReader[Any]: ...
+
+    @overload
+    def stream(
+        self,
+        run: RunRef,
+        name: str,
+        type: type[S],
+        *,
+        start: int = 0,
+        follow: bool = True,
+        poll: float | None = None,
+    ) -> StreamReader[S]: ...
+
+    def stream(
+        self,
+        run: RunRef,
+        name: str,
+        type: Any = Any,
+        *,
+        start: int = 0,
+        follow: bool = True,
+        poll: float | None = None,
+    ) -> StreamReader[Any]:
+        """A reader of the stream ``name`` of ``run`` (its id, an
+        :class:`~stepstone.job.IdempotencyKey`, or a keyed job), from any process, one that
+        never held the run's handle included: ``async for value in
+        runner.stream(run_id, "tokens", str)``. See :meth:`JobHandle.stream`.
+        Raises InvalidRunId for a string that is not a run id; reading raises
+        RunNotFound for a run nothing is known of."""
+        return self._answers.stream(
+            run_id_of(run), name, type, start=start, follow=follow, poll=poll
+        )
+
+    async def complete_callback(self, callback_id: str, value: Any = None) -> bool:
+        """Complete the callback ``callback_id`` (``cb.id`` in the run that
+        made it) with ``value``, sent as JSON, and wake its run, from any
+        process, a worker or not: True. The first completion wins: False if
+        it had been completed already (by this or through its URL), whose
+        value stands. Raises CallbackRefused, saying why, when it can take
+        none (no such callback, it expired, its run is not live, the value is
+        over 1 MiB as JSON); EncodingError for a value that is not JSON-able.
+        See :mod:`stepstone.submit.callbacks`."""
+        return await complete_callback(self._records, self.queue, self.clock, callback_id, value)
 
     async def cancel(self, run: RunRef, *, leave_children: bool = False) -> bool:
         """Cancel a run (its id, an IdempotencyKey, or a keyed job) that has not finished: record

@@ -126,6 +126,26 @@ class Gated(Job[int]):
         return self.n
 
 
+class Chatty(Job[str]):
+    """Writes ``words`` to stream ``words``, makes callback ``go`` (its id in
+    the file ``callback-id``), and once it is completed writes what came and
+    closes the stream."""
+
+    NAME: ClassVar[str] = "cli.chatty"
+    words: list[str]
+
+    async def run(self, ctx: JobContext) -> str:
+        words = ctx.stream("words")
+        for word in self.words:
+            await words.write(word)
+        cb = await ctx.callback("go", timeout=3600)
+        (_dir() / "callback-id").write_text(cb.id)
+        came = await cb
+        await words.write({"came": came})
+        await words.close()
+        return "done"
+
+
 def make_runner() -> JobRunner:
     """The factory ``stepstone worker cli_app:make_runner`` calls."""
     return JobRunner(

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cli_app import Boom, Gated, Greet, Refuse, Report
+from cli_app import Boom, Chatty, Gated, Greet, Refuse, Report
 
 from stepstone import JobRunner
 
@@ -33,7 +33,7 @@ def file_runner(store_dir: Path) -> JobRunner:
     """A runner on the test's store with cli_app's jobs (the worker's, in the test process)."""
     return JobRunner(
         str(store_dir),
-        jobs=[Greet, Boom, Gated, Refuse, Report],
+        jobs=[Greet, Boom, Gated, Refuse, Report, Chatty],
         poll_interval=0.05,
         retry_backoff=0.0,
     )

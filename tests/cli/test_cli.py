@@ -174,6 +174,7 @@ async def test_ls_show_stats_cancel_retry_on_a_file_store(
         "running": 0,
         "sleeping": 0,
         "waiting_for_event": 0,
+        "waiting_for_callback": 0,
         "waiting_for_children": 0,
         "waiting_for_slot": 0,
         "rate_limited": 0,

@@ -44,14 +44,18 @@ async def wait_for(
 
 
 class Workers:
-    """Worker processes (``rel_worker.py``) on one store (a directory or a URL).
+    """Worker processes (``rel_worker.py``, or ``script``) on one store (a
+    directory or a URL).
 
     Each is started with the shared environment plus its own overrides;
     its stderr goes to ``<logs>/worker-<n>.log``.
     """
 
-    def __init__(self, root: Path | str, events: Path, logs: Path, **env: str) -> None:
+    def __init__(
+        self, root: Path | str, events: Path, logs: Path, script: Path = WORKER_SCRIPT, **env: str
+    ) -> None:
         self.root = root
+        self.script = script
         self.events = events
         self.logs = logs
         self.env = {
@@ -70,7 +74,7 @@ class Workers:
         self.started += 1
         with open(self.logs / f"worker-{self.started}.log", "wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, str(WORKER_SCRIPT)],
+                [sys.executable, str(self.script)],
                 env={**self.env, **env},
                 stdout=subprocess.DEVNULL,
                 stderr=log,

@@ -1,10 +1,5 @@
-"""A store with runs in several states, ``stepstone ui`` serving it, and a
-real headless Chromium to look at it.
-
-The browser is Debian's ``chromium`` driven through ``chromedriver``
-(packages chromium and chromium-driver; .ci/run installs them). Without
-them the browser tests fail when ``CI`` is set, since CI must run them, and
-skip otherwise, saying what to install.
+"""A store with runs in several states, and ``stepstone ui`` serving it
+(the real headless Chromium to look at it, ``browser``, is tests/conftest.py's).
 """
 
 from __future__ import annotations
@@ -12,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -152,49 +146,6 @@ def serve(store: str, tmp_path: Path, *options: str) -> Iterator[str]:
             proc.kill()
             proc.wait()
         err.close()
-
-
-def _browser_missing(what: str) -> None:
-    message = (
-        f"{what}: the web view's browser tests need Debian's chromium and chromium-driver "
-        "(apt-get install -y chromium chromium-driver) and selenium (the test extra)"
-    )
-    if os.environ.get("CI"):
-        pytest.fail(message + "; CI installs them (.ci/run), so this run is broken")
-    pytest.skip(message)
-
-
-@pytest.fixture
-def browser(tmp_path: Path) -> Iterator[Any]:
-    """Headless Chromium through chromedriver, on a fresh profile."""
-    chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
-    if chromium is None or driver_path is None:
-        _browser_missing("chromium or chromedriver is not installed")
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError:
-        _browser_missing("selenium is not installed")
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        "--window-size=1280,860",
-        f"--user-data-dir={tmp_path / 'chromium-profile'}",
-    ):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=driver_path))
-    driver.set_page_load_timeout(DEADLINE)
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 def wait_for(condition: Any, what: str, timeout: float = DEADLINE) -> None:

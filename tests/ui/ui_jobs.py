@@ -142,3 +142,21 @@ class Charge(Job[str]):
 
         await ctx.step("authorize", authorize, self.cents)
         raise Permanent(f"card declined for invoice {self.invoice}: insufficient funds")
+
+
+class Narrate(Job[dict[str, object]]):
+    """Writes ``lines`` to stream ``story`` (hostile text among them), makes
+    callback ``go``, and waits for it: returns what came."""
+
+    NAME: ClassVar[str] = "orders.narrate"
+    lines: list[str]
+
+    async def run(self, ctx: JobContext) -> dict[str, object]:
+        story = ctx.stream("story")
+        for line in self.lines:
+            await story.write(line)
+        await story.write({"chapter": 2, "note": HOSTILE})
+        cb = await ctx.callback("go", timeout=86_400)
+        came: dict[str, object] = await cb
+        await story.close()
+        return {"came": came}

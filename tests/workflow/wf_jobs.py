@@ -21,6 +21,8 @@ class Counters:
         self._lock = threading.Lock()
         self.gate = asyncio.Event()
         self.started = asyncio.Event()
+        self.sent: list[tuple[str, int, str, str | None]] = []
+        """What runs handed out: (who, attempt, callback id, its URL)."""
 
     def hit(self, name: str) -> int:
         with self._lock:

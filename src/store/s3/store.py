@@ -52,7 +52,13 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal, TypeVar
 
-from ..base import DEFAULT_PAGE_SIZE, ObjectInfo, ObjectStore, StoredObject
+from ..base import (
+    DEFAULT_PAGE_SIZE,
+    MAX_PRESIGNED_LIFETIME,
+    ObjectInfo,
+    ObjectStore,
+    StoredObject,
+)
 from ..errors import (
     AlreadyExists,
     InvalidKey,
@@ -274,6 +280,8 @@ class S3Store(ObjectStore):
         try:
             session = sessions.session(self.profile)
             config = AioConfig(
+                # (presigned URLs too: SigV2 ones are refused by newer regions)
+                signature_version="s3v4",
                 connect_timeout=self._connect_timeout,
                 read_timeout=self._read_timeout,
                 retries={"total_max_attempts": 1},  # our RetryPolicy is the only retry loop
@@ -659,6 +667,24 @@ class S3Store(ObjectStore):
                 "another write replaced this one as it completed", location=self.location, key=key
             )
         return seen.info.etag
+
+    async def presign_put(self, key: str, expires_in: float) -> str | None:
+        """A presigned PUT of ``key`` (SigV4), valid for ``expires_in`` seconds,
+        capped at seven days (:class:`~stepstone.store.base.PresignsPuts`)."""
+        validate_key(key, location=self.location, limit=self.key_limit)
+        seconds = max(1, min(int(expires_in), MAX_PRESIGNED_LIFETIME))
+        client = await self._client()
+        params = {"Bucket": self.bucket, "Key": self._full(key)}
+        try:
+            url: str = await client.generate_presigned_url(
+                "put_object", Params=params, ExpiresIn=seconds
+            )
+        except Exception as exc:
+            classified = classify(exc, key, "", store=self)
+            if classified is exc:
+                raise
+            raise classified from exc
+        return url
 
     async def ours(self, key: str, mine: str) -> str | None:
         """After an ambiguous try: the etag if the object holds the write

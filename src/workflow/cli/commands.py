@@ -38,8 +38,9 @@ from stepstone.cli.render import (
     warn_unreadable,
 )
 from stepstone.cli.runners import runner_from_args
+from stepstone.cli.talk import print_talk, talk_json
 from stepstone.errors import EncodingError, EventRefused, InspectError
-from stepstone.ops import actions, listing, reads
+from stepstone.ops import actions, listing, reads, talk
 from stepstone.ops.audited import Said, audited, done, of_bulk
 from stepstone.ops.listing import RunFilter
 from stepstone.ops.patches import PatchPaths, patch_paths
@@ -174,10 +175,14 @@ def cmd_show(args: argparse.Namespace) -> int:
     async def body(runner: JobRunner) -> int:
         found = await _detail(runner, args)
         warn_unreadable(found.unreadable_attempts)  # (the other parts say so in place)
+        streams, callbacks = await asyncio.gather(
+            talk.streams_of(runner, found), talk.callbacks_of(runner, found)
+        )
         if args.json:
-            emit_json(detail_json(found))
+            emit_json({**detail_json(found), **talk_json(streams, callbacks)})
         else:
             print_detail(sys.stdout, found)
+            print_talk(sys.stdout, streams, callbacks)
         return 0
 
     return asyncio.run(_with_runner(args, body))

@@ -28,6 +28,7 @@ from stepstone.cli.commands import (
 from stepstone.cli.copy import cmd_copy
 from stepstone.cli.fleet import cmd_schedules, cmd_workers
 from stepstone.cli.runners import ENV_PREFIX, ENV_STORE
+from stepstone.cli.talk import cmd_callback_complete, cmd_stream
 from stepstone.cli.ui import USERS_ENV, cmd_ui, cmd_ui_user
 from stepstone.cli.worker import cmd_worker
 from stepstone.records.audit import ACTIONS
@@ -193,6 +194,54 @@ def build_parser() -> argparse.ArgumentParser:
         "event, not another (a webhook's delivery id)",
     )
     event.set_defaults(handler=cmd_send_event)
+
+    stream = sub.add_parser(
+        "stream",
+        parents=[common],
+        help="print the items of a run's stream (--follow: as it writes them)",
+        description="Print the items a run wrote to its stream NAME (ctx.stream(NAME)), one a "
+        "line: a string as itself, any other value as JSON, control characters escaped; with "
+        "--json one JSON object a line, {offset, value}. Without --follow it prints what is "
+        "written and stops; with it, it waits for more until the run closes the stream or ends.",
+    )
+    stream.add_argument("id", nargs="?", help="the run id, or a unique start of it")
+    stream.add_argument("name", help="the stream's name")
+    stream.add_argument(
+        "--key", metavar="IDEMPOTENCY_KEY", help="the run submitted with this key (not an id)"
+    )
+    stream.add_argument(
+        "--follow", "-f", action="store_true", help="wait for more until the stream or run ends"
+    )
+    stream.add_argument(
+        "--from",
+        dest="start",
+        type=int,
+        default=0,
+        metavar="OFFSET",
+        help="start at this item (0, the first, by default)",
+    )
+    stream.set_defaults(handler=cmd_stream)
+
+    callback = sub.add_parser(
+        "callback",
+        parents=[common],
+        help="complete a callback a run waits for",
+        description="Act on a callback a run made (ctx.callback).",
+    )
+    callback_sub = callback.add_subparsers(dest="callback_command", metavar="ACTION", required=True)
+    complete = callback_sub.add_parser(
+        "complete",
+        parents=[common],
+        help="complete a callback with a JSON value, as runner.complete_callback does",
+        description="Complete the callback ID (cb.id in the run) with VALUE and wake its run. "
+        "VALUE is JSON text, @PATH a file of it, or - for standard input. The first "
+        "completion wins: a callback completed already exits 1, saying so; one that cannot "
+        "take a completion (expired, its run ended, no such callback) is an error. Recorded "
+        "in the audit log.",
+    )
+    complete.add_argument("id", help="the callback's id")
+    complete.add_argument("value", metavar="VALUE", help="JSON text, @PATH, or -")
+    complete.set_defaults(handler=cmd_callback_complete)
 
     retry = sub.add_parser(
         "retry",

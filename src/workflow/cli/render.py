@@ -93,6 +93,11 @@ def _json(value: Any, **kwargs: Any) -> str:
     return json.dumps(value, default=default, ensure_ascii=False, **kwargs)
 
 
+def json_text(value: Any) -> str:
+    """``value`` as JSON on one line (a ``bytes`` value as its size)."""
+    return _json(value)
+
+
 def emit_json(value: Any) -> None:
     """Print ``value`` as the command's one JSON document."""
     sys.stdout.write(_json(value, indent=2) + "\n")

@@ -20,7 +20,9 @@ from typing import Any, cast
 from pydantic import ValidationError
 
 from stepstone.errors import (
+    BadCallback,
     BadEvent,
+    CallbackTimeout,
     ClassifiedPermanent,
     CorruptMemo,
     CorruptOutcome,
@@ -29,6 +31,7 @@ from stepstone.errors import (
     InvalidWait,
     JobFailed,
     NonDeterministicReplay,
+    StreamClosed,
 )
 from stepstone.execute import branches, versions
 from stepstone.execute.branches import RunTree
@@ -231,15 +234,20 @@ class AttemptRunner:
             JobFailed,
             InvalidWait,
             BadEvent,
+            BadCallback,
+            CallbackTimeout,
+            StreamClosed,
             NonDeterministicReplay,
             InputMismatch,
         ) as exc:
             # (Retrying cannot mend a value that cannot be stored, a memo
             # that does not decode, a child's outcome, which is final, a wait
-            # it cannot keep, an event taken that is not of its type, code
-            # that no longer replays its run, or a child submitted under a
-            # key used for another input: the run fails for good, saying
-            # which. The job's code may catch all but the divergence.)
+            # it cannot keep, an event or a callback's completion taken that
+            # is not of its type, a callback's expiry, which is recorded, a
+            # write to a stream the run closed, code that no longer replays
+            # its run, or a child submitted under a key used for another
+            # input: the run fails for good, saying which. The job's code may
+            # catch all but the divergence.)
             await _flush(scope)
             if not isinstance(exc, Permanent):
                 raise ClassifiedPermanent(exc) from exc

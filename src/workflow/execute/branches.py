@@ -116,8 +116,11 @@ CALLS = frozenset(
             "gather",
             "patched",
             "deprecate_patch",
+            "callback",
         ),
+        "Callback": ("wait",),
         "JobHandle": ("result", "join", "_awaited"),
+        "StreamWriter": ("write", "close"),
     }.items()
     for method in methods
 )

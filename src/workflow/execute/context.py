@@ -22,13 +22,17 @@ from typing import Any, ParamSpec, TypeVar, cast, overload
 
 from stepstone.errors import EncodingError, InputMismatch, InvalidWait
 from stepstone.execute import branches, patches
+from stepstone.execute import callbacks as callbacks_
 from stepstone.execute import durable_waits as waits
+from stepstone.execute.callbacks import Callback
 from stepstone.execute.memos import Memo
 from stepstone.execute.scope import PROGRESS_INTERVAL, AttemptScope
+from stepstone.execute.streams import StreamWriter
 from stepstone.handles.handle import JobHandle
 from stepstone.job import Job
 from stepstone.records import fingerprint
 from stepstone.records.codec import codec_for, codec_for_type, pack
+from stepstone.records.layout import name_key
 from stepstone.records.outcome import Outcome
 from stepstone.runtime.worker import Attempt
 from stepstone.submit.options import SubmitOptions
@@ -278,6 +282,45 @@ class JobContext:
             waits.wake_time(f"a timeout of {timeout!r} s", self._run.clock.now() + timeout)
         return await waits.wait_for_event(self._run, name, timeout, type)
 
+    @overload
+    async def callback(
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - a durable timeout, not a cancellation
+    ) -> Callback[Any]: ...
+
+    @overload
+    async def callback(
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+        type: type[T],
+    ) -> Callback[T]: ...
+
+    async def callback(
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+        type: Any = Any,
+    ) -> Callback[Any]:
+        """A callback for an outside system (a payment provider, a person, a
+        partner's webhook) to complete, recorded in the run: hand out its
+        ``url`` (a presigned PUT, on S3: ``curl -X PUT --data @body.json
+        URL`` completes it, with no credentials and no server) or its ``id``
+        (``runner.complete_callback(id, value)``, ``stepstone callback
+        complete``), then ``value = await cb``: the run suspends, holding no
+        worker, until the callback is completed with a JSON body valid as
+        ``type``. After ``timeout`` seconds (None: never), awaiting it raises
+        CallbackTimeout. The same id on every replay. See
+        :mod:`stepstone.execute.callbacks` and docs/streams.md."""
+        _check_name("callback", name)
+        if timeout is not None:
+            timeout = waits.seconds_to_wait("callback's timeout", timeout)
+        return await callbacks_.make(self._run, name, timeout, type)
+
     async def patched(self, change_id: str) -> bool:
         """Whether this run takes the new path of a code change here: True
         for a run that reaches this point on code that has the change (and
@@ -293,6 +336,23 @@ class JobContext:
         on its old path is (``stepstone ls --patch change-id``): a run that
         took the old path fails here with NonDeterministicReplay."""
         await patches.deprecate_patch(self._run, change_id)
+
+    @overload
+    def stream(self, name: str) -> StreamWriter[Any]: ...
+
+    @overload
+    def stream(self, name: str, type: type[T]) -> StreamWriter[T]: ...
+
+    def stream(self, name: str, type: Any = None) -> StreamWriter[Any]:
+        """The run's stream ``name``, to write values to as the run goes
+        (``await ctx.stream("tokens").write(token)``) for readers anywhere
+        (``handle.stream("tokens")``, ``runner.stream(run_id, "tokens")``):
+        in order, each once, whatever retries and replays the run goes
+        through. Values are encoded as step results are, through ``type``
+        when given (else through each value's own type). See
+        :mod:`stepstone.execute.streams` and docs/streams.md."""
+        _check_name("stream", name)
+        return StreamWriter(self._run, name, type)
 
     def idempotency_key(self, step: str) -> str:
         """A key for an outside system's idempotency (a payment provider's
@@ -412,6 +472,61 @@ class SyncContext:
         """A key for an outside system's idempotency, the same on every retry and
         replay of this run; see JobContext.idempotency_key."""
         return self._ctx.idempotency_key(step)
+
+    def callback(self, name: str, *, timeout: float | None = None, type: Any = Any) -> SyncCallback:
+        """A callback to hand out and wait for, from a synchronous job; see JobContext.callback."""
+        return SyncCallback(self, self._call(self._ctx.callback(name, timeout=timeout, type=type)))
+
+    def stream(self, name: str, type: Any = None) -> SyncStreamWriter:
+        """The run's stream ``name``, written from a synchronous job; see JobContext.stream."""
+        return SyncStreamWriter(self, self._ctx.stream(name, type))
+
+
+class SyncCallback:
+    """A callback of a synchronous job's run: its ``id`` and ``url``, and a
+    blocking ``wait`` (see :class:`~stepstone.execute.callbacks.Callback`)."""
+
+    def __init__(self, sync: SyncContext, callback: Callback[Any]) -> None:
+        self._sync = sync
+        self._callback = callback
+        self.name = callback.name
+        """The name the run gave it."""
+        self.id = callback.id
+        """Its id (see Callback.id)."""
+        self.url = callback.url
+        """Its presigned URL, or None (see Callback.url)."""
+        self.expires_at = callback.expires_at
+        """When its timeout passes (None: never)."""
+
+    def wait(self) -> Any:
+        """The value it is completed with, suspending the run until then."""
+        return self._sync._call(self._callback.wait())
+
+
+class SyncStreamWriter:
+    """A stream of a synchronous job's run: blocking ``write`` and ``close``
+    (see :class:`~stepstone.execute.streams.StreamWriter`)."""
+
+    def __init__(self, sync: SyncContext, writer: StreamWriter[Any]) -> None:
+        self._sync = sync
+        self._writer = writer
+        self.name = writer.name
+        """The stream's name."""
+
+    def write(self, value: Any) -> None:
+        """Append ``value`` to the stream, once for this run."""
+        self._sync._call(self._writer.write(value))
+
+    def close(self) -> None:
+        """End the stream for its readers."""
+        self._sync._call(self._writer.close())
+
+
+def _check_name(what: str, name: object) -> None:
+    """Refuse a name that cannot name a stream or a callback (ValueError, at the call)."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a {what}'s name is a non-empty str, not {name!r}")
+    name_key(name)
 
 
 async def _as_coro(awaitable: Awaitable[R]) -> R:

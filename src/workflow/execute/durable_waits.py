@@ -140,12 +140,13 @@ async def wait_for_event(
     try:
         return codec_for_type(output).decode(recorded["data"])
     except Exception as exc:  # any error: the event is not of its type
-        raise BadEvent(run.run_id, name, recorded["key"], _why(exc)) from exc
+        raise BadEvent(run.run_id, name, recorded["key"], reason_of(exc)) from exc
 
 
-def _why(exc: Exception) -> str:
-    """What is wrong with an event's payload, its fields named (pydantic's
-    errors, each with its place in the payload)."""
+def reason_of(exc: Exception) -> str:
+    """What is wrong with a value a wait took (an event's payload, a
+    callback's completion), its fields named (pydantic's errors, each with
+    its place in the value)."""
     if isinstance(exc, ValidationError):
         return "; ".join(
             f"{'.'.join(str(part) for part in error['loc']) or 'the payload'}: {error['msg']}"

@@ -11,6 +11,7 @@ lease another worker took over cannot overwrite the new owner's progress.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -42,6 +43,45 @@ class EventTurn:
 
     def __init__(self) -> None:
         self.lock = asyncio.Lock()
+
+
+class StreamState:
+    """What an attempt knows of one of its run's streams: the offsets it
+    takes next (None until it knows where the stream ends), and whether the
+    run closed the stream (:mod:`stepstone.execute.streams`)."""
+
+    def __init__(self) -> None:
+        self.next: int | None = None
+        """The offset past every item known: the next offset taken, once
+        the offsets in :attr:`free` are."""
+        self.free: list[int] = []
+        """Offsets before :attr:`next` that hold no item (an earlier attempt
+        took them and ended before it wrote there), in order: taken first."""
+        self.closed = False
+        self.lock = asyncio.Lock()
+        """Held while the end of the stream is looked for (once an attempt)."""
+
+    def take(self) -> int:
+        """The next offset to write at (once :attr:`next` is known)."""
+        assert self.next is not None
+        if self.free:
+            return self.free.pop(0)
+        offset = self.next
+        self.next += 1
+        return offset
+
+    def give_back(self, offset: int) -> None:
+        """``offset`` was taken, and not written at: it is free again."""
+        if self.next is not None and offset < self.next and offset not in self.free:
+            bisect.insort(self.free, offset)
+
+    def taken(self, offset: int) -> None:
+        """An item stands at ``offset`` (and at every offset a write walked
+        past to get there: :func:`stepstone.execute.streams._place`)."""
+        if offset in self.free:
+            self.free.remove(offset)
+        if self.next is not None and self.next <= offset:
+            self.next = offset + 1
 
 
 class AttemptScope:
@@ -118,10 +158,15 @@ class AttemptScope:
         """The events recorded waits took, by their memos' key segments,
         as read ahead of their replay (:mod:`stepstone.execute.durable_waits`)."""
         self._event_turns: dict[str, EventTurn] = {}
+        self._streams: dict[str, StreamState] = {}
 
     def event_turn(self, name: str) -> EventTurn:
         """The turns of this attempt's waits for event ``name``."""
         return self._event_turns.setdefault(name, EventTurn())
+
+    def stream_state(self, name: str) -> StreamState:
+        """What this attempt knows of the run's stream ``name``."""
+        return self._streams.setdefault(name, StreamState())
 
     @property
     def run_id(self) -> str:

@@ -1,11 +1,11 @@
 """RunAnswers: what answers a handle's questions about its run.
 
-A handle asks four things (:class:`~stepstone.handles.handle.Answers`): its
+A handle asks five things (:class:`~stepstone.handles.handle.Answers`): its
 outcome as soon as there is one (the outcome watch), the outcome recorded
-now (the run's records), where the run is (its records and queue record),
-and to cancel it. Cancelling stops an attempt this process runs and calls
-the run's hooks, which are the execute side's: it is handed in as a
-:class:`Cancels`.
+now (the run's records), where the run is (its records and queue record), to
+cancel it, and a reader of one of its streams. Cancelling stops an attempt
+this process runs and calls the run's hooks, which are the execute side's:
+it is handed in as a :class:`Cancels`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from stepstone.handles.handle import Submitted
 from stepstone.handles.state import JobState, read_state
+from stepstone.handles.streams import StreamReader
 from stepstone.handles.watch import OutcomeWatch
 from stepstone.records.layout import check_run_id
 from stepstone.records.outcome import Outcome
@@ -65,3 +66,24 @@ class RunAnswers:
 
     async def cancel(self, run_id: str, *, leave_children: bool = False) -> bool:
         return await self._cancels.cancel(check_run_id(run_id), leave_children=leave_children)
+
+    def stream(
+        self,
+        run_id: str,
+        name: str,
+        output: Any = Any,
+        *,
+        start: int = 0,
+        follow: bool = True,
+        poll: float | None = None,
+    ) -> StreamReader[Any]:
+        return StreamReader(
+            self._records,
+            self._queue,
+            run_id,
+            name,
+            output,
+            start=start,
+            follow=follow,
+            poll=poll,
+        )

@@ -19,12 +19,14 @@ import time
 import warnings
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, overload
 
 from stepstone.handles.state import JobState
+from stepstone.handles.streams import StreamReader
 from stepstone.records.outcome import Outcome
 
 T = TypeVar("T")
+S = TypeVar("S")
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +68,11 @@ class Answers(Protocol):
     async def status(self, run_id: str) -> JobState | None: ...
 
     async def cancel(self, run_id: str, *, leave_children: bool = False) -> bool: ...
+
+    def stream(
+        self, run_id: str, name: str, output: Any, *, start: int, follow: bool, poll: float | None
+    ) -> StreamReader[Any]:
+        """A reader of the run's stream ``name`` (:mod:`stepstone.handles.streams`)."""
 
 
 class JobHandle(Generic[T]):
@@ -163,6 +170,41 @@ class JobHandle(Generic[T]):
     async def status(self) -> JobState | None:
         """Where the run is now; None if nothing is known of it."""
         return await self._answers.status(self.id)
+
+    @overload
+    def stream(
+        self, name: str, *, start: int = 0, follow: bool = True, poll: float | None = None
+    ) -> StreamReader[Any]: ...
+
+    @overload
+    def stream(
+        self,
+        name: str,
+        type: type[S],
+        *,
+        start: int = 0,
+        follow: bool = True,
+        poll: float | None = None,
+    ) -> StreamReader[S]: ...
+
+    def stream(
+        self,
+        name: str,
+        type: Any = Any,
+        *,
+        start: int = 0,
+        follow: bool = True,
+        poll: float | None = None,
+    ) -> StreamReader[Any]:
+        """The run's stream ``name`` (``ctx.stream(name)`` in its code), to
+        read: ``async for value in handle.stream("tokens", str)``. Values
+        come in order, each once, decoded as ``type`` (as a step's result
+        is); from offset ``start`` (0: the first item). Following (the
+        default), it waits for what the run writes next, and ends when the
+        run closes the stream or ends; else it ends at the first offset not
+        written yet. ``poll``: seconds between two looks while it waits (by
+        default by the store: :mod:`stepstone.handles.streams`)."""
+        return self._answers.stream(self.id, name, type, start=start, follow=follow, poll=poll)
 
     async def cancel(self, *, leave_children: bool = False) -> bool:
         """Cancel the run unless it has already finished; True if this call cancelled it.

@@ -10,6 +10,7 @@ reads, without changing what ``--json`` gives.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -39,12 +40,16 @@ class WaitMemo:
 
     what: str
     """``sleep``, ``deadline`` (an event wait's timeout), ``event`` (the event
-    taken) or ``child`` (the child's run id)."""
+    taken), ``child`` (the child's run id), ``stream`` and ``stream-close``
+    (a stream's write and close), ``callback`` (a callback made) or
+    ``took`` (what a callback's wait took)."""
     name: str
-    """The event's name, or the child's kind ('' for a sleep)."""
+    """The event's, stream's or callback's name, or the child's kind ('' for
+    a sleep; the callback's place for what its wait took)."""
 
 
 _WAIT = re.compile(r"!(sleep|deadline|event|child)(?:\.([^@]*))?@")
+_TAKE = re.compile(r"!callback@(.+)$")
 
 
 def wait_memo(memo: StoredMemo) -> WaitMemo | None:
@@ -53,6 +58,9 @@ def wait_memo(memo: StoredMemo) -> WaitMemo | None:
     before positions) says it in its key (``!sleep@1``)."""
     if memo.call is not None:
         return None if memo.call.call == "step" else WaitMemo(memo.call.call, memo.call.name)
+    took = _TAKE.match(memo.step_key)
+    if took is not None:
+        return WaitMemo("took", took[1])
     found = _WAIT.match(memo.step_key)
     if found is None:
         return None
@@ -72,6 +80,14 @@ def memo_label(memo: StoredMemo) -> str:
         return f"wait for event {wait.name}{nth}: deadline"
     if wait.what == "child":
         return f"child {wait.name}{nth}"
+    if wait.what == "stream":
+        return f"write to stream {wait.name}"
+    if wait.what == "stream-close":
+        return f"close of stream {wait.name}"
+    if wait.what == "callback":
+        return f"callback {wait.name}"
+    if wait.what == "took":
+        return f"what callback {wait.name} took"
     return f"event {wait.name}{nth}"
 
 
@@ -103,11 +119,35 @@ def memo_value(memo: StoredMemo) -> Any:
         return value
     if wait.what in ("sleep", "deadline"):
         return f"until {date(value)}"
+    if wait.what == "stream":
+        return f"item {value}"
+    if wait.what == "stream-close":
+        return f"closed at item {value}"
+    if wait.what == "callback":
+        expires = value.get("expires") if isinstance(value, dict) else None
+        return "never expires" if expires is None else f"expires {date(expires)}"
+    if wait.what == "took":
+        return _took(value)
     if value is None:
         return "timed out: no event came before the deadline"
     if isinstance(value, dict) and isinstance(value.get("data"), bytes):
         return {"payload": decode_value(value["data"]), "event": value.get("key")}
     return value
+
+
+def _took(value: Any) -> Any:
+    """What a callback's wait took, for people: the completion as JSON."""
+    if not isinstance(value, dict):
+        return value
+    if value.get("took") == "expired":
+        return "expired: no completion before its timeout"
+    body = value.get("body")
+    if value.get("took") == "completed" and isinstance(body, bytes):
+        try:
+            return {"completed": json.loads(body)}
+        except ValueError:
+            return {"completed": body.decode("utf-8", "replace")}
+    return f"a completion of {value.get('size')} bytes, over what a callback takes"
 
 
 # -- tracebacks ----------------------------------------------------------------------

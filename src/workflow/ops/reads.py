@@ -305,6 +305,8 @@ async def list_memos(runner: Inspected, run_id: str, *, values: bool = True) -> 
                 if place is not None:
                     memo = PositionedMemo.decode(data)
                     value, call = unpack_stored(memo.value), memo.call
+                    if call.call == "callback" and isinstance(value, dict) and value.get("url"):
+                        value = {**value, "url": HIDDEN_URL}  # (a credential: never shown)
                     branch, began, ended = memo.branch, memo.began, memo.ended
                 else:
                     value = unpack(data)
@@ -347,6 +349,9 @@ async def list_memos(runner: Inspected, run_id: str, *, values: bool = True) -> 
     )
     return await bounded(one(info) for info in infos)
 
+
+HIDDEN_URL = "(a presigned URL: not shown, whoever holds it can complete the callback)"
+"""What a callback's memo shows in place of its URL."""
 
 NOTES = (CHANGED_ARGS_MEMO, VERSION_WAIT_MEMO)
 """Memos that are notes about a run, not its calls: listed with none."""

@@ -8,7 +8,11 @@ from them, and everything from that step on runs again (the run's history
 is in order, :mod:`stepstone.records.calls`, which is what makes "before"
 exact). The events sent to the run are copied too: those the kept calls
 took stay taken, and a wait after the step sees the others again, as the
-run saw them. The old incarnation's memos
+run saw them; so are the records of what the waits of the callbacks kept
+took (a callback after the step is made anew, with a new id). Streams
+are not copied: the new incarnation's stream is written again, by the
+kept writes as they replay and the rest as they run. The old
+incarnation's memos
 and attempt history stay where they are, and the new incarnation's envelope
 and outcome name it (``replay_of``), so ``show`` links the two.
 
@@ -33,11 +37,17 @@ from stepstone.errors import InspectError
 from stepstone.ops.actions import Bulk, each
 from stepstone.ops.reads import Inspected, bounded, check_id
 from stepstone.records.attempt_log import keep_final_attempt
-from stepstone.records.calls import OUTSIDE_HISTORY, PATCH_MEMO, Call, PositionedMemo
+from stepstone.records.calls import (
+    CALLBACK_TAKE_MEMO,
+    OUTSIDE_HISTORY,
+    PATCH_MEMO,
+    Call,
+    PositionedMemo,
+)
 from stepstone.records.codec import pack, unpack, unpack_stored
 from stepstone.records.envelope import Envelope
 from stepstone.records.large_values import write
-from stepstone.records.layout import fresh_incarnation, place_of
+from stepstone.records.layout import POSITION_MARK, fresh_incarnation, place_of
 from stepstone.records.outcome import OutcomeRecord, decode_outcome_key
 from stepstone.runtime.errors import MalformedPayload
 from stepstone.runtime.queue import PRIORITY_NORMAL, JobRecord
@@ -243,6 +253,12 @@ async def _kept_memos(
                 if _decided_before(decided, first.memo):
                     decisions.append((segment, data))
     kept = [k for k in memos if _at(k) < _at(first)]
+    kept_places = {k.segment for k in kept}
+    for info in by_name:  # what the waits of the callbacks kept took, kept with them
+        segment = info.key[len(prefix) :]
+        place = POSITION_MARK + segment.removeprefix(CALLBACK_TAKE_MEMO)
+        if segment.startswith(CALLBACK_TAKE_MEMO) and place in kept_places:
+            decisions.append((segment, (await runner.store.get(info.key)).data))
     return kept, first.memo.position, decisions
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stepstone.ops.reads import Detail, StoredMemo
+from stepstone.ops.talk import shown_as_step
 from stepstone.records.attempts import AttemptInfo
 
 
@@ -112,8 +113,11 @@ def _span_of(at: float, spans: list[Span]) -> Span | None:
 
 
 def current_steps(found: Detail) -> list[RanStep]:
-    """The steps of the run's current incarnation, in order."""
-    memos = [m for m in found.memos if m.incarnation == (found.incarnation or "")]
+    """The steps of the run's current incarnation, in order (its streams'
+    writes apart: :mod:`stepstone.ops.talk` shows those)."""
+    memos = [
+        m for m in found.memos if m.incarnation == (found.incarnation or "") and shown_as_step(m)
+    ]
     return steps_in_order(memos, found.history)
 
 

@@ -26,8 +26,8 @@ from stepstone.runtime import plausible
 from stepstone.runtime.run_id import is_storable_id
 
 FORMAT = 1
-ACTIONS = ("retry", "cancel", "replay", "event", "purge")
-Action = Literal["retry", "cancel", "replay", "event", "purge"]
+ACTIONS = ("retry", "cancel", "replay", "event", "callback", "purge")
+Action = Literal["retry", "cancel", "replay", "event", "callback", "purge"]
 Outcome = Literal["started", "done", "partial", "refused", "failed"]
 OUTCOMES: tuple[str, ...] = get_args(Outcome)
 Via = Literal["web", "cli"]

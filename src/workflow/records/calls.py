@@ -1,7 +1,7 @@
 """A run's calls in order: what each memo of its history records.
 
-Each step, sleep, event take and child submit of a run takes the next
-position in it (1, 2, ...), and its memo is keyed by that position
+Each step, sleep, event take, child submit, stream write and callback of a
+run takes the next position in it (1, 2, ...), and its memo is keyed by that position
 (:func:`stepstone.records.layout.position_key`) and records which call it
 was (:class:`Call`) beside its value. A replay asks, at each position, for
 the call the code makes now, and compares: another call where one was
@@ -29,14 +29,26 @@ another code version at a place of its history (``!version@#b2-00000003``)."""
 CHANGED_ARGS_MEMO = "!args@"
 """The start of the note that a replay called a recorded step with other
 arguments than it recorded (``!args@#00000003``)."""
-OUTSIDE_HISTORY = ("!rate.", PATCH_MEMO, VERSION_WAIT_MEMO, CHANGED_ARGS_MEMO)
+CALLBACK_TAKE_MEMO = "!callback@"
+"""The start of the memo of what a callback's wait took (its completion, or
+its expiry), keyed by the callback's place: ``!callback@b2-00000003``
+(:mod:`stepstone.records.callbacks`)."""
+OUTSIDE_HISTORY = (
+    "!rate.",
+    PATCH_MEMO,
+    VERSION_WAIT_MEMO,
+    CHANGED_ARGS_MEMO,
+    CALLBACK_TAKE_MEMO,
+)
 """The starts of the keys of memos keyed by name that are no call of the
 run's history: a rate limit's turn, a patch decision, a wait for a version,
-a note of changed arguments."""
+a note of changed arguments, what a callback's wait took."""
 
-CALLS = ("step", "sleep", "event", "deadline", "child")
+CALLS = ("step", "sleep", "event", "deadline", "child", "stream", "stream-close", "callback")
 """The calls that take a position: a step, a sleep's wake time, an event
-wait's take and its deadline (two positions per wait), a child's submit."""
+wait's take and its deadline (two positions per wait), a child's submit, a
+write to a stream and its close (:mod:`stepstone.execute.streams`), a
+callback made (:mod:`stepstone.execute.callbacks`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +69,12 @@ class Call:
             return f"the deadline of a wait for event {self.name!r}"
         if self.call == "child":
             return f"a child submit of kind {self.name!r}"
+        if self.call == "stream":
+            return f"a write to stream {self.name!r}"
+        if self.call == "stream-close":
+            return f"the close of stream {self.name!r}"
+        if self.call == "callback":
+            return f"callback {self.name!r}"
         return f"{self.call} {self.name!r}"
 
 

@@ -6,6 +6,8 @@ memos/<run_id>/<incarnation>/#<place>        one call of the run's history (crea
 progress/<run_id>/<incarnation>              the last progress a run reported (compare-and-swap)
 events/<run_id>/<incarnation>/<name>/<seq>   one event sent to a run (create-if-absent)
 events/<run_id>/<incarnation>/!sent/<digest> the event a keyed send sent (create-if-absent)
+streams/<run_id>/<incarnation>/<name>/<offset> one item of a run's stream (create-if-absent)
+callbacks/<run_id>/<incarnation>/<place>     a callback's completion, until the run takes it
 attempts/<run_id>/<incarnation>/<claim>      how one claim of a run ended (create-if-absent)
 waiters/<run_id>                             the runs that joined a run and wait for its end
 children/<run_id>/<child>                    a child a run submitted (create-if-absent)
@@ -145,6 +147,29 @@ class Layout:
         """Where a keyed send records the event it sent (``digest``: of its
         name and key); ``!`` never starts an event name's segment."""
         return join(self.prefix, "events", run_id, incarnation, "!sent", digest)
+
+    def streams(self, run_id: str, incarnation: str | None = None) -> str:
+        """The prefix of a run's streams (of one incarnation)."""
+        return join(self.prefix, "streams", run_id, incarnation or "") + "/"
+
+    def stream(self, run_id: str, incarnation: str, name: str) -> str:
+        """The prefix of the items of a run's stream ``name``."""
+        return join(self.prefix, "streams", run_id, incarnation, name_key(name)) + "/"
+
+    def stream_item(self, run_id: str, incarnation: str, name: str, offset: int) -> str:
+        """The item at ``offset`` (0 for the first) of a run's stream ``name``:
+        zero-padded, so a stream's items list in order."""
+        return self.stream(run_id, incarnation, name) + stream_offset_key(offset)
+
+    def callbacks(self, run_id: str | None = None, incarnation: str | None = None) -> str:
+        """The prefix of the callbacks' completions (of one run, of one incarnation)."""
+        parts = [part for part in (run_id, incarnation) if part]
+        return join(self.prefix, "callbacks", *parts) + "/"
+
+    def callback(self, run_id: str, incarnation: str, token: str) -> str:
+        """Where a callback's completion is put: by ``runner.complete_callback``,
+        or by whoever holds its presigned URL (:mod:`stepstone.records.callbacks`)."""
+        return join(self.prefix, "callbacks", run_id, incarnation, token)
 
     def attempts(self, run_id: str, incarnation: str | None = None) -> str:
         """The prefix of a run's attempt records (of one incarnation)."""
@@ -303,6 +328,22 @@ def _head(name: str, room: int) -> str:
             break
         head += encoded
     return head
+
+
+STREAM_OFFSET_DIGITS = 12
+"""Digits of a stream item's offset in its key (a trillion items a stream)."""
+
+
+def stream_offset_key(offset: int) -> str:
+    """The last segment of a stream item's key: its offset, zero-padded."""
+    return f"{offset:0{STREAM_OFFSET_DIGITS}d}"
+
+
+def stream_offset_of(segment: str) -> int | None:
+    """The offset a stream item's key segment names; None for one that names none."""
+    if len(segment) != STREAM_OFFSET_DIGITS or not segment.isdigit():
+        return None
+    return int(segment)
 
 
 def event_seq(now: float) -> str:

@@ -1,17 +1,18 @@
 """The retention sweep: a finished run's records go after the window.
 
-It walks ``outcomes/`` (a LIST per thousand runs) and takes the objects'
-own modification time from the listing, so only what is past the window is
-read. For each run past the window it deletes the memos, events and
-attempt records of every incarnation, the progress record, its waiters and
-children records, a dead run's queue record, and last replaces the outcome
-with a tombstone: a sweep cut short leaves the outcome, so a resubmission
-still answers from it, and the next sweep finishes the job. A swept run is gone as a whole: a
-dead record left behind would take the next submit of its key, which would
-then wait on a run nobody runs and no outcome ends. The tombstone keeps a
-zombie of the swept run from recording a late outcome for the key's next
-run to find (see :mod:`stepstone.records.outcome`); the sweep deletes it
-once it is past the window in turn.
+It walks ``outcomes/`` (a LIST per thousand runs) and takes the objects' own
+modification time from the listing, so only what is past the window is read.
+For each run past the window it deletes the memos, events, stream items,
+callbacks' completions and attempt records of every incarnation, the
+progress record, its waiters and children records, a dead run's queue
+record, and last replaces the outcome with a tombstone: a sweep cut short
+leaves the outcome, so a resubmission still answers from it, and the next
+sweep finishes the job. A swept run is gone as a whole: a dead record left
+behind would take the next submit of its key, which would then wait on a run
+nobody runs and no outcome ends. The tombstone keeps a zombie of the swept
+run from recording a late outcome for the key's next run to find (see
+:mod:`stepstone.records.outcome`); the sweep deletes it once it is past the
+window in turn.
 
 A cancelled run's live children are cancelled before it goes (its cancel
 may have been cut short before them: :mod:`stepstone.records.cancels`),
@@ -211,9 +212,9 @@ async def _waited_for(runs: Runs, record: OutcomeRecord) -> bool:
 
 
 async def remove_run(runs: Runs, run_id: str) -> None:
-    """Delete a run's memos, events, progress and attempt records, and its
-    queue record if the run died, then replace its outcome with a tombstone
-    (nothing to replace: nothing more to do)."""
+    """Delete a run's memos, events, streams, callbacks' completions, progress
+    and attempt records, and its queue record if the run died, then replace
+    its outcome with a tombstone (nothing to replace: nothing more to do)."""
     try:
         stored = await runs.store.get(runs.layout.outcome(run_id))
     except NotFound:
@@ -228,6 +229,8 @@ async def _remove(
     store, layout = runs.store, runs.layout
     keys = [info.key async for info in store.scan(layout.memos(run_id))]
     keys += [info.key async for info in store.scan(layout.events(run_id))]
+    keys += [info.key async for info in store.scan(layout.streams(run_id))]
+    keys += [info.key async for info in store.scan(layout.callbacks(run_id))]
     keys += [info.key async for info in store.scan(layout.progresses(run_id))]
     keys += [info.key async for info in store.scan(layout.attempts(run_id))]
     keys += [info.key async for info in store.scan(layout.children(run_id))]

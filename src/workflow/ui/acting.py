@@ -1,6 +1,6 @@
 """The web view's actions: retry a dead run, cancel a live one, send an event
-to a waiting one, replay an ended one from a step, and retry or cancel every
-run a filter of the list shows.
+to a waiting one, complete a callback it waits for, replay an ended one from
+a step, and retry or cancel every run a filter of the list shows.
 
 Off unless the view is started with them (``stepstone ui --allow-actions``),
 and then only for an operator (:mod:`stepstone.ui.access`): a viewer is
@@ -9,7 +9,8 @@ refused with a 403 that says so. Each is two requests: a GET of
 action will do, to which runs, with a form; and that form's POST, which
 must carry the session's CSRF token (see :mod:`stepstone.ui.guard`), acts
 through :mod:`stepstone.ops.actions` (what ``stepstone retry``, ``cancel``
-and ``replay`` use) or ``runner.send_event``, recorded in the audit log
+and ``replay`` use), ``runner.send_event`` or ``runner.complete_callback``,
+recorded in the audit log
 with who acted and from where (:mod:`stepstone.ops.audited`), and
 redirects to the page the operator came from with a line saying what was
 done. A bulk action acts on the runs its page listed, by id, so the count
@@ -32,6 +33,7 @@ from stepstone.errors import InspectError, JobError
 from stepstone.ops import actions, listing, reads
 from stepstone.ops.audited import Said, audited, done, of_bulk
 from stepstone.records.audit import Actor
+from stepstone.records.callbacks import CallbackId
 from stepstone.runner import JobRunner
 from stepstone.runtime.errors import QueueError
 from stepstone.runtime.status import JobStatus
@@ -41,7 +43,7 @@ from stepstone.ui.guard import csrf_accepts
 from stepstone.ui.present import Filters
 from stepstone.ui.respond import render
 
-SINGLE = ("retry", "cancel", "event", "replay")
+SINGLE = ("retry", "cancel", "event", "callback", "replay")
 BULK = ("retry", "cancel")
 KEPT_RESULTS = 200
 """Result lines the view remembers for the pages its actions redirect to."""
@@ -207,6 +209,16 @@ async def _single(runner: JobRunner, verb: str, fields: dict[str, str], back: st
                 "the input it was submitted with, every step run again."
             )
         return Plan(verb, question, "Replay this run", keep, [run_id], back)
+    if verb == "callback":
+        callback, payload = fields.get("callback", "").strip(), fields.get("payload", "")
+        try:
+            CallbackId.parse(callback)
+        except ValueError as exc:
+            raise InspectError(str(exc)) from None
+        _payload(payload)
+        question = f"Complete callback {callback} of {what} with {payload.strip() or 'null'}?"
+        keep |= {"callback": callback, "payload": payload}
+        return Plan(verb, question, "Complete this callback", keep, [run_id], back)
     name, payload = fields.get("name", "").strip(), fields.get("payload", "")
     if not name:
         raise InspectError("an event needs a name")
@@ -296,6 +308,21 @@ async def _do(runner: JobRunner, plan: Plan, actor: Actor) -> list[str]:
                 f"replaying {run_id} from {where} as incarnation {replayed.incarnation} "
                 f"({replayed.kept_memos} memo(s) kept; the earlier incarnation's stay, linked)"
             ]
+        if plan.verb == "callback":
+            callback = plan.fields["callback"]
+            value = _payload(plan.fields["payload"])
+            completed = f"completed callback {callback}; its run is woken"
+            stood = f"callback {callback} had been completed already: the first completion stands"
+            taken = await audited(
+                runner,
+                actor,
+                "callback",
+                [run_id],
+                lambda: runner.complete_callback(callback, value),
+                lambda done: Said("done" if done else "refused", completed if done else stood),
+                detail={"callback": callback},
+            )
+            return [completed if taken else stood]
         name = plan.fields["name"]
         payload = _payload(plan.fields["payload"])
         sent = f"sent event {name!r} to {run_id}"

@@ -121,6 +121,7 @@ def create_app(
         routes=[
             Route("/", routes.runs_page, name="runs"),
             Route("/runs/{run_id}", routes.run_page, name="run"),
+            Route("/runs/{run_id}/streams/{name:path}", routes.stream_page, name="stream"),
             Route("/workers", fleet.workers_page, name="workers"),
             Route("/schedules", fleet.schedules_page, name="schedules"),
             Route("/throughput", throughput.throughput_page, name="throughput"),

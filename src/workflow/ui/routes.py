@@ -1,4 +1,5 @@
-"""The web view's pages: the runs list, one run, the audit log, and the two static files.
+"""The web view's pages: the runs list, one run, one stream of a run, the
+audit log, and the two static files.
 
 Each page reads through :mod:`stepstone.ops.reads` on every request (the
 pages refresh themselves, so what they show is at most one refresh old) and
@@ -8,6 +9,7 @@ queue that cannot list) is a page that says why, never a traceback.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Awaitable
 
@@ -15,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from stepstone.errors import InspectError
-from stepstone.ops import actions, listing, reads
+from stepstone.ops import actions, listing, reads, talk
 from stepstone.ops.finished import FinishedListing
 from stepstone.records.audit_log import AuditLog, Found
 from stepstone.runner import JobRunner
@@ -164,6 +166,9 @@ async def run_page(request: Request) -> Response:
         return str(request.app.url_path_for("run", run_id=run))
 
     trail, problem = await _audit(request.app.state.audit.of_run(run_id, limit=AUDIT_OF_RUN))
+    streams, callbacks = await asyncio.gather(
+        talk.streams_of(runner, found), talk.callbacks_of(runner, found)
+    )
     return render(
         request,
         "run.html",
@@ -172,6 +177,39 @@ async def run_page(request: Request) -> Response:
             "audit": trail,
             "audit_problem": problem,
             "audit_shown": AUDIT_OF_RUN,
+            "streams": streams,
+            "callbacks": callbacks,
+        },
+    )
+
+
+async def stream_page(request: Request) -> Response:
+    """One stream of a run: ``PAGE_ITEMS`` of its items from ``?from=`` (by
+    default its last ones), refreshed with the page while the run writes."""
+    runner: JobRunner = request.app.state.runner
+    run_id, name = request.path_params["run_id"], request.path_params["name"]
+    start_text = request.query_params.get("from", "")
+    start = int(start_text) if start_text.isdigit() else None
+    try:
+        found = await reads.detail(runner, run_id)
+    except InspectError as exc:
+        return render(request, "missing.html", {"run_id": run_id, "why": str(exc)}, 404)
+    if found.incarnation is None:
+        why = "the run's records do not say which incarnation it is: no stream can be read"
+        return render(request, "missing.html", {"run_id": run_id, "why": why}, 404)
+    items, stored = await talk.stream_items(runner, run_id, found.incarnation, name, start)
+    first = items[0].offset if items else (start or 0)
+    return render(
+        request,
+        "stream.html",
+        {
+            "d": found,
+            "name": name,
+            "items": items,
+            "stored": stored,
+            "earlier": max(0, first - talk.PAGE_ITEMS) if first > 0 else None,
+            "later": items[-1].offset + 1 if items and len(items) == talk.PAGE_ITEMS else None,
+            "start": start,
         },
     )
 
