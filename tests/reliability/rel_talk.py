@@ -169,6 +169,8 @@ async def main() -> int:
         poll_interval=0.05,
         drain_timeout=2.0,
         callback_look=0.5,
+        # (the kills are the point here, not the lapse cap: test_worker_crashes has it)
+        max_lapses=int(env.get("REL_MAX_LAPSES", "1000")),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
