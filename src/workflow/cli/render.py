@@ -140,6 +140,7 @@ def listed_json(row: RunSummary) -> dict[str, Any]:
         "last_error": row.last_error,
         "version": row.version,
         "key": row.key,
+        "attributes": dict(row.attributes),
     }
 
 

@@ -199,6 +199,8 @@ class AttemptRunner:
             numbered=envelope.numbered,
             code_version=self._versions.get(job_type)
             or versions.code_version(job_type, self._build_id),
+            attributes=envelope.attributes,
+            replay_of=envelope.replay_of,
         )
         branches.install(asyncio.get_running_loop())
         # A slot of its concurrency key and its rate limit turn, or Suspend.
@@ -280,7 +282,7 @@ class AttemptRunner:
             claims=delivery.claims,
             claimed_at=self._history.claimed_at(delivery),
             worker=self._history.worker_id(),
-            **about_the_run(envelope),
+            **{**about_the_run(envelope), "attributes": scope.attributes},
         )
         return Finished(record, envelope)
 

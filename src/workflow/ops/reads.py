@@ -28,7 +28,13 @@ from typing import Any, Protocol
 from stepstone.errors import InspectError
 from stepstone.handles.state import attempts_of
 from stepstone.records.attempts import AttemptInfo
-from stepstone.records.calls import CHANGED_ARGS_MEMO, VERSION_WAIT_MEMO, Call, PositionedMemo
+from stepstone.records.calls import (
+    ATTRIBUTE_MARK,
+    CHANGED_ARGS_MEMO,
+    VERSION_WAIT_MEMO,
+    Call,
+    PositionedMemo,
+)
 from stepstone.records.codec import unpack, unpack_stored
 from stepstone.records.envelope import Envelope
 from stepstone.records.family import Family
@@ -288,6 +294,8 @@ async def list_memos(runner: Inspected, run_id: str, *, values: bool = True) -> 
     prefix = runner.layout.memos(run_id)
     infos = [info async for info in runner.store.scan(prefix)]
 
+    # (an attribute's mark is an index's, not a call's: records.attributes)
+    infos = [info for info in infos if not _segment(prefix, info).startswith(ATTRIBUTE_MARK)]
     notes = [info for info in infos if _segment(prefix, info).startswith(NOTES)]
     infos = [info for info in infos if not _segment(prefix, info).startswith(NOTES)]
 

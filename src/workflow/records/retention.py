@@ -2,7 +2,8 @@
 
 It walks ``outcomes/`` (a LIST per thousand runs) and takes the objects' own
 modification time from the listing, so only what is past the window is read.
-For each run past the window it deletes the memos, events, stream items,
+For each run past the window it deletes its entries in the index of
+attributes (:mod:`stepstone.records.attributes`), the memos, events, stream items,
 callbacks' completions and attempt records of every incarnation, the
 progress record, its waiters and children records, a dead run's queue
 record, and last replaces the outcome with a tombstone: a sweep cut short
@@ -47,6 +48,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from stepstone.records import audit_log
+from stepstone.records.attributes import entry_keys
 from stepstone.records.cancels import cancel_children
 from stepstone.records.family import Family
 from stepstone.records.layout import Layout
@@ -228,6 +230,16 @@ async def _remove(
 ) -> None:
     store, layout = runs.store, runs.layout
     keys = [info.key async for info in store.scan(layout.memos(run_id))]
+    # The index entries its outcome names and its memos mark go before them.
+    recorded = found if isinstance(found, OutcomeRecord) else None
+    entries = entry_keys(
+        layout,
+        run_id,
+        "" if recorded is None else recorded.incarnation,
+        {} if recorded is None else recorded.attributes,
+        keys,
+    )
+    await asyncio.gather(*(store.delete(key) for key in entries))
     keys += [info.key async for info in store.scan(layout.events(run_id))]
     keys += [info.key async for info in store.scan(layout.streams(run_id))]
     keys += [info.key async for info in store.scan(layout.callbacks(run_id))]
