@@ -17,8 +17,8 @@ import pytest
 from wf_jobs import Adder, Counters, Keyed
 
 from stepstone import InvalidAttribute, Job, JobContext, JobRunner, JobStatus, SubmitOptions
-from stepstone.ops.by_attributes import ORPHAN_AGE
-from stepstone.records.attributes import entry_key
+from stepstone.records.attributes import ORPHAN_AGE, entry_key
+from stepstone.records.index_sweep import sweep_index
 from stepstone.records.retention import remove_run, sweep
 from stepstone.runtime import FakeClock
 from stepstone.store import CountingStore, MemoryStore
@@ -219,6 +219,17 @@ async def test_an_entry_that_names_no_run_is_left_out_then_removed(
     assert [row.id for row in await runner.runs(attributes={"tenant": "acme"})] == [real.id]
     assert orphan not in await _index_keys(runner)
     assert len(await _index_keys(runner)) == 1
+    # One no listing meets goes with the hourly sweep of the index; the
+    # entries of a live run (it has a queue record) and of a finished one stay.
+    other = entry_key(runner.layout, "plan", "pro", "ef" * 16, "cd" * 8)
+    await runner.store.put(other, b"")
+    finished = await runner.submit(Adder(a=2, b=2), SubmitOptions(attributes={"plan": "pro"}))
+    async with make_runner(jobs=[Adder]) as worker:
+        await worker.handle(finished.id, Adder).result(timeout=DEADLINE)
+    assert await sweep_index(runner) == 0  # (young)
+    clock.advance(ORPHAN_AGE + 1)
+    assert await sweep_index(runner) == 1
+    assert len(await _index_keys(runner)) == 2
 
 
 async def test_a_filtered_listing_reads_the_runs_that_match_not_the_others(

@@ -34,16 +34,18 @@ from stepstone.ops.listing import (
     queued_row,
 )
 from stepstone.ops.reads import Inspected, Unreadable, bounded, read_outcome
-from stepstone.records.attributes import Entry, check_attributes, entry_of, values_prefix
+from stepstone.records.attributes import (
+    ORPHAN_AGE,
+    Entry,
+    check_attributes,
+    entry_of,
+    values_prefix,
+)
 from stepstone.records.envelope import incarnation_of
 from stepstone.records.outcome import OutcomeRecord
 from stepstone.runtime import CorruptRecord
 from stepstone.runtime.status import JobStatus
 from stepstone.store import NotFound, ObjectInfo, PreconditionFailed
-
-ORPHAN_AGE = 3600.0
-"""Seconds an index entry that names no run stands before a listing deletes
-it: far longer than a submit takes from its index entries to its enqueue."""
 
 _PAGE = 100
 """Runs read at a time (fewer when fewer rows are wanted)."""

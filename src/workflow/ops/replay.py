@@ -37,7 +37,7 @@ from stepstone.errors import InspectError
 from stepstone.ops.actions import Bulk, each
 from stepstone.ops.reads import Inspected, bounded, check_id
 from stepstone.records.attempt_log import keep_final_attempt
-from stepstone.records.attributes import entry_keys, write_entries
+from stepstone.records.attributes import attributes_marked, drop_entries, write_entries
 from stepstone.records.calls import (
     CALLBACK_TAKE_MEMO,
     OUTSIDE_HISTORY,
@@ -156,8 +156,8 @@ async def replay(runner: Inspected, run_id: str, *, from_step: str | None = None
             await store.delete(layout.outcome(run_id), if_match=stored.etag)
     # The index entries of the incarnation replaced name no run now.
     old_memos = [info.key async for info in store.scan(layout.memos(run_id, old.incarnation))]
-    stale = entry_keys(layout, run_id, old.incarnation, old.attributes, old_memos)
-    await bounded(store.delete(key) for key in stale)
+    marked = attributes_marked(layout, run_id, old_memos)
+    await drop_entries(store, layout, run_id, old.incarnation, {*old.attributes.items(), *marked})
     return Replayed(
         run_id, new.incarnation, old.incarnation, from_step, position, len(kept), len(events)
     )

@@ -59,6 +59,11 @@ MARK = ATTRIBUTE_MARK
 INDEX = "index/attr"
 """Where the index lives under the runner's prefix."""
 
+ORPHAN_AGE = 3600.0
+"""Seconds an index entry that names no run stands before a listing that
+meets it, or the hourly sweep of the index, deletes it: far longer than a
+submit takes from its index entries to its enqueue."""
+
 
 def check_attributes(attributes: object, *, where: str = "attributes") -> dict[str, str]:
     """``attributes`` as a plain dict if every name and value may be used;
@@ -208,25 +213,28 @@ async def drop_entries(
     await asyncio.gather(*(store.delete(key) for key in keys))
 
 
-def entry_keys(
-    layout: Layout,
-    run_id: str,
-    incarnation: str,
-    attributes: Mapping[str, str],
-    memo_keys: Iterable[str],
-) -> list[str]:
-    """Every index entry the sweep removes with a run: those of the
-    attributes its outcome record names, and those its memos mark (an
-    attribute it set, under each of its incarnations)."""
-    keys = {
-        entry_key(layout, name, value, run_id, incarnation) for name, value in attributes.items()
-    }
+def attributes_marked(
+    layout: Layout, run_id: str, memo_keys: Iterable[str]
+) -> set[tuple[str, str]]:
+    """The attributes a run's memos mark (those it set, under any of its
+    incarnations), from the keys of its memos."""
     memos = layout.memos(run_id)
+    found = set()
     for key in memo_keys:
-        if not key.startswith(memos):
-            continue
-        marked_in, _, segment = key[len(memos) :].partition("/")
-        found = marked(segment)
-        if found is not None and marked_in:
-            keys.add(entry_key(layout, *found, run_id, marked_in))
-    return sorted(keys)
+        if key.startswith(memos):
+            pair = marked(key[len(memos) :].partition("/")[2])
+            if pair is not None:
+                found.add(pair)
+    return found
+
+
+async def drop_run_entries(
+    store: ObjectStore, layout: Layout, run_id: str, attributes: Iterable[tuple[str, str]]
+) -> None:
+    """Delete every entry of ``run_id`` under each of ``attributes``,
+    whichever incarnation it names (one LIST each): the sweep's, so the
+    entries a submit that joined the run left go with it too."""
+    for name, value in set(attributes):
+        under = values_prefix(layout, name, value) + run_id + "/"
+        keys = [info.key async for info in store.scan(under)]
+        await asyncio.gather(*(store.delete(key) for key in keys))
