@@ -35,9 +35,10 @@ sweeping at once is harmless: every delete is idempotent.
 
 The same sweeper removes, at most hourly, the entries of the index of
 attributes that name no run (:mod:`stepstone.records.index_sweep`), and
-the audit records of operators' actions once they are older than their own window, ``audit_retention`` (90 days by default,
-None to keep them), at most once an hour (:func:`stepstone.records.audit_log.sweep`):
-they outlive the runs they name.
+the audit records of operators' actions once they are older than their
+own window, ``audit_retention`` (90 days by default, None to keep them),
+at most once an hour (:func:`stepstone.records.audit_log.sweep`): they
+outlive the runs they name.
 """
 
 from __future__ import annotations
