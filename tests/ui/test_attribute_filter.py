@@ -14,9 +14,7 @@ from ui_jobs import Invoice
 from stepstone import JobRunner, SubmitOptions
 
 
-async def test_the_list_filters_runs_by_their_attributes(
-    runs: Runs, ui: str, browser: Any
-) -> None:
+async def test_the_list_filters_runs_by_their_attributes(runs: Runs, ui: str, browser: Any) -> None:
     runner = JobRunner(runs.store, jobs=[Invoice])  # submits only
     try:
         acme_pro = await runner.submit(
