@@ -16,7 +16,15 @@ from typing import Any, ClassVar
 import pytest
 from wf_jobs import Adder, Counters, Keyed
 
-from stepstone import InvalidAttribute, Job, JobContext, JobRunner, JobStatus, SubmitOptions
+from stepstone import (
+    InvalidAttribute,
+    Job,
+    JobContext,
+    JobRunner,
+    JobStatus,
+    Permanent,
+    SubmitOptions,
+)
 from stepstone.records.attributes import ORPHAN_AGE, entry_key
 from stepstone.records.index_sweep import sweep_index
 from stepstone.records.retention import remove_run, sweep
@@ -43,10 +51,18 @@ class Tagging(Job[str]):
         await ctx.step("work", lambda: "done")
         await ctx.set_attributes({"plan": self.plan, "stage": "first"})
         await ctx.set_attributes({"stage": "second"})
+        await ctx.step("after", lambda: "after")
         if self.fail_once and ctx.attempt == 1:
             raise RuntimeError("once")
         assert dict(ctx.attributes)["stage"] == "second"
         return ",".join(f"{k}={v}" for k, v in sorted(ctx.attributes.items()))
+
+
+class Declined(Job[int]):
+    NAME: ClassVar[str] = "test.declined"
+
+    async def run(self, ctx: JobContext) -> int:
+        raise Permanent("card declined")
 
 
 async def _index_keys(runner: JobRunner) -> list[str]:
@@ -93,6 +109,21 @@ async def test_runs_are_found_by_the_attributes_they_were_submitted_with(
 
 
 @EVERY_STORE
+async def test_a_failed_run_is_listed_as_every_listing_lists_it(make_runner: MakeRunner) -> None:
+    """A run that failed for good (dead, with a failed outcome beside its
+    queue record) is the row a listing without attributes shows, each status asked."""
+    async with make_runner(jobs=[Declined]) as runner:
+        handle = await runner.submit(Declined(), SubmitOptions(attributes={"tenant": "acme"}))
+        assert not (await handle.join(timeout=DEADLINE)).ok
+    for status in (None, "failed", "dead", "succeeded"):
+        plain = [row for row in await runner.runs(status=status) if row.id == handle.id]
+        found = await runner.runs(attributes={"tenant": "acme"}, status=status)
+        assert [(r.id, r.status, r.source) for r in found] == [
+            (r.id, r.status, r.source) for r in plain
+        ], status
+
+
+@EVERY_STORE
 async def test_attributes_set_in_a_run_are_recorded_like_a_step(make_runner: MakeRunner) -> None:
     async with make_runner(jobs=[Tagging]) as runner:
         handle = await runner.submit(
@@ -118,15 +149,19 @@ async def test_a_replay_is_found_by_the_attributes_of_the_run_it_replays(
     async with make_runner(jobs=[Tagging]) as runner:
         handle = await runner.submit(Tagging(plan="pro"), SubmitOptions(attributes={"tenant": "a"}))
         await handle.result(timeout=DEADLINE)
-    async with make_runner(jobs=[Tagging]) as again:
-        replayed = await again.replay(handle.id)
-        await _until_finished(again, handle.id)
-        [row] = await again.runs(attributes={"tenant": "a", "stage": "second"})
-        assert row.id == handle.id and row.status is JobStatus.SUCCEEDED
-        assert row.attributes == {"tenant": "a", "plan": "pro", "stage": "second"}
-    # The entries of the incarnation it replaced went with it.
-    keys = await _index_keys(again)
-    assert len(keys) == 3 and all(replayed.incarnation in key for key in keys)
+    # From the start (the calls made again), then from a step after them
+    # (their memos copied, and the index written for the new incarnation).
+    for from_step in (None, "after"):
+        async with make_runner(jobs=[Tagging]) as again:
+            replayed = await again.replay(handle.id, from_step=from_step)
+            await _until_finished(again, handle.id)
+            [row] = await again.runs(attributes={"tenant": "a", "stage": "second"})
+            assert row.id == handle.id and row.status is JobStatus.SUCCEEDED
+            assert row.attributes == {"tenant": "a", "plan": "pro", "stage": "second"}
+            assert await again.runs(attributes={"stage": "first"}) == []
+        # The entries of the incarnation it replaced went with it.
+        keys = await _index_keys(again)
+        assert len(keys) == 3 and all(replayed.incarnation in key for key in keys), from_step
 
 
 async def _until_finished(runner: JobRunner, run_id: str) -> None:

@@ -141,7 +141,8 @@ async def _row(
             return read
         if read is not None and read.incarnation == entry.incarnation:
             outcome = read
-        if outcome is not None and outcome.status is not JobStatus.FAILED:
+        finished = status is not None and status.finished  # (as ls lists it: the outcome)
+        if outcome is not None and (finished or outcome.status is not JobStatus.FAILED):
             return finished_row(outcome)
     if status is None or status.queued or outcome is not None:
         try:
