@@ -585,8 +585,8 @@ class JobRunner:
         ``attributes``: runs having each of these (``SubmitOptions(attributes=...)``,
         ``ctx.set_attributes``); they are found through the index of
         attributes, so what this costs grows with the runs that match, not
-        with the runs in the store (:mod:`stepstone.ops.by_attributes`), and
-        it works on every queue (SQS too)."""
+        with the runs in the store (:mod:`stepstone.ops.by_attributes`); it
+        lists no queue, but reads the queue records of the runs it shows."""
         if isinstance(since, datetime):
             if since.tzinfo is None:
                 raise ValueError("runs(since=) takes an aware datetime (with a tzinfo)")
