@@ -35,6 +35,12 @@ async def test_the_list_filters_runs_by_their_attributes(runs: Runs, ui: str, br
 
     browser.get(f"{ui}?attr=tenant%3Dacme%2C+plan%3Dpro")
     assert list(rows(browser)) == [acme_pro.id]
+    # A run's page shows its attributes, each a link to the runs that have it.
+    browser.get(f"{ui}runs/{acme_pro.id}")
+    assert "plan=pro tenant=acme" in text(browser, "dd.attributes")
+    browser.find_element(By.LINK_TEXT, "plan=pro").click()
+    wait_for(lambda: "attr=plan%3Dpro" in browser.current_url, "the runs with plan=pro")
+    assert list(rows(browser)) == [acme_pro.id]
     browser.get(f"{ui}?attr=tenant%3Dacme&state=succeeded")
     assert rows(browser) == {}
     browser.get(f"{ui}?attr=tenant%3Dnobody")

@@ -25,6 +25,7 @@ from stepstone import (
     Permanent,
     SubmitOptions,
 )
+from stepstone.ops.reads import detail
 from stepstone.records.attributes import ORPHAN_AGE, entry_key
 from stepstone.records.index_sweep import sweep_index
 from stepstone.records.retention import remove_run, sweep
@@ -105,6 +106,7 @@ async def test_runs_are_found_by_the_attributes_they_were_submitted_with(
     ready = await queued_runner.runs(attributes={"tenant": "acme"}, status=JobStatus.READY)
     assert [row.id for row in ready] == [queued.id]
     assert await queued_runner.runs(attributes={"tenant": "nobody"}) == []
+    assert (await detail(queued_runner, queued.id)).attributes == {"tenant": "acme"}
     assert len(await queued_runner.runs(attributes={"tenant": "acme"}, limit=2)) == 2
 
 
@@ -134,6 +136,8 @@ async def test_attributes_set_in_a_run_are_recorded_like_a_step(make_runner: Mak
         assert row.id == handle.id
         assert row.attributes == {"tenant": "acme", "plan": "pro", "stage": "second"}
         assert row.attempts == 2
+        shown = await detail(runner, handle.id)  # (stepstone show, the run's page)
+        assert shown.attributes == {"tenant": "acme", "plan": "pro", "stage": "second"}
         # The value it replaced finds it no more, and left no entry behind.
         assert await runner.runs(attributes={"stage": "first"}) == []
         assert await runner.runs(attributes={"tenant": "acme", "plan": "pro"}) != []
