@@ -59,6 +59,16 @@ class Tagging(Job[str]):
         return ",".join(f"{k}={v}" for k, v in sorted(ctx.attributes.items()))
 
 
+class SyncTagging(Job[str]):
+    """A synchronous job: ``ctx.sync.set_attributes``."""
+
+    NAME: ClassVar[str] = "test.sync-tagging"
+
+    def run(self, ctx: JobContext) -> str:  # type: ignore[override]
+        ctx.sync.set_attributes({"stage": "sync"})
+        return dict(ctx.attributes)["stage"]
+
+
 class Declined(Job[int]):
     NAME: ClassVar[str] = "test.declined"
 
@@ -144,6 +154,15 @@ async def test_attributes_set_in_a_run_are_recorded_like_a_step(make_runner: Mak
         keys = await _index_keys(runner)
         assert not any("/stage/first/" in key for key in keys)
         assert len(keys) == 3  # tenant, plan, stage: one entry each
+
+
+@EVERY_STORE
+async def test_a_synchronous_job_sets_attributes(make_runner: MakeRunner) -> None:
+    async with make_runner(jobs=[SyncTagging]) as runner:
+        handle = await runner.submit(SyncTagging())
+        assert await handle.result(timeout=DEADLINE) == "sync"
+        [row] = await runner.runs(attributes={"stage": "sync"})
+        assert row.id == handle.id and row.attributes == {"stage": "sync"}
 
 
 @EVERY_STORE

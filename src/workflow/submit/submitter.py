@@ -223,8 +223,12 @@ class Submitter:
             return await self._after(s, enqueued, looked)
         try:
             handle = await self._after(s, enqueued, looked)
+        except (InputMismatch, CorruptOutcome):
+            await self._unindex(s, enqueued)  # (nothing made was kept: see _take_back)
+            raise
         except Exception:
-            await self._unindex(s, enqueued)
+            if not enqueued.created:  # (else the run may stand: its entries too)
+                await self._unindex(s, enqueued)
             raise
         if handle is None or not handle.newly_submitted:
             await self._unindex(s, enqueued)
