@@ -69,6 +69,14 @@ class SyncTagging(Job[str]):
         return dict(ctx.attributes)["stage"]
 
 
+class BadTag(Job[int]):
+    NAME: ClassVar[str] = "test.bad-tag"
+
+    async def run(self, ctx: JobContext) -> int:
+        await ctx.set_attributes({"tenant": "a\tb"})
+        return 1
+
+
 class Declined(Job[int]):
     NAME: ClassVar[str] = "test.declined"
 
@@ -163,6 +171,19 @@ async def test_a_synchronous_job_sets_attributes(make_runner: MakeRunner) -> Non
         assert await handle.result(timeout=DEADLINE) == "sync"
         [row] = await runner.runs(attributes={"stage": "sync"})
         assert row.id == handle.id and row.attributes == {"stage": "sync"}
+
+
+@EVERY_STORE
+async def test_a_run_setting_a_bad_attribute_fails_at_once_saying_which(
+    make_runner: MakeRunner,
+) -> None:
+    async with make_runner(jobs=[BadTag]) as runner:
+        outcome = await (await runner.submit(BadTag())).join(timeout=DEADLINE)
+    assert not outcome.ok and outcome.attempts == 1
+    assert outcome.error is not None and outcome.error.reason == "permanent"
+    assert "ctx.set_attributes: attribute 'tenant'" in outcome.error.message
+    assert "U+0009" in outcome.error.message
+    assert await _index_keys(runner) == []
 
 
 @EVERY_STORE

@@ -28,6 +28,7 @@ from stepstone.errors import (
     CorruptOutcome,
     EncodingError,
     InputMismatch,
+    InvalidAttribute,
     InvalidWait,
     JobFailed,
     NonDeterministicReplay,
@@ -241,6 +242,7 @@ class AttemptRunner:
             StreamClosed,
             NonDeterministicReplay,
             InputMismatch,
+            InvalidAttribute,
         ) as exc:
             # (Retrying cannot mend a value that cannot be stored, a memo
             # that does not decode, a child's outcome, which is final, a wait
@@ -248,8 +250,8 @@ class AttemptRunner:
             # is not of its type, a callback's expiry, which is recorded, a
             # write to a stream the run closed, code that no longer replays
             # its run, or a child submitted under a key used for another
-            # input: the run fails for good, saying which. The job's code may
-            # catch all but the divergence.)
+            # input, or attributes no run may have: the run fails for good,
+            # saying which. The job's code may catch all but the divergence.)
             await _flush(scope)
             if not isinstance(exc, Permanent):
                 raise ClassifiedPermanent(exc) from exc
