@@ -6,7 +6,8 @@ be; the sweep of a run removes the entries it knows of, not those. Once an
 hour the sweeper walks the index (a LIST per thousand entries) beside the
 outcome records (a LIST per thousand runs), and deletes each entry older
 than ``ORPHAN_AGE`` whose run has no outcome and no queue record (a GET of
-its queue record, for a run without an outcome: a live one, or none).
+its queue record, for a run without an outcome: a live one, or none; a
+queue that cannot look a run up, SQS without an id store, keeps them).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Protocol
 
 from stepstone.records.attributes import INDEX, ORPHAN_AGE
 from stepstone.records.layout import Layout
-from stepstone.runtime import CorruptRecord
+from stepstone.runtime import CorruptRecord, QueueError
 from stepstone.runtime.clock import Clock
 from stepstone.runtime.queue import LeaseQueue
 from stepstone.store import NotFound, ObjectStore, PreconditionFailed
@@ -63,6 +64,8 @@ async def sweep_index(runs: Indexed, *, older_than: float = ORPHAN_AGE) -> int:
                 queued[run_id] = await runs.queue.get(run_id) is not None
             except CorruptRecord:
                 queued[run_id] = True  # (its record is there, if unreadable)
+            except QueueError:
+                queued[run_id] = True  # (a queue that cannot say: left, as if live)
         if not queued[run_id]:
             with contextlib.suppress(NotFound, PreconditionFailed):
                 await store.delete(info.key, if_match=info.etag)
