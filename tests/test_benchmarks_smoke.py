@@ -14,6 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from benchmarks.attribute_listing import one_size
 from benchmarks.cases import Spec, run_one
 from benchmarks.retention import jobs_with_retention, removal_cost
 from benchmarks.run import main, plan, suspended_table, table
@@ -105,6 +106,14 @@ def test_saved_results_name_the_commit_they_measured(tmp_path: Path) -> None:
         ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert result["commit"] in (head, head + "+dirty")
+
+
+def test_the_attribute_listing_benchmark_counts_the_matching_runs_only() -> None:
+    rows = {row["listing"]: row for row in asyncio.run(one_size(200))}
+    assert rows["tenant=t7, all"]["rows"] == 2
+    assert rows["tenant=t7, all"]["requests"] == 3  # a LIST, a GET each
+    assert rows["tier=gold (10 runs)"]["requests"] == 11
+    assert rows["tenant=t7 without the index"]["GET"] == 200
 
 
 def test_retention_growth_runs() -> None:

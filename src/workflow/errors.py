@@ -204,6 +204,12 @@ class InvalidRunId(JobError, ValueError):
     """
 
 
+class InvalidAttribute(JobError, ValueError):
+    """An attribute name or value a run may not have (``SubmitOptions(attributes=...)``,
+    ``ctx.set_attributes``, a listing's filter), saying which and why; raised
+    before anything is written or read."""
+
+
 class DuplicateJobName(JobError, ValueError):
     """Two job types registered on one runner share a NAME."""
 

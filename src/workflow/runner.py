@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Iterable, Sequence
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar, cast, overload
 
@@ -47,7 +47,8 @@ from stepstone.job import IdempotencyKey, Job, RunRef, run_id_of
 from stepstone.limits.gate import Limits
 from stepstone.ops import actions
 from stepstone.ops.actions import Bulk, cancel_many, retry_many
-from stepstone.ops.listing import RunFilter, RunSummary, list_runs
+from stepstone.ops.by_attributes import find_runs
+from stepstone.ops.listing import RunFilter, RunSummary
 from stepstone.ops.reads import parse_status
 from stepstone.ops.replay import Replayed, replay, replay_many
 from stepstone.records.attempt_log import AttemptLog
@@ -568,6 +569,7 @@ class JobRunner:
         since: datetime | float | None = None,
         version: str | None = None,
         key_prefix: str | None = None,
+        attributes: Mapping[str, str] | None = None,
         limit: int | None = 100,
     ) -> list[RunSummary]:
         """Runs, newest first by when they were submitted (what ``stepstone
@@ -578,7 +580,13 @@ class JobRunner:
         ones from their outcome records; a queue that cannot list (SQS) lists
         finished runs only, given a finished ``status``, and raises
         InspectError otherwise. Records that do not decode are logged and
-        left out."""
+        left out.
+
+        ``attributes``: runs having each of these (``SubmitOptions(attributes=...)``,
+        ``ctx.set_attributes``); they are found through the index of
+        attributes, so what this costs grows with the runs that match, not
+        with the runs in the store (:mod:`stepstone.ops.by_attributes`); it
+        lists no queue, but reads the queue records of the runs it shows."""
         if isinstance(since, datetime):
             if since.tzinfo is None:
                 raise ValueError("runs(since=) takes an aware datetime (with a tzinfo)")
@@ -589,8 +597,9 @@ class JobRunner:
             since=since,
             version=version,
             key_prefix=key_prefix,
+            attributes=None if attributes is None else dict(attributes),
         )
-        listed = await list_runs(self, chosen, limit=limit)
+        listed = await find_runs(self, chosen, limit=limit)
         for record in listed.unreadable:
             log.warning("cannot read %s: %s", record.key, record.reason)
         return listed.rows

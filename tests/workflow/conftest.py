@@ -58,8 +58,9 @@ def make_runner(
     """
     shared_memory_queue = MemoryQueue(clock=clock)
     on: ObjectStore = store
-    if request.param in ("files", "s3"):
-        on = request.getfixturevalue("file_store" if request.param == "files" else "s3_store")
+    if request.param in ("files", "s3", "sqlite"):
+        fixtures = {"files": "file_store", "s3": "s3_store", "sqlite": "sqlite_store"}
+        on = request.getfixturevalue(fixtures[request.param])
     if request.param == "remote":
         store.remote = True
 

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import TextIO
 
 from stepstone.cli import statuses
+from stepstone.cli.attributes import parse_attributes
 from stepstone.cli.audit import operator
 from stepstone.cli.durations import parse_duration, parse_since
 from stepstone.cli.errors import CliError
@@ -42,6 +43,7 @@ from stepstone.cli.talk import print_talk, talk_json
 from stepstone.errors import EncodingError, EventRefused, InspectError
 from stepstone.ops import actions, listing, reads, talk
 from stepstone.ops.audited import Said, audited, done, of_bulk
+from stepstone.ops.by_attributes import find_runs
 from stepstone.ops.listing import RunFilter
 from stepstone.ops.patches import PatchPaths, patch_paths
 from stepstone.ops.replay import replay, replay_many
@@ -67,7 +69,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
     async def body(runner: JobRunner) -> int:
         now = runner.clock.now()
-        listed = await listing.list_runs(runner, _filter(args, now), limit=args.limit)
+        listed = await find_runs(runner, _filter(args, now), limit=args.limit)
         rows = listed.rows
         warn_unreadable(listed.unreadable)
         if args.json:
@@ -81,7 +83,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         out = sys.stdout
         if rows:
             print_listing(out, rows, now)
-        where = _sources(args.status)
+        where = _sources(args.status, bool(getattr(args, "attr", None)))
         more = " (--limit reached)" if len(rows) >= args.limit else ""
         out.write(f"{len(rows)} run(s) from {where}, newest first{more}\n")
         return 0
@@ -144,12 +146,14 @@ def _filter(args: argparse.Namespace, now: float, status: str | None = None) -> 
     """The runs ``--status``, ``--kind``, ``--since``, ``--version`` and
     ``--key-prefix`` choose (``status``: the status when none is given)."""
     wanted = getattr(args, "status", None) or status
+    attrs = getattr(args, "attr", None)
     return RunFilter(
         status=None if wanted is None else reads.parse_status(wanted),
         kind=args.kind,
         since=None if args.since is None else parse_since(args.since, now),
         version=args.version,
         key_prefix=args.key_prefix,
+        attributes=None if not attrs else parse_attributes(attrs),
     )
 
 
@@ -161,7 +165,9 @@ def _filtered(args: argparse.Namespace) -> bool:
     )
 
 
-def _sources(status: str | None) -> str:
+def _sources(status: str | None, attributes: bool = False) -> str:
+    if attributes:
+        return "the index of attributes"
     if status is None:
         return "the queue and outcomes/"
     if JobStatus(status).finished:

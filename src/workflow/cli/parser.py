@@ -139,6 +139,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _choosing(ls)
     ls.add_argument(
+        "--attr",
+        action="append",
+        metavar="NAME=VALUE",
+        help="only runs with this attribute (SubmitOptions(attributes=...), "
+        "ctx.set_attributes); again for each one they must all have. Found through the "
+        "index of attributes: what it reads grows with the runs that match",
+    )
+    ls.add_argument(
         "--limit", type=int, default=100, help="the newest this many rows (default 100)"
     )
     ls.add_argument(

@@ -140,6 +140,7 @@ def listed_json(row: RunSummary) -> dict[str, Any]:
         "last_error": row.last_error,
         "version": row.version,
         "key": row.key,
+        "attributes": dict(row.attributes),
     }
 
 
@@ -152,6 +153,7 @@ def detail_json(found: Detail) -> dict[str, Any]:
         "status": found.status or "unknown",
         "version": found.version,
         "key": found.key,
+        "attributes": found.attributes,
         "replay_of": found.replay_of,
         "from_step": found.from_step,
         "input": found.input,
@@ -265,6 +267,10 @@ def print_detail(out: TextIO, found: Detail) -> None:
         line("version", found.version)
     if found.key is not None:
         line("key", short(found.key))
+    if found.attributes:
+        line(
+            "attributes", short(", ".join(f"{n}={v}" for n, v in sorted(found.attributes.items())))
+        )
     if found.replay_of is not None:
         start = "the start" if found.from_step is None else f"step {found.from_step!r}"
         line("replay of", short(f"incarnation {found.replay_of}, from {start}"))

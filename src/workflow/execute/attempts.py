@@ -28,6 +28,7 @@ from stepstone.errors import (
     CorruptOutcome,
     EncodingError,
     InputMismatch,
+    InvalidAttribute,
     InvalidWait,
     JobFailed,
     NonDeterministicReplay,
@@ -199,6 +200,8 @@ class AttemptRunner:
             numbered=envelope.numbered,
             code_version=self._versions.get(job_type)
             or versions.code_version(job_type, self._build_id),
+            attributes=envelope.attributes,
+            replay_of=envelope.replay_of,
         )
         branches.install(asyncio.get_running_loop())
         # A slot of its concurrency key and its rate limit turn, or Suspend.
@@ -239,6 +242,7 @@ class AttemptRunner:
             StreamClosed,
             NonDeterministicReplay,
             InputMismatch,
+            InvalidAttribute,
         ) as exc:
             # (Retrying cannot mend a value that cannot be stored, a memo
             # that does not decode, a child's outcome, which is final, a wait
@@ -246,8 +250,8 @@ class AttemptRunner:
             # is not of its type, a callback's expiry, which is recorded, a
             # write to a stream the run closed, code that no longer replays
             # its run, or a child submitted under a key used for another
-            # input: the run fails for good, saying which. The job's code may
-            # catch all but the divergence.)
+            # input, or attributes no run may have: the run fails for good,
+            # saying which. The job's code may catch all but the divergence.)
             await _flush(scope)
             if not isinstance(exc, Permanent):
                 raise ClassifiedPermanent(exc) from exc
@@ -280,7 +284,7 @@ class AttemptRunner:
             claims=delivery.claims,
             claimed_at=self._history.claimed_at(delivery),
             worker=self._history.worker_id(),
-            **about_the_run(envelope),
+            **{**about_the_run(envelope), "attributes": scope.attributes},
         )
         return Finished(record, envelope)
 

@@ -117,6 +117,7 @@ CALLS = frozenset(
             "patched",
             "deprecate_patch",
             "callback",
+            "set_attributes",
         ),
         "Callback": ("wait",),
         "JobHandle": ("result", "join", "_awaited"),

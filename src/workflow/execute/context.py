@@ -18,9 +18,11 @@ import time
 import warnings
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any, ParamSpec, TypeVar, cast, overload
 
 from stepstone.errors import EncodingError, InputMismatch, InvalidWait
+from stepstone.execute import attributes as attributes_
 from stepstone.execute import branches, patches
 from stepstone.execute import callbacks as callbacks_
 from stepstone.execute import durable_waits as waits
@@ -106,6 +108,21 @@ class JobContext:
         """The headers the run was submitted with (``SubmitOptions(headers=...)``),
         read-only; the ``stepstone.`` prefix is the engine's."""
         return self._run.headers
+
+    @property
+    def attributes(self) -> Mapping[str, str]:
+        """The run's attributes: those it was submitted with
+        (``SubmitOptions(attributes=...)``) and those it set so far, read-only."""
+        return MappingProxyType(self._run.attributes)
+
+    async def set_attributes(self, attributes: Mapping[str, str]) -> None:
+        """Give the run ``attributes``, to be found by them
+        (``runner.runs(attributes=...)``, ``stepstone ls --attr``); a name it
+        has already takes the new value. Recorded like a step, so a retry or
+        a replay agrees with the run that set them. Names and values are
+        checked as :func:`~stepstone.records.attributes.check_attributes`
+        says (InvalidAttribute); a run has at most 16."""
+        await attributes_.set_attributes(self._run, attributes)
 
     def state(self, kind: type[S]) -> S:
         """The application state of type ``kind`` registered on the runner."""
@@ -429,6 +446,10 @@ class SyncContext:
     def submit(self, job: Job[Out], options: SubmitOptions | None = None) -> JobHandle[Out]:
         """Submit a child job, once per parent run; see JobContext.submit."""
         return self._call(self._ctx.submit(job, options))
+
+    def set_attributes(self, attributes: Mapping[str, str]) -> None:
+        """Give the run ``attributes``; see JobContext.set_attributes."""
+        self._call(self._ctx.set_attributes(attributes))
 
     def progress(self, value: Any) -> None:
         """Report progress from the job's thread; see JobContext.progress."""

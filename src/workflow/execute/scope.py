@@ -105,6 +105,8 @@ class AttemptScope:
         tree: RunTree,
         numbered: bool,
         code_version: str,
+        attributes: Mapping[str, str],
+        replay_of: str | None,
     ) -> None:
         self.submitter = submitter
         self.state_of = state_of
@@ -126,6 +128,11 @@ class AttemptScope:
         calls start, as runs recorded before replay as they did."""
         self.code_version = code_version
         """This worker's version of the job type's code, recorded in each memo."""
+        self.attributes = dict(attributes)
+        """The run's attributes so far: those it was submitted with, then
+        those its calls of ``ctx.set_attributes`` set (:mod:`stepstone.execute.attributes`)."""
+        self.replay_of = replay_of
+        """The incarnation this run replays (``runner.replay``), if any."""
         self.made: set[str] = set()
         """The key segments of the calls of the run's history this attempt made."""
         self.suspensions: list[Suspend] = []

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from stepstone.errors import InspectError
@@ -57,6 +57,10 @@ class RunSummary:
     """The idempotency key it was submitted with."""
     lapses: int = 0
     """Leases it lost to workers that died or hung (none spent an attempt)."""
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    """Its attributes: those it was submitted with, those it set once it
+    has ended (when it succeeded), and those a listing by attributes found
+    it by."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,10 +76,19 @@ class RunFilter:
     """Submitted under this ``VERSION`` of its job type."""
     key_prefix: str | None = None
     """Submitted with an idempotency key starting with this."""
+    attributes: Mapping[str, str] | None = None
+    """Having each of these attributes (names and values); a listing then
+    reads the runs the index of attributes names, not every run
+    (:mod:`stepstone.ops.by_attributes`)."""
 
     def matches(self, row: RunSummary) -> bool:
+        """Whether ``row`` is a run this filter takes (its status aside)."""
         return (
-            (self.kind is None or row.kind == self.kind)
+            (
+                not self.attributes
+                or all(row.attributes.get(n) == v for n, v in self.attributes.items())
+            )
+            and (self.kind is None or row.kind == self.kind)
             and (self.since is None or row.submitted >= self.since)
             and (self.version is None or row.version == self.version)
             and (
@@ -144,17 +157,17 @@ async def list_runs(
     if limit is not None and limit < 1:
         raise InspectError(f"--limit must be at least 1, got {limit}")
     wanted = chosen.status
-    found = _Newest(chosen, limit)
+    found = Newest(chosen, limit)
     unreadable: dict[str, Unreadable] = {}  # by key: a dead job's outcome is met twice
     if surveyed is not None and (wanted is None or wanted.queued):
         for key, why in surveyed.unreadable:
             unreadable[key] = Unreadable(key, why)
         for record in surveyed.records:
             if wanted is None or record.status is wanted:
-                found.offer(_queued_row(record))
+                found.offer(queued_row(record))
     elif wanted is None or wanted.queued:
         async for record in _queue_records(runner, wanted, unreadable):
-            found.offer(_queued_row(record))
+            found.offer(queued_row(record))
     unread = 0
     if wanted is None or wanted.finished:
         if listed is None:
@@ -189,7 +202,7 @@ _OUTCOME_PAGE = 100
 
 
 @dataclass(slots=True)
-class _Newest:
+class Newest:
     """The rows a listing keeps: those its filters match, one per id (the
     first offered), of which the newest ``limit`` are shown."""
 
@@ -223,7 +236,7 @@ async def queued_runs(
     unreadable: dict[str, Unreadable] = {}
     rows: list[tuple[RunSummary, JobRecord]] = []
     async for record in _queue_records(runner, chosen.status, unreadable):
-        row = _queued_row(record)
+        row = queued_row(record)
         if chosen.matches(row):
             rows.append((row, record))
     rows.sort(key=lambda pair: (pair[0].submitted, pair[0].id), reverse=True)
@@ -254,7 +267,8 @@ async def _queue_records(
         cursor = page.cursor
 
 
-def _queued_row(record: JobRecord) -> RunSummary:
+def queued_row(record: JobRecord) -> RunSummary:
+    """A live (or dead) run's row, from its queue record."""
     envelope = _envelope(record)
     return RunSummary(
         id=record.id,
@@ -268,6 +282,7 @@ def _queued_row(record: JobRecord) -> RunSummary:
         version=None if envelope is None else envelope.version,
         key=None if envelope is None else envelope.key,
         lapses=record.lapses,
+        attributes={} if envelope is None else dict(envelope.attributes),
     )
 
 
@@ -281,7 +296,7 @@ def _envelope(record: JobRecord) -> Envelope | None:
 async def _offer_outcomes(
     runner: Inspected,
     wanted: JobStatus | None,
-    found: _Newest,
+    found: Newest,
     unreadable: dict[str, Unreadable],
     listed: Sequence[ObjectInfo],
     reads: int | None,
@@ -303,12 +318,13 @@ async def _offer_outcomes(
             if isinstance(record, Unreadable):
                 unreadable[record.key] = record
             elif wanted is None or record.status is wanted:
-                found.offer(_finished_row(record))
+                found.offer(finished_row(record))
         start = end
     return 0
 
 
-def _finished_row(record: OutcomeRecord) -> RunSummary:
+def finished_row(record: OutcomeRecord) -> RunSummary:
+    """A finished run's row, from its outcome record."""
     return RunSummary(
         id=record.run_id,
         kind=record.kind,
@@ -321,6 +337,7 @@ def _finished_row(record: OutcomeRecord) -> RunSummary:
         version=record.version,
         key=record.key,
         lapses=record.lapses,
+        attributes=record.attributes,
     )
 
 

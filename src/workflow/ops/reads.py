@@ -28,7 +28,14 @@ from typing import Any, Protocol
 from stepstone.errors import InspectError
 from stepstone.handles.state import attempts_of
 from stepstone.records.attempts import AttemptInfo
-from stepstone.records.calls import CHANGED_ARGS_MEMO, VERSION_WAIT_MEMO, Call, PositionedMemo
+from stepstone.records.attributes import marked
+from stepstone.records.calls import (
+    ATTRIBUTE_MARK,
+    CHANGED_ARGS_MEMO,
+    VERSION_WAIT_MEMO,
+    Call,
+    PositionedMemo,
+)
 from stepstone.records.codec import unpack, unpack_stored
 from stepstone.records.envelope import Envelope
 from stepstone.records.family import Family
@@ -189,6 +196,9 @@ class Detail:
     history: list[AttemptInfo] = field(default_factory=list)
     """The claims of the run's incarnation, in order (:mod:`stepstone.records.history`)."""
     unreadable_attempts: list[Unreadable] = field(default_factory=list)
+    attributes: dict[str, str] = field(default_factory=dict)
+    """Its attributes: those it was submitted with, and those it set
+    (:mod:`stepstone.records.attributes`)."""
 
     def unreadable_records(self) -> list[Unreadable]:
         """Every record of the job that would not decode, memos and attempts included."""
@@ -288,6 +298,8 @@ async def list_memos(runner: Inspected, run_id: str, *, values: bool = True) -> 
     prefix = runner.layout.memos(run_id)
     infos = [info async for info in runner.store.scan(prefix)]
 
+    # (an attribute's mark is an index's, not a call's: records.attributes)
+    infos = [info for info in infos if not _segment(prefix, info).startswith(ATTRIBUTE_MARK)]
     notes = [info for info in infos if _segment(prefix, info).startswith(NOTES)]
     infos = [info for info in infos if not _segment(prefix, info).startswith(NOTES)]
 
@@ -401,6 +413,16 @@ async def detail(runner: Inspected, run_id: str) -> Detail:
         with contextlib.suppress(ValueError):
             input_json = json.loads(outcome.input)  # (a finished run keeps it there)
     recorded = outcome if isinstance(outcome, OutcomeRecord) else None
+    attributes = {} if recorded is None else dict(recorded.attributes)
+    if isinstance(queued, JobRecord):
+        with contextlib.suppress(MalformedPayload):
+            attributes.update(Envelope.decode(queued.payload).attributes)
+    if incarnation is not None:  # (those it set, marked among its memos: one LIST)
+        marks = runner.layout.memo(run_id, incarnation, ATTRIBUTE_MARK)
+        async for info in runner.store.scan(marks):
+            pair = marked(info.key.rpartition("/")[2])
+            if pair is not None:
+                attributes[pair[0]] = pair[1]
     progress, history, replaced = await asyncio.gather(
         read_progress(runner, run_id, incarnation),
         read_history(runner.store, runner.layout, run_id, incarnation, recorded),
@@ -423,6 +445,7 @@ async def detail(runner: Inspected, run_id: str) -> Detail:
     found.version, found.key = version, key
     found.replay_of, found.from_step = replay_of, from_step
     found.parent, found.children = parent, children
+    found.attributes = attributes
     found.child_spans = await child_spans(runner, children[:CHILDREN_READ])
     found.history = history.attempts
     found.replaced_history = replaced.attempts

@@ -37,6 +37,7 @@ from stepstone.errors import InspectError
 from stepstone.ops.actions import Bulk, each
 from stepstone.ops.reads import Inspected, bounded, check_id
 from stepstone.records.attempt_log import keep_final_attempt
+from stepstone.records.attributes import attributes_marked, drop_entries, write_entries
 from stepstone.records.calls import (
     CALLBACK_TAKE_MEMO,
     OUTSIDE_HISTORY,
@@ -107,6 +108,7 @@ async def replay(runner: Inspected, run_id: str, *, from_step: str | None = None
         # (the calls kept replay as they were numbered: by branch, or in the
         # order they started in a run recorded before branches existed)
         numbered=all(k.memo.numbered for k in kept),
+        attributes=old.attributes,
     )
     layout, store = runner.layout, runner.store
     events = await _events(runner, run_id, old.incarnation)
@@ -135,6 +137,8 @@ async def replay(runner: Inspected, run_id: str, *, from_step: str | None = None
     )
     if outcome is not None:
         await keep_final_attempt(store, layout, outcome)
+    # (found by its attributes before it can run: records.attributes)
+    await write_entries(store, layout, [(run_id, new.incarnation, new.attributes)])
     if queued is not None and not await runner.queue.discard_dead(run_id):
         raise InspectError(f"run {run_id} is no longer dead; it was not replayed")
     enqueued = await runner.queue.enqueue(
@@ -150,6 +154,10 @@ async def replay(runner: Inspected, run_id: str, *, from_step: str | None = None
     if stored is not None:
         with contextlib.suppress(PreconditionFailed, NotFound):  # (its worker removes it then)
             await store.delete(layout.outcome(run_id), if_match=stored.etag)
+    # The index entries of the incarnation replaced name no run now.
+    old_memos = [info.key async for info in store.scan(layout.memos(run_id, old.incarnation))]
+    marked = attributes_marked(layout, run_id, old_memos)
+    await drop_entries(store, layout, run_id, old.incarnation, {*old.attributes.items(), *marked})
     return Replayed(
         run_id, new.incarnation, old.incarnation, from_step, position, len(kept), len(events)
     )
@@ -201,6 +209,7 @@ def _ended_envelope(
         outcome.parent,
         version=outcome.version,
         key=outcome.key,
+        attributes=outcome.attributes,
     )
 
 

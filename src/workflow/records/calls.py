@@ -33,8 +33,12 @@ CALLBACK_TAKE_MEMO = "!callback@"
 """The start of the memo of what a callback's wait took (its completion, or
 its expiry), keyed by the callback's place: ``!callback@b2-00000003``
 (:mod:`stepstone.records.callbacks`)."""
+ATTRIBUTE_MARK = "!attr."
+"""The start of the mark of an attribute a run set (``!attr.<name>=<value>``:
+:mod:`stepstone.records.attributes`)."""
 OUTSIDE_HISTORY = (
     "!rate.",
+    ATTRIBUTE_MARK,
     PATCH_MEMO,
     VERSION_WAIT_MEMO,
     CHANGED_ARGS_MEMO,
@@ -42,13 +46,24 @@ OUTSIDE_HISTORY = (
 )
 """The starts of the keys of memos keyed by name that are no call of the
 run's history: a rate limit's turn, a patch decision, a wait for a version,
-a note of changed arguments, what a callback's wait took."""
+a note of changed arguments, what a callback's wait took, an attribute's mark."""
 
-CALLS = ("step", "sleep", "event", "deadline", "child", "stream", "stream-close", "callback")
+CALLS = (
+    "step",
+    "sleep",
+    "event",
+    "deadline",
+    "child",
+    "stream",
+    "stream-close",
+    "callback",
+    "attributes",
+)
 """The calls that take a position: a step, a sleep's wake time, an event
 wait's take and its deadline (two positions per wait), a child's submit, a
 write to a stream and its close (:mod:`stepstone.execute.streams`), a
-callback made (:mod:`stepstone.execute.callbacks`)."""
+callback made (:mod:`stepstone.execute.callbacks`), attributes set
+(:mod:`stepstone.execute.attributes`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +90,8 @@ class Call:
             return f"the close of stream {self.name!r}"
         if self.call == "callback":
             return f"callback {self.name!r}"
+        if self.call == "attributes":
+            return "a setting of attributes"
         return f"{self.call} {self.name!r}"
 
 

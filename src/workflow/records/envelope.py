@@ -10,8 +10,10 @@ and the idempotency key; and, for a replay, the incarnation it replays.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
+from stepstone.records.attributes import stored_attributes
 from stepstone.records.codec import pack, sha256_hex, unpack
 from stepstone.runtime import plausible
 from stepstone.runtime.errors import MalformedPayload
@@ -53,6 +55,8 @@ class Envelope:
     (:mod:`stepstone.execute.branches`); False for a run submitted before
     branches existed, whose calls take the run's next position in the order
     they start, as they did then."""
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    """The attributes the run was submitted with (:mod:`stepstone.records.attributes`)."""
 
     def encode(self) -> bytes:
         fields: dict[str, object] = {
@@ -78,6 +82,8 @@ class Envelope:
             fields["from"] = self.from_step
         if self.numbered:
             fields["hist"] = HISTORY_BY_BRANCH
+        if self.attributes:
+            fields["attr"] = dict(self.attributes)
         return pack(fields)
 
     @classmethod
@@ -98,6 +104,7 @@ class Envelope:
                 replay_of=raw.get("rep"),
                 from_step=raw.get("from"),
                 numbered=raw.get("hist") == HISTORY_BY_BRANCH,
+                attributes=stored_attributes(raw.get("attr")),
             )
             if not isinstance(envelope.kind, str) or not isinstance(envelope.input, bytes):
                 raise ValueError("kind or input has the wrong type")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from stepstone.errors import JobCancelled, JobFailed
+from stepstone.records.attributes import stored_attributes
 from stepstone.records.codec import codec_for_type, pack, unpack
 from stepstone.records.envelope import Envelope
 from stepstone.records.large_values import LargeField, Stored, Unpacked, record_body, rejoined
@@ -98,6 +99,9 @@ class OutcomeRecord:
     lapses: int = 0
     """Leases the run lost to workers that died or hung under it (none
     spent an attempt)."""
+    attributes: dict[str, str] = field(default_factory=dict)
+    """The run's attributes: those it was submitted with, and (when it
+    succeeded) those it set (:mod:`stepstone.records.attributes`)."""
 
     def encode(self) -> Body:
         return record_body(
@@ -135,6 +139,7 @@ class OutcomeRecord:
                 "from_step": self.from_step,
                 # Only when there were some: most runs lose no lease.
                 **({"lapses": self.lapses} if self.lapses else {}),
+                **({"attr": self.attributes} if self.attributes else {}),
             },
             "result",
         )
@@ -245,6 +250,7 @@ def decode_outcome_key(data: bytes, result: Stored | None = None) -> OutcomeReco
                 replay_of=raw.get("replay_of"),
                 from_step=raw.get("from_step"),
                 lapses=plausible.count(raw.get("lapses", 0), "lapses"),
+                attributes=stored_attributes(raw.get("attr")),
             )
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         raise ValueError(f"a field is missing or malformed ({type(exc).__name__}: {exc})") from exc
@@ -371,4 +377,5 @@ def about_the_run(envelope: Envelope) -> dict[str, Any]:
         "input_size": len(data),
         "replay_of": envelope.replay_of,
         "from_step": envelope.from_step,
+        "attributes": dict(envelope.attributes),
     }

@@ -2,7 +2,8 @@
 
 It walks ``outcomes/`` (a LIST per thousand runs) and takes the objects' own
 modification time from the listing, so only what is past the window is read.
-For each run past the window it deletes the memos, events, stream items,
+For each run past the window it deletes its entries in the index of
+attributes (:mod:`stepstone.records.attributes`), the memos, events, stream items,
 callbacks' completions and attempt records of every incarnation, the
 progress record, its waiters and children records, a dead run's queue
 record, and last replaces the outcome with a tombstone: a sweep cut short
@@ -32,10 +33,12 @@ A sweep runs in each worker process every ``interval`` (by the runner's
 clock; a FakeClock moving past it wakes the sweeper). Several processes
 sweeping at once is harmless: every delete is idempotent.
 
-The same sweeper removes the audit records of operators' actions once they
-are older than their own window, ``audit_retention`` (90 days by default,
-None to keep them), at most once an hour (:func:`stepstone.records.audit_log.sweep`):
-they outlive the runs they name.
+The same sweeper removes, at most hourly, the entries of the index of
+attributes that name no run (:mod:`stepstone.records.index_sweep`), and
+the audit records of operators' actions once they are older than their
+own window, ``audit_retention`` (90 days by default, None to keep them),
+at most once an hour (:func:`stepstone.records.audit_log.sweep`): they
+outlive the runs they name.
 """
 
 from __future__ import annotations
@@ -47,8 +50,10 @@ from collections.abc import Callable
 from typing import Protocol
 
 from stepstone.records import audit_log
+from stepstone.records.attributes import attributes_marked, drop_run_entries
 from stepstone.records.cancels import cancel_children
 from stepstone.records.family import Family
+from stepstone.records.index_sweep import INDEX_SWEEP_EVERY, sweep_index
 from stepstone.records.layout import Layout
 from stepstone.records.outcome import OutcomeRecord, Tombstone, decode_outcome_key
 from stepstone.records.run_records import RunRecords
@@ -125,7 +130,7 @@ class Sweeper:
 
     async def _loop(self) -> None:
         clock = self.runs.clock
-        next_at = audit_at = clock.now()
+        next_at = audit_at = index_at = clock.now()
         while True:
             if clock.now() >= next_at:
                 try:
@@ -135,6 +140,14 @@ class Sweeper:
                 except Exception as exc:
                     log.warning("retention sweep failed (will try again): %s", exc)
                 next_at = clock.now() + self.interval
+            if clock.now() >= index_at:
+                index_at = clock.now() + INDEX_SWEEP_EVERY
+                try:
+                    removed = await sweep_index(self.runs)
+                    if removed:
+                        log.info("retention sweep removed %d index entries naming no run", removed)
+                except Exception as exc:
+                    log.warning("index sweep failed (will try again): %s", exc)
             if self.audit_retention is not None and clock.now() >= audit_at:
                 audit_at = clock.now() + self._audit_every
                 try:
@@ -146,7 +159,8 @@ class Sweeper:
                     log.warning("audit retention sweep failed (will try again): %s", exc)
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
-                due = next_at if self.audit_retention is None else min(next_at, audit_at)
+                due = min(next_at, index_at)
+                due = due if self.audit_retention is None else min(due, audit_at)
                 await asyncio.wait_for(self._wake.wait(), max(0.01, due - clock.now()))
 
 
@@ -228,6 +242,10 @@ async def _remove(
 ) -> None:
     store, layout = runs.store, runs.layout
     keys = [info.key async for info in store.scan(layout.memos(run_id))]
+    # Its entries in the index of attributes go before the memos that mark them.
+    named = dict(found.attributes) if isinstance(found, OutcomeRecord) else {}
+    marked = attributes_marked(layout, run_id, keys)
+    await drop_run_entries(store, layout, run_id, {*named.items(), *marked})
     keys += [info.key async for info in store.scan(layout.events(run_id))]
     keys += [info.key async for info in store.scan(layout.streams(run_id))]
     keys += [info.key async for info in store.scan(layout.callbacks(run_id))]

@@ -45,6 +45,7 @@ async def submit_many(
 
     fresh = [i for i, answer in enumerate(answers) if answer is None]
     new_jobs = [subs[i].new_job(submitter.max_attempts) for i in fresh]
+    await submitter.index([subs[i] for i in fresh], new_jobs)
     enqueued = dict(zip(fresh, await submitter.queue.enqueue_many(new_jobs), strict=True))
 
     created = [i for i in fresh if enqueued[i].created and subs[i].keyed]

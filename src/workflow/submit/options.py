@@ -21,6 +21,10 @@ class SubmitOptions:
     """Overrides the job type's and the runner's max_attempts."""
     headers: Mapping[str, str] = field(default_factory=dict)
     """Metadata carried to ``ctx.headers``; keys starting ``stepstone.`` are reserved."""
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    """What the run is found by later (``runner.runs(attributes=...)``,
+    ``stepstone ls --attr``): names and values, checked by
+    :func:`stepstone.records.attributes.check_attributes`."""
 
 
 def headers_of(options: SubmitOptions) -> dict[str, str]:

@@ -7,6 +7,7 @@ from typing import Any
 
 from stepstone.errors import EncodingError
 from stepstone.job import Job
+from stepstone.records.attributes import check_attributes
 from stepstone.records.codec import canonical_input
 from stepstone.records.envelope import Envelope, input_hash
 from stepstone.records.layout import fresh_incarnation, fresh_run_id, run_id_for_key
@@ -32,6 +33,7 @@ class Submission:
     output: Any
     headers: dict[str, str]
     run_at: float | None
+    attributes: dict[str, str]
     envelope: Envelope | None = None
 
     @classmethod
@@ -69,6 +71,7 @@ class Submission:
             output=type(job).output_type(),
             headers=headers_of(options),
             run_at=run_at_of(options),
+            attributes=check_attributes(options.attributes, where="SubmitOptions.attributes"),
         )
 
     @property
@@ -86,6 +89,7 @@ class Submission:
             self.parent,
             version=type(self.job).VERSION,
             key=self.key,
+            attributes=self.attributes,
         )
         job = NewJob(
             payload=self.envelope.encode(),

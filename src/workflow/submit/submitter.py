@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 from stepstone.errors import CorruptOutcome, InputMismatch, JobCancelled, JobError
 from stepstone.handles.handle import Answers, JobHandle
 from stepstone.job import Job
+from stepstone.records.attributes import drop_entries, write_entries
 from stepstone.records.envelope import Envelope, incarnation_of
 from stepstone.records.family import Family
 from stepstone.records.outcome import Outcome, OutcomeRecord
@@ -46,7 +47,7 @@ from stepstone.records.run_records import RunRecords
 from stepstone.runtime.capabilities import Withdrawing
 from stepstone.runtime.decision import FailureKind
 from stepstone.runtime.errors import MalformedPayload
-from stepstone.runtime.queue import Enqueued, LeaseQueue
+from stepstone.runtime.queue import Enqueued, LeaseQueue, NewJob
 from stepstone.runtime.status import JobStatus
 from stepstone.submit.created_here import CreatedHere
 from stepstone.submit.hand_off import HandOff
@@ -165,6 +166,7 @@ class Submitter:
                 if len(self._children_recorded) > CHILDREN_REMEMBERED:
                     self._children_recorded.popitem(last=False)
         job = s.new_job(self.max_attempts)
+        await self.index([s], [job])
         if self._hand_off is None:
             return await self.after(s, (await self.queue.enqueue_many([job]))[0])
         enqueued, delivery = await self._hand_off.enqueue(job)
@@ -192,6 +194,20 @@ class Submitter:
         self.look_first.met(True)
         return self.answer_from(recorded, s)
 
+    async def index(self, subs: Sequence[Submission], jobs: Sequence[NewJob]) -> None:
+        """Write the index entries of the runs ``jobs`` would start, before
+        they are enqueued: a run that exists is found by its attributes,
+        whatever crash follows (:mod:`stepstone.records.attributes`)."""
+        await write_entries(
+            self.records.store,
+            self.records.layout,
+            (
+                (job.id, s.envelope.incarnation, s.attributes)
+                for s, job in zip(subs, jobs, strict=True)
+                if s.attributes and s.envelope is not None and job.id is not None
+            ),
+        )
+
     async def after(
         self,
         s: Submission,
@@ -201,7 +217,50 @@ class Submitter:
         """The answer once the queue said what the enqueue of ``s`` did; None
         when the run it met ended meanwhile without an outcome to show yet
         (go round again). ``looked``: the outcome, already read after the
-        enqueue (a batch reads them together)."""
+        enqueue (a batch reads them together). An answer that is no new run
+        takes back the index entries written for one."""
+        if not s.attributes:
+            return await self._after(s, enqueued, looked)
+        try:
+            handle = await self._after(s, enqueued, looked)
+        except (InputMismatch, CorruptOutcome):
+            await self._unindex(s, enqueued)  # (nothing made was kept: see _take_back)
+            raise
+        except Exception:
+            if not enqueued.created:  # (else the run may stand: its entries too)
+                await self._unindex(s, enqueued)
+            raise
+        if handle is None or not handle.newly_submitted:
+            await self._unindex(s, enqueued)
+        return handle
+
+    async def _unindex(self, s: Submission, enqueued: Enqueued) -> None:
+        """Delete the index entries written for ``s``'s incarnation, which
+        started no run (else a listing meets them, and leaves them out)."""
+        assert s.envelope is not None
+        try:
+            await drop_entries(
+                self.records.store,
+                self.records.layout,
+                enqueued.id,
+                s.envelope.incarnation,
+                s.attributes.items(),
+            )
+        except Exception as exc:
+            log.warning(
+                "run %s: the index entries of a submit that joined it were not removed (%s);"
+                " listings leave them out",
+                enqueued.id,
+                exc,
+                extra={"run_id": enqueued.id},
+            )
+
+    async def _after(
+        self,
+        s: Submission,
+        enqueued: Enqueued,
+        looked: OutcomeRecord | CorruptOutcome | _Unread | None,
+    ) -> JobHandle[Any] | None:
         run_id, envelope = enqueued.id, s.envelope
         assert envelope is not None
         if enqueued.created:

@@ -30,8 +30,9 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from stepstone.errors import InspectError, JobError
-from stepstone.ops import actions, listing, reads
+from stepstone.ops import actions, reads
 from stepstone.ops.audited import Said, audited, done, of_bulk
+from stepstone.ops.by_attributes import find_runs
 from stepstone.records.audit import Actor
 from stepstone.records.callbacks import CallbackId
 from stepstone.runner import JobRunner
@@ -236,7 +237,7 @@ async def _bulk(runner: JobRunner, verb: str, fields: dict[str, str], back: str)
     chosen, keep = actions.bulk_choice(
         "retry" if verb == "retry" else "cancel", filters.chosen(runner.clock.now())
     )
-    listed = await listing.list_runs(runner, chosen, limit=filters.limit)
+    listed = await find_runs(runner, chosen, limit=filters.limit)
     run_ids = [row.id for row in listed.rows if keep(row)]
     words = actions.described(chosen, filters.since or None)
     if not run_ids:

@@ -18,6 +18,7 @@ from urllib.parse import urlencode
 
 from markupsafe import Markup
 
+from stepstone.cli.attributes import parse_attributes
 from stepstone.cli.durations import parse_since
 from stepstone.cli.errors import CliError
 from stepstone.ops.glance import memo_label, memo_note, memo_place, memo_value, wait_memo
@@ -86,7 +87,15 @@ class Filters:
     """The runs list's filters, as the query string gives them (so a link
     holds them), and what is wrong with them."""
 
-    FIELDS: ClassVar[tuple[str, ...]] = ("state", "kind", "since", "version", "key", "limit")
+    FIELDS: ClassVar[tuple[str, ...]] = (
+        "state",
+        "kind",
+        "since",
+        "version",
+        "key",
+        "attr",
+        "limit",
+    )
 
     state: str = ""
     kind: str = ""
@@ -96,6 +105,9 @@ class Filters:
     """The start of the runs' idempotency keys."""
     limit: int = LIMIT
     problems: tuple[str, ...] = ()
+    attr: str = ""
+    """Attributes the runs have: ``name=value``, several separated by commas
+    (found through the index of attributes, :mod:`stepstone.ops.by_attributes`)."""
 
     @classmethod
     def from_query(cls, query: Mapping[str, str]) -> Filters:
@@ -116,14 +128,27 @@ class Filters:
         except ValueError:
             problems.append(f"limit must be a number, not {query.get('limit')!r}")
             limit = LIMIT
+        attr = field("attr")
+        if attr:
+            try:
+                attributes_of(attr)
+            except CliError as exc:
+                problems.append(str(exc))
         return cls(
-            state, field("kind"), since, field("version"), field("key"), limit, tuple(problems)
+            state,
+            field("kind"),
+            since,
+            field("version"),
+            field("key"),
+            limit,
+            tuple(problems),
+            attr=attr,
         )
 
     @property
     def any(self) -> bool:
         """Whether any filter is set."""
-        return bool(self.state or self.kind or self.since or self.version or self.key)
+        return bool(self.state or self.kind or self.since or self.version or self.key or self.attr)
 
     def query(self) -> str:
         """These filters as a query string (those set), for a link that keeps them."""
@@ -133,6 +158,7 @@ class Filters:
             "since": self.since,
             "version": self.version,
             "key": self.key,
+            "attr": self.attr,
             "limit": "" if self.limit == LIMIT else str(self.limit),
         }
         return urlencode({name: value for name, value in fields.items() if value})
@@ -145,7 +171,14 @@ class Filters:
             since=parse_since(self.since, now) if self.since else None,
             version=self.version or None,
             key_prefix=self.key or None,
+            attributes=attributes_of(self.attr) if self.attr else None,
         )
+
+
+def attributes_of(text: str) -> dict[str, str]:
+    """The attributes the list's field gives: ``name=value`` pairs separated
+    by commas; CliError naming one that is not."""
+    return parse_attributes([part.strip() for part in text.split(",") if part.strip()])
 
 
 # -- one run -----------------------------------------------------------------------

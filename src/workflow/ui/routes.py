@@ -18,6 +18,7 @@ from starlette.responses import RedirectResponse, Response
 
 from stepstone.errors import InspectError
 from stepstone.ops import actions, listing, reads, talk
+from stepstone.ops.by_attributes import list_by_attributes
 from stepstone.ops.finished import FinishedListing
 from stepstone.records.audit_log import AuditLog, Found
 from stepstone.runner import JobRunner
@@ -50,8 +51,10 @@ STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; char
 
 
 async def runs_page(request: Request) -> Response:
-    """Runs newest first, filtered by state, job type, age, version and key
-    (through :func:`stepstone.ops.listing.list_runs`, as ``stepstone ls``); the
+    """Runs newest first, filtered by state, job type, age, version, key and
+    attributes (through :func:`stepstone.ops.listing.list_runs`, or
+    :func:`stepstone.ops.by_attributes.list_by_attributes` given
+    attributes, as ``stepstone ls``); the
     queue's counts. ``?q=`` finds a run by its id, the start of it, or its
     idempotency key (:func:`stepstone.ops.reads.find_run`) and goes to its
     page; failing that, it lists the runs whose key starts with it.
@@ -85,16 +88,19 @@ async def runs_page(request: Request) -> Response:
     if not problems:
         try:
             chosen = filters.chosen(runner.clock.now())
-            if chosen.status is None or chosen.status.queued:
-                surveyed = await listing.survey_queue(runner, reads=QUEUE_READS)
-            listed = await listing.list_runs(
-                runner,
-                chosen,
-                limit=filters.limit,
-                listed=[] if outcomes is None else outcomes.infos,
-                reads=OUTCOME_READS,
-                surveyed=surveyed,
-            )
+            if chosen.attributes:  # (the index names the runs to read)
+                listed = await list_by_attributes(runner, chosen, limit=filters.limit)
+            else:
+                if chosen.status is None or chosen.status.queued:
+                    surveyed = await listing.survey_queue(runner, reads=QUEUE_READS)
+                listed = await listing.list_runs(
+                    runner,
+                    chosen,
+                    limit=filters.limit,
+                    listed=[] if outcomes is None else outcomes.infos,
+                    reads=OUTCOME_READS,
+                    surveyed=surveyed,
+                )
         except InspectError as exc:
             problems.append(str(exc))
         else:
