@@ -34,6 +34,30 @@ before as ``missed=`` says: ``"latest"`` (the default) runs only the most
 recent one, ``"all"`` runs each of them (at most :data:`MAX_CATCH_UP`, the
 newest), ``"skip"`` runs none.
 
+Ticks missed while no worker ran are caught up only within
+``catch_up_window`` of now, when one is given: older ones are skipped.
+
+What a tick does while the run the schedule started last is live is its
+``overlap=`` policy (:mod:`stepstone.schedule_overlap`). Under every policy
+but ``"allow_all"`` each look decides before it acts: the decision (which
+tick starts, which wait, which are skipped and why, which run is cancelled)
+is compare-and-swapped into the marker, and only the process whose write
+lands starts the run, so two processes never decide a tick two ways. A start
+is written ``pending`` and cleared once submitted; a process that reads a
+pending start (its decider died between the two) submits it, under the same
+run id, before deciding anything else. Whether the last run is live is one
+HEAD of its outcome; while ticks wait behind it, the processes look every
+:data:`BUFFER_LOOK` seconds. Under ``"allow_all"`` the ticks' runs are
+submitted first and the marker moved after, as a schedule always did.
+
+A schedule is paused in its marker (``stepstone schedules pause``,
+:meth:`Scheduler.pause`), so every process carrying it obeys: a tick that
+comes while it is paused is skipped, the marker saying so, and the ticks of
+a pause are not caught up when it is resumed. A backfill
+(:meth:`Scheduler.backfill`) submits the run of each past tick of a range
+that has none, under the tick's own run id: a tick the scheduler ran, or an
+earlier backfill did, is not run again.
+
 Cron expressions are read by cronsim (Debian cron's rules, DST included),
 in the schedule's time zone; ``every=`` ticks are whole multiples of the
 interval since ``anchor`` (the Unix epoch by default), so every process
