@@ -459,6 +459,13 @@ class InspectError(JobError):
     that names several, a queue that cannot list its jobs."""
 
 
+class ScheduleRefused(InspectError, LookupError):
+    """A schedule action that cannot be done, with why: no schedule of that
+    name in the store (nor in the application), a backfill of a schedule the
+    application does not define, a range with too many ticks or none, a
+    pause's note that is not printable text."""
+
+
 class ClassifiedPermanent(Permanent):
     """An application error that ``Job.classify`` called permanent.
 

@@ -310,6 +310,7 @@ class JobRunner:
             store=self.store,
             layout=self.layout,
             clock=self.clock,
+            cancel=self.cancel,
         )
         for job_type in jobs:
             self.register(job_type)

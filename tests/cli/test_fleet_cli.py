@@ -83,9 +83,10 @@ async def test_schedules_shows_a_schedule_from_its_marker_with_the_run_its_tick_
         "NAME",
         "SCHEDULE",
         "MISSED",
+        "OVERLAP",
         *["LAST", "TICK", "LAST", "RUN", "NEXT", "TICKS"],
     ]
-    assert line.split()[:4] == ["greet", "every", "0:00:01", "latest"]
+    assert line.split()[:5] == ["greet", "every", "0:00:01", "latest", "allow_all"]
     assert f"{row.last_run[:12]} succeeded" in line
     (shown,) = cli("schedules", "--json", "--store", str(store_dir)).json()["schedules"]
     assert (shown["last_run"], shown["run_state"], shown["in_app"]) == (

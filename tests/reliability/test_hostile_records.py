@@ -505,6 +505,17 @@ def schedule_marker(tick: float) -> bytes:
         missed="latest",
         next_tick=tick + 300,
         run=tick_run_id("s0", tick),
+        overlap="buffer_one",
+        latest=tick_run_id("s0", tick),
+        latest_tick=tick,
+        cancel=tick_run_id("s0", tick - 300),
+        buffered=(tick,),
+        skipped_tick=tick - 300,
+        skipped_why="overlap skip: the run started last was still live",
+        paused_at=tick - 600,
+        paused_by="ana@ops",
+        note="the warehouse counts stock",
+        resumed_at=tick - 450,
     ).encode()
 
 

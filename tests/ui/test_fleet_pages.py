@@ -202,14 +202,15 @@ async def test_the_schedules_page_shows_each_schedule_its_last_run_and_next_tick
         rows = {row[0]: row for row in browser.execute_script(SCHEDULES)}
         assert sorted(rows) == ["expire-carts", "nightly-report", "sync-inventory"]
         assert rows["expire-carts"][1:3] == ["cron */10 * * * * (UTC)", "skip"]
-        _, spec, missed, _, run, next_tick = rows["sync-inventory"]
+        _, spec, missed, overlap, _, run, next_tick, state = rows["sync-inventory"]
+        assert (overlap, state) == ("allow_all", "active")
         assert (spec, missed) == ("every 0:15:00", "latest")
         assert run == f"{sync.last_run[:12]} succeeded"
         assert next_tick.endswith("overdue")
         assert rows["nightly-report"][1:3] == [f"cron {nightly} (Europe/Paris)", "all"]
         # First seen, and no tick of it since: none yet.
-        assert rows["nightly-report"][3].startswith("none yet (carried since ")
-        assert rows["nightly-report"][4] == "none"
+        assert rows["nightly-report"][4].startswith("none yet (carried since ")
+        assert rows["nightly-report"][5] == "none"
         screenshot = tmp_path / "ui-schedules.png"
         assert browser.save_screenshot(str(screenshot))
         click(browser, "td.run a", sync.last_run[:12])

@@ -13,7 +13,15 @@ import sys
 from typing import Any
 
 from stepstone.cli.errors import CliError
-from stepstone.cli.render import age, emit_json, table, unreadable_json, warn_unreadable, when
+from stepstone.cli.render import (
+    age,
+    emit_json,
+    short,
+    table,
+    unreadable_json,
+    warn_unreadable,
+    when,
+)
 from stepstone.cli.runners import runner_from_args
 from stepstone.ops.schedules import ScheduleRow, read_schedules
 from stepstone.ops.workers import Fleet, WorkerRow, read_workers
@@ -129,6 +137,14 @@ async def _schedules(args: argparse.Namespace) -> int:
                         "name": row.name,
                         "spec": row.spec,
                         "missed": row.missed,
+                        "overlap": row.overlap,
+                        "paused": row.paused,
+                        "paused_at": row.paused_at,
+                        "paused_by": row.paused_by,
+                        "note": row.note,
+                        "skipped_tick": row.skipped_tick,
+                        "skipped_why": row.skipped_why,
+                        "buffered": row.buffered,
                         "last_tick": row.last_tick,
                         "last_run": row.last_run,
                         "run_state": row.run_state,
@@ -146,20 +162,40 @@ async def _schedules(args: argparse.Namespace) -> int:
     else:
         table(
             sys.stdout,
-            ["NAME", "SCHEDULE", "MISSED", "LAST TICK", "LAST RUN", "NEXT TICKS"],
+            ["NAME", "SCHEDULE", "MISSED", "OVERLAP", "LAST TICK", "LAST RUN", "NEXT TICKS"],
             [
                 [
                     row.name,
                     row.spec or "-",
                     row.missed or "-",
+                    row.overlap or "-",
                     when(row.last_tick),
                     _run(row),
-                    ", ".join(upcoming(row)) + (" (overdue)" if row.overdue else ""),
+                    ", ".join(upcoming(row))
+                    + (" (overdue)" if row.overdue else "")
+                    + (" (paused)" if row.paused else ""),
                 ]
                 for row in listed.rows
             ],
         )
+        for row in listed.rows:
+            for line in _notes(row):
+                print(short(f"{row.name}: {line}", 400))
     return 0
+
+
+def _notes(row: ScheduleRow) -> list[str]:
+    """What a schedule's row says below the table: paused, ticks waiting, the last skip."""
+    lines = []
+    if row.paused:
+        by = f" by {row.paused_by}" if row.paused_by else ""
+        note = f": {row.note}" if row.note else ""
+        lines.append(f"paused since {when(row.paused_at)}{by}{note}")
+    if row.buffered:
+        lines.append(f"{row.buffered} tick(s) wait for its live run to end")
+    if row.skipped_tick is not None:
+        lines.append(f"skipped the tick of {when(row.skipped_tick)}: {row.skipped_why or '-'}")
+    return lines
 
 
 def _run(row: ScheduleRow) -> str:

@@ -28,6 +28,11 @@ from stepstone.cli.commands import (
 from stepstone.cli.copy import cmd_copy
 from stepstone.cli.fleet import cmd_schedules, cmd_workers
 from stepstone.cli.runners import ENV_PREFIX, ENV_STORE
+from stepstone.cli.schedule_actions import (
+    cmd_schedules_backfill,
+    cmd_schedules_pause,
+    cmd_schedules_resume,
+)
 from stepstone.cli.talk import cmd_callback_complete, cmd_stream
 from stepstone.cli.ui import USERS_ENV, cmd_ui, cmd_ui_user
 from stepstone.cli.worker import cmd_worker
@@ -360,6 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--count", type=int, default=3, help="next ticks to show per schedule (default 3)"
     )
     schedules.set_defaults(handler=cmd_schedules)
+    _schedule_actions(schedules, common)
 
     workers = sub.add_parser(
         "workers",
@@ -575,3 +581,52 @@ def _confirming(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--yes", action="store_true", help="do not ask for confirmation (needed without a terminal)"
     )
+
+
+def _schedule_actions(schedules: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
+    """``stepstone schedules pause|resume|backfill NAME`` (without one: the list)."""
+    actions = schedules.add_subparsers(dest="schedule_command", metavar="ACTION")
+    pause = actions.add_parser(
+        "pause",
+        parents=[common],
+        help="pause a schedule, for every worker carrying it",
+        description="Pause schedule NAME: the pause is kept in its marker in the store, so "
+        "every worker carrying it skips its ticks (each skip saying so) until it is "
+        "resumed. The ticks of the pause are not caught up on resume. Recorded in the "
+        "audit log, with the note.",
+    )
+    pause.add_argument("name", metavar="NAME", help="the schedule's name")
+    pause.add_argument("--note", help="why (shown by stepstone schedules and the web view)")
+    pause.set_defaults(handler=cmd_schedules_pause)
+    resume = actions.add_parser(
+        "resume",
+        parents=[common],
+        help="resume a paused schedule",
+        description="Resume schedule NAME: its next tick runs; the ticks that came while it "
+        "was paused do not. Recorded in the audit log.",
+    )
+    resume.add_argument("name", metavar="NAME", help="the schedule's name")
+    resume.set_defaults(handler=cmd_schedules_resume)
+    backfill = actions.add_parser(
+        "backfill",
+        parents=[common],
+        help="run the past ticks of a range that have no run",
+        description="Submit the run of each tick of schedule NAME from --from to --to (both "
+        "included, both past) that has none: a tick the scheduler ran, or an earlier "
+        "backfill did, is not run again, so a backfill run twice submits nothing more. The "
+        "ticks run whatever the schedule's overlap policy and whether it is paused. Needs "
+        "--app (each tick's job is made by the schedule's definition); at most 1000 ticks "
+        "at a time. Recorded in the audit log with the runs it submitted.",
+    )
+    backfill.add_argument("name", metavar="NAME", help="the schedule's name")
+    backfill.add_argument(
+        "--from",
+        dest="start",
+        required=True,
+        metavar="WHEN",
+        help="the first time: a duration ago (2h, 3d) or an ISO 8601 time (UTC unless it says)",
+    )
+    backfill.add_argument(
+        "--to", dest="end", metavar="WHEN", help="the last time, the same way (default: now)"
+    )
+    backfill.set_defaults(handler=cmd_schedules_backfill)

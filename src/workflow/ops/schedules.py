@@ -12,7 +12,10 @@ record when it has no outcome.
 
 A schedule whose next tick is more than ``OVERDUE_AFTER`` past is overdue:
 no process carrying it has submitted that tick (none runs, or they cannot
-reach the store).
+reach the store). A paused schedule is never overdue: its ticks are
+skipped, and its row says who paused it, when and why; every row says
+which tick was skipped last and why (paused, missed while no worker ran,
+its overlap policy), and how many ticks wait behind its live run.
 """
 
 from __future__ import annotations
@@ -45,18 +48,31 @@ class ScheduleRow:
     spec: str | None
     """How it ticks (None: its marker predates saying so, and the view has no app)."""
     missed: str | None
+    overlap: str | None
+    """Its overlap policy (None: its marker predates saying so, and the view has no app)."""
     last_tick: float | None
     """The last tick submitted or skipped (None: none yet)."""
     since: float | None
     """Where its processes started it, while no tick has come (its first marker)."""
     last_run: str | None
-    """The run the last tick submitted, if it submitted one."""
+    """The run the schedule started last (the run the last tick submitted,
+    for a marker from before markers said)."""
     run_state: str | None
     """That run's state now (None: no record of it, swept or never made)."""
     next_tick: float | None
     overdue: bool
     in_app: bool
     """The view's application carries it (else it is known from its marker only)."""
+    paused: bool = False
+    paused_at: float | None = None
+    paused_by: str | None = None
+    note: str | None = None
+    """What the operator who paused it said."""
+    skipped_tick: float | None = None
+    """The last tick skipped (not run), and why (``skipped_why``)."""
+    skipped_why: str | None = None
+    buffered: int = 0
+    """Ticks waiting for the live run to end (``buffer_one``, ``buffer_all``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,13 +133,26 @@ async def _row(
         name=name,
         spec=describe(schedule) if schedule is not None else marker.spec if marker else None,
         missed=schedule.missed if schedule is not None else marker.missed if marker else None,
+        overlap=schedule.overlap if schedule is not None else marker.overlap if marker else None,
         last_tick=last,
         since=marker.tick if marker is not None and marker.first else None,
         last_run=run,
         run_state=None if run is None else await _state(runner, run),
         next_tick=next_tick,
-        overdue=marker is not None and next_tick is not None and next_tick < now - OVERDUE_AFTER,
+        overdue=(
+            marker is not None
+            and not marker.paused
+            and next_tick is not None
+            and next_tick < now - OVERDUE_AFTER
+        ),
         in_app=schedule is not None,
+        paused=marker is not None and marker.paused,
+        paused_at=None if marker is None else marker.paused_at,
+        paused_by=None if marker is None else marker.paused_by,
+        note=None if marker is None else marker.note,
+        skipped_tick=None if marker is None else marker.skipped_tick,
+        skipped_why=None if marker is None else marker.skipped_why,
+        buffered=0 if marker is None else len(marker.buffered),
     )
 
 
@@ -132,6 +161,8 @@ def _last_run(marker: Marker | None, name: str) -> str | None:
     before markers said, the tick's run id (the page shows whether it exists)."""
     if marker is None:
         return None
+    if marker.latest is not None:
+        return marker.latest
     if marker.name is None:
         return tick_run_id(name, marker.tick)
     return marker.run

@@ -26,8 +26,10 @@ from stepstone.runtime import plausible
 from stepstone.runtime.run_id import is_storable_id
 
 FORMAT = 1
-ACTIONS = ("retry", "cancel", "replay", "event", "callback", "purge")
-Action = Literal["retry", "cancel", "replay", "event", "callback", "purge"]
+ACTIONS = ("retry", "cancel", "replay", "event", "callback", "purge", "pause", "resume", "backfill")
+Action = Literal[
+    "retry", "cancel", "replay", "event", "callback", "purge", "pause", "resume", "backfill"
+]
 Outcome = Literal["started", "done", "partial", "refused", "failed"]
 OUTCOMES: tuple[str, ...] = get_args(Outcome)
 Via = Literal["web", "cli"]
@@ -73,7 +75,8 @@ class AuditRecord:
     count: int
     """How many runs: ``len(runs)`` unless more than were kept."""
     detail: Mapping[str, str] = field(default_factory=dict)
-    """What else it was asked: ``from_step``, ``event``, ``older_than``, ``leave_children``."""
+    """What else it was asked: ``from_step``, ``event``, ``older_than``,
+    ``leave_children``; a schedule's action: ``schedule``, ``note``, ``from``, ``to``."""
     outcome: Outcome = "started"
     ended: float | None = None
     result: str = ""

@@ -1,6 +1,7 @@
 """The web view's actions: retry a dead run, cancel a live one, send an event
 to a waiting one, complete a callback it waits for, replay an ended one from
-a step, and retry or cancel every run a filter of the list shows.
+a step, retry or cancel every run a filter of the list shows, and pause or
+resume a schedule (:mod:`stepstone.ui.schedule_acting`).
 
 Off unless the view is started with them (``stepstone ui --allow-actions``),
 and then only for an operator (:mod:`stepstone.ui.access`): a viewer is
@@ -39,10 +40,12 @@ from stepstone.runner import JobRunner
 from stepstone.runtime.errors import QueueError
 from stepstone.runtime.status import JobStatus
 from stepstone.store import StoreError
+from stepstone.ui import schedule_acting
 from stepstone.ui.access import Visitor
 from stepstone.ui.guard import csrf_accepts
 from stepstone.ui.present import Filters
 from stepstone.ui.respond import render
+from stepstone.ui.schedule_acting import SchedulePlan
 
 SINGLE = ("retry", "cancel", "event", "callback", "replay")
 BULK = ("retry", "cancel")
@@ -112,8 +115,11 @@ async def act(request: Request) -> Response:
     verb = request.path_params["verb"]
     back = _back(request, form)
     try:
-        if form.get("run"):
-            lines = await _do(runner, await _plan(request, form), actor)
+        if "schedule" in form:
+            confirmed = await schedule_acting.plan(runner, verb, form, back)
+            lines = await schedule_acting.do(runner, confirmed, actor)
+        elif form.get("run"):
+            lines = await _do(runner, await _single_plan(request, form), actor)
         elif verb in BULK:
             lines = await _do_many(runner, verb, form.get("ids", ""), actor)
         else:
@@ -123,6 +129,12 @@ async def act(request: Request) -> Response:
     said = request.app.state.results.keep(lines)
     joiner = "&" if "?" in back else "?"
     return RedirectResponse(f"{back}{joiner}result={said}", status_code=303)
+
+
+async def _single_plan(request: Request, form: dict[str, str]) -> Plan:
+    planned = await _plan(request, form)
+    assert isinstance(planned, Plan)  # (a form with a run plans an action on it)
+    return planned
 
 
 def _refused(request: Request, token: str | None) -> Response | None:
@@ -147,6 +159,8 @@ def _refused(request: Request, token: str | None) -> Response | None:
 def _back(request: Request, given: dict[str, str] | None = None) -> str:
     """Where to go back to: the run's page, or the list (with its filters)."""
     fields = given if given is not None else dict(request.query_params)
+    if "schedule" in fields:
+        return str(request.url_for("schedules").path)
     run_id = fields.get("run")
     if run_id:
         return str(request.url_for("run", run_id=run_id).path)
@@ -155,9 +169,11 @@ def _back(request: Request, given: dict[str, str] | None = None) -> str:
     return f"{root}?{query}" if query else root
 
 
-async def _plan(request: Request, fields: dict[str, str]) -> Plan:
+async def _plan(request: Request, fields: dict[str, str]) -> Plan | SchedulePlan:
     verb = request.path_params["verb"]
     runner: JobRunner = request.app.state.runner
+    if "schedule" in fields:
+        return await schedule_acting.plan(runner, verb, fields, _back(request, fields))
     if fields.get("run"):
         if verb not in SINGLE:
             raise InspectError(f"no action {verb!r} on a run (one of: {', '.join(SINGLE)})")
