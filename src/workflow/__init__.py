@@ -41,6 +41,7 @@ from stepstone.errors import (
     CorruptMemo,
     CorruptOutcome,
     CorruptRecord,
+    DebounceBacklog,
     DuplicateJobName,
     EncodingError,
     EventRefused,
@@ -96,7 +97,7 @@ from stepstone.runtime.queue import (
 from stepstone.runtime.status import JobStatus
 from stepstone.schedules import Schedule
 from stepstone.store import ObjectStore, open_store
-from stepstone.submit.options import SubmitOptions
+from stepstone.submit.options import Debounce, SubmitOptions
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
@@ -118,6 +119,8 @@ __all__ = [
     "NonDeterministicReplay",
     "CorruptOutcome",
     "CorruptRecord",
+    "Debounce",
+    "DebounceBacklog",
     "DuplicateJobName",
     "EncodingError",
     "ErrorClass",

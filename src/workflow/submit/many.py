@@ -35,7 +35,11 @@ async def submit_many(
     submitter: Submitter, jobs: Sequence[Job[Any]], options: SubmitOptions | None = None
 ) -> list[JobHandle[Any]]:
     """Submit every job of ``jobs`` (each with ``options``) through
-    ``submitter``; their handles in order. See the module docstring."""
+    ``submitter``; their handles in order. See the module docstring.
+    Debounced jobs are submitted one after another, in order (they are
+    to collapse into their window's run, not to be enqueued together)."""
+    if options is not None and options.debounce is not None:
+        return [await submitter.submit(job, options) for job in jobs]
     subs = [Submission.of(job, options, None, None) for job in jobs]
     answers: list[Answer] = [None] * len(subs)
     first = [i for i, s in enumerate(subs) if s.run_id and submitter.look_first.wanted(s.run_id)]
