@@ -16,8 +16,9 @@ delivery carries the ``stepstone.debounce`` header) asks its key's object:
 
 A run whose window is gone and that recorded no input (the key's object
 was removed by hand) runs the input it was enqueued with, with a warning.
-The run's envelope is given the input it runs (and its hash), so its
-outcome record says what ran.
+The run's envelope is given the input it runs, so its outcome record
+keeps what ran; its input hash stays the one it was enqueued with (its
+handles, from debounced submits, check none).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from stepstone.execute.memos import Memo
 from stepstone.execute.scope import AttemptScope, log_extra
 from stepstone.records import debounce_windows as rules
 from stepstone.records.codec import codec_for_type
-from stepstone.records.envelope import Envelope, input_hash
+from stepstone.records.envelope import Envelope
 from stepstone.runtime.status import JobStatus, Wait
 from stepstone.runtime.suspension import Suspend
 from stepstone.submit.debouncing import DEBOUNCE_HEADER, Debouncer
@@ -78,7 +79,9 @@ async def debounced_input(debouncer: Debouncer, envelope: Envelope, run: Attempt
         await windows.update(lambda state, now: rules.drop(state, run=run_id))
     if not isinstance(data, bytes) or data == envelope.input:
         return envelope
-    return replace(envelope, input=data, input_hash=input_hash(envelope.kind, data))
+    # (Its input hash stays the one it was enqueued with, which its queue
+    # record and every look for its outcome compare with.)
+    return replace(envelope, input=data)
 
 
 def _shown(taken: rules.Taken) -> str:
