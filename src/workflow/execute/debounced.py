@@ -1,9 +1,9 @@
 """A debounced run's start: it waits for its window to close, then takes its last input.
 
 A run made by debounced submits (:mod:`stepstone.submit.debouncing`) is
-enqueued due when its window was due then; later submits may have moved
-that on. So before its input is decoded, an attempt of such a run (its
-delivery carries the ``stepstone.debounce`` header) asks its key's object:
+enqueued due at once, and later submits move its window's due time on.
+So before its input is decoded, an attempt of such a run (its delivery
+carries the ``stepstone.debounce`` header) asks its key's object:
 
 1. its input recorded as a memo of the run (``!debounce.input``), by an
    earlier claim: that is its input (a retry runs what the first attempt ran);
@@ -24,7 +24,6 @@ handles, from debounced submits, check none).
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -35,29 +34,28 @@ from stepstone.records.codec import codec_for_type
 from stepstone.records.envelope import Envelope
 from stepstone.runtime.status import JobStatus, Wait
 from stepstone.runtime.suspension import Suspend
-from stepstone.submit.debouncing import DEBOUNCE_HEADER, Debouncer
+from stepstone.submit.debouncing import DEBOUNCE_HEADER, Debouncer, debounce_digest
 
 log = logging.getLogger("stepstone")
 
 _BYTES = codec_for_type(bytes)
-_DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
 
 async def debounced_input(debouncer: Debouncer, envelope: Envelope, run: AttemptScope) -> Envelope:
     """``envelope`` with the input its run runs (see the module docstring);
     raises Suspend while its window is not due."""
-    digest = run.attempt.delivery.headers.get(DEBOUNCE_HEADER)
+    headers = run.attempt.delivery.headers
+    digest = debounce_digest(headers)
     if digest is None:
-        return envelope
-    if not _DIGEST.match(digest):
-        log.warning(
-            "run %s: its %s header %r names no debounce key; it runs the input it was "
-            "enqueued with",
-            run.run_id,
-            DEBOUNCE_HEADER,
-            digest[:80],
-            extra=log_extra(run),
-        )
+        if DEBOUNCE_HEADER in headers:
+            log.warning(
+                "run %s: its %s header %r names no debounce key; it runs the input it was "
+                "enqueued with",
+                run.run_id,
+                DEBOUNCE_HEADER,
+                headers[DEBOUNCE_HEADER][:80],
+                extra=log_extra(run),
+            )
         return envelope
     memo = Memo(run, "input", _BYTES, internal="debounce", positioned=False)
     found, data = await memo.lookup()

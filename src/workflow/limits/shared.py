@@ -192,6 +192,11 @@ class SharedObject(Generic[S]):
             return answers
         raise Contended(f"{MAX_CONFLICTS} writes in a row refused", key=self.key)
 
+    async def read(self) -> S | None:
+        """The state as stored now (one GET; None: absent), for people to see.
+        Raises CorruptRecord naming the key for an object that does not decode."""
+        return (await self._read()).state
+
     async def _read(self) -> _Version[S]:
         try:
             stored = await self._store.get(self.key)

@@ -8,7 +8,8 @@ from now, within ``max_wait`` of the first, and leaving its input as the
 window's), or opens one under a fresh run id. Every process's submits of
 the key go through that one object, so they agree on which run each joined.
 
-The submit that opens a window enqueues its run, due when the window is,
+The submit that opens a window enqueues its run, due at once (claimed, it
+suspends as ``debounced`` until its window is due, :mod:`stepstone.execute.debounced`),
 under the window's run id (keyed, so a second enqueue of it changes
 nothing), and then marks the window enqueued; a submit that joins a window
 not yet marked enqueues it too, so a window whose opener died before
@@ -23,7 +24,8 @@ enqueue (as a keyed submit's) and one more PUT.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import re
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from stepstone.errors import DebounceBacklog
@@ -37,6 +39,15 @@ from stepstone.submit.submission import Submission
 
 DEBOUNCE_HEADER = "stepstone.debounce"
 """The header naming a debounced run's key: the digest its object is named by."""
+
+_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+
+
+def debounce_digest(headers: Mapping[str, str]) -> str | None:
+    """The digest of the debounce key a run's headers name (None: not
+    debounced, or a header that names no key: a digest is 64 hex digits)."""
+    digest = headers.get(DEBOUNCE_HEADER)
+    return digest if digest is not None and _DIGEST.match(digest) else None
 
 
 class Debouncer:
@@ -68,6 +79,10 @@ class Debouncer:
         writes back)."""
         return self._windows(self._layout.debounce(digest))
 
+    async def read(self, digest: str) -> rules.Windows | None:
+        """The windows of the key of ``digest`` as stored now (``show``)."""
+        return await self.windows(digest).read()
+
     async def submit(self, s: Submission) -> JobHandle[Any]:
         """Submit ``s`` (its options debounce it); a handle on its window's run."""
         debounce = s.options.debounce
@@ -96,7 +111,9 @@ class Debouncer:
                 "wait for their runs already; is a worker running this job type?"
             )
         if not joined.enqueued:
-            s.run_id, s.run_at, s.debounced = joined.run, joined.due, True
+            # Due now: claimed, it waits for its window as ``debounced``
+            # (what ``ls``, ``status()`` and ``show`` say of it), holding no worker.
+            s.run_id, s.run_at, s.debounced = joined.run, None, True
             s.headers = {**s.headers, DEBOUNCE_HEADER: digest}
             await self._submit_one(s)
             run = joined.run
