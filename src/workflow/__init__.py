@@ -78,7 +78,14 @@ from stepstone.handles.handle import JobHandle
 from stepstone.handles.state import JobState
 from stepstone.handles.streams import StreamItem, StreamReader
 from stepstone.handles.sync import SyncHandle
-from stepstone.job import ErrorClass, IdempotencyKey, Job, RunRef, payload_idempotency_key
+from stepstone.job import (
+    ErrorClass,
+    IdempotencyKey,
+    Job,
+    RunRef,
+    Singleton,
+    payload_idempotency_key,
+)
 from stepstone.limits.rate import RateLimit
 from stepstone.records.attempts import AttemptInfo, AttemptResult
 from stepstone.records.outcome import ErrorInfo, Outcome
@@ -156,6 +163,7 @@ __all__ = [
     "RunRef",
     "RunNotFound",
     "Schedule",
+    "Singleton",
     "SqsQueue",
     "SqsUnsupported",
     "StepstoneError",

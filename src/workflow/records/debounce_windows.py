@@ -232,10 +232,10 @@ def from_fields(fields: Any, key: str) -> Windows:
             windows.append(
                 Window(
                     run=str(run),
-                    first=_finite(first, "first"),
-                    last=_finite(last, "last"),
-                    due=_finite(due, "due"),
-                    cap=math.inf if cap is None else _finite(cap, "cap"),
+                    first=finite_time(first, "first"),
+                    last=finite_time(last, "last"),
+                    due=finite_time(due, "due"),
+                    cap=math.inf if cap is None else finite_time(cap, "cap"),
                     count=plausible.count(count, "count"),
                     input=data,
                     enqueued=bool(was_enqueued),
@@ -247,7 +247,8 @@ def from_fields(fields: Any, key: str) -> Windows:
         raise CorruptRecord(f"not a debounce key's windows: {exc!r}", key=key) from exc
 
 
-def _finite(value: object, field: str) -> float:
+def finite_time(value: object, field: str) -> float:
+    """``value`` as a time (epoch seconds); ValueError naming ``field`` if it is none."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"{field} is {plausible.shown(value)}, not a time")
     return float(value)

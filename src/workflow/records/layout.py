@@ -15,6 +15,7 @@ schedules/<name>                             the last tick a schedule submitted
 slots/<digest>                               a concurrency key's holders and waiters
 rates/<digest>                               a rate limit's state
 debounce/<digest>                            a debounce key's windows: their runs and last inputs
+singletons/<digest>                          a singleton key's live run
 workers/<holder digest>/<life>               a worker's record: who, where, holding what, last beat
 audit/<date>/<time>-<random>                 an operator's action: who, when, what, how it ended
 audit-runs/<run_id>/<date>T<time>-<random>   the same action's mark under each run it acted on
@@ -204,6 +205,10 @@ class Layout:
 
     def rate(self, digest: str) -> str:
         return join(self.prefix, "rates", digest)
+
+    def singleton(self, digest: str) -> str:
+        """A singleton key's live run (:mod:`stepstone.records.singleton_runs`)."""
+        return join(self.prefix, "singletons", digest)
 
     def debounce(self, digest: str) -> str:
         """A debounce key's windows (:mod:`stepstone.records.debounce_windows`)."""

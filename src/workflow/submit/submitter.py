@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 
 from stepstone.errors import CorruptOutcome, InputMismatch, JobCancelled, JobError
 from stepstone.handles.handle import Answers, JobHandle
-from stepstone.job import Job
+from stepstone.job import Job, Singleton
 from stepstone.records.envelope import Envelope, incarnation_of
 from stepstone.records.family import Family
 from stepstone.records.outcome import Outcome, OutcomeRecord
@@ -54,6 +54,7 @@ from stepstone.submit.debouncing import Debouncer
 from stepstone.submit.hand_off import HandOff
 from stepstone.submit.look_first import LookFirst
 from stepstone.submit.options import SubmitOptions
+from stepstone.submit.singletons import Singletons
 from stepstone.submit.submission import Submission
 from stepstone.submit.turns import Turns
 
@@ -115,6 +116,14 @@ class Submitter:
             answers=answers,
             submit_one=self.submit_one,
         )
+        self.singletons = Singletons(
+            records=records,
+            queue=queue,
+            clock=clock,
+            answers=answers,
+            max_attempts=max_attempts,
+            submit_one=self.submit_one,
+        )
 
     async def submit(
         self,
@@ -130,8 +139,13 @@ class Submitter:
         it as a child, to wake when it ends. See the module docstring."""
         self._turns.begin()
         s = Submission.of(job, options, run_id, parent)
+        policy, key = type(job).singleton, None
+        if policy not in (None, Singleton.QUEUE):
+            key = job.concurrency_key()
         if s.options.debounce is not None:
             handle = await self.debouncer.submit(s)
+        elif policy is not None and key is not None:
+            handle = await self.singletons.submit(s, policy, key)
         else:
             handle = await self.submit_one(s)
         await self._turns.end()
