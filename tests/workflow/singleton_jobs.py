@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 from typing import ClassVar
 
@@ -21,11 +22,17 @@ class Gates:
 
     def __init__(self) -> None:
         self.noted: list[tuple[str, int, str]] = []
-        self.opened: set[int] = set()
+        self._gates: dict[int, asyncio.Event] = {}
+
+    def _gate(self, n: int) -> asyncio.Event:
+        return self._gates.setdefault(n, asyncio.Event())
+
+    def open(self, *ns: int) -> None:
+        for n in ns:
+            self._gate(n).set()
 
     async def wait(self, n: int) -> None:
-        while n not in self.opened:
-            await asyncio.sleep(0.005)
+        await self._gate(n).wait()
 
 
 def note(ctx: JobContext, n: int, what: str) -> None:
@@ -49,12 +56,22 @@ class Sync(Job[str]):
     account: str = "acct-1"
     n: int
     hold: float = 0.0
+    die: bool = False
+    """In a worker process: SIGKILL it on the run's first start."""
 
     def concurrency_key(self) -> str:
         return self.account
 
     async def run(self, ctx: JobContext) -> str:
         note(ctx, self.n, "start")
+        log = os.environ.get(LOG_SETTING)
+        if self.die and log is not None:
+            try:
+                os.close(os.open(f"{log}.died-{self.n}", os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                pass
+            else:
+                os.kill(os.getpid(), signal.SIGKILL)
         try:
             if os.environ.get(LOG_SETTING) is None:
                 await ctx.state(Gates).wait(self.n)

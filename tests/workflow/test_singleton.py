@@ -50,11 +50,11 @@ async def test_skip_joins_the_live_run_and_a_submit_after_it_ends_starts_one(
         assert not any(h.newly_submitted for h in joined)
         other_key = await runner.submit(SkipSync(account="acct-2", n=9))
         assert other_key.id != live.id
-        gates.opened.update({1, 9})
+        gates.open(1, 9)
         assert [await h.result(timeout=10) for h in (live, *joined)] == ["ran 1"] * 3
         after = await runner.submit(SkipSync(n=4))
         assert after.id != live.id and after.newly_submitted
-        gates.opened.add(4)
+        gates.open(4)
         assert await after.result(timeout=10) == "ran 4"
     assert [n for _, n, what in gates.noted if what == "start"] == [1, 9, 4]
 
@@ -70,7 +70,7 @@ async def test_cancel_running_cancels_the_live_run_and_starts_once_it_stopped(
         with pytest.raises(JobCancelled):
             await first.result(timeout=10)
         await wait_until(started(gates, 2))
-        gates.opened.add(2)
+        gates.open(2)
         assert await second.result(timeout=10) == "ran 2"
     assert [(n, what) for _, n, what in gates.noted] == [
         (1, "start"),
@@ -93,10 +93,10 @@ async def test_skip_newest_records_the_new_run_cancelled_naming_the_live_one(
         assert f"skipped: run {live.id}" in outcome.error.message
         recorded = await runner.outcome(newest.id, str)
         assert recorded is not None and recorded.status is JobStatus.CANCELLED
-        gates.opened.add(1)
+        gates.open(1)
         assert await live.result(timeout=10) == "ran 1"
         after = await runner.submit(NewestSync(n=3))
-        gates.opened.add(3)
+        gates.open(3)
         assert await after.result(timeout=10) == "ran 3"
     assert [n for _, n, what in gates.noted if what == "start"] == [1, 3]
 
@@ -114,7 +114,7 @@ async def test_queue_runs_each_in_turn(
             return state is not None and state.status is JobStatus.WAITING_FOR_SLOT
 
         await wait_until(waiting)
-        gates.opened.update({1, 2})
+        gates.open(1, 2)
         assert [await first.result(timeout=10), await second.result(timeout=10)] == [
             "ran 1",
             "ran 2",
@@ -136,7 +136,7 @@ async def test_a_dead_live_run_is_not_joined(
         assert await runner.cancel(live.id)
         after = await runner.submit(SkipSync(n=2))
         assert after.id != live.id
-        gates.opened.add(2)
+        gates.open(2)
         assert await after.result(timeout=10) == "ran 2"
 
 
@@ -161,7 +161,7 @@ async def test_a_live_run_its_submitter_did_not_enqueue_is_enqueued_by_the_next(
     async with make_singleton() as runner:
         joined = await runner.submit(SkipSync(n=2))
         assert joined.id == orphan
-        gates.opened.add(1)
+        gates.open(1)
         assert await joined.result(timeout=10) == "ran 1"
 
 
