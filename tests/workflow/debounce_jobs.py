@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 from stepstone import Job, JobContext
@@ -24,6 +25,8 @@ class Reindex(Job[str]):
     NAME = "debounce-reindex"
     doc: str = "doc-1"
     n: int
+    die: bool = False
+    """In a worker process: SIGKILL it on the run's first start, once noted."""
 
     async def run(self, ctx: JobContext) -> str:
         started = time.time()
@@ -35,6 +38,13 @@ class Reindex(Job[str]):
                 os.write(fd, line.encode())
             finally:
                 os.close(fd)
+            if self.die:
+                try:
+                    os.close(os.open(f"{log}.died", os.O_CREAT | os.O_EXCL))
+                except FileExistsError:
+                    pass  # (the one kill was made)
+                else:
+                    os.kill(os.getpid(), signal.SIGKILL)
         else:
             ctx.state(Noted).ran.append((ctx.run_id, self.n, started))
         return f"ran {self.n}"

@@ -11,6 +11,7 @@ default, 3x15 on moto's S3; the issue's 8x200 runs with
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -98,3 +99,54 @@ def test_processes_submitting_at_once_make_the_runs_the_rule_says(
         f"{store_url.split(':')[0]}: {processes}x{each} submits -> {figures['runs']} runs "
         f"in {took:.1f} s"
     )
+
+
+def test_a_debounced_run_whose_worker_is_sigkilled_runs_its_last_input_again(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Two worker processes; submits from a third. The run takes its
+    window's last input, then its worker is SIGKILLed as its code starts:
+    the other worker takes it over after its lease and runs the same input
+    (recorded as a memo before the code ran); every handle answers it."""
+    if store_url.startswith("sqlite"):
+        pytest.skip("(the directory and S3 cover it; SQLite adds nothing here)")
+    log = tmp_path / "ran.log"
+    env = {**os.environ, LOG_SETTING: str(log)}
+    command = [sys.executable, str(HERE / "flow_worker.py"), store_url, "2.0"]
+    workers = [subprocess.Popen(command, env=env, cwd=HERE) for _ in range(2)]
+    try:
+        answers = asyncio.run(_submit_and_await(store_url))
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.terminate()
+        codes = sorted(worker.wait(60) for worker in workers)
+    assert codes == [-9, 0]  # one killed, the other stopped cleanly
+    last: dict[str, int] = {}  # each run's last submit's input (a slow store may make two)
+    for n, run, _, _ in sorted(answers, key=lambda a: a[2]):
+        last[run] = n
+    assert all(result == f"ran {last[run]}" for _, run, _, result in answers)
+    ran = [(run, int(n)) for run, n, _ in (line.split() for line in log.read_text().splitlines())]
+    killed = ran[0]
+    assert ran.count(killed) == 2, ran  # killed once, then again with the same input
+    assert sorted(set(ran)) == sorted(last.items()) and len(ran) == len(last) + 1
+
+
+async def _submit_and_await(store_url: str) -> list[tuple[int, str, int, str]]:
+    """Four debounced submits of one key; each one's (input, run, place, result)."""
+    from debounce_jobs import Reindex
+
+    from stepstone import Debounce, JobRunner, SubmitOptions
+
+    api = JobRunner(store_url, poll_interval=0.05)  # submits only: the workers run
+    options = SubmitOptions(debounce=Debounce("doc-k", wait=2.0))
+    try:
+        handles = [await api.submit(Reindex(n=n, die=True), options) for n in range(4)]
+        answers = []
+        for n, handle in enumerate(handles):
+            joined = handle.debounced
+            assert joined is not None
+            answers.append((n, joined.run, joined.count, await handle.result(timeout=120)))
+        return answers
+    finally:
+        await api.close()

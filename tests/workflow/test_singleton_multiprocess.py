@@ -56,7 +56,7 @@ def log(tmp_path: Path) -> Path:
 @pytest.fixture
 def workers(store_url: str, log: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
     env = {**os.environ, LOG_SETTING: str(log)}
-    command = [sys.executable, str(HERE / "singleton_worker.py"), store_url, str(LEASE)]
+    command = [sys.executable, str(HERE / "flow_worker.py"), store_url, str(LEASE)]
     fleet = [subprocess.Popen(command, env=env, cwd=HERE) for _ in range(2)]
     yield fleet
     for worker in fleet:
