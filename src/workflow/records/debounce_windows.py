@@ -34,7 +34,9 @@ The rules:
 - **Abandoned.** A window never enqueued and ``ABANDONED`` seconds past due
   has no run and no caller holding its answer (the submit that opened it
   died before answering, and no later submit joined it): it is dropped. So
-  is a closed one ``CLOSED_KEPT`` seconds past due that its run did not drop.
+  is a closed one ``CLOSED_KEPT`` seconds past due that its run did not drop,
+  and an enqueued one its run never took ``UNTAKEN_KEPT`` past due (the run
+  was cancelled, or is dead).
 - **Bounded.** At most ``MAX_WINDOWS`` windows wait for their runs (each
   keeps its input): a submit that would open one more is refused
   (``Joined.refused``); that many only build up while no worker takes the
@@ -54,6 +56,10 @@ MAX_WINDOWS = 64
 """Windows of one key that may wait for their runs at once."""
 ABANDONED = 300.0
 """Seconds past due after which a window never enqueued is dropped."""
+UNTAKEN_KEPT = 86_400.0
+"""Seconds past due an enqueued window whose run never took it is kept
+(its run was cancelled, or is dead): then it is dropped, so that it counts
+no more toward ``MAX_WINDOWS``."""
 CLOSED_KEPT = 3600.0
 """Seconds past due a closed window is kept if its run did not drop it (a
 worker died between taking it and recording its input: the run's next
@@ -190,12 +196,14 @@ def drop(state: Windows | None, *, run: str) -> tuple[Windows | None, None]:
 
 
 def _without_abandoned(state: Windows, now: float) -> Windows:
-    windows = tuple(
-        w
-        for w in state.windows
-        if now < w.due + (CLOSED_KEPT if w.closed else ABANDONED) or (w.enqueued and not w.closed)
-    )
+    windows = tuple(w for w in state.windows if now < w.due + _kept(w))
     return state if len(windows) == len(state.windows) else replace(state, windows=windows)
+
+
+def _kept(window: Window) -> float:
+    if window.closed:
+        return CLOSED_KEPT
+    return UNTAKEN_KEPT if window.enqueued else ABANDONED
 
 
 # -- in the store ----------------------------------------------------------------
