@@ -319,3 +319,12 @@ def test_stream_case_reads_every_item_in_another_process(tmp_path: object) -> No
     # each write is a memo and an item, each created once
     assert r["writer_requests_per_item"]["CONDITIONAL_PUT"] >= 2
     assert r["reader_requests_per_item"]["GET"] >= 1
+
+
+def test_debounce_costs() -> None:
+    from benchmarks.debounce import one
+
+    alone = asyncio.run(one("memory", 1, 20))
+    # One swap a submit, and the window's opening: its run's enqueue and the mark.
+    assert alone["submits"] == 20 and alone["per_submit"]["CPUT"] == (20 + 2) / 20
+    assert alone["areas"]["CPUT debounce"] == 21 and "GET debounce" not in alone["areas"]

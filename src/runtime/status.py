@@ -19,7 +19,8 @@ class JobStatus(StrEnum):
     A queue holds a job while it is ``scheduled``, ``ready``, ``running``,
     suspended (``sleeping``, ``waiting_for_event``,
     ``waiting_for_callback``, ``waiting_for_children``,
-    ``waiting_for_slot``, ``rate_limited``, ``waiting_for_version``) or
+    ``waiting_for_slot``, ``rate_limited``, ``waiting_for_version``,
+    ``debounced``) or
     ``dead``; its outcome record says how it ``succeeded``, ``failed`` or
     was ``cancelled``.
     """
@@ -42,6 +43,9 @@ class JobStatus(StrEnum):
     WAITING_FOR_VERSION = "waiting_for_version"
     """Given back by a worker whose code cannot replay it, until a worker of
     the code version that recorded its history claims it (a rolling deploy)."""
+    DEBOUNCED = "debounced"
+    """A debounced run whose window is still taking submits: it starts once
+    they stop for its ``wait`` (or at its ``max_wait``)."""
     READY = "ready"
     """Due and waiting for a worker."""
     RUNNING = "running"
@@ -76,6 +80,7 @@ QUEUE_STATUSES: tuple[JobStatus, ...] = (
     JobStatus.WAITING_FOR_SLOT,
     JobStatus.RATE_LIMITED,
     JobStatus.WAITING_FOR_VERSION,
+    JobStatus.DEBOUNCED,
     JobStatus.DEAD,
 )
 """The statuses a queue record can have."""
@@ -88,6 +93,7 @@ SUSPENDED_STATUSES = frozenset(
         JobStatus.WAITING_FOR_SLOT,
         JobStatus.RATE_LIMITED,
         JobStatus.WAITING_FOR_VERSION,
+        JobStatus.DEBOUNCED,
     }
 )
 

@@ -41,6 +41,7 @@ from stepstone.errors import (
     CorruptMemo,
     CorruptOutcome,
     CorruptRecord,
+    DebounceBacklog,
     DuplicateJobName,
     EncodingError,
     EventRefused,
@@ -78,7 +79,14 @@ from stepstone.handles.handle import JobHandle
 from stepstone.handles.state import JobState
 from stepstone.handles.streams import StreamItem, StreamReader
 from stepstone.handles.sync import SyncHandle
-from stepstone.job import ErrorClass, IdempotencyKey, Job, RunRef, payload_idempotency_key
+from stepstone.job import (
+    ErrorClass,
+    IdempotencyKey,
+    Job,
+    RunRef,
+    Singleton,
+    payload_idempotency_key,
+)
 from stepstone.limits.rate import RateLimit
 from stepstone.records.attempts import AttemptInfo, AttemptResult
 from stepstone.records.outcome import ErrorInfo, Outcome
@@ -97,7 +105,7 @@ from stepstone.runtime.queue import (
 from stepstone.runtime.status import JobStatus
 from stepstone.schedules import Schedule
 from stepstone.store import ObjectStore, open_store
-from stepstone.submit.options import SubmitOptions
+from stepstone.submit.options import Debounce, SubmitOptions
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
@@ -119,6 +127,8 @@ __all__ = [
     "NonDeterministicReplay",
     "CorruptOutcome",
     "CorruptRecord",
+    "Debounce",
+    "DebounceBacklog",
     "DuplicateJobName",
     "EncodingError",
     "ErrorClass",
@@ -155,6 +165,7 @@ __all__ = [
     "RunRef",
     "RunNotFound",
     "Schedule",
+    "Singleton",
     "SqsQueue",
     "SqsUnsupported",
     "StepstoneError",

@@ -89,6 +89,7 @@ __all__ = [
     "CorruptMemo",
     "CorruptOutcome",
     "CorruptRecord",
+    "DebounceBacklog",
     "DuplicateJobName",
     "EncodingError",
     "EventRefused",
@@ -499,3 +500,8 @@ def __getattr__(name: str) -> Any:
         )
         return globals()[_RENAMED[name]]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class DebounceBacklog(JobError):
+    """A debounced submit found no open window of its key and too many
+    windows waiting for their runs already (no worker takes them?)."""

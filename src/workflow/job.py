@@ -39,6 +39,21 @@ class ErrorClass(StrEnum):
     TRANSIENT = "transient"
 
 
+class Singleton(StrEnum):
+    """What a submit of a singleton key (``Job.singleton``) does when a run
+    of the key is live (submitted, and not yet ended)."""
+
+    QUEUE = "queue"
+    """Its run waits in line for the key (a concurrency key of 1)."""
+    SKIP = "skip"
+    """No new run: the submit joins the live run, whose outcome its handle answers."""
+    CANCEL_RUNNING = "cancel_running"
+    """The live run is cancelled, and the new run starts once its code has stopped."""
+    SKIP_NEWEST = "skip_newest"
+    """The new run is recorded cancelled at once, without running, its
+    error naming the live run; the live run goes on."""
+
+
 class Job(BaseModel, Generic[Out]):
     """Subclass with fields for the input and a ``run`` method.
 
@@ -87,6 +102,13 @@ class Job(BaseModel, Generic[Out]):
     concurrency_limit: ClassVar[int] = 1
     """Runs of this type with the same :meth:`concurrency_key` in flight at
     once, across every worker process and machine."""
+
+    singleton: ClassVar[Singleton | None] = None
+    """What a submit does when a run of its :meth:`concurrency_key` is live
+    (with ``concurrency_limit`` 1, a singleton key): None or
+    ``Singleton.QUEUE``, wait in line; ``SKIP``, join the live run;
+    ``CANCEL_RUNNING``, cancel it and run; ``SKIP_NEWEST``, end at once,
+    cancelled, naming the live run. See docs/concepts.md, "Singleton runs"."""
 
     rate_limit: ClassVar[RateLimit | None] = None
     """How fast runs of this type may start, across every worker process

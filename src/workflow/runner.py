@@ -277,6 +277,7 @@ class JobRunner:
             answers=self._answers,
             max_attempts=max_attempts,
             created_here=created_here,
+            clock=self.clock,
             hand_off=HandOff(self.queue, self.worker),
         )
         self._attempts = AttemptRunner(

@@ -179,6 +179,7 @@ async def test_ls_show_stats_cancel_retry_on_a_file_store(
         "waiting_for_slot": 0,
         "rate_limited": 0,
         "waiting_for_version": 0,
+        "debounced": 0,
         "dead": 1,
     }
     assert stats["outcomes"] == {"succeeded": 1, "failed": 1, "cancelled": 0}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
@@ -144,6 +145,27 @@ def listed_json(row: RunSummary) -> dict[str, Any]:
     }
 
 
+def _debounce_json(found: Detail) -> dict[str, Any] | None:
+    shown = found.debounce
+    if shown is None:
+        return None
+    window = shown.window
+    return {
+        "key": shown.key,
+        "object": shown.object_key,
+        "unreadable": shown.unreadable,
+        "window": None
+        if window is None
+        else {
+            "due": window.due,
+            "submits": window.count,
+            "first": window.first,
+            "last": window.last,
+            "closed": window.closed,
+        },
+    }
+
+
 def detail_json(found: Detail) -> dict[str, Any]:
     queued = found.queued
     outcome = found.outcome
@@ -174,6 +196,7 @@ def detail_json(found: Detail) -> dict[str, Any]:
             "dead_reason": queued.dead_reason,
             "waiting_for": None if queued.wait is None else queued.wait.shown,
             "headers": dict(queued.headers),
+            "debounce": _debounce_json(found),
         },
         "outcome": None
         if outcome is None
@@ -306,6 +329,10 @@ def print_detail(out: TextIO, found: Detail) -> None:
             line("wakes at", when(queued.run_at))
         else:
             line("run at", when(queued.run_at))
+        if found.debounce is not None:
+            if found.debounce.key is not None:
+                line("debounce key", short(found.debounce.key))
+            line("debounced", found.debounce.describe(time.time()))
         line("created", when(queued.created_at))
         line("updated", when(queued.updated_at))
         if queued.lease_expires_at is not None:

@@ -14,5 +14,7 @@
 - ``ending.py``: the worker's attempt callbacks: the outcome recorded
   before the ack, the parent woken, the handles told, the hooks run;
 - ``hooks.py``: ``on_settled`` hooks, called once an outcome stands;
-- ``cancelling.py``: cancelling a run, from any process.
+- ``cancelling.py``: cancelling a run, from any process;
+- ``debounced.py``: a debounced run waits for its window, then takes its
+  last submit's input.
 """

@@ -37,6 +37,7 @@ from stepstone.errors import (
 from stepstone.execute import branches, versions
 from stepstone.execute.branches import RunTree
 from stepstone.execute.context import JobContext
+from stepstone.execute.debounced import debounced_input
 from stepstone.execute.scope import AttemptScope, InThread, log_extra
 from stepstone.job import ErrorClass, Job
 from stepstone.limits.gate import Limits
@@ -176,13 +177,6 @@ class AttemptRunner:
             prefix = layout.memos(run_id, envelope.incarnation)
             memo_keys = {info.key[len(prefix) :] async for info in store.scan(prefix)}
 
-        try:
-            job = job_type.model_validate_json(envelope.input)
-        except ValidationError as exc:
-            raise MalformedPayload(
-                f"the input does not validate as {job_type.__qualname__}: {exc}"
-            ) from exc
-
         scope = AttemptScope(
             submitter=self._submitter,
             state_of=self._state_of,
@@ -203,6 +197,14 @@ class AttemptRunner:
             attributes=envelope.attributes,
             replay_of=envelope.replay_of,
         )
+        # A debounced run waits for its window, then runs its last input.
+        envelope = await debounced_input(self._submitter.debouncer, envelope, scope)
+        try:
+            job = job_type.model_validate_json(envelope.input)
+        except ValidationError as exc:
+            raise MalformedPayload(
+                f"the input does not validate as {job_type.__qualname__}: {exc}"
+            ) from exc
         branches.install(asyncio.get_running_loop())
         # A slot of its concurrency key and its rate limit turn, or Suspend.
         admitted = await self._limits.admit(job_type, job, scope)

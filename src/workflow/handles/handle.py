@@ -23,6 +23,7 @@ from typing import Any, Generic, Protocol, TypeVar, overload
 
 from stepstone.handles.state import JobState
 from stepstone.handles.streams import StreamReader
+from stepstone.records.debounce_windows import Joined
 from stepstone.records.outcome import Outcome
 
 T = TypeVar("T")
@@ -107,6 +108,9 @@ class JobHandle(Generic[T]):
         """The run id."""
         self.newly_submitted = newly_submitted
         self._fresh = newly_submitted
+        self.debounced: Joined | None = None
+        """For a debounced submit: the window it joined (its run, place,
+        when it was decided, and the run's due time as it stood then)."""
 
     def wait_within(self, waiter: Callable[[JobHandle[T]], Awaitable[Outcome[T]]]) -> None:
         """Await this run through ``waiter`` instead of polling: a parent

@@ -36,10 +36,9 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections import OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -47,7 +46,7 @@ from stepstone.execute.memos import Memo
 from stepstone.execute.scope import AttemptScope
 from stepstone.job import Job
 from stepstone.limits import rate, slots
-from stepstone.limits.shared import SharedObject
+from stepstone.limits.shared import KeptObjects, SharedObject
 from stepstone.records.codec import codec_for_type
 from stepstone.records.envelope import Envelope
 from stepstone.records.layout import Layout, limit_digest
@@ -63,36 +62,11 @@ log = logging.getLogger("stepstone")
 
 S = TypeVar("S")
 
-KEPT_OBJECTS = 4096
-"""Shared objects (keys) a runner keeps its last version of; the least
-recently used beyond that are forgotten (costing one read when next used)."""
-
 _FLOAT = codec_for_type(float)
 
 Decide = Callable[[slots.SlotTable | None, float], slots.SlotDecision]
 """A slot decision about a key's table (None: no one holds or waits), at a time."""
 _Decided = tuple[slots.SlotTable | None, slots.SlotDecision]
-
-
-class _Kept(Generic[S]):
-    """This process's SharedObjects of one kind, the least recently used forgotten."""
-
-    def __init__(self, make: Callable[[str], SharedObject[S]]) -> None:
-        self._make = make
-        self._objects: OrderedDict[str, SharedObject[S]] = OrderedDict()
-
-    def __call__(self, key: str) -> SharedObject[S]:
-        found = self._objects.get(key)
-        if found is not None:
-            self._objects.move_to_end(key)
-            return found
-        made = self._objects[key] = self._make(key)
-        if len(self._objects) > KEPT_OBJECTS:
-            for old, kept in self._objects.items():
-                if not kept.busy:  # (a busy one is kept: its updates are under way)
-                    del self._objects[old]
-                    break
-        return made
 
 
 class Limits:
@@ -121,12 +95,12 @@ class Limits:
         self._waking = waking
         self._wait_recheck = wait_recheck
         self._job_types: dict[str, type[Job[Any]]] = {}
-        self._slots: _Kept[slots.SlotTable] = _Kept(
+        self._slots: KeptObjects[slots.SlotTable] = KeptObjects(
             lambda key: SharedObject(
                 store, key, clock, to_fields=slots.to_fields, from_fields=slots.from_fields
             )
         )
-        self._rates: _Kept[rate.RateState] = _Kept(
+        self._rates: KeptObjects[rate.RateState] = KeptObjects(
             lambda key: SharedObject(
                 store,
                 key,

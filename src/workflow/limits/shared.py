@@ -39,6 +39,7 @@ import asyncio
 import logging
 import random
 import secrets
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
@@ -69,6 +70,10 @@ CONFLICT_PAUSE = 0.002
 refusal (capped at 0.1 s), so processes racing for one object spread out."""
 PATIENCE = 120.0
 """Seconds an update keeps trying a write the store refuses as too many."""
+
+KEPT_OBJECTS = 4096
+"""Shared objects (keys) a runner keeps its last version of; the least
+recently used beyond that are forgotten (costing one read when next used)."""
 
 StateChange = Callable[[S | None, float], tuple[S | None, T]]
 """A pure update: (state or None when absent, now) -> (new state or None, answer)."""
@@ -187,6 +192,11 @@ class SharedObject(Generic[S]):
             return answers
         raise Contended(f"{MAX_CONFLICTS} writes in a row refused", key=self.key)
 
+    async def read(self) -> S | None:
+        """The state as stored now (one GET; None: absent), for people to see.
+        Raises CorruptRecord naming the key for an object that does not decode."""
+        return (await self._read()).state
+
     async def _read(self) -> _Version[S]:
         try:
             stored = await self._store.get(self.key)
@@ -243,3 +253,25 @@ class SharedObject(Generic[S]):
         except StoreUnavailable as error:
             etag = await landed(self._store, self.key, data, old.etag, error)
         return _Version(etag, state, rev, nonce)
+
+
+class KeptObjects(Generic[S]):
+    """This process's SharedObjects of one kind, by key, the least recently
+    used beyond ``KEPT_OBJECTS`` forgotten (costing one read when next used)."""
+
+    def __init__(self, make: Callable[[str], SharedObject[S]]) -> None:
+        self._make = make
+        self._objects: OrderedDict[str, SharedObject[S]] = OrderedDict()
+
+    def __call__(self, key: str) -> SharedObject[S]:
+        found = self._objects.get(key)
+        if found is not None:
+            self._objects.move_to_end(key)
+            return found
+        made = self._objects[key] = self._make(key)
+        if len(self._objects) > KEPT_OBJECTS:
+            for old, kept in self._objects.items():
+                if not kept.busy:  # (a busy one is kept: its updates are under way)
+                    del self._objects[old]
+                    break
+        return made

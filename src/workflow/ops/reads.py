@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from stepstone.errors import InspectError
 from stepstone.handles.state import attempts_of
+from stepstone.ops.debounced import DebounceShown, read_debounce
 from stepstone.records.attempts import AttemptInfo
 from stepstone.records.attributes import marked
 from stepstone.records.calls import (
@@ -199,6 +200,8 @@ class Detail:
     attributes: dict[str, str] = field(default_factory=dict)
     """Its attributes: those it was submitted with, and those it set
     (:mod:`stepstone.records.attributes`)."""
+    debounce: DebounceShown | None = None
+    """A debounced run's window as its key's object holds it now."""
 
     def unreadable_records(self) -> list[Unreadable]:
         """Every record of the job that would not decode, memos and attempts included."""
@@ -440,6 +443,12 @@ async def detail(runner: Inspected, run_id: str) -> Detail:
         memos,
         unreadable=unreadable,
     )
+    if isinstance(queued, JobRecord):
+        found.debounce = await read_debounce(runner.store, runner.layout, queued)
+        window = None if found.debounce is None else found.debounce.window
+        if window is not None:
+            with contextlib.suppress(ValueError):
+                input_json = json.loads(window.input)  # (what it will run, as things stand)
     found.incarnation = incarnation
     found.input = input_json
     found.version, found.key = version, key

@@ -20,5 +20,9 @@ how long they stay.
 - ``audit.py``, ``audit_log.py``: the record of an operator's action, and
   where such records are kept, read back and swept;
 - ``fit_to_run.py``: whether a store is fit for a worker: reachable,
-  holding conditional writes, not a copy.
+  holding conditional writes, not a copy;
+- ``debounce_windows.py``: a debounce key's windows and the rules that
+  decide them (pure);
+- ``singleton_runs.py``: a singleton key's live run and the rules that
+  decide it (pure).
 """

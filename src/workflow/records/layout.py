@@ -14,6 +14,8 @@ children/<run_id>/<child>                    a child a run submitted (create-if-
 schedules/<name>                             the last tick a schedule submitted
 slots/<digest>                               a concurrency key's holders and waiters
 rates/<digest>                               a rate limit's state
+debounce/<digest>                            a debounce key's windows: their runs and last inputs
+singletons/<digest>                          a singleton key's live run
 workers/<holder digest>/<life>               a worker's record: who, where, holding what, last beat
 audit/<date>/<time>-<random>                 an operator's action: who, when, what, how it ended
 audit-runs/<run_id>/<date>T<time>-<random>   the same action's mark under each run it acted on
@@ -36,7 +38,7 @@ NAME_MAX; a longer name keeps a readable head and a hash of the whole), and
 a runner whose prefix would leave its longest key past the store's
 ``key_limit`` (1,024 bytes on S3, less the bucket prefix) is refused when it
 is built. So a step's memo write can never be refused for its key after its
-function has run. A concurrency or rate key is user text too, and is hashed
+function has run. A concurrency, rate or debounce key is user text too, and is hashed
 with the job type's NAME into ``<digest>`` (:func:`limit_digest`).
 """
 
@@ -203,6 +205,14 @@ class Layout:
 
     def rate(self, digest: str) -> str:
         return join(self.prefix, "rates", digest)
+
+    def singleton(self, digest: str) -> str:
+        """A singleton key's live run (:mod:`stepstone.records.singleton_runs`)."""
+        return join(self.prefix, "singletons", digest)
+
+    def debounce(self, digest: str) -> str:
+        """A debounce key's windows (:mod:`stepstone.records.debounce_windows`)."""
+        return join(self.prefix, "debounce", digest)
 
     def workers(self) -> str:
         """The prefix of the workers' records (:mod:`stepstone.runtime.worker.presence`)."""

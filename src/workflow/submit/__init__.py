@@ -12,7 +12,11 @@
   is ready for it;
 - ``turns.py``: a loop of awaited submits gives the event loop a turn;
 - ``many.py``: ``submit_many``, the same answers for a batch in fewer requests;
-- ``events.py``: ``send_event``, an event delivered to a live run.
+- ``events.py``: ``send_event``, an event delivered to a live run;
+- ``debouncing.py``: debounced submits, one run for the submits of a key
+  within ``wait`` of each other;
+- ``singletons.py``: submits of a singleton key: start, join, replace or
+  skip its live run.
 """
 
 from stepstone.submit.options import SubmitOptions

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from stepstone.errors import CorruptOutcome, InputMismatch
 from stepstone.handles.handle import JobHandle
-from stepstone.job import Job
+from stepstone.job import Job, Singleton
 from stepstone.records.outcome import OutcomeRecord
 from stepstone.runtime.queue import all_or_first_error
 from stepstone.submit.options import SubmitOptions
@@ -35,7 +35,13 @@ async def submit_many(
     submitter: Submitter, jobs: Sequence[Job[Any]], options: SubmitOptions | None = None
 ) -> list[JobHandle[Any]]:
     """Submit every job of ``jobs`` (each with ``options``) through
-    ``submitter``; their handles in order. See the module docstring."""
+    ``submitter``; their handles in order. See the module docstring.
+    Debounced jobs, and jobs of a singleton type that does more than queue,
+    are submitted one after another, in order (each decides on its key's
+    object, seeing the last one's decision)."""
+    debounced = options is not None and options.debounce is not None
+    if debounced or any(type(job).singleton not in (None, Singleton.QUEUE) for job in jobs):
+        return [await submitter.submit(job, options) for job in jobs]
     subs = [Submission.of(job, options, None, None) for job in jobs]
     answers: list[Answer] = [None] * len(subs)
     first = [i for i, s in enumerate(subs) if s.run_id and submitter.look_first.wanted(s.run_id)]

@@ -10,6 +10,46 @@ RESERVED_HEADER_PREFIX = "stepstone."
 
 
 @dataclass(frozen=True, slots=True)
+class Debounce:
+    """Collapse submits of one job type under one key into one run.
+
+    Submits with the same ``key`` (and job type) that come within ``wait``
+    seconds of each other make one run, which starts ``wait`` seconds after
+    the last of them (never later than ``max_wait`` seconds after the first,
+    when given) with the last one's input; every one of their handles
+    answers with that run's outcome. A submit after the run started makes a
+    new run. See docs/concepts.md, "Debounce"."""
+
+    key: str
+    """What groups submits (a user id, a document id); any text."""
+    wait: float
+    """Seconds of quiet after the last submit before the run starts."""
+    max_wait: float | None = None
+    """Seconds after the first submit by which the run starts, however
+    often submits keep coming (None: no such bound)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.key, str) or not self.key:
+            raise ValueError(f"Debounce.key must be a non-empty str, got {self.key!r}")
+        for name in ("wait", "max_wait"):
+            value = getattr(self, name)
+            if value is None and name == "max_wait":
+                continue
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not 0 < value <= MAX_DEBOUNCE
+            ):
+                raise ValueError(
+                    f"Debounce.{name} must be seconds in (0, {MAX_DEBOUNCE:.0f}], got {value!r}"
+                )
+
+
+MAX_DEBOUNCE = 30 * 86_400.0
+"""The longest ``wait`` or ``max_wait`` a Debounce takes (30 days)."""
+
+
+@dataclass(frozen=True, slots=True)
 class SubmitOptions:
     """Per-submission overrides; every field defaults to the runner's setting."""
 
@@ -25,6 +65,10 @@ class SubmitOptions:
     """What the run is found by later (``runner.runs(attributes=...)``,
     ``stepstone ls --attr``): names and values, checked by
     :func:`stepstone.records.attributes.check_attributes`."""
+    debounce: Debounce | None = None
+    """Collapse this submit with others of its key into one run (see
+    :class:`Debounce`); not with ``run_at``, nor for a job with an
+    idempotency key or a child."""
 
 
 def headers_of(options: SubmitOptions) -> dict[str, str]:

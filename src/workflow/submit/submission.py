@@ -35,6 +35,9 @@ class Submission:
     run_at: float | None
     attributes: dict[str, str]
     envelope: Envelope | None = None
+    debounced: bool = False
+    """Run under a debounce window's id, whose input is its window's last
+    submit's: a run of the id met, or its outcome, may have another input."""
 
     @classmethod
     def of(
@@ -50,6 +53,8 @@ class Submission:
         except Exception as exc:
             raise EncodingError(f"the input cannot be encoded: {exc}", job=kind) from exc
         key: str | None = None
+        if options.debounce is not None:
+            _check_debounced(job, options, run_id, parent)
         if run_id is None:
             key = job.idempotency_key()
             if key is not None and not isinstance(key, str):
@@ -73,6 +78,11 @@ class Submission:
             run_at=run_at_of(options),
             attributes=check_attributes(options.attributes, where="SubmitOptions.attributes"),
         )
+
+    @property
+    def checked_hash(self) -> str | None:
+        """The input hash its handle checks outcomes against (None: any)."""
+        return None if self.debounced else self.digest
 
     @property
     def keyed(self) -> bool:
@@ -104,3 +114,22 @@ class Submission:
         if self.options.priority is not None:  # (else the queue's default)
             job = replace(job, priority=self.options.priority)
         return job
+
+
+def _check_debounced(
+    job: Job[Any], options: SubmitOptions, run_id: str | None, parent: str | None
+) -> None:
+    """ValueError for a debounced submit that cannot be: its run's id and
+    start are its window's, so it takes no key, run id or run-at time."""
+    why = None
+    if parent is not None or run_id is not None:
+        why = "a child or a schedule's tick cannot be debounced"
+    elif options.run_at is not None:
+        why = "SubmitOptions.run_at and debounce do not go together (the window says when)"
+    elif job.idempotency_key() is not None:
+        why = (
+            "a job with an idempotency key cannot be debounced: its run is its key's, "
+            "and a debounced run is its window's"
+        )
+    if why is not None:
+        raise ValueError(f"job {job.NAME!r}: {why}")

@@ -38,21 +38,24 @@ from typing import Any, TypeVar
 
 from stepstone.errors import CorruptOutcome, InputMismatch, JobCancelled, JobError
 from stepstone.handles.handle import Answers, JobHandle
-from stepstone.job import Job
+from stepstone.job import Job, Singleton
 from stepstone.records.attributes import drop_entries, write_entries
 from stepstone.records.envelope import Envelope, incarnation_of
 from stepstone.records.family import Family
 from stepstone.records.outcome import Outcome, OutcomeRecord
 from stepstone.records.run_records import RunRecords
 from stepstone.runtime.capabilities import Withdrawing
+from stepstone.runtime.clock import Clock
 from stepstone.runtime.decision import FailureKind
 from stepstone.runtime.errors import MalformedPayload
 from stepstone.runtime.queue import Enqueued, LeaseQueue, NewJob
 from stepstone.runtime.status import JobStatus
 from stepstone.submit.created_here import CreatedHere
+from stepstone.submit.debouncing import Debouncer
 from stepstone.submit.hand_off import HandOff
 from stepstone.submit.look_first import LookFirst
 from stepstone.submit.options import SubmitOptions
+from stepstone.submit.singletons import Singletons
 from stepstone.submit.submission import Submission
 from stepstone.submit.turns import Turns
 
@@ -79,7 +82,8 @@ class Submitter:
     """Submits jobs to ``queue``, answering duplicates from ``records``.
 
     ``answers`` is what the handles it returns ask; ``max_attempts`` the
-    default for job types that set none; ``hand_off`` (None: no worker runs
+    default for job types that set none; ``clock`` times debounced submits
+    (:mod:`stepstone.submit.debouncing`); ``hand_off`` (None: no worker runs
     here) gives a job straight to this process's worker when it is ready
     for it; ``created_here`` hears of each keyed run created and checked.
     """
@@ -92,6 +96,7 @@ class Submitter:
         answers: Answers,
         max_attempts: int,
         created_here: CreatedHere,
+        clock: Clock,
         hand_off: HandOff | None = None,
     ) -> None:
         self.queue = queue
@@ -105,6 +110,21 @@ class Submitter:
         self._created_here = created_here
         self._hand_off = hand_off
         self._turns = Turns()
+        self.debouncer = Debouncer(
+            store=records.store,
+            layout=records.layout,
+            clock=clock,
+            answers=answers,
+            submit_one=self.submit_one,
+        )
+        self.singletons = Singletons(
+            records=records,
+            queue=queue,
+            clock=clock,
+            answers=answers,
+            max_attempts=max_attempts,
+            submit_one=self.submit_one,
+        )
 
     async def submit(
         self,
@@ -119,7 +139,16 @@ class Submitter:
         in place of the job's own key; ``parent`` names the run that submits
         it as a child, to wake when it ends. See the module docstring."""
         self._turns.begin()
-        handle = await self.submit_one(Submission.of(job, options, run_id, parent))
+        s = Submission.of(job, options, run_id, parent)
+        policy, key = type(job).singleton, None
+        if policy not in (None, Singleton.QUEUE):
+            key = job.concurrency_key()
+        if s.options.debounce is not None:
+            handle = await self.debouncer.submit(s)
+        elif policy is not None and key is not None:
+            handle = await self.singletons.submit(s, policy, key)
+        else:
+            handle = await self.submit_one(s)
         await self._turns.end()
         if parent is not None and handle.newly_submitted:
             await self._unless_parent_cancelled(parent, handle)
@@ -296,7 +325,7 @@ class Submitter:
                 run_id,
                 s.output,
                 newly_submitted=True,
-                input_hash=s.digest,
+                input_hash=s.checked_hash,
                 kind=s.kind,
             )
 
@@ -307,14 +336,14 @@ class Submitter:
                 theirs: Envelope | None = Envelope.decode(record.payload)
             except MalformedPayload:
                 theirs = None
-            if theirs is None or theirs.input_hash != s.digest:
+            if theirs is None or (theirs.input_hash != s.digest and not s.debounced):
                 raise InputMismatch(run_id, s.kind)
             if s.parent is not None and theirs.parent != s.parent:
                 # A parent joining a child another submitted: the child's end
                 # must wake it too (before the parent looks for its outcome).
                 await self.family.add_waiter(run_id, s.parent)
             return JobHandle(
-                self._answers, run_id, s.output, newly_submitted=False, input_hash=s.digest
+                self._answers, run_id, s.output, newly_submitted=False, input_hash=s.checked_hash
             )
         # It finished between our two looks: its outcome is the answer.
         recorded = await self.records.outcome(run_id)
@@ -348,7 +377,7 @@ class Submitter:
     def answer_from(self, record: OutcomeRecord, s: Submission) -> JobHandle[Any]:
         """The handle a recorded outcome answers ``s`` with; InputMismatch when
         it records a run of another input."""
-        if record.input_hash != s.digest:
+        if record.input_hash != s.digest and not s.debounced:
             raise InputMismatch(record.run_id, s.kind)
         outcome: Outcome[Any] = record.typed(s.output)
         return JobHandle(
@@ -357,7 +386,7 @@ class Submitter:
             s.output,
             newly_submitted=False,
             outcome=outcome,
-            input_hash=s.digest,
+            input_hash=s.checked_hash,
         )
 
     async def outcomes(
