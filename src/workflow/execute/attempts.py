@@ -31,6 +31,7 @@ from stepstone.errors import (
     InvalidWait,
     JobFailed,
     NonDeterministicReplay,
+    PayloadUnreadable,
     StreamClosed,
 )
 from stepstone.execute import branches, versions
@@ -176,7 +177,9 @@ class AttemptRunner:
             memo_keys = {info.key[len(prefix) :] async for info in store.scan(prefix)}
 
         try:
-            job = job_type.model_validate_json(envelope.input)
+            job = job_type.model_validate_json(self._records.payloads.open_bytes(envelope.input))
+        except PayloadUnreadable as exc:
+            raise MalformedPayload(f"the input cannot be read: {exc}") from None
         except ValidationError as exc:
             raise MalformedPayload(
                 f"the input does not validate as {job_type.__qualname__}: {exc}"
@@ -231,6 +234,7 @@ class AttemptRunner:
             Permanent,
             EncodingError,
             CorruptMemo,
+            PayloadUnreadable,
             JobFailed,
             InvalidWait,
             BadEvent,
@@ -264,6 +268,7 @@ class AttemptRunner:
             encoded = _stored_result(envelope.kind, job_type.output_type(), result)
         except EncodingError as exc:
             raise ClassifiedPermanent(exc) from exc
+        encoded = self._records.payloads.seal(encoded)
         record = OutcomeRecord(
             run_id=run_id,
             kind=envelope.kind,
@@ -421,11 +426,11 @@ async def _check_history_made(scope: AttemptScope) -> None:
         return
     (branch, position), segment = missing[0]
     key = scope.layout.memo(scope.run_id, scope.incarnation, segment)
-    field = memo_value()
+    field = memo_value(scope.records.payloads)
     try:
         memo = PositionedMemo.read_split(await scope.store.get_split(key, field), field)
         recorded, by = memo.call.describe(), memo.by
-    except (NotFound, ValueError):
+    except (NotFound, ValueError, PayloadUnreadable):
         recorded, by = f"a call (its memo {segment})", None
     scope.diverged_at = segment
     scope.diverged = NonDeterministicReplay(

@@ -30,6 +30,7 @@ from stepstone.records.outcome import (
     outcome_result,
     read_outcome_key,
 )
+from stepstone.records.payloads import Payloads
 from stepstone.runtime import plausible
 from stepstone.store import AlreadyExists, NotFound, ObjectStore, PreconditionFailed
 
@@ -50,9 +51,14 @@ class AtOutcomeKey:
 class RunRecords:
     """Outcome and progress records of runs under one layout in one store."""
 
-    def __init__(self, store: ObjectStore, layout: Layout) -> None:
+    def __init__(
+        self, store: ObjectStore, layout: Layout, payloads: Payloads | None = None
+    ) -> None:
         self.store = store
         self.layout = layout
+        self.payloads = payloads or Payloads()
+        """What seals the payloads this process writes and opens those it
+        reads (:mod:`stepstone.records.payloads`)."""
         self._ended: OrderedDict[str, None] = OrderedDict()
 
     def seen_ended(self, run_id: str) -> bool:
@@ -73,7 +79,7 @@ class RunRecords:
         """What the run's outcome key holds. Raises CorruptOutcome, naming the
         key, when the object there is no record this library reads."""
         key = self.layout.outcome(run_id)
-        field = outcome_result()
+        field = outcome_result(self.payloads)
         try:
             found = await self.store.get_split(key, field)
         except NotFound:

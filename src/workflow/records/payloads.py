@@ -1,0 +1,373 @@
+"""Payloads sealed by a codec as they are written, and opened as they are read.
+
+A **payload** is the encoding of a value a user handed the engine: a job's
+input, a step's result, an event, a stream's item, a callback's value, a
+run's result, its progress (and, when asked, its errors' messages). Each is
+made in one place (:class:`stepstone.records.codec.ResultCodec`, or the
+input's canonical JSON) and, before it is stored, goes through
+:meth:`Payloads.seal`; every reader opens it with :meth:`Payloads.open`
+before it decodes it. What the engine needs to run (the records' other
+fields: status, times, keys, positions, leases) is never sealed.
+
+A :class:`PayloadCodec` turns bytes into bytes and back (compression,
+encryption; a user's own). A sealed payload is framed so that any reader
+can tell it from a plain one and say what sealed it without opening it::
+
+    0xC1 | header (MessagePack: {"c": [[codec, key id], ...], "n": size}) |
+    chunks: (4-byte length | the chunk as the codecs made it) ...
+
+0xC1 is the one byte MessagePack never uses and no JSON text starts with,
+so a plain payload (written without a codec, or before one was set) is read
+as it always was. The header names each codec in the order it was applied
+and the key id each used (empty: none), and the plain payload's size. The
+payload is cut into chunks of :data:`CHUNK` bytes, each run through the
+codecs on its own: a large value is sealed as it is written and opened as
+it is read, a chunk at a time, never whole twice (:class:`Opening`).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import msgpack
+
+from stepstone.errors import PayloadUnreadable
+from stepstone.store.parts import Body, Buffer, Parts, Stream
+
+MARK = 0xC1
+"""The first byte of a sealed payload: never a MessagePack value's, nor JSON's."""
+CHUNK = 1 << 20
+"""How many bytes of a payload each chunk holds (the last one fewer)."""
+_LENGTH = 4
+"""The bytes of a chunk's length before it."""
+_HEADER_LONGEST = 4096
+"""The most a frame's header takes."""
+
+
+@runtime_checkable
+class PayloadCodec(Protocol):
+    """What transforms payloads as they are stored and undoes it as they are
+    read: compression, encryption, or one of your own.
+
+    ``encode`` takes a payload's bytes (at most :data:`CHUNK` at a time: a
+    large payload is handed over in chunks) and returns what is stored;
+    ``decode`` undoes it, given the ``key_id`` that ``encode`` used (as
+    :attr:`key_id` said then). Both are called from the event loop and from
+    worker threads, so they must not block on I/O: fetch keys before.
+
+    ``decode`` raises :class:`stepstone.PayloadUnreadable` (with
+    ``key_id`` set) when it does not hold the key, and any error when the
+    bytes are not its own or were altered; the engine turns those into
+    ``PayloadUnreadable`` naming the record.
+    """
+
+    @property
+    def name(self) -> str:
+        """The codec's name, recorded in every payload it sealed, and how a
+        reader finds the codec to open it (``"zstd"``, ``"aes-gcm"``)."""
+        ...
+
+    @property
+    def key_id(self) -> str:
+        """The id of the key ``encode`` uses now, recorded beside the payload
+        (``""`` for a codec without keys)."""
+        ...
+
+    def encode(self, data: bytes) -> bytes:
+        """``data`` as it is to be stored."""
+        ...
+
+    def decode(self, data: bytes, key_id: str) -> bytes:
+        """What ``encode`` was given, from what it returned under ``key_id``."""
+        ...
+
+
+ROOM = 4096
+"""How many bytes sealing adds to a payload of one chunk, at most, with the
+built-in codecs (a frame's header, a chunk's length, a nonce and a tag)."""
+
+
+def sealed(data: Buffer | Parts) -> bool:
+    """Whether ``data`` is a sealed payload (a plain one never starts so)."""
+    if isinstance(data, Parts):
+        first = data.buffers[0] if data.buffers else b""
+        return not isinstance(first, Stream) and bool(first) and first[0] == MARK
+    return bool(data) and data[0] == MARK
+
+
+def _header(data: bytes) -> tuple[list[tuple[str, str]], int, int]:
+    """A frame's header: its codecs (name, key id) in the order applied, the
+    plain payload's size, and where its chunks start. PayloadUnreadable
+    when it is no such header."""
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=_HEADER_LONGEST)
+    unpacker.feed(data[1:_HEADER_LONGEST])
+    try:
+        raw = unpacker.unpack()
+    except Exception:
+        raise PayloadUnreadable("a sealed payload's header does not decode") from None
+    layers, size = (raw.get("c"), raw.get("n")) if isinstance(raw, dict) else (None, None)
+    if (
+        not isinstance(layers, list)
+        or not layers
+        or not all(
+            isinstance(layer, list)
+            and len(layer) == 2
+            and all(isinstance(part, str) for part in layer)
+            for layer in layers
+        )
+        or type(size) is not int
+        or size < 0
+    ):
+        raise PayloadUnreadable("a sealed payload's header is not one stepstone writes")
+    return [(name, key) for name, key in layers], size, 1 + unpacker.tell()
+
+
+def describe(layers: Sequence[tuple[str, str]]) -> str:
+    """What sealed a payload, in words: ``encrypted (key k2)``, ``compressed
+    (zstd)``, ``encoded by mine (key a)``, outermost first."""
+    words = []
+    for name, key in reversed(layers):
+        if name == "aes-gcm":
+            words.append(f"encrypted (key {key})" if key else "encrypted")
+        elif name in ("zstd", "zlib"):
+            words.append(f"compressed ({name})")
+        else:
+            words.append(f"encoded by {name}" + (f" (key {key})" if key else ""))
+    return ", ".join(words)
+
+
+def sealed_by(data: bytes) -> str:
+    """What sealed payload ``data``, in words (:func:`describe`); "" for a plain one."""
+    if not sealed(data):
+        return ""
+    try:
+        layers, _, _ = _header(data)
+    except PayloadUnreadable:
+        return "sealed (its header does not decode)"
+    return describe(layers)
+
+
+class Payloads:
+    """A process's codecs, in the order they are applied (compression before
+    encryption): what seals each payload it writes and opens each it reads.
+    Without codecs it writes payloads plain and opens none that is sealed
+    (PayloadUnreadable, saying what sealed it)."""
+
+    def __init__(self, codecs: Iterable[PayloadCodec] = ()) -> None:
+        self.codecs: tuple[PayloadCodec, ...] = ()
+        self._by_name: dict[str, PayloadCodec] = {}
+        self.use(codecs)
+
+    def use(self, codecs: Iterable[PayloadCodec]) -> None:
+        """Seal and open with ``codecs`` from now on (every part that holds
+        this object sees the change)."""
+        found = tuple(codecs)
+        by_name = {codec.name: codec for codec in found}
+        if len(by_name) != len(found):
+            raise ValueError("two payload codecs share a name")
+        self.codecs, self._by_name = found, by_name
+
+    def __bool__(self) -> bool:
+        return bool(self.codecs)
+
+    # -- sealing
+
+    def seal(self, body: Body) -> Body:
+        """``body`` sealed (itself without codecs). A large body is sealed as
+        it is written, a chunk at a time (counted first: a record holds its
+        size before it)."""
+        if not self.codecs:
+            return body
+        if isinstance(body, bytes):
+            return self._sealed_whole(body)
+        size = len(body)
+        head = self._frame_head(size)
+        length = sum(map(len, self._sealed_chunks(body)))
+        return Parts([head, Stream(length, lambda: self._sealed_chunks(body))])
+
+    def seal_bytes(self, data: bytes) -> bytes:
+        """``data`` sealed, as one ``bytes`` (a small payload's)."""
+        return self._sealed_whole(data) if self.codecs else data
+
+    def _sealed_whole(self, data: bytes) -> bytes:
+        out = bytearray(self._frame_head(len(data)))
+        for chunk in self._sealed_chunks(data):
+            out += chunk
+        return bytes(out)
+
+    def _frame_head(self, size: int) -> bytes:
+        layers = [[codec.name, codec.key_id] for codec in self.codecs]
+        head: bytes = msgpack.packb({"c": layers, "n": size})
+        return bytes([MARK]) + head
+
+    def _sealed_chunks(self, body: Body) -> Iterator[bytes]:
+        for chunk in _chunks(body):
+            for codec in self.codecs:
+                chunk = codec.encode(chunk)
+            yield len(chunk).to_bytes(_LENGTH, "big")
+            yield chunk
+
+    # -- opening
+
+    @staticmethod
+    def plain_size(data: bytes) -> int:
+        """The size of the plain payload ``data`` holds, without opening it."""
+        return _header(data)[1] if sealed(data) else len(data)
+
+    def open_bytes(self, data: bytes) -> bytes:
+        """The plain payload ``data`` holds (``data`` itself when it is plain).
+        PayloadUnreadable, saying what sealed it and why it cannot be opened
+        here, when it cannot."""
+        if not sealed(data):
+            return data
+        opening = Opening(len(data), self)
+        opening(memoryview(data))
+        return opening.plain()
+
+    def open(self, stored: Any) -> Any:
+        """``open_bytes`` for any stored form: bytes, Parts (joined, rare: a
+        large value is opened as it is read), or a value already decoded."""
+        if isinstance(stored, bytes):
+            return self.open_bytes(stored)
+        if isinstance(stored, Parts) and sealed(stored):
+            return self.open_bytes(stored.join())
+        return stored
+
+    def opener(self, layers: Sequence[tuple[str, str]]) -> list[PayloadCodec]:
+        """The codecs that open a payload sealed by ``layers``, in the order
+        to apply them. PayloadUnreadable naming the first one missing."""
+        codecs = []
+        for name, key in reversed(layers):
+            codec = self._by_name.get(name)
+            if codec is None:
+                raise PayloadUnreadable(
+                    f"the payload is {describe(layers)}; this process has no {name!r} codec"
+                    + (f" (nor key {key!r})" if key else ""),
+                    key_id=key,
+                    sealed_by=describe(layers),
+                )
+            codecs.append(codec)
+        return codecs
+
+
+def unreadable(exc: PayloadUnreadable, what: str) -> PayloadUnreadable:
+    """``exc`` again, its message saying first ``what`` could not be opened."""
+    return PayloadUnreadable(f"{what}: {exc}", key_id=exc.key_id, sealed_by=exc.sealed_by)
+
+
+def _chunks(body: Body) -> Iterator[bytes]:
+    """``body``'s bytes in chunks of ``CHUNK`` (the last one shorter; one
+    empty chunk for an empty body)."""
+    if isinstance(body, bytes):
+        if not body:
+            yield b""
+        view = memoryview(body)
+        for at in range(0, len(view), CHUNK):
+            yield bytes(view[at : at + CHUNK])
+        return
+    gathered = bytearray()
+    made = False
+    for buffer in body.chunks():
+        view = memoryview(buffer)
+        while view:
+            room = CHUNK - len(gathered)
+            gathered += view[:room]
+            view = view[room:]
+            if len(gathered) == CHUNK:
+                made = True
+                yield bytes(gathered)
+                gathered = bytearray()
+    if gathered or not made:
+        yield bytes(gathered)
+
+
+class Opening:
+    """A sealed payload of ``size`` bytes opened as its bytes come in (a
+    ``Sink``): its header read, then each chunk, once whole, opened and its
+    plain bytes handed on, so neither the sealed payload nor its chunks are
+    ever held whole. The plain bytes go to ``into`` when given (a decoder
+    fed as they come), else into one allocation of the plain size
+    (:meth:`plain`). A fault is kept, not raised (it would be taken for the
+    store's), and the rest of the bytes passed over."""
+
+    def __init__(self, size: int, payloads: Payloads, into: Any = None) -> None:
+        self._size = size
+        self._payloads = payloads
+        self._into = into
+        self.fed = 0
+        """How many bytes it was handed."""
+        self._pending = bytearray()
+        self._codecs: list[PayloadCodec] | None = None
+        self._layers: list[tuple[str, str]] = []
+        self.plain_size = 0
+        """The plain payload's size (once the header is read)."""
+        self._plain = io.BytesIO()
+        self._opened = 0
+        self.fault: Exception | None = None
+
+    def __call__(self, view: memoryview) -> None:
+        self.fed += len(view)
+        if self.fault is not None:
+            return
+        try:
+            self._pending += view
+            self._consume()
+        except Exception as exc:
+            self.fault = exc
+            self._pending = bytearray()
+
+    def _consume(self) -> None:
+        if self._codecs is None:
+            if len(self._pending) < min(self._size, _HEADER_LONGEST):
+                return
+            self._layers, self.plain_size, start = _header(bytes(self._pending))
+            self._codecs = self._payloads.opener(self._layers)
+            del self._pending[:start]
+        while len(self._pending) >= _LENGTH:
+            length = int.from_bytes(self._pending[:_LENGTH], "big")
+            if len(self._pending) < _LENGTH + length:
+                return
+            chunk = bytes(self._pending[_LENGTH : _LENGTH + length])
+            del self._pending[: _LENGTH + length]
+            for codec, (_, key) in zip(self._codecs, reversed(self._layers), strict=True):
+                try:
+                    chunk = codec.decode(chunk, key)
+                except PayloadUnreadable as exc:
+                    raise PayloadUnreadable(
+                        f"the payload is {describe(self._layers)}: {exc}",
+                        key_id=exc.key_id or key,
+                        sealed_by=describe(self._layers),
+                    ) from None
+                except Exception as exc:
+                    raise PayloadUnreadable(
+                        f"the payload is {describe(self._layers)} and does not open: "
+                        f"{codec.name} says {type(exc).__name__}"
+                        + (f": {exc}" if str(exc) else "")
+                        + " (damaged, altered, or sealed under another key of that id)",
+                        key_id=key,
+                        sealed_by=describe(self._layers),
+                    ) from None
+            self._opened += len(chunk)
+            if self._opened > self.plain_size:
+                raise PayloadUnreadable("a sealed payload opens to more bytes than it says")
+            if self._into is not None:
+                self._into(memoryview(chunk))
+            else:
+                self._plain.write(chunk)
+
+    def check(self) -> None:
+        """Raise the fault, or PayloadUnreadable when the bytes did not make
+        the whole payload."""
+        if self.fault is not None:
+            raise self.fault
+        if self._codecs is None and self.fed == self._size:
+            self._consume()
+        if self._codecs is None or self._pending or self._opened != self.plain_size:
+            raise PayloadUnreadable("a sealed payload is cut short or has bytes past its end")
+
+    def plain(self) -> bytes:
+        """The plain payload (without ``into``); raises as :meth:`check`."""
+        self.check()
+        return self._plain.getvalue()
