@@ -258,12 +258,24 @@ class PayloadUnreadable(JobError):
     no retry would find the key.
     """
 
-    def __init__(self, message: str, *, key_id: str = "", sealed_by: str = "") -> None:
+    def __init__(
+        self, message: str, *, key_id: str = "", sealed_by: str = "", missing: bool = False
+    ) -> None:
         self.key_id = key_id
         """The id of the key the payload was sealed under ("" when none or unknown)."""
         self.sealed_by = sealed_by
         """What sealed it, in words (``encrypted (key k1)``; "" when unknown)."""
+        self.missing = missing
+        """True when this process lacks the key or the codec (the payload may
+        be whole); False when it was damaged or altered."""
         super().__init__(message)
+
+    def shown(self) -> str:
+        """What an operator's tool shows in the payload's place:
+        ``<encrypted (key k2)>``, or, when it does not open though the key
+        is held, that too."""
+        what = self.sealed_by or "sealed"
+        return f"<{what}>" if self.missing else f"<{what}: does not open>"
 
 
 class InvalidWait(JobError, ValueError):

@@ -279,7 +279,7 @@ class AttemptRunner:
             lapses=delivery.lapses,
             finished_at=self._clock.now(),
             result=encoded,
-            progress=scope.progress,
+            progress=self._records.payloads.seal_value(scope.progress),
             submitted_at=delivery.enqueued_at or None,
             started_at=started_at,
             claims=delivery.claims,

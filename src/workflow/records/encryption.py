@@ -83,6 +83,7 @@ class AesGcmCodec:
             raise PayloadUnreadable(
                 f"key {key_id!r} is not held (this process holds {', '.join(self._ciphers)})",
                 key_id=key_id,
+                missing=True,
             )
         if len(data) < NONCE + 16:
             raise ValueError("shorter than a nonce and a tag")

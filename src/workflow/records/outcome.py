@@ -18,7 +18,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from stepstone.errors import JobCancelled, JobFailed
+from stepstone.errors import JobCancelled, JobFailed, PayloadUnreadable
 from stepstone.records.codec import codec_for_type, pack, unpack
 from stepstone.records.envelope import Envelope
 from stepstone.records.large_values import LargeField, Stored, Unpacked, record_body, rejoined
@@ -165,12 +165,20 @@ class OutcomeRecord:
             finished_at=self.finished_at,
             result=result,
             error=self.error,
-            progress=self.progress,
+            progress=_opened(self.progress, payloads),
             submitted_at=self.submitted_at,
             started_at=self.started_at,
             kind=self.kind,
             lapses=self.lapses,
         )
+
+
+def _opened(value: Any, payloads: Payloads | None) -> Any:
+    """A sealed field's value opened; None when it does not open here (it only informs)."""
+    try:
+        return (payloads or Payloads()).open_value(value)
+    except PayloadUnreadable:
+        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -89,7 +89,8 @@ def _user_codec(spec: str) -> PayloadCodec:
             target = getattr(target, part)
     except (ImportError, AttributeError) as exc:
         raise ValueError(f"payload codec {spec!r}: {exc}") from None
-    codec = target() if callable(target) and not isinstance(target, PayloadCodec) else target
-    if not isinstance(codec, PayloadCodec):
+    made = isinstance(target, type) or (callable(target) and not isinstance(target, PayloadCodec))
+    codec = target() if made else target  # (a class or a factory: called with no arguments)
+    if isinstance(codec, type) or not isinstance(codec, PayloadCodec):
         raise ValueError(f"payload codec {spec!r} gave a {type(codec).__name__}, not a codec")
     return codec

@@ -44,6 +44,11 @@ _LENGTH = 4
 """The bytes of a chunk's length before it."""
 _HEADER_LONGEST = 4096
 """The most a frame's header takes."""
+SEALED_EXT = 83
+"""The MessagePack extension type of a sealed value kept inside a record
+beside fields that stay plain (a run's progress): its data is the sealed
+payload of the value's MessagePack encoding. A reader that knows nothing
+of it decodes it as an ``ExtType``, and fails on nothing."""
 
 
 @runtime_checkable
@@ -138,9 +143,12 @@ def describe(layers: Sequence[tuple[str, str]]) -> str:
     return ", ".join(words)
 
 
-def sealed_by(data: bytes) -> str:
-    """What sealed payload ``data``, in words (:func:`describe`); "" for a plain one."""
-    if not sealed(data):
+def sealed_by(data: Any) -> str:
+    """What sealed payload ``data`` (or a value :meth:`Payloads.seal_value`
+    sealed), in words (:func:`describe`); "" for a plain one."""
+    if isinstance(data, msgpack.ExtType) and data.code == SEALED_EXT:
+        data = data.data
+    if not isinstance(data, bytes) or not sealed(data):
         return ""
     try:
         layers, _, _ = _header(data)
@@ -209,6 +217,21 @@ class Payloads:
             yield len(chunk).to_bytes(_LENGTH, "big")
             yield chunk
 
+    def seal_value(self, value: Any) -> Any:
+        """``value`` as a record field holds it: sealed, as a :data:`SEALED_EXT`
+        extension (itself without codecs, and None as it is)."""
+        if not self.codecs or value is None:
+            return value
+        plain: bytes = msgpack.packb(value, use_bin_type=True)
+        return msgpack.ExtType(SEALED_EXT, self.seal_bytes(plain))
+
+    def open_value(self, value: Any) -> Any:
+        """The value a field sealed by :meth:`seal_value` holds (a plain one as
+        it is); PayloadUnreadable when it does not open here."""
+        if not isinstance(value, msgpack.ExtType) or value.code != SEALED_EXT:
+            return value
+        return msgpack.unpackb(self.open_bytes(value.data), raw=False, strict_map_key=False)
+
     # -- opening
 
     @staticmethod
@@ -247,6 +270,7 @@ class Payloads:
                     + (f" (nor key {key!r})" if key else ""),
                     key_id=key,
                     sealed_by=describe(layers),
+                    missing=True,
                 )
             codecs.append(codec)
         return codecs
@@ -254,7 +278,9 @@ class Payloads:
 
 def unreadable(exc: PayloadUnreadable, what: str) -> PayloadUnreadable:
     """``exc`` again, its message saying first ``what`` could not be opened."""
-    return PayloadUnreadable(f"{what}: {exc}", key_id=exc.key_id, sealed_by=exc.sealed_by)
+    return PayloadUnreadable(
+        f"{what}: {exc}", key_id=exc.key_id, sealed_by=exc.sealed_by, missing=exc.missing
+    )
 
 
 def _chunks(body: Body) -> Iterator[bytes]:
@@ -339,6 +365,7 @@ class Opening:
                         f"the payload is {describe(self._layers)}: {exc}",
                         key_id=exc.key_id or key,
                         sealed_by=describe(self._layers),
+                        missing=exc.missing,
                     ) from None
                 except Exception as exc:
                     raise PayloadUnreadable(

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stepstone.errors import CorruptOutcome
+from stepstone.errors import CorruptOutcome, PayloadUnreadable
 from stepstone.records.codec import pack, unpack
 from stepstone.records.large_values import write
 from stepstone.records.layout import Layout
@@ -163,7 +163,11 @@ class RunRecords:
             stored = await self.store.get(self.layout.progress(run_id, incarnation))
         except NotFound:
             return None
-        return progress_value(stored.data)
+        value = progress_value(stored.data)
+        try:
+            return self.payloads.open_value(value)
+        except PayloadUnreadable:
+            return None  # (progress only informs: ``stepstone show`` says what sealed it)
 
     async def write_progress(
         self, run_id: str, incarnation: str, claims: int, value: Any, etag: str | None
@@ -177,7 +181,7 @@ class RunRecords:
         took the run over) and must not overwrite it: it writes no more.
         """
         key = self.layout.progress(run_id, incarnation)
-        data = pack({"claims": claims, "value": value})
+        data = pack({"claims": claims, "value": self.payloads.seal_value(value)})
         while True:
             try:
                 if etag is None:
