@@ -163,11 +163,16 @@ class RunRecords:
             stored = await self.store.get(self.layout.progress(run_id, incarnation))
         except NotFound:
             return None
-        value = progress_value(stored.data)
+        return self.opened(progress_value(stored.data))
+
+    def opened(self, value: Any) -> Any:
+        """A value a record holds sealed (a run's progress) opened; None when
+        it does not open here (it only informs: ``stepstone show`` says what
+        sealed it)."""
         try:
             return self.payloads.open_value(value)
         except PayloadUnreadable:
-            return None  # (progress only informs: ``stepstone show`` says what sealed it)
+            return None
 
     async def write_progress(
         self, run_id: str, incarnation: str, claims: int, value: Any, etag: str | None
