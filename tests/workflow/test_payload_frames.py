@@ -106,6 +106,20 @@ def test_cut_short_or_extended_payloads_do_not_open() -> None:
             payloads.open_bytes(broken)
 
 
+def test_chunks_reordered_or_cut_off_do_not_open() -> None:
+    """Each chunk is sealed with its number and whether it is the last."""
+    payloads = Payloads([AesGcmCodec({"k1": K1})])
+    frame = payloads.seal_bytes(os.urandom(3 * CHUNK))
+    head_end = len(frame) - 3 * (4 + 12 + 5 + CHUNK + 16)
+    head, body = frame[:head_end], frame[head_end:]
+    one = 4 + 12 + 5 + CHUNK + 16
+    chunks = [body[at : at + one] for at in range(0, len(body), one)]
+    assert len(chunks) == 3 and payloads.open_bytes(head + b"".join(chunks))
+    for broken in (chunks[1] + chunks[0] + chunks[2], chunks[0] + chunks[1]):
+        with pytest.raises(PayloadUnreadable):
+            payloads.open_bytes(head + broken)
+
+
 def test_bad_keys_are_refused_naming_what_is_wrong_and_never_the_key() -> None:
     with pytest.raises(ValueError, match="32"):
         AesGcmCodec({"k1": b"short"})

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Mapping
+from typing import Any
 
 from stepstone.records.compression import ZlibCodec, ZstdCodec
 from stepstone.records.encryption import AesGcmCodec
@@ -84,7 +85,7 @@ def keys_from_env(environ: Mapping[str, str] | None = None) -> list[tuple[str, s
 def _user_codec(spec: str) -> PayloadCodec:
     module_name, _, attr = spec.partition(":")
     try:
-        target: object = importlib.import_module(module_name)
+        target: Any = importlib.import_module(module_name)
         for part in attr.split("."):
             target = getattr(target, part)
     except (ImportError, AttributeError) as exc:

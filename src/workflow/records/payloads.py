@@ -42,6 +42,8 @@ CHUNK = 1 << 20
 """How many bytes of a payload each chunk holds (the last one fewer)."""
 _LENGTH = 4
 """The bytes of a chunk's length before it."""
+_PLACE = 5
+"""The bytes of a chunk's place (its number, and 1 for the last) sealed before its bytes."""
 _HEADER_LONGEST = 4096
 """The most a frame's header takes."""
 SEALED_EXT = 83
@@ -211,7 +213,8 @@ class Payloads:
         return bytes([MARK]) + head
 
     def _sealed_chunks(self, body: Body) -> Iterator[bytes]:
-        for chunk in _chunks(body):
+        for place, chunk in _placed(_chunks(body)):
+            chunk = place + chunk
             for codec in self.codecs:
                 chunk = codec.encode(chunk)
             yield len(chunk).to_bytes(_LENGTH, "big")
@@ -283,6 +286,19 @@ def unreadable(exc: PayloadUnreadable, what: str) -> PayloadUnreadable:
     )
 
 
+def _placed(chunks: Iterator[bytes]) -> Iterator[tuple[bytes, bytes]]:
+    """Each chunk with its place, sealed with it: its number and whether it
+    is the last (:data:`_PLACE` bytes), so that chunks reordered, dropped
+    or cut off at the end do not open (an encrypting codec authenticates
+    them with the chunk)."""
+    number = 0
+    ahead = next(chunks, None)
+    while ahead is not None:
+        chunk, ahead = ahead, next(chunks, None)
+        yield number.to_bytes(4, "big") + (b"\x00" if ahead is not None else b"\x01"), chunk
+        number += 1
+
+
 def _chunks(body: Body) -> Iterator[bytes]:
     """``body``'s bytes in chunks of ``CHUNK`` (the last one shorter; one
     empty chunk for an empty body)."""
@@ -331,6 +347,8 @@ class Opening:
         """The plain payload's size (once the header is read)."""
         self._plain = io.BytesIO()
         self._opened = 0
+        self._chunks = 0
+        self._ended = False
         self.fault: Exception | None = None
 
     def __call__(self, view: memoryview) -> None:
@@ -376,6 +394,14 @@ class Opening:
                         key_id=key,
                         sealed_by=describe(self._layers),
                     ) from None
+            place = (self._chunks).to_bytes(4, "big")
+            if len(chunk) < _PLACE or chunk[:4] != place or self._ended:
+                raise PayloadUnreadable(
+                    f"the payload is {describe(self._layers)} and its chunks are out of order"
+                )
+            self._chunks += 1
+            self._ended = chunk[4] == 1
+            chunk = chunk[_PLACE:]
             self._opened += len(chunk)
             if self._opened > self.plain_size:
                 raise PayloadUnreadable("a sealed payload opens to more bytes than it says")
@@ -391,7 +417,8 @@ class Opening:
             raise self.fault
         if self._codecs is None and self.fed == self._size:
             self._consume()
-        if self._codecs is None or self._pending or self._opened != self.plain_size:
+        whole = self._ended and not self._pending and self._opened == self.plain_size
+        if self._codecs is None or not whole:
             raise PayloadUnreadable("a sealed payload is cut short or has bytes past its end")
 
     def plain(self) -> bytes:
