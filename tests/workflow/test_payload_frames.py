@@ -184,6 +184,29 @@ async def test_a_large_value_is_sealed_and_opened_as_it_streams_never_whole_twic
     assert value[:64] not in (tmp_path / "memo").read_bytes()
 
 
+@pytest.mark.parametrize("reader", ["no codec", "another key"])
+async def test_a_large_value_a_reader_cannot_open_is_kept_sealed_and_says_which_key(
+    tmp_path: Path, reader: str
+) -> None:
+    """The record reads (a sweep, a listing need its other fields); opening
+    the value says which key it lacks."""
+    payloads = Payloads([AesGcmCodec({"k1": K1})])
+    store = FileStore(tmp_path)
+    value = os.urandom(3 * CHUNK)
+    codec = codec_for_type(bytes)
+    memo = PositionedMemo(1, Call("step", "big"), payloads.seal(codec.encode_body(value)))
+    await write(store, "memo", memo.encode(), if_absent=True)
+    other = Payloads() if reader == "no codec" else Payloads([AesGcmCodec({"k2": K2})])
+    field = memo_value(other)
+    read = PositionedMemo.read_split(await store.get_split("memo", field), field)
+    assert read.call == Call("step", "big")
+    assert isinstance(read.value, bytes) and sealed_by(read.value) == "encrypted (key k1)"
+    with pytest.raises(PayloadUnreadable, match="k1") as raised:
+        other.open(read.value)
+    assert raised.value.missing
+    assert codec.decode(payloads.open(read.value)) == value
+
+
 def test_a_sealed_body_fed_as_a_store_reads_it_matches_the_one_read_whole() -> None:
     payloads = Payloads([ZlibCodec()])
     data = b"".join(str(n).encode() for n in range(600_000))

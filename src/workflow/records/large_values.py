@@ -37,6 +37,7 @@ from typing import Any
 
 import msgpack
 
+from stepstone.errors import PayloadUnreadable
 from stepstone.records.payloads import MARK, Opening, Payloads
 from stepstone.records.piecewise import EncodedValue, encoded_size, sized_header
 from stepstone.store import ObjectStore
@@ -203,7 +204,12 @@ class _Opened:
     """A sealed value (:mod:`stepstone.records.payloads`) opened as its
     bytes are read, and its plain bytes decoded as they come (a ``bytes``
     value's gathered into its own allocation), so neither the sealed value
-    nor its plain encoding is ever whole beside the value."""
+    nor its plain encoding is ever whole beside the value.
+
+    A value this process lacks the codec or the key for is kept sealed, as
+    its bytes (the sealed value's size, once): the record reads, and
+    whoever opens the value says which key it lacks. (The bytes read
+    before the first chunk opens are kept until it does, for that.)"""
 
     def __init__(self, size: int, payloads: Payloads) -> None:
         self._opening = Opening(size, payloads, into=self._plain)
@@ -211,13 +217,30 @@ class _Opened:
         self._bytes: Allocation | None = None
         self._at = 0
         self._skip = 0
+        self._sealed: bytearray | None = bytearray()
+        """The bytes read until a chunk opened; all of them once the value
+        is known not to open here for want of a key or a codec."""
 
     @property
     def fed(self) -> int:
         return self._opening.fed
 
     def __call__(self, view: memoryview) -> None:
-        self._opening(view)
+        if self._sealed is not None:
+            self._sealed += view
+        self._opening(view)  # (past a fault it only counts the bytes)
+        if self._sealed is not None and self._opening.opened_any:
+            self._sealed = None  # (it opens here: nothing to keep)
+
+    def _kept_sealed(self) -> bool:
+        fault = self._opening.fault
+        return (
+            self._sealed is not None
+            and isinstance(fault, PayloadUnreadable)
+            and fault.missing
+            and self._decoding is None
+            and self._bytes is None
+        )
 
     def _plain(self, view: memoryview) -> None:
         if self._decoding is None and self._bytes is None:
@@ -237,9 +260,13 @@ class _Opened:
         self._bytes.view[self._at : self._at + len(part)] = part
         self._at += len(part)
 
-    def unpacked(self) -> Unpacked:
-        """The value; PayloadUnreadable when the payload does not open,
-        ValueError when what it opens to does not decode."""
+    def unpacked(self) -> Stored:
+        """The value; its sealed bytes when this process lacks the key or the
+        codec to open it; PayloadUnreadable when it does not open with them
+        (damaged), ValueError when what it opens to does not decode."""
+        if self._kept_sealed():
+            assert self._sealed is not None
+            return bytes(self._sealed)
         try:
             self._opening.check()
         except BaseException:

@@ -410,6 +410,11 @@ class Opening:
             else:
                 self._plain.write(chunk)
 
+    @property
+    def opened_any(self) -> bool:
+        """Whether a chunk has opened (the key and the codecs are held)."""
+        return self._chunks > 0
+
     def check(self) -> None:
         """Raise the fault, or PayloadUnreadable when the bytes did not make
         the whole payload."""
