@@ -208,12 +208,16 @@ async def test_a_large_value_a_reader_cannot_open_is_kept_sealed_and_says_which_
 
 
 def test_a_sealed_body_fed_as_a_store_reads_it_matches_the_one_read_whole() -> None:
-    payloads = Payloads([ZlibCodec()])
+    """And it is the same bytes each time it is made (a write that starts
+    over, a checksum read before the send): encryption included."""
+    payloads = Payloads([ZlibCodec(), AesGcmCodec({"k1": K1})])
     data = b"".join(str(n).encode() for n in range(600_000))
     body = payloads.seal(Parts([data[:100], data[100:]]))
     assert isinstance(body, Parts)
     joined = body.join()
     assert joined == body.join()  # (made again, alike)
+    again = payloads.seal(Parts([data[:100], data[100:]]))
+    assert isinstance(again, Parts) and again.join() != joined  # (another payload, another IV)
     opening = Opening(len(joined), payloads)
     feed(opening, joined)
     assert opening.plain() == data == payloads.open_bytes(joined)

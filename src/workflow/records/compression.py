@@ -31,8 +31,9 @@ class _Compressing:
     def _decompress(self, data: bytes, size: int) -> bytes:
         raise NotImplementedError
 
-    def encode(self, data: bytes) -> bytes:
-        """``data`` compressed, or as it is when that would not be smaller."""
+    def encode(self, data: bytes, nonce: bytes = b"") -> bytes:
+        """``data`` compressed, or as it is when that would not be smaller
+        (``nonce``: not needed)."""
         packed = self._compress(data)
         if len(packed) + 4 >= len(data):
             return _STORED + data

@@ -5,15 +5,15 @@ Keys are a list of ``(key id, key)``: the first encrypts, every one
 decrypts, and each payload records the id of the key it was sealed under
 (:mod:`stepstone.records.payloads`), so keys rotate without rewriting the
 bucket: put the new key first, keep the old ones while runs sealed under
-them live. Each chunk is sealed with a fresh random 96-bit nonce, its key
-id as associated data (a chunk cannot pass for one under another id).
+them live. Each chunk is sealed under a 96-bit IV drawn at random for each payload
+(and derived for each of its chunks), its key id as associated data (a
+chunk cannot pass for one under another id).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import os
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -68,9 +68,14 @@ class AesGcmCodec:
         """The ids of the keys it holds, the encrypting one first."""
         return list(self._ciphers)
 
-    def encode(self, data: bytes) -> bytes:
-        """``data`` encrypted under the first key: nonce, then ciphertext and tag."""
-        nonce = os.urandom(NONCE)
+    def encode(self, data: bytes, nonce: bytes) -> bytes:
+        """``data`` encrypted under the first key with the first 12 bytes of
+        ``nonce`` as its IV (drawn at random for each payload, derived for
+        each chunk: :mod:`stepstone.records.payloads`): the IV, then the
+        ciphertext and its tag."""
+        if len(nonce) < NONCE:
+            raise ValueError(f"a nonce of {NONCE} bytes at least is needed, not {len(nonce)}")
+        nonce = nonce[:NONCE]
         sealed: bytes = self._ciphers[self._key_id].encrypt(nonce, data, self._key_id.encode())
         return nonce + sealed
 
@@ -104,8 +109,3 @@ def _key_bytes(key_id: str, key: bytes | str) -> bytes:
     if len(raw) not in (16, 24, 32):
         raise ValueError(f"key {key_id!r} is {len(raw)} bytes; AES takes 32 (or 16 or 24)")
     return raw
-
-
-def new_key() -> str:
-    """A fresh random 32-byte key, as base64 (what ``stepstone keygen`` prints)."""
-    return base64.b64encode(os.urandom(32)).decode()

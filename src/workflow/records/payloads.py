@@ -27,7 +27,9 @@ it is read, a chunk at a time, never whole twice (:class:`Opening`).
 
 from __future__ import annotations
 
+import hashlib
 import io
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -42,6 +44,8 @@ CHUNK = 1 << 20
 """How many bytes of a payload each chunk holds (the last one fewer)."""
 _LENGTH = 4
 """The bytes of a chunk's length before it."""
+_NONCE = 16
+"""The bytes of the nonce each codec is given for each chunk."""
 _PLACE = 5
 """The bytes of a chunk's place (its number, and 1 for the last) sealed before its bytes."""
 _HEADER_LONGEST = 4096
@@ -64,6 +68,13 @@ class PayloadCodec(Protocol):
     :attr:`key_id` said then). Both are called from the event loop and from
     worker threads, so they must not block on I/O: fetch keys before.
 
+    ``encode`` must give the same bytes for the same ``data`` and
+    ``nonce``: a large payload is sealed as it is written, and a write that
+    starts over (a retry, a checksum read before the send) seals it again.
+    So an encrypting codec takes its IV from ``nonce`` (16 bytes, drawn at
+    random for each payload written and derived for each chunk of it), not
+    from a random source of its own; a compressor ignores it.
+
     ``decode`` raises :class:`stepstone.PayloadUnreadable` (with
     ``key_id`` set) when it does not hold the key, and any error when the
     bytes are not its own or were altered; the engine turns those into
@@ -82,8 +93,9 @@ class PayloadCodec(Protocol):
         (``""`` for a codec without keys)."""
         ...
 
-    def encode(self, data: bytes) -> bytes:
-        """``data`` as it is to be stored."""
+    def encode(self, data: bytes, nonce: bytes) -> bytes:
+        """``data`` as it is to be stored; the same again for the same
+        ``data`` and ``nonce``."""
         ...
 
     def decode(self, data: bytes, key_id: str) -> bytes:
@@ -194,8 +206,9 @@ class Payloads:
             return self._sealed_whole(body)
         size = len(body)
         head = self._frame_head(size)
-        length = sum(map(len, self._sealed_chunks(body)))
-        return Parts([head, Stream(length, lambda: self._sealed_chunks(body))])
+        seed = os.urandom(_NONCE)
+        length = sum(map(len, self._sealed_chunks(body, seed)))
+        return Parts([head, Stream(length, lambda: self._sealed_chunks(body, seed))])
 
     def seal_bytes(self, data: bytes) -> bytes:
         """``data`` sealed, as one ``bytes`` (a small payload's)."""
@@ -203,7 +216,7 @@ class Payloads:
 
     def _sealed_whole(self, data: bytes) -> bytes:
         out = bytearray(self._frame_head(len(data)))
-        for chunk in self._sealed_chunks(data):
+        for chunk in self._sealed_chunks(data, os.urandom(_NONCE)):
             out += chunk
         return bytes(out)
 
@@ -212,11 +225,13 @@ class Payloads:
         head: bytes = msgpack.packb({"c": layers, "n": size})
         return bytes([MARK]) + head
 
-    def _sealed_chunks(self, body: Body) -> Iterator[bytes]:
+    def _sealed_chunks(self, body: Body, seed: bytes) -> Iterator[bytes]:
+        """``body``'s sealed chunks: the same bytes each time for one ``seed``."""
         for place, chunk in _placed(_chunks(body)):
             chunk = place + chunk
-            for codec in self.codecs:
-                chunk = codec.encode(chunk)
+            for layer, codec in enumerate(self.codecs):
+                nonce = hashlib.blake2b(seed + place + bytes([layer]), digest_size=_NONCE)
+                chunk = codec.encode(chunk, nonce.digest())
             yield len(chunk).to_bytes(_LENGTH, "big")
             yield chunk
 
