@@ -262,16 +262,19 @@ class _Opened:
 
     def unpacked(self) -> Stored:
         """The value; its sealed bytes when this process lacks the key or the
-        codec to open it; PayloadUnreadable when it does not open with them
-        (damaged), ValueError when what it opens to does not decode."""
+        codec to open it; ValueError, as for any large value, when it does
+        not open with them (damaged, altered, no sealed payload at all) or
+        what it opens to does not decode."""
         if self._kept_sealed():
             assert self._sealed is not None
             return bytes(self._sealed)
         try:
             self._opening.check()
-        except BaseException:
+        except BaseException as exc:
             if self._bytes is not None:
                 self._bytes.drop()
+            if isinstance(exc, PayloadUnreadable):
+                raise ValueError(f"the large value does not decode: {exc}") from exc
             raise
         if self._bytes is not None:
             return Unpacked(self._bytes.taken(), self._opening.plain_size)
