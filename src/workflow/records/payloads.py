@@ -2,7 +2,7 @@
 
 A **payload** is the encoding of a value a user handed the engine: a job's
 input, a step's result, an event, a stream's item, a callback's value, a
-run's result, its progress (and, when asked, its errors' messages). Each is
+run's result, its progress (not its errors' messages: they stay plain). Each is
 made in one place (:class:`stepstone.records.codec.ResultCodec`, or the
 input's canonical JSON) and, before it is stored, goes through
 :meth:`Payloads.seal`; every reader opens it with :meth:`Payloads.open`
@@ -15,6 +15,9 @@ can tell it from a plain one and say what sealed it without opening it::
 
     0xC1 | header (MessagePack: {"c": [[codec, key id], ...], "n": size}) |
     chunks: (4-byte length | the chunk as the codecs made it) ...
+
+where each chunk, before the codecs, starts with its place: its number (4
+bytes) and 1 for the last chunk, else 0.
 
 0xC1 is the one byte MessagePack never uses and no JSON text starts with,
 so a plain payload (written without a codec, or before one was set) is read
@@ -76,7 +79,7 @@ class PayloadCodec(Protocol):
     from a random source of its own; a compressor ignores it.
 
     ``decode`` raises :class:`stepstone.PayloadUnreadable` (with
-    ``key_id`` set) when it does not hold the key, and any error when the
+    ``key_id`` set and ``missing=True``) when it does not hold the key, and any error when the
     bytes are not its own or were altered; the engine turns those into
     ``PayloadUnreadable`` naming the record.
     """
