@@ -310,3 +310,15 @@ def test_stream_case_reads_every_item_in_another_process(tmp_path: object) -> No
     # each write is a memo and an item, each created once
     assert r["writer_requests_per_item"]["CONDITIONAL_PUT"] >= 2
     assert r["reader_requests_per_item"]["GET"] >= 1
+
+
+def test_payload_codecs_case_seals_opens_and_runs(tmp_path: object) -> None:
+    from benchmarks.payload_codecs import CHAINS, measure_codecs, one_run
+
+    rows = measure_codecs(1, volume=1)
+    assert {row["chain"] for row in rows} == set(CHAINS)
+    assert all(0 < row["ratio"] < 1.1 for row in rows)
+    zstd = {row["payload"]: row["ratio"] for row in rows if row["chain"] == "zstd-3"}
+    assert zstd["json-4MiB"] < 0.5 and zstd["random-1MiB"] >= 1.0
+    run = asyncio.run(one_run(3, CHAINS["zstd-3+aes-gcm"]()))
+    assert run["jobs_per_s"] > 0 and run["stored_bytes"] > 0
