@@ -328,3 +328,15 @@ def test_debounce_costs() -> None:
     # One swap a submit, and the window's opening: its run's enqueue and the mark.
     assert alone["submits"] == 20 and alone["per_submit"]["CPUT"] == (20 + 2) / 20
     assert alone["areas"]["CPUT debounce"] == 21 and "GET debounce" not in alone["areas"]
+
+
+def test_payload_codecs_case_seals_opens_and_runs(tmp_path: object) -> None:
+    from benchmarks.payload_codecs import CHAINS, measure_codecs, one_run
+
+    rows = measure_codecs(1, volume=1)
+    assert {row["chain"] for row in rows} == set(CHAINS)
+    assert all(0 < row["ratio"] < 1.1 for row in rows)
+    zstd = {row["payload"]: row["ratio"] for row in rows if row["chain"] == "zstd-3"}
+    assert zstd["json-4MiB"] < 0.5 and zstd["random-1MiB"] >= 1.0
+    run = asyncio.run(one_run(3, CHAINS["zstd-3+aes-gcm"]()))
+    assert run["jobs_per_s"] > 0 and run["stored_bytes"] > 0

@@ -13,6 +13,10 @@ Everything an application touches is importable from here::
   run takes one, or a :data:`RunRef`), :class:`Schedule` for jobs
   submitted on a cron or an interval, and :class:`RateLimit` for a job
   type's ``rate_limit``;
+- payload codecs for ``JobRunner(codec=...)`` (docs/security.md):
+  :class:`AesGcmCodec` (encryption with rotating keys), :class:`ZstdCodec`
+  and :class:`ZlibCodec` (compression), the :class:`PayloadCodec` protocol
+  for your own, and :func:`codecs_from_env` to name them by configuration;
 - one vocabulary for where a job is (:class:`JobStatus`) and why it failed
   (:class:`FailureKind`); a run's attempts, from ``runner.history(id)``
   (:class:`AttemptInfo`, :class:`AttemptResult`);
@@ -57,6 +61,7 @@ from stepstone.errors import (
     NonDeterministicReplay,
     NotFound,
     PayloadTooLarge,
+    PayloadUnreadable,
     Permanent,
     PreconditionFailed,
     QueueError,
@@ -89,7 +94,11 @@ from stepstone.job import (
 )
 from stepstone.limits.rate import RateLimit
 from stepstone.records.attempts import AttemptInfo, AttemptResult
+from stepstone.records.compression import ZlibCodec, ZstdCodec
+from stepstone.records.encryption import AesGcmCodec
 from stepstone.records.outcome import ErrorInfo, Outcome
+from stepstone.records.payload_config import codecs_from_env
+from stepstone.records.payloads import PayloadCodec
 from stepstone.runner import JobRunner
 from stepstone.runtime import MemoryQueue, SqsQueue, StoreQueue
 from stepstone.runtime.clock import Clock, SystemClock
@@ -108,6 +117,12 @@ from stepstone.store import ObjectStore, open_store
 from stepstone.submit.options import Debounce, SubmitOptions
 
 __all__ = [
+    "AesGcmCodec",
+    "PayloadCodec",
+    "PayloadUnreadable",
+    "ZlibCodec",
+    "ZstdCodec",
+    "codecs_from_env",
     "DEFAULT_MAX_ATTEMPTS",
     "DEFAULT_MAX_LAPSES",
     "PRIORITY_HIGH",

@@ -27,6 +27,8 @@ one kind of trouble::
         ├── EventRefused          an event for a run that is not live: unknown or finished
         ├── CorruptOutcome        an outcome object that cannot answer this run (names its key)
         ├── CorruptMemo           a memoized step that does not decode (names the step and key)
+        ├── PayloadUnreadable     a sealed payload this process cannot open: a key or codec it
+        │                         lacks (names the key id), or damaged ciphertext
         ├── InvalidWait           a durable wait given what it cannot keep (a ValueError)
         ├── BadEvent              an event a wait took that is not of its type (names the run
         │                         and the event)
@@ -105,6 +107,7 @@ __all__ = [
     "NonDeterministicReplay",
     "NotFound",
     "PayloadTooLarge",
+    "PayloadUnreadable",
     "Permanent",
     "PreconditionFailed",
     "QueueError",
@@ -252,6 +255,34 @@ class CorruptMemo(JobError):
         self.job = job
         self.step = step
         super().__init__(f"job {job!r}, step {step!r}: the memo {key} does not decode: {reason}")
+
+
+class PayloadUnreadable(JobError):
+    """A sealed payload (an input, a step's result, an event, ...) this
+    process cannot open: sealed by a codec it is not given, under a key it
+    does not hold (``key_id`` names it), or damaged or altered since it was
+    written. A worker that meets one fails the run for good, saying so:
+    no retry would find the key.
+    """
+
+    def __init__(
+        self, message: str, *, key_id: str = "", sealed_by: str = "", missing: bool = False
+    ) -> None:
+        self.key_id = key_id
+        """The id of the key the payload was sealed under ("" when none or unknown)."""
+        self.sealed_by = sealed_by
+        """What sealed it, in words (``encrypted (key k1)``; "" when unknown)."""
+        self.missing = missing
+        """True when this process lacks the key or the codec (the payload may
+        be whole); False when it was damaged or altered."""
+        super().__init__(message)
+
+    def shown(self) -> str:
+        """What an operator's tool shows in the payload's place:
+        ``<encrypted (key k2)>``, or, when it does not open though the key
+        is held, that too."""
+        what = self.sealed_by or "sealed"
+        return f"<{what}>" if self.missing else f"<{what}: does not open>"
 
 
 class InvalidWait(JobError, ValueError):

@@ -59,6 +59,7 @@ from stepstone.records.fit_to_run import check_fit_to_run
 from stepstone.records.history import read_history
 from stepstone.records.layout import Layout
 from stepstone.records.outcome import Outcome
+from stepstone.records.payloads import PayloadCodec, Payloads
 from stepstone.records.retention import Sweeper
 from stepstone.records.run_records import RunRecords
 from stepstone.runtime.backoff import Backoff
@@ -132,6 +133,13 @@ class JobRunner:
     older than ``audit_retention`` (90 days by default; None keeps them);
     without ``retention`` it sweeps neither.
 
+    ``codec``: a payload codec, or several applied in order (compression
+    before encryption: ``[ZstdCodec(), AesGcmCodec(keys)]``), that seals
+    every payload this runner writes (inputs, step results, events, stream
+    items, callback values, results, progress) and opens those it reads
+    (docs/security.md). Every process of the fleet that reads payloads
+    needs it, with the keys of every payload still in the bucket.
+
     ``max_attempts`` counts the attempts a run's own code spends (an error,
     a timeout); a worker that dies or hangs under a run costs it no attempt
     but a lapse, and a run fails ``expired`` once its leases lapsed
@@ -173,6 +181,7 @@ class JobRunner:
         version_wait: float = VERSION_WAIT,
         callback_look: float | None = callback_watch.EVERY,
         callback_notices: str | None = None,
+        codec: PayloadCodec | Sequence[PayloadCodec] | None = None,
     ) -> None:
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
@@ -205,7 +214,7 @@ class JobRunner:
         )
         threads_name = worker_id or "stepstone-worker"
         self._threads = JobThreads(concurrency, name=threads_name)
-        self._records = records = RunRecords(self.store, self.layout)
+        self._records = records = RunRecords(self.store, self.layout, Payloads(_codecs(codec)))
         self._watch = OutcomeWatch(
             records,
             self.queue,
@@ -213,7 +222,10 @@ class JobRunner:
             heard_here=lambda run_id: self.worker.holds(run_id) or pending_here(run_id),
         )
         self._hooks = SettledHooks(
-            on_settled, job_type=self._jobs.get, threads=HookThreads(name=threads_name)
+            on_settled,
+            job_type=self._jobs.get,
+            threads=HookThreads(name=threads_name),
+            payloads=records.payloads,
         )
         self._history = AttemptLog(
             self.store,
@@ -229,6 +241,7 @@ class JobRunner:
             waking=waking,
             wait_recheck=wait_recheck,
             grace=lease,
+            payloads=records.payloads,
         )
         self._metrics = RunnerMetrics(self.queue, self.clock)
         self.worker = Worker(
@@ -322,6 +335,17 @@ class JobRunner:
     def concurrency(self) -> int:
         """Jobs this runner's worker runs at once (synchronous ones included)."""
         return self.worker.concurrency
+
+    @property
+    def codec(self) -> list[PayloadCodec]:
+        """The payload codecs this runner seals and opens payloads with, in
+        the order applied (empty: none); set it before the worker starts
+        (``stepstone worker --codec``, docs/security.md)."""
+        return list(self._records.payloads.codecs)
+
+    @codec.setter
+    def codec(self, codec: PayloadCodec | Sequence[PayloadCodec] | None) -> None:
+        self._records.payloads.use(_codecs(codec))
 
     @property
     def build_id(self) -> str | None:
@@ -776,6 +800,17 @@ class JobRunner:
         for run_id in bulk.done:
             self._watch.restarted(run_id)
         return bulk
+
+
+def _codecs(codec: PayloadCodec | Sequence[PayloadCodec] | None) -> list[PayloadCodec]:
+    """The codecs ``JobRunner(codec=...)`` names, in order; TypeError for what is none."""
+    found = [] if codec is None else [codec] if isinstance(codec, PayloadCodec) else list(codec)
+    for one in found:
+        if not isinstance(one, PayloadCodec) or isinstance(one, type):
+            raise TypeError(
+                f"codec takes payload codecs (name, key_id, encode, decode), not {one!r}"
+            )
+    return found
 
 
 def _knows_nothing(run_id: str) -> bool:

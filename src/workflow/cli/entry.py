@@ -20,7 +20,7 @@ from stepstone.cli import statuses
 from stepstone.cli.errors import CliError
 from stepstone.cli.notices import notices_on_stderr
 from stepstone.cli.parser import build_parser
-from stepstone.errors import InspectError
+from stepstone.errors import InspectError, PayloadUnreadable
 from stepstone.runtime.errors import QueueError
 from stepstone.store import StoreError
 from stepstone.telemetry.escaping import escape_controls
@@ -45,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return statuses.CLOSED_PIPE
     except CliError as exc:
         return _fail(str(exc), exc.status)
-    except InspectError as exc:
+    except (InspectError, PayloadUnreadable) as exc:  # (a sealed payload: says which key)
         return _fail(str(exc))
     except StoreError as exc:
         return _fail(str(exc))

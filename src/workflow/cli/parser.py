@@ -62,6 +62,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="take the store, queue and prefix from this runner instead of --store",
     )
     common.add_argument(
+        "--codec",
+        default=argparse.SUPPRESS,
+        metavar="CODECS",
+        help="the payload codecs, by comma: zstd, zlib, aes-gcm, MODULE:ATTR (default "
+        "$STEPSTONE_CODEC); aes-gcm's keys come from $STEPSTONE_KEYS or $STEPSTONE_KEYS_FILE, "
+        "never from the command line",
+    )
+    common.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON for scripts"
     )
 

@@ -17,6 +17,7 @@ import sys
 from typing import Any
 
 from stepstone.cli.errors import CliError
+from stepstone.records.payload_config import ENV_CODEC, codecs_from_env
 from stepstone.runner import JobRunner
 from stepstone.store.errors import StoreConfigError
 
@@ -71,7 +72,25 @@ async def resolve_runner(spec: str) -> JobRunner:
 
 
 async def runner_from_args(args: argparse.Namespace) -> JobRunner:
-    """The runner of ``--app``, else a runner on ``--store`` under ``--prefix``."""
+    """The runner of ``--app``, else a runner on ``--store`` under ``--prefix``;
+    with the payload codecs of ``--codec``, else of ``STEPSTONE_CODEC`` (for
+    an application's runner, only when it has none of its own)."""
+    return with_codec(await _runner(args), args)
+
+
+def with_codec(runner: JobRunner, args: argparse.Namespace) -> JobRunner:
+    """``runner`` with the payload codecs of ``--codec``, else of
+    ``STEPSTONE_CODEC`` when it has none of its own (docs/security.md)."""
+    spec = getattr(args, "codec", None)
+    if spec is not None or (os.environ.get(ENV_CODEC) and not runner.codec):
+        try:
+            runner.codec = codecs_from_env(spec)
+        except (ValueError, ImportError) as exc:
+            raise CliError(f"--codec / {ENV_CODEC}: {exc}", 2) from None
+    return runner
+
+
+async def _runner(args: argparse.Namespace) -> JobRunner:
     app = getattr(args, "app", None)
     if app:
         return await resolve_runner(app)

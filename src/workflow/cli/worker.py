@@ -23,7 +23,7 @@ import os
 import signal
 
 from stepstone.cli.errors import CliError
-from stepstone.cli.runners import resolve_runner
+from stepstone.cli.runners import resolve_runner, with_codec
 from stepstone.errors import WorkerIdInUse
 from stepstone.runner import JobRunner
 from stepstone.store import StoreError
@@ -69,7 +69,7 @@ async def _serve(args: argparse.Namespace) -> int:
     """Load the runner, check its store, run it until a signal; close it whatever happens."""
     if args.metrics_port is not None:
         _serve_metrics(args.metrics_host, args.metrics_port)
-    runner = await resolve_runner(args.app)
+    runner = with_codec(await resolve_runner(args.app), args)
     try:
         if args.worker_id is not None:
             try:

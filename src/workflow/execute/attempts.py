@@ -32,6 +32,7 @@ from stepstone.errors import (
     InvalidWait,
     JobFailed,
     NonDeterministicReplay,
+    PayloadUnreadable,
     StreamClosed,
 )
 from stepstone.execute import branches, versions
@@ -200,7 +201,9 @@ class AttemptRunner:
         # A debounced run waits for its window, then runs its last input.
         envelope = await debounced_input(self._submitter.debouncer, envelope, scope)
         try:
-            job = job_type.model_validate_json(envelope.input)
+            job = job_type.model_validate_json(self._records.payloads.open_bytes(envelope.input))
+        except PayloadUnreadable as exc:
+            raise MalformedPayload(f"the input cannot be read: {exc}") from None
         except ValidationError as exc:
             raise MalformedPayload(
                 f"the input does not validate as {job_type.__qualname__}: {exc}"
@@ -236,6 +239,7 @@ class AttemptRunner:
             Permanent,
             EncodingError,
             CorruptMemo,
+            PayloadUnreadable,
             JobFailed,
             InvalidWait,
             BadEvent,
@@ -270,6 +274,7 @@ class AttemptRunner:
             encoded = _stored_result(envelope.kind, job_type.output_type(), result)
         except EncodingError as exc:
             raise ClassifiedPermanent(exc) from exc
+        encoded = self._records.payloads.seal(encoded)
         record = OutcomeRecord(
             run_id=run_id,
             kind=envelope.kind,
@@ -280,7 +285,7 @@ class AttemptRunner:
             lapses=delivery.lapses,
             finished_at=self._clock.now(),
             result=encoded,
-            progress=scope.progress,
+            progress=self._records.payloads.seal_value(scope.progress),
             submitted_at=delivery.enqueued_at or None,
             started_at=started_at,
             claims=delivery.claims,
@@ -427,11 +432,11 @@ async def _check_history_made(scope: AttemptScope) -> None:
         return
     (branch, position), segment = missing[0]
     key = scope.layout.memo(scope.run_id, scope.incarnation, segment)
-    field = memo_value()
+    field = memo_value(scope.records.payloads)
     try:
         memo = PositionedMemo.read_split(await scope.store.get_split(key, field), field)
         recorded, by = memo.call.describe(), memo.by
-    except (NotFound, ValueError):
+    except (NotFound, ValueError, PayloadUnreadable):
         recorded, by = f"a call (its memo {segment})", None
     scope.diverged_at = segment
     scope.diverged = NonDeterministicReplay(

@@ -38,13 +38,14 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
-from stepstone.errors import BadCallback, CallbackTimeout, CorruptMemo
+from stepstone.errors import BadCallback, CallbackTimeout, CorruptMemo, PayloadUnreadable
 from stepstone.execute.durable_waits import reason_of, wake_time
 from stepstone.execute.memos import Memo
 from stepstone.execute.scope import AttemptScope, log_extra
 from stepstone.records.callbacks import MAX_BODY, CallbackId, Taken, expiry_of
 from stepstone.records.calls import CALLBACK_TAKE_MEMO
 from stepstone.records.codec import codec_for_type
+from stepstone.records.payloads import ROOM, sealed, unreadable
 from stepstone.runtime.status import JobStatus, Wait
 from stepstone.runtime.suspension import Suspend
 from stepstone.store import AlreadyExists, NotFound, PreconditionFailed
@@ -112,10 +113,14 @@ class Callback(Generic[T]):
             why = f"its body is {taken.size} bytes, over the {MAX_BODY} a completion may have"
             raise BadCallback(run.run_id, self.name, self.id, why)
         try:
+            body = run.records.payloads.open_bytes(taken.body)
+        except PayloadUnreadable as exc:
+            raise unreadable(exc, f"run {run.run_id}: callback {self.name!r} ({self.id})") from None
+        try:
             if self._output is Any:
-                value: T = json.loads(taken.body)
+                value: T = json.loads(body)
             else:
-                value = TypeAdapter(self._output).validate_json(taken.body)
+                value = TypeAdapter(self._output).validate_json(body)
         except ValidationError as exc:
             raise BadCallback(run.run_id, self.name, self.id, reason_of(exc)) from exc
         except ValueError as exc:
@@ -184,15 +189,22 @@ async def _take(run: AttemptScope, callback: Callback[Any]) -> Taken:
                 until = min(until, callback.expires_at)
             wait = Wait(JobStatus.WAITING_FOR_CALLBACK, callback.name)
             raise run.suspend(Suspend(until, wait))
-    elif info.size > MAX_BODY:
+    elif info.size > MAX_BODY + ROOM:
         decided = Taken("too-large", now, etag=info.etag, size=info.size)
     else:
+        # A completion put by runner.complete_callback is sealed already, one
+        # put to the URL is plain: its record keeps it sealed either way.
         stored = await store.get(completion)
-        size = len(stored.data)
+        body, payloads = stored.data, run.records.payloads
+        try:
+            size = payloads.plain_size(body)
+        except PayloadUnreadable:
+            size = len(body)  # (its wait says it does not open)
         if size > MAX_BODY:
             decided = Taken("too-large", now, etag=stored.etag, size=size)
         else:
-            decided = Taken("completed", now, stored.data, stored.etag, size)
+            body = body if sealed(body) else payloads.seal_bytes(body)
+            decided = Taken("completed", now, body, stored.etag, size)
     try:
         await store.put_if_absent(taken_key, decided.encode())
     except AlreadyExists:

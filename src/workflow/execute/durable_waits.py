@@ -37,7 +37,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from stepstone.errors import BadEvent, InvalidWait
+from stepstone.errors import BadEvent, InvalidWait, PayloadUnreadable
 from stepstone.execute.memos import Memo
 from stepstone.execute.scope import AttemptScope
 from stepstone.handles.handle import JobHandle
@@ -45,6 +45,7 @@ from stepstone.records.calls import PositionedMemo, memo_value
 from stepstone.records.codec import codec_for_type, unpack_stored
 from stepstone.records.layout import place_of
 from stepstone.records.outcome import Outcome
+from stepstone.records.payloads import unreadable
 from stepstone.runtime import plausible
 from stepstone.runtime.status import JobStatus, Wait
 from stepstone.runtime.suspension import Suspend
@@ -138,7 +139,11 @@ async def wait_for_event(
     if recorded is None:
         return None
     try:
-        return codec_for_type(output).decode(recorded["data"])
+        data = run.records.payloads.open(recorded["data"])
+    except PayloadUnreadable as exc:
+        raise unreadable(exc, f"run {run.run_id}: event {name!r} ({recorded['key']})") from None
+    try:
+        return codec_for_type(output).decode(data)
     except Exception as exc:  # any error: the event is not of its type
         raise BadEvent(run.run_id, name, recorded["key"], reason_of(exc)) from exc
 
@@ -188,7 +193,7 @@ async def _taken_by_waits_to_come(run: AttemptScope) -> set[str]:
 
     async def read(segment: str) -> None:
         key = run.layout.memo(run.run_id, run.incarnation, segment)
-        field = memo_value()
+        field = memo_value(run.records.payloads)
         try:
             memo = PositionedMemo.read_split(await run.store.get_split(key, field), field)
             recorded = unpack_stored(memo.value) if memo.call.call == "event" else None

@@ -46,9 +46,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from stepstone.errors import PayloadUnreadable
 from stepstone.execute.hook_threads import HookThreads
 from stepstone.job import Job
 from stepstone.records.outcome import Outcome, OutcomeRecord
+from stepstone.records.payloads import Payloads
 
 log = logging.getLogger("stepstone")
 
@@ -75,8 +77,10 @@ class SettledHooks:
         job_type: Callable[[str], type[Job[Any]] | None],
         threads: HookThreads,
         timeout: float | None = None,
+        payloads: Payloads | None = None,
     ) -> None:
         self._runner_hook = runner_hook
+        self._payloads = payloads or Payloads()
         self._job_type = job_type
         self._threads = threads
         self._timeout = HOOK_TIMEOUT if timeout is None else timeout
@@ -91,11 +95,17 @@ class SettledHooks:
         overridden = job_type is not None and has_hook(job_type)
         if not overridden and self._runner_hook is None:
             return
+        payloads = self._payloads
         try:
-            outcome = record.typed(Any if job_type is None else job_type.output_type())
+            outcome = record.typed(Any if job_type is None else job_type.output_type(), payloads)
+            if job_input is not None:
+                job_input = payloads.open_bytes(job_input)
+        except PayloadUnreadable as exc:
+            _failed(record, "its result or input does not open", exc)
+            return
         except Exception as exc:  # a record older than the type's output: still an outcome
             _failed(record, "its result does not decode as the job's output type", exc)
-            outcome = record.typed(Any)
+            outcome = record.typed(Any, payloads)
         if job_type is not None and overridden:
             hook = _job_hook(job_type, job_input, record)
             if hook is not None:

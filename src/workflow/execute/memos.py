@@ -24,12 +24,13 @@ import functools
 import logging
 from typing import Any
 
-from stepstone.errors import CorruptMemo, EncodingError, NonDeterministicReplay
+from stepstone.errors import CorruptMemo, EncodingError, NonDeterministicReplay, PayloadUnreadable
 from stepstone.execute.scope import AttemptScope, log_extra
 from stepstone.records.calls import CHANGED_ARGS_MEMO, Call, PositionedMemo, memo_value
 from stepstone.records.codec import ResultCodec, pack
 from stepstone.records.large_values import LargeField, Stored, write
 from stepstone.records.layout import Path, branch_name, position_key, step_key
+from stepstone.records.payloads import unreadable
 from stepstone.store import AlreadyExists
 from stepstone.store.parts import SplitObject
 
@@ -53,6 +54,7 @@ class Memo:
         internal: str = "",
         positioned: bool = True,
         args: str | None = None,
+        sealed: bool | None = None,
     ) -> None:
         """The memo of the next call of step ``name`` in the running branch
         of this run (:mod:`stepstone.execute.branches`). An ``internal`` memo
@@ -60,7 +62,10 @@ class Memo:
         ``positioned`` memo takes its branch's next position; one that is
         not (a rate limit's turn, which belongs to an attempt, not to the
         run's history) is keyed by name, ``!rate.2@1``. ``args``: a step's
-        arguments' fingerprint (:mod:`stepstone.records.fingerprint`)."""
+        arguments' fingerprint (:mod:`stepstone.records.fingerprint`).
+        ``sealed``: its value is a payload, sealed by the run's codecs
+        (:mod:`stepstone.records.payloads`); by default a step's is, an
+        internal memo's (a wake time, an offset, an id) is not."""
         run.check_going()
         branch = run.branch_here()
         counted = f"!{internal}" + (f".{name}" if name else "") if internal else name
@@ -79,6 +84,7 @@ class Memo:
             run.made.add(self.segment)
         """Where its memo is written: under its place, or its name."""
         self.codec = codec
+        self.sealed = not internal if sealed is None else sealed
         self.args = args
         self.began = run.clock.now()
 
@@ -105,7 +111,7 @@ class Memo:
         if keys is None:
             return False, None
         if self.position is not None and self.segment in keys:
-            field = memo_value()
+            field = memo_value(run.records.payloads)
             memo = self._checked(await run.store.get_split(self.key, field), field)
             data = memo.value
             await self._note_arguments(memo)
@@ -140,12 +146,12 @@ class Memo:
             ) from exc
         if not self.codec.reads_back_as_itself(value):
             value = _DECODED
-        stored = data
+        stored = run.records.payloads.seal(data) if self.sealed else data
         if self.position is not None:
             stored = PositionedMemo(
                 self.position,
                 self.call,
-                data,
+                stored,
                 self.branch,
                 self.args,
                 run.code_version,
@@ -162,7 +168,7 @@ class Memo:
             if self.position is None:
                 recorded = (await run.store.get(self.key)).data
             else:
-                field = memo_value()
+                field = memo_value(run.records.payloads)
                 recorded = self._checked(await run.store.get_split(self.key, field), field).value
             log.info(
                 "run %s (%s) attempt %d: step %r was recorded by another attempt; "
@@ -174,7 +180,7 @@ class Memo:
                 extra=log_extra(run),
             )
             return self._decoded(recorded)
-        return self._decoded(data) if value is _DECODED else value
+        return self._decoded(data, opened=True) if value is _DECODED else value
 
     def _checked(self, found: SplitObject, field: LargeField) -> PositionedMemo:
         """The positioned memo ``found`` holds, once its call is this one;
@@ -184,6 +190,10 @@ class Memo:
             memo = PositionedMemo.read_split(found, field)
         except ValueError as exc:
             raise CorruptMemo(self.key, str(exc), job=self.run.kind, step=self.name) from exc
+        except PayloadUnreadable as exc:
+            raise unreadable(
+                exc, f"job {self.run.kind!r}, step {self.name!r}, memo {self.key}"
+            ) from None
         run = self.run
         if memo.call != self.call:
             assert self.position is not None
@@ -228,9 +238,18 @@ class Memo:
                 "run %s: the note of changed arguments was not written: %s", run.run_id, exc
             )
 
-    def _decoded(self, data: Stored) -> Any:
-        """The recorded value; CorruptMemo, naming the step and the key, when
-        it does not decode (as the step function's return type)."""
+    def _decoded(self, data: Stored, *, opened: bool = False) -> Any:
+        """The recorded value (opened, :mod:`stepstone.records.payloads`, unless
+        ``opened``); CorruptMemo, naming the step and the key, when it does
+        not decode (as the step function's return type); PayloadUnreadable,
+        naming them and the key id, when it is sealed and does not open here."""
+        try:
+            if not opened:
+                data = self.run.records.payloads.open(data)
+        except PayloadUnreadable as exc:
+            raise unreadable(
+                exc, f"job {self.run.kind!r}, step {self.name!r}, memo {self.key}"
+            ) from None
         try:
             return self.codec.decode(data)
         except Exception as exc:  # garbage decodes into any error: each is this memo's fault

@@ -48,7 +48,7 @@ from __future__ import annotations
 import enum
 from typing import Any, Generic, TypeVar
 
-from stepstone.errors import EncodingError, StreamClosed
+from stepstone.errors import EncodingError, PayloadUnreadable, StreamClosed
 from stepstone.execute import branches
 from stepstone.execute.memos import Memo
 from stepstone.execute.scope import AttemptScope, StreamState
@@ -95,7 +95,7 @@ class StreamWriter(Generic[T]):
             raise StreamClosed(self._run.run_id, self.name)
         codec = self._codec or codec_for_type(type(value))
         try:
-            data = codec.encode_body(value)
+            data = self._run.records.payloads.seal(codec.encode_body(value))
         except (TypeError, ValueError) as exc:
             raise EncodingError(
                 f"a value written to stream {self.name!r} cannot be stored: {exc}",
@@ -213,12 +213,12 @@ async def _look(run: AttemptScope, key: str, memo: Memo) -> _Slot:
     """What stands at ``key``: nothing, this call's item (written by this
     call before, or by another attempt's of the same call), or another's
     (an object that is no item at all counts as another's: it is passed)."""
-    field = memo_value()
+    field = memo_value(run.records.payloads)
     try:
         found = PositionedMemo.read_split(await run.store.get_split(key, field), field)
     except NotFound:
         return _Slot.FREE
-    except ValueError:
+    except (ValueError, PayloadUnreadable):
         return _Slot.OTHER
     mine = (found.position, found.branch, found.call) == (memo.position, memo.branch, memo.call)
     return _Slot.MINE if mine else _Slot.OTHER

@@ -59,7 +59,7 @@ class RunAnswers:
         self, run_id: str, output: Any, input_hash: str | None = None
     ) -> Outcome[Any] | None:
         record = await self._records.outcome(check_run_id(run_id), input_hash)
-        return None if record is None else record.typed(output)
+        return None if record is None else record.typed(output, self._records.payloads)
 
     async def status(self, run_id: str) -> JobState | None:
         return await read_state(self._records, self._queue, check_run_id(run_id))

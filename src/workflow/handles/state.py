@@ -73,7 +73,7 @@ async def read_state(records: RunRecords, queue: LeaseQueue, run_id: str) -> Job
     if isinstance(record, CorruptOutcome) and queued is None:
         raise record
     if isinstance(record, OutcomeRecord):
-        progress = record.progress
+        progress = records.opened(record.progress)
         if progress is None and record.status is not JobStatus.SUCCEEDED:
             # A failed run's last report.
             progress = await records.progress(run_id, record.incarnation)

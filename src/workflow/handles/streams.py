@@ -40,11 +40,12 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from stepstone.errors import BadStreamItem, RunNotFound
+from stepstone.errors import BadStreamItem, PayloadUnreadable, RunNotFound
 from stepstone.records.calls import PositionedMemo, memo_value
 from stepstone.records.codec import codec_for_type
 from stepstone.records.envelope import incarnation_of
 from stepstone.records.layout import check_run_id, name_key, stream_offset_of
+from stepstone.records.payloads import unreadable
 from stepstone.records.run_records import RunRecords
 from stepstone.runtime.queue import LeaseQueue
 from stepstone.store import NotFound
@@ -174,7 +175,9 @@ class StreamReader(Generic[T]):
     def _item(self, incarnation: str, offset: int, found: PositionedMemo) -> StreamItem[T]:
         """The item ``found`` at ``offset``, decoded; the reader moves past it."""
         try:
-            value = self._codec.decode(found.value)
+            value = self._codec.decode(self._records.payloads.open(found.value))
+        except PayloadUnreadable as exc:
+            raise self._unreadable(exc, incarnation, offset) from None
         except Exception as exc:  # any error: the value is not of the reader's type
             key = self._key(incarnation, offset)
             raise BadStreamItem(self.run_id, self.name, offset, key, _why(exc)) from exc
@@ -187,7 +190,7 @@ class StreamReader(Generic[T]):
     async def _read(self, incarnation: str, offset: int) -> PositionedMemo | None:
         """The item at ``offset``; None while there is none."""
         key = self._key(incarnation, offset)
-        field = memo_value()
+        field = memo_value(self._records.payloads)
         try:
             found = await self._records.store.get_split(key, field)
         except NotFound:
@@ -196,6 +199,13 @@ class StreamReader(Generic[T]):
             return PositionedMemo.read_split(found, field)
         except ValueError as exc:
             raise BadStreamItem(self.run_id, self.name, offset, key, str(exc)) from None
+        except PayloadUnreadable as exc:
+            raise self._unreadable(exc, incarnation, offset) from None
+
+    def _unreadable(self, exc: PayloadUnreadable, incarnation: str, offset: int) -> Exception:
+        """PayloadUnreadable naming the item whose value does not open."""
+        what = f"run {self.run_id}: item {offset} of stream {self.name!r}"
+        return unreadable(exc, f"{what} ({self._key(incarnation, offset)})")
 
     async def _rest(self, incarnation: str, prefix: str) -> AsyncIterator[StreamItem[T]]:
         """The items of a stream whose run has ended, from :attr:`offset`

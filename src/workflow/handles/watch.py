@@ -165,7 +165,7 @@ class OutcomeWatch:
         if self._broken is not None and recent is None:
             raise self._broken
         if recent is not None:
-            return recent.typed(output)
+            return recent.typed(output, self._records.payloads)
         running = self._worker_running()
         # Without a worker here, the run is someone else's: look soon and
         # often. With one, most runs are this worker's (no reads needed) and
@@ -212,7 +212,7 @@ class OutcomeWatch:
                     if future.done() and not future.cancelled():
                         record = future.result()
                 if record is not None:
-                    return record.typed(output)
+                    return record.typed(output, self._records.payloads)
             finally:
                 self._forget(run_id, future)
             elapsed = None if timing is None else time.monotonic() - timing.at

@@ -42,6 +42,7 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
+from stepstone.errors import PayloadUnreadable
 from stepstone.execute.memos import Memo
 from stepstone.execute.scope import AttemptScope
 from stepstone.job import Job
@@ -50,6 +51,7 @@ from stepstone.limits.shared import KeptObjects, SharedObject
 from stepstone.records.codec import codec_for_type
 from stepstone.records.envelope import Envelope
 from stepstone.records.layout import Layout, limit_digest
+from stepstone.records.payloads import Payloads
 from stepstone.runtime.capabilities import Waking
 from stepstone.runtime.clock import Clock
 from stepstone.runtime.errors import MalformedPayload
@@ -88,8 +90,10 @@ class Limits:
         waking: Waking | None,
         wait_recheck: float,
         grace: float,
+        payloads: Payloads | None = None,
     ) -> None:
         self.grace = grace
+        self._payloads = payloads or Payloads()
         self._layout = layout
         self._clock = clock
         self._waking = waking
@@ -154,8 +158,9 @@ class Limits:
             job_type = self._job_types.get(envelope.kind)
             if job_type is None:
                 return
-            key = job_type.model_validate_json(envelope.input).concurrency_key()
-        except (MalformedPayload, ValidationError):
+            job_input = self._payloads.open_bytes(envelope.input)
+            key = job_type.model_validate_json(job_input).concurrency_key()
+        except (MalformedPayload, ValidationError, PayloadUnreadable):
             return
         if key is None:
             return

@@ -130,7 +130,7 @@ def memo_value(memo: StoredMemo) -> Any:
         return _took(value)
     if value is None:
         return "timed out: no event came before the deadline"
-    if isinstance(value, dict) and isinstance(value.get("data"), bytes):
+    if isinstance(value, dict) and isinstance(value.get("data"), bytes | str):
         return {"payload": decode_value(value["data"]), "event": value.get("key")}
     return value
 
@@ -142,6 +142,8 @@ def _took(value: Any) -> Any:
     if value.get("took") == "expired":
         return "expired: no completion before its timeout"
     body = value.get("body")
+    if value.get("took") == "completed" and isinstance(body, str):
+        return {"completed": body}  # (sealed, and not opened here: what sealed it)
     if value.get("took") == "completed" and isinstance(body, bytes):
         try:
             return {"completed": json.loads(body)}

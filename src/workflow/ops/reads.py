@@ -19,19 +19,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import re
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from stepstone.errors import InspectError
+from stepstone.errors import InspectError, PayloadUnreadable
 from stepstone.handles.state import attempts_of
 from stepstone.ops.debounced import DebounceShown, read_debounce
 from stepstone.records.attempts import AttemptInfo
 from stepstone.records.attributes import marked
 from stepstone.records.calls import (
     ATTRIBUTE_MARK,
+    CALLBACK_TAKE_MEMO,
     CHANGED_ARGS_MEMO,
     VERSION_WAIT_MEMO,
     Call,
@@ -44,6 +46,7 @@ from stepstone.records.history import read_history
 from stepstone.records.large_values import Stored
 from stepstone.records.layout import Path, check_run_id, place_of, run_id_for_key, step_name
 from stepstone.records.outcome import OutcomeRecord, decode_outcome_key
+from stepstone.records.payloads import Payloads, sealed, sealed_by
 from stepstone.records.retention import Runs
 from stepstone.runtime import plausible
 from stepstone.runtime.capabilities import JobListing
@@ -248,14 +251,45 @@ class Detail:
         return 0 if self.outcome is None else self.outcome.lapses
 
 
-def decode_value(data: Stored | None) -> Any:
-    """A stored MessagePack value, or a short note when it is not one."""
-    if data is None:
-        return None
+def decode_value(data: Stored | str | None) -> Any:
+    """A stored MessagePack value, or a short note when it is not one (a
+    sealed payload not opened: what sealed it, ``<encrypted (key k2)>``;
+    a note made already: itself)."""
+    if data is None or isinstance(data, str):
+        return data
+    if isinstance(data, bytes) and sealed(data):
+        return f"<{sealed_by(data)}>"
     try:
         return unpack_stored(data)
     except Exception:
         return f"<{len(data)} undecodable bytes>"
+
+
+def payloads_of(runner: object) -> Payloads:
+    """What a tool opens payloads with: the runner's codecs (none: it opens
+    none, and shows what sealed each, ``<encrypted (key k2)>``)."""
+    codecs = getattr(runner, "codec", None)
+    return Payloads(codecs if isinstance(codecs, list) else ())
+
+
+def shown_value(payloads: Payloads, data: Stored) -> Any:
+    """A stored payload opened and decoded, or the note shown in its place
+    (:func:`decode_value`; ``<encrypted (key k2)>`` when it does not open)."""
+    try:
+        return decode_value(payloads.open(data))
+    except PayloadUnreadable as exc:
+        return exc.shown()
+
+
+def opened_input(payloads: Payloads, data: bytes) -> Any:
+    """A run's input as JSON, opened; the note shown in its place when it
+    does not open; None when it is not JSON."""
+    try:
+        return json.loads(payloads.open_bytes(data))
+    except PayloadUnreadable as exc:
+        return exc.shown()
+    except ValueError:
+        return None
 
 
 async def read_outcome(runner: Inspected, run_id: str) -> OutcomeRecord | Unreadable | None:
@@ -273,7 +307,14 @@ async def _read_outcome_at(runner: Inspected, key: str) -> OutcomeRecord | Unrea
         found = decode_outcome_key(stored.data)
     except ValueError as exc:  # what decode_outcome_key says of anything that is no record
         return Unreadable(key, str(exc))
-    return found if isinstance(found, OutcomeRecord) else None  # not a tombstone
+    if not isinstance(found, OutcomeRecord):
+        return None  # (a tombstone)
+    payloads = payloads_of(runner)
+    with contextlib.suppress(PayloadUnreadable):  # (else decode_value says what sealed it)
+        found = dataclasses.replace(found, result=payloads.open(found.result))
+    with contextlib.suppress(PayloadUnreadable):
+        found = dataclasses.replace(found, progress=payloads.open_value(found.progress))
+    return found
 
 
 async def read_progress(runner: Inspected, run_id: str, incarnation: str | None) -> Any:
@@ -292,7 +333,10 @@ async def read_progress(runner: Inspected, run_id: str, incarnation: str | None)
             raise ValueError("not a progress record")
     except Exception as exc:
         return Unreadable(key, describe(exc))
-    return raw["value"]
+    try:
+        return payloads_of(runner).open_value(raw["value"])
+    except PayloadUnreadable as exc:
+        return exc.shown()
 
 
 async def list_memos(runner: Inspected, run_id: str, *, values: bool = True) -> list[StoredMemo]:
@@ -300,6 +344,7 @@ async def list_memos(runner: Inspected, run_id: str, *, values: bool = True) -> 
     the run's history is read for its call even without ``values``)."""
     prefix = runner.layout.memos(run_id)
     infos = [info async for info in runner.store.scan(prefix)]
+    payloads = payloads_of(runner)
 
     # (an attribute's mark is an index's, not a call's: records.attributes)
     infos = [info for info in infos if not _segment(prefix, info).startswith(ATTRIBUTE_MARK)]
@@ -319,13 +364,20 @@ async def list_memos(runner: Inspected, run_id: str, *, values: bool = True) -> 
                 data = (await runner.store.get(info.key)).data
                 if place is not None:
                     memo = PositionedMemo.decode(data)
-                    value, call = unpack_stored(memo.value), memo.call
+                    value, call = shown_value(payloads, memo.value), memo.call
+                    if call.call == "event" and isinstance(value, dict):
+                        took = value.get("data")
+                        if isinstance(took, bytes):  # (the event it took, sealed as it was sent)
+                            value = {**value, "data": _opened_or_shown(payloads, took)}
                     if call.call == "callback" and isinstance(value, dict) and value.get("url"):
                         value = {**value, "url": HIDDEN_URL}  # (a credential: never shown)
                     branch, began, ended = memo.branch, memo.began, memo.ended
                 else:
                     value = unpack(data)
                     began = ended = _decided_at(value)
+                    body = value.get("body") if isinstance(value, dict) else None
+                    if key.startswith(CALLBACK_TAKE_MEMO) and isinstance(body, bytes):
+                        value = {**value, "body": _opened_or_shown(payloads, body)}
             except NotFound:
                 value = None
             except Exception as exc:
@@ -372,6 +424,15 @@ NOTES = (CHANGED_ARGS_MEMO, VERSION_WAIT_MEMO)
 """Memos that are notes about a run, not its calls: listed with none."""
 
 
+def _opened_or_shown(payloads: Payloads, data: bytes) -> bytes | str:
+    """``data`` opened; the note shown in its place when it does not open."""
+    try:
+        opened: bytes = payloads.open_bytes(data)
+    except PayloadUnreadable as exc:
+        return exc.shown()
+    return opened
+
+
 def _segment(prefix: str, info: ObjectInfo) -> str:
     return info.key[len(prefix) :].partition("/")[2]
 
@@ -408,13 +469,11 @@ async def detail(runner: Inspected, run_id: str) -> Detail:
             incarnation = envelope.incarnation
             version, key, parent = envelope.version, envelope.key, envelope.parent
             replay_of, from_step = envelope.replay_of, envelope.from_step
-            with contextlib.suppress(ValueError):
-                input_json = json.loads(envelope.input)
+            input_json = opened_input(payloads_of(runner), envelope.input)
     if incarnation is None and isinstance(outcome, OutcomeRecord):
         incarnation = outcome.incarnation or None
     if input_json is None and isinstance(outcome, OutcomeRecord) and outcome.input is not None:
-        with contextlib.suppress(ValueError):
-            input_json = json.loads(outcome.input)  # (a finished run keeps it there)
+        input_json = opened_input(payloads_of(runner), outcome.input)  # (an outcome keeps it)
     recorded = outcome if isinstance(outcome, OutcomeRecord) else None
     attributes = {} if recorded is None else dict(recorded.attributes)
     if isinstance(queued, JobRecord):
@@ -447,8 +506,9 @@ async def detail(runner: Inspected, run_id: str) -> Detail:
         found.debounce = await read_debounce(runner.store, runner.layout, queued)
         window = None if found.debounce is None else found.debounce.window
         if window is not None:
-            with contextlib.suppress(ValueError):
-                input_json = json.loads(window.input)  # (what it will run, as things stand)
+            with contextlib.suppress(ValueError, PayloadUnreadable):
+                # (what it will run, as things stand)
+                input_json = json.loads(payloads_of(runner).open_bytes(window.input))
     found.incarnation = incarnation
     found.input = input_json
     found.version, found.key = version, key

@@ -17,7 +17,8 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from stepstone.ops.reads import Detail, Inspected, StoredMemo
+from stepstone.errors import PayloadUnreadable
+from stepstone.ops.reads import Detail, Inspected, StoredMemo, payloads_of
 from stepstone.records.callbacks import CallbackId, Taken, expiry_of
 from stepstone.records.calls import CALLBACK_TAKE_MEMO, PositionedMemo, memo_value
 from stepstone.records.codec import codec_for_type
@@ -150,13 +151,16 @@ async def _items(
 ) -> list[ItemSeen]:
     async def one(offset: int) -> ItemSeen | None:
         key = runner.layout.stream_item(run_id, incarnation, name, offset)
-        field = memo_value()
+        payloads = payloads_of(runner)
+        field = memo_value(payloads)
         try:
             memo = PositionedMemo.read_split(await runner.store.get_split(key, field), field)
             closes = memo.call.call == "stream-close"
-            value = None if closes else _ANY.decode(memo.value)
+            value = None if closes else _ANY.decode(payloads.open(memo.value))
         except NotFound:
             return None  # (swept meanwhile)
+        except PayloadUnreadable as exc:
+            return ItemSeen(offset, unreadable=exc.shown().strip("<>"))
         except Exception as exc:  # garbage decodes into any error
             return ItemSeen(offset, unreadable=f"{type(exc).__name__}: {exc}")
         return ItemSeen(offset, value, None, memo.ended, closes)

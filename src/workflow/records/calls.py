@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from stepstone.records.codec import unpack
 from stepstone.records.large_values import LargeField, Stored, record_body, rejoined
 from stepstone.records.layout import Path
+from stepstone.records.payloads import Payloads
 from stepstone.runtime import plausible
 from stepstone.store.parts import Body, SplitObject
 
@@ -201,6 +202,7 @@ def _times(value: object) -> tuple[float | None, float | None]:
     return began, ended
 
 
-def memo_value() -> LargeField:
-    """What finds a memo's value in its first bytes, for ``get_split``."""
-    return LargeField("value")
+def memo_value(payloads: Payloads | None = None) -> LargeField:
+    """What finds a memo's value in its first bytes, for ``get_split`` (a
+    sealed one opened with ``payloads``)."""
+    return LargeField("value", payloads)

@@ -37,9 +37,11 @@ from typing import Any
 
 import msgpack
 
+from stepstone.errors import PayloadUnreadable
+from stepstone.records.payloads import MARK, Opening, Payloads
 from stepstone.records.piecewise import EncodedValue, encoded_size, sized_header
 from stepstone.store import ObjectStore
-from stepstone.store.parts import Body, Parts, Split, SplitObject, Stream, feed
+from stepstone.store.parts import Allocation, Body, Parts, Split, SplitObject, Stream, feed
 
 SEPARATE = 1 << 20
 """The size from which a value is kept as its own buffer in the records it is
@@ -198,20 +200,104 @@ class _Unpacking:
         return Unpacked(self._value, self._size)
 
 
+class _Opened:
+    """A sealed value (:mod:`stepstone.records.payloads`) opened as its
+    bytes are read, and its plain bytes decoded as they come (a ``bytes``
+    value's gathered into its own allocation), so neither the sealed value
+    nor its plain encoding is ever whole beside the value.
+
+    A value this process lacks the codec or the key for is kept sealed, as
+    its bytes (the sealed value's size, once): the record reads, and
+    whoever opens the value says which key it lacks. (The bytes read
+    before the first chunk opens are kept until it does, for that.)"""
+
+    def __init__(self, size: int, payloads: Payloads) -> None:
+        self._opening = Opening(size, payloads, into=self._plain)
+        self._decoding: _Unpacking | None = None
+        self._bytes: Allocation | None = None
+        self._at = 0
+        self._skip = 0
+        self._sealed: bytearray | None = bytearray()
+        """The bytes read until a chunk opened; all of them once the value
+        is known not to open here for want of a key or a codec."""
+
+    @property
+    def fed(self) -> int:
+        return self._opening.fed
+
+    def __call__(self, view: memoryview) -> None:
+        if self._sealed is not None:
+            self._sealed += view
+        self._opening(view)  # (past a fault it only counts the bytes)
+        if self._sealed is not None and self._opening.opened_any:
+            self._sealed = None  # (it opens here: nothing to keep)
+
+    def _kept_sealed(self) -> bool:
+        fault = self._opening.fault
+        return (
+            self._sealed is not None
+            and isinstance(fault, PayloadUnreadable)
+            and fault.missing
+            and self._decoding is None
+            and self._bytes is None
+        )
+
+    def _plain(self, view: memoryview) -> None:
+        if self._decoding is None and self._bytes is None:
+            size = self._opening.plain_size
+            found = _bin_at(bytes(view[:5]), 0)
+            if found is not None and sum(found) == size:  # a bytes value: no decoding
+                self._bytes, self._skip = Allocation(found[0]), found[1]
+            else:
+                self._decoding = _Unpacking(size)
+        if self._decoding is not None:
+            self._decoding(view)
+            return
+        assert self._bytes is not None
+        skipped = min(self._skip, len(view))
+        self._skip -= skipped
+        part = view[skipped:]
+        self._bytes.view[self._at : self._at + len(part)] = part
+        self._at += len(part)
+
+    def unpacked(self) -> Stored:
+        """The value; its sealed bytes when this process lacks the key or the
+        codec to open it; ValueError, as for any large value, when it does
+        not open with them (damaged, altered, no sealed payload at all) or
+        what it opens to does not decode."""
+        if self._kept_sealed():
+            assert self._sealed is not None
+            return bytes(self._sealed)
+        try:
+            self._opening.check()
+        except BaseException as exc:
+            if self._bytes is not None:
+                self._bytes.drop()
+            if isinstance(exc, PayloadUnreadable):
+                raise ValueError(f"the large value does not decode: {exc}") from exc
+            raise
+        if self._bytes is not None:
+            return Unpacked(self._bytes.taken(), self._opening.plain_size)
+        assert self._decoding is not None
+        return self._decoding.unpacked()
+
+
 class LargeField:
     """A splitter (``stepstone.store.parts.Splitter``) that finds the ``bin``
     field ``name`` of a record's top-level map in its first bytes, and inside
     it the ``bin`` of a ``bytes`` value's encoding if that is what it holds;
-    any other value it decodes as the store reads it (``Split.into``). It
+    any other value it decodes as the store reads it (``Split.into``); a
+    sealed one it opens (with ``payloads``) and decodes as it is read. It
     keeps what :func:`rejoined` needs to put the record back together."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, payloads: Payloads | None = None) -> None:
         self.name = name
+        self.payloads = payloads or Payloads()
         self.field_at = -1
         """Where the field's value (its ``bin`` header) starts in the record."""
         self.inner = b""
         """The header of the ``bin`` found inside the field (empty: none)."""
-        self.unpacking: _Unpacking | None = None
+        self.unpacking: _Unpacking | _Opened | None = None
         """What decodes the field's value as it is read (None: it is read whole)."""
 
     def __call__(self, look: bytes) -> Split | None:
@@ -231,6 +317,9 @@ class LargeField:
                 length, header = found
                 start = at + header
                 self.field_at = at
+                if start < len(look) and look[start] == MARK:
+                    self.unpacking = _Opened(length, self.payloads)
+                    return Split(start, length, into=self.unpacking)
                 inner = _bin_at(look, start)
                 if inner is not None and inner[0] + inner[1] == length:
                     self.inner = look[start : start + inner[1]]

@@ -18,11 +18,12 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from stepstone.errors import JobCancelled, JobFailed
+from stepstone.errors import JobCancelled, JobFailed, PayloadUnreadable
 from stepstone.records.attributes import stored_attributes
 from stepstone.records.codec import codec_for_type, pack, unpack
 from stepstone.records.envelope import Envelope
 from stepstone.records.large_values import LargeField, Stored, Unpacked, record_body, rejoined
+from stepstone.records.payloads import Payloads
 from stepstone.runtime import plausible
 from stepstone.runtime.decision import FailureKind
 from stepstone.runtime.status import JobStatus
@@ -154,11 +155,14 @@ class OutcomeRecord:
             raise ValueError("a tombstone of a swept run, not an outcome record")
         return found
 
-    def typed(self, output: Any) -> Outcome[Any]:
-        """The outcome as users see it, its result decoded as ``output``."""
+    def typed(self, output: Any, payloads: Payloads | None = None) -> Outcome[Any]:
+        """The outcome as users see it, its result opened (by ``payloads``,
+        :mod:`stepstone.records.payloads`) and decoded as ``output``.
+        PayloadUnreadable when it is sealed and cannot be opened here."""
         result = None
         if self.status is JobStatus.SUCCEEDED and self.result is not None:
-            result = codec_for_type(output).decode(self.result)
+            opened = (payloads or Payloads()).open(self.result)
+            result = codec_for_type(output).decode(opened)
         return Outcome(
             id=self.run_id,
             status=self.status,
@@ -166,12 +170,20 @@ class OutcomeRecord:
             finished_at=self.finished_at,
             result=result,
             error=self.error,
-            progress=self.progress,
+            progress=_opened(self.progress, payloads),
             submitted_at=self.submitted_at,
             started_at=self.started_at,
             kind=self.kind,
             lapses=self.lapses,
         )
+
+
+def _opened(value: Any, payloads: Payloads | None) -> Any:
+    """A sealed field's value opened; None when it does not open here (it only informs)."""
+    try:
+        return (payloads or Payloads()).open_value(value)
+    except PayloadUnreadable:
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,9 +206,10 @@ class Tombstone:
         )
 
 
-def outcome_result() -> LargeField:
-    """What finds an outcome record's result in its first bytes, for ``get_split``."""
-    return LargeField("result")
+def outcome_result(payloads: Payloads | None = None) -> LargeField:
+    """What finds an outcome record's result in its first bytes, for
+    ``get_split`` (a sealed one opened with ``payloads``)."""
+    return LargeField("result", payloads)
 
 
 def read_outcome_key(found: SplitObject, field: LargeField) -> OutcomeRecord | Tombstone:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stepstone.errors import CorruptOutcome
+from stepstone.errors import CorruptOutcome, PayloadUnreadable
 from stepstone.records.codec import pack, unpack
 from stepstone.records.large_values import write
 from stepstone.records.layout import Layout
@@ -30,6 +30,7 @@ from stepstone.records.outcome import (
     outcome_result,
     read_outcome_key,
 )
+from stepstone.records.payloads import Payloads
 from stepstone.runtime import plausible
 from stepstone.store import AlreadyExists, NotFound, ObjectStore, PreconditionFailed
 
@@ -50,9 +51,14 @@ class AtOutcomeKey:
 class RunRecords:
     """Outcome and progress records of runs under one layout in one store."""
 
-    def __init__(self, store: ObjectStore, layout: Layout) -> None:
+    def __init__(
+        self, store: ObjectStore, layout: Layout, payloads: Payloads | None = None
+    ) -> None:
         self.store = store
         self.layout = layout
+        self.payloads = payloads or Payloads()
+        """What seals the payloads this process writes and opens those it
+        reads (:mod:`stepstone.records.payloads`)."""
         self._ended: OrderedDict[str, None] = OrderedDict()
 
     def seen_ended(self, run_id: str) -> bool:
@@ -73,7 +79,7 @@ class RunRecords:
         """What the run's outcome key holds. Raises CorruptOutcome, naming the
         key, when the object there is no record this library reads."""
         key = self.layout.outcome(run_id)
-        field = outcome_result()
+        field = outcome_result(self.payloads)
         try:
             found = await self.store.get_split(key, field)
         except NotFound:
@@ -157,7 +163,16 @@ class RunRecords:
             stored = await self.store.get(self.layout.progress(run_id, incarnation))
         except NotFound:
             return None
-        return progress_value(stored.data)
+        return self.opened(progress_value(stored.data))
+
+    def opened(self, value: Any) -> Any:
+        """A value a record holds sealed (a run's progress) opened; None when
+        it does not open here (it only informs: ``stepstone show`` says what
+        sealed it)."""
+        try:
+            return self.payloads.open_value(value)
+        except PayloadUnreadable:
+            return None
 
     async def write_progress(
         self, run_id: str, incarnation: str, claims: int, value: Any, etag: str | None
@@ -171,7 +186,7 @@ class RunRecords:
         took the run over) and must not overwrite it: it writes no more.
         """
         key = self.layout.progress(run_id, incarnation)
-        data = pack({"claims": claims, "value": value})
+        data = pack({"claims": claims, "value": self.payloads.seal_value(value)})
         while True:
             try:
                 if etag is None:

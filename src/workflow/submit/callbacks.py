@@ -66,7 +66,7 @@ async def complete_callback(
         return _answer_taken(callback, taken)
     completion = callback.completion(layout)
     try:
-        etag = await store.put_if_absent(completion, body)
+        etag = await store.put_if_absent(completion, records.payloads.seal_bytes(body))
     except AlreadyExists:
         return False
     taken = await _taken(records, callback)  # (the wait may have taken another meanwhile)

@@ -33,6 +33,7 @@ from stepstone.handles.handle import Answers, JobHandle
 from stepstone.limits.shared import KeptObjects, SharedObject
 from stepstone.records import debounce_windows as rules
 from stepstone.records.layout import Layout, fresh_run_id, limit_digest
+from stepstone.records.payloads import Payloads
 from stepstone.runtime.clock import Clock
 from stepstone.store import ObjectStore
 from stepstone.submit.submission import Submission
@@ -60,11 +61,13 @@ class Debouncer:
         *,
         store: ObjectStore,
         layout: Layout,
+        payloads: Payloads,
         clock: Clock,
         answers: Answers,
         submit_one: Callable[[Submission], Awaitable[JobHandle[Any]]],
     ) -> None:
         self._layout = layout
+        self._payloads = payloads
         self._answers = answers
         self._submit_one = submit_one
         self._windows: KeptObjects[rules.Windows] = KeptObjects(
@@ -90,7 +93,7 @@ class Debouncer:
         digest = limit_digest(s.kind, debounce.key)
         windows = self.windows(digest)
         fresh = fresh_run_id()
-        data = s.data
+        data = self._payloads.seal_bytes(s.data)  # (a payload: sealed as the run's input is)
 
         def join(state: rules.Windows | None, now: float) -> tuple[rules.Windows, rules.Joined]:
             return rules.join(

@@ -54,7 +54,7 @@ async def send_event(
     if key is not None and (not isinstance(key, str) or not key):
         raise TypeError(f"an event's key is a non-empty str, not {key!r}")
     try:
-        data = codec_for_type(type(payload)).encode(payload)
+        data = records.payloads.seal_bytes(codec_for_type(type(payload)).encode(payload))
     except Exception as exc:  # pydantic raises several kinds for what it cannot encode
         raise EncodingError(
             f"the payload of event {name!r} cannot be stored: {exc}", job=run_id

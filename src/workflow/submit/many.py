@@ -50,7 +50,7 @@ async def submit_many(
         answers[i] = _answer_or_none(submitter, subs[i], found)
 
     fresh = [i for i, answer in enumerate(answers) if answer is None]
-    new_jobs = [subs[i].new_job(submitter.max_attempts) for i in fresh]
+    new_jobs = [subs[i].new_job(submitter.max_attempts, submitter.records.payloads) for i in fresh]
     await submitter.index([subs[i] for i in fresh], new_jobs)
     enqueued = dict(zip(fresh, await submitter.queue.enqueue_many(new_jobs), strict=True))
 

@@ -118,7 +118,7 @@ class Singletons:
                 job=s.kind,
                 key=key,
                 run=run,
-                data=s.data,
+                data=self._records.payloads.seal_bytes(s.data),
                 replacing=policy is Singleton.CANCEL_RUNNING,
             )
         )
@@ -150,13 +150,15 @@ class Singletons:
     async def _enqueue(self, s: Submission, live: rules.LiveRun) -> None:
         """Enqueue the live run whose starter died before it could (its input kept)."""
         assert live.input is not None
-        job = type(s.job).model_validate_json(live.input)
+        job = type(s.job).model_validate_json(self._records.payloads.open_bytes(live.input))
         await self._submit_one(Submission.of(job, s.options, live.run, None))
 
     async def _skipped(self, s: Submission, key: str, live: str) -> JobHandle[Any]:
         """``SKIP_NEWEST``: ``s``'s run, recorded cancelled without running."""
         s.run_id = s.run_id or fresh_run_id()
-        s.new_job(self._max_attempts)  # (its envelope: an incarnation, what the record keeps)
+        s.new_job(
+            self._max_attempts, self._records.payloads
+        )  # (its envelope: an incarnation, what the record keeps)
         envelope = s.envelope
         assert envelope is not None
         now = self._clock.now()

@@ -11,6 +11,7 @@ from stepstone.records.attributes import check_attributes
 from stepstone.records.codec import canonical_input
 from stepstone.records.envelope import Envelope, input_hash
 from stepstone.records.layout import fresh_incarnation, fresh_run_id, run_id_for_key
+from stepstone.records.payloads import Payloads
 from stepstone.runtime.queue import NewJob
 from stepstone.submit.options import SubmitOptions, headers_of, run_at_of
 
@@ -88,11 +89,12 @@ class Submission:
     def keyed(self) -> bool:
         return self.run_id is not None
 
-    def new_job(self, default_max_attempts: int) -> NewJob:
-        """The queue's new job for a new incarnation of this run."""
+    def new_job(self, default_max_attempts: int, payloads: Payloads) -> NewJob:
+        """The queue's new job for a new incarnation of this run, its input
+        sealed by ``payloads`` (its hash is the plain input's)."""
         self.envelope = Envelope(
             self.kind,
-            self.data,
+            payloads.seal_bytes(self.data),
             fresh_incarnation(),
             self.digest,
             self.keyed,

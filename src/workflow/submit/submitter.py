@@ -113,6 +113,7 @@ class Submitter:
         self.debouncer = Debouncer(
             store=records.store,
             layout=records.layout,
+            payloads=records.payloads,
             clock=clock,
             answers=answers,
             submit_one=self.submit_one,
@@ -194,7 +195,7 @@ class Submitter:
                 self._children_recorded[pair] = None
                 if len(self._children_recorded) > CHILDREN_REMEMBERED:
                     self._children_recorded.popitem(last=False)
-        job = s.new_job(self.max_attempts)
+        job = s.new_job(self.max_attempts, self.records.payloads)
         await self.index([s], [job])
         if self._hand_off is None:
             return await self.after(s, (await self.queue.enqueue_many([job]))[0])
@@ -379,7 +380,7 @@ class Submitter:
         it records a run of another input."""
         if record.input_hash != s.digest and not s.debounced:
             raise InputMismatch(record.run_id, s.kind)
-        outcome: Outcome[Any] = record.typed(s.output)
+        outcome: Outcome[Any] = record.typed(s.output, self.records.payloads)
         return JobHandle(
             self._answers,
             record.run_id,
