@@ -26,12 +26,14 @@ import pytest
 
 from stepstone import (
     AesGcmCodec,
+    Debounce,
     FailureKind,
     Job,
     JobContext,
     JobRunner,
     JobStatus,
     PayloadUnreadable,
+    SubmitOptions,
     ZlibCodec,
     ZstdCodec,
 )
@@ -333,3 +335,18 @@ async def test_show_says_what_sealed_each_value_without_the_key_and_shows_it_wit
     # A key is never taken from the command line, and a bad configuration is one line.
     bad = _cli(root, "show", run_id, env={"STEPSTONE_CODEC": "aes-gcm"})
     assert bad.returncode == 2 and "STEPSTONE_KEYS" in bad.stderr and "Traceback" not in bad.stderr
+
+
+async def test_a_debounced_submit_keeps_its_input_sealed_while_it_waits(tmp_path: Path) -> None:
+    """A debounce window holds its last input until the run takes it: a payload
+    like any other, so sealed too (no worker runs: the window stays open)."""
+    root = tmp_path / "store"
+    api = runner_on(root, aes(("k1", K1)))
+    try:
+        options = SubmitOptions(debounce=Debounce("doc-7", wait=60))
+        handle = await api.submit(Waits(text=f"{MARKER}-debounced"), options)
+        assert handle.debounced is not None
+        assert list((root / "debounce").rglob("*")), "the window is kept in the store"
+        assert files_holding(root, MARKER) == []
+    finally:
+        await api.close()
