@@ -29,6 +29,7 @@ from stepstone.records.envelope import Envelope
 from stepstone.records.outcome import OutcomeRecord
 from stepstone.runtime.capabilities import JobCounts, JobListing, JobSurvey, Survey
 from stepstone.runtime.errors import MalformedPayload
+from stepstone.runtime.fairness import fairness_of
 from stepstone.runtime.queue import JobRecord
 from stepstone.runtime.status import QUEUE_STATUSES, JobStatus
 from stepstone.store import ObjectInfo
@@ -57,6 +58,9 @@ class RunSummary:
     """The idempotency key it was submitted with."""
     lapses: int = 0
     """Leases it lost to workers that died or hung (none spent an attempt)."""
+    fairness_key: str | None = None
+    """The fairness key it was submitted with, while its queue record is
+    there (an outcome does not keep it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,6 +272,7 @@ def _queued_row(record: JobRecord) -> RunSummary:
         version=None if envelope is None else envelope.version,
         key=None if envelope is None else envelope.key,
         lapses=record.lapses,
+        fairness_key=fairness_of(record.headers)[0] or None,
     )
 
 
