@@ -310,3 +310,12 @@ def test_stream_case_reads_every_item_in_another_process(tmp_path: object) -> No
     # each write is a memo and an item, each created once
     assert r["writer_requests_per_item"]["CONDITIONAL_PUT"] >= 2
     assert r["reader_requests_per_item"]["GET"] >= 1
+
+
+def test_fairness_case_runs(tmp_path: Path) -> None:
+    from benchmarks.fairness import B_JOBS, one
+
+    for backend in ("memory", "file"):
+        for late in (False, True):
+            row = asyncio.run(one(backend, 60, True, 30.0, None, late))
+            assert not row["capped"] and row["runs_before_last_b"] <= 2 * B_JOBS + 16, row
