@@ -42,6 +42,7 @@ from stepstone.runtime import MemoryQueue
 from stepstone.store import FileStore, ObjectStore
 
 from .moto_server import MotoServer
+from .pickup import commit
 
 B_JOBS = 10
 CONCURRENCY = 8
@@ -54,9 +55,13 @@ class Starts:
     def __init__(self) -> None:
         self.order: list[tuple[str, float]] = []
         self.b_done = asyncio.Event()
+        self.busy = asyncio.Event()
+        """Set once the worker started 2 * CONCURRENCY runs."""
 
     def started(self, tenant: str) -> None:
         self.order.append((tenant, time.monotonic()))
+        if len(self.order) >= 2 * CONCURRENCY:
+            self.busy.set()
         if sum(1 for t, _ in self.order if t == "b") == B_JOBS:
             self.b_done.set()
 
@@ -105,13 +110,17 @@ async def one(
         for start in range(0, backlog, 1000):
             jobs = [TenantJob(tenant="a", n=n) for n in range(start, min(backlog, start + 1000))]
             await api.submit_many(jobs, options("a", keyed))
-        await api.submit_many(
-            [TenantJob(tenant="b", n=n) for n in range(B_JOBS)], options("b", keyed)
-        )
+        b_jobs = [TenantJob(tenant="b", n=n) for n in range(B_JOBS)]
+        if not late:
+            await api.submit_many(b_jobs, options("b", keyed))
         submitted = time.monotonic() - t0
         worker = JobRunner(store, concurrency=CONCURRENCY, drain_timeout=1.0, **common)
         async with worker:
             began = time.monotonic()
+            if late:  # B's submits come once the worker is busy with A's backlog
+                await asyncio.wait_for(starts.busy.wait(), cap)
+                began = time.monotonic()
+                await api.submit_many(b_jobs, options("b", keyed))
             try:
                 await asyncio.wait_for(starts.b_done.wait(), cap)
                 capped = False
@@ -120,6 +129,7 @@ async def one(
         order = starts.order
         b_starts = [at - began for tenant, at in order if tenant == "b"]
         last_b = max((i for i, (tenant, _) in enumerate(order) if tenant == "b"), default=-1)
+        last_b -= sum(1 for _, at in order if at < began)  # (counted from B's submits)
         await api.close()
         return {
             "backend": backend,
@@ -185,9 +195,14 @@ def main(argv: list[str] | None = None) -> int:
     rows = asyncio.run(main_async(args))
     if args.out:
         with open(args.out, "w") as f:
-            json.dump(
-                {"load_before": load, "load_after": os.getloadavg(), "rows": rows}, f, indent=1
-            )
+            saved = {
+                "commit": commit(),
+                "argv": sys.argv[1:] if argv is None else argv,
+                "load_before": load,
+                "load_after": os.getloadavg(),
+                "rows": rows,
+            }
+            json.dump(saved, f, indent=1)
     return 0
 
 
