@@ -95,9 +95,11 @@ class ClaimRace:
         wanted = None if kinds is None else frozenset(kinds)
         now = self._clock.now()
         candidates = self.candidates(now, wanted, n)
-        if self._discovery.hinted:
-            # The store told of new records: read them, even with work in
-            # view, so another tenant's job takes its turn (fairness).
+        if self._discovery.hinted and (len(candidates) < n or self._view.fairness_classes() - {0}):
+            # The store told of new records: read them when short of work,
+            # or, while runs with fairness keys are due, at once, so another
+            # tenant's run takes its turn (without keys, the unread line's
+            # order stands: a new record does not pass older unread ones).
             await self._discovery.read_hinted()
             now = self._clock.now()
             candidates = self.candidates(now, wanted, n)
