@@ -192,11 +192,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     load = os.getloadavg()
+    measured = commit()  # (before the run: a commit made meanwhile is not what ran)
     rows = asyncio.run(main_async(args))
     if args.out:
         with open(args.out, "w") as f:
             saved = {
-                "commit": commit(),
+                "commit": measured,
                 "argv": sys.argv[1:] if argv is None else argv,
                 "load_before": load,
                 "load_after": os.getloadavg(),
