@@ -24,7 +24,7 @@ from ..clock import Clock
 from .pacing import ScanPacing, in_slice
 from .read_line import Listed, ReadLine
 from .record_io import RecordIO
-from .records import CorruptRecord, StoredJob, listed_bucket, listed_priority
+from .records import HELD_CLASS, CorruptRecord, StoredJob, listed_bucket, listed_priority
 from .size_hints import claimed_elsewhere, guess_changed, listed_place, renewed_elsewhere
 
 MAX_HINTS = 10_000
@@ -150,11 +150,15 @@ class Discovery:
             self._pacing.listed(count, changed)
 
     def _listed(self, info: ObjectInfo) -> tuple[float, int, int]:
-        """A listed record's estimated place, priority and class of fairness key."""
+        """A listed record's estimated place, priority and class of fairness
+        key. A held record (another's claim, most likely) is read with the
+        records of no key, in line order, as every record was before the
+        classes: it takes no turn of its own."""
+        bucket = listed_bucket(info.size)
         return (
             listed_place(info, self._priority_aging),
             listed_priority(info.size),
-            listed_bucket(info.size),
+            0 if bucket == HELD_CLASS else bucket,
         )
 
     async def read_other_classes(self, known: Collection[int], now: float) -> None:

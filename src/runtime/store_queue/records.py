@@ -41,6 +41,7 @@ from ..run_id import is_storable_id
 from ..status import SUSPENDED_STATUSES, JobStatus, Wait
 
 __all__ = [
+    "HELD_CLASS",
     "CorruptRecord",
     "StoredJob",
     "decode",
