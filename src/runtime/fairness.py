@@ -26,6 +26,7 @@ in turn. A key that went idle comes back where it left off, never ahead.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Mapping
@@ -94,6 +95,7 @@ def fairness_of(headers: Mapping[str, str]) -> tuple[str, int]:
     return key, weight
 
 
+@functools.lru_cache(maxsize=4096)
 def bucket_of(key: str) -> int:
     """The class (0 to FAIRNESS_BUCKETS - 2) a listing shows a waiting job
     of ``key`` by: 0 for no key, else one of the others by a hash of it."""
