@@ -340,3 +340,12 @@ def test_payload_codecs_case_seals_opens_and_runs(tmp_path: object) -> None:
     assert zstd["json-4MiB"] < 0.5 and zstd["random-1MiB"] >= 1.0
     run = asyncio.run(one_run(3, CHAINS["zstd-3+aes-gcm"]()))
     assert run["jobs_per_s"] > 0 and run["stored_bytes"] > 0
+
+
+def test_fairness_case_runs(tmp_path: Path) -> None:
+    from benchmarks.fairness import B_JOBS, one
+
+    for backend in ("memory", "file"):
+        for late in (False, True):
+            row = asyncio.run(one(backend, 60, True, 30.0, None, late))
+            assert not row["capped"] and row["runs_before_last_b"] <= 2 * B_JOBS + 16, row

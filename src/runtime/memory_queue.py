@@ -4,7 +4,8 @@ No durability: for tests, examples and embedded use where a lost job on a
 crash is acceptable. Its semantics are the contract's, exactly; the
 StoreQueue is tested against the same suite.
 
-Ready jobs sit in a heap ordered by (due + priority * aging); scheduled and
+Ready jobs sit in a line ordered by (due + priority * aging), in lanes by
+fairness key whose turns a claim follows (:mod:`stepstone.runtime.fair_line`); scheduled and
 leased jobs sit in a second heap ordered by the time they next need a look
 (run-at, lease expiry). Heap entries carry the record's version, and an entry
 whose record has moved on since is skipped when popped, so no transition
@@ -31,6 +32,8 @@ from .capabilities import (
 )
 from .clock import Clock, SystemClock
 from .decision import Ack, Dead, Decision, Release, Retry, Suspended
+from .fair_line import FairLine
+from .fairness import fairness_of
 from .listeners import Listeners
 from .queue import (
     DEFAULT_MAX_ATTEMPTS,
@@ -74,6 +77,8 @@ class _Rec:
     arrivals: tuple[str, ...] = ()
     serial: int = 0
     """Tells this record from another of its id made later (``withdraw``)."""
+    fairness: tuple[str, int] = ("", 1)
+    """Its fairness key and weight (:mod:`stepstone.runtime.fairness`)."""
 
     @property
     def made(self) -> str:
@@ -106,7 +111,7 @@ class MemoryQueue(
         self.priority_aging = priority_aging
         self.max_payload_bytes = max_payload_bytes
         self._records: dict[str, _Rec] = {}
-        self._ready: list[tuple[float, int, str, int]] = []
+        self._ready = FairLine()
         self._timed: list[tuple[float, int, str, int]] = []
         self._seq = itertools.count()
         self._listeners = Listeners()
@@ -137,7 +142,8 @@ class MemoryQueue(
 
     def _push_ready(self, rec: _Rec) -> None:
         key = sort_key(rec.run_at, rec.priority, self.priority_aging)
-        heapq.heappush(self._ready, (key, next(self._seq), rec.id, rec.version))
+        fkey, weight = rec.fairness
+        self._ready.push(key, rec.priority, fkey, weight, rec.id, rec.version)
 
     def _promote_due(self, now: float) -> None:
         """Move scheduled jobs that came due, and leases that lapsed, to ready."""
@@ -238,6 +244,7 @@ class MemoryQueue(
             created_at=now,
             updated_at=now,
             serial=next(self._seq),
+            fairness=fairness_of(job.headers or {}),
         )
         self._records[run_id] = rec
         return run_id, rec
@@ -253,19 +260,17 @@ class MemoryQueue(
         now = self.clock.now()
         self._promote_due(now)
         wanted = None if kinds is None else set(kinds)
+
+        def current(run_id: str, version: int) -> bool:
+            rec = self._records.get(run_id)
+            return rec is not None and rec.version == version and not rec.dead
+
+        def accept(run_id: str) -> bool:
+            return wanted is None or self._records[run_id].kind in wanted
+
         out: list[Delivery] = []
-        skipped: list[tuple[float, int, str, int]] = []
-        while self._ready and len(out) < n:
-            entry = heapq.heappop(self._ready)
-            rec = self._records.get(entry[2])
-            if rec is None or rec.version != entry[3] or rec.dead:
-                continue
-            if wanted is not None and rec.kind not in wanted:
-                skipped.append(entry)
-                continue
-            out.append(self._lease(rec, now, lease))
-        for entry in skipped:
-            heapq.heappush(self._ready, entry)
+        for run_id, _, _ in self._ready.order(n, current, accept):
+            out.append(self._lease(self._records[run_id], now, lease))
         return out
 
     def _lease(self, rec: _Rec, now: float, lease: float) -> Delivery:
@@ -278,6 +283,7 @@ class MemoryQueue(
         else:
             rec.attempts += 1
         rec.claims += 1
+        self._ready.served(*rec.fairness)
         rec.wait, rec.woken, rec.arrivals = None, False, ()
         rec.token = f"{self._token_prefix}-{next(self._tokens)}"
         rec.lease_expires_at = now + lease

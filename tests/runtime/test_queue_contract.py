@@ -40,6 +40,7 @@ from stepstone.runtime import (
     Withdrawing,
 )
 from stepstone.runtime.decision import Ack, Dead, Release, Retry, Suspended
+from stepstone.runtime.fairness import bucket_of, fairness_headers
 from stepstone.runtime.queue import DEFAULT_MAX_ATTEMPTS
 from stepstone.runtime.status import QUEUE_STATUSES
 from stepstone.runtime.store_queue import StoreQueue
@@ -102,6 +103,10 @@ _FENCED_SHORT = (
     "the lease an SqsQueue grants is fenced fence_margin short of SQS's visibility "
     "timeout, so expiries are not now + lease exactly"
 )
+_SQS_FAIR = (
+    "SQS cannot reorder a queue: a fairness key is sent as the message's MessageGroupId, "
+    "for SQS's fair queues to order (test_sqs_fairness.py)"
+)
 SQS_CANNOT: dict[str, str] = {
     "test_next_due_is_the_earliest_run_at_or_lease_expiry": (
         "SQS cannot say when a delayed or invisible message comes back (next_due is None)"
@@ -118,6 +123,10 @@ SQS_CANNOT: dict[str, str] = {
     "test_a_lapsed_lease_is_reclaimed_and_the_old_token_is_fenced_off": _REAL_TIME,
     "test_a_takeover_of_the_last_attempt_counts_lapses_not_attempts": _REAL_TIME,
     "test_nack_retries_after_the_delay_counting_the_attempt": _REAL_TIME,
+    "test_fairness_keys_take_turns_among_ready_jobs_of_one_priority": _SQS_FAIR,
+    "test_fairness_weights_share_the_turns": _SQS_FAIR,
+    "test_priority_goes_before_fairness": _SQS_FAIR,
+    "test_a_key_that_went_idle_comes_back_where_it_left_off": _SQS_FAIR,
     "test_an_uncounted_nack_hands_the_attempt_back": _REAL_TIME,
 }
 """Contract cases SqsQueue cannot hold, each with the reason (docs/scaling.md
@@ -363,6 +372,80 @@ async def test_priority_ages_so_an_old_low_job_beats_a_new_high_one(
     clock.advance(2)  # now the low job has waited 91 s
     await queue.enqueue(b"", id="new-high-2", priority=0)
     assert [d.id for d in await queue.claim(2, lease=LEASE)] == ["old-low", "new-high-2"]
+
+
+# -- fairness between tenants -----------------------------------------------
+
+
+def tenant(key: str, weight: int | None = None) -> dict[str, str]:
+    """The headers a submit with this fairness key (and weight) enqueues with."""
+    return fairness_headers(key, weight)
+
+
+async def claim_ids(queue: LeaseQueue, count: int) -> list[str]:
+    """``count`` claims of one job each (fewer if the queue runs dry), in order."""
+    out: list[str] = []
+    for _ in range(count):
+        got = await queue.claim(1, lease=LEASE)
+        if not got:
+            break
+        out.append(got[0].id)
+    return out
+
+
+async def test_fairness_keys_take_turns_among_ready_jobs_of_one_priority(
+    queue: LeaseQueue, clock: FakeClock
+) -> None:
+    """One tenant's backlog, queued first, does not hold another's jobs
+    back: the keys take turns, each giving its first job in line; the jobs
+    without a key take their turns as one key."""
+    for i in range(6):
+        await queue.enqueue(b"", id=f"a{i}", headers=tenant("tenant-a"))
+        clock.advance(0.01)
+    for i in range(2):
+        await queue.enqueue(b"", id=f"b{i}", headers=tenant("tenant-b"))
+        clock.advance(0.01)
+    await queue.enqueue(b"", id="plain")
+    assert await claim_ids(queue, 9) == ["a0", "b0", "plain", "a1", "b1"] + [
+        f"a{i}" for i in range(2, 6)
+    ]
+
+
+async def test_fairness_weights_share_the_turns(queue: LeaseQueue, clock: FakeClock) -> None:
+    for i in range(6):
+        await queue.enqueue(b"", id=f"a{i}", headers=tenant("tenant-a"))
+        await queue.enqueue(b"", id=f"c{i}", headers=tenant("tenant-c", 2))
+        clock.advance(0.01)
+    claimed = await claim_ids(queue, 9)
+    assert [c[0] for c in claimed] == list("accaccacc")
+    assert claimed[:3] == ["a0", "c0", "c1"]  # each key's own jobs in line order
+
+
+async def test_priority_goes_before_fairness(queue: LeaseQueue, clock: FakeClock) -> None:
+    """Fairness orders the jobs of one priority; the line still decides
+    which priority is served (and aging still applies)."""
+    for i in range(3):
+        await queue.enqueue(b"", id=f"a{i}", priority=0, headers=tenant("tenant-a"))
+    await queue.enqueue(b"", id="b0", priority=5, headers=tenant("tenant-b"))
+    await queue.enqueue(b"", id="b1", priority=0, headers=tenant("tenant-b"))
+    clock.advance(1)
+    assert await claim_ids(queue, 5) == ["a0", "b1", "a1", "a2", "b0"]
+
+
+async def test_a_key_that_went_idle_comes_back_where_it_left_off(
+    queue: LeaseQueue, clock: FakeClock
+) -> None:
+    """A key gains no credit while it has nothing ready: it takes its turn
+    again, not a run of turns to make up for the time it was idle."""
+    await queue.enqueue(b"", id="b0", headers=tenant("tenant-b"))
+    for i in range(4):
+        await queue.enqueue(b"", id=f"a{i}", headers=tenant("tenant-a"))
+    clock.advance(0.01)
+    assert await claim_ids(queue, 3) == ["b0", "a0", "a1"]
+    for i in range(1, 4):
+        await queue.enqueue(b"", id=f"b{i}", headers=tenant("tenant-b"))
+    clock.advance(0.01)
+    assert await claim_ids(queue, 4) == ["b1", "a2", "b2", "a3"]
 
 
 # -- leases and fencing ----------------------------------------------------
@@ -986,6 +1069,26 @@ async def test_a_cancel_in_one_process_fences_the_holder_in_another(backend: Bac
     assert await b.cancel("j") is True
     assert await a.settle(d, Ack()) is Settlement.LOST
     assert (await a.enqueue(b"", id="j")).created
+
+
+@store_only
+async def test_a_tenant_another_process_enqueued_takes_its_turn_before_a_backlog_is_read(
+    backend: Backend, clock: FakeClock
+) -> None:
+    """A process knows another's jobs only once it reads them, and reads
+    only what its claims need; a record's listed size says its key's class,
+    so a tenant's jobs listed beside another tenant's backlog are read, and
+    take their turns, long before that backlog is read through."""
+    assert bucket_of("tenant-a") != bucket_of("tenant-b")  # (else read in line order)
+    a, b = backend.make(), backend.make(claim_jitter=0.0)
+    await a.enqueue_many(
+        [NewJob(b"", id=f"a{i:03}", headers=tenant("tenant-a")) for i in range(300)]
+    )
+    clock.advance(1)
+    await a.enqueue_many([NewJob(b"", id=f"b{i}", headers=tenant("tenant-b")) for i in range(3)])
+    clock.advance(1)
+    claimed = await claim_ids(b, 12)
+    assert {"b0", "b1", "b2"} <= set(claimed[:8]), claimed
 
 
 @store_only

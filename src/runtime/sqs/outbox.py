@@ -5,6 +5,9 @@ Sends and deletes wait a few milliseconds to go out ten to a request
 largest SQS takes before it is sent (the payload travels base64-encoded), a
 spilled job's payload is left in its marker, and a run-at further out than
 SQS's delay cap is sent with the cap (the receive re-sends it for the rest).
+A job with a fairness key is sent with it as its ``MessageGroupId``: on a
+standard queue that names its tenant for SQS's fair queues (SQS orders the
+deliveries; weights are not SQS's, and it ignores them).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from collections.abc import Sequence
 
 from ..clock import Clock
 from ..errors import PayloadTooLarge, QueueError
+from ..fairness import fairness_of
 from .batcher import RequestBatcher
 from .client import SqsClient, is_lost
 from .message import ForeignMessage, JobMessage
@@ -76,7 +80,11 @@ class Outbox:
                 f"job {message.id!r}: its SQS message is {size} bytes (the payload is "
                 f"base64-encoded), over the limit of {self._max_message_bytes} bytes"
             )
-        entry = {"MessageBody": text, "DelaySeconds": self._delay_for(run_at)}
+        entry: dict[str, object] = {"MessageBody": text, "DelaySeconds": self._delay_for(run_at)}
+        if isinstance(message, JobMessage) and (group := fairness_of(message.headers)[0]):
+            # A tenant for SQS's fair queues, which favour other tenants'
+            # messages while one tenant holds a large share of the consumers.
+            entry["MessageGroupId"] = group
         refused = await self._sender.submit(url, entry)
         if refused is not None:
             raise QueueError(f"SQS refused job {message.id!r}: {refused.code}: {refused.message}")

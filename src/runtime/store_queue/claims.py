@@ -95,8 +95,12 @@ class ClaimRace:
         wanted = None if kinds is None else frozenset(kinds)
         now = self._clock.now()
         candidates = self.candidates(now, wanted, n)
-        if len(candidates) < n and self._discovery.hinted:
-            await self._discovery.read_hinted()  # the store told of new records
+        if self._discovery.hinted and (len(candidates) < n or self._view.fairness_classes() - {0}):
+            # The store told of new records: read them when short of work,
+            # or, while runs with fairness keys are due, at once, so another
+            # tenant's run takes its turn (without keys, the unread line's
+            # order stands: a new record does not pass older unread ones).
+            await self._discovery.read_hinted()
             now = self._clock.now()
             candidates = self.candidates(now, wanted, n)
         if len(candidates) < n and self._doorbell.look_due() and await self._doorbell.rang():
@@ -107,6 +111,8 @@ class ClaimRace:
         ):
             await self._discovery.scan(self.lease_hint)
             now = self._clock.now()
+        if self._discovery.unread:
+            await self._discovery.read_other_classes(self._view.fairness_classes(), now)
         out: list[Delivery] = []
         tried: set[str] = set()
         refused_before = self._pacing.refusals
@@ -169,7 +175,10 @@ class ClaimRace:
             for task in pending:
                 task.cancel()  # (the claim was cancelled: as gather would)
         await keep_landed()
-        return [delivery_of(job) for job in latest.values() if job is not None]
+        won = [job for job in latest.values() if job is not None]
+        for job in won:
+            self._view.served(job)  # (its fairness key's turn moves on)
+        return [delivery_of(job) for job in won]
 
     async def _claim_one(
         self, run_id: str, lease: float, fresh_since: float, holder: str | None

@@ -16,16 +16,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Collection
+
+from stepstone.store.base import ObjectInfo
 
 from ..clock import Clock
 from .pacing import ScanPacing, in_slice
-from .read_line import ReadLine
+from .read_line import Listed, ReadLine
 from .record_io import RecordIO
-from .records import CorruptRecord, StoredJob
+from .records import HELD_CLASS, CorruptRecord, StoredJob, listed_bucket, listed_priority
 from .size_hints import claimed_elsewhere, guess_changed, listed_place, renewed_elsewhere
 
 MAX_HINTS = 10_000
 """New records noticed and not read yet, at most; past it a listing finds them."""
+
+READ_PER_CLASS = 4
+"""Records of a class of fairness key the view has no due job of, read at a
+claim (:meth:`Discovery.read_other_classes`)."""
 
 
 class Discovery:
@@ -96,7 +103,7 @@ class Discovery:
             now = self._clock.now()
             before = {run_id: seen.etag for run_id, seen in self._view.items()}
             listed: set[str] = set()
-            unread: list[tuple[str, str | None, float]] = []
+            unread: list[Listed] = []
             passed: dict[str, str] = {}
             part = self._pacing.slice()
             count = 0
@@ -120,7 +127,7 @@ class Discovery:
                     if seen.own:
                         # Perhaps listed before our own write landed: read it only
                         # if the view still holds that write when its turn comes.
-                        unread.append((run_id, seen.etag, listed_place(info, self._priority_aging)))
+                        unread.append((run_id, seen.etag, *self._listed(info)))
                         continue
                     # Moved on: no claim may swap against the old version.
                     self._view.forget(run_id, seen.etag)
@@ -131,7 +138,7 @@ class Discovery:
                 ):
                     passed[run_id] = info.etag  # another's slice, this time
                     continue
-                unread.append((run_id, None, listed_place(info, self._priority_aging)))
+                unread.append((run_id, None, *self._listed(info)))
             for run_id, etag in before.items():
                 if run_id not in listed:
                     self._view.forget(run_id, etag)
@@ -142,13 +149,36 @@ class Discovery:
             changed = bool(unread or passed) or len(listed) != len(before)
             self._pacing.listed(count, changed)
 
+    def _listed(self, info: ObjectInfo) -> tuple[float, int, int]:
+        """A listed record's estimated place, priority and class of fairness
+        key. A held record (another's claim, most likely) is read with the
+        records of no key, in line order, as every record was before the
+        classes: it takes no turn of its own."""
+        bucket = listed_bucket(info.size)
+        return (
+            listed_place(info, self._priority_aging),
+            listed_priority(info.size),
+            0 if bucket == HELD_CLASS else bucket,
+        )
+
+    async def read_other_classes(self, known: Collection[int], now: float) -> None:
+        """Read a few records of each class of fairness key the unread line
+        holds and ``known`` (the classes of the view's due jobs) lacks, so a
+        tenant's job listed beside another tenant's backlog is known, and
+        takes its turn, before that backlog is read through."""
+        missing = self._unread.classes().difference(known)
+        if known and missing:
+            await self._read(self._unread.take(READ_PER_CLASS * len(missing), among=missing), now)
+
     async def read_ahead(self, want: int, now: float) -> None:
         """Read the next ``want`` records of the unread line, at most the
         pacing's ``read_batch``. If any turned out taken since the listing (claimed
         elsewhere, or gone), this process has run into another's stretch: it
         jumps, and reads only a few where it lands, in case that is taken too;
         each batch found free doubles the next (:mod:`stepstone.runtime.store_queue.pacing`)."""
-        batch = self._unread.take(min(want, self._pacing.read_batch))
+        await self._read(self._unread.take(min(want, self._pacing.read_batch)), now)
+
+    async def _read(self, batch: list[tuple[str, str | None]], now: float) -> None:
         jobs = await asyncio.gather(*(self._refresh(run_id, etag) for run_id, etag in batch))
         taken = sum(1 for job in jobs if job is None or (job.token and not job.claimable(now)))
         self._pacing.read(taken)

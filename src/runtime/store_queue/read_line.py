@@ -27,8 +27,16 @@ unknown records only as its claims need them, in this order:
   This is the claim jitter's bargain again: order among jobs due within
   ``window`` of each other is given up for fewer races.
 
+- **Tenants in turn.** A record's size also says the class of its fairness
+  key (:func:`stepstone.runtime.store_queue.records.listed_bucket`): the
+  classes whose first records have the priority first in line take turns,
+  a record each, so one tenant's backlog is not read through before
+  another tenant's job is found. Two keys of one class (one in 31 for two
+  tenants) are read in line order between them.
+
 Which record is claimed is still decided by the line order among the
-records the process has read; this only orders the reading.
+records the process has read, fairness keys taking turns
+(:mod:`stepstone.runtime.fair_line`); this only orders the reading.
 """
 
 from __future__ import annotations
@@ -36,10 +44,22 @@ from __future__ import annotations
 import collections
 import operator
 import random
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
 
 ReadLineEntry = tuple[str, "str | None"]
 """``(id, the etag the view held when listed)``."""
+
+Listed = tuple[str, "str | None", float] | tuple[str, "str | None", float, int, int]
+"""``(id, known etag, estimated place[, listed priority, listed class])``:
+the class of its fairness key (0, none, when not given)."""
+
+
+@dataclass(slots=True)
+class _Chunk:
+    place: float
+    priority: int
+    entries: collections.deque[ReadLineEntry]
 
 
 class ReadLine:
@@ -52,45 +72,82 @@ class ReadLine:
         self.chunk = chunk
         self.window = window
         self._rng = rng or random.Random()
-        self._chunks: collections.deque[collections.deque[ReadLineEntry]] = collections.deque()
+        self._classes: dict[int, collections.deque[_Chunk]] = {}
+        """The chunks of each class of fairness key, in line order."""
+        self._turn = 0
+        """The class read from last: the next of the same priority goes next."""
         self._count = 0
 
     def __len__(self) -> int:
         return self._count
 
-    def reset(self, listed: Iterable[tuple[str, str | None, float]]) -> None:
-        """Replace the line with ``(id, known etag, estimated place)`` entries."""
-        self._chunks = collections.deque()
-        in_line = sorted(listed, key=operator.itemgetter(2))
-        part: list[tuple[str, str | None, float]] = []
-        for entry in in_line:
-            if part and (len(part) >= self.chunk or entry[2] - part[-1][2] > self.window):
-                self._add_chunk(part)
-                part = []
-            part.append(entry)
-        if part:
-            self._add_chunk(part)
-        self._count = len(in_line)
+    def classes(self) -> set[int]:
+        """The classes of fairness key with records to read."""
+        return set(self._classes)
 
-    def _add_chunk(self, part: list[tuple[str, str | None, float]]) -> None:
-        entries = collections.deque((run_id, known) for run_id, known, _ in sorted(part))
+    def reset(self, listed: Iterable[Listed]) -> None:
+        """Replace the line with the entries of ``listed``."""
+        self._classes = {}
+        by_class: dict[int, list[tuple[str, str | None, float, int]]] = {}
+        count = 0
+        for entry in listed:
+            bucket = entry[4] if len(entry) == 5 else 0
+            priority = entry[3] if len(entry) == 5 else 0
+            by_class.setdefault(bucket, []).append((entry[0], entry[1], entry[2], priority))
+            count += 1
+        for bucket, entries in by_class.items():
+            in_line = sorted(entries, key=operator.itemgetter(2))
+            part: list[tuple[str, str | None, float, int]] = []
+            chunks: collections.deque[_Chunk] = collections.deque()
+            for item in in_line:
+                if part and (len(part) >= self.chunk or item[2] - part[-1][2] > self.window):
+                    chunks.append(self._chunk_of(part))
+                    part = []
+                part.append(item)
+            if part:
+                chunks.append(self._chunk_of(part))
+            self._classes[bucket] = chunks
+        self._count = count
+
+    def _chunk_of(self, part: list[tuple[str, str | None, float, int]]) -> _Chunk:
+        entries = collections.deque((run_id, known) for run_id, known, _, _ in sorted(part))
         entries.rotate(-self._rng.randrange(len(entries)))
-        self._chunks.append(entries)
+        return _Chunk(part[0][2], part[0][3], entries)
 
-    def take(self, n: int) -> list[ReadLineEntry]:
-        """Remove and return the next ``n`` entries (fewer if the line is shorter)."""
+    def _next_class(self, among: Collection[int] | None) -> int | None:
+        """The class to read from next: of those (in ``among`` if given) whose
+        first chunk has the priority of the first chunk in line, the next
+        after the last one read from."""
+        heads = {b: c[0] for b, c in self._classes.items() if among is None or b in among}
+        if not heads:
+            return None
+        priority = min(heads.values(), key=lambda chunk: chunk.place).priority
+        ready = sorted(b for b, chunk in heads.items() if chunk.priority == priority)
+        after = [b for b in ready if b > self._turn]
+        self._turn = after[0] if after else ready[0]
+        return self._turn
+
+    def take(self, n: int, among: Collection[int] | None = None) -> list[ReadLineEntry]:
+        """Remove and return the next ``n`` entries (fewer if the line is
+        shorter), of the classes ``among`` if given: the classes whose first
+        records have one priority take turns, one record each."""
         out: list[ReadLineEntry] = []
-        while self._chunks and len(out) < n:
-            head = self._chunks[0]
-            while head and len(out) < n:
-                out.append(head.popleft())
-            if not head:
-                self._chunks.popleft()
+        while len(out) < n:
+            bucket = self._next_class(among)
+            if bucket is None:
+                break
+            chunks = self._classes[bucket]
+            out.append(chunks[0].entries.popleft())
+            if not chunks[0].entries:
+                chunks.popleft()
+                if not chunks:
+                    del self._classes[bucket]
         self._count -= len(out)
         return out
 
     def jump(self) -> None:
-        """Go on from a random point of the current chunk."""
-        if self._chunks and len(self._chunks[0]) > 1:
-            head = self._chunks[0]
+        """Go on from a random point of the chunk last read from."""
+        chunks = self._classes.get(self._turn)
+        if chunks and len(chunks[0].entries) > 1:
+            head = chunks[0].entries
             head.rotate(-self._rng.randrange(len(head)))

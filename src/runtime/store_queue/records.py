@@ -12,13 +12,18 @@ incarnation of an id carries a random ``nonce``: no two writes of one key
 ever produce the same bytes.
 
 A listing shows each record's size and nothing else of what it holds, so the
-size is made to say the record's priority: every record is padded (a ``pad``
-field of up to 9 bytes, ignored by readers) to a size whose remainder modulo
-10 is its priority (:func:`listed_priority`). A process that lists the queue
+size is made to say the record's priority and its fairness key's class:
+every record is padded (a ``pad`` field of at most 322 bytes, ignored by
+readers) to a size whose remainder modulo 10 is its priority
+(:func:`listed_priority`) and whose tens, modulo 32, are the class
+(:func:`listed_bucket`): of its fairness key while it waits
+(:func:`stepstone.runtime.fairness.bucket_of`), :data:`HELD_CLASS` while
+it is held, so that a renewal elsewhere keeps a held record's size and
+every other change of it changes the size. A process that lists the queue
 then reads the records it does not know in about the order it would claim
-them, so an urgent job another process enqueued is read ahead of a backlog
-(docs/queue.md; benchmarks/NOTES.md measures it, and why the size no longer
-also says whether the record is held).
+them, so an urgent job another process enqueued is read ahead of a backlog,
+and a tenant's job beside another tenant's backlog (docs/queue.md;
+benchmarks/NOTES.md measures it).
 """
 
 from __future__ import annotations
@@ -30,11 +35,13 @@ import msgpack
 
 from .. import plausible
 from ..errors import QueueError
+from ..fairness import FAIRNESS_BUCKETS, FAIRNESS_HEADERS, bucket_of, fairness_of
 from ..queue import Delivery, JobRecord
 from ..run_id import is_storable_id
 from ..status import SUSPENDED_STATUSES, JobStatus, Wait
 
 __all__ = [
+    "HELD_CLASS",
     "CorruptRecord",
     "StoredJob",
     "decode",
@@ -42,6 +49,7 @@ __all__ = [
     "encode",
     "encode_created",
     "record_of",
+    "listed_bucket",
     "listed_priority",
     "status_of",
 ]
@@ -158,8 +166,10 @@ class StoredJob:
         return self.lease_expires_at is not None and self.lease_expires_at <= now
 
     def stripped(self) -> StoredJob:
-        """This record without its payload and headers, for the view."""
-        return replace(self, payload=b"", headers={}, partial=True)
+        """This record without its payload and headers (but for its
+        fairness key's, which order its claim), for the view."""
+        kept = {k: v for k, v in self.headers.items() if k in FAIRNESS_HEADERS}
+        return replace(self, payload=b"", headers=kept, partial=True)
 
 
 _FIELDS: dict[str, tuple[type, ...]] = {
@@ -228,9 +238,39 @@ def _packed(job: StoredJob, body: dict[str, Any]) -> bytes:
     data: bytes = msgpack.packb(body, use_bin_type=True)
     if not data.endswith(_PAD_FIELD + bytes([_EMPTY_STR])):
         raise RuntimeError(f"job {job.id}: msgpack did not end the record with its empty pad")
-    # Widen the empty pad (the last byte) by n bytes, so that the size says the priority.
-    n = (job.priority - len(data)) % _PRIORITIES
-    return data[:-1] + bytes([_EMPTY_STR | n]) + b"-" * n
+    # Widen the empty pad (the last byte) so that the size says the priority
+    # and the fairness key's class: size % 10 and size // 10 % FAIRNESS_BUCKETS.
+    # A held record has a class of its own: a renewal keeps the size, and
+    # every other change of a held record changes it (size_hints).
+    bucket = HELD_CLASS if job.token is not None else bucket_of(fairness_of(job.headers)[0])
+    target = job.priority + _PRIORITIES * bucket
+    return data[:-1] + _pad(target, len(data) - 1)
+
+
+def _pad(target: int, before: int) -> bytes:
+    """The shortest msgpack str (its header and ``-`` bytes) that makes a
+    record of ``before`` bytes and it ``target`` modulo _SIZE_CLASSES."""
+    best: bytes | None = None
+    for header, least, most in _STR_HEADERS:
+        n = (target - before - len(header(0))) % _SIZE_CLASSES
+        while n < least:
+            n += _SIZE_CLASSES
+        if n <= most and (best is None or n + len(header(n)) < len(best)):
+            best = header(n) + b"-" * n
+    assert best is not None
+    return best
+
+
+HELD_CLASS = FAIRNESS_BUCKETS - 1
+"""The class a held record's size says, whatever its fairness key."""
+_SIZE_CLASSES = _PRIORITIES * FAIRNESS_BUCKETS
+"""A record's size modulo this says its priority and its fairness key's class."""
+_STR_HEADERS = (
+    (lambda n: bytes([_EMPTY_STR | n]), 0, 31),
+    (lambda n: bytes([0xD9, n]), 32, 255),
+    (lambda n: bytes([0xDA]) + n.to_bytes(2, "big"), 256, 65535),
+)
+"""msgpack's str headers (fixstr, str8, str16), with the lengths each takes."""
 
 
 def listed_priority(size: int) -> int:
@@ -241,6 +281,12 @@ def listed_priority(size: int) -> int:
     what to read first, never to decide a claim.
     """
     return size % _PRIORITIES
+
+
+def listed_bucket(size: int) -> int:
+    """The class of fairness key (:func:`stepstone.runtime.fairness.bucket_of`)
+    a record of ``size`` bytes was written with: a hint, as its priority is."""
+    return size // _PRIORITIES % FAIRNESS_BUCKETS
 
 
 def decode(data: bytes, *, key: str) -> StoredJob:

@@ -26,6 +26,8 @@ import time
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 
+from ..fair_line import FairLine
+from ..fairness import bucket_of, fairness_of
 from ..queue import sort_key
 from .records import StoredJob
 
@@ -70,7 +72,7 @@ class View(Mapping[str, Seen]):
         self._salt = secrets.token_bytes(16)
         self._entries: dict[str, Seen] = {}
         self._timed: list[tuple[float, int, str]] = []
-        self._line: list[tuple[float, str, int]] = []
+        self._line = FairLine()
         self._stamps = itertools.count(1)
 
     def __getitem__(self, run_id: str) -> Seen:
@@ -143,7 +145,7 @@ class View(Mapping[str, Seen]):
     def _reindex(self) -> None:
         """Rebuild both heaps from the view, dropping stale entries."""
         self._timed = []
-        self._line = []
+        self._line.clear()
         for run_id, seen in self._entries.items():
             job = seen.job
             if job is not None and not job.dead:
@@ -165,7 +167,8 @@ class View(Mapping[str, Seen]):
                 key = sort_key(job.run_at, job.priority, self.priority_aging)
                 if not self._entries[run_id].own:
                     key += self._jitter(run_id)
-                heapq.heappush(self._line, (key, run_id, stamp))
+                fkey, weight = fairness_of(job.headers)
+                self._line.push(key, job.priority, fkey, weight, run_id, stamp)
 
     def _jitter(self, run_id: str) -> float:
         """This instance's own offset for a job, in ``[0, claim_jitter)`` seconds.
@@ -190,29 +193,37 @@ class View(Mapping[str, Seen]):
         limit: int,
         skip: Collection[str] = (),
     ) -> list[str]:
-        """Up to ``limit`` ids due now, in line order (see queue.sort_key),
+        """Up to ``limit`` ids due now, in the order claims take them (line
+        order, fairness keys taking turns: :mod:`stepstone.runtime.fair_line`),
         of ``kinds`` if given, not in ``skip``."""
         self._promote(now)
-        out: list[str] = []
-        keep: list[tuple[float, str, int]] = []
-        while self._line and len(out) < limit:
-            entry = heapq.heappop(self._line)
-            _, run_id, stamp = entry
+
+        def current(run_id: str, stamp: int) -> bool:
             job = self._current(run_id, stamp)
             if job is None:
-                continue  # stale: the view has moved on, and refiled it
+                return False  # stale: the view has moved on, and refiled it
             if not job.claimable(now):  # only if the clock went back
                 heapq.heappush(self._timed, (job.due, stamp, run_id))
-                continue
-            keep.append(entry)
+                return False
+            return True
+
+        def accept(run_id: str) -> bool:
             if run_id in skip:
-                continue
-            if kinds is not None and job.kind not in kinds:
-                continue
-            out.append(run_id)
-        for entry in keep:  # still due: they stay in line until claimed
-            heapq.heappush(self._line, entry)
-        return out
+                return False
+            job = self._entries[run_id].job
+            return job is not None and (kinds is None or job.kind in kinds)
+
+        return [run_id for run_id, _, _ in self._line.order(limit, current, accept)]
+
+    def served(self, job: StoredJob) -> None:
+        """A claim of ``job`` was won: its fairness key's turn moves on."""
+        self._line.served(*fairness_of(job.headers))
+
+    def fairness_classes(self) -> set[int]:
+        """The classes (:func:`stepstone.runtime.fairness.bucket_of`) of the
+        fairness keys of the due jobs the view holds (some may have been
+        claimed since)."""
+        return {bucket_of(key) for key in self._line.fairness_keys()}
 
     def next_due(self) -> float | None:
         """The earliest run-at or lease expiry of an entry not yet seen due."""

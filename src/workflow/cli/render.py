@@ -24,6 +24,7 @@ from stepstone.ops.listing import RunSummary
 from stepstone.ops.reads import Detail, Unreadable, decode_value
 from stepstone.ops.timeline import current_steps, earlier_steps, took
 from stepstone.records.attempts import AttemptInfo, AttemptResult
+from stepstone.runtime.fairness import fairness_of
 from stepstone.telemetry.escaping import escape_controls
 
 
@@ -64,9 +65,12 @@ VERSION_CHARS = 12
 def print_listing(out: TextIO, rows: Sequence[RunSummary], now: float) -> None:
     """``stepstone ls``'s table: newest first, each row within LS_WIDTH; the
     last error gets the room the other columns leave. A VERSION column
-    (``Job.VERSION``) when some run has one."""
+    (``Job.VERSION``) when some run has one, a FAIRNESS column (its fairness
+    key) when some run has one."""
     versions = any(row.version is not None for row in rows)
-    headers = ["ID", "STATUS", "KIND", *(["VERSION"] if versions else []), "TRIES", "AGE"]
+    tenants = any(row.fairness_key is not None for row in rows)
+    headers = ["ID", "STATUS", "KIND", *(["VERSION"] if versions else [])]
+    headers += [*(["FAIRNESS"] if tenants else []), "TRIES", "AGE"]
     headers.append("LAST ERROR")
     cells = [
         [
@@ -74,6 +78,7 @@ def print_listing(out: TextIO, rows: Sequence[RunSummary], now: float) -> None:
             row.status.value,
             short(row.kind, NAME_CHARS),
             *([short(row.version or "-", VERSION_CHARS)] if versions else []),
+            *([short(row.fairness_key or "-", VERSION_CHARS)] if tenants else []),
             str(row.attempts),
             age(now - row.submitted),
         ]
@@ -142,6 +147,7 @@ def listed_json(row: RunSummary) -> dict[str, Any]:
         "version": row.version,
         "key": row.key,
         "attributes": dict(row.attributes),
+        "fairness_key": row.fairness_key,
     }
 
 
@@ -197,6 +203,8 @@ def detail_json(found: Detail) -> dict[str, Any]:
             "waiting_for": None if queued.wait is None else queued.wait.shown,
             "headers": dict(queued.headers),
             "debounce": _debounce_json(found),
+            "fairness_key": fairness_of(queued.headers)[0] or None,
+            "fairness_weight": fairness_of(queued.headers)[1],
         },
         "outcome": None
         if outcome is None
@@ -324,6 +332,9 @@ def print_detail(out: TextIO, found: Detail) -> None:
         if queued.lapses:
             line("lapses", _lapses(queued.lapses))
         line("priority", queued.priority)
+        fairness_key, weight = fairness_of(queued.headers)
+        if fairness_key:
+            line("fairness key", fairness_key + ("" if weight == 1 else f" (weight {weight})"))
         if queued.wait is not None:
             line("waiting for", short(queued.wait.shown) or "-")
             line("wakes at", when(queued.run_at))

@@ -29,6 +29,7 @@ from stepstone.records.envelope import Envelope
 from stepstone.records.outcome import OutcomeRecord
 from stepstone.runtime.capabilities import JobCounts, JobListing, JobSurvey, Survey
 from stepstone.runtime.errors import MalformedPayload
+from stepstone.runtime.fairness import fairness_of
 from stepstone.runtime.queue import JobRecord
 from stepstone.runtime.status import QUEUE_STATUSES, JobStatus
 from stepstone.store import ObjectInfo
@@ -61,6 +62,9 @@ class RunSummary:
     """Its attributes: those it was submitted with, those it set once it
     has ended (when it succeeded), and those a listing by attributes found
     it by."""
+    fairness_key: str | None = None
+    """The fairness key it was submitted with, while its queue record is
+    there (an outcome does not keep it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,6 +287,7 @@ def queued_row(record: JobRecord) -> RunSummary:
         key=None if envelope is None else envelope.key,
         lapses=record.lapses,
         attributes={} if envelope is None else dict(envelope.attributes),
+        fairness_key=fairness_of(record.headers)[0] or None,
     )
 
 

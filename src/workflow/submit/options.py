@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from stepstone.runtime.fairness import fairness_headers
+
 RESERVED_HEADER_PREFIX = "stepstone."
 
 
@@ -69,16 +71,29 @@ class SubmitOptions:
     """Collapse this submit with others of its key into one run (see
     :class:`Debounce`); not with ``run_at``, nor for a job with an
     idempotency key or a child."""
+    fairness_key: str | None = None
+    """The tenant (a customer, a source) the run is claimed fairly for:
+    among ready runs of one priority, claims take turns across fairness
+    keys, so one key's backlog does not hold another's runs back
+    (docs/concepts.md, "Fairness between tenants"). 1 to 128 printable
+    ASCII characters without spaces. None: the runs without a key, which
+    take their turns as one key."""
+    fairness_weight: int | None = None
+    """The key's share of the turns, 1 (the default) to 1000: a key of
+    weight 3 gets three claims for every one of a key of weight 1 while both
+    have runs ready. Needs ``fairness_key``."""
 
 
 def headers_of(options: SubmitOptions) -> dict[str, str]:
-    """The headers to carry; ValueError for one under the reserved prefix."""
+    """The headers to carry, with the fairness key's; ValueError for a
+    header under the reserved prefix, or a bad fairness key or weight."""
     headers = dict(options.headers)
     for header in headers:
         if header.startswith(RESERVED_HEADER_PREFIX):
             raise ValueError(
                 f"header {header!r}: the {RESERVED_HEADER_PREFIX!r} prefix is reserved"
             )
+    headers.update(fairness_headers(options.fairness_key, options.fairness_weight))
     return headers
 
 
