@@ -34,11 +34,11 @@ from stepstone.errors import (
     StreamClosed,
 )
 from stepstone.execute import branches, versions
+from stepstone.execute.admission import Limits
 from stepstone.execute.branches import RunTree
 from stepstone.execute.context import JobContext
 from stepstone.execute.scope import AttemptScope, InThread, log_extra
 from stepstone.job import ErrorClass, Job
-from stepstone.limits.gate import Limits
 from stepstone.records.attempt_log import AttemptLog
 from stepstone.records.calls import PositionedMemo, memo_value
 from stepstone.records.codec import codec_for_type

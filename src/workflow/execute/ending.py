@@ -19,10 +19,10 @@ from __future__ import annotations
 import logging
 
 from stepstone.errors import CorruptOutcome
+from stepstone.execute.admission import Limits
 from stepstone.execute.attempts import Finished
 from stepstone.execute.hooks import SettledHooks
 from stepstone.handles.watch import OutcomeWatch
-from stepstone.limits.gate import Limits
 from stepstone.records.attempt_log import AttemptLog, Noted
 from stepstone.records.envelope import Envelope
 from stepstone.records.family import Family

@@ -18,8 +18,7 @@ from urllib.parse import urlencode
 
 from markupsafe import Markup
 
-from stepstone.cli.durations import parse_since
-from stepstone.cli.errors import CliError
+from stepstone.ops.durations import parse_since
 from stepstone.ops.glance import memo_label, memo_note, memo_place, memo_value, wait_memo
 from stepstone.ops.listing import RunFilter
 from stepstone.ops.reads import Detail, StoredMemo, decode_value
@@ -109,7 +108,7 @@ class Filters:
         if since:
             try:
                 parse_since(since, 0.0)
-            except CliError as exc:
+            except ValueError as exc:
                 problems.append(f"unknown age {since!r}: {exc}")
         try:
             limit = min(MAX_LIMIT, max(1, int(query.get("limit") or LIMIT)))
