@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from stepstone import Job, JobContext, JobRunner
+from stepstone import AttemptResult, Job, JobContext, JobRunner
+from stepstone.records.attempts import decode
 from stepstone.records.codec import canonical_input, pack, unpack
 from stepstone.records.envelope import Envelope, input_hash
 from stepstone.runtime import FakeClock, MemoryQueue
@@ -72,3 +73,47 @@ async def test_an_outcome_recorded_by_an_earlier_release_reads() -> None:
         outcome = await runner.handle(handle.id, Greet).poll()
         assert outcome is not None and outcome.kind == Greet.NAME
         assert outcome.unwrap() == "hello then"
+
+
+def attempt_record_as_written_before(claim: int, result: str) -> bytes:
+    """An attempt record as the release before this one wrote it, field by field."""
+    return pack(
+        {
+            "v": 1,
+            "claim": claim,
+            "attempt": 1,
+            "result": result,
+            "claimed_at": 1_700_000_000.0,
+            "ended_at": 1_700_000_001.5,
+            "worker": ["host-a", 4242, "worker-0a1b"],
+            "error_type": "ConnectionError" if result == "failed" else None,
+            "message": "ConnectionError: reset" if result == "failed" else None,
+            "traceback": None,
+        }
+    )
+
+
+async def test_attempt_records_written_before_read_as_their_results() -> None:
+    """Every result an earlier release recorded reads as the same
+    AttemptResult, through a run's history."""
+    clock = FakeClock()
+    store = MemoryStore(clock=clock.now)
+    earlier = [r for r in AttemptResult if r is not AttemptResult.UNRECORDED]
+    async with JobRunner(store, clock=clock, jobs=[Greet]) as runner:
+        handle = await runner.submit(Greet(who="history"))
+        assert await handle.result(timeout=10) == "hello history"
+        outcome = await runner.handle(handle.id, Greet).poll()
+        assert outcome is not None
+        incarnation = unpack((await store.get(runner.layout.outcome(handle.id))).data)[
+            "incarnation"
+        ]
+        for claim, result in enumerate(earlier, start=1):
+            data = attempt_record_as_written_before(claim, result.value)
+            assert decode(data).result is result
+            await store.put(runner.layout.attempt(handle.id, incarnation, claim), data)
+        history = await runner.history(handle.id)
+    results = [info.result for info in history]
+    assert results[: len(earlier)] == earlier
+    failed = history[earlier.index(AttemptResult.FAILED)]
+    assert (failed.worker, failed.host, failed.pid) == ("worker-0a1b", "host-a", 4242)
+    assert failed.message == "ConnectionError: reset" and failed.seconds == 1.5

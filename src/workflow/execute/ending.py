@@ -23,7 +23,7 @@ from stepstone.execute.admission import Limits
 from stepstone.execute.attempts import Finished
 from stepstone.execute.hooks import SettledHooks
 from stepstone.handles.watch import OutcomeWatch
-from stepstone.records.attempt_log import AttemptLog, Noted
+from stepstone.records.attempt_log import AttemptLog
 from stepstone.records.envelope import Envelope
 from stepstone.records.family import Family
 from stepstone.records.outcome import ErrorInfo, OutcomeRecord, about_the_run
@@ -113,7 +113,7 @@ class RunEnding:
         if isinstance(terminal, Success) and isinstance(terminal.result, Finished):
             record, envelope = terminal.result.record, terminal.result.envelope
             if terminal.result.already_recorded:
-                self._history.note(delivery, Noted.ANSWERED)
+                self._history.answered(delivery)
                 await self._stands(record, envelope)
                 return
         else:
@@ -124,12 +124,11 @@ class RunEnding:
                 await self._limits.abandoned(delivery)
         recorded = await self._records.record_outcome(record)
         extra = {"run_id": delivery.id, "kind": record.kind, "attempt": delivery.attempt}
-        if recorded is record:
-            self._history.note(delivery, Noted.DESCRIBED)
-        elif recorded is not None:
-            self._history.note(delivery, Noted.SUPERSEDED)
+        if recorded is record or recorded is None:
+            self._history.described(delivery)  # (or swept: nothing of the claim is kept)
+        else:
+            self._history.answered(delivery)  # (another claim's outcome was recorded first)
         if recorded is None:
-            self._history.note(delivery, Noted.SWEPT)
             log.warning(
                 "run %s (%s): the run was swept while attempt %d ran; its outcome is not "
                 "recorded (the key's next run gets its own)",
