@@ -46,7 +46,7 @@ from .limits import (
 from .local_jobs import LocalJobs
 from .markers import IdMarkers
 from .outbox import Outbox
-from .parts import Parts
+from .parts import QueueParts
 from .receiving import Receiver
 from .tiers import DEFAULT_TIERS, Tier, check_tiers
 from .transitions import SqsTransitions
@@ -144,7 +144,7 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue, IdleHints):
             max_delay_seconds=max_delay_seconds,
             batch_window=batch_window,
         )
-        parts = Parts(
+        parts = QueueParts(
             sqs=self._sqs,
             outbox=outbox,
             fence=fence,

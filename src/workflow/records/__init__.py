@@ -20,5 +20,7 @@ how long they stay.
 - ``audit.py``, ``audit_log.py``: the record of an operator's action, and
   where such records are kept, read back and swept;
 - ``fit_to_run.py``: whether a store is fit for a worker: reachable,
-  holding conditional writes, not a copy.
+  holding conditional writes, not a copy;
+- ``unreadable.py``: what stands in a listing or a read for a stored object
+  that would not decode.
 """
