@@ -37,8 +37,8 @@ from rel_jobs import emit, env_float, open_rel_store, read_events
 
 from stepstone import Job, JobContext, JobRunner
 from stepstone.store import ObjectStore
+from stepstone.store.counting import CountingStore
 from stepstone.store.parts import Parts
-from stepstone.store.wrappers import CountingStore
 
 POINTS = ("before_item", "after_item", "before_take", "after_take")
 
