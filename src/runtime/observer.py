@@ -68,6 +68,15 @@ class WorkerObserver(Protocol):
         """An attempt ended and was settled (or given up on), as ``report`` says."""
 
 
+_BY_QUEUE = {
+    Settlement.LOST: AttemptResult.LOST,
+    Settlement.RELEASED: AttemptResult.RELEASED,
+    Settlement.DEAD: AttemptResult.DEAD,  # (or a nack the queue made the last)
+    Settlement.SUSPENDED: AttemptResult.SUSPENDED,
+}
+"""How a claim ended, where what the queue did says it whatever was decided."""
+
+
 def claim_result(
     decision: Decision | None, settled: Settlement | None, cancelled: bool = False
 ) -> AttemptResult:
@@ -79,14 +88,9 @@ def claim_result(
         return AttemptResult.CANCELLED
     if settled is None:
         return AttemptResult.UNSETTLED
-    by_queue = {
-        Settlement.LOST: AttemptResult.LOST,
-        Settlement.RELEASED: AttemptResult.RELEASED,
-        Settlement.DEAD: AttemptResult.DEAD,  # (or a nack the queue made the last)
-        Settlement.SUSPENDED: AttemptResult.SUSPENDED,
-    }
-    if settled in by_queue:
-        return by_queue[settled]
+    by_queue = _BY_QUEUE.get(settled)
+    if by_queue is not None:
+        return by_queue
     if isinstance(decision, Retry):
         return AttemptResult.FAILED if decision.count else AttemptResult.DEFERRED
     if isinstance(decision, Suspended):
