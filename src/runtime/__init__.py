@@ -24,6 +24,7 @@ from .clock import Clock, FakeClock, SystemClock
 from .decide import AttemptEnd
 from .decision import (
     Ack,
+    AttemptResult,
     Dead,
     Decision,
     Failure,
@@ -86,6 +87,7 @@ __all__ = [
     "AttemptCallbacks",
     "AttemptEnd",
     "AttemptReport",
+    "AttemptResult",
     "Backoff",
     "ClaimedEnqueue",
     "Clock",

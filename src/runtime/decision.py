@@ -7,7 +7,9 @@ out: done (:class:`Ack`), run again later (:class:`Retry`), given back
 until a wake time (:class:`Suspended`), failed for good (:class:`Dead`), or
 given back at once, uncounted (:class:`Release`, a drain's). A terminal
 decision carries the run's final result (:data:`Terminal`), which the
-workflow layer records before the queue forgets the job.
+workflow layer records before the queue forgets the job. Once the claim is
+over, how it ended is one :class:`AttemptResult`, from the decision, what
+the queue answered and what stopped it.
 """
 
 from __future__ import annotations
@@ -122,3 +124,38 @@ class Release:
 
 Decision = Ack | Retry | Suspended | Dead | Release
 """How a claim ends: what :meth:`~stepstone.runtime.queue.LeaseQueue.settle` carries out."""
+
+
+class AttemptResult(StrEnum):
+    """How one claim of a run ended: the one value the worker makes of it
+    (:func:`stepstone.runtime.observer.claim_result`, in its
+    :class:`~stepstone.runtime.observer.AttemptReport`), which the metrics
+    count, the attempt record keeps and ``stepstone show`` prints."""
+
+    SUCCEEDED = "succeeded"
+    """The run succeeded: its outcome is recorded."""
+    FAILED = "failed"
+    """The attempt failed and the run will be tried again (the attempt counted)."""
+    DEFERRED = "deferred"
+    """Handed back without spending the attempt, to run again later: the job
+    raised RetryLater, or the store failed (the attempt's own, or the outcome's write)."""
+    DEAD = "dead"
+    """The run failed for good (its outcome records the error)."""
+    SUSPENDED = "suspended"
+    """The run went to sleep or to wait (for a time, an event, children);
+    another claim resumes it."""
+    RELEASED = "released"
+    """A drain (a worker stopping) cut the attempt short and gave the run back uncounted."""
+    LOST = "lost"
+    """The worker lost its lease (it stalled, or the store was out of reach
+    too long): the run may be another worker's now; nothing was settled."""
+    CANCELLED = "cancelled"
+    """The run was cancelled while this attempt ran (its lease was lost to the cancel)."""
+    ANSWERED = "answered"
+    """The run's outcome was already recorded (a worker stopped after writing
+    it, before acking): the claim settled the run without running it."""
+    UNSETTLED = "unsettled"
+    """The queue refused the settlement; the run came back when its lease lapsed."""
+    UNRECORDED = "unrecorded"
+    """No record of this claim: its worker stopped before it could write one
+    (a crash, a lapsed lease), or the history was off when it ended."""

@@ -1,5 +1,8 @@
 """What the worker tells about each attempt: what metrics count and history keeps.
 
+How the claim ended is one value, :class:`~stepstone.runtime.decision.AttemptResult`,
+made here (:func:`claim_result`) when the worker reports the claim's end.
+
 The worker calls an observer, when it was given one, twice per attempt:
 when it claims a job and when the attempt is over (settled, or given up
 on). The workflow layer's metrics (:mod:`stepstone.telemetry.metrics`) are one;
@@ -19,7 +22,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from .decide import AttemptEnd, Raised, TimedOut
-from .decision import Dead, Decision
+from .decision import AttemptResult, Dead, Decision, Retry, Suspended
 from .error_text import qualified_name, reported_error
 from .queue import Delivery, Settlement
 from .suspension import Suspend
@@ -50,6 +53,9 @@ class AttemptReport:
     the attempt short and released the job)."""
     cancelled: bool = False
     """The run was cancelled while the attempt ran: it was stopped, not settled."""
+    result: AttemptResult = AttemptResult.UNSETTLED
+    """How the claim ended (:func:`claim_result`): what the metrics count and
+    the attempt record keeps."""
 
 
 class WorkerObserver(Protocol):
@@ -60,6 +66,38 @@ class WorkerObserver(Protocol):
 
     def attempt_over(self, report: AttemptReport) -> None:
         """An attempt ended and was settled (or given up on), as ``report`` says."""
+
+
+_BY_QUEUE = {
+    Settlement.LOST: AttemptResult.LOST,
+    Settlement.RELEASED: AttemptResult.RELEASED,
+    Settlement.DEAD: AttemptResult.DEAD,  # (or a nack the queue made the last)
+    Settlement.SUSPENDED: AttemptResult.SUSPENDED,
+}
+"""How a claim ended, where what the queue did says it whatever was decided."""
+
+
+def claim_result(
+    decision: Decision | None, settled: Settlement | None, cancelled: bool = False
+) -> AttemptResult:
+    """How a claim ended, from the worker's decision, what the queue did with
+    it (``LOST`` too when the lease was found lost) and whether a cancel
+    stopped it. (Whether the run's outcome was recorded before the claim is
+    the workflow layer's to add: ``ANSWERED``.)"""
+    if cancelled:
+        return AttemptResult.CANCELLED
+    if settled is None:
+        return AttemptResult.UNSETTLED
+    by_queue = _BY_QUEUE.get(settled)
+    if by_queue is not None:
+        return by_queue
+    if isinstance(decision, Retry):
+        return AttemptResult.FAILED if decision.count else AttemptResult.DEFERRED
+    if isinstance(decision, Suspended):
+        return AttemptResult.SUSPENDED  # a wake came while it was held: due again at once
+    # Acked or retried after an Ack or Dead whose outcome was not recorded (the
+    # store was out: it goes round again).
+    return AttemptResult.SUCCEEDED if settled is Settlement.ACKED else AttemptResult.DEFERRED
 
 
 def error_type(ended: AttemptEnd | None, decision: Decision | None) -> str | None:

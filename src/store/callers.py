@@ -10,11 +10,13 @@ from collections.abc import Callable, Iterable
 from typing import Protocol, TypeVar
 
 
-class Request(Protocol):
+class Served(Protocol):
+    """A request a batch serves: the batch sets ``error`` when it failed."""
+
     error: BaseException | None
 
 
-R = TypeVar("R", bound=Request)
+R = TypeVar("R", bound=Served)
 
 
 def serve_all(serve: Callable[[list[R]], None], requests: list[R]) -> None:

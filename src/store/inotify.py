@@ -39,7 +39,7 @@ TOUCHED = "touched"
 """An entry whose attributes (its times) changed."""
 
 
-class Watch:
+class DirectoryWatch:
     """A directory's watch, read on the event loop while it is not paused."""
 
     def __init__(self, notify: Any, on_events: Callable[[], None]) -> None:
@@ -67,7 +67,9 @@ class Watch:
         self._notify.close()
 
 
-def watch(directory: str, what: str, on_names: Callable[[list[str] | None], None]) -> Watch | None:
+def watch(
+    directory: str, what: str, on_names: Callable[[list[str] | None], None]
+) -> DirectoryWatch | None:
     """Call ``on_names(names)`` on the running loop with the names of the
     files in ``directory`` (made if missing) that were ``what`` (PLACED or
     TOUCHED), a batch of events at a time, and ``on_names(None)`` when events
@@ -97,4 +99,4 @@ def watch(directory: str, what: str, on_names: Callable[[list[str] | None], None
         if names:
             on_names(names)
 
-    return Watch(notify, readable)
+    return DirectoryWatch(notify, readable)

@@ -202,11 +202,3 @@ __all__ = [
     "open_store",
     "payload_idempotency_key",
 ]
-
-
-def __getattr__(name: str) -> object:
-    """Names kept for code written against earlier releases, with a warning
-    (:mod:`stepstone.errors` says which)."""
-    from stepstone import errors
-
-    return getattr(errors, name)

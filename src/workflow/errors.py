@@ -55,7 +55,6 @@ not errors stepstone raises, so they stand outside the tree::
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -172,18 +171,6 @@ class InputMismatch(JobError):
             f"{what} was submitted with an idempotency key{under} already used for a "
             f"different input (run {run_id}){batch}"
         )
-
-    @property
-    def job_id(self) -> str:
-        """Deprecated: :attr:`run_id`."""
-        warnings.warn("InputMismatch.job_id is deprecated: use run_id", DeprecationWarning, 2)
-        return self.run_id
-
-    @property
-    def job_name(self) -> str:
-        """Deprecated: :attr:`kind`."""
-        warnings.warn("InputMismatch.job_name is deprecated: use kind", DeprecationWarning, 2)
-        return self.kind
 
 
 class EncodingError(JobError, ValueError):
@@ -468,18 +455,6 @@ class JobFailed(JobError):
         self.error_type = error_type
         super().__init__(f"run {run_id} failed ({reason}): {message}")
 
-    @property
-    def job_id(self) -> str:
-        """Deprecated: :attr:`run_id`."""
-        warnings.warn("JobFailed.job_id is deprecated: use run_id", DeprecationWarning, 2)
-        return self.run_id
-
-    @property
-    def kind(self) -> str:
-        """Deprecated: :attr:`reason`."""
-        warnings.warn("JobFailed.kind is deprecated: use reason", DeprecationWarning, 2)
-        return self.reason
-
 
 class JobCancelled(JobFailed):
     """The job was cancelled before it finished."""
@@ -515,22 +490,9 @@ class ClassifiedPermanent(Permanent):
         super().__init__(text)
 
 
-_RENAMED = {"InvalidJobId": "InvalidRunId"}
-
-
 def _shown_key(key: str) -> str:
     """An idempotency key in a message: quoted, and cut short past 120 characters."""
     return repr(key if len(key) <= 120 else key[:117] + "...")
-
-
-def __getattr__(name: str) -> Any:
-    """Names kept for code written against earlier releases, with a warning."""
-    if name in _RENAMED:
-        warnings.warn(
-            f"stepstone.{name} is deprecated: use {_RENAMED[name]}", DeprecationWarning, 2
-        )
-        return globals()[_RENAMED[name]]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class DebounceBacklog(JobError):

@@ -30,6 +30,7 @@ from datetime import datetime
 from typing import Any, TypeVar, cast, overload
 
 from stepstone.errors import CorruptOutcome, DuplicateJobName, UnknownJob
+from stepstone.execute.admission import Limits
 from stepstone.execute.attempts import AttemptRunner
 from stepstone.execute.cancelling import Canceller
 from stepstone.execute.durable_waits import wait_recheck_for
@@ -44,7 +45,6 @@ from stepstone.handles.streams import StreamReader
 from stepstone.handles.sync import LoopThread, SyncHandle, call_on
 from stepstone.handles.watch import OutcomeWatch
 from stepstone.job import IdempotencyKey, Job, RunRef, run_id_of
-from stepstone.limits.gate import Limits
 from stepstone.ops import actions
 from stepstone.ops.actions import Bulk, cancel_many, retry_many
 from stepstone.ops.by_attributes import find_runs

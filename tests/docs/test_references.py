@@ -9,7 +9,6 @@ from __future__ import annotations
 import ast
 import importlib
 import re
-import warnings
 from functools import cache
 from pathlib import Path
 
@@ -45,19 +44,17 @@ def engine_names() -> frozenset[str]:
 def resolves(name: str) -> bool:
     """Whether ``name`` is a module, or an attribute path from one."""
     parts = name.split(".")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # (aliases kept for old code)
-        for cut in range(len(parts), 0, -1):
-            try:
-                target: object = importlib.import_module(".".join(parts[:cut]))
-            except ImportError:
-                continue
-            try:
-                for attribute in parts[cut:]:
-                    target = getattr(target, attribute)
-            except AttributeError:
-                return False
-            return True
+    for cut in range(len(parts), 0, -1):
+        try:
+            target: object = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        try:
+            for attribute in parts[cut:]:
+                target = getattr(target, attribute)
+        except AttributeError:
+            return False
+        return True
     return False
 
 

@@ -29,6 +29,7 @@ import pytest
 from stepstone.runtime import (
     Attempt,
     AttemptReport,
+    AttemptResult,
     Backoff,
     Clock,
     Delivery,
@@ -1340,6 +1341,12 @@ async def test_the_observer_hears_each_claim_and_how_each_attempt_ended(env: Env
         ("bad", 1, Settlement.DEAD, "stepstone.runtime.errors.Permanent"),
         ("flaky", 1, Settlement.RETRIED, "ConnectionError"),
         ("flaky", 2, Settlement.ACKED, None),
+    ]
+    results = sorted((r.delivery.id, r.delivery.attempt, r.result) for r in reports)
+    assert results == [
+        ("bad", 1, AttemptResult.DEAD),
+        ("flaky", 1, AttemptResult.FAILED),
+        ("flaky", 2, AttemptResult.SUCCEEDED),
     ]
     assert all(r.seconds >= 0 for r in reports)
 

@@ -14,14 +14,14 @@ from collections.abc import Callable
 
 from . import dead_letters
 from .message import JobMessage
-from .parts import Parts
+from .parts import QueueParts
 
 
 class SqsAdmin:
     """One SqsQueue's cancels, discards and requeues; ``notify`` tells this
     process's listeners when a requeue brings work back."""
 
-    def __init__(self, parts: Parts, *, dead_scan_visibility: int) -> None:
+    def __init__(self, parts: QueueParts, *, dead_scan_visibility: int) -> None:
         self._parts = parts
         self._dead_scan_visibility = dead_scan_visibility
 

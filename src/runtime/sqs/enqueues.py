@@ -17,7 +17,7 @@ import secrets
 from ..errors import PayloadTooLarge
 from ..queue import Enqueued, NewJob, check_enqueue
 from .message import JobMessage
-from .parts import Parts
+from .parts import QueueParts
 
 
 class Enqueues:
@@ -25,7 +25,7 @@ class Enqueues:
 
     def __init__(
         self,
-        parts: Parts,
+        parts: QueueParts,
         *,
         default_max_attempts: int,
         max_payload_bytes: int,

@@ -11,7 +11,7 @@ from ..errors import QueueError
 from ..queue import JobRecord
 from ..status import QUEUE_STATUSES, JobStatus
 from .message import JobMessage
-from .parts import Parts
+from .parts import QueueParts
 
 
 class SqsUnsupported(QueueError, NotImplementedError):
@@ -22,7 +22,7 @@ class SqsInspection:
     """One SqsQueue's reads for status and counts, over ``queue_names`` (the
     tiers', then the dead-letter queue, ``dead_queue_name``)."""
 
-    def __init__(self, parts: Parts, *, queue_names: list[str], dead_queue_name: str) -> None:
+    def __init__(self, parts: QueueParts, *, queue_names: list[str], dead_queue_name: str) -> None:
         self._parts = parts
         self._queue_names = queue_names
         self._dead_queue_name = dead_queue_name

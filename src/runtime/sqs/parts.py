@@ -22,7 +22,9 @@ from .outbox import Outbox
 
 
 @dataclass(frozen=True, slots=True)
-class Parts:
+class QueueParts:
+    """What the mechanisms of one SqsQueue share (see the module docstring)."""
+
     sqs: SqsClient
     outbox: Outbox
     fence: Fence

@@ -8,7 +8,6 @@ setup, and each operation handed to the part that maps it onto SQS requests
 from __future__ import annotations
 
 import json
-import warnings
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
@@ -47,7 +46,7 @@ from .limits import (
 from .local_jobs import LocalJobs
 from .markers import IdMarkers
 from .outbox import Outbox
-from .parts import Parts
+from .parts import QueueParts
 from .receiving import Receiver
 from .tiers import DEFAULT_TIERS, Tier, check_tiers
 from .transitions import SqsTransitions
@@ -75,10 +74,10 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue, IdleHints):
     deadline ends before SQS's even with a slow request in between.
     ``max_delay_seconds`` is SQS's 15-minute cap; lower it only to exercise
     re-deferral in tests. ``wait_time_seconds`` is the long poll a claim does
-    when every tier is empty (0 turns long polling off). ``max_visibility_backoff``
-    is deprecated and ignored: a retry re-sends the message with DelaySeconds
-    (batched with other sends and deletes), since a second receive of one
-    message is how a lapsed lease shows (:mod:`stepstone.runtime.sqs.message`).
+    when every tier is empty (0 turns long polling off). A retry re-sends the
+    message with DelaySeconds (batched with other sends and deletes), never
+    waits on the visibility timeout, since a second receive of one message is
+    how a lapsed lease shows (:mod:`stepstone.runtime.sqs.message`).
     ``spill_bytes``: with an id store, a base64 payload longer than this stays
     in the marker, not the message (SQS bills each 64 KiB as one request).
     """
@@ -97,7 +96,6 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue, IdleHints):
         max_message_bytes: int = SQS_MAX_MESSAGE_BYTES,
         wait_time_seconds: int = 5,
         max_delay_seconds: int = SQS_MAX_DELAY_SECONDS,
-        max_visibility_backoff: float | None = None,
         fence_margin: float = 1.0,
         batch_window: float = 0.01,
         dead_scan_visibility: int = 30,
@@ -125,13 +123,6 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue, IdleHints):
         self.max_message_bytes = max_message_bytes
         self.wait_time_seconds = wait_time_seconds
         self.max_delay_seconds = max_delay_seconds
-        if max_visibility_backoff is not None:
-            warnings.warn(
-                "SqsQueue(max_visibility_backoff=) is ignored: a retry is always re-sent, "
-                "since a second receive of a message is a lapsed lease's takeover",
-                DeprecationWarning,
-                stacklevel=2,
-            )
         self.fence_margin = fence_margin
         self.dead_scan_visibility = dead_scan_visibility
         self.id_store = id_store
@@ -153,7 +144,7 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue, IdleHints):
             max_delay_seconds=max_delay_seconds,
             batch_window=batch_window,
         )
-        parts = Parts(
+        parts = QueueParts(
             sqs=self._sqs,
             outbox=outbox,
             fence=fence,

@@ -24,7 +24,7 @@ from typing import Any
 from ..queue import Delivery
 from .limits import SQS_MAX_BATCH, SQS_MAX_VISIBILITY_SECONDS
 from .message import ForeignMessage, MalformedMessage, decode
-from .parts import Parts
+from .parts import QueueParts
 from .prefetch import LongPolls
 from .tiers import Tier, TierRotation
 
@@ -39,7 +39,7 @@ class Receiver:
 
     def __init__(
         self,
-        parts: Parts,
+        parts: QueueParts,
         tiers: Sequence[Tier],
         *,
         wait_time_seconds: int,

@@ -19,14 +19,14 @@ from ..queue import Delivery, Settlement
 from .client import error_code, is_lost
 from .fence import Held
 from .limits import SQS_MAX_VISIBILITY_SECONDS, VISIBILITY_SAFETY
-from .parts import Parts
+from .parts import QueueParts
 
 
 class SqsTransitions:
     """One SqsQueue's renewals and settlements; ``notify`` tells this
     process's listeners when one makes work due now."""
 
-    def __init__(self, parts: Parts, *, fence_margin: float) -> None:
+    def __init__(self, parts: QueueParts, *, fence_margin: float) -> None:
         self._parts = parts
         self._fence_margin = fence_margin
 

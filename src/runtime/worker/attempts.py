@@ -21,7 +21,7 @@ from ..clock import Clock
 from ..decide import AttemptEnd, Expired, NoHandler, Raised, Returned, TimedOut, decide
 from ..decision import Decision
 from ..error_text import format_traceback, reported_error
-from ..observer import AttemptReport, WorkerObserver, error_type
+from ..observer import AttemptReport, WorkerObserver, claim_result, error_type
 from ..queue import Delivery, LeaseQueue, Settlement
 from ..suspension import Suspend
 from .callbacks import AttemptCallbacks
@@ -223,6 +223,7 @@ class Attempts:
         settled = job.settled
         if settled is None and job.lease.lost:
             settled = Settlement.LOST
+        cancelled = job.stop is Stop.CANCELLED
         report = AttemptReport(
             job.delivery,
             settled,
@@ -231,7 +232,8 @@ class Attempts:
             claimed_at=job.claimed_at,
             ended_at=self._clock.now(),
             decision=decision,
-            cancelled=job.stop is Stop.CANCELLED,
+            cancelled=cancelled,
+            result=claim_result(decision, settled, cancelled),
         )
         self._observe(job.delivery, lambda observer: observer.attempt_over(report))
         task = asyncio.current_task()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -169,14 +168,6 @@ class Attempt:
     @property
     def run_id(self) -> str:
         """The id of the run this attempt belongs to."""
-        return self.delivery.id
-
-    @property
-    def job_id(self) -> str:
-        """Deprecated: :attr:`run_id`."""
-        warnings.warn(
-            "Attempt.job_id is deprecated; use Attempt.run_id", DeprecationWarning, stacklevel=2
-        )
         return self.delivery.id
 
     @property

@@ -4,7 +4,7 @@ about one job that says which worker, which run, which kind and attempt
 
 A job's line carries ``run_id``, ``kind`` and ``attempt`` as record
 attributes (``extra``), so a log pipeline can index them
-(:class:`stepstone.observability.JobLogFilter` maps them to its own names).
+(:class:`stepstone.telemetry.JobLogFilter` maps them to its own names).
 """
 
 from __future__ import annotations

@@ -165,7 +165,7 @@ def request_body(body: Parts | bytes) -> bytes | BodyReader:
     return BodyReader(body)
 
 
-class Call(Protocol):
+class Requester(Protocol):
     """S3Store's one request under its retries, send rates and error classes."""
 
     def __call__(
@@ -179,7 +179,7 @@ class Call(Protocol):
 
 
 async def put_in_parts(
-    call: Call,
+    call: Requester,
     settings: Multipart,
     where: dict[str, str],
     key: str,
@@ -246,7 +246,7 @@ async def put_in_parts(
         raise
 
 
-async def _abort(call: Call, where: dict[str, str], key: str, upload: str) -> None:
+async def _abort(call: Requester, where: dict[str, str], key: str, upload: str) -> None:
     """Abort an upload that will not complete (its parts are billed until then)."""
 
     async def abort(client: Any) -> None:

@@ -28,7 +28,7 @@ lock (other processes wait on it) and its callers."""
 
 
 @dataclass(eq=False, slots=True)
-class Call:
+class SqlCall:
     """``fn(connection, *args)``, and once served what it returned or raised."""
 
     fn: Callable[..., Any]
@@ -39,11 +39,11 @@ class Call:
     error: BaseException | None = field(default=None, repr=False)
 
 
-Serve = Callable[[list[Call]], None]
-_Queued = tuple[Sequence[Call], "asyncio.Future[None]", asyncio.AbstractEventLoop]
+Serve = Callable[[list[SqlCall]], None]
+_Queued = tuple[Sequence[SqlCall], "asyncio.Future[None]", asyncio.AbstractEventLoop]
 
 
-class Batcher:
+class SqlBatcher:
     """Serves calls in batches with ``serve``, on a thread started with the
     first call that waits for the next between batches (waking a waiting
     thread costs the event loop less than a pool's ``submit``)."""
@@ -59,7 +59,7 @@ class Batcher:
         self._idle = False
         self._stopping = False
 
-    async def run(self, calls: Sequence[Call]) -> None:
+    async def run(self, calls: Sequence[SqlCall]) -> None:
         """Queue ``calls`` (served in order, in one batch) and return once
         they are served. Cancelling the caller does not unqueue them."""
         loop = asyncio.get_running_loop()
@@ -107,7 +107,7 @@ class Batcher:
             tell((done, loop) for _, done, loop in batch)
 
 
-def call(conn: sqlite3.Connection, one: Call) -> None:
+def call(conn: sqlite3.Connection, one: SqlCall) -> None:
     """Make ``one`` on ``conn``: its result, or the StoreError (or a failed
     stream's ValueError) it met as its error; a database error is raised."""
     try:

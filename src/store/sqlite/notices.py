@@ -79,10 +79,10 @@ class _Watcher:
         self._look = look
         self._on_change = on_change
         self._seen: int | None = None
-        self._watch: inotify.Watch | None = None
+        self._watch: inotify.DirectoryWatch | None = None
         self._task: asyncio.Task[None] | None = None
 
-    def start(self, watch: inotify.Watch) -> None:
+    def start(self, watch: inotify.DirectoryWatch) -> None:
         self._watch = watch
         self.ring()  # (the first look learns where the numbers are, and no more)
 

@@ -27,7 +27,7 @@ from ..keys import validate_key
 from ..parts import Parts, SplitObject, Splitter
 from . import notices
 from . import objects as db
-from .calls import Batcher, Call, call
+from .calls import SqlBatcher, SqlCall, call
 from .database import Synchronous, connect, prepare, store_error, transaction
 
 _STORES: weakref.WeakSet[SqliteStore] = weakref.WeakSet()
@@ -88,8 +88,8 @@ class SqliteStore(ObjectStore):
         """New batchers and no connections (in a forked child: not the parent's)."""
         self._lock = threading.Lock()
         self._idle: list[sqlite3.Connection] = []
-        self._writes = Batcher(self._commit, "stepstone-sqlite-writes")
-        self._reads = Batcher(self._read_all, "stepstone-sqlite-reads")
+        self._writes = SqlBatcher(self._commit, "stepstone-sqlite-writes")
+        self._reads = SqlBatcher(self._read_all, "stepstone-sqlite-reads")
 
     def _connection(self) -> sqlite3.Connection:
         with self._lock:
@@ -101,7 +101,7 @@ class SqliteStore(ObjectStore):
         with self._lock:
             self._idle.append(conn)
 
-    def _commit(self, calls: list[Call]) -> None:
+    def _commit(self, calls: list[SqlCall]) -> None:
         """A batch of writes in one transaction (a lone write of one
         statement, as its own); then the watchers are told (``notices``)."""
         try:
@@ -129,7 +129,7 @@ class SqliteStore(ObjectStore):
         if any(isinstance(one.result, str) for one in calls):
             notices.ring(self.path)
 
-    def _read_all(self, calls: list[Call]) -> None:
+    def _read_all(self, calls: list[SqlCall]) -> None:
         try:
             conn = self._connection()
         except StoreError as exc:
@@ -145,16 +145,16 @@ class SqliteStore(ObjectStore):
         finally:
             self._done_with(conn)
 
-    async def _run(self, batcher: Batcher, calls: Sequence[Call]) -> list[Any]:
+    async def _run(self, batcher: SqlBatcher, calls: Sequence[SqlCall]) -> list[Any]:
         await batcher.run(calls)
         for one in calls:
             if one.error is not None and not isinstance(one.error, StoreError):
                 raise one.error  # (a failed stream's ValueError; a bug)
         return [one.error or one.result for one in calls]
 
-    async def _one(self, batcher: Batcher, fn: Callable[..., Any], *args: Any) -> Any:
+    async def _one(self, batcher: SqlBatcher, fn: Callable[..., Any], *args: Any) -> Any:
         key = validate_key(args[0], location=self.location) if args else None
-        [answer] = await self._run(batcher, [Call(fn, (*args, self.location), key)])
+        [answer] = await self._run(batcher, [SqlCall(fn, (*args, self.location), key)])
         if isinstance(answer, StoreError):
             raise answer
         return answer
@@ -172,7 +172,7 @@ class SqliteStore(ObjectStore):
         """All ``keys`` read in one batch (None for each that names nothing)."""
         for key in keys:
             validate_key(key, location=self.location)
-        calls = [Call(db.get_or_none, (key, self.location), key) for key in keys]
+        calls = [SqlCall(db.get_or_none, (key, self.location), key) for key in keys]
         answers = await self._run(self._reads, calls)
         for answer in answers:
             if isinstance(answer, StoreError):
@@ -194,7 +194,7 @@ class SqliteStore(ObjectStore):
     ) -> builtins.list[str | StoreError]:
         """Every create of the call in one transaction, with one commit."""
         answers: list[str | StoreError] = []
-        calls: list[Call] = []
+        calls: list[SqlCall] = []
         for obj in objects:
             try:
                 validate_key(obj.key, location=self.location)
@@ -202,7 +202,7 @@ class SqliteStore(ObjectStore):
                 answers.append(exc)
                 continue
             args = (obj.key, bytes(obj.data), "absent", None, self.location)
-            calls.append(Call(db.write, args, obj.key))
+            calls.append(SqlCall(db.write, args, obj.key))
             answers.append("")
         made = iter(await self._run(self._writes, calls) if calls else [])
         return [answer or next(made) for answer in answers]
@@ -233,7 +233,7 @@ class SqliteStore(ObjectStore):
         start_after: str | None = None,
         limit: int = DEFAULT_PAGE_SIZE,
     ) -> builtins.list[ObjectInfo]:
-        page = Call(db.listing, (prefix, start_after, limit, self.location))
+        page = SqlCall(db.listing, (prefix, start_after, limit, self.location))
         [answer] = await self._run(self._reads, [page])
         if isinstance(answer, StoreError):
             raise answer
@@ -255,7 +255,7 @@ class SqliteStore(ObjectStore):
     async def _changes(
         self, prefix: str, after: int | None
     ) -> tuple[int, builtins.list[str] | None]:
-        [answer] = await self._run(self._reads, [Call(db.changes, (prefix, after))])
+        [answer] = await self._run(self._reads, [SqlCall(db.changes, (prefix, after))])
         if isinstance(answer, StoreError):
             raise answer
         found: tuple[int, list[str] | None] = answer

@@ -30,7 +30,8 @@ options), ``runners`` (the JobRunner a command works on), ``commands`` (the
 commands that inspect and operate on jobs), ``worker`` (the worker command
 and its signals), ``check_store`` (the conformance check of a store),
 ``render`` (tables and JSON), ``notices`` (warnings on stderr),
-``durations``, ``errors`` and ``statuses`` (the exit statuses).
+``durations`` (a duration it cannot read is a usage error), ``errors`` and
+``statuses`` (the exit statuses).
 """
 
 from stepstone.cli.entry import main, run

@@ -1,54 +1,23 @@
-"""Durations as people type them: ``90s``, ``30m``, ``12h``, ``7d``, ``1h30m``.
-
-``purge --older-than`` takes one, and ``--since`` one or a time; a plain
-number of seconds reads wrong in a shell history, and ``7 days`` would need
-quoting.
-"""
+"""Durations as the CLI reads them (:mod:`stepstone.ops.durations`): one it
+cannot read is a usage error, reported in one line with exit status 2."""
 
 from __future__ import annotations
 
-import re
-from datetime import UTC, datetime
-
 from stepstone.cli.errors import CliError
-
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw]?)")
+from stepstone.ops import durations
 
 
 def parse_duration(text: str) -> float:
-    """``90``, ``90s``, ``30m``, ``12h``, ``7d``, ``2w`` or a sum like ``1h30m``, in seconds."""
-    compact = text.strip().lower().replace(" ", "")
-    pos, total = 0, 0.0
-    while pos < len(compact):
-        match = _DURATION.match(compact, pos)
-        if match is None:
-            break
-        total += float(match.group(1)) * _UNITS[match.group(2) or "s"]
-        pos = match.end()
-    if not compact or pos != len(compact):
-        raise CliError(
-            f"cannot read {text!r} as a duration (examples: 90s, 30m, 12h, 7d, 1h30m)", 2
-        )
-    return total
+    """``--older-than``: :func:`stepstone.ops.durations.parse_duration`, or CliError."""
+    try:
+        return durations.parse_duration(text)
+    except ValueError as exc:
+        raise CliError(str(exc), 2) from None
 
 
 def parse_since(text: str, now: float) -> float:
-    """``--since``: a duration before ``now`` (``10m``, ``2h``, ``3d``) or an
-    ISO 8601 time (``2026-01-31``, ``2026-01-31T12:00``, UTC unless it says
-    otherwise), as an epoch time."""
+    """``--since``: :func:`stepstone.ops.durations.parse_since`, or CliError."""
     try:
-        return now - parse_duration(text)
-    except CliError:
-        pass
-    try:
-        moment = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise CliError(
-            f"cannot read {text!r} as a duration or a time "
-            "(examples: 10m, 2h, 3d, 2026-01-31, 2026-01-31T12:00Z)",
-            2,
-        ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
+        return durations.parse_since(text, now)
+    except ValueError as exc:
+        raise CliError(str(exc), 2) from None

@@ -5,8 +5,11 @@
   its limits, run the job;
 - ``context.py``: :class:`JobContext`, what the job's ``run`` sees (steps,
   children, durable waits, progress, the lease), and its blocking twin;
+- ``admission.py``: what an attempt asks before the run's code starts (a
+  slot of its concurrency key, its rate limit's turn) and tells when it
+  ends, over :mod:`stepstone.limits`;
 - ``scope.py``: one attempt's bookkeeping, shared by the context, the
-  waits, the limits and the attempt;
+  waits, the admission and the attempt;
 - ``memos.py``: the values a run records (a step's result, a wait's
   decision) and replays on a retry;
 - ``durable_waits.py``: sleeps, event waits and awaiting children, which

@@ -3,10 +3,11 @@
 The worker (:mod:`stepstone.runtime.worker`) claims a job and calls the
 handler this module makes for its type. The handler decodes the job's
 envelope, replays or runs its steps through a :class:`~stepstone.JobContext`,
-and returns the success record; a failure propagates as the exception the
-job raised (classified permanent where the job says so) for the worker's
-pure ``decide`` to judge. What happens once the worker has decided that the
-run is over is :mod:`stepstone.execute.ending`'s.
+and returns what it ended with (:class:`Finished`, of which
+:mod:`stepstone.execute.ending` makes the outcome record); a failure
+propagates as the exception the job raised (classified permanent where the
+job says so) for the worker's pure ``decide`` to judge. What happens once
+the worker has decided that the run is over is :mod:`stepstone.execute.ending`'s.
 """
 
 from __future__ import annotations
@@ -36,18 +37,18 @@ from stepstone.errors import (
     StreamClosed,
 )
 from stepstone.execute import branches, versions
+from stepstone.execute.admission import Limits
 from stepstone.execute.branches import RunTree
 from stepstone.execute.context import JobContext
 from stepstone.execute.debounced import debounced_input
 from stepstone.execute.scope import AttemptScope, InThread, log_extra
 from stepstone.job import ErrorClass, Job
-from stepstone.limits.gate import Limits
 from stepstone.records.attempt_log import AttemptLog
 from stepstone.records.calls import PositionedMemo, memo_value
 from stepstone.records.codec import codec_for_type
 from stepstone.records.envelope import Envelope
 from stepstone.records.layout import branch_name, place_of
-from stepstone.records.outcome import OutcomeRecord, Tombstone, about_the_run
+from stepstone.records.outcome import OutcomeRecord, Tombstone
 from stepstone.records.run_records import RunRecords, answering
 from stepstone.runtime.clock import Clock
 from stepstone.runtime.errors import MalformedPayload, Permanent
@@ -65,13 +66,23 @@ log = logging.getLogger("stepstone")
 
 @dataclass(frozen=True, slots=True)
 class Finished:
-    """What a handler returns to the worker: the success record to write."""
+    """What a handler returns to the worker: what the run's success record is
+    made of (:class:`~stepstone.execute.ending.RunEnding` makes it, as it
+    makes a failure's), or the outcome that already answered the run."""
 
-    record: OutcomeRecord
     envelope: Envelope
     """The payload the attempt ran, decoded once for the attempt's whole path."""
-    already_recorded: bool = False
-    """The run's outcome was already recorded (by an earlier claim, or the
+    result: Body | None = None
+    """The job's result, encoded for the record."""
+    progress: Any = None
+    started_at: float | None = None
+    """When the run's code started (after its admission)."""
+    finished_at: float = 0.0
+    attributes: dict[str, str] | None = None
+    """The run's attributes as it ends: those it was submitted with and
+    those it set (None: the envelope's)."""
+    answer: OutcomeRecord | None = None
+    """The run's outcome, already recorded (by an earlier claim, or the
     previous run of its key): nothing ran, nothing is to be written."""
 
 
@@ -148,7 +159,7 @@ class AttemptRunner:
         return handle
 
     async def run_attempt(self, job_type: type[Job[Any]], attempt: Attempt) -> Finished:
-        """Run one attempt of a job of ``job_type``; returns its success record."""
+        """Run one attempt of a job of ``job_type``; returns what it ended with."""
         delivery = attempt.delivery
         envelope = Envelope.decode(delivery.payload)
         run_id = delivery.id
@@ -170,7 +181,7 @@ class AttemptRunner:
                     envelope.kind,
                     extra=extra,
                 )
-                return Finished(existing, envelope, already_recorded=True)
+                return Finished(envelope, answer=existing)
 
         memo_keys: set[str] | None = None
         if delivery.claims > 1 or envelope.replay_of is not None:  # (a replay starts with some)
@@ -274,26 +285,14 @@ class AttemptRunner:
             encoded = _stored_result(envelope.kind, job_type.output_type(), result)
         except EncodingError as exc:
             raise ClassifiedPermanent(exc) from exc
-        encoded = self._records.payloads.seal(encoded)
-        record = OutcomeRecord(
-            run_id=run_id,
-            kind=envelope.kind,
-            status=JobStatus.SUCCEEDED,
-            input_hash=envelope.input_hash,
-            incarnation=envelope.incarnation,
-            attempts=delivery.attempt,
-            lapses=delivery.lapses,
-            finished_at=self._clock.now(),
-            result=encoded,
-            progress=self._records.payloads.seal_value(scope.progress),
-            submitted_at=delivery.enqueued_at or None,
-            started_at=started_at,
-            claims=delivery.claims,
-            claimed_at=self._history.claimed_at(delivery),
-            worker=self._history.worker_id(),
-            **{**about_the_run(envelope), "attributes": scope.attributes},
+        return Finished(
+            envelope,
+            self._records.payloads.seal(encoded),
+            self._records.payloads.seal_value(scope.progress),
+            started_at,
+            self._clock.now(),
+            attributes=dict(scope.attributes),
         )
-        return Finished(record, envelope)
 
     async def _run_job(
         self, job_type: type[Job[Any]], job: Job[Any], ctx: JobContext, scope: AttemptScope

@@ -15,7 +15,6 @@ import hashlib
 import inspect
 import logging
 import time
-import warnings
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from types import MappingProxyType
@@ -89,18 +88,6 @@ class JobContext:
     @property
     def kind(self) -> str:
         """The job's kind (its type's NAME)."""
-        return self._run.kind
-
-    @property
-    def job_id(self) -> str:
-        """Deprecated: :attr:`run_id`."""
-        warnings.warn("JobContext.job_id is deprecated: use run_id", DeprecationWarning, 2)
-        return self._run.run_id
-
-    @property
-    def job_name(self) -> str:
-        """Deprecated: :attr:`kind`."""
-        warnings.warn("JobContext.job_name is deprecated: use kind", DeprecationWarning, 2)
         return self._run.kind
 
     @property

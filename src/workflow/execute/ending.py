@@ -1,10 +1,11 @@
 """How a run's end is recorded: the worker's attempt callbacks.
 
 When the worker has decided a run is over, it calls
-:meth:`RunEnding.on_terminal`, which writes the outcome record,
-create-if-absent, before the worker acks or dead-letters: the first record
-written is the answer, and a crash between the two leaves the record for
-the next claim to find. Once the outcome stands, every run waiting for
+:meth:`RunEnding.on_terminal`, which makes the outcome record (here alone,
+for a success as for a failure: it is also the attempt record of the claim
+that writes it) and writes it, create-if-absent, before the worker acks or
+dead-letters: the first record written is the answer, and a crash between
+the two leaves the record for the next claim to find. Once the outcome stands, every run waiting for
 it is woken (its parent, and the runs that joined it), the handles
 awaiting it here are told, and its ``on_settled`` hooks run.
 
@@ -17,13 +18,14 @@ attempt history keeps.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from stepstone.errors import CorruptOutcome
+from stepstone.execute.admission import Limits
 from stepstone.execute.attempts import Finished
 from stepstone.execute.hooks import SettledHooks
 from stepstone.handles.watch import OutcomeWatch
-from stepstone.limits.gate import Limits
-from stepstone.records.attempt_log import AttemptLog, Noted
+from stepstone.records.attempt_log import AttemptLog
 from stepstone.records.envelope import Envelope
 from stepstone.records.family import Family
 from stepstone.records.outcome import ErrorInfo, OutcomeRecord, about_the_run
@@ -36,6 +38,7 @@ from stepstone.runtime.observer import AttemptReport
 from stepstone.runtime.queue import Delivery
 from stepstone.runtime.status import JobStatus
 from stepstone.store import StoreUnavailable
+from stepstone.store.parts import Body
 
 log = logging.getLogger("stepstone")
 
@@ -111,25 +114,25 @@ class RunEnding:
     async def _record(self, delivery: Delivery, terminal: Terminal) -> None:
         envelope: Envelope | None
         if isinstance(terminal, Success) and isinstance(terminal.result, Finished):
-            record, envelope = terminal.result.record, terminal.result.envelope
-            if terminal.result.already_recorded:
-                self._history.note(delivery, Noted.ANSWERED)
-                await self._stands(record, envelope)
+            finished = terminal.result
+            envelope = finished.envelope
+            if finished.answer is not None:
+                self._history.answered(delivery)
+                await self._stands(finished.answer, envelope)
                 return
         else:
             assert isinstance(terminal, Failure)
             envelope = _envelope(delivery)
-            record = self._failure_record(delivery, terminal, envelope)
             if terminal.reason is FailureKind.EXPIRED:
                 await self._limits.abandoned(delivery)
+        record = self._outcome_record(delivery, terminal, envelope)
         recorded = await self._records.record_outcome(record)
         extra = {"run_id": delivery.id, "kind": record.kind, "attempt": delivery.attempt}
-        if recorded is record:
-            self._history.note(delivery, Noted.DESCRIBED)
-        elif recorded is not None:
-            self._history.note(delivery, Noted.SUPERSEDED)
+        if recorded is record or recorded is None:
+            self._history.described(delivery)  # (or swept: nothing of the claim is kept)
+        else:
+            self._history.answered(delivery)  # (another claim's outcome was recorded first)
         if recorded is None:
-            self._history.note(delivery, Noted.SWEPT)
             log.warning(
                 "run %s (%s): the run was swept while attempt %d ran; its outcome is not "
                 "recorded (the key's next run gets its own)",
@@ -174,28 +177,55 @@ class RunEnding:
         if record.status is not JobStatus.CANCELLED:
             await self._hooks.run(record, None if envelope is None else envelope.input)
 
-    def _failure_record(
-        self, delivery: Delivery, failure: Failure, envelope: Envelope | None
+    def _outcome_record(
+        self, delivery: Delivery, terminal: Terminal, envelope: Envelope | None
     ) -> OutcomeRecord:
+        """The run's outcome record, which is also the attempt record of the
+        claim that writes it (its number, worker and claim time): made here
+        alone, for a success as for a failure."""
         if envelope is not None:
             kind, digest, incarnation = envelope.kind, envelope.input_hash, envelope.incarnation
         else:
             kind, digest, incarnation = delivery.kind, "", ""
+        error: ErrorInfo | None = None
+        result: Body | None = None
+        progress: Any = None
+        started_at: float | None = None
+        about = {} if envelope is None else about_the_run(envelope)
+        if isinstance(terminal, Failure):
+            status, attempts, finished_at = JobStatus.FAILED, terminal.attempt, self._clock.now()
+            error = ErrorInfo(
+                terminal.reason, terminal.message, terminal.error_type, terminal.traceback
+            )
+        else:
+            finished = terminal.result
+            assert isinstance(finished, Finished)
+            status, attempts, finished_at = (
+                JobStatus.SUCCEEDED,
+                delivery.attempt,
+                finished.finished_at,
+            )
+            result, progress, started_at = finished.result, finished.progress, finished.started_at
+            if finished.attributes is not None:  # (with those the run set)
+                about["attributes"] = finished.attributes
         return OutcomeRecord(
             run_id=delivery.id,
             kind=kind,
-            status=JobStatus.FAILED,
+            status=status,
             input_hash=digest,
             incarnation=incarnation,
-            attempts=failure.attempt,
+            attempts=attempts,
             lapses=delivery.lapses,
-            finished_at=self._clock.now(),
-            error=ErrorInfo(failure.reason, failure.message, failure.error_type, failure.traceback),
+            finished_at=finished_at,
+            result=result,
+            error=error,
+            progress=progress,
             submitted_at=delivery.enqueued_at or None,
+            started_at=started_at,
             claims=delivery.claims,
             claimed_at=self._history.claimed_at(delivery),
             worker=self._history.worker_id(),
-            **({} if envelope is None else about_the_run(envelope)),
+            **about,
         )
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import warnings
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, overload
@@ -148,11 +147,6 @@ class JobHandle(Generic[T]):
             )
         self._outcome = outcome
         return outcome
-
-    async def fetch_result(self) -> Outcome[T] | None:
-        """Deprecated: :meth:`poll`."""
-        warnings.warn("JobHandle.fetch_result() is deprecated: use poll()", DeprecationWarning, 2)
-        return await self._answers.outcome(self.id, self._output_type, self._input_hash)
 
     async def poll(self) -> Outcome[T] | None:
         """The outcome without waiting: the one this handle already has, else

@@ -9,7 +9,6 @@ outcome of another input than the queued run's answers nothing.
 from __future__ import annotations
 
 import asyncio
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,12 +48,6 @@ class JobState:
     def finished(self) -> bool:
         """Whether the run has its outcome (succeeded, failed or cancelled)."""
         return self.status.finished
-
-    @property
-    def state(self) -> JobStatus:
-        """Deprecated: :attr:`status`."""
-        warnings.warn("JobState.state is deprecated: use JobState.status", DeprecationWarning, 2)
-        return self.status
 
 
 async def read_state(records: RunRecords, queue: LeaseQueue, run_id: str) -> JobState | None:

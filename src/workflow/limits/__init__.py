@@ -8,7 +8,10 @@ when its turn comes. One module per part:
 - :mod:`~stepstone.limits.slots`: the slots of one concurrency key (pure);
 - :mod:`~stepstone.limits.rate`: :class:`RateLimit` and the turns it gives (pure);
 - :mod:`~stepstone.limits.shared`: one object updated by compare-and-swap,
-  many updates of one process in one write;
-- :mod:`~stepstone.limits.gate`: what an attempt asks before a run's code
-  starts, and tells when it ends.
+  many updates of one process in one write.
+
+What an attempt asks of them before a run's code starts, and tells when it
+ends, is :mod:`stepstone.execute.admission`: it keeps its turns as memos of
+the run, so it is part of executing an attempt, above the job types that
+declare the limits.
 """

@@ -10,7 +10,7 @@ A table holds:
 - **holders**: the runs in flight under the key, each with the token its
   claim drew when it took the slot and ``until``, a lease past the expiry
   of the job's lease, which the holder carries forward at every renewal of
-  that lease (stepstone.limits.gate says why the lease more). A holder
+  that lease (stepstone.execute.admission says why the lease more). A holder
   whose ``until`` has passed crashed or hung: every operation drops it, so
   its slot frees a lease after its lease lapsed. So does one whose ``until``
   could not be real (not a number, more than ``HOLD_AHEAD`` ahead: a lease

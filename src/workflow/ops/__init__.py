@@ -12,5 +12,6 @@ can work on any runner's store.
   again beside its pages rather than on each;
 - ``actions.py``: what changes runs: retry a dead run, cancel, purge;
 - ``audited.py``: an operator's action run with its audit record around it;
-- ``timeline.py``: a run's steps in the order they ran, across its claims.
+- ``timeline.py``: a run's steps in the order they ran, across its claims;
+- ``durations.py``: ages and times as operators type them (``--since 2h``).
 """

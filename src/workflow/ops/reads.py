@@ -48,6 +48,7 @@ from stepstone.records.layout import Path, check_run_id, place_of, run_id_for_ke
 from stepstone.records.outcome import OutcomeRecord, decode_outcome_key
 from stepstone.records.payloads import Payloads, sealed, sealed_by
 from stepstone.records.retention import Runs
+from stepstone.records.unreadable import Unreadable as Unreadable  # (ops read it here)
 from stepstone.runtime import plausible
 from stepstone.runtime.capabilities import JobListing
 from stepstone.runtime.error_text import describe
@@ -81,14 +82,6 @@ def lacks(queue: object, doing: str, instead: str = "") -> InspectError:
     """The error for a command the queue's backend does not offer (see
     :mod:`stepstone.runtime.capabilities`; SqsQueue cannot list, for one)."""
     return InspectError(f"the queue cannot {doing}: {queue!r} does not offer it{instead}")
-
-
-@dataclass(frozen=True, slots=True)
-class Unreadable:
-    """A stored object that would not decode: its key, and why."""
-
-    key: str
-    reason: str
 
 
 @dataclass(frozen=True, slots=True)

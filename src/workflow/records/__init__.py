@@ -24,5 +24,7 @@ how long they stay.
 - ``debounce_windows.py``: a debounce key's windows and the rules that
   decide them (pure);
 - ``singleton_runs.py``: a singleton key's live run and the rules that
-  decide it (pure).
+  decide it (pure);
+- ``unreadable.py``: what stands in a listing or a read for a stored object
+  that would not decode.
 """

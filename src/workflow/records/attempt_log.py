@@ -1,54 +1,47 @@
 """Writing attempt records: the one place a run's history is written.
 
-The attempt runner tells :class:`AttemptLog` when a handler begins, and how the
-run's outcome stood when a claim ended; the worker reports each claim's end
+The attempt runner tells :class:`AttemptLog` when a handler begins, and
+whether the run's outcome record describes a claim's end (or answered the
+claim before it ran); the worker reports each claim's end with its
+:class:`~stepstone.runtime.decision.AttemptResult`
 (``AttemptCallbacks.attempt_over``); the log writes a record of every claim
-the outcome record does not describe. ``stepstone retry`` keeps the claim a
-dead run's outcome describes with :func:`keep_final_attempt`, before that
-outcome goes. The records' format is :mod:`stepstone.records.attempts`.
+the outcome record does not describe (:func:`write_attempt`, which
+``stepstone retry`` also writes through, with :func:`keep_final_attempt`, to
+keep the claim a dead run's outcome describes before that outcome goes). The
+records' format is :mod:`stepstone.records.attempts`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import socket
 from collections.abc import Callable
 from dataclasses import replace
-from enum import Enum
 
 from stepstone.records.attempts import AttemptInfo, AttemptResult, encode, final_attempt
 from stepstone.records.envelope import incarnation_of
 from stepstone.records.layout import Layout
 from stepstone.records.outcome import OutcomeRecord
 from stepstone.runtime.clock import Clock
-from stepstone.runtime.decision import Ack, Dead, Decision, Retry, Suspended
+from stepstone.runtime.decision import Ack, Dead, Retry, Suspended
 from stepstone.runtime.observer import AttemptReport
-from stepstone.runtime.queue import Delivery, Settlement
+from stepstone.runtime.queue import Delivery
 from stepstone.store import AlreadyExists, ObjectStore
 
 log = logging.getLogger("stepstone")
-
-
-class Noted(Enum):
-    """How a run's outcome stood when one of its claims reported its end."""
-
-    DESCRIBED = "the claim recorded the outcome, which describes its end"
-    SWEPT = "the run was swept while the claim ran: nothing of it is kept"
-    ANSWERED = "the outcome was recorded before the claim: it ran nothing"
-    SUPERSEDED = "the claim ran, but another claim's outcome was recorded first"
 
 
 class AttemptLog:
     """Writes the history of the claims one runner's worker makes.
 
     The attempt runner tells it when a handler begins (:meth:`begun`, the claim
-    time an outcome record keeps) and which claims' ends the outcome record
-    describes, or how the run's outcome stood when they ended
-    (:meth:`note`); the worker tells it how each claim ended
-    (:meth:`attempt_over`), and it writes a record of each claim the
-    outcome record does not describe.
+    time an outcome record keeps), which claims' ends the outcome record
+    describes (:meth:`described`: the claim that recorded it, or any claim
+    of a run swept meanwhile, of which nothing is kept) and which claims
+    found the outcome recorded by another (:meth:`answered`); the worker
+    tells it how each claim ended (:meth:`attempt_over`), and it writes a
+    record of each claim the outcome record does not describe.
     """
 
     def __init__(
@@ -68,8 +61,9 @@ class AttemptLog:
         self.enabled = enabled
         self._host = socket.gethostname()
         self._begun: dict[str, float] = {}
-        self._noted: dict[str, Noted] = {}
-        """By claim token."""
+        self._noted: dict[str, AttemptResult | None] = {}
+        """By claim token: None, the outcome describes the claim; ANSWERED,
+        another claim's outcome answered it."""
 
     def worker_id(self) -> tuple[str, int, str]:
         """This process's worker: host, pid, id (as an outcome record keeps it)."""
@@ -82,52 +76,71 @@ class AttemptLog:
         """When the claim's handler began (None: it never ran)."""
         return self._begun.get(delivery.token)
 
-    def note(self, delivery: Delivery, noted: Noted) -> None:
-        """How the run's outcome stood when the claim reported its end."""
-        self._noted[delivery.token] = noted
+    def described(self, delivery: Delivery) -> None:
+        """The run's outcome record describes the claim's end (it recorded
+        it), or the run was swept while the claim ran: no record of its own."""
+        self._noted[delivery.token] = None
+
+    def answered(self, delivery: Delivery) -> None:
+        """Another claim's outcome answered the run, before this claim ran or
+        while it ran: it ends ``ANSWERED``, unless it had lost its lease."""
+        self._noted[delivery.token] = AttemptResult.ANSWERED
 
     async def attempt_over(self, report: AttemptReport) -> None:
         """Write the record of a claim that ended, unless the outcome describes it."""
         token = report.delivery.token
         self._begun.pop(token, None)
-        noted = self._noted.pop(token, None)
-        if noted is Noted.DESCRIBED or noted is Noted.SWEPT or not self.enabled:
+        noted = self._noted.pop(token, report.result)
+        if noted is None or not self.enabled:
             return
         delivery = report.delivery
         incarnation = incarnation_of(delivery.payload)
         if incarnation is None:
             return  # a payload that is no job's: its run has no history to keep
-        result = None
-        if report.cancelled:
-            result = AttemptResult.CANCELLED
-        elif noted is Noted.ANSWERED:
+        answered = noted is AttemptResult.ANSWERED
+        result = report.result
+        if answered and result not in _STANDS:
             result = AttemptResult.ANSWERED
-        elif noted is Noted.SUPERSEDED:  # the queue says whether it was still ours to settle
-            lost = report.settled is Settlement.LOST
-            result = AttemptResult.LOST if lost else AttemptResult.ANSWERED
-        info = _info(report, result)
-        info = replace(info, host=self._host, pid=os.getpid(), worker=self._worker())
-        key = self.layout.attempt(delivery.id, incarnation, delivery.claims)
-        try:
-            await self.store.put_if_absent(key, encode(info))
-        except AlreadyExists:
-            pass  # a record of this claim number stands (a duplicate delivery's)
-        except Exception as exc:  # the history informs; it never fails a run
-            log.warning(
-                "run %s: attempt record not written: %s",
-                delivery.id,
-                exc,
-                extra={
-                    "run_id": delivery.id,
-                    "kind": delivery.kind,
-                    "attempt": delivery.attempt,
-                },
-            )
+        info = replace(
+            _info(report, result, answered),
+            host=self._host,
+            pid=os.getpid(),
+            worker=self._worker(),
+        )
+        await write_attempt(self.store, self.layout, delivery.id, delivery.kind, incarnation, info)
 
 
-def _info(report: AttemptReport, noted: AttemptResult | None) -> AttemptInfo:
+_STANDS = frozenset({AttemptResult.CANCELLED, AttemptResult.LOST})
+"""How a claim ended that stands even when another claim's outcome answered
+its run: a cancel stopped it, or its lease was lost (nothing was settled)."""
+
+
+async def write_attempt(
+    store: ObjectStore, layout: Layout, run_id: str, kind: str, incarnation: str, info: AttemptInfo
+) -> None:
+    """Write the record of one claim of run ``run_id`` (of ``kind``),
+    create-if-absent. Never raises: a record of the claim number that stands
+    (a duplicate delivery's) is kept, and a failed write is logged (the
+    history informs; it never fails a run). A record without its claim
+    number (the last claim of a run recorded by an older release) is not written."""
+    if info.claim is None:
+        return
+    try:
+        await store.put_if_absent(layout.attempt(run_id, incarnation, info.claim), encode(info))
+    except AlreadyExists:
+        pass
+    except Exception as exc:
+        log.warning(
+            "run %s: attempt record not written: %s",
+            run_id,
+            exc,
+            extra={"run_id": run_id, "kind": kind, "attempt": info.number},
+        )
+
+
+def _info(report: AttemptReport, result: AttemptResult, answered: bool) -> AttemptInfo:
     """The record of a claim that the outcome record does not describe."""
-    delivery, decision, settled = report.delivery, report.decision, report.settled
+    delivery, decision = report.delivery, report.decision
     number: int | None = delivery.attempt
     message = traceback = None
     if isinstance(decision, Retry):
@@ -138,12 +151,12 @@ def _info(report: AttemptReport, noted: AttemptResult | None) -> AttemptInfo:
     elif isinstance(decision, Suspended):
         wait = decision.wait
         message = f"{wait.status.value}: {wait.shown}" if wait.shown else wait.status.value
-    elif isinstance(decision, Ack) and noted is None:
+    elif isinstance(decision, Ack) and not answered:
         message = "its outcome could not be recorded"
     return AttemptInfo(
         claim=delivery.claims,
         number=number,
-        result=noted or _result(decision, settled),
+        result=result,
         claimed_at=report.claimed_at,
         ended_at=report.ended_at,
         error_type=report.error_type,
@@ -152,33 +165,10 @@ def _info(report: AttemptReport, noted: AttemptResult | None) -> AttemptInfo:
     )
 
 
-def _result(decision: Decision | None, settled: Settlement | None) -> AttemptResult:
-    """How a claim ended, from the worker's decision and what the queue did."""
-    if settled is None:
-        return AttemptResult.UNSETTLED
-    by_queue = {
-        Settlement.LOST: AttemptResult.LOST,
-        Settlement.RELEASED: AttemptResult.RELEASED,
-        Settlement.DEAD: AttemptResult.DEAD,  # (or a nack the queue made the last)
-        Settlement.SUSPENDED: AttemptResult.SUSPENDED,
-    }
-    if settled in by_queue:
-        return by_queue[settled]
-    if isinstance(decision, Retry):
-        return AttemptResult.FAILED if decision.count else AttemptResult.DEFERRED
-    if isinstance(decision, Suspended):
-        return AttemptResult.SUSPENDED  # a wake came while it was held: due again at once
-    # Acked or retried after an Ack or Dead whose outcome was not recorded (the
-    # store was out: it goes round again).
-    return AttemptResult.SUCCEEDED if settled is Settlement.ACKED else AttemptResult.DEFERRED
-
-
 async def keep_final_attempt(store: ObjectStore, layout: Layout, outcome: OutcomeRecord) -> None:
     """Write the claim ``outcome`` describes as a record of its own: for an
     outcome about to be removed (a dead run retried), so its history keeps it."""
     info = final_attempt(outcome)
-    if info is None or info.claim is None or not outcome.incarnation:
+    if info is None or not outcome.incarnation:
         return
-    key = layout.attempt(outcome.run_id, outcome.incarnation, info.claim)
-    with contextlib.suppress(AlreadyExists):
-        await store.put_if_absent(key, encode(info))
+    await write_attempt(store, layout, outcome.run_id, outcome.kind, outcome.incarnation, info)

@@ -22,54 +22,25 @@ fails twice and then succeeds, two PUTs. Reading a run's history is a LIST
 and a GET per object, beside the outcome and queue record (which say which
 incarnation is the run's). Retention and purge remove it with the run.
 
-Claims, not attempts, number the records: a suspended run's claims share
-an attempt (a durable sleep spends none), and every claim is a line of the
-history. Each record has both numbers.
+Claim numbers key the records: every claim runs one attempt, a line of the
+history, while the attempt *number* counts only the attempts spent, so a
+suspended run's claims share one (a durable sleep spends none). Each record
+has both numbers, and how the claim ended, an :class:`AttemptResult`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
 from stepstone.records.codec import pack, unpack
 from stepstone.records.outcome import OutcomeRecord
 from stepstone.runtime import plausible
+from stepstone.runtime.decision import AttemptResult
 from stepstone.runtime.status import JobStatus
 
+__all__ = ["AttemptInfo", "AttemptResult", "decode", "encode", "final_attempt"]
+
 HISTORY_VERSION = 1
-
-
-class AttemptResult(StrEnum):
-    """How one claim of a run ended."""
-
-    SUCCEEDED = "succeeded"
-    """The run succeeded: its outcome is recorded."""
-    FAILED = "failed"
-    """The attempt failed and the run will be tried again (the attempt counted)."""
-    DEFERRED = "deferred"
-    """Handed back without spending the attempt, to run again later: the job
-    raised RetryLater, or the store failed (the attempt's own, or the outcome's write)."""
-    DEAD = "dead"
-    """The run failed for good (its outcome records the error)."""
-    SUSPENDED = "suspended"
-    """The run went to sleep or to wait (for a time, an event, children);
-    another claim resumes it."""
-    RELEASED = "released"
-    """A drain (a worker stopping) cut the attempt short and gave the run back uncounted."""
-    LOST = "lost"
-    """The worker lost its lease (it stalled, or the store was out of reach
-    too long): the run may be another worker's now; nothing was settled."""
-    CANCELLED = "cancelled"
-    """The run was cancelled while this attempt ran (its lease was lost to the cancel)."""
-    ANSWERED = "answered"
-    """The run's outcome was already recorded (a worker stopped after writing
-    it, before acking): the claim settled the run without running it."""
-    UNSETTLED = "unsettled"
-    """The queue refused the settlement; the run came back when its lease lapsed."""
-    UNRECORDED = "unrecorded"
-    """No record of this claim: its worker stopped before it could write one
-    (a crash, a lapsed lease), or the history was off when it ended."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from stepstone.records.audit import (
     stamp,
 )
 from stepstone.records.layout import Layout
+from stepstone.records.unreadable import Unreadable
 from stepstone.runtime.clock import Clock
 from stepstone.store import NotFound, ObjectStore
 
@@ -44,14 +45,6 @@ KEPT_READ = 2000
 """Ended records a log keeps in memory once read (they never change)."""
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class Unreadable:
-    """An object under ``audit/`` that is no record: its key, and why."""
-
-    key: str
-    reason: str
 
 
 @dataclass(frozen=True, slots=True)

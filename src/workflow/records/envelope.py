@@ -62,9 +62,6 @@ class Envelope:
         fields: dict[str, object] = {
             "v": ENVELOPE_VERSION,
             "kind": self.kind,
-            # The same as "kind", for readers of releases before it was named
-            # so (a fleet mid-deploy runs both): drop once none is left.
-            "name": self.kind,
             "input": self.input,
             "inc": self.incarnation,
             "ih": self.input_hash,

@@ -14,7 +14,6 @@ run's outcome replaces it; the sweep removes it after another window.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -48,12 +47,6 @@ class ErrorInfo:
     message: str
     error_type: str | None = None
     traceback: str | None = None
-
-    @property
-    def kind(self) -> FailureKind:
-        """Deprecated: :attr:`reason`."""
-        warnings.warn("ErrorInfo.kind is deprecated: use reason", DeprecationWarning, 2)
-        return self.reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,9 +103,6 @@ class OutcomeRecord:
                 "v": RECORD_VERSION,
                 "run_id": self.run_id,
                 "kind": self.kind,
-                # The same as "kind", for readers of releases before it was
-                # named so (a fleet mid-deploy runs both): drop once none is left.
-                "name": self.kind,
                 "status": self.status.value,
                 "input_hash": self.input_hash,
                 "incarnation": self.incarnation,
@@ -298,12 +288,6 @@ class Outcome(Generic[T]):
     def ok(self) -> bool:
         """Whether the run succeeded."""
         return self.status is JobStatus.SUCCEEDED
-
-    @property
-    def name(self) -> str:
-        """Deprecated: the job's kind, :attr:`kind`."""
-        warnings.warn("Outcome.name is deprecated: use Outcome.kind", DeprecationWarning, 2)
-        return self.kind
 
     def unwrap(self) -> T:
         """The result of a run that succeeded; raises ``JobFailed`` for one that

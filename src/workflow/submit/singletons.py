@@ -2,7 +2,7 @@
 
 A job type with ``singleton`` set (:class:`~stepstone.job.Singleton`) and a
 ``concurrency_key()`` of limit 1 has at most one run of a key running at a
-time, by the key's slot (:mod:`stepstone.limits.gate`), whatever the policy:
+time, by the key's slot (:mod:`stepstone.execute.admission`), whatever the policy:
 ``QUEUE`` is that alone. The other policies decide at submit time, on the
 key's object (``singletons/<digest>``,
 :mod:`stepstone.records.singleton_runs`), changed by compare-and-swap:

@@ -37,8 +37,9 @@ from typing import Any
 
 from stepstone.runtime.capabilities import JobCounts
 from stepstone.runtime.clock import Clock
+from stepstone.runtime.decision import AttemptResult
 from stepstone.runtime.observer import AttemptReport
-from stepstone.runtime.queue import Delivery, LeaseQueue, Settlement
+from stepstone.runtime.queue import Delivery, LeaseQueue
 from stepstone.runtime.status import JobStatus
 
 QUEUE_DEPTH_MAX_AGE = 5.0
@@ -94,15 +95,12 @@ STATUS = "stepstone.job.status"
 ERROR_TYPE = "error.type"
 
 _RESULTS = {
-    Settlement.ACKED: "succeeded",
-    Settlement.RETRIED: "retried",
-    Settlement.DEAD: "dead",
-    Settlement.SUSPENDED: "suspended",
-    Settlement.RELEASED: "released",
-    Settlement.LOST: "lost",
+    AttemptResult.SUCCEEDED: "succeeded",
+    AttemptResult.FAILED: "retried",
+    AttemptResult.DEFERRED: "retried",
 }
-"""The ``stepstone.job.result`` of an attempt by what the queue did with it
-(``unsettled`` when no settlement landed)."""
+"""The ``stepstone.job.result`` of a claim by how it ended, where it is not the
+:class:`AttemptResult`'s own value: a retry counts one, spent or not."""
 
 _UNSET: Any = object()
 _provider: Any = None
@@ -198,27 +196,27 @@ class _Instruments:
             "{attempt}",
             "Attempts that ended in an error, whether retried or dead.",
         )
-        self.settled = {
-            Settlement.ACKED: counter(
+        self.ended = {
+            "succeeded": counter(
                 "stepstone.job.succeeded", "{run}", "Runs that succeeded (acked)."
             ),
-            Settlement.RETRIED: counter(
+            "retried": counter(
                 "stepstone.job.retried", "{attempt}", "Attempts sent back to run again."
             ),
-            Settlement.DEAD: counter(
+            "dead": counter(
                 "stepstone.job.dead", "{run}", "Runs that failed for good (dead-lettered)."
             ),
-            Settlement.SUSPENDED: counter(
+            "suspended": counter(
                 "stepstone.job.suspended",
                 "{attempt}",
                 "Attempts that suspended the run (a durable sleep or wait).",
             ),
-            Settlement.RELEASED: counter(
+            "released": counter(
                 "stepstone.job.released",
                 "{attempt}",
                 "Attempts cut short by a shutdown and given back uncounted.",
             ),
-            Settlement.LOST: counter(
+            "lost": counter(
                 "stepstone.job.lost",
                 "{attempt}",
                 "Attempts whose lease was lost: another worker may have the job.",
@@ -341,12 +339,12 @@ class RunnerMetrics:
         attributes = {JOB_KIND: kind}
         if error_type is not None:
             instruments.failed.add(1, {JOB_KIND: kind, ERROR_TYPE: error_type})
-        settled = report.settled
-        if settled is not None:
-            if settled is Settlement.DEAD and error_type is not None:
+        result = _RESULTS.get(report.result, report.result.value)
+        ended = instruments.ended.get(result)
+        if ended is not None:
+            if report.result is AttemptResult.DEAD and error_type is not None:
                 attributes = {JOB_KIND: kind, ERROR_TYPE: error_type}
-            instruments.settled[settled].add(1, attributes)
-        result = "unsettled" if settled is None else _RESULTS[settled]
+            ended.add(1, attributes)
         instruments.duration.record(report.seconds, {JOB_KIND: kind, RESULT: result})
 
     # -- what readers ask ----------------------------------------------------------

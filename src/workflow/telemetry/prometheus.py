@@ -82,7 +82,7 @@ def _serve(host: str, port: int, app: WsgiApp) -> Any:
 
     family, address = _family(host, port)
 
-    class Server(ThreadingMixIn, WSGIServer):
+    class ThreadingServer(ThreadingMixIn, WSGIServer):
         daemon_threads = True
         address_family = family
 
@@ -90,7 +90,7 @@ def _serve(host: str, port: int, app: WsgiApp) -> Any:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    server = make_server(address, port, app, Server, handler_class=Quiet)
+    server = make_server(address, port, app, ThreadingServer, handler_class=Quiet)
     threading.Thread(target=server.serve_forever, name="stepstone-metrics", daemon=True).start()
     return server
 

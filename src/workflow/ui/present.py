@@ -18,9 +18,8 @@ from urllib.parse import urlencode
 
 from markupsafe import Markup
 
-from stepstone.cli.attributes import parse_attributes
-from stepstone.cli.durations import parse_since
-from stepstone.cli.errors import CliError
+from stepstone.ops.attribute_filter import parse_attributes
+from stepstone.ops.durations import parse_since
 from stepstone.ops.glance import memo_label, memo_note, memo_place, memo_value, wait_memo
 from stepstone.ops.listing import RunFilter
 from stepstone.ops.reads import Detail, StoredMemo, decode_value
@@ -121,7 +120,7 @@ class Filters:
         if since:
             try:
                 parse_since(since, 0.0)
-            except CliError as exc:
+            except ValueError as exc:
                 problems.append(f"unknown age {since!r}: {exc}")
         try:
             limit = min(MAX_LIMIT, max(1, int(query.get("limit") or LIMIT)))
@@ -132,7 +131,7 @@ class Filters:
         if attr:
             try:
                 attributes_of(attr)
-            except CliError as exc:
+            except ValueError as exc:
                 problems.append(str(exc))
         return cls(
             state,
@@ -177,8 +176,10 @@ class Filters:
 
 def attributes_of(text: str) -> dict[str, str]:
     """The attributes the list's field gives: ``name=value`` pairs separated
-    by commas; CliError naming one that is not."""
-    return parse_attributes([part.strip() for part in text.split(",") if part.strip()])
+    by commas; ValueError naming one that is not."""
+    return parse_attributes(
+        [part.strip() for part in text.split(",") if part.strip()], where="attributes"
+    )
 
 
 # -- one run -----------------------------------------------------------------------
