@@ -268,6 +268,7 @@ async def wait_until(
     timeout: float = 10.0,  # noqa: ASYNC109 - a deadline that fails the test
     interval: float = 0.005,
     message: str = "",
+    progress: Callable[[], object] | None = None,
 ) -> None:
     """Poll ``condition`` until it returns something true; fail the test at the deadline.
 
@@ -279,8 +280,14 @@ async def wait_until(
     and hope: the deadline only matters when the test fails, so make it
     generous (a loaded machine is slow, not wrong). From code with no event
     loop (a thread, a browser test), use :func:`wait_until_sync`.
+
+    ``progress``, for a wait on much work (every job of a batch done): a
+    plain function whose answer changes as the work moves on (how many are
+    done). The deadline then moves on with it: ``timeout`` is how long the
+    wait goes without progress, so a loaded machine that is slow but moving
+    passes, and work that stalls fails within ``timeout``.
     """
-    wait = _Wait(condition, timeout, message)
+    wait = _Wait(condition, timeout, message, progress)
     while True:
         result = condition()
         if inspect.isawaitable(result):
@@ -296,11 +303,12 @@ def wait_until_sync(
     timeout: float = 10.0,
     interval: float = 0.01,
     message: str = "",
+    progress: Callable[[], object] | None = None,
 ) -> None:
     """:func:`wait_until` for code that has no event loop to await in: it
     blocks the thread between polls. ``condition`` must be a plain function
     (another process or thread changes what it reads)."""
-    wait = _Wait(condition, timeout, message)
+    wait = _Wait(condition, timeout, message, progress)
     while True:
         result = condition()
         if inspect.isawaitable(result):
@@ -313,22 +321,39 @@ def wait_until_sync(
 
 
 class _Wait:
-    """One wait's deadline, and the failure it ends in."""
+    """One wait's deadline (moved on by ``progress``), and the failure it ends in."""
 
-    def __init__(self, condition: Callable[[], object], timeout: float, message: str) -> None:
+    def __init__(
+        self,
+        condition: Callable[[], object],
+        timeout: float,
+        message: str,
+        progress: Callable[[], object] | None = None,
+    ) -> None:
         if timeout <= 0:
             raise ValueError(f"timeout must be positive, got {timeout}")
-        self.deadline = time.monotonic() + timeout
+        self.started = time.monotonic()
+        self.deadline = self.started + timeout
         self.timeout = timeout
         self.what = message or getattr(condition, "__qualname__", "the condition")
+        self.progress = progress
+        self.seen = None if progress is None else progress()
 
     def done(self, result: object) -> bool:
         """True when ``result`` is true; raise AssertionError once the deadline passed."""
         if result:
             return True
-        if time.monotonic() > self.deadline:
+        now = time.monotonic()
+        if self.progress is not None and (seen := self.progress()) != self.seen:
+            self.seen = seen
+            self.deadline = now + self.timeout
+        if now > self.deadline:
             last = "" if result is False or result is None else f" (it last returned {result!r})"
-            raise AssertionError(f"timed out after {self.timeout:g}s waiting for {self.what}{last}")
+            took = f"{self.timeout:g}s"
+            if self.progress is not None:
+                took = f"{now - self.started:.1f}s, the last {self.timeout:g}s without progress"
+                took += f" (at {self.seen!r})"
+            raise AssertionError(f"timed out after {took} waiting for {self.what}{last}")
         return False
 
 
@@ -516,18 +541,19 @@ async def stepstone_runner(
     await runner.queue.close()
 
 
-_SQS_CHANGES = frozenset(
+_SQS_ARRIVALS = frozenset(
     f"AmazonSQS.{action}"
     for action in (
         "SendMessage",
         "SendMessageBatch",
-        "DeleteMessage",
-        "DeleteMessageBatch",
         "ChangeMessageVisibility",
         "ChangeMessageVisibilityBatch",
-        "PurgeQueue",
     )
 )
+"""The SQS changes that can make a message visible: a waiting long poll looks again."""
+_SQS_CHANGES = _SQS_ARRIVALS | {
+    f"AmazonSQS.{action}" for action in ("DeleteMessage", "DeleteMessageBatch", "PurgeQueue")
+}
 _SQS_RECEIVE = "AmazonSQS.ReceiveMessage"
 
 
@@ -552,7 +578,8 @@ class WriteLock:
         self.app = app
         self.lock = threading.Lock()
         self._sqs = threading.Condition()
-        """Held by each SQS change and receive; notified by each change."""
+        """Held by each SQS change and receive; notified by each that can
+        make a message visible."""
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         """Serve one WSGI request: writes and SQS changes one at a time, reads alongside."""
@@ -562,7 +589,8 @@ class WriteLock:
         if target in _SQS_CHANGES:
             with self._sqs:
                 served = list(self.app(environ, start_response))
-                self._sqs.notify_all()
+                if target in _SQS_ARRIVALS:
+                    self._sqs.notify_all()
             return served
         if environ.get("REQUEST_METHOD") not in ("PUT", "DELETE"):
             return self.app(environ, start_response)
