@@ -11,6 +11,7 @@ worker processes.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 
@@ -19,18 +20,14 @@ from stepstone.runtime.store_queue import StoreQueue
 from stepstone.runtime.store_queue.doorbell import Doorbell
 from stepstone.runtime.worker import Worker
 from stepstone.store import MemoryStore, ObjectStore
+from stepstone.testing import wait_until
 
 RARELY = 3600.0
 """Seconds between listings: longer than any test waits."""
 
 
-async def until(condition: object, what: str, deadline: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline
-    while not condition():  # type: ignore[operator]
-        if loop.time() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
+async def until(condition: Callable[[], object], what: str, deadline: float = 20.0) -> None:
+    await wait_until(condition, timeout=deadline, interval=0.01, message=what)
 
 
 async def test_an_idle_claimer_lists_when_the_doorbell_rang_and_only_then(

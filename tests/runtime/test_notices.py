@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from stepstone.runtime.worker import Worker
 from stepstone.store import FileStore, SqliteStore
 from stepstone.store.base import ChangeNotices, ObjectStore
 from stepstone.store.counting import CountingStore
+from stepstone.testing import wait_until
 
 pytestmark = pytest.mark.skipif(
     sys.platform != "linux",
@@ -38,13 +40,8 @@ RARELY = 3600.0
 """Seconds between listings: longer than any test waits."""
 
 
-async def until(condition: object, what: str, deadline: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline
-    while not condition():  # type: ignore[operator]
-        if loop.time() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
+async def until(condition: Callable[[], object], what: str, deadline: float = 20.0) -> None:
+    await wait_until(condition, timeout=deadline, interval=0.01, message=what)
 
 
 @pytest.fixture(params=["file", "sqlite"])
