@@ -121,10 +121,19 @@ async def test_a_listening_queue_reads_a_new_record_it_was_told_of_without_listi
         assert worker_side.stats.fetches == 1
     finally:
         unsubscribe()
-    # Nobody listens: no notices are heard, and the next job waits for a listing.
-    await submitter.enqueue(b"y", kind="k", id="later-job")
-    await asyncio.sleep(0.2)  # (any notice would have arrived by now)
+    # Nobody listens: no notices are heard, and the next job waits for a
+    # listing. (Another queue on the store, listening, hears of the job:
+    # by then this one would have, had it still listened.)
+    witness = StoreQueue(store, scan_interval=RARELY, idle_scan_max=RARELY)
+    heard: list[None] = []
+    stop_witness = witness.subscribe(lambda: heard.append(None))
+    try:
+        await submitter.enqueue(b"y", kind="k", id="later-job")
+        await until(lambda: heard, "the witness to hear of the new record")
+    finally:
+        stop_witness()
     assert await worker_side.claim(1, lease=10) == []
+    await witness.close()
     await worker_side.close()
     await store.close()
 
