@@ -22,7 +22,8 @@ and helpers for the tests themselves: :func:`run_job` (submit and wait,
 with a deadline that says why it passed), :func:`fail_once` (a step that
 fails transiently the first time), :func:`advance` (move a FakeClock and
 let the loops it wakes run) and :func:`wait_until` (poll a condition with a
-deadline, never sleep and hope). docs/testing.md has a worked example.
+deadline, never sleep and hope; :func:`wait_until_sync` where there is no
+event loop). docs/testing.md has a worked example.
 
 Importing this module is cheap: moto and boto3 are imported inside the
 fixtures that need them, so a project's test run pays for S3 only in the
@@ -35,6 +36,8 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import io
+import json
 import os
 import socket
 import threading
@@ -87,6 +90,7 @@ __all__ = [
     "run_job",
     "run_job_outcome",
     "wait_until",
+    "wait_until_sync",
 ]
 
 TEST_RUNNER_DEFAULTS: dict[str, Any] = {
@@ -259,24 +263,98 @@ async def advance(clock: FakeClock, seconds: float) -> None:
 
 
 async def wait_until(
-    condition: Callable[[], bool | Awaitable[bool]],
+    condition: Callable[[], object | Awaitable[object]],
     *,
     timeout: float = 10.0,  # noqa: ASYNC109 - a deadline that fails the test
     interval: float = 0.005,
     message: str = "",
+    progress: Callable[[], object] | None = None,
 ) -> None:
-    """Poll ``condition`` (sync or async) until it is true; fail the test at the deadline."""
-    deadline = time.monotonic() + timeout
+    """Poll ``condition`` until it returns something true; fail the test at the deadline.
+
+    ``condition`` is a plain function or a coroutine function (its result is
+    awaited), called at once and then every ``interval`` seconds. After
+    ``timeout`` seconds without a true answer it raises AssertionError,
+    naming what was awaited (``message``, or the condition's name) and what
+    the condition last returned. Wait on what you expect, never ``sleep``
+    and hope: the deadline only matters when the test fails, so make it
+    generous (a loaded machine is slow, not wrong). From code with no event
+    loop (a thread, a browser test), use :func:`wait_until_sync`.
+
+    ``progress``, for a wait on much work (every job of a batch done): a
+    plain function whose answer changes as the work moves on (how many are
+    done). The deadline then moves on with it: ``timeout`` is how long the
+    wait goes without progress, so a loaded machine that is slow but moving
+    passes, and work that stalls fails within ``timeout``.
+    """
+    wait = _Wait(condition, timeout, message, progress)
     while True:
         result = condition()
         if inspect.isawaitable(result):
             result = await result
-        if result:
+        if wait.done(result):
             return
-        if time.monotonic() > deadline:
-            what = message or getattr(condition, "__qualname__", "condition")
-            raise AssertionError(f"{what} not met within {timeout}s")
         await asyncio.sleep(interval)
+
+
+def wait_until_sync(
+    condition: Callable[[], object],
+    *,
+    timeout: float = 10.0,
+    interval: float = 0.01,
+    message: str = "",
+    progress: Callable[[], object] | None = None,
+) -> None:
+    """:func:`wait_until` for code that has no event loop to await in: it
+    blocks the thread between polls. ``condition`` must be a plain function
+    (another process or thread changes what it reads)."""
+    wait = _Wait(condition, timeout, message, progress)
+    while True:
+        result = condition()
+        if inspect.isawaitable(result):
+            if inspect.iscoroutine(result):
+                result.close()
+            raise TypeError("wait_until_sync takes a plain function; await wait_until instead")
+        if wait.done(result):
+            return
+        time.sleep(interval)
+
+
+class _Wait:
+    """One wait's deadline (moved on by ``progress``), and the failure it ends in."""
+
+    def __init__(
+        self,
+        condition: Callable[[], object],
+        timeout: float,
+        message: str,
+        progress: Callable[[], object] | None = None,
+    ) -> None:
+        if timeout <= 0:
+            raise ValueError(f"timeout must be positive, got {timeout}")
+        self.started = time.monotonic()
+        self.deadline = self.started + timeout
+        self.timeout = timeout
+        self.what = message or getattr(condition, "__qualname__", "the condition")
+        self.progress = progress
+        self.seen = None if progress is None else progress()
+
+    def done(self, result: object) -> bool:
+        """True when ``result`` is true; raise AssertionError once the deadline passed."""
+        if result:
+            return True
+        now = time.monotonic()
+        if self.progress is not None and (seen := self.progress()) != self.seen:
+            self.seen = seen
+            self.deadline = now + self.timeout
+        if now > self.deadline:
+            last = "" if result is False or result is None else f" (it last returned {result!r})"
+            took = f"{self.timeout:g}s"
+            if self.progress is not None:
+                took = f"{now - self.started:.1f}s, the last {self.timeout:g}s without progress"
+                took += f" (at {self.seen!r})"
+            raise AssertionError(f"timed out after {took} waiting for {self.what}{last}")
+        return False
 
 
 # -- fixtures: what to register ---------------------------------------------------------
@@ -367,9 +445,9 @@ def moto_server() -> Iterator[str]:
     """Run moto's S3 and SQS server on a free local port; yields its endpoint URL.
 
     Sets fake AWS credentials in the environment while it runs (and restores
-    the old ones after), so no test can reach a real account. moto applies a
-    conditional write's check and its write in two steps; the server here
-    takes a lock around object writes so they are atomic, as on S3.
+    the old ones after), so no test can reach a real account. The server
+    applies object writes and changes to SQS's messages one at a time, as S3
+    and SQS do, where moto alone can interleave them (:class:`WriteLock`).
     """
     from moto.moto_server.threaded_moto_server import ThreadedMotoServer
     from moto.moto_server.werkzeug_app import (
@@ -463,19 +541,107 @@ async def stepstone_runner(
     await runner.queue.close()
 
 
+_SQS_ARRIVALS = frozenset(
+    f"AmazonSQS.{action}"
+    for action in (
+        "SendMessage",
+        "SendMessageBatch",
+        "ChangeMessageVisibility",
+        "ChangeMessageVisibilityBatch",
+    )
+)
+"""The SQS changes that can make a message visible: a waiting long poll looks again."""
+_SQS_CHANGES = _SQS_ARRIVALS | {
+    f"AmazonSQS.{action}" for action in ("DeleteMessage", "DeleteMessageBatch", "PurgeQueue")
+}
+_SQS_RECEIVE = "AmazonSQS.ReceiveMessage"
+
+
 class WriteLock:
-    """WSGI middleware: one object write at a time, as S3 applies conditional writes."""
+    """WSGI middleware for moto's server: one object write at a time, as S3
+    applies conditional writes, and one change to SQS's messages at a time,
+    as SQS applies them.
+
+    moto checks a conditional write's precondition and applies it in two
+    steps, and keeps an SQS queue's messages in a list its server's threads
+    change without a lock: two deletes at once brought a deleted message
+    back, and two receives at once both took one message. Here a receive
+    takes its messages under the lock too, and a long poll is served as
+    receives that answer at once, again on each send and at least every
+    0.2 s, until one brings messages or its ``WaitTimeSeconds`` are over: no
+    request holds the lock while it waits. (SQS requests in the JSON
+    protocol, which botocore sends; a receive that names no wait time is
+    passed on as it is.)
+    """
 
     def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
         self.app = app
         self.lock = threading.Lock()
+        self._sqs = threading.Condition()
+        """Held by each SQS change and receive; notified by each that can
+        make a message visible."""
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
-        """Serve one WSGI request, writes one at a time and reads alongside."""
+        """Serve one WSGI request: writes and SQS changes one at a time, reads alongside."""
+        target = environ.get("HTTP_X_AMZ_TARGET", "")
+        if target == _SQS_RECEIVE:
+            return self._receive(environ, start_response)
+        if target in _SQS_CHANGES:
+            with self._sqs:
+                served = list(self.app(environ, start_response))
+                if target in _SQS_ARRIVALS:
+                    self._sqs.notify_all()
+            return served
         if environ.get("REQUEST_METHOD") not in ("PUT", "DELETE"):
             return self.app(environ, start_response)
         with self.lock:
             return list(self.app(environ, start_response))
+
+    def _receive(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+        request = json.loads(body or b"{}")
+        wait = request.get("WaitTimeSeconds")
+        if wait is None:  # the queue's own setting: moto waits as it does
+            return self.app(_with_body(environ, body), start_response)
+        deadline = time.monotonic()
+        if isinstance(wait, int) and 0 <= wait <= 20:  # (moto answers others with an error)
+            deadline += wait
+            body = json.dumps({**request, "WaitTimeSeconds": 0}).encode()
+        while True:
+            with self._sqs:
+                status, headers, served = _serve(self.app, _with_body(environ, body))
+                left = deadline - time.monotonic()
+                if left <= 0 or not status.startswith("200") or json.loads(served).get("Messages"):
+                    break
+                # Woken by a send; a message whose visibility or delay ends
+                # comes back on its own, so look again soon regardless.
+                self._sqs.wait(min(left, 0.2))
+        start_response(status, headers)
+        return [served]
+
+
+def _with_body(environ: dict[str, Any], body: bytes) -> dict[str, Any]:
+    return dict(environ, **{"wsgi.input": io.BytesIO(body), "CONTENT_LENGTH": str(len(body))})
+
+
+def _serve(
+    app: Callable[..., Iterable[bytes]], environ: dict[str, Any]
+) -> tuple[str, list[tuple[str, str]], bytes]:
+    """Call ``app`` for one request: its status, headers and body."""
+    answer: list[Any] = []
+
+    def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+        answer[:] = [status, headers]
+        return lambda data: None
+
+    served = app(environ, start_response)
+    try:
+        body = b"".join(served)
+    finally:
+        close = getattr(served, "close", None)
+        if close is not None:
+            close()
+    return answer[0], answer[1], body
 
 
 def _free_port() -> int:

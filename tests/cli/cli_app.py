@@ -6,7 +6,6 @@ directory shared by the test and the worker process), never through timing.
 
 from __future__ import annotations
 
-import asyncio
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import ClassVar
 
 from stepstone import Job, JobContext, JobRunner, Permanent, Schedule
 from stepstone.runtime import SqsQueue
+from stepstone.testing import wait_until
 
 DEADLINE_NOTE = "not a runner"
 
@@ -121,8 +121,8 @@ class Gated(Job[int]):
 
     async def run(self, ctx: JobContext) -> int:
         (_dir() / f"started-{self.n}").touch()
-        while not (_dir() / f"release-{self.n}").exists():  # noqa: ASYNC110 - another process makes it
-            await asyncio.sleep(0.01)
+        # (another process makes it; a job that waited longer is stuck)
+        await wait_until((_dir() / f"release-{self.n}").exists, timeout=300, interval=0.01)
         return self.n
 
 

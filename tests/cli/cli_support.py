@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 from cli_app import Boom, Chatty, Gated, Greet, Refuse, Report
 
 from stepstone import JobRunner
+from stepstone.testing import wait_until_sync
 
 DEADLINE = 30.0
 
@@ -40,11 +40,7 @@ def file_runner(store_dir: Path) -> JobRunner:
 
 
 def wait_for(cond: Callable[[], object], what: str, timeout: float = DEADLINE) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.01)
+    wait_until_sync(cond, timeout=timeout, message=what)
 
 
 def one_line_error(result: Result, *fragments: str) -> None:

@@ -13,7 +13,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ import pytest
 from cli_app import Boom, Flaky, Greet
 
 from stepstone import JobRunner
+from stepstone.testing import wait_until, wait_until_sync
 
 pytest.importorskip(
     "opentelemetry.exporter.prometheus",
@@ -62,8 +62,8 @@ def worker(store_dir: Path, cli_dir: Path, cli_env: dict[str, str]) -> Iterator[
 def _metrics_url(log_path: Path, proc: subprocess.Popen[bytes]) -> str:
     """The address the worker logged it serves metrics on (it chose the port),
     once it says it runs (and so drains on SIGTERM)."""
-    deadline = time.monotonic() + DEADLINE
-    while time.monotonic() < deadline:
+
+    def said() -> str | None:
         assert proc.poll() is None, log_path.read_text()
         messages = [json.loads(line)["message"] for line in log_path.read_text().splitlines()]
         running = any(message.startswith("worker running") for message in messages)
@@ -71,8 +71,12 @@ def _metrics_url(log_path: Path, proc: subprocess.Popen[bytes]) -> str:
             found = re.search(r"metrics on (http://\S+)", message)
             if found and running:
                 return found.group(1)
-        time.sleep(0.02)
-    raise AssertionError(f"the worker never said where its metrics are:\n{log_path.read_text()}")
+        return None
+
+    wait_until_sync(said, timeout=DEADLINE, interval=0.02, message="where its metrics are")
+    url = said()
+    assert url is not None
+    return url
 
 
 def scrape(url: str) -> Samples:
@@ -108,14 +112,15 @@ async def test_the_counts_a_worker_serves_match_the_jobs_it_ran(
 
     # An outcome is recorded before its job is acked and counted, and an
     # attempt is counted before its job leaves what is in flight: wait for both.
-    deadline = time.monotonic() + DEADLINE
-    while True:
+    samples: Samples = {}
+
+    async def settled() -> bool:
+        nonlocal samples
         samples = await asyncio.to_thread(scrape, worker)
         counted = value(samples, "stepstone_job_duration_seconds_count") == 6
-        if counted and value(samples, "stepstone_job_in_flight") == 0:
-            break
-        assert time.monotonic() < deadline, f"the counts never settled: {samples}"
-        await asyncio.sleep(0.05)
+        return counted and value(samples, "stepstone_job_in_flight") == 0
+
+    await wait_until(settled, timeout=DEADLINE, interval=0.05, message="the counts to settle")
 
     job = "stepstone_job_kind"
     assert value(samples, "stepstone_job_claimed_total", **{job: "cli.greet"}) == 3

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ sys.path.insert(0, str(REPO / "examples"))
 
 from api_server import PaymentGateway, create_app, make_runner  # noqa: E402
 
-from stepstone.testing import fail_once  # noqa: E402
+from stepstone.testing import fail_once, wait_until_sync  # noqa: E402
 
 ORDER = {
     "customer": "ada",
@@ -42,14 +41,14 @@ DEADLINE = 30.0
 
 def until_finished(client: TestClient, job_id: str) -> dict[str, Any]:
     """GET the job until it has finished; fail at the deadline with its last state."""
-    deadline = time.monotonic() + DEADLINE
-    while True:
-        body: dict[str, Any] = client.get(f"/jobs/{job_id}").json()
-        if body["status"] in ("succeeded", "failed", "cancelled"):
-            return body
-        if time.monotonic() > deadline:
-            raise AssertionError(f"job {job_id} did not finish within {DEADLINE}s: {body}")
-        time.sleep(0.02)
+    last: dict[str, Any] = {}
+
+    def finished() -> bool:
+        last.update(client.get(f"/jobs/{job_id}").json())
+        return last["status"] in ("succeeded", "failed", "cancelled")
+
+    wait_until_sync(finished, timeout=DEADLINE, interval=0.02, message=f"job {job_id} to finish")
+    return last
 
 
 def post(client: TestClient, key: str | None, order: dict[str, Any] = ORDER) -> Any:

@@ -12,7 +12,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,8 @@ REPO = Path(__file__).parents[2]
 sys.path.insert(0, str(REPO / "examples"))
 
 from stream_server import think  # noqa: E402
+
+from stepstone.testing import wait_until_sync  # noqa: E402
 
 DEADLINE = 30.0
 
@@ -53,16 +54,15 @@ def serve(store: Path, *, run_worker: bool) -> Iterator[str]:
     sock.close()
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + DEADLINE
-        while True:
+
+        def serving() -> bool:
+            assert proc.poll() is None, f"the app exited: {proc.stderr}"
             try:
-                if httpx.get(base + "/").status_code == 200:
-                    break
+                return httpx.get(base + "/").status_code == 200
             except httpx.TransportError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"the app did not start: {proc.stderr}")
-            time.sleep(0.05)
+                return False
+
+        wait_until_sync(serving, timeout=DEADLINE, interval=0.05, message="the app to start")
         yield base
     finally:
         proc.terminate()
@@ -93,11 +93,13 @@ def test_the_page_shows_the_answer_token_by_token(app: str, browser: Any) -> Non
     browser.find_element(By.CSS_SELECTOR, "#ask button").click()
     tokens = expected("why is the sky blue")
     seen = set()
-    deadline = time.monotonic() + DEADLINE
-    while browser.execute_script("return document.getElementById('status').textContent") != "done":
+
+    def done() -> bool:
         seen.add(browser.execute_script("return window.received"))
-        assert time.monotonic() < deadline, "the answer did not finish"
-        time.sleep(0.01)
+        status = browser.execute_script("return document.getElementById('status').textContent")
+        return bool(status == "done")
+
+    wait_until_sync(done, timeout=DEADLINE, interval=0.01, message="the answer to finish")
     answer = browser.execute_script("return document.getElementById('answer').textContent")
     assert answer == "".join(tokens)
     assert browser.execute_script("return window.received") == len(tokens), "a token twice"

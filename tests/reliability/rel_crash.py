@@ -92,6 +92,7 @@ async def run_crash(
     parent_kill_every: tuple[float, float] | None = (0.5, 2.0),
     seed: int = 1,
     deadline: float = 150.0,
+    stall: float = 120.0,
     per_worker: list[dict[str, str]] | None = None,
     store: str = "",
     branches: bool = False,
@@ -102,8 +103,13 @@ async def run_crash(
     ``store`` is where (a URL; a directory ``base/store`` by default);
     ``per_worker`` gives each worker its own environment overrides (a clock
     offset, say); ``env`` applies to all. ``parent_kill_every=None``: the
-    parent kills nobody. ``branches``: each run's three steps are three
-    concurrent branches of it."""
+    parent kills nobody; otherwise it kills a worker that has been up (since
+    its READY) for a draw of ``parent_kill_every`` seconds, so a loaded
+    machine, whose workers take seconds to start, gets as violent a run per
+    second of work, not one whose workers die before they claim. The run
+    fails after ``deadline`` seconds, or once ``stall`` seconds passed with
+    no new outcome, whichever is later: slow is not stuck.
+    ``branches``: each run's three steps are three concurrent branches of it."""
     from rel_support import submitter
 
     root, events = store or base / "store", base / "events.log"
@@ -132,8 +138,10 @@ async def run_crash(
         if len(expected) != jobs:
             report.problems.append(f"{jobs} submits gave {len(expected)} distinct run ids")
 
-        next_kill = time.monotonic() + rng.uniform(*(parent_kill_every or (0, 0)))
+        up_for = rng.uniform(*(parent_kill_every or (0, 0)))
+        up = UpSince(events)
         next_count = 0.0
+        progress_at, outcomes = time.monotonic(), 0
         while True:
             for proc in pool.dead():
                 if proc.returncode == -9:
@@ -142,22 +150,27 @@ async def run_crash(
             now = time.monotonic()
             if now >= next_count:  # (a listing of both, twice a second)
                 next_count = now + 0.5
-                outcomes = await _count(runner.store, "outcomes/")
+                seen, outcomes = outcomes, await _count(runner.store, "outcomes/")
                 left = await _count(runner.store, "queue/jobs/")
                 if outcomes >= jobs and left == 0:
                     break
-            if now > started + deadline:
+                if outcomes > seen:
+                    progress_at = now
+            if now > started + deadline and now > progress_at + stall:
                 report.problems.append(
-                    f"not finished after {deadline:g}s: {outcomes} outcomes, "
+                    f"not finished after {now - started:.0f}s, the last {now - progress_at:.0f}s "
+                    f"without a new outcome: {outcomes} outcomes, "
                     f"{left} queue records\n{pool.log_tail()}"
                 )
                 break
-            if parent_kill_every and now >= next_kill and pool.alive():
-                victim = rng.choice(pool.alive())
-                pool.kill(victim)
-                report.parent_kills += 1
-                next_kill = now + rng.uniform(*parent_kill_every)
-            await asyncio.sleep(0.05)
+            if parent_kill_every:
+                ready = up.since(time.time())
+                due = [p for p in pool.alive() if ready.get(p.pid, -math.inf) >= up_for]
+                if due:
+                    pool.kill(rng.choice(due))
+                    report.parent_kills += 1
+                    up_for = rng.uniform(*parent_kill_every)
+            await asyncio.sleep(0.05)  # the parent's pace: a count, a kill, a restart
         report.elapsed = time.monotonic() - started
         await pool.stop_all()
         for proc in pool.procs:
@@ -168,6 +181,30 @@ async def run_crash(
         pool.kill_all()
         await runner.store.close()
     return report
+
+
+class UpSince:
+    """How long each worker has been up, from the READY lines of the event
+    log (read on from where the last look ended)."""
+
+    def __init__(self, events: Path) -> None:
+        self._events = events
+        self._offset = 0
+        self._ready: dict[int, float] = {}
+
+    def since(self, now: float) -> dict[int, float]:
+        """Seconds since each worker that said READY did, by pid."""
+        if self._events.exists():
+            with self._events.open("rb") as f:
+                f.seek(self._offset)
+                chunk = f.read()
+            end = chunk.rfind(b"\n") + 1  # (a line being written waits for the next look)
+            self._offset += end
+            for line in chunk[:end].decode().splitlines():
+                words = line.split()
+                if len(words) >= 3 and words[0] == "READY":
+                    self._ready[int(words[1])] = float(words[2])
+        return {pid: now - at for pid, at in self._ready.items()}
 
 
 async def _keys(store: ObjectStore, prefix: str) -> list[str]:

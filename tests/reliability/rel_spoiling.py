@@ -4,7 +4,6 @@ run ended, and whether the queue let go of the runs."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import ClassVar
 
@@ -18,6 +17,7 @@ from stepstone import (
     Outcome,
     StepstoneError,
 )
+from stepstone.testing import wait_until
 
 
 class Canary(Job[int]):
@@ -40,14 +40,7 @@ async def until(
     within: float,
 ) -> None:
     """Return once ``cond`` holds; fail the test after ``within`` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while True:
-        result = cond()
-        if result if isinstance(result, bool) else await result:
-            return
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
+    await wait_until(cond, timeout=within, interval=0.01, message=what)
 
 
 async def all_settled(api: JobRunner, victims: list[JobHandle[int]]) -> bool:

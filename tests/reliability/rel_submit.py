@@ -14,18 +14,15 @@ import json
 import os
 import random
 import sys
-import time
 
 from rel_jobs import ThreeSteps
 from rel_support import submitter
 
+from stepstone.testing import wait_until_sync
+
 
 def wait_for_go(path: str, within: float = 60.0) -> None:
-    deadline = time.monotonic() + within
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            raise SystemExit(f"{path} did not appear within {within:g}s")
-        time.sleep(0.002)
+    wait_until_sync(lambda: os.path.exists(path), timeout=within, interval=0.002, message=path)
 
 
 def write_json(path: str, value: object) -> None:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -18,6 +16,7 @@ from rel_wait_jobs import WAIT_JOBS
 from stepstone import JobRunner
 from stepstone.runtime.clock import Clock
 from stepstone.runtime.store_queue import StoreQueue
+from stepstone.testing import wait_until
 
 HERE = Path(__file__).resolve().parent
 WORKER_SCRIPT = HERE / "rel_worker.py"
@@ -31,16 +30,7 @@ async def wait_for(
     interval: float = 0.02,
 ) -> None:
     """Poll ``cond`` until it holds; raise AssertionError naming ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = cond()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        await asyncio.sleep(interval)
+    await wait_until(cond, timeout=timeout, interval=interval, message=what)
 
 
 class Workers:

@@ -23,6 +23,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from datetime import timedelta
 
 from rel_jobs import ALL_JOBS, SkewedClock, TapStore, emit, env_float, open_rel_store
@@ -75,7 +76,7 @@ async def main() -> int:
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
     async with runner:
-        emit("READY", os.getpid())
+        emit("READY", os.getpid(), time.time())  # (before its first claim)
         await stop.wait()
     stats = dataclasses.asdict(runner.worker.stats)
     stats["corrupt_records"] = queue.stats.corrupt_records

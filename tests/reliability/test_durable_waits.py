@@ -39,9 +39,11 @@ from stepstone.store import ObjectStore
 
 pytestmark = pytest.mark.slow
 
-LATE = 5.0
-"""How late a resume may be: a restarted worker finds a run it did not
-suspend at its next listing, at most the idle listing interval (5 s) away."""
+SLEEPS = 10
+"""The killed-as-it-suspends sleeper's sleep, in seconds."""
+LATE_START = 6.0
+"""How long after its first worker died the second starts: a sleep begun
+anew on its claim would end this much after the recorded wake time."""
 
 
 @pytest.fixture(params=["files", "s3", "real_s3"])
@@ -132,7 +134,8 @@ async def test_waiting_runs_survive_a_sigkill_and_a_restart_of_every_process(
         assert [pid for pid, _ in passed[run]] == [str(second.pid)], (run, passed[run])
     [(_, resumed_at)] = passed[sleeper.id]
     print(f"\nsleeper resumed {resumed_at - wake_at:+.2f}s after its recorded wake time")
-    assert wake_at <= resumed_at < wake_at + LATE
+    # (how soon after it is a matter of speed: benchmarks/, not here)
+    assert wake_at <= resumed_at
 
 
 async def test_a_sleeper_killed_as_it_suspends_wakes_at_its_recorded_time(
@@ -140,17 +143,17 @@ async def test_a_sleeper_killed_as_it_suspends_wakes_at_its_recorded_time(
 ) -> None:
     """Its worker dies on the write that suspends it, after the wake time is
     recorded; the next worker claims it once the lease lapses, replays, and
-    sleeps until the recorded time. Started 4 s after the death, a sleep
-    begun anew on that claim would end at least 4 s late."""
+    sleeps until the recorded time. Started LATE_START s after the death, a
+    sleep begun anew on that claim would end at least LATE_START s late."""
     root, events = tmp_path / "store", tmp_path / "events.log"
     pool = Workers(root, events, tmp_path / "logs", REL_LEASE="1")
     api = submitter(root)
     try:
         first = pool.start(REL_KILL="before_suspend=1")
         await pool.ready(first)
-        sleeper = await api.submit(Sleeps(n=2, seconds=8))
+        sleeper = await api.submit(Sleeps(n=2, seconds=SLEEPS))
         await wait_for(lambda: first.poll() is not None, 30, "the worker to die suspending")
-        await asyncio.sleep(4)  # the time is the subject: a late second worker
+        await asyncio.sleep(LATE_START)  # the time is the subject: a late second worker
         second = pool.start()
         result = await api.handle(sleeper.id, Sleeps).result(timeout=60)
         wake_at = await wake_time(api.store, sleeper.id)
@@ -166,7 +169,11 @@ async def test_a_sleeper_killed_as_it_suspends_wakes_at_its_recorded_time(
     [(pid, resumed_at)] = resumes(log)[sleeper.id]
     print(f"\nkilled as it suspended: resumed {resumed_at - wake_at:+.2f}s after its wake time")
     assert pid == str(second.pid)
-    assert wake_at <= resumed_at < wake_at + 3
+    # Woken at the recorded time, not by a sleep begun anew on the second
+    # worker's claim: that would have ended SLEEPS seconds after the claim,
+    # which came after the worker said it was ready.
+    [ready_at] = [float(e[2]) for e in log if e[:2] == ["READY", pid]]
+    assert wake_at <= resumed_at < ready_at + SLEEPS
 
 
 async def test_two_workers_with_one_schedule_run_every_tick_once(
@@ -247,4 +254,7 @@ async def test_an_event_from_a_process_whose_clock_is_off_is_taken_once(
     assert set(steps_run(log).values()) == {1}
     [(_, resumed_at)] = resumes(log)[waiting.id]
     print(f"\nclock {skew:+g}s: the event reached the waiting run in {resumed_at - sent_at:.2f}s")
-    assert resumed_at - sent_at < LATE + 1  # far less than the skew
+    # Taken as it came, not when the sender's clock said it would be due (a
+    # run that went by the sender's clock would have resumed |skew| late, or
+    # never): the bound is the skew, the subject, not a speed.
+    assert sent_at <= resumed_at < sent_at + abs(skew)

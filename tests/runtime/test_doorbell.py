@@ -10,27 +10,23 @@ worker processes.
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Callable
 
 import pytest
 
 from stepstone.runtime import Attempt
-from stepstone.runtime.store_queue import StoreQueue
-from stepstone.runtime.store_queue.doorbell import Doorbell
+from stepstone.runtime.store_queue import StoreQueue, doorbell
+from stepstone.runtime.store_queue.doorbell import RING_EVERY, Doorbell
 from stepstone.runtime.worker import Worker
 from stepstone.store import MemoryStore, ObjectStore
+from stepstone.testing import wait_until
 
 RARELY = 3600.0
 """Seconds between listings: longer than any test waits."""
 
 
-async def until(condition: object, what: str, deadline: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline
-    while not condition():  # type: ignore[operator]
-        if loop.time() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
+async def until(condition: Callable[[], object], what: str, deadline: float = 20.0) -> None:
+    await wait_until(condition, timeout=deadline, interval=0.01, message=what)
 
 
 async def test_an_idle_claimer_lists_when_the_doorbell_rang_and_only_then(
@@ -104,34 +100,43 @@ async def test_a_queue_with_the_doorbell_off_neither_rings_nor_looks(
     assert queue.next_look() is None
 
 
-async def test_a_job_enqueued_just_after_a_ring_is_rung_for_when_that_ring_s_time_is_up() -> None:
+class FrozenTime:
+    """The doorbell module's ``time``: monotonic time that moves only when
+    the test moves it, so "within RING_EVERY of a ring" holds however slow
+    the machine is (the trailing ring's timer still runs in real time)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+async def test_a_job_enqueued_just_after_a_ring_is_rung_for_when_that_ring_s_time_is_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The second of two quick submits falls within RING_EVERY of the first's
     ring, after the listing that ring started: a trailing ring, not the next
     listing an hour away, tells the idle claimer of it. A burst still rings
     once for all that came in the window."""
+    clock = FrozenTime()
+    monkeypatch.setattr(doorbell, "time", clock)
     store = MemoryStore()
     submitter = StoreQueue(store, doorbell=0.25)
     idle = StoreQueue(store, scan_interval=RARELY, idle_scan_max=RARELY, doorbell=0.25)
     assert await idle.claim(1, lease=10) == []  # lists, learns the bell
     await submitter.enqueue(b"x", kind="k", id="first")
-    await until(lambda: idle.next_look() == 0, "the next look to be due")
+    look = idle.next_look()
+    assert look is not None and look < RING_EVERY
+    clock.now += look  # the next look is due, still within RING_EVERY of the ring
     [first] = await idle.claim(2, lease=10)  # the ring made it list (and came up short)
     for n in range(3):  # within RING_EVERY of that ring: none rings at once
         await submitter.enqueue(b"x", kind="k", id=f"next-{n}")
     assert submitter.doorbell.rings == 1
-    await until(lambda: submitter.doorbell.rings == 2, "the trailing ring", deadline=5)
-    claimed: list[str] = []
-
-    async def claim_when_due() -> bool:
-        if idle.next_look() == 0:
-            claimed.extend(d.id for d in await idle.claim(4, lease=10))
-        return len(claimed) == 3
-
-    loop = asyncio.get_running_loop()
-    end = loop.time() + 5
-    while not await claim_when_due():
-        assert loop.time() < end, f"the idle claimer found {claimed} of 3 without a listing"
-        await asyncio.sleep(0.01)
+    await until(lambda: submitter.doorbell.rings == 2, "the trailing ring")
+    clock.now += 1  # the next look is due
+    assert idle.next_look() == 0
+    claimed = [d.id for d in await idle.claim(4, lease=10)]
     assert (first.id, sorted(claimed)) == ("first", ["next-0", "next-1", "next-2"])
     assert idle.stats.scans == 3 and submitter.doorbell.rings == 2
     await submitter.close()

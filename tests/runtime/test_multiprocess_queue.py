@@ -21,11 +21,11 @@ over when the leases lapse.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import os
 import signal
-import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -36,10 +36,18 @@ from stepstone.runtime import Attempt, Worker
 from stepstone.runtime.store_queue import StoreQueue
 from stepstone.store import open_store
 from stepstone.store.counting import CONDITIONAL_PUT, CountingStore
+from stepstone.testing import wait_until
 
 pytestmark = pytest.mark.slow
 
 KIND = "work"
+STALL = 120.0
+"""Seconds the fleet may go without executing another job before the test
+calls it stuck. Well past what the engine promises (an idle fleet finds a
+job within CROWD_WAIT * idle_scan_max, 20 s, even with no doorbell rung),
+so on a loaded machine a slow fleet passes and only a stranded job fails."""
+STOP_WITHIN = 300.0
+"""Seconds a worker process waits for the parent's word to stop."""
 
 
 # -- the worker process -----------------------------------------------------------
@@ -65,13 +73,12 @@ async def _work(url: str, out: Path, name: str, lease: float, hang: bool, work: 
         await asyncio.sleep(work)
 
     worker.register(KIND, handle)
-    deadline = time.monotonic() + 120
     async with worker:
         (out / f"{name}.ready").touch()
         # The parent says stop with a file (no pipe survives a SIGKILL test
-        # cleanly); polled, with a deadline so a lost parent cannot strand us.
-        while not (out / "stop").exists() and time.monotonic() < deadline:  # noqa: ASYNC110
-            await asyncio.sleep(0.05)
+        # cleanly); with a deadline, so a lost parent cannot strand us.
+        with contextlib.suppress(AssertionError):
+            await wait_until((out / "stop").exists, timeout=STOP_WITHIN, interval=0.05)
     result = {
         "worker": vars(worker.stats),
         "requests": dict(store.counts),
@@ -89,12 +96,23 @@ async def _work(url: str, out: Path, name: str, lease: float, hang: bool, work: 
 # -- the parent -----------------------------------------------------------------
 
 
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
+async def stranded(queue: StoreQueue, left: set[str]) -> str:
+    """What the queue holds of the jobs not executed yet, and in all: what a
+    wait that timed out saw."""
+    records = {r.id: r for r in (await queue.list(limit=1000)).records}
+    now = queue.clock.now()
+    lines = [f"{len(left)} not executed; the queue holds {len(records)} record(s):"]
+    for run_id in sorted(left | set(records))[:20]:
+        r = records.get(run_id)
+        if r is None:
+            state = "no record (acked, or never enqueued)"
+        else:
+            state = f"{r.status.value}, attempts {r.attempts}, lapses {r.lapses}"
+            state += f", due {r.run_at - now:+.1f}s"
+            if r.lease_expires_at is not None:
+                state += f", lease ends {r.lease_expires_at - now:+.1f}s"
+        lines.append(f"  {run_id}: {state}{' (not executed)' if run_id in left else ''}")
+    return "\n".join(lines)
 
 
 def executions(out: Path) -> list[tuple[str, str, int, int]]:
@@ -150,24 +168,38 @@ async def run_fleet(
     try:
         if victim:
             procs["victim"] = spawn("victim", True)
-            wait_for(ready("victim"), 60, "the victim ready")
+            await wait_until(ready("victim"), timeout=60, message="the victim ready")
             await enqueue(ids[:victim])
-            wait_for(lambda: len(executions(out)) == victim, 30, "the victim holding its jobs")
+            await wait_until(
+                lambda: len(executions(out)) == victim,
+                timeout=STALL,
+                message="the victim holding its jobs",
+            )
             os.kill(procs["victim"].pid or 0, signal.SIGKILL)
             procs["victim"].join(10)
         for name in names:
             procs[name] = spawn(name, False)
-        wait_for(ready(*names), 60, "workers ready")
+        await wait_until(ready(*names), timeout=60, message="workers ready")
         await enqueue(ids[victim:])
 
-        def all_executed() -> bool:
-            return {j for _, j, _, _ in executions(out)} == set(ids)
+        def executed() -> set[str]:
+            return {j for _, j, _, _ in executions(out)}
 
-        wait_for(all_executed, 60, "every job executed")
-        deadline = time.monotonic() + 30
-        while (await queue.list(limit=1)).records:  # executed; now wait for the acks
-            assert time.monotonic() < deadline, "jobs executed but not all acked"
-            await asyncio.sleep(0.05)
+        async def acked() -> bool:
+            return not (await queue.list(limit=1)).records
+
+        try:
+            await wait_until(
+                lambda: executed() == set(ids),
+                timeout=STALL,
+                interval=0.05,
+                progress=lambda: len(executed()),
+                message="every job executed",
+            )
+            await wait_until(acked, timeout=STALL, interval=0.05, message="every job acked")
+        except AssertionError as failed:
+            seen = await stranded(queue, set(ids) - executed())
+            raise AssertionError(f"{failed}\n{seen}") from None
     finally:
         (out / "stop").touch()
         for proc in procs.values():

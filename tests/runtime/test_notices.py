@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from stepstone.runtime.worker import Worker
 from stepstone.store import FileStore, SqliteStore
 from stepstone.store.base import ChangeNotices, ObjectStore
 from stepstone.store.counting import CountingStore
+from stepstone.testing import wait_until
 
 pytestmark = pytest.mark.skipif(
     sys.platform != "linux",
@@ -38,13 +40,8 @@ RARELY = 3600.0
 """Seconds between listings: longer than any test waits."""
 
 
-async def until(condition: object, what: str, deadline: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline
-    while not condition():  # type: ignore[operator]
-        if loop.time() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
+async def until(condition: Callable[[], object], what: str, deadline: float = 20.0) -> None:
+    await wait_until(condition, timeout=deadline, interval=0.01, message=what)
 
 
 @pytest.fixture(params=["file", "sqlite"])
@@ -124,10 +121,19 @@ async def test_a_listening_queue_reads_a_new_record_it_was_told_of_without_listi
         assert worker_side.stats.fetches == 1
     finally:
         unsubscribe()
-    # Nobody listens: no notices are heard, and the next job waits for a listing.
-    await submitter.enqueue(b"y", kind="k", id="later-job")
-    await asyncio.sleep(0.2)  # (any notice would have arrived by now)
+    # Nobody listens: no notices are heard, and the next job waits for a
+    # listing. (Another queue on the store, listening, hears of the job:
+    # by then this one would have, had it still listened.)
+    witness = StoreQueue(store, scan_interval=RARELY, idle_scan_max=RARELY)
+    heard: list[None] = []
+    stop_witness = witness.subscribe(lambda: heard.append(None))
+    try:
+        await submitter.enqueue(b"y", kind="k", id="later-job")
+        await until(lambda: heard, "the witness to hear of the new record")
+    finally:
+        stop_witness()
     assert await worker_side.claim(1, lease=10) == []
+    await witness.close()
     await worker_side.close()
     await store.close()
 

@@ -16,17 +16,24 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from stepstone.testing import wait_until
 
 pytestmark = pytest.mark.slow
 
 JOBS = 100
 WORKERS = 3
 VICTIM_CLAIMS = 10
+STALL = 120.0
+"""Seconds a wait here may go without progress: on a loaded machine the
+fleet is slow, and only work that stops moving fails the test."""
+RUNNER_LEASE = 120.0
+"""The worker processes' lease: renewals every third of it never come
+too late, however loaded the machine."""
 VICTIM_LEASE = 6.0
 """Long enough that the victim's first claims do not lapse (and come back to
 it as takeovers) while it is still claiming the rest on a loaded machine."""
@@ -69,7 +76,7 @@ async def _work(endpoint: str, name: str, s3_url: str, log: str) -> None:
     async def handle(attempt: Attempt) -> None:
         await asyncio.sleep(0.01)
 
-    worker = Worker(queue, concurrency=8, lease=20, poll_interval=0.2)
+    worker = Worker(queue, concurrency=8, lease=RUNNER_LEASE, poll_interval=0.2)
     worker.register("work", handle)
     async with worker:
         await stop.wait()
@@ -86,14 +93,6 @@ async def _claim_and_hang(endpoint: str, name: str, s3_url: str, log: str) -> No
         held.update((d.id, d.lapses) for d in got)
     _append(log, "".join(f"{i} {lapses}\n" for i, lapses in held.items()))
     await asyncio.sleep(3600)
-
-
-async def _wait_for(predicate: Callable[[], bool], within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
 
 
 def _spawn(mode: str, *args: str) -> subprocess.Popen[bytes]:
@@ -126,7 +125,7 @@ async def test_jobs_on_sqs_are_each_completed_once_by_many_processes(
         def claimed() -> bool:
             return victim_log.exists() and len(victim_log.read_text().splitlines()) == VICTIM_CLAIMS
 
-        await _wait_for(claimed, 30, "the victim's claims")
+        await wait_until(claimed, timeout=STALL, interval=0.1, message="the victim's claims")
         victim.send_signal(signal.SIGKILL)
         victim.wait(10)
         stranded = {
@@ -137,11 +136,17 @@ async def test_jobs_on_sqs_are_each_completed_once_by_many_processes(
         for _ in range(WORKERS):
             procs.append(_spawn("work", moto_server, name, s3_url, str(acks)))
 
-        def done() -> bool:
-            return acks.exists() and len(acks.read_text().splitlines()) >= JOBS
+        def acked() -> int:
+            return len(acks.read_text().splitlines()) if acks.exists() else 0
 
         started = time.monotonic()
-        await _wait_for(done, 45, f"{JOBS} acks")
+        await wait_until(
+            lambda: acked() >= JOBS,
+            timeout=STALL,
+            interval=0.1,
+            progress=acked,
+            message=f"{JOBS} acks",
+        )
         print(f"{JOBS} jobs acked {time.monotonic() - started:.1f}s after the workers started")
         for p in procs[1:]:
             p.send_signal(signal.SIGTERM)
@@ -214,7 +219,9 @@ def _runner(endpoint: str, name: str, s3_url: str, **kwargs: Any) -> Any:
 
 async def _run_jobs(endpoint: str, name: str, s3_url: str, log: str) -> None:
     os.environ["SQS_STEP_LOG"] = log
-    runner = _runner(endpoint, name, s3_url, concurrency=8, poll_interval=0.2)
+    # A lease no loaded machine lets lapse: a lapse lets a step run twice
+    # (steps are at least once), and this test is about keys, not lapses.
+    runner = _runner(endpoint, name, s3_url, concurrency=8, poll_interval=0.2, lease=RUNNER_LEASE)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     async with runner:
@@ -248,7 +255,7 @@ async def test_job_runners_on_sqs_and_s3_run_each_keyed_job_once(
         for a, b in zip(first, second, strict=True):
             assert a.id == b.id
             assert a.newly_submitted != b.newly_submitted, "one submit makes the run"
-        results = await asyncio.gather(*(h.result(timeout=60) for h in first))
+        results = await asyncio.gather(*(h.result(timeout=STALL) for h in first))
         assert results == [2 * n for n in range(count)]
         for p in procs:
             p.send_signal(signal.SIGTERM)
@@ -290,13 +297,19 @@ async def test_requests_per_job_through_the_whole_engine(
     count = 100
     double = _double_job()
     started = time.monotonic()
+    # (a lapse would add a takeover's requests: RUNNER_LEASE lets none happen)
     async with JobRunner(
-        store, queue=queue, jobs=[double], concurrency=32, poll_interval=0.2
+        store, queue=queue, jobs=[double], concurrency=32, poll_interval=0.2, lease=RUNNER_LEASE
     ) as runner:
         handles = await asyncio.gather(*(runner.submit(double(n=n)) for n in range(count)))
         # Wait on the worker's own count, not on the handles: 100 handles
         # polling their outcome records would be most of the S3 GETs.
-        await _wait_for(lambda: runner.worker.stats.succeeded >= count, 60, "the jobs")
+        await wait_until(
+            lambda: runner.worker.stats.succeeded >= count,
+            timeout=STALL,
+            progress=lambda: runner.worker.stats.succeeded,
+            message="the jobs",
+        )
         sqs_counts, s3_counts = dict(queue.requests), dict(store.counts)
         outcomes = [await h.poll() for h in handles]
     beats = (time.monotonic() - started) / BEAT

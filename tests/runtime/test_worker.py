@@ -53,25 +53,16 @@ from stepstone.runtime import (
 from stepstone.runtime.decision import Ack, Dead, Decision, Release, Retry
 from stepstone.runtime.queue import DEFAULT_MAX_ATTEMPTS, Enqueued, NewJob
 from stepstone.store.errors import InvalidKey, StoreError, StoreUnavailable
+from stepstone.testing import wait_until
 
 NO_BACKOFF = Backoff(base=0.0, jitter=0.0)
 
 
 async def until(
-    condition: Callable[[], bool | Awaitable[bool]], what: str, within: float = 3.0
+    condition: Callable[[], bool | Awaitable[bool]], what: str, within: float = 30.0
 ) -> None:
     """Wait (really) until ``condition`` holds; fail if it does not ``within`` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while True:
-        result = condition()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            return
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting until {what}")
-        await asyncio.sleep(0.002)
+    await wait_until(condition, timeout=within, interval=0.002, message=what)
 
 
 def has_length(items: Sized, n: int) -> Callable[[], bool]:

@@ -16,7 +16,6 @@ import struct
 import subprocess
 import sys
 import termios
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import stepstone.store.file.store as store_module
 from stepstone.store import FileStore, StoreUnavailable
 from stepstone.store.file.commit_process import CommitProcess, CpuWatch
 from stepstone.store.file.flush import HAVE_SYNCFS
+from stepstone.testing import wait_until_sync
 
 DEADLINE = 30.0
 HELPER = "stepstone.store.file.commit_process"
@@ -63,11 +63,7 @@ def alive(pid: int) -> bool:
 
 
 def wait_for(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {DEADLINE}s: {what}")
-        time.sleep(0.01)
+    wait_until_sync(condition, timeout=DEADLINE, message=what)
 
 
 async def first_write_started_its_helper(store: FileStore) -> int:

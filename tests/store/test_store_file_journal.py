@@ -437,8 +437,7 @@ def _hold_a_journal(root: str, ready: Any, release: Any) -> None:
         async with FileStore(root) as store:
             await store.put_many_if_absent(_objects("live", 3))
             ready.set()
-            while not release.is_set():  # noqa: ASYNC110 - a multiprocessing Event
-                await asyncio.sleep(0.01)
+            await asyncio.to_thread(release.wait)  # (a multiprocessing Event)
 
     asyncio.run(main())
 

@@ -9,7 +9,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -25,7 +24,7 @@ from ui_jobs import Explode, Nap, Ship  # noqa: E402
 
 from stepstone import JobRunner, SubmitOptions  # noqa: E402
 from stepstone.ops import reads  # noqa: E402
-from stepstone.testing import wait_until  # noqa: E402
+from stepstone.testing import wait_until, wait_until_sync  # noqa: E402
 
 pytest.importorskip("starlette", reason="the web view needs the ui extra: pip install -e '.[ui]'")
 pytest.importorskip("uvicorn", reason="the web view needs the ui extra: pip install -e '.[ui]'")
@@ -150,8 +149,4 @@ def serve(store: str, tmp_path: Path, *options: str) -> Iterator[str]:
 
 def wait_for(condition: Any, what: str, timeout: float = DEADLINE) -> None:
     """Poll ``condition()`` (a browser is another process) until true or fail."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
+    wait_until_sync(condition, timeout=timeout, interval=0.05, message=what)

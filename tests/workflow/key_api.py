@@ -8,24 +8,22 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from stepstone import EventRefused, IdempotencyKey, JobFailed, JobRunner, JobStatus
+from stepstone.testing import wait_until
 
 DEADLINE = 60.0
 
 
 async def status_becomes(runner: JobRunner, run: IdempotencyKey, wanted: JobStatus) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while True:
+
+    async def there() -> bool:
         state = await runner.status(run)
-        if state is not None and state.status is wanted:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{run.key} is {state}, not {wanted}, after {DEADLINE}s")
-        await asyncio.sleep(0.05)
+        return state is not None and state.status is wanted
+
+    await wait_until(there, timeout=DEADLINE, interval=0.05, message=f"{run.key} to be {wanted}")
 
 
 async def main(store: str, shared: Path) -> dict[str, Any]:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Awaitable, Callable
 
 import pytest
+
+from stepstone import testing
 
 ON_EVERY_STORE = pytest.mark.parametrize(
     "make_runner", ["memory-queue", "store-queue", "files", "s3"], indirect=True
@@ -17,16 +17,7 @@ default StoreQueue (``pytestmark = ON_EVERY_STORE``; see conftest.make_runner)."
 
 async def wait_until(
     cond: Callable[[], bool | Awaitable[bool]],
-    timeout: float = 5.0,  # noqa: ASYNC109 - a deadline that fails the test
+    timeout: float = 30.0,  # noqa: ASYNC109 - a deadline that fails the test
 ) -> None:
     """Poll ``cond`` until true; fail the test with a clear message at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = cond()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(0.005)
+    await testing.wait_until(cond, timeout=timeout)
