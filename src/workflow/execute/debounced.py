@@ -82,7 +82,7 @@ async def debounced_input(debouncer: Debouncer, envelope: Envelope, run: Attempt
     return replace(envelope, input=data)
 
 
-def _shown(taken: rules.Taken) -> str:
+def _shown(taken: rules.WindowAnswer) -> str:
     """What ``stepstone ls`` and ``show`` say a debounced run waits for."""
     window = taken.window
     assert window is not None and taken.until is not None

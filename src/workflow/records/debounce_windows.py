@@ -25,7 +25,7 @@ The rules:
 - **Join or open.** A submit joins the newest window if it is open (not
   closed, and its due time has not come); otherwise it opens a new window
   under a fresh run id, due ``min(wait, max_wait)`` from now.
-- **Taken once due.** A run asking for its window before its due time is
+- **WindowAnswer once due.** A run asking for its window before its due time is
   told to wait until then (it suspends and asks again); at or after it, the
   window closes and the run gets its input. A run whose window is gone (it
   was taken and dropped, or the object was lost) is told so.
@@ -124,7 +124,7 @@ class Joined:
 
 
 @dataclass(frozen=True, slots=True)
-class Taken:
+class WindowAnswer:
     """What a run asking for its window was told."""
 
     found: bool
@@ -174,17 +174,19 @@ def enqueued(state: Windows | None, *, run: str) -> tuple[Windows | None, None]:
     return replace(state, windows=windows), None
 
 
-def take(state: Windows | None, *, run: str, now: float) -> tuple[Windows | None, Taken]:
+def take(state: Windows | None, *, run: str, now: float) -> tuple[Windows | None, WindowAnswer]:
     """``run`` is claimed: wait until its window's due time, or close it and
     take its input."""
     window = None if state is None else state.find(run)
     if state is None or window is None:
-        return state, Taken(found=False)
+        return state, WindowAnswer(found=False)
     if not window.closed and now < window.due:
-        return state, Taken(found=True, until=window.due, window=window)
+        return state, WindowAnswer(found=True, until=window.due, window=window)
     closed = replace(window, closed=True, enqueued=True)
     windows = tuple(closed if w.run == run else w for w in state.windows)
-    return replace(state, windows=windows), Taken(found=True, input=closed.input, window=closed)
+    return replace(state, windows=windows), WindowAnswer(
+        found=True, input=closed.input, window=closed
+    )
 
 
 def drop(state: Windows | None, *, run: str) -> tuple[Windows | None, None]:
