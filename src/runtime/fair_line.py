@@ -89,10 +89,11 @@ class FairLine:
         while heads and len(out) < limit:
             first = min(heads, key=lambda lane: heads[lane][0])
             priority = first[0]
-            lane = min(
-                (lane for lane in heads if lane[0] == priority),
-                key=lambda lane: (turns.standing(lane[1]), heads[lane][0]),
-            )
+            lanes = [lane for lane in heads if lane[0] == priority]
+            if len(lanes) > 1:  # (one lane, the common case: no turns to weigh)
+                lane = min(lanes, key=lambda lane: (turns.standing(lane[1]), heads[lane][0]))
+            else:
+                lane = first
             entry = heads[lane]
             out.append((entry[2], lane[1], entry[4]))
             turns.served(lane[1], entry[4])

@@ -93,7 +93,7 @@ class Limits:
         payloads: Payloads | None = None,
     ) -> None:
         self.grace = grace
-        self._payloads = payloads or Payloads()
+        self._payloads = payloads if payloads is not None else Payloads()
         self._layout = layout
         self._clock = clock
         self._waking = waking

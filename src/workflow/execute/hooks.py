@@ -80,7 +80,7 @@ class SettledHooks:
         payloads: Payloads | None = None,
     ) -> None:
         self._runner_hook = runner_hook
-        self._payloads = payloads or Payloads()
+        self._payloads = payloads if payloads is not None else Payloads()
         self._job_type = job_type
         self._threads = threads
         self._timeout = HOOK_TIMEOUT if timeout is None else timeout

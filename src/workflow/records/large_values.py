@@ -292,7 +292,7 @@ class LargeField:
 
     def __init__(self, name: str, payloads: Payloads | None = None) -> None:
         self.name = name
-        self.payloads = payloads or Payloads()
+        self.payloads = payloads if payloads is not None else Payloads()
         self.field_at = -1
         """Where the field's value (its ``bin`` header) starts in the record."""
         self.inner = b""

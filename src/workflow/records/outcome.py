@@ -151,7 +151,7 @@ class OutcomeRecord:
         PayloadUnreadable when it is sealed and cannot be opened here."""
         result = None
         if self.status is JobStatus.SUCCEEDED and self.result is not None:
-            opened = (payloads or Payloads()).open(self.result)
+            opened = (payloads if payloads is not None else Payloads()).open(self.result)
             result = codec_for_type(output).decode(opened)
         return Outcome(
             id=self.run_id,
@@ -171,7 +171,7 @@ class OutcomeRecord:
 def _opened(value: Any, payloads: Payloads | None) -> Any:
     """A sealed field's value opened; None when it does not open here (it only informs)."""
     try:
-        return (payloads or Payloads()).open_value(value)
+        return (payloads if payloads is not None else Payloads()).open_value(value)
     except PayloadUnreadable:
         return None
 

@@ -56,7 +56,7 @@ class RunRecords:
     ) -> None:
         self.store = store
         self.layout = layout
-        self.payloads = payloads or Payloads()
+        self.payloads = payloads if payloads is not None else Payloads()
         """What seals the payloads this process writes and opens those it
         reads (:mod:`stepstone.records.payloads`)."""
         self._ended: OrderedDict[str, None] = OrderedDict()
