@@ -22,6 +22,9 @@ import pytest
 from rel_jobs import STEPS, ThreeSteps, read_events
 from rel_support import Workers, submitter
 
+from stepstone import JobRunner
+from stepstone.store import NotFound
+
 pytestmark = pytest.mark.slow
 
 JOBS = {"moto": 20, "real": 60}
@@ -52,7 +55,7 @@ async def test_a_keyed_three_step_load_with_killed_workers_loses_nothing_on_s3(
                 pool.restart(dead)
             assert time.monotonic() - started < DEADLINE, pool.log_tail()
         results = {h.id: await h.result(timeout=1) for h in handles}
-        assert await runner.store.list("queue/jobs/") == []
+        assert await _queue_records_left(runner) == []
 
         log = read_events(str(events))
         killed = {e[2] for e in log if e[0] == "KILL"} | {e[1] for e in log if e[0] == "PKILL"}
@@ -82,3 +85,19 @@ async def test_a_keyed_three_step_load_with_killed_workers_loses_nothing_on_s3(
         await pool.stop_all()
         pool.kill_all()
         await runner.store.close()
+
+
+async def _queue_records_left(runner: JobRunner) -> list[str]:
+    """The queue records still there. On a store whose DeleteObject ignores
+    If-Match (Ceph RGW 16) a worker killed between a fenced delete's two
+    requests leaves a husk, which a LIST shows but every read takes for no
+    object (stepstone.store.s3.husks): not a record left."""
+    store = runner.store
+    left = []
+    for info in await store.list("queue/jobs/"):
+        try:
+            await store.get(info.key)
+        except NotFound:
+            continue
+        left.append(info.key)
+    return left
