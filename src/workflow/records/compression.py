@@ -10,6 +10,7 @@ docs/security.md.
 
 from __future__ import annotations
 
+import abc
 import zlib
 from typing import Any
 
@@ -17,7 +18,7 @@ _STORED = b"\x00"
 _PACKED = b"\x01"
 
 
-class _Compressing:
+class _Compressing(abc.ABC):
     """What both compressors share: a chunk kept as it is where compressing
     does not pay, and told apart by its first byte."""
 
@@ -25,11 +26,13 @@ class _Compressing:
     key_id = ""
     """No key: a compressor records none."""
 
+    @abc.abstractmethod
     def _compress(self, data: bytes) -> bytes:
-        raise NotImplementedError
+        """``data`` compressed by this codec's algorithm."""
 
+    @abc.abstractmethod
     def _decompress(self, data: bytes, size: int) -> bytes:
-        raise NotImplementedError
+        """``data`` decompressed, ``size`` bytes long."""
 
     def encode(self, data: bytes, nonce: bytes = b"") -> bytes:
         """``data`` compressed, or as it is when that would not be smaller
