@@ -38,6 +38,8 @@ from stepstone import (
     ZstdCodec,
 )
 from stepstone.records.payloads import CHUNK
+from stepstone.store import ObjectStore, open_store
+from stepstone.store.errors import NotFound
 from stepstone.testing import wait_until
 
 MARKER = "quokka-7c1e-marker"
@@ -181,11 +183,20 @@ async def test_an_encrypted_run_on_s3_leaves_no_plaintext_in_the_bucket(s3_url: 
     async with JobRunner(s3_url, jobs=[Everything], state=[SEEN], codec=codec) as runner:
         run_id, result = await everything(runner, MARKER)
         assert result.endswith(f"| result {MARKER}")
-        store = runner.store
+    # Read once the runner has stopped (its queue's last deletes done). A key
+    # listed but gone when read holds nothing: on RGW, a delete's husk.
+    async with open_store(s3_url) as store:
         keys = [info.key async for info in store.scan("")]
-        bodies = [(await store.get(key)).data for key in keys]
+        bodies = {key: await _body_or_none(store, key) for key in keys}
     assert any(run_id in key for key in keys)
-    assert [key for key, body in zip(keys, bodies, strict=True) if MARKER.encode() in body] == []
+    assert [key for key, body in bodies.items() if body and MARKER.encode() in body] == []
+
+
+async def _body_or_none(store: ObjectStore, key: str) -> bytes | None:
+    try:
+        return (await store.get(key)).data
+    except NotFound:
+        return None
 
 
 async def test_without_a_codec_the_same_run_leaves_its_payloads_readable(tmp_path: Path) -> None:
