@@ -55,6 +55,7 @@ from stepstone.records.attempt_log import AttemptLog
 from stepstone.records.attempts import AttemptInfo
 from stepstone.records.audit_log import AUDIT_RETENTION
 from stepstone.records.envelope import incarnation_of
+from stepstone.records.error_texts import ErrorSealing
 from stepstone.records.fit_to_run import check_fit_to_run
 from stepstone.records.history import read_history
 from stepstone.records.layout import Layout
@@ -140,6 +141,15 @@ class JobRunner:
     (docs/security.md). Every process of the fleet that reads payloads
     needs it, with the keys of every payload still in the bucket.
 
+    ``seal_errors``: seal with ``codec`` the text of every error this
+    runner's worker writes (a failed run's message and traceback, each
+    failed attempt's, the queue's last error; not the failure's kind nor
+    the exception's class), which whoever holds the key reads as it was
+    (``handle.result()``, ``runner.status``, ``stepstone show``). Off by
+    default: operators read errors without keys, and the engine's own
+    texts are no user data. It needs a codec (``start`` raises ValueError
+    without one); docs/security.md.
+
     ``max_attempts`` counts the attempts a run's own code spends (an error,
     a timeout); a worker that dies or hangs under a run costs it no attempt
     but a lapse, and a run fails ``expired`` once its leases lapsed
@@ -182,6 +192,7 @@ class JobRunner:
         callback_look: float | None = callback_watch.EVERY,
         callback_notices: str | None = None,
         codec: PayloadCodec | Sequence[PayloadCodec] | None = None,
+        seal_errors: bool = False,
     ) -> None:
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
@@ -215,6 +226,7 @@ class JobRunner:
         threads_name = worker_id or "stepstone-worker"
         self._threads = JobThreads(concurrency, name=threads_name)
         self._records = records = RunRecords(self.store, self.layout, Payloads(_codecs(codec)))
+        self._sealing = ErrorSealing(records.payloads, on=seal_errors)
         self._watch = OutcomeWatch(
             records,
             self.queue,
@@ -233,6 +245,7 @@ class JobRunner:
             self.clock,
             worker=lambda: self.worker.name,
             enabled=history,
+            sealing=self._sealing,
         )
         self._limits = Limits(
             store=self.store,
@@ -258,6 +271,7 @@ class JobRunner:
             only_registered=only_registered,
             name=worker_id,
             max_lapses=max_lapses,
+            seal_text=self._sealing.seal if seal_errors else None,
             callbacks=RunEnding(
                 records=records,
                 watch=self._watch,
@@ -266,6 +280,7 @@ class JobRunner:
                 limits=self._limits,
                 waking=waking,
                 clock=self.clock,
+                sealing=self._sealing,
             ),
             observer=self._metrics,
             threads=self._threads,
@@ -348,6 +363,18 @@ class JobRunner:
         self._records.payloads.use(_codecs(codec))
 
     @property
+    def seal_errors(self) -> bool:
+        """Whether this runner's worker seals the error texts it writes
+        with the payload codecs (``JobRunner(seal_errors=...)``); set it
+        before the worker starts (``stepstone worker --seal-errors``)."""
+        return self._sealing.on
+
+    @seal_errors.setter
+    def seal_errors(self, on: bool) -> None:
+        self._sealing.on = on
+        self.worker.seal_text = self._sealing.seal if on else None
+
+    @property
     def build_id(self) -> str | None:
         """The code this runner's worker runs, as each memo it writes records
         (None: each job type's VERSION, else a digest of its source); set it
@@ -423,6 +450,11 @@ class JobRunner:
         set (:mod:`stepstone.telemetry`)."""
         if self._running:
             return
+        if self._sealing.on and not self._records.payloads:
+            raise ValueError(
+                "seal_errors needs a payload codec to seal with (codec=..., "
+                "stepstone worker --codec or STEPSTONE_CODEC)"
+            )
         await self.open()
         await self.worker.start()  # WorkerIdInUse: nothing else started
         self._running = True
@@ -646,7 +678,9 @@ class JobRunner:
         if incarnation is None:
             queued = await self.queue.get(run_id)
             incarnation = None if queued is None else incarnation_of(queued.payload)
-        found = await read_history(self.store, self.layout, run_id, incarnation, outcome)
+        found = await read_history(
+            self.store, self.layout, run_id, incarnation, outcome, self._records.payloads
+        )
         for key, why in found.unreadable:
             log.warning("run %s: cannot read %s: %s", run_id, key, why, extra={"run_id": run_id})
         return found.attempts

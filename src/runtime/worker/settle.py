@@ -10,6 +10,13 @@ decision reaches the queue through its one verb,
 :meth:`~stepstone.runtime.queue.LeaseQueue.settle`; a drain's is a
 :class:`~stepstone.runtime.decision.Release`.
 
+Given ``seal_text`` (a worker told to seal errors' texts: the layer above
+makes it from its payload codecs), the settler seals every error text the
+queue is to keep of a claim (a retry's last error, a dead job's reason)
+before it hands the decision over (:func:`kept`); its log lines keep the
+text as it is. A dead job's reason keeps its kind readable
+(``exhausted: <sealed>``).
+
 Every settlement is fenced by the delivery's token. A worker that lost its
 lease (it hung, the lease lapsed, another worker reclaimed the job) gets
 ``Settlement.LOST`` back: that is logged and counted, never reported to the
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from stepstone.store.errors import StoreUnavailable
 
@@ -40,10 +48,14 @@ from .stats import WorkerStats
 SETTLE_TRIES = 3
 """Tries of one settlement call that raises before leaving the job to its lease."""
 
+SealText = Callable[[str], str]
+"""What seals an error's text for the queue to keep (see the module docstring)."""
+
 
 class Settler:
     """Settles the claims of one worker on ``queue``; ``on_terminal`` (None:
-    nobody) hears each terminal result first."""
+    nobody) hears each terminal result first; ``seal_text`` (None: kept as
+    they are) seals the error texts the queue keeps."""
 
     def __init__(
         self,
@@ -56,7 +68,9 @@ class Settler:
         on_terminal: OnTerminal | None,
         stats: WorkerStats,
         log: JobLog,
+        seal_text: SealText | None = None,
     ) -> None:
+        self.seal_text = seal_text
         self._queue = queue
         self._clock = clock
         self._backoff = backoff
@@ -82,6 +96,8 @@ class Settler:
                 "" if decision.count else " (attempt not counted)",
                 exc_info=error if decision.count else None,
             )
+            if self.seal_text is not None:
+                decision = kept(decision, self.seal_text)
         elif isinstance(decision, Suspended):
             wait = decision.wait
             self._log(delivery, logging.DEBUG, "suspended (%s %s)", wait.status.value, wait.shown)
@@ -96,6 +112,8 @@ class Settler:
                     decision.reason,
                     exc_info=error,
                 )
+                if self.seal_text is not None:
+                    decision = kept(decision, self.seal_text)
         await self._settle(job, decision)
 
     async def release(self, job: InFlightJob) -> None:
@@ -173,15 +191,19 @@ class Settler:
             delay = self._backoff.delay(uncounted_step(delivery), delivery.id)
             message = truncate(f"result not recorded: {describe(error)}")
             self._log(delivery, logging.WARNING, "%s; retrying in %.3gs", message, delay)
-            await self._settle(job, Retry(delay, count=False, error=message))
+            await self._settle(job, self._kept(Retry(delay, count=False, error=message)))
             return False
         except Exception as error:
             message = f"result not recorded: {describe(error)}"
             self._log(delivery, logging.ERROR, "%s; the job is dead", message, exc_info=True)
             reason = message if isinstance(decision, Ack) else f"{decision.reason} ({message})"
-            await self._settle(job, Dead(truncate(reason)))
+            await self._settle(job, self._kept(Dead(truncate(reason))))
             return False
         return True
+
+    def _kept(self, decision: Retry | Dead) -> Retry | Dead:
+        """``decision`` as the queue is to keep it (:func:`kept`)."""
+        return decision if self.seal_text is None else kept(decision, self.seal_text)
 
     def _count(self, job: InFlightJob, settled: Settlement, decision: Decision) -> None:
         job.settled = settled
@@ -205,6 +227,18 @@ class Settler:
         elif settled is Settlement.SUSPENDED:
             self._stats.suspended += 1
         self._log(job.delivery, logging.DEBUG, "%s: %s", _verb(decision), settled.value)
+
+
+def kept(decision: Retry | Dead, seal: SealText) -> Retry | Dead:
+    """``decision`` as the queue is to keep it, its error texts sealed by
+    ``seal``: a retry's last error (its message and its traceback's end,
+    sealed whole), a dead job's reason (its kind kept readable when known)."""
+    if isinstance(decision, Retry):
+        return Retry(decision.delay, decision.count, seal(decision.kept_error))
+    failure = decision.terminal
+    if failure is None:
+        return Dead(seal(decision.reason))
+    return Dead(f"{failure.reason.value}: {seal(failure.message)}", failure)
 
 
 def _verb(decision: Decision) -> str:

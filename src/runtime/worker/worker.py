@@ -58,7 +58,7 @@ from .lease import check_lease
 from .logs import JobLog, logger
 from .pauses import Wakeup
 from .presence import Presence
-from .settle import Settler
+from .settle import SealText, Settler
 from .stats import WorkerStats
 from .threads import JobThreads
 from .watch import Watch
@@ -104,6 +104,9 @@ class Worker:
     ``max_lapses``: a run whose leases lapsed this many times (its workers
     died or hung under it; each costs no attempt) is dead as ``expired``
     when a worker takes over the last, without running again.
+
+    ``seal_text`` (None: the texts are kept as they are) seals each error
+    text the queue keeps of a claim (:mod:`stepstone.runtime.worker.settle`).
     """
 
     def __init__(
@@ -127,6 +130,7 @@ class Worker:
         presence: Presence | None = None,
         on_store_broken: Callable[[StoreConfigError], None] | None = None,
         max_lapses: int = DEFAULT_MAX_LAPSES,
+        seal_text: SealText | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -180,15 +184,18 @@ class Worker:
             self._jobs,
             self._handlers,
             watch=self._watch,
-            settler=Settler(
-                queue,
-                self.clock,
-                backoff=backoff,
-                lease=lease,
-                poll_interval=poll_interval,
-                on_terminal=None if callbacks is None else callbacks.on_terminal,
-                stats=self.stats,
-                log=log,
+            settler=(
+                settler := Settler(
+                    queue,
+                    self.clock,
+                    backoff=backoff,
+                    lease=lease,
+                    poll_interval=poll_interval,
+                    on_terminal=None if callbacks is None else callbacks.on_terminal,
+                    stats=self.stats,
+                    log=log,
+                    seal_text=seal_text,
+                )
             ),
             threads=self._threads,
             callbacks=callbacks,
@@ -202,6 +209,7 @@ class Worker:
             log=log,
             wake=self.wake,
         )
+        self._settler = settler
         self._claims = ClaimLoop(
             queue,
             self.clock,
@@ -237,6 +245,16 @@ class Worker:
     @name.setter
     def name(self, value: str) -> None:
         self._identity.want(value)
+
+    @property
+    def seal_text(self) -> SealText | None:
+        """What seals the error texts the queue keeps (None: kept as they
+        are); set it before the worker starts."""
+        return self._settler.seal_text
+
+    @seal_text.setter
+    def seal_text(self, seal: SealText | None) -> None:
+        self._settler.seal_text = seal
 
     @property
     def holder(self) -> str:

@@ -111,6 +111,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: the host's name, or the next free one on this host)",
     )
     worker.add_argument(
+        "--seal-errors",
+        action="store_true",
+        help="seal the text of every error the worker writes (messages, tracebacks) with "
+        "the payload codecs, as payloads are (default $STEPSTONE_SEAL_ERRORS; "
+        "docs/security.md)",
+    )
+    worker.add_argument(
         "--log-level",
         default="INFO",
         type=str.upper,

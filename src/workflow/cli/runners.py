@@ -17,7 +17,12 @@ import sys
 from typing import Any
 
 from stepstone.cli.errors import CliError
-from stepstone.records.payload_config import ENV_CODEC, codecs_from_env
+from stepstone.records.payload_config import (
+    ENV_CODEC,
+    ENV_SEAL_ERRORS,
+    codecs_from_env,
+    seal_errors_from_env,
+)
 from stepstone.runner import JobRunner
 from stepstone.store.errors import StoreConfigError
 
@@ -80,14 +85,33 @@ async def runner_from_args(args: argparse.Namespace) -> JobRunner:
 
 def with_codec(runner: JobRunner, args: argparse.Namespace) -> JobRunner:
     """``runner`` with the payload codecs of ``--codec``, else of
-    ``STEPSTONE_CODEC`` when it has none of its own (docs/security.md)."""
+    ``STEPSTONE_CODEC`` when it has none of its own; sealing the error
+    texts it writes when ``--seal-errors`` or ``STEPSTONE_SEAL_ERRORS`` asks
+    (as it does when it was built so): docs/security.md."""
     spec = getattr(args, "codec", None)
     if spec is not None or (os.environ.get(ENV_CODEC) and not runner.codec):
         try:
             runner.codec = codecs_from_env(spec)
         except (ValueError, ImportError) as exc:
             raise CliError(f"--codec / {ENV_CODEC}: {exc}", 2) from None
+    try:
+        seal = getattr(args, "seal_errors", False) or seal_errors_from_env()
+    except ValueError as exc:
+        raise CliError(str(exc), 2) from None
+    if seal and not runner.seal_errors:
+        runner.seal_errors = True
     return runner
+
+
+def check_sealing(runner: JobRunner) -> None:
+    """CliError when ``runner`` is to seal error texts without a codec to
+    seal them with (its start would refuse)."""
+    if runner.seal_errors and not runner.codec:
+        raise CliError(
+            f"--seal-errors / {ENV_SEAL_ERRORS}: no payload codec to seal with "
+            f"(--codec or {ENV_CODEC})",
+            2,
+        )
 
 
 async def _runner(args: argparse.Namespace) -> JobRunner:

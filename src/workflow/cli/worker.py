@@ -23,7 +23,7 @@ import os
 import signal
 
 from stepstone.cli.errors import CliError
-from stepstone.cli.runners import resolve_runner, with_codec
+from stepstone.cli.runners import check_sealing, resolve_runner, with_codec
 from stepstone.errors import WorkerIdInUse
 from stepstone.runner import JobRunner
 from stepstone.store import StoreError
@@ -71,6 +71,7 @@ async def _serve(args: argparse.Namespace) -> int:
         _serve_metrics(args.metrics_host, args.metrics_port)
     runner = with_codec(await resolve_runner(args.app), args)
     try:
+        check_sealing(runner)
         if args.worker_id is not None:
             try:
                 runner.worker.name = args.worker_id

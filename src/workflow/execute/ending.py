@@ -18,6 +18,7 @@ attempt history keeps.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any
 
 from stepstone.errors import CorruptOutcome
@@ -27,6 +28,7 @@ from stepstone.execute.hooks import SettledHooks
 from stepstone.handles.watch import OutcomeWatch
 from stepstone.records.attempt_log import AttemptLog
 from stepstone.records.envelope import Envelope
+from stepstone.records.error_texts import ErrorSealing
 from stepstone.records.family import Family
 from stepstone.records.outcome import ErrorInfo, OutcomeRecord, about_the_run
 from stepstone.records.run_records import RunRecords
@@ -51,7 +53,10 @@ class RunEnding:
     that stands, before the worker acks; ``history`` learns which claims the
     outcome record describes; ``limits`` hears of runs whose lease lapsed;
     ``waking`` (None: the queue cannot wake runs) wakes the runs waiting for
-    a finished one (:mod:`stepstone.records.family`).
+    a finished one (:mod:`stepstone.records.family`). With ``sealing`` on,
+    a failed run's error texts are sealed in the record written
+    (:mod:`stepstone.records.error_texts`); this process goes on with them
+    as they are.
     """
 
     def __init__(
@@ -64,8 +69,10 @@ class RunEnding:
         limits: Limits,
         waking: Waking | None,
         clock: Clock,
+        sealing: ErrorSealing | None = None,
     ) -> None:
         self._records = records
+        self._sealing = sealing
         self._watch = watch
         self._hooks = hooks
         self._history = history
@@ -126,7 +133,10 @@ class RunEnding:
             if terminal.reason is FailureKind.EXPIRED:
                 await self._limits.abandoned(delivery)
         record = self._outcome_record(delivery, terminal, envelope)
-        recorded = await self._records.record_outcome(record)
+        stored = record if record.error is None else self._sealed(record)
+        recorded = await self._records.record_outcome(stored)
+        if recorded is stored:
+            recorded = record  # (as it is here: its error's texts as they were)
         extra = {"run_id": delivery.id, "kind": record.kind, "attempt": delivery.attempt}
         if recorded is record or recorded is None:
             self._history.described(delivery)  # (or swept: nothing of the claim is kept)
@@ -176,6 +186,15 @@ class RunEnding:
         self._watch.stands(record)
         if record.status is not JobStatus.CANCELLED:
             await self._hooks.run(record, None if envelope is None else envelope.input)
+
+    def _sealed(self, record: OutcomeRecord) -> OutcomeRecord:
+        """``record`` as it is written: its error's message and traceback
+        sealed when sealing is on (its reason and error type stay readable)."""
+        error, sealing = record.error, self._sealing
+        if error is None or sealing is None or not sealing.on:
+            return record
+        message, traceback = sealing.seal(error.message), sealing.seal_optional(error.traceback)
+        return replace(record, error=replace(error, message=message, traceback=traceback))
 
     def _outcome_record(
         self, delivery: Delivery, terminal: Terminal, envelope: Envelope | None

@@ -14,6 +14,7 @@ from typing import Any
 
 from stepstone.errors import CorruptOutcome
 from stepstone.records.envelope import Envelope
+from stepstone.records.error_texts import open_optional, open_text
 from stepstone.records.outcome import OutcomeRecord
 from stepstone.records.run_records import RunRecords, answering
 from stepstone.runtime.errors import MalformedPayload
@@ -75,7 +76,9 @@ async def read_state(records: RunRecords, queue: LeaseQueue, run_id: str) -> Job
             status=record.status,
             attempts=record.attempts,
             progress=progress,
-            last_error=None if record.error is None else record.error.message,
+            last_error=None
+            if record.error is None
+            else open_text(records.payloads, record.error.message),
             lapses=record.lapses,
         )
     if queued is None:
@@ -85,7 +88,10 @@ async def read_state(records: RunRecords, queue: LeaseQueue, run_id: str) -> Job
         status=queued.status,
         attempts=attempts_of(queued),
         progress=None if envelope is None else await records.progress(run_id, envelope.incarnation),
-        last_error=first_line(queued.last_error or queued.dead_reason or _reason(record)),
+        last_error=first_line(
+            open_optional(records.payloads, queued.last_error or queued.dead_reason)
+            or _reason(record)
+        ),
         run_at=queued.run_at,
         lease_expires_at=queued.lease_expires_at,
         waiting_for=None if queued.wait is None else queued.wait.shown,

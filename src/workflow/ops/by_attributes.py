@@ -33,7 +33,7 @@ from stepstone.ops.listing import (
     list_runs,
     queued_row,
 )
-from stepstone.ops.reads import Inspected, Unreadable, bounded, read_outcome
+from stepstone.ops.reads import Inspected, Unreadable, bounded, payloads_of, read_outcome
 from stepstone.records.attributes import (
     ORPHAN_AGE,
     Entry,
@@ -153,7 +153,7 @@ async def _row(
         if record is not None and incarnation is None:
             return Unreadable(entry.run_id, "its queue record's payload is no job envelope")
         if record is not None and incarnation == entry.incarnation:
-            row = queued_row(record)
+            row = queued_row(record, payloads_of(runner))
             both = outcome is not None and record.status is JobStatus.DEAD
             return dataclasses.replace(row, source="queue+outcome") if both else row
         if outcome is not None:

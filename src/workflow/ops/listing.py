@@ -22,11 +22,14 @@ from stepstone.ops.reads import (
     bounded,
     iter_outcomes,
     lacks,
+    payloads_of,
     read_outcome,
     read_outcomes,
 )
 from stepstone.records.envelope import Envelope
+from stepstone.records.error_texts import open_optional
 from stepstone.records.outcome import OutcomeRecord
+from stepstone.records.payloads import Payloads
 from stepstone.runtime.capabilities import JobCounts, JobListing, JobSurvey, Survey
 from stepstone.runtime.errors import MalformedPayload
 from stepstone.runtime.fairness import fairness_of
@@ -163,15 +166,16 @@ async def list_runs(
     wanted = chosen.status
     found = Newest(chosen, limit)
     unreadable: dict[str, Unreadable] = {}  # by key: a dead job's outcome is met twice
+    payloads = payloads_of(runner)
     if surveyed is not None and (wanted is None or wanted.queued):
         for key, why in surveyed.unreadable:
             unreadable[key] = Unreadable(key, why)
         for record in surveyed.records:
             if wanted is None or record.status is wanted:
-                found.offer(queued_row(record))
+                found.offer(queued_row(record, payloads))
     elif wanted is None or wanted.queued:
         async for record in _queue_records(runner, wanted, unreadable):
-            found.offer(queued_row(record))
+            found.offer(queued_row(record, payloads))
     unread = 0
     if wanted is None or wanted.finished:
         if listed is None:
@@ -239,8 +243,9 @@ async def queued_runs(
     and the records that would not decode. Outcome records are not read."""
     unreadable: dict[str, Unreadable] = {}
     rows: list[tuple[RunSummary, JobRecord]] = []
+    payloads = payloads_of(runner)
     async for record in _queue_records(runner, chosen.status, unreadable):
-        row = queued_row(record)
+        row = queued_row(record, payloads)
         if chosen.matches(row):
             rows.append((row, record))
     rows.sort(key=lambda pair: (pair[0].submitted, pair[0].id), reverse=True)
@@ -271,8 +276,9 @@ async def _queue_records(
         cursor = page.cursor
 
 
-def queued_row(record: JobRecord) -> RunSummary:
-    """A live (or dead) run's row, from its queue record."""
+def queued_row(record: JobRecord, payloads: Payloads) -> RunSummary:
+    """A live (or dead) run's row, from its queue record (its last error,
+    when sealed, opened with ``payloads`` or saying what sealed it)."""
     envelope = _envelope(record)
     return RunSummary(
         id=record.id,
@@ -281,7 +287,7 @@ def queued_row(record: JobRecord) -> RunSummary:
         attempts=attempts_of(record),
         updated=record.updated_at,
         source="queue",
-        last_error=first_line(record.last_error or record.dead_reason),
+        last_error=first_line(open_optional(payloads, record.last_error or record.dead_reason)),
         submitted=record.created_at,
         version=None if envelope is None else envelope.version,
         key=None if envelope is None else envelope.key,

@@ -41,11 +41,12 @@ from stepstone.records.calls import (
 )
 from stepstone.records.codec import unpack, unpack_stored
 from stepstone.records.envelope import Envelope
+from stepstone.records.error_texts import opened_job
 from stepstone.records.family import Family
 from stepstone.records.history import read_history
 from stepstone.records.large_values import Stored
 from stepstone.records.layout import Path, check_run_id, place_of, run_id_for_key, step_name
-from stepstone.records.outcome import OutcomeRecord, decode_outcome_key
+from stepstone.records.outcome import OutcomeRecord, decode_outcome_key, opened_error
 from stepstone.records.payloads import Payloads, sealed, sealed_by
 from stepstone.records.retention import Runs
 from stepstone.records.unreadable import Unreadable as Unreadable  # (ops read it here)
@@ -307,6 +308,8 @@ async def _read_outcome_at(runner: Inspected, key: str) -> OutcomeRecord | Unrea
         found = dataclasses.replace(found, result=payloads.open(found.result))
     with contextlib.suppress(PayloadUnreadable):
         found = dataclasses.replace(found, progress=payloads.open_value(found.progress))
+    if found.error is not None:  # (its texts, when sealed: opened, or what sealed them)
+        found = dataclasses.replace(found, error=opened_error(found.error, payloads))
     return found
 
 
@@ -444,6 +447,7 @@ async def detail(runner: Inspected, run_id: str) -> Detail:
     and which of them would not decode. Raises InspectError when the store
     knows nothing of the id."""
     check_id(run_id)
+    payloads = payloads_of(runner)
     queued, outcome, memos, children = await asyncio.gather(
         read_queued(runner, run_id),
         read_outcome(runner, run_id),
@@ -480,8 +484,8 @@ async def detail(runner: Inspected, run_id: str) -> Detail:
                 attributes[pair[0]] = pair[1]
     progress, history, replaced = await asyncio.gather(
         read_progress(runner, run_id, incarnation),
-        read_history(runner.store, runner.layout, run_id, incarnation, recorded),
-        read_history(runner.store, runner.layout, run_id, replay_of, None),
+        read_history(runner.store, runner.layout, run_id, incarnation, recorded, payloads),
+        read_history(runner.store, runner.layout, run_id, replay_of, None, payloads),
     )
     if queued is None and outcome is None and progress is None and not memos:
         raise InspectError(f"no run {run_id} in {runner.store.location}")
@@ -611,11 +615,13 @@ def _just_before(prefix: str) -> str | None:
 
 
 async def read_queued(runner: Inspected, run_id: str) -> JobRecord | Unreadable | None:
-    """The run's queue record; Unreadable when it does not decode; None when there is none."""
+    """The run's queue record (its error texts, when sealed, opened or saying
+    what sealed them); Unreadable when it does not decode; None when there is none."""
     try:
-        return await runner.queue.get(run_id)
+        found = await runner.queue.get(run_id)
     except CorruptRecord as exc:
         return Unreadable(exc.key, str(exc).removesuffix(f" (record {exc.key})"))
+    return None if found is None else opened_job(payloads_of(runner), found)
 
 
 async def iter_outcomes(

@@ -21,6 +21,7 @@ from dataclasses import replace
 
 from stepstone.records.attempts import AttemptInfo, AttemptResult, encode, final_attempt
 from stepstone.records.envelope import incarnation_of
+from stepstone.records.error_texts import ErrorSealing
 from stepstone.records.layout import Layout
 from stepstone.records.outcome import OutcomeRecord
 from stepstone.runtime.clock import Clock
@@ -41,7 +42,8 @@ class AttemptLog:
     of a run swept meanwhile, of which nothing is kept) and which claims
     found the outcome recorded by another (:meth:`answered`); the worker
     tells it how each claim ended (:meth:`attempt_over`), and it writes a
-    record of each claim the outcome record does not describe.
+    record of each claim the outcome record does not describe, its error's
+    texts sealed when ``sealing`` is on (:mod:`stepstone.records.error_texts`).
     """
 
     def __init__(
@@ -52,8 +54,10 @@ class AttemptLog:
         *,
         worker: Callable[[], str],
         enabled: bool,
+        sealing: ErrorSealing | None = None,
     ) -> None:
         self.store = store
+        self._sealing = sealing
         self.layout = layout
         self._worker = worker
         """This process's worker's id (a default id settles when the worker starts)."""
@@ -102,7 +106,7 @@ class AttemptLog:
         if answered and result not in _STANDS:
             result = AttemptResult.ANSWERED
         info = replace(
-            _info(report, result, answered),
+            _info(report, result, answered, self._sealing),
             host=self._host,
             pid=os.getpid(),
             worker=self._worker(),
@@ -138,16 +142,23 @@ async def write_attempt(
         )
 
 
-def _info(report: AttemptReport, result: AttemptResult, answered: bool) -> AttemptInfo:
-    """The record of a claim that the outcome record does not describe."""
+def _info(
+    report: AttemptReport, result: AttemptResult, answered: bool, sealing: ErrorSealing | None
+) -> AttemptInfo:
+    """The record of a claim that the outcome record does not describe (an
+    error's texts sealed when ``sealing`` is on)."""
     delivery, decision = report.delivery, report.decision
     number: int | None = delivery.attempt
     message = traceback = None
     if isinstance(decision, Retry):
         message, traceback = decision.error, decision.traceback
+        if sealing is not None and sealing.on:
+            message, traceback = sealing.seal(message), sealing.seal_optional(traceback)
     elif isinstance(decision, Dead) and decision.terminal is not None:
         failure = decision.terminal
         message, traceback, number = failure.message, failure.traceback, failure.attempt
+        if sealing is not None and sealing.on:
+            message, traceback = sealing.seal(message), sealing.seal_optional(traceback)
     elif isinstance(decision, Suspended):
         wait = decision.wait
         message = f"{wait.status.value}: {wait.shown}" if wait.shown else wait.status.value

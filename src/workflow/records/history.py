@@ -12,8 +12,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from stepstone.records.attempts import AttemptInfo, AttemptResult, decode, final_attempt
+from stepstone.records.error_texts import open_optional
 from stepstone.records.layout import Layout
 from stepstone.records.outcome import OutcomeRecord
+from stepstone.records.payloads import Payloads
 from stepstone.runtime.status import JobStatus
 from stepstone.store import NotFound, ObjectStore
 
@@ -40,10 +42,12 @@ async def read_history(
     run_id: str,
     incarnation: str | None,
     outcome: OutcomeRecord | None,
+    payloads: Payloads | None = None,
 ) -> History:
     """The history of the run's ``incarnation`` (with its outcome, when it has
     one of that incarnation): its records and the outcome's claim, in claim
-    order, a gap in the claim numbers filled with an UNRECORDED claim."""
+    order, a gap in the claim numbers filled with an UNRECORDED claim. Sealed
+    error texts are opened with ``payloads`` (:mod:`stepstone.records.error_texts`)."""
     if not incarnation:
         return History([], [])
     prefix = layout.attempts(run_id, incarnation)
@@ -68,7 +72,17 @@ async def read_history(
         final = final_attempt(outcome)
         if final is not None and all(a.claim != final.claim for a in attempts):
             attempts.append(final)
-    return History(_in_order(attempts, outcome), unreadable)
+    opening = payloads if payloads is not None else Payloads()
+    return History(_in_order((_opened(a, opening) for a in attempts), outcome), unreadable)
+
+
+def _opened(attempt: AttemptInfo, payloads: Payloads) -> AttemptInfo:
+    """``attempt`` with its sealed error texts opened (itself when it has none)."""
+    message = open_optional(payloads, attempt.message)
+    traceback = open_optional(payloads, attempt.traceback)
+    if message is attempt.message and traceback is attempt.traceback:
+        return attempt
+    return replace(attempt, message=message, traceback=traceback)
 
 
 def _in_order(attempts: Iterable[AttemptInfo], outcome: OutcomeRecord | None) -> list[AttemptInfo]:

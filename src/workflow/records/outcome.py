@@ -21,6 +21,7 @@ from stepstone.errors import JobCancelled, JobFailed, PayloadUnreadable
 from stepstone.records.attributes import stored_attributes
 from stepstone.records.codec import codec_for_type, pack, unpack
 from stepstone.records.envelope import Envelope
+from stepstone.records.error_texts import open_optional, open_text
 from stepstone.records.large_values import LargeField, Stored, Unpacked, record_body, rejoined
 from stepstone.records.payloads import Payloads
 from stepstone.runtime import plausible
@@ -148,7 +149,9 @@ class OutcomeRecord:
     def typed(self, output: Any, payloads: Payloads | None = None) -> Outcome[Any]:
         """The outcome as users see it, its result opened (by ``payloads``,
         :mod:`stepstone.records.payloads`) and decoded as ``output``.
-        PayloadUnreadable when it is sealed and cannot be opened here."""
+        PayloadUnreadable when it is sealed and cannot be opened here; its
+        error's texts, when sealed (:mod:`stepstone.records.error_texts`),
+        opened, or saying what sealed them."""
         result = None
         if self.status is JobStatus.SUCCEEDED and self.result is not None:
             opened = (payloads if payloads is not None else Payloads()).open(self.result)
@@ -159,13 +162,24 @@ class OutcomeRecord:
             attempts=self.attempts,
             finished_at=self.finished_at,
             result=result,
-            error=self.error,
+            error=None if self.error is None else opened_error(self.error, payloads),
             progress=_opened(self.progress, payloads),
             submitted_at=self.submitted_at,
             started_at=self.started_at,
             kind=self.kind,
             lapses=self.lapses,
         )
+
+
+def opened_error(error: ErrorInfo, payloads: Payloads | None) -> ErrorInfo:
+    """``error`` with its sealed texts opened (:func:`open_text`): itself
+    when it holds none."""
+    opening = payloads if payloads is not None else Payloads()
+    message = open_text(opening, error.message)
+    traceback = open_optional(opening, error.traceback)
+    if message is error.message and traceback is error.traceback:
+        return error
+    return ErrorInfo(error.reason, message, error.error_type, traceback)
 
 
 def _opened(value: Any, payloads: Payloads | None) -> Any:

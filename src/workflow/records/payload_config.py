@@ -9,6 +9,10 @@ naming a zero-argument callable that returns your own codec; e.g.
 line: ``STEPSTONE_KEYS`` holds them (``k2=BASE64,k1=BASE64``, the
 encrypting one first), or ``STEPSTONE_KEYS_FILE`` names a file holding
 them in the same form (by comma or one a line; ``#`` starts a comment).
+
+``STEPSTONE_SEAL_ERRORS=1`` (or ``stepstone worker --seal-errors``) has a
+worker seal the error texts it writes with those codecs
+(``JobRunner(seal_errors=True)``, :mod:`stepstone.records.error_texts`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ from stepstone.records.payloads import PayloadCodec
 ENV_CODEC = "STEPSTONE_CODEC"
 ENV_KEYS = "STEPSTONE_KEYS"
 ENV_KEYS_FILE = "STEPSTONE_KEYS_FILE"
+ENV_SEAL_ERRORS = "STEPSTONE_SEAL_ERRORS"
+_YES = ("1", "true", "yes", "on")
+_NO = ("", "0", "false", "no", "off")
 
 
 def codecs_from_env(
@@ -52,6 +59,19 @@ def codecs_from_env(
                 f"no payload codec {name!r}: zstd, zlib, aes-gcm, or MODULE:ATTR of your own"
             )
     return codecs
+
+
+def seal_errors_from_env(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``STEPSTONE_SEAL_ERRORS`` asks for error texts to be sealed
+    (``1``, ``true``, ``yes``, ``on``; unset, ``0``, ``false``, ``no``, ``off``:
+    not). ValueError for anything else."""
+    env = os.environ if environ is None else environ
+    value = env.get(ENV_SEAL_ERRORS, "").strip().lower()
+    if value in _YES:
+        return True
+    if value in _NO:
+        return False
+    raise ValueError(f"{ENV_SEAL_ERRORS} is 1 or 0 (true/false, yes/no, on/off), not {value!r}")
 
 
 def keys_from_env(environ: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
