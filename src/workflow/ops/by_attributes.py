@@ -134,6 +134,7 @@ async def _row(
     """The run's row, from the record of the incarnation its entries name;
     None when it has none (or none of ``status``, which is all that was read)."""
     entry = candidate.entry
+    payloads = payloads_of(runner)
     outcome: OutcomeRecord | None = None
     if status is None or status.finished or status is JobStatus.DEAD:
         read = await read_outcome(runner, entry.run_id)
@@ -143,7 +144,7 @@ async def _row(
             outcome = read
         finished = status is not None and status.finished  # (as ls lists it: the outcome)
         if outcome is not None and (finished or outcome.status is not JobStatus.FAILED):
-            return finished_row(outcome)
+            return finished_row(outcome, payloads)
     if status is None or status.queued or outcome is not None:
         try:
             record = await runner.queue.get(entry.run_id)
@@ -153,11 +154,11 @@ async def _row(
         if record is not None and incarnation is None:
             return Unreadable(entry.run_id, "its queue record's payload is no job envelope")
         if record is not None and incarnation == entry.incarnation:
-            row = queued_row(record, payloads_of(runner))
+            row = queued_row(record, payloads)
             both = outcome is not None and record.status is JobStatus.DEAD
             return dataclasses.replace(row, source="queue+outcome") if both else row
         if outcome is not None:
-            return finished_row(outcome)
+            return finished_row(outcome, payloads)
         if status is None and record is None:
             await _forget(runner, candidate)
     return None

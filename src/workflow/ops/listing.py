@@ -27,7 +27,7 @@ from stepstone.ops.reads import (
     read_outcomes,
 )
 from stepstone.records.envelope import Envelope
-from stepstone.records.error_texts import open_optional
+from stepstone.records.error_texts import open_optional, open_text
 from stepstone.records.outcome import OutcomeRecord
 from stepstone.records.payloads import Payloads
 from stepstone.runtime.capabilities import JobCounts, JobListing, JobSurvey, Survey
@@ -317,6 +317,7 @@ async def _offer_outcomes(
     ``reads`` of them (see :func:`list_runs`); how many it left unread that
     might have been."""
     since = found.chosen.since
+    payloads = payloads_of(runner)
     written_after = None if since is None else since - CLOCK_SLACK
     infos = [info for info in listed if written_after is None or info.modified >= written_after]
     page = min(_OUTCOME_PAGE, found.limit or _OUTCOME_PAGE)
@@ -329,13 +330,14 @@ async def _offer_outcomes(
             if isinstance(record, Unreadable):
                 unreadable[record.key] = record
             elif wanted is None or record.status is wanted:
-                found.offer(finished_row(record))
+                found.offer(finished_row(record, payloads))
         start = end
     return 0
 
 
-def finished_row(record: OutcomeRecord) -> RunSummary:
-    """A finished run's row, from its outcome record."""
+def finished_row(record: OutcomeRecord, payloads: Payloads) -> RunSummary:
+    """A finished run's row, from its outcome record (its error, when
+    sealed, opened with ``payloads`` or saying what sealed it)."""
     return RunSummary(
         id=record.run_id,
         kind=record.kind,
@@ -343,7 +345,9 @@ def finished_row(record: OutcomeRecord) -> RunSummary:
         attempts=record.attempts,
         updated=record.finished_at,
         source="outcome",
-        last_error=None if record.error is None else first_line(record.error.message),
+        last_error=None
+        if record.error is None
+        else first_line(open_text(payloads, record.error.message)),
         submitted=record.submitted_at or record.finished_at,
         version=record.version,
         key=record.key,

@@ -308,8 +308,6 @@ async def _read_outcome_at(runner: Inspected, key: str) -> OutcomeRecord | Unrea
         found = dataclasses.replace(found, result=payloads.open(found.result))
     with contextlib.suppress(PayloadUnreadable):
         found = dataclasses.replace(found, progress=payloads.open_value(found.progress))
-    if found.error is not None:  # (its texts, when sealed: opened, or what sealed them)
-        found = dataclasses.replace(found, error=opened_error(found.error, payloads))
     return found
 
 
@@ -491,6 +489,12 @@ async def detail(runner: Inspected, run_id: str) -> Detail:
         raise InspectError(f"no run {run_id} in {runner.store.location}")
     parts = {"queue": queued, "outcome": outcome, "progress": progress}
     unreadable = {part: item for part, item in parts.items() if isinstance(item, Unreadable)}
+    # Shown, not written back (a retry keeps the outcome's texts as stored):
+    # error texts opened, or saying what sealed them (records.error_texts).
+    if isinstance(queued, JobRecord):
+        queued = opened_job(payloads, queued)
+    if isinstance(outcome, OutcomeRecord) and outcome.error is not None:
+        outcome = dataclasses.replace(outcome, error=opened_error(outcome.error, payloads))
     found = Detail(
         run_id,
         None if isinstance(queued, Unreadable) else queued,
@@ -615,13 +619,11 @@ def _just_before(prefix: str) -> str | None:
 
 
 async def read_queued(runner: Inspected, run_id: str) -> JobRecord | Unreadable | None:
-    """The run's queue record (its error texts, when sealed, opened or saying
-    what sealed them); Unreadable when it does not decode; None when there is none."""
+    """The run's queue record; Unreadable when it does not decode; None when there is none."""
     try:
-        found = await runner.queue.get(run_id)
+        return await runner.queue.get(run_id)
     except CorruptRecord as exc:
         return Unreadable(exc.key, str(exc).removesuffix(f" (record {exc.key})"))
-    return None if found is None else opened_job(payloads_of(runner), found)
 
 
 async def iter_outcomes(
