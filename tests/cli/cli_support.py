@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import signal
+import subprocess
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +40,23 @@ def file_runner(store_dir: Path) -> JobRunner:
         poll_interval=0.05,
         retry_backoff=0.0,
     )
+
+
+@contextmanager
+def worker_process(
+    command: Sequence[str], env: dict[str, str]
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A ``stepstone worker`` process for the block; SIGTERM at its end, which
+    it must answer by draining and exiting 0 (killed if the block raised)."""
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield proc
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=DEADLINE) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def wait_for(cond: Callable[[], object], what: str, timeout: float = DEADLINE) -> None:
