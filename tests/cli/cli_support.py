@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from cli_app import Boom, Chatty, Gated, Greet, Refuse, Report
 
@@ -44,11 +44,12 @@ def file_runner(store_dir: Path) -> JobRunner:
 
 @contextmanager
 def worker_process(
-    command: Sequence[str], env: dict[str, str]
+    command: Sequence[str], env: dict[str, str], stderr: IO[str] | int = subprocess.DEVNULL
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """A ``stepstone worker`` process for the block; SIGTERM at its end, which
-    it must answer by draining and exiting 0 (killed if the block raised)."""
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    """A ``stepstone worker`` process for the block (its stderr to ``stderr``);
+    SIGTERM at the block's end, which it must answer by draining and exiting
+    0 (killed if the block raised)."""
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
     try:
         yield proc
         proc.send_signal(signal.SIGTERM)

@@ -9,15 +9,13 @@ cancelled; the job's handle raises JobCancelled.
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cli_app import Gated, Greet
-from cli_support import DEADLINE, Cli, file_runner, wait_for
+from cli_support import DEADLINE, Cli, file_runner, wait_for, worker_process
 
 from stepstone import JobCancelled
 from stepstone.ops.reads import list_memos
@@ -32,19 +30,16 @@ async def test_a_running_job_cancelled_from_the_cli_stops_and_the_log_says_cance
     cli: Cli, store_dir: Path, cli_dir: Path, cli_env: dict[str, str]
 ) -> None:
     log_path = cli_dir / "worker.log"
-    with log_path.open("w") as log_file:
-        proc = subprocess.Popen(  # noqa: ASYNC220 - returns at once
-            [*WORKER, "--log-format", "json"],
-            env={**cli_env, "STEPSTONE_STORE": str(store_dir)},
-            stdout=subprocess.DEVNULL,
-            stderr=log_file,
-        )
 
     def about(job_id: str) -> list[dict[str, Any]]:
         records = [json.loads(line) for line in log_path.read_text().splitlines()]
         return [r for r in records if r.get("run_id") == job_id]
 
-    try:
+    env = {**cli_env, "STEPSTONE_STORE": str(store_dir)}
+    with (
+        log_path.open("w") as log_file,
+        worker_process([*WORKER, "--log-format", "json"], env, log_file),
+    ):
         runner = file_runner(store_dir)  # submits only: the worker process runs the job
         handle = await runner.submit(Gated(n=7))
         wait_for((cli_dir / "started-7").exists, "the job to start in the worker")
@@ -58,12 +53,6 @@ async def test_a_running_job_cancelled_from_the_cli_stops_and_the_log_says_cance
         with pytest.raises(JobCancelled):
             await handle.result(timeout=DEADLINE)
         await runner.close()
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=DEADLINE) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     messages = [r["message"] for r in about(handle.id)]
     assert not any("lease lost" in m for m in messages), messages
     assert not (cli_dir / "release-7").exists()
@@ -72,13 +61,8 @@ async def test_a_running_job_cancelled_from_the_cli_stops_and_the_log_says_cance
 async def test_a_worker_given_a_build_id_records_it_with_each_call(
     store_dir: Path, cli_env: dict[str, str]
 ) -> None:
-    proc = subprocess.Popen(  # noqa: ASYNC220 - returns at once
-        [*WORKER, "--build-id", "release-7"],
-        env={**cli_env, "STEPSTONE_STORE": str(store_dir)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
+    env = {**cli_env, "STEPSTONE_STORE": str(store_dir)}
+    with worker_process([*WORKER, "--build-id", "release-7"], env):
         runner = file_runner(store_dir)  # submits only: the worker process runs the job
         handle = await runner.submit(Greet(name="ann"))
         await handle.result(timeout=DEADLINE)
@@ -87,10 +71,4 @@ async def test_a_worker_given_a_build_id_records_it_with_each_call(
             PositionedMemo.decode((await runner.store.get(memo.key)).data) for memo in memos
         ]
         await runner.close()
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=DEADLINE) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert [memo.by for memo in recorded] == ["release-7", "release-7"]

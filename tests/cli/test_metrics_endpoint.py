@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import signal
 import subprocess
 import sys
 import urllib.error
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from cli_app import Boom, Flaky, Greet
+from cli_support import worker_process
 
 from stepstone import JobRunner
 from stepstone.testing import wait_until, wait_until_sync
@@ -39,24 +39,13 @@ Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 def worker(store_dir: Path, cli_dir: Path, cli_env: dict[str, str]) -> Iterator[str]:
     """A worker serving metrics on a free port; yields its /metrics URL."""
     log_path = cli_dir / "worker.log"
-    with log_path.open("w") as log_file:
-        proc = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "stepstone", "worker", "cli_app:make_runner"),
-                *("--metrics-port", "0", "--metrics-host", "127.0.0.1", "--log-format", "json"),
-            ],
-            env={**cli_env, "STEPSTONE_STORE": str(store_dir)},
-            stdout=subprocess.DEVNULL,
-            stderr=log_file,
-        )
-    try:
+    command = [
+        *(sys.executable, "-m", "stepstone", "worker", "cli_app:make_runner"),
+        *("--metrics-port", "0", "--metrics-host", "127.0.0.1", "--log-format", "json"),
+    ]
+    env = {**cli_env, "STEPSTONE_STORE": str(store_dir)}
+    with log_path.open("w") as log_file, worker_process(command, env, log_file) as proc:
         yield _metrics_url(log_path, proc)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=DEADLINE) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def _metrics_url(log_path: Path, proc: subprocess.Popen[bytes]) -> str:

@@ -1,7 +1,8 @@
 """The web view over a bucket whose payloads are encrypted: without the key
 a run's page shows what sealed each value (``<encrypted (key k1)>``) and
 never the plain text, and serves every page; given the codecs and keys by
-the environment, it shows the values."""
+the environment, it shows the values. So too the text of a run's errors,
+sealed by a runner that seals them (``seal_errors``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from conftest import serve
 from test_pages import get
 
-from stepstone import AesGcmCodec, Job, JobContext, JobRunner, ZstdCodec
+from stepstone import AesGcmCodec, Job, JobContext, JobFailed, JobRunner, ZstdCodec
 
 MARKER = "wombat-55e1-marker"
 K1 = base64.b64encode(bytes(range(7, 39))).decode()
@@ -27,6 +28,14 @@ class Sealed(Job[str]):
         said = await ctx.step("say", _say, self.text)
         await ctx.stream("out").write(f"item {self.text}")
         return f"result {said}"
+
+
+class Declines(Job[str]):
+    NAME: ClassVar[str] = "ui.declines"
+    card: str
+
+    async def run(self, ctx: JobContext) -> str:
+        raise ValueError(f"card {self.card} declined")
 
 
 async def _say(text: str) -> str:
@@ -70,3 +79,39 @@ def test_given_the_codecs_and_keys_the_page_shows_the_values(
     assert status == 200, page
     assert f"step {MARKER}" in page and f"result step {MARKER}" in page
     assert "encrypted (key" not in page
+
+
+@pytest.fixture
+async def failed_run(tmp_path: Path) -> tuple[str, str]:
+    """A run that failed after a retry, its errors' texts sealed."""
+    store = tmp_path / "bucket"
+    store.mkdir()
+    codec = [AesGcmCodec({"k1": K1})]
+    runner = JobRunner(
+        str(store), jobs=[Declines], codec=codec, seal_errors=True, max_attempts=2, retry_backoff=0
+    )
+    async with runner:
+        handle = await runner.submit(Declines(card=MARKER))
+        with pytest.raises(JobFailed, match=MARKER):
+            await handle.result(timeout=30)
+    return str(store), handle.id
+
+
+@pytest.mark.parametrize("key", [False, True], ids=["without the key", "with the key"])
+def test_a_failed_runs_sealed_errors_show_as_encrypted_or_as_they_were(
+    failed_run: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: bool
+) -> None:
+    store, run_id = failed_run
+    for name in ("STEPSTONE_CODEC", "STEPSTONE_KEYS", "STEPSTONE_KEYS_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    if key:
+        monkeypatch.setenv("STEPSTONE_CODEC", "aes-gcm")
+        monkeypatch.setenv("STEPSTONE_KEYS", f"k1={K1}")
+    with serve(store, tmp_path) as url:
+        pages = [get(url + path) for path in ("", f"runs/{run_id}", "?state=dead")]
+    for status, _, html in pages:
+        assert status == 200, html
+        assert (MARKER in html) is key
+        assert ("&lt;encrypted (key k1)&gt;" in html) is not key
+    run_page = pages[1][2]
+    assert "ValueError" in run_page  # (the exception's class stays readable)

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from test_payload_codecs import _cli as cli_on
 
 from stepstone import AesGcmCodec, Job, JobContext, JobFailed, JobRunner, RetryLater
 from stepstone.records.error_texts import ErrorSealing, open_text
@@ -120,16 +119,9 @@ def files_holding(root: Path, *markers: str) -> list[str]:
 
 
 def _cli(root: Path, *args: str, key: bool) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPSTONE_")}
-    if key:
-        env.update({"STEPSTONE_CODEC": "aes-gcm", "STEPSTONE_KEYS": f"k1={K1}"})
-    return subprocess.run(
-        [sys.executable, "-m", "stepstone", *args, "--store", str(root)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    """``stepstone ARGS --store ROOT`` as a process, given the key or not."""
+    keys = {"STEPSTONE_CODEC": "aes-gcm", "STEPSTONE_KEYS": f"k1={K1}"}
+    return cli_on(root, *args, env=keys if key else None)
 
 
 @pytest.fixture
