@@ -198,13 +198,14 @@ async def test_show_opens_sealed_errors_with_the_key_and_says_encrypted_without(
     for page in (
         _cli(root, "show", runs.failed, key=False),
         _cli(root, "show", runs.retrying, key=False),
+        _cli(root, "history", runs.failed, key=False),
         _cli(root, "ls", key=False),
     ):
         assert page.returncode == 0, page.stderr
         assert "encrypted (key k1)" in page.stdout and MARKER not in page.stdout
         assert "Traceback" not in page.stderr
-    listing = _cli(root, "ls", key=True)
-    assert listing.returncode == 0 and MARKER in listing.stdout
+    for page in (_cli(root, "ls", key=True), _cli(root, "history", runs.failed, key=True)):
+        assert page.returncode == 0 and MARKER in page.stdout, page.stderr
 
 
 async def test_on_s3_a_failed_run_leaves_no_error_text_in_the_bucket(s3_url: str) -> None:
