@@ -98,7 +98,7 @@ class ClaimRace:
         if self._discovery.hinted and (len(candidates) < n or self._view.fairness_classes() - {0}):
             # The store told of new records: read them when short of work,
             # or, while runs with fairness keys are due, at once, so another
-            # tenant's run takes its turn (without keys, the unread line's
+            # tenant's run is served (without keys, the unread line's
             # order stands: a new record does not pass older unread ones).
             await self._discovery.read_hinted()
             now = self._clock.now()
@@ -177,7 +177,7 @@ class ClaimRace:
         await keep_landed()
         won = [job for job in latest.values() if job is not None]
         for job in won:
-            self._view.served(job)  # (its fairness key's turn moves on)
+            self._view.served(job)  # (its fairness key's share moves on)
         return [delivery_of(job) for job in won]
 
     async def _claim_one(
@@ -245,7 +245,7 @@ class ClaimRace:
     async def _keep(self, claimed: StoredJob, lease: float) -> StoredJob | None:
         """A claim whose lease has less than half of ``lease`` left (its
         write took that long: S3 waiting out a burst of conflicts on the key,
-        or a throttled process's turn; or it waits on the rest of its batch)
+        or a throttled process's wait; or it waits on the rest of its batch)
         is extended from now, sent ahead of the process's waiting requests
         as a renewal is, or another claimer could take it as it starts and
         the job would run twice. None: another claimer took it meanwhile."""

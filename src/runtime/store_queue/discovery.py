@@ -126,7 +126,7 @@ class Discovery:
                         continue
                     if seen.own:
                         # Perhaps listed before our own write landed: read it only
-                        # if the view still holds that write when its turn comes.
+                        # if the view still holds that write when it comes up.
                         unread.append((run_id, seen.etag, *self._listed(info)))
                         continue
                     # Moved on: no claim may swap against the old version.
@@ -153,7 +153,7 @@ class Discovery:
         """A listed record's estimated place, priority and class of fairness
         key. A held record (another's claim, most likely) is read with the
         records of no key, in line order, as every record was before the
-        classes: it takes no turn of its own."""
+        classes: it has no class of its own."""
         bucket = listed_bucket(info.size)
         return (
             listed_place(info, self._priority_aging),
@@ -165,7 +165,7 @@ class Discovery:
         """Read a few records of each class of fairness key the unread line
         holds and ``known`` (the classes of the view's due jobs) lacks, so a
         tenant's job listed beside another tenant's backlog is known, and
-        takes its turn, before that backlog is read through."""
+        served, before that backlog is read through."""
         missing = self._unread.classes().difference(known)
         if known and missing:
             await self._read(self._unread.take(READ_PER_CLASS * len(missing), among=missing), now)

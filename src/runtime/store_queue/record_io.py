@@ -34,7 +34,7 @@ SWAP_TRIES = 3
 A swap fails when the view's etag is stale; one re-read decides whether the
 token still owns the job. More than one retry only happens when some other
 writer keeps changing a record this token owns, which is already a bug (this
-instance's own changes of a record take turns: store_queue.transitions)."""
+instance's own changes of a record go one at a time: store_queue.transitions)."""
 
 
 @dataclass(slots=True)

@@ -11,7 +11,7 @@ marks a held record, or makes a waiting one due.
 
 **One change of a record at a time.** The heartbeat renews a lease while
 the attempt settles, and a settlement's swap may wait (for a throttled
-partition's rate, or a store's turn on the object), while a renewal is sent
+partition's rate, or a hot object's turn), while a renewal is sent
 first. Run side by side, each renewal that landed meanwhile moved the
 record past the version the settlement swaps over, and after a few the
 settlement gave up and the job was reported lost by its own holder. So the
@@ -63,7 +63,7 @@ class RecordTransitions:
         itself to write nothing (then a HEAD confirms the token still owns it).
         Returns what was written (None for a delete), or Settlement.LOST.
         """
-        run_id = delivery.id  # the record's changes here take turns (module docstring)
+        run_id = delivery.id  # the record's changes here go one at a time (module docstring)
         while (under_way := self._changing.get(run_id)) is not None:
             await asyncio.shield(under_way)  # (its end, however it ended)
         ended = asyncio.get_running_loop().create_future()

@@ -194,7 +194,7 @@ class View(Mapping[str, Seen]):
         skip: Collection[str] = (),
     ) -> list[str]:
         """Up to ``limit`` ids due now, in the order claims take them (line
-        order, fairness keys taking turns: :mod:`stepstone.runtime.fair_line`),
+        order, fairness keys served round-robin: :mod:`stepstone.runtime.fair_line`),
         of ``kinds`` if given, not in ``skip``."""
         self._promote(now)
 
@@ -216,7 +216,7 @@ class View(Mapping[str, Seen]):
         return [run_id for run_id, _, _ in self._line.order(limit, current, accept)]
 
     def served(self, job: StoredJob) -> None:
-        """A claim of ``job`` was won: its fairness key's turn moves on."""
+        """A claim of ``job`` was won: its fairness key's share moves on."""
         self._line.served(*fairness_of(job.headers))
 
     def fairness_classes(self) -> set[int]:

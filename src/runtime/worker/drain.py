@@ -3,8 +3,8 @@ then cancel the rest and release their jobs with the attempt not counted (a
 deploy must not burn attempts).
 
 A handler that had already finished by then is settled normally.
-Heartbeats and attempt timeouts keep running through the drain (the
-watch's task ends only after it): a drain window longer than the lease must
+Heartbeats and attempt timeouts keep running through the drain (their
+task ends only after it): a drain window longer than the lease must
 not cost a job its lease. The drain window is real seconds, like every
 pause of this process's own.
 """

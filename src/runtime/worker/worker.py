@@ -1,7 +1,7 @@
 """The Worker: claims jobs from a LeaseQueue, runs their handlers, settles them.
 
 One loop per worker, with at most ``concurrency`` handlers in flight (its
-capacity). Each turn of the loop:
+capacity). Each round of the loop:
 
 1. **Fills** free capacity by claiming a batch (kinds at their per-kind cap
    are left out of the claim, so their jobs stay queued rather than claimed
@@ -11,8 +11,8 @@ capacity). Each turn of the loop:
    (a FakeClock's ``advance``), the next job comes due (``queue.next_due``),
    or ``poll_interval`` passes (other processes enqueue without telling us).
 
-Beside the loop, from the start to the end of the drain, the watch keeps a
-task of its own (:mod:`stepstone.runtime.worker.watch`): it renews leases
+Beside the loop, from the start to the end of the drain, the heartbeats keep a
+task of their own (:mod:`stepstone.runtime.worker.heartbeats`): it renews leases
 whose heartbeat is due and cancels handlers past their attempt timeout, so
 a claim the store is slow to answer never holds back a renewal.
 
@@ -52,6 +52,7 @@ from .claims import ClaimLoop
 from .drain import drain
 from .hand_off import may_take
 from .handlers import Handler, Registration, is_async
+from .heartbeats import Heartbeats
 from .identity import WorkerIdentity
 from .in_flight import InFlight, Stop
 from .lease import check_lease
@@ -61,7 +62,6 @@ from .presence import Presence
 from .settle import Settler
 from .stats import WorkerStats
 from .threads import JobThreads
-from .watch import Watch
 
 
 class Worker:
@@ -165,7 +165,7 @@ class Worker:
         self._handlers: dict[str, Registration] = {}
         self._jobs = InFlight()
         log = JobLog(self._identity)
-        self._watch = Watch(
+        self._heartbeats = Heartbeats(
             self._jobs,
             self.clock,
             is_cancelled=None if callbacks is None else callbacks.is_cancelled,
@@ -179,7 +179,7 @@ class Worker:
             self.clock,
             self._jobs,
             self._handlers,
-            watch=self._watch,
+            heartbeats=self._heartbeats,
             settler=Settler(
                 queue,
                 self.clock,
@@ -215,7 +215,7 @@ class Worker:
             identity=self._identity,
         )
         self._loop_task: asyncio.Task[None] | None = None
-        self._watch_task: asyncio.Task[None] | None = None
+        self._heartbeats_task: asyncio.Task[None] | None = None
         self._wakeup: Wakeup | None = None
         self._stopping = False
         self._drain_window: float | None = None
@@ -378,7 +378,9 @@ class Worker:
         self._unsubscribe = [clock_mod.subscribe(self.clock, self.wake)]
         if isinstance(self.queue, IdleHints):
             self._unsubscribe.append(self.queue.subscribe(self._work_came))
-        self._watch_task = asyncio.create_task(self._watch.keep(), name=f"{self.name} watch")
+        self._heartbeats_task = asyncio.create_task(
+            self._heartbeats.keep(), name=f"{self.name} heartbeats"
+        )
         self._loop_task = asyncio.create_task(self._run(), name=f"{self.name} loop")
         if self._presence is not None:
             self._presence.start(self, sole_holder=self._identity.held)
@@ -416,7 +418,7 @@ class Worker:
         """Look for work now instead of at the next poll. Safe from any thread."""
         if self._wakeup is not None:
             self._wakeup.set()
-        self._watch.poke()  # (a moved clock may have brought a timeout due)
+        self._heartbeats.poke()  # (a moved clock may have brought a timeout due)
 
     def _work_came(self) -> None:
         """The queue has work for us: claim it, and hand nothing over meanwhile."""
@@ -458,9 +460,9 @@ class Worker:
                 # stopped; don't wait for them (they finish on their own).
                 self._threads.shutdown(wait=False)
         finally:
-            if self._watch_task is not None:
-                self._watch_task.cancel()
-                await asyncio.wait([self._watch_task])
+            if self._heartbeats_task is not None:
+                self._heartbeats_task.cancel()
+                await asyncio.wait([self._heartbeats_task])
             for unsubscribe in self._unsubscribe:
                 unsubscribe()
             self._unsubscribe = []
