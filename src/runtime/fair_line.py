@@ -1,6 +1,6 @@
 """The line of due jobs, in lanes by priority and fairness key.
 
-What a MemoryQueue and a StoreQueue's view claim from: each lane a heap by
+What a MemoryQueue and a StoreQueue's cache claim from: each lane a heap by
 place in line (:func:`stepstone.runtime.queue.sort_key`), and the order of
 claims the rule of :mod:`stepstone.runtime.fairness` gives: the priority of
 the first job in line, then the key served next, then that key's first

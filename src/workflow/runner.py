@@ -231,7 +231,7 @@ class JobRunner:
             self.store,
             self.layout,
             self.clock,
-            worker=lambda: self.worker.name,
+            worker=lambda: self.worker.worker_id,
             enabled=history,
         )
         self._limits = Limits(
@@ -256,7 +256,7 @@ class JobRunner:
             clock=self.clock,
             cancel_check=cancel_check,
             only_registered=only_registered,
-            name=worker_id,
+            worker_id=worker_id,
             max_lapses=max_lapses,
             callbacks=RunEnding(
                 records=records,

@@ -48,7 +48,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 ReadLineEntry = tuple[str, "str | None"]
-"""``(id, the etag the view held when listed)``."""
+"""``(id, the etag the cache held when listed)``."""
 
 Listed = tuple[str, "str | None", float] | tuple[str, "str | None", float, int, int]
 """``(id, known etag, estimated place[, listed priority, listed class])``:

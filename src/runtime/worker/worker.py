@@ -93,12 +93,12 @@ class Worker:
     clock past a lease between two beats lapses it, as a process that stalled
     that long would in production.
 
-    ``name`` is the worker's id, which outlives the process
+    ``worker_id`` is the worker's id, which outlives the process
     (:mod:`stepstone.runtime.worker.identity`): on a queue that can reclaim
     (StoreQueue), a worker started again under its id on the same host takes
     back at once the runs its killed life held, instead of waiting out their
     leases. Two live workers on one host may not share an id: the second
-    one's ``start`` raises WorkerIdInUse. Without a name a worker takes the
+    one's ``start`` raises WorkerIdInUse. Without one a worker takes the
     host's name, or the next free one on this host (``host-2``, ...).
 
     ``max_lapses``: a run whose leases lapsed this many times (its workers
@@ -122,7 +122,7 @@ class Worker:
         observer: WorkerObserver | None = None,
         threads: JobThreads | None = None,
         cancel_check: float | None = 1.0,
-        name: str | None = None,
+        worker_id: str | None = None,
         only_registered: bool = False,
         presence: Presence | None = None,
         on_store_broken: Callable[[StoreConfigError], None] | None = None,
@@ -153,14 +153,14 @@ class Worker:
         self.clock: Clock = clock or queue.clock
         self.cancel_check = cancel_check
         self.max_lapses = max_lapses
-        self._identity = WorkerIdentity(name)
+        self._identity = WorkerIdentity(worker_id)
         self.only_registered = only_registered
         self._presence = presence
         self.stats = WorkerStats()
         self._callbacks = callbacks
         self._observer = observer
         self._own_threads = threads is None
-        self._threads = JobThreads(concurrency, name=self.name) if threads is None else threads
+        self._threads = JobThreads(concurrency, name=self.worker_id) if threads is None else threads
 
         self._handlers: dict[str, Registration] = {}
         self._jobs = InFlight()
@@ -227,15 +227,15 @@ class Worker:
     # -- configuration -------------------------------------------------------
 
     @property
-    def name(self) -> str:
+    def worker_id(self) -> str:
         """The worker's id (the default one settles on a free id at the start).
         Set before the worker starts (the CLI's ``--worker-id``), it is the id
         the worker must have: a live worker holding it on this host makes the
         start raise WorkerIdInUse."""
         return self._identity.id
 
-    @name.setter
-    def name(self, value: str) -> None:
+    @worker_id.setter
+    def worker_id(self, value: str) -> None:
         self._identity.want(value)
 
     @property
@@ -369,7 +369,7 @@ class Worker:
     async def start(self) -> None:
         """Start the loop as a background task and return at once."""
         if self._loop_task is not None:
-            raise RuntimeError(f"{self.name} was already started")
+            raise RuntimeError(f"{self.worker_id} was already started")
         if isinstance(self.queue, Reclaiming):
             self._identity.take(self.queue.holder_scope)  # WorkerIdInUse: nothing started
         self._wakeup = Wakeup(asyncio.get_running_loop())
@@ -379,12 +379,12 @@ class Worker:
         if isinstance(self.queue, IdleHints):
             self._unsubscribe.append(self.queue.subscribe(self._work_came))
         self._heartbeats_task = asyncio.create_task(
-            self._heartbeats.keep(), name=f"{self.name} heartbeats"
+            self._heartbeats.keep(), name=f"{self.worker_id} heartbeats"
         )
-        self._loop_task = asyncio.create_task(self._run(), name=f"{self.name} loop")
+        self._loop_task = asyncio.create_task(self._run(), name=f"{self.worker_id} loop")
         if self._presence is not None:
             self._presence.start(self, sole_holder=self._identity.held)
-        logger.info("%s started (concurrency %d)", self.name, self._concurrency)
+        logger.info("%s started (concurrency %d)", self.worker_id, self._concurrency)
 
     async def stop(self, drain_timeout: float | None = None) -> None:
         """Stop claiming, drain, and return when the loop has ended.
@@ -445,7 +445,7 @@ class Worker:
                 except Exception:
                     # A bug of ours, not a queue outage (those are handled
                     # where they happen): log it and keep the worker alive.
-                    logger.exception("%s: unexpected error in the worker loop", self.name)
+                    logger.exception("%s: unexpected error in the worker loop", self.worker_id)
                     pause = self.poll_interval
                 await wakeup.sleep(pause)
             await drain(
@@ -453,7 +453,7 @@ class Worker:
                 window=self.drain_timeout if self._drain_window is None else self._drain_window,
                 wakeup=wakeup,
                 stop=self._attempts.stop,
-                name=self.name,
+                worker_id=self.worker_id,
             )
             if self._own_threads:
                 # Threads of drained or timed-out sync handlers cannot be
@@ -469,11 +469,13 @@ class Worker:
             if self._presence is not None:
                 await self._presence.stop()  # marked stopped while the id is still held
             self._identity.release()
-            logger.info("%s stopped", self.name)
+            logger.info("%s stopped", self.worker_id)
 
     def _broken(self, error: StoreConfigError) -> None:
         """Stop for a store that cannot be used as it answers (module docstring)."""
-        logger.error("%s stopped: the store cannot be used as it answers: %s", self.name, error)
+        logger.error(
+            "%s stopped: the store cannot be used as it answers: %s", self.worker_id, error
+        )
         self.store_broken = error
         self._stopping = True
         if self._on_store_broken is not None:
@@ -497,7 +499,7 @@ class Worker:
             logger.warning(
                 "%s: could not look for the runs its previous life held (%s); "
                 "they run again when their leases lapse",
-                self.name,
+                self.worker_id,
                 describe(error),
             )
             return
@@ -507,7 +509,7 @@ class Worker:
         if found:
             logger.info(
                 "%s: took back %d run(s) its previous life held: %s",
-                self.name,
+                self.worker_id,
                 len(found),
                 ", ".join(d.id for d in found),
             )
