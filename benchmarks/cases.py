@@ -931,7 +931,7 @@ async def suspended(spec: Spec) -> dict[str, Any]:
 
 
 def _fresh_queue(runner: JobRunner) -> Any:
-    """A queue like ``runner``'s with a view of its own (a new process's);
+    """A queue like ``runner``'s with a record cache of its own (a new process's);
     None (the default StoreQueue) unless it is a MemoryQueue, which is one
     process's memory and so shared."""
     return runner.queue if isinstance(runner.queue, MemoryQueue) else None

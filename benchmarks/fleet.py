@@ -7,7 +7,7 @@ and SlowDowns, ``Spec.conflicts`` and ``Spec.slowdowns``; with
 ``Spec.object_writes``, a limit on each object's writes too, as GCS has,
 every client told so: ``object_turns``), counted by
 operation and area like every other case. Each worker is a JobRunner of its
-own (``concurrency`` jobs at a time, its own StoreQueue and view, as W
+own (``concurrency`` jobs at a time, its own StoreQueue and record cache, as W
 processes would have) on a client of its own,
 :class:`benchmarks.s3_like.S3LikeStore` (20 to 60 ms a request, seeded; its
 own retries and its own adaptive send rates, as each process has); a

@@ -1,9 +1,9 @@
 """The line of due jobs, in lanes by priority and fairness key.
 
-What a MemoryQueue and a StoreQueue's view claim from: each lane a heap by
+What a MemoryQueue and a StoreQueue's cache claim from: each lane a heap by
 place in line (:func:`stepstone.runtime.queue.sort_key`), and the order of
 claims the rule of :mod:`stepstone.runtime.fairness` gives: the priority of
-the first job in line, then the key whose turn it is, then that key's first
+the first job in line, then the key served next, then that key's first
 job. Entries are never removed when a job changes; the owner says which
 are current (``current``) and a stale one is dropped as it is met.
 
@@ -18,7 +18,7 @@ import heapq
 import itertools
 from collections.abc import Callable
 
-from .fairness import FairTurns
+from .fairness import FairShares
 
 Lane = tuple[int, str]
 """``(priority, fairness key)``."""
@@ -32,8 +32,8 @@ class FairLine:
     def __init__(self) -> None:
         self._lanes: dict[Lane, list[_Entry]] = {}
         self._seq = itertools.count()
-        self.turns = FairTurns()
-        """The keys' turns: moved on by :meth:`served`, for each claim made."""
+        self.shares = FairShares()
+        """The keys' shares: moved on by :meth:`served`, for each claim made."""
 
     def __len__(self) -> int:
         return sum(len(lane) for lane in self._lanes.values())
@@ -46,7 +46,7 @@ class FairLine:
         heapq.heappush(self._lanes.setdefault((priority, key), []), entry)
 
     def clear(self) -> None:
-        """Drop every entry (the turns stay)."""
+        """Drop every entry (the shares stay)."""
         self._lanes.clear()
 
     def fairness_keys(self) -> set[str]:
@@ -55,7 +55,7 @@ class FairLine:
 
     def served(self, key: str, weight: int) -> None:
         """Record a claim of one of ``key``'s jobs."""
-        self.turns.served(key, weight)
+        self.shares.served(key, weight)
 
     def order(
         self,
@@ -64,10 +64,10 @@ class FairLine:
         accept: Callable[[str], bool],
     ) -> list[tuple[str, str, int]]:
         """Up to ``limit`` jobs ``(run id, key, weight)`` in the order claims
-        would take them, of those ``accept`` takes, if each were claimed in
-        turn. Nothing changes: the entries stay, and the turns move only by
-        :meth:`served`. An entry ``current`` says is stale is dropped."""
-        turns = self.turns.copy()
+        would take them, of those ``accept`` takes, if each were claimed one
+        after another. Nothing changes: the entries stay, and the shares move
+        only by :meth:`served`. An entry ``current`` says is stale is dropped."""
+        shares = self.shares.copy()
         heads: dict[Lane, _Entry] = {}
         held: list[tuple[Lane, _Entry]] = []
 
@@ -90,13 +90,13 @@ class FairLine:
             first = min(heads, key=lambda lane: heads[lane][0])
             priority = first[0]
             lanes = [lane for lane in heads if lane[0] == priority]
-            if len(lanes) > 1:  # (one lane, the common case: no turns to weigh)
-                lane = min(lanes, key=lambda lane: (turns.standing(lane[1]), heads[lane][0]))
+            if len(lanes) > 1:  # (one lane, the common case: no shares to weigh)
+                lane = min(lanes, key=lambda lane: (shares.standing(lane[1]), heads[lane][0]))
             else:
                 lane = first
             entry = heads[lane]
             out.append((entry[2], lane[1], entry[4]))
-            turns.served(lane[1], entry[4])
+            shares.served(lane[1], entry[4])
             advance(lane)
         for lane, entry in held:
             heapq.heappush(self._lanes[lane], entry)

@@ -1,4 +1,4 @@
-"""Fairness between tenants: whose turn it is among fairness keys.
+"""Fairness between tenants: which fairness key is served next.
 
 A job may carry a **fairness key** (a tenant, a customer, a source) and a
 **weight** in two reserved headers of its enqueue
@@ -10,18 +10,18 @@ The rule, which every backend that orders its own claims keeps
 (MemoryQueue exactly; a StoreQueue among the jobs one process knows): the
 line decides the priority served (the job first by
 :func:`stepstone.runtime.queue.sort_key`, so priorities and aging work as
-before); among the due jobs of that priority, the keys take turns, and the
-key whose turn it is gives its first job in line.
+before); among the due jobs of that priority, the keys are served round-robin, and the
+key served next gives its first job in line.
 
-Turns are stride scheduling: each key has a **pass**; the key with the
+The round-robin is stride scheduling: each key has a **pass**; the key with the
 lowest pass (a key never seen, or idle long, counts at the current pass
 ``V``, never below it) goes next, ties going to the key served longest ago
 (a new key first), and each claim moves its key's pass on by
 ``1 / weight``. So every key's pass stays within ``1 / weight`` of ``V``:
 over any stretch of claims in which keys X and Y both had due jobs,
 ``claims(X) / weight(X)`` and ``claims(Y) / weight(Y)`` differ by at most
-``1 / weight(X) + 1 / weight(Y)``; with equal weights the keys go strictly
-in turn. A key that went idle comes back where it left off, never ahead.
+``1 / weight(X) + 1 / weight(Y)``; with equal weights the keys alternate
+strictly. A key that went idle comes back where it left off, never ahead.
 """
 
 from __future__ import annotations
@@ -105,8 +105,8 @@ def bucket_of(key: str) -> int:
     return 1 + int.from_bytes(digest, "big") % (FAIRNESS_BUCKETS - 2)
 
 
-class FairTurns:
-    """The turns of fairness keys in one claimer: see the module docstring.
+class FairShares:
+    """The fairness keys' shares of the claims in one claimer: see the module docstring.
 
     :meth:`order` says who goes next among keys with due jobs, without
     changing anything; :meth:`served` records a claim."""
@@ -124,7 +124,7 @@ class FairTurns:
         return self._now
 
     def standing(self, key: str) -> tuple[Fraction, int]:
-        """``key``'s place in the turns: its pass (at least ``V``), then
+        """``key``'s place in the round-robin: its pass (at least ``V``), then
         when it was last served (0: never); the lowest goes first."""
         return max(self._pass.get(key, self._now), self._now), self._last.get(key, 0)
 
@@ -140,9 +140,9 @@ class FairTurns:
                 del self._pass[gone]
                 self._last.pop(gone, None)
 
-    def copy(self) -> FairTurns:
-        """An independent copy, to look ahead at the next several turns."""
-        other = FairTurns()
+    def copy(self) -> FairShares:
+        """An independent copy, to look ahead at the next several claims."""
+        other = FairShares()
         other._pass = dict(self._pass)
         other._last = dict(self._last)
         other._now = self._now

@@ -5,7 +5,7 @@ crash is acceptable. Its semantics are the contract's, exactly; the
 StoreQueue is tested against the same suite.
 
 Ready jobs sit in a line ordered by (due + priority * aging), in lanes by
-fairness key whose turns a claim follows (:mod:`stepstone.runtime.fair_line`); scheduled and
+fairness key served round-robin (:mod:`stepstone.runtime.fair_line`); scheduled and
 leased jobs sit in a second heap ordered by the time they next need a look
 (run-at, lease expiry). Heap entries carry the record's version, and an entry
 whose record has moved on since is skipped when popped, so no transition

@@ -39,7 +39,7 @@ class JobStatus(StrEnum):
     WAITING_FOR_SLOT = "waiting_for_slot"
     """Suspended until a run holding a slot of its concurrency key ends."""
     RATE_LIMITED = "rate_limited"
-    """Suspended by its type's rate limit until its turn to start."""
+    """Suspended by its type's rate limit until its start under the limit."""
     WAITING_FOR_VERSION = "waiting_for_version"
     """Given back by a worker whose code cannot replay it, until a worker of
     the code version that recorded its history claims it (a rolling deploy)."""
@@ -111,7 +111,7 @@ class Wait:
     """One of the suspended statuses (SUSPENDED_STATUSES)."""
     detail: str = ""
     """For people: the event's name, how many children are left, a
-    concurrency key and how many were ahead, a rate limit turn."""
+    concurrency key and how many were ahead, a rate limit start."""
     pending: tuple[str, ...] = ()
     """What the wait still needs, by id (the children a run awaits): a wake
     naming one of them as arrived takes it off, and the job is due only

@@ -35,7 +35,7 @@ _URGENT: contextvars.ContextVar[bool] = contextvars.ContextVar("stepstone_urgent
 @contextlib.contextmanager
 def urgent() -> Iterator[None]:
     """A hint to the store: the requests made inside this block (in this
-    task) go before any of the process's requests waiting for their turn. A
+    task) go before any of the process's requests waiting to be sent. A
     lease's renewal is one: it must not queue behind the writes of the work
     it holds, or a process slowed to its share of a store's limit renews
     late, its leases lapse, and the runs they hold are claimed again and run

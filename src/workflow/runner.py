@@ -243,7 +243,7 @@ class JobRunner:
             self.store,
             self.layout,
             self.clock,
-            worker=lambda: self.worker.name,
+            worker=lambda: self.worker.worker_id,
             enabled=history,
             sealing=self._sealing,
         )
@@ -269,7 +269,7 @@ class JobRunner:
             clock=self.clock,
             cancel_check=cancel_check,
             only_registered=only_registered,
-            name=worker_id,
+            worker_id=worker_id,
             max_lapses=max_lapses,
             seal_text=self._sealing.seal if seal_errors else None,
             callbacks=RunEnding(

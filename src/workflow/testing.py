@@ -256,7 +256,7 @@ def _stuck(job: Job[Any], run_id: str, timeout: float, state: JobState | None) -
 
 async def advance(clock: FakeClock, seconds: float) -> None:
     """Move ``clock`` forward and give the loops it wakes (the worker's
-    run-at wait, the retention sweeper) a turn of the event loop."""
+    run-at wait, the retention sweeper) an iteration of the event loop."""
     clock.advance(seconds)
     for _ in range(3):
         await asyncio.sleep(0)

@@ -58,7 +58,7 @@ async def test_an_idle_worker_on_a_bucket_starts_another_process_job_without_its
     async def handler(attempt: Attempt) -> None:
         ran.append(attempt.run_id)
 
-    worker = Worker(queue, poll_interval=RARELY, name="doorbell-test")
+    worker = Worker(queue, poll_interval=RARELY, worker_id="doorbell-test")
     worker.register("k", handler)
     async with worker:
         await until(lambda: queue.doorbell.looks >= 1, "the worker's first look")

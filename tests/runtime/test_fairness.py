@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from stepstone.runtime import FakeClock, LeaseQueue, MemoryQueue
 from stepstone.runtime.fairness import (
-    FairTurns,
+    FairShares,
     bucket_of,
     check_fairness,
     fairness_headers,
@@ -91,7 +91,7 @@ def check_rule(claims: list[tuple[str, set[str]]], weights: dict[str, int]) -> N
                 assert abs(share[x] - share[y]) <= bound, (x, y, start, claims)
 
 
-def check_turns(claims: list[tuple[str, set[str]]]) -> None:
+def check_alternation(claims: list[tuple[str, set[str]]]) -> None:
     """Equal weights: between two claims of a key, every key ready at each
     claim in between (and at the second) got one."""
     last: dict[str, int] = {}
@@ -119,18 +119,18 @@ def test_claims_keep_the_weighted_round_robin_rule(
 @pytest.mark.parametrize("kind", ["memory", "store"])
 @settings(max_examples=60, deadline=None)
 @given(ops=st.lists(_op, min_size=1, max_size=30))
-def test_equal_weights_go_strictly_in_turn(kind: str, ops: list[tuple[object, ...]]) -> None:
+def test_equal_weights_alternate_strictly(kind: str, ops: list[tuple[object, ...]]) -> None:
     weights = dict.fromkeys(KEYS, 1)
     claims = asyncio.run(play(kind, weights, ops))
     check_rule(claims, weights)
-    check_turns(claims)
+    check_alternation(claims)
 
 
-def test_a_new_key_never_waits_behind_more_than_one_turn_of_each_other_key() -> None:
-    turns = FairTurns()
+def test_a_new_key_never_waits_behind_more_than_one_claim_of_each_other_key() -> None:
+    shares = FairShares()
     for _ in range(10_000):
-        turns.served("big")
-    assert turns.standing("new") < turns.standing("big")
+        shares.served("big")
+    assert shares.standing("new") < shares.standing("big")
 
 
 @pytest.mark.parametrize(

@@ -63,7 +63,7 @@ def worker_process(
 async def _work(url: str, out: Path, name: str, lease: float, hang: bool, work: float) -> None:
     store = CountingStore(open_store(url))
     queue = StoreQueue(store)
-    worker = Worker(queue, concurrency=8, lease=lease, poll_interval=0.2, name=name)
+    worker = Worker(queue, concurrency=8, lease=lease, poll_interval=0.2, worker_id=name)
     log = (out / f"{name}.log").open("a", buffering=1)
 
     async def handle(attempt: Attempt) -> None:

@@ -149,7 +149,7 @@ async def test_an_idle_worker_starts_another_process_job_without_waiting_for_a_l
     async def handler(attempt: Attempt) -> None:
         ran.append(attempt.run_id)
 
-    worker = Worker(queue, poll_interval=RARELY, name="notices-test")
+    worker = Worker(queue, poll_interval=RARELY, worker_id="notices-test")
     worker.register("k", handler)
     async with worker:
         await until(lambda: queue.stats.scans >= 1, "the worker's first listing")

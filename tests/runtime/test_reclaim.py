@@ -56,10 +56,10 @@ def test_the_default_id_is_the_hosts_and_the_next_free_one_when_taken() -> None:
 
 async def test_a_worker_given_an_id_held_on_this_host_does_not_start(tmp_path: Path) -> None:
     queue = StoreQueue(FileStore(str(tmp_path)))
-    async with Worker(queue, name="w-1"):
+    async with Worker(queue, worker_id="w-1"):
         with pytest.raises(WorkerIdInUse):
-            await Worker(queue, name="w-1").start()
-    await Worker(queue, name="w-1").stop()  # never started: nothing to stop
+            await Worker(queue, worker_id="w-1").start()
+    await Worker(queue, worker_id="w-1").stop()  # never started: nothing to stop
 
 
 async def test_reclaim_takes_back_the_holders_claims_only_and_fences_the_old_tokens(
@@ -149,7 +149,7 @@ async def test_a_fresh_worker_does_not_read_a_recent_backlog_to_look_for_runs_of
     for i in range(40):
         await submitter.enqueue(b"x", kind="k", id=f"job-{i}")
     queue = StoreQueue(store)
-    worker = Worker(queue, name=f"w-{uuid.uuid4().hex[:8]}", concurrency=1)
+    worker = Worker(queue, worker_id=f"w-{uuid.uuid4().hex[:8]}", concurrency=1)
     await worker.start()
     await worker.stop()
     assert queue.stats.fetches < 10

@@ -523,12 +523,12 @@ async def test_a_worker_whose_lease_lapsed_settles_nothing_and_reports_nothing(e
         return "from the owner"
 
     await env.queue.enqueue(b"", kind="k", id="j")
-    a = env.worker(lease=10.0, heartbeat=0, concurrency=1, name="a")
+    a = env.worker(lease=10.0, heartbeat=0, concurrency=1, worker_id="a")
     a.register("k", slow)
     await a.start()
     await until(lambda: a.in_flight == 1, "A runs the job")
     env.clock.advance(11.0)
-    b = env.worker(lease=10.0, name="b")
+    b = env.worker(lease=10.0, worker_id="b")
     b.register("k", fast)
     await b.start()
     await until(lambda: b.stats.succeeded == 1, "B finished the job")

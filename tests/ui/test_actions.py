@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DEADLINE, Runs, serve, status_of, wait_for
 from test_browser import click, never_ran_injected_script, rows, text, texts
 from ui_jobs import Approve, Explode, Ship
+from ui_kit import DEADLINE, Runs, serve, status_of, wait_for
 
 from stepstone import JobRunner, SubmitOptions
 from stepstone.testing import wait_until
@@ -64,7 +64,7 @@ async def acting(store_url: str) -> AsyncIterator[Acting]:
 
 
 @pytest.fixture
-def console(acting: Acting, tmp_path: Path) -> Iterator[str]:
+def view_url(acting: Acting, tmp_path: Path) -> Iterator[str]:
     """``stepstone ui --allow-actions`` on the store."""
     with serve(acting.store, tmp_path, "--allow-actions") as url:
         yield url
@@ -98,14 +98,14 @@ def confirm(browser: Any, expected: str) -> str:
 
 
 async def test_retry_and_cancel_one_run_confirmed_with_a_result_line(
-    acting: Acting, console: str, browser: Any
+    acting: Acting, view_url: str, browser: Any
 ) -> None:
-    browser.get(f"{console}runs/{acting.dead}")
+    browser.get(f"{view_url}runs/{acting.dead}")
     assert "actions on" in text(browser, "header")
     click(browser, "nav.actions a", "Retry…")
     question = confirm(browser, f"Retry dead run {acting.dead} (orders.explode)?")
     assert "finished steps replay" in question or "replay from their memos" in question
-    assert browser.current_url.startswith(f"{console}runs/{acting.dead}?result=")
+    assert browser.current_url.startswith(f"{view_url}runs/{acting.dead}?result=")
     assert text(browser, "section.result") == (
         f"requeued {acting.dead}: its failed outcome was removed; finished steps replay"
     )
@@ -115,7 +115,7 @@ async def test_retry_and_cancel_one_run_confirmed_with_a_result_line(
     [audited] = texts(browser, "#audit tbody tr")
     assert "anonymous operator 127.0.0.1 retry done" in " ".join(audited.split())
 
-    browser.get(f"{console}runs/{acting.scheduled}")
+    browser.get(f"{view_url}runs/{acting.scheduled}")
     click(browser, "nav.actions a", "Cancel…")
     confirm(browser, f"Cancel scheduled run {acting.scheduled} (orders.ship)?")
     assert text(browser, "section.result") == f"cancelled {acting.scheduled}"
@@ -123,18 +123,18 @@ async def test_retry_and_cancel_one_run_confirmed_with_a_result_line(
     assert await acting.status(acting.scheduled) == "cancelled"
 
     # Back, doing nothing: nothing is done.
-    browser.get(f"{console}act/cancel?run={acting.waiting}")
+    browser.get(f"{view_url}act/cancel?run={acting.waiting}")
     click(browser, "form.confirm a", "Back, doing nothing")
-    wait_for(lambda: browser.current_url == f"{console}runs/{acting.waiting}", "the run's page")
+    wait_for(lambda: browser.current_url == f"{view_url}runs/{acting.waiting}", "the run's page")
     assert await acting.status(acting.waiting) == "waiting_for_event"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("store_url", ["s3"], indirect=True)  # a store name, not a path
 async def test_an_event_sent_from_the_page_reaches_the_waiting_run(
-    acting: Acting, console: str, browser: Any, tmp_path: Path
+    acting: Acting, view_url: str, browser: Any, tmp_path: Path
 ) -> None:
-    browser.get(f"{console}runs/{acting.waiting}")
+    browser.get(f"{view_url}runs/{acting.waiting}")
     assert (
         browser.execute_script(
             "return document.querySelector('nav.actions form.event').elements.name.value"
@@ -158,17 +158,17 @@ async def test_an_event_sent_from_the_page_reaches_the_waiting_run(
 
 
 async def test_bulk_retry_and_cancel_act_on_what_the_filter_shows(
-    acting: Acting, console: str, browser: Any
+    acting: Acting, view_url: str, browser: Any
 ) -> None:
-    browser.get(f"{console}?state=dead")
+    browser.get(f"{view_url}?state=dead")
     assert list(rows(browser)) == [acting.dead]
     click(browser, "nav.actions a", "Retry the dead runs shown…")
     confirm(browser, "Retry the 1 dead run(s) this list shows?")
-    assert browser.current_url.startswith(f"{console}?state=dead&result=")
+    assert browser.current_url.startswith(f"{view_url}?state=dead&result=")
     assert text(browser, "section.result") == "requeued 1 of 1 run(s)"
     assert await acting.status(acting.dead) == "ready"
 
-    browser.get(f"{console}?kind=orders.ship")
+    browser.get(f"{view_url}?kind=orders.ship")
     assert list(rows(browser)) == [acting.scheduled]
     click(browser, "nav.actions a", "Cancel the runs shown…")
     confirm(browser, "Cancel the 1 run(s) of kind orders.ship this list shows?")
@@ -188,15 +188,17 @@ def post(url: str, fields: dict[str, str] | None) -> tuple[int, str]:
         return error.code, error.read().decode()
 
 
-async def test_a_post_without_the_views_token_changes_nothing(acting: Acting, console: str) -> None:
+async def test_a_post_without_the_views_token_changes_nothing(
+    acting: Acting, view_url: str
+) -> None:
     for fields in ({"run": acting.dead}, {"run": acting.dead, "csrf": "guessed"}):
-        status, page = post(f"{console}act/retry", fields)
+        status, page = post(f"{view_url}act/retry", fields)
         assert status == 403 and "did not carry this view&#39;s token" in page
-    status, _ = post(f"{console}act/cancel", {"ids": acting.waiting})
+    status, _ = post(f"{view_url}act/cancel", {"ids": acting.waiting})
     assert status == 403
     assert await acting.status(acting.dead) == "dead"
     assert await acting.status(acting.waiting) == "waiting_for_event"
-    shown, _ = post(f"{console}act/retry?run={acting.dead}", None)
+    shown, _ = post(f"{view_url}act/retry?run={acting.dead}", None)
     assert shown == 200  # a confirmation changes nothing either
     assert await acting.status(acting.dead) == "dead"
 

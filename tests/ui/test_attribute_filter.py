@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from conftest import Runs, wait_for
 from selenium.webdriver.common.by import By
 from test_browser import rows, text
 from ui_jobs import Invoice
+from ui_kit import Runs, wait_for
 
 from stepstone import JobRunner, SubmitOptions
 

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DEADLINE, serve, wait_for
 from test_browser import text
+from ui_kit import DEADLINE, serve, wait_for
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DEADLINE, SHOWN_BUCKET, Runs, wait_for
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 from ui_jobs import HOSTILE, Ship
+from ui_kit import DEADLINE, SHOWN_BUCKET, Runs, wait_for
 
 from stepstone import JobRunner
 

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from conftest import DEADLINE, serve, wait_for
 from test_actions import confirm, fill
 from test_browser import click, text
 from test_find import find
+from ui_kit import DEADLINE, serve, wait_for
 
 from stepstone import IdempotencyKey, Job, JobContext, JobRunner, JobStatus, Permanent
 from stepstone.testing import wait_until
@@ -73,10 +73,10 @@ async def test_each_action_on_a_run_found_by_its_key(
     first = IdempotencyKey("parcel:1").run_id
     second = IdempotencyKey("parcel:2").run_id
     lost = IdempotencyKey("claim:7").run_id
-    with serve(keyed, tmp_path, "--allow-actions") as console:
-        browser.get(console)
+    with serve(keyed, tmp_path, "--allow-actions") as view_url:
+        browser.get(view_url)
         find(browser, "parcel:1")
-        wait_for(lambda: browser.current_url == f"{console}runs/{first}", "parcel:1's page")
+        wait_for(lambda: browser.current_url == f"{view_url}runs/{first}", "parcel:1's page")
         fill(browser, "nav.actions form.event", {"payload": '{"by": "ada"}'})
         click(browser, "nav.actions form.event button")
         confirm(
@@ -84,14 +84,14 @@ async def test_each_action_on_a_run_found_by_its_key(
         )
         assert text(browser, "section.result") == f"sent event 'pickup' to {first}"
 
-        browser.get(f"{console}?q=parcel:2")  # a link by key
-        wait_for(lambda: browser.current_url == f"{console}runs/{second}", "parcel:2's page")
+        browser.get(f"{view_url}?q=parcel:2")  # a link by key
+        wait_for(lambda: browser.current_url == f"{view_url}runs/{second}", "parcel:2's page")
         click(browser, "nav.actions a", "Cancel…")
         confirm(browser, f"Cancel waiting_for_event run {second} (depot.parcel)?")
         assert text(browser, "section.result") == f"cancelled {second}"
 
         find(browser, "claim:7")
-        wait_for(lambda: browser.current_url == f"{console}runs/{lost}", "claim:7's page")
+        wait_for(lambda: browser.current_url == f"{view_url}runs/{lost}", "claim:7's page")
         click(browser, "nav.actions a", "Retry…")
         confirm(browser, f"Retry dead run {lost} (depot.lost)?")
         assert text(browser, "section.result").startswith(f"requeued {lost}")
@@ -103,7 +103,7 @@ async def test_each_action_on_a_run_found_by_its_key(
             assert (await working.status(IdempotencyKey("parcel:2"))).status is JobStatus.CANCELLED  # type: ignore[union-attr]
 
         find(browser, "parcel:1")  # ended now: a replay is offered
-        wait_for(lambda: browser.current_url == f"{console}runs/{first}", "parcel:1's page again")
+        wait_for(lambda: browser.current_url == f"{view_url}runs/{first}", "parcel:1's page again")
         click(browser, "nav.actions form.replay button")
         confirm(browser, f"Replay succeeded run {first} (depot.parcel) from the start?")
         assert text(browser, "section.result").startswith(f"replaying {first} from the start")

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from conftest import DEADLINE, serve, wait_for
 from test_browser import rows, text
+from ui_kit import DEADLINE, serve, wait_for
 
 from stepstone import Job, JobContext, JobRunner, JobStatus
 from stepstone.testing import wait_until
@@ -61,19 +61,19 @@ async def test_attempts_and_lapses_are_counted_as_everywhere(
     counted: tuple[str, str, str], browser: Any, tmp_path: Path
 ) -> None:
     store, survivor, paused = counted
-    with serve(store, tmp_path) as console:
-        browser.get(console)
+    with serve(store, tmp_path) as view_url:
+        browser.get(view_url)
         wait_for(lambda: {survivor, paused} <= set(rows(browser)), "both runs listed")
         listed = rows(browser)
         assert (listed[survivor]["attempts"], listed[paused]["attempts"]) == ("1", "1")
 
-        browser.get(f"{console}runs/{survivor}")
+        browser.get(f"{view_url}runs/{survivor}")
         summary = text(browser, "dl.summary")
         assert "Attempts\n1\n" in summary or "Attempts\t1" in summary, summary
         assert "1 lease(s) lost to workers that died or hung (no attempt spent)" in summary
         assert "after 1 attempt(s)" in text(browser, "#outcome")
 
-        browser.get(f"{console}runs/{paused}")
+        browser.get(f"{view_url}runs/{paused}")
         summary = text(browser, "dl.summary")
         assert "1 of 3" in summary, summary  # the attempt it paused, as ls counts it
         assert "lease(s) lost" not in summary

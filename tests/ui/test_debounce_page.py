@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from conftest import DEADLINE, serve, wait_for
 from test_browser import never_ran_injected_script, text
 from ui_jobs import HOSTILE, Ship
+from ui_kit import DEADLINE, serve, wait_for
 
 from stepstone import Debounce, Job, JobContext, JobRunner, JobStatus, Singleton, SubmitOptions
 from stepstone.testing import wait_until

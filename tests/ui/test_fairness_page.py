@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import serve
 from test_pages import get
 from ui_jobs import Explode, Nap, Ship
+from ui_kit import serve
 
 from stepstone import JobRunner, SubmitOptions
 

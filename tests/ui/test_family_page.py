@@ -10,7 +10,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, ClassVar
 
-from conftest import DEADLINE, serve, wait_for
+from ui_kit import DEADLINE, serve, wait_for
 
 from stepstone import Job, JobContext, JobRunner, JobStatus
 from stepstone.testing import wait_until

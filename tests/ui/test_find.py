@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Runs, wait_for
 from selenium.webdriver.common.by import By
 from test_browser import rows, text
 from ui_jobs import Explode, Invoice, Nap, Ship
+from ui_kit import Runs, wait_for
 
 from stepstone import JobRunner
 

@@ -18,9 +18,9 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from conftest import DEADLINE, SHOWN_BUCKET, serve, wait_for
 from test_browser import click, never_ran_injected_script, text, texts
 from ui_jobs import HOSTILE, Hold, Ship, Sync
+from ui_kit import DEADLINE, SHOWN_BUCKET, serve, wait_for
 from worker_records import put_record, record
 
 from stepstone import JobRunner, Schedule, SubmitOptions

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DEADLINE, Runs
 from test_browser import screenshot_of, text, texts
 from ui_jobs import Patient, Retried
+from ui_kit import DEADLINE, Runs
 
 from stepstone import JobRunner
 from stepstone.testing import wait_until

@@ -15,8 +15,8 @@ import urllib.request
 from email.message import Message
 from pathlib import Path
 
-from conftest import DEADLINE, Runs, serve
 from ui_jobs import HOSTILE, Retried
+from ui_kit import DEADLINE, Runs, serve
 
 from stepstone import JobRunner
 
@@ -85,7 +85,7 @@ async def test_a_runs_page_shows_every_attempt_from_the_history(runs: Runs, ui: 
     async with JobRunner(runs.store, jobs=[Retried], retry_backoff=0.0) as runner:
         handle = await runner.submit(Retried())
         assert await handle.result(timeout=DEADLINE) == "done"
-        worker = runner.worker.name
+        worker = runner.worker.worker_id
     status, _, page = get(f"{ui}runs/{handle.id}")
     assert status == 200, page
     attempts = page[page.index('<section id="attempts">') : page.index("<h3>Timeline</h3>")]

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DEADLINE, serve, wait_for
 from test_actions import confirm, fill, post
 from test_browser import click, text, texts
 from ui_jobs import Ship
+from ui_kit import DEADLINE, serve, wait_for
 
 from stepstone import JobRunner, Schedule
 from stepstone.records.schedule_marker import Marker
@@ -48,14 +48,14 @@ async def _marker(store: str) -> Marker | None:
 async def test_an_operator_pauses_and_resumes_a_schedule_from_its_page(
     carried: str, tmp_path: Path, browser: Any
 ) -> None:
-    with serve(carried, tmp_path, "--allow-actions") as console:
-        browser.get(f"{console}schedules")
+    with serve(carried, tmp_path, "--allow-actions") as view_url:
+        browser.get(f"{view_url}schedules")
         wait_for(lambda: texts(browser, "td.state") != [], "the schedules table")
         assert text(browser, "td.state").startswith("active")
         fill(browser, "form.pause", {"note": "the warehouse counts stock"})
         click(browser, "form.pause button", "Pause…")
         confirm(browser, "Pause schedule 'sync' with the note 'the warehouse counts stock'?")
-        assert browser.current_url.startswith(f"{console}schedules?result=")
+        assert browser.current_url.startswith(f"{view_url}schedules?result=")
         assert text(browser, "section.result").startswith("paused schedule 'sync'")
         state = text(browser, "td.state")
         assert state.startswith("paused since ") and "the warehouse counts stock" in state
@@ -70,7 +70,7 @@ async def test_an_operator_pauses_and_resumes_a_schedule_from_its_page(
         marker = await _marker(carried)
         assert marker is not None and not marker.paused
 
-        browser.get(f"{console}audit")
+        browser.get(f"{view_url}audit")
         shown = [row.split() for row in texts(browser, "tbody tr")]
         assert any("pause" in row and "done" in row for row in shown), shown
         assert any("resume" in row and "done" in row for row in shown), shown
@@ -79,12 +79,12 @@ async def test_an_operator_pauses_and_resumes_a_schedule_from_its_page(
 async def test_a_pause_posted_without_the_views_token_changes_nothing(
     carried: str, tmp_path: Path
 ) -> None:
-    with serve(carried, tmp_path, "--allow-actions") as console:
-        status, page = post(f"{console}act/pause", {"schedule": "sync", "note": "x"})
+    with serve(carried, tmp_path, "--allow-actions") as view_url:
+        status, page = post(f"{view_url}act/pause", {"schedule": "sync", "note": "x"})
         assert status == 403 and "did not carry this view&#39;s token" in page
-        shown, page = post(f"{console}act/pause?schedule=sync", None)
+        shown, page = post(f"{view_url}act/pause?schedule=sync", None)
         assert shown == 200 and "Pause schedule" in page  # a confirmation changes nothing
-        missing, page = post(f"{console}act/pause?schedule=nope", None)
+        missing, page = post(f"{view_url}act/pause?schedule=nope", None)
         assert missing == 400 and "no schedule" in page
     marker = await _marker(carried)
     assert marker is not None and not marker.paused

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from conftest import serve
 from test_pages import get
+from ui_kit import serve
 
 from stepstone import AesGcmCodec, Job, JobContext, JobFailed, JobRunner, ZstdCodec
 

@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DEADLINE, serve, status_of, wait_for
 from test_actions import confirm
 from test_browser import click, screenshot_of, text, texts
 from ui_jobs import Charge, Ship
+from ui_kit import DEADLINE, serve, status_of, wait_for
 
 from stepstone import JobRunner, SubmitOptions
 from stepstone.ops import actions

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DEADLINE, serve, wait_for
 from test_actions import confirm, fill
 from test_browser import click, never_ran_injected_script, text, texts
 from ui_jobs import HOSTILE, Narrate
+from ui_kit import DEADLINE, serve, wait_for
 
 from stepstone import JobRunner
 from stepstone.records.callbacks import CallbackId

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import serve, wait_for
 from test_browser import click, screenshot_of, text
+from ui_kit import serve, wait_for
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 

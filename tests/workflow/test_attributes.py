@@ -7,7 +7,6 @@ MemoryQueue and the StoreQueue, files, SQLite, S3 on moto)."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from stepstone.records.index_sweep import sweep_index
 from stepstone.records.retention import remove_run, sweep
 from stepstone.runtime import FakeClock
 from stepstone.store import CountingStore, MemoryStore
+from stepstone.testing import wait_until
 
 EVERY_STORE = pytest.mark.parametrize(
     "make_runner", ["memory-queue", "store-queue", "files", "sqlite", "s3"], indirect=True
@@ -209,12 +209,11 @@ async def test_a_replay_is_found_by_the_attributes_of_the_run_it_replays(
 
 
 async def _until_finished(runner: JobRunner, run_id: str) -> None:
-    for _ in range(400):
+    async def finished() -> bool:
         state = await runner.status(run_id)
-        if state is not None and state.status.finished:
-            return
-        await asyncio.sleep(0.025)
-    raise AssertionError(f"run {run_id} did not finish")
+        return state is not None and state.status.finished
+
+    await wait_until(finished, timeout=10, interval=0.025, message=f"run {run_id} finished")
 
 
 @EVERY_STORE

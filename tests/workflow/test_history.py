@@ -83,7 +83,7 @@ async def test_each_claim_is_recorded_with_its_worker_times_and_error(
     ]
     for attempt in history:
         assert (attempt.worker, attempt.host, attempt.pid) == (
-            runner.worker.name,
+            runner.worker.worker_id,
             socket.gethostname(),
             os.getpid(),
         )
@@ -119,7 +119,7 @@ async def test_a_dead_run_ends_its_history_with_the_outcome_error(
     assert [a.result for a in history] == [AttemptResult.FAILED, AttemptResult.DEAD]
     dead = history[-1]
     assert dead.message == "exhausted: ConnectionError: refused on attempt 2"
-    assert dead.traceback is not None and dead.worker == runner.worker.name
+    assert dead.traceback is not None and dead.worker == runner.worker.worker_id
 
 
 async def test_a_durable_sleep_is_a_claim_of_its_own(
@@ -165,9 +165,9 @@ async def test_a_drain_a_lost_lease_and_a_cancel_each_say_so(
         (3, AttemptResult.CANCELLED),  # the cancel ended it while it ran
     ]
     assert [a.worker for a in history] == [
-        drained.worker.name,
-        stalled.worker.name,
-        other.worker.name,
+        drained.worker.worker_id,
+        stalled.worker.worker_id,
+        other.worker.worker_id,
     ]
 
 

@@ -196,7 +196,7 @@ async def test_a_run_waiting_for_its_turn_shows_it(
         )
         state = await runner.status(second.id)
         assert state is not None and state.waiting_for is not None
-        assert state.waiting_for.startswith("its turn at ")
+        assert state.waiting_for.startswith("rate limited until ")
         assert state.run_at == clock.now() + 0.5
         await advance(clock, 0.5)
         await second.result(timeout=10)

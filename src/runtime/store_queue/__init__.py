@@ -3,7 +3,7 @@
 Each job is one object, ``<prefix>/jobs/<id>``, and every change after the
 create is a compare-and-swap on its etag, so two processes that race for a
 job cannot both win. Requests are what S3 bills, so each instance keeps a
-view of the records it wrote or read, lists the prefix only as claims need
+cache of the records it wrote or read, lists the prefix only as claims need
 it, and reads what a listing showed changed only as claims need that, in the
 order the listing suggests. docs/queue.md tabulates the requests and
 explains each choice.
@@ -15,8 +15,8 @@ One module per part, each with the reason it is so:
 - ``records``: a job's record, its codec, and the padding that makes a
   record's size say its priority.
 - ``record_io``: reading and writing one record, so every read is counted,
-  every version learnt by the view, and a lost answer resolved.
-- ``view``: what one instance knows of the records, and which are due.
+  every version learnt by the cache, and a lost answer resolved.
+- ``record_cache``: what one instance knows of the records, and which are due.
 - ``discovery``: listing the prefix and reading what it showed, as claims
   need them.
 - ``pacing``: when to list again, how much to read, how widely to pick.

@@ -26,7 +26,7 @@ class RecordAdmin:
 
     def __init__(self, io: RecordIO, clock: Clock, notify: Callable[[], None]) -> None:
         self._io = io
-        self._view = io.view
+        self._cache = io.cache
         self._clock = clock
         self._notify = notify
 
@@ -34,7 +34,7 @@ class RecordAdmin:
         if not is_storable_id(run_id):
             return False
         store, key = self._io.store, self._io.key(run_id)
-        seen = self._view.get(run_id)
+        seen = self._cache.get(run_id)
         etag = None if seen is None else seen.etag
         for _ in range(SWAP_TRIES):
             try:
@@ -45,13 +45,13 @@ class RecordAdmin:
                 etag = None
                 continue
             except NotFound:
-                self._view.forget(run_id)
+                self._cache.forget(run_id)
                 return False
-            self._view.forget(run_id)
+            self._cache.forget(run_id)
             return True
         # It keeps changing under us (a busy holder renewing): it exists, so remove it.
         await store.delete(key)
-        self._view.forget(run_id)
+        self._cache.forget(run_id)
         return True
 
     async def withdraw(self, enqueued: Enqueued) -> bool:
@@ -62,7 +62,7 @@ class RecordAdmin:
         try:
             await self._io.remove(enqueued.id, etag)
         except (PreconditionFailed, NotFound):
-            self._view.forget(enqueued.id, etag)  # (if the view still holds that version)
+            self._cache.forget(enqueued.id, etag)  # (if the cache still holds that version)
             return False
         return True
 

@@ -1,12 +1,12 @@
 """The claim race: taking due records by compare-and-swap, against other
 processes that race for the same ones.
 
-A claim picks due records from the view, in line order, and writes each one
+A claim picks due records from the cache, in line order, and writes each one
 claimed (a new token, a lease) over the version it knows. Two processes that
 race for a record cannot both win: the loser's swap is refused and it moves
 on, remembering the record as held elsewhere. Under contention, processes
-holding the same view race for its head, so a claim takes its records at
-random from a wider head (``spread``), and a view that keeps losing races is
+holding the same cache race for its head, so a claim takes its records at
+random from a wider head (``spread``), and a cache that keeps losing races is
 listed again sooner (:mod:`stepstone.runtime.store_queue.pacing`). What a
 listing showed but nobody read yet is read as the claim needs it
 (:class:`stepstone.runtime.store_queue.discovery.Discovery`).
@@ -58,7 +58,7 @@ class ClaimRace:
         doorbell: Doorbell,
     ) -> None:
         self._io = io
-        self._view = io.view
+        self._cache = io.cache
         self._discovery = discovery
         self._pacing = pacing
         self._clock = clock
@@ -79,7 +79,7 @@ class ClaimRace:
         not in ``skip`` or being claimed."""
         writing = self._io.writing
         busy = set(writing).union(skip) if skip else writing
-        return self._view.candidates(now, kinds, limit, busy)
+        return self._cache.candidates(now, kinds, limit, busy)
 
     async def claim(
         self,
@@ -95,10 +95,10 @@ class ClaimRace:
         wanted = None if kinds is None else frozenset(kinds)
         now = self._clock.now()
         candidates = self.candidates(now, wanted, n)
-        if self._discovery.hinted and (len(candidates) < n or self._view.fairness_classes() - {0}):
+        if self._discovery.hinted and (len(candidates) < n or self._cache.fairness_classes() - {0}):
             # The store told of new records: read them when short of work,
             # or, while runs with fairness keys are due, at once, so another
-            # tenant's run takes its turn (without keys, the unread line's
+            # tenant's run is served (without keys, the unread line's
             # order stands: a new record does not pass older unread ones).
             await self._discovery.read_hinted()
             now = self._clock.now()
@@ -107,18 +107,18 @@ class ClaimRace:
             self._pacing.list_soon()  # someone enqueued: list now, not at the idle pace
         began = time.monotonic()
         if self._pacing.list_first(
-            began, len(candidates) < n, (self._view[i].confirmed for i in candidates)
+            began, len(candidates) < n, (self._cache[i].confirmed for i in candidates)
         ):
             await self._discovery.scan(self.lease_hint)
             now = self._clock.now()
         if self._discovery.unread:
-            await self._discovery.read_other_classes(self._view.fairness_classes(), now)
+            await self._discovery.read_other_classes(self._cache.fairness_classes(), now)
         out: list[Delivery] = []
         tried: set[str] = set()
         refused_before = self._pacing.refusals
         for _ in range(CLAIM_ROUNDS):
             need = n - len(out)
-            # Under contention other processes hold the same view in the same
+            # Under contention other processes hold the same cache in the same
             # order and race for its head: take ours from a wider, shuffled head.
             candidates = self.candidates(now, wanted, need * self._pacing.spread, tried)
             if len(candidates) < need and self._discovery.unread:
@@ -177,20 +177,20 @@ class ClaimRace:
         await keep_landed()
         won = [job for job in latest.values() if job is not None]
         for job in won:
-            self._view.served(job)  # (its fairness key's turn moves on)
+            self._cache.served(job)  # (its fairness key's share moves on)
         return [delivery_of(job) for job in won]
 
     async def _claim_one(
         self, run_id: str, lease: float, fresh_since: float, holder: str | None
     ) -> StoredJob | None:
-        """Claim one record from what the view holds of it: the claimed
+        """Claim one record from what the cache holds of it: the claimed
         version, or None. Its lease is set as the swap is sent (a claim
         waits on listings and reads before it: seconds when throttled)."""
         now = self._clock.now()
-        seen = self._view.get(run_id)
+        seen = self._cache.get(run_id)
         # Checked again here, not only when the candidates were picked: a
         # concurrent claim in this process may have taken it since, and its
-        # etag in the view is then the one our swap would match.
+        # etag in the cache is then the one our swap would match.
         if (
             seen is None
             or seen.job is None
@@ -214,7 +214,7 @@ class ClaimRace:
             except NotFound:
                 self._pacing.refused(seen.confirmed, fresh_since)
                 self._pacing.tried(won=0, lost=1)
-                self._view.forget(run_id, etag)
+                self._cache.forget(run_id, etag)
                 return None
             except PreconditionFailed:
                 # Someone else moved it first, most likely by claiming it. Say
@@ -223,9 +223,9 @@ class ClaimRace:
                 self._io.stats.lost_races += 1
                 self._pacing.refused(seen.confirmed, fresh_since)
                 self._pacing.tried(won=0, lost=1)
-                current = self._view.get(run_id)
+                current = self._cache.get(run_id)
                 if current is not None and current.etag == etag:
-                    self._view.file(run_id, held_elsewhere(job, etag, now, self.lease_hint))
+                    self._cache.file(run_id, held_elsewhere(job, etag, now, self.lease_hint))
                 return None
             except StoreUnavailable:
                 # Not raised: the other claims of this batch landed, and failing
@@ -245,14 +245,14 @@ class ClaimRace:
     async def _keep(self, claimed: StoredJob, lease: float) -> StoredJob | None:
         """A claim whose lease has less than half of ``lease`` left (its
         write took that long: S3 waiting out a burst of conflicts on the key,
-        or a throttled process's turn; or it waits on the rest of its batch)
+        or a throttled process's wait; or it waits on the rest of its batch)
         is extended from now, sent ahead of the process's waiting requests
         as a renewal is, or another claimer could take it as it starts and
         the job would run twice. None: another claimer took it meanwhile."""
         run_id = claimed.id
         now = self._clock.now()
         assert claimed.lease_expires_at is not None
-        seen = self._view.get(run_id)
+        seen = self._cache.get(run_id)
         if seen is None or seen.job is None:
             return claimed
         if seen.job.token != claimed.token:

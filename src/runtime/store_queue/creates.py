@@ -68,7 +68,7 @@ async def create(io: RecordIO, records: list[StoredJob]) -> list[Enqueued | Base
     unsure: list[tuple[int, StoredJob, bytes, StoreError]] = []
     for record, (data, _), result in zip(records, encoded, created, strict=True):
         if isinstance(result, str):  # (the common case, answered without a coroutine)
-            io.view.learn(record.id, result, record, len(data))
+            io.cache.learn(record.id, result, record, len(data))
             answers.append(Enqueued(record.id, created=True, version=result))
         else:  # refused, or its answer lost: ``_created`` says which
             unsure.append((len(answers), record, data, result))
@@ -97,5 +97,5 @@ async def _created(io: RecordIO, job: StoredJob, data: bytes, result: StoreError
             return Enqueued(job.id, created=False)
     if isinstance(found, StoreError):
         raise found
-    io.view.learn(job.id, found, job, len(data))
+    io.cache.learn(job.id, found, job, len(data))
     return Enqueued(job.id, created=True, version=found)

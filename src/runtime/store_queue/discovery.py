@@ -4,7 +4,7 @@ a listing showed as claims need it.
 A LIST is what finds records this instance did not write, and a GET is what
 reads one, and both are billed, so neither happens before a claim needs it
 (:mod:`stepstone.runtime.store_queue.pacing` decides when to list and how
-much to read). A listing confirms what the view knows, guesses what it can
+much to read). A listing confirms what the cache knows, guesses what it can
 from sizes (:mod:`stepstone.runtime.store_queue.size_hints`), drops what is
 gone, and lines up the rest to be read in about the order a claim would take
 them (:mod:`stepstone.runtime.store_queue.read_line`). In a crowd, a
@@ -31,7 +31,7 @@ MAX_HINTS = 10_000
 """New records noticed and not read yet, at most; past it a listing finds them."""
 
 READ_PER_CLASS = 4
-"""Records of a class of fairness key the view has no due job of, read at a
+"""Records of a class of fairness key the cache has no due job of, read at a
 claim (:meth:`Discovery.read_other_classes`)."""
 
 
@@ -49,12 +49,12 @@ class Discovery:
         claim_jitter: float,
     ) -> None:
         self._io = io
-        self._view = io.view
+        self._cache = io.cache
         self._pacing = pacing
         self._clock = clock
         self._priority_aging = priority_aging
         self._unread = ReadLine(fetch_limit, claim_jitter)
-        """What the last listing showed that the view does not know, read as
+        """What the last listing showed that the cache does not know, read as
         claims need them (:meth:`read_ahead`)."""
         self._passed: dict[str, str] = {}
         """New records the last listing left to others (outside this
@@ -85,23 +85,23 @@ class Discovery:
         self._hinted[run_id] = None
 
     async def read_hinted(self) -> None:
-        """Read the records the store told of that the view does not know
+        """Read the records the store told of that the cache does not know
         yet (one GET each; this instance's own writes it knows already)."""
-        ids = [run_id for run_id in self._hinted if self._view.get(run_id) is None]
+        ids = [run_id for run_id in self._hinted if self._cache.get(run_id) is None]
         self._hinted.clear()
         await asyncio.gather(*(self._refresh(run_id, None) for run_id in ids))
 
     async def scan(self, lease_hint: float) -> None:
-        """List the jobs prefix: confirm what the view knows, guess what it
+        """List the jobs prefix: confirm what the cache knows, guess what it
         can from sizes (others' leases taken to be ``lease_hint`` long), line
         up the rest to be read as claims need them, and drop entries whose
         objects are gone. Concurrent callers share one listing."""
         epoch = self._scan_epoch
         async with self._scan_lock:
             if self._scan_epoch != epoch:
-                return  # someone listed while we waited: their view is ours
+                return  # someone listed while we waited: their cache is ours
             now = self._clock.now()
-            before = {run_id: seen.etag for run_id, seen in self._view.items()}
+            before = {run_id: seen.etag for run_id, seen in self._cache.items()}
             listed: set[str] = set()
             unread: list[Listed] = []
             passed: dict[str, str] = {}
@@ -111,26 +111,26 @@ class Discovery:
                 count += 1
                 run_id = self._io.run_id_of(info.key)
                 listed.add(run_id)
-                seen = self._view.get(run_id)
+                seen = self._cache.get(run_id)
                 if seen is not None:
                     if seen.etag == info.etag:
                         seen.confirmed = time.monotonic()
                         continue
                     if (moved := guess_changed(seen, info, now, lease_hint)) is not None:
-                        self._view.file(run_id, moved)
+                        self._cache.file(run_id, moved)
                         continue
                     if renewed_elsewhere(seen, info, now):
                         continue
                     if (guess := claimed_elsewhere(seen, info, now, lease_hint)) is not None:
-                        self._view.file(run_id, guess)
+                        self._cache.file(run_id, guess)
                         continue
                     if seen.own:
                         # Perhaps listed before our own write landed: read it only
-                        # if the view still holds that write when its turn comes.
+                        # if the cache still holds that write when it comes up.
                         unread.append((run_id, seen.etag, *self._listed(info)))
                         continue
                     # Moved on: no claim may swap against the old version.
-                    self._view.forget(run_id, seen.etag)
+                    self._cache.forget(run_id, seen.etag)
                 elif (
                     part is not None
                     and not in_slice(run_id, part)
@@ -141,7 +141,7 @@ class Discovery:
                 unread.append((run_id, None, *self._listed(info)))
             for run_id, etag in before.items():
                 if run_id not in listed:
-                    self._view.forget(run_id, etag)
+                    self._cache.forget(run_id, etag)
             self._unread.reset(unread)
             self._passed = passed
             self._io.stats.scans += 1
@@ -153,7 +153,7 @@ class Discovery:
         """A listed record's estimated place, priority and class of fairness
         key. A held record (another's claim, most likely) is read with the
         records of no key, in line order, as every record was before the
-        classes: it takes no turn of its own."""
+        classes: it has no class of its own."""
         bucket = listed_bucket(info.size)
         return (
             listed_place(info, self._priority_aging),
@@ -163,9 +163,9 @@ class Discovery:
 
     async def read_other_classes(self, known: Collection[int], now: float) -> None:
         """Read a few records of each class of fairness key the unread line
-        holds and ``known`` (the classes of the view's due jobs) lacks, so a
+        holds and ``known`` (the classes of the cache's due jobs) lacks, so a
         tenant's job listed beside another tenant's backlog is known, and
-        takes its turn, before that backlog is read through."""
+        served, before that backlog is read through."""
         missing = self._unread.classes().difference(known)
         if known and missing:
             await self._read(self._unread.take(READ_PER_CLASS * len(missing), among=missing), now)
@@ -189,14 +189,14 @@ class Discovery:
     async def _refresh(self, run_id: str, known: str | None) -> StoredJob | None:
         """Read a record a listing showed had moved on from etag ``known``,
         unless this instance wrote it meanwhile (its answer would be older).
-        Returns what the view then holds for it."""
-        if self._view.etag(run_id) == known:
+        Returns what the cache then holds for it."""
+        if self._cache.etag(run_id) == known:
             obj = await self._io.get(run_id)
-            if self._view.etag(run_id) == known:
+            if self._cache.etag(run_id) == known:
                 if obj is None:
-                    self._view.forget(run_id, known)
+                    self._cache.forget(run_id, known)
                 else:
                     with contextlib.suppress(CorruptRecord):
                         self._io.decode(run_id, obj.etag, obj.data)
-        seen = self._view.get(run_id)
+        seen = self._cache.get(run_id)
         return None if seen is None else seen.job

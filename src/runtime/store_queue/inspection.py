@@ -1,9 +1,9 @@
 """Reading records for people: one run's record, the records a page at a
 time, and counts by status.
 
-A record whose current version the view holds costs no GET: a listing shows
-each record's etag, and only the ones the view does not know are read. The
-view keeps no payload of a record another process holds, nor of a dead one
+A record whose current version the cache holds costs no GET: a listing shows
+each record's etag, and only the ones the cache does not know are read. The
+cache keeps no payload of a record another process holds, nor of a dead one
 (a worker need not), so the listings keep their own copy of each record they
 read whole, by etag: a listing asked for again (a web view's refresh) reads
 only the records that changed since.
@@ -31,7 +31,7 @@ class RecordInspection:
 
     def __init__(self, io: RecordIO, clock: Clock) -> None:
         self._io = io
-        self._view = io.view
+        self._cache = io.cache
         self._clock = clock
         self._whole: dict[str, tuple[str, StoredJob]] = {}
         """Run id: (etag, the record with its payload) as a listing last read it."""
@@ -82,8 +82,8 @@ class RecordInspection:
 
     async def survey(self, *, reads: int) -> Survey:
         """Every record listed: those whose listed version a listing or the
-        view holds at no cost, at most ``reads`` others read now (the rest
-        counted unread), so a view asking each refresh knows them all after
+        cache holds at no cost, at most ``reads`` others read now (the rest
+        counted unread), so a cache asking each refresh knows them all after
         a few, and then reads only those that changed."""
         if reads < 0:
             raise ValueError(f"reads must be at least 0, got {reads}")
@@ -110,7 +110,7 @@ class RecordInspection:
         return Survey(records, len(listed), unread, tuple(unreadable))
 
     async def counts(self) -> dict[JobStatus, int]:
-        """As QueueInspection's, but a record whose etag the view knows costs no GET."""
+        """As QueueInspection's, but a record whose etag the cache knows costs no GET."""
         totals = dict.fromkeys(QUEUE_STATUSES, 0)
         now = self._clock.now()
         async with contextlib.aclosing(self._listed(None)) as pages:
@@ -137,7 +137,7 @@ class RecordInspection:
         """(True, the record) when its listed version is known here (with its
         payload, if ``payload``)."""
         run_id = self._io.run_id_of(info.key)
-        seen = self._view.get(run_id)
+        seen = self._cache.get(run_id)
         if seen is not None and seen.etag == info.etag:
             if seen.job is not None and not (payload and seen.job.partial):
                 return True, seen.job
@@ -151,13 +151,13 @@ class RecordInspection:
     async def _load(
         self, infos: Iterable[ObjectInfo], *, payload: bool
     ) -> list[tuple[str, StoredJob | CorruptRecord | None]]:
-        """The records behind listed objects, from the view where its etag is
+        """The records behind listed objects, from the cache where its etag is
         current (and it holds the payload, if ``payload``), else by GET.
         Gone ones come back as None, undecodable ones as the CorruptRecord
-        that says why (read again: the view remembers only that they are)."""
+        that says why (read again: the cache remembers only that they are)."""
 
         async def read(run_id: str) -> StoredJob | CorruptRecord | None:
-            before = self._view.etag(run_id)
+            before = self._cache.etag(run_id)
             obj = await self._io.get(run_id)
             if obj is None:
                 return None
@@ -166,7 +166,7 @@ class RecordInspection:
                     run_id,
                     obj.etag,
                     obj.data,
-                    learn=self._view.etag(run_id) == before,
+                    learn=self._cache.etag(run_id) == before,
                     log_corrupt=not payload,  # a listing names it to its caller
                 )
             except CorruptRecord as exc:

@@ -9,8 +9,8 @@ like a PUT (12.5 GETs), so listings are paced:
   new, each doubles the wait, up to ``idle_scan_max``: an idle worker lists
   for nothing, and pays for each listing (docs/queue.md prices it). Work this
   process makes, or a listing that finds a change, restores the pace.
-- **Sooner when the view has gone stale.** Each swap refused on a version the
-  view held from before the claim began counts as one request wasted, like a
+- **Sooner when the cache has gone stale.** Each swap refused on a version the
+  cache held from before the claim began counts as one request wasted, like a
   LIST page; each record read from the unread line that turned out taken
   counts as a twelfth. Once the waste adds up to a listing, listing is the
   cheaper way on.
@@ -36,7 +36,7 @@ like a PUT (12.5 GETs), so listings are paced:
   record it wins there raises its ``share`` by a fifth, back to its own pace.
 
 Two more paces live here because they follow the same waste. Under
-contention, processes holding the same view race for its head, so a claim
+contention, processes holding the same cache race for its head, so a claim
 that lost a race doubles ``spread`` (the next picks its ``n`` at random from
 the first ``n * spread`` in line) and a clean one halves it. And a read of the
 unread line that found records taken means this process ran into another's
@@ -111,14 +111,14 @@ class ScanPacing:
         """Listings in a row that found nothing new: from the second on, each
         doubles the wait before the next, up to ``idle_scan_max``."""
         self._wasted = 0
-        """Swaps refused on a stale view since the last listing."""
+        """Swaps refused on a stale cache since the last listing."""
         self._wasted_reads = 0
         """Records read from the unread line since the last listing that turned
         out taken (claimed elsewhere or gone)."""
 
     def list_first(self, began: float, short: bool, confirmed: Iterable[float]) -> bool:
         """Whether a claim that began at ``began`` (monotonic) lists before it
-        picks: the view is stale, or a listing is due and the view is
+        picks: the cache is stale, or a listing is due and the cache is
         ``short`` of due jobs or holds some not ``confirmed`` within
         ``scan_interval``. The first claim always lists."""
         return self.stale() or (
@@ -127,15 +127,15 @@ class ScanPacing:
         )
 
     def stale(self) -> bool:
-        """Whether what a stale view has wasted since the last listing adds up
+        """Whether what a stale cache has wasted since the last listing adds up
         to what listing again would cost."""
         wasted = self._wasted + self._wasted_reads / READS_PER_LISTING_PAGE
         return wasted >= max(1, self._pages)
 
     def refused(self, confirmed: float, fresh_since: float) -> None:
         """Count a claim's swap that was refused, on a version last confirmed
-        at ``confirmed``. Only a version the view held from before the claim
-        began (``fresh_since``) says the view is stale: one read or listed by
+        at ``confirmed``. Only a version the cache held from before the claim
+        began (``fresh_since``) says the cache is stale: one read or listed by
         the claim itself was as fresh as another listing would make it, and
         losing it was a race no listing would have prevented."""
         self.refusals += 1

@@ -59,11 +59,11 @@ from .doorbell import Doorbell
 from .inspection import RecordInspection
 from .pacing import ScanPacing
 from .reclaims import reclaim
+from .record_cache import RecordCache
 from .record_io import RecordIO, StoreQueueStats
 from .records import StoredJob, delivery_of
 from .size_hints import new_token
 from .transitions import RecordTransitions
-from .view import View
 
 log = logging.getLogger("stepstone.runtime.store_queue")
 
@@ -95,11 +95,11 @@ class StoreQueue(
     processes' work: after a listing of ``p`` pages the next waits
     ``p * scan_interval``, so a big backlog is not re-listed every second.
     The first claim always lists; ``scan_interval=0`` lists on every claim
-    the view cannot fill. ``fetch_limit`` bounds the records read at once
+    the cache cannot fill. ``fetch_limit`` bounds the records read at once
     from what a listing showed, and the largest chunk they are read in
     (:mod:`stepstone.runtime.store_queue.read_line`); ``fetch_concurrency``
-    bounds GETs in flight. ``max_view_entries`` and ``max_view_bytes``
-    (payload held) bound the view's memory; past them the least recently
+    bounds GETs in flight. ``max_cache_entries`` and ``max_cache_bytes``
+    (payload held) bound the cache's memory; past them the least recently
     touched entries are forgotten (and read again if needed). An idle queue
     backs off, because LISTs are billed (docs/queue.md prices it): from the
     second listing in a row that found nothing new, each doubles the wait, up
@@ -135,8 +135,8 @@ class StoreQueue(
         scan_interval: float = 1.0,
         fetch_concurrency: int = 16,
         fetch_limit: int = 1000,
-        max_view_entries: int = 100_000,
-        max_view_bytes: int = 64 * 1024 * 1024,
+        max_cache_entries: int = 100_000,
+        max_cache_bytes: int = 64 * 1024 * 1024,
         claim_jitter: float = 0.5,
         idle_scan_max: float = 5.0,
         doorbell: float | None = None,
@@ -161,20 +161,20 @@ class StoreQueue(
         self.scan_interval = scan_interval
         self.idle_scan_max = max(scan_interval, idle_scan_max)
         self.fetch_limit = fetch_limit
-        self.max_view_entries = max(1, max_view_entries)
-        self.max_view_bytes = max_view_bytes
+        self.max_cache_entries = max(1, max_cache_entries)
+        self.max_cache_bytes = max_cache_bytes
         self.claim_jitter = max(0.0, claim_jitter)
         self.stats = StoreQueueStats()
         self._listeners = Listeners()
-        self._view = View(
-            max_entries=max_view_entries,
-            max_bytes=max_view_bytes,
+        self._cache = RecordCache(
+            max_entries=max_cache_entries,
+            max_bytes=max_cache_bytes,
             priority_aging=priority_aging,
             claim_jitter=claim_jitter,
         )
         self._pacing = ScanPacing(scan_interval, idle_scan_max, fetch_limit)
         self._io = RecordIO(
-            store, f"{prefix}/jobs/", self._view, self.stats, fetch_concurrency=fetch_concurrency
+            store, f"{prefix}/jobs/", self._cache, self.stats, fetch_concurrency=fetch_concurrency
         )
         self._discovery = Discovery(
             self._io,
@@ -297,13 +297,13 @@ class StoreQueue(
         )
 
     async def next_due(self) -> float | None:
-        """The earliest run-at or lease expiry in the view not yet seen due by
+        """The earliest run-at or lease expiry in the cache not yet seen due by
         a claim (as MemoryQueue: its timed heap's head); now, if the last claim
         came up short with listed records still unread (the next would read
         on)."""
         if self._discovery.unread and self._claims.came_up_short:
             return self.clock.now()
-        return self._view.next_due()
+        return self._cache.next_due()
 
     def next_look(self) -> float | None:
         """While claims come up short, the real seconds until the next look at
@@ -366,7 +366,7 @@ class StoreQueue(
         return await self._inspection.page(status, cursor=cursor, limit=limit)
 
     async def counts(self) -> dict[JobStatus, int]:
-        """As QueueInspection's, but a record whose etag the view knows costs no GET."""
+        """As QueueInspection's, but a record whose etag the cache knows costs no GET."""
         return await self._inspection.counts()
 
     async def survey(self, *, reads: int) -> Survey:
@@ -375,11 +375,11 @@ class StoreQueue(
     # -- this process ------------------------------------------------------
 
     def pending_here(self, run_id: str) -> bool:
-        """True for a record this instance's view holds as waiting, or as
+        """True for a record this instance's cache holds as waiting, or as
         claimed by this instance under a lease not yet lapsed, and that it
         wrote, read or listed unchanged within ``PENDING_HINT_SECONDS``: a peer
         may have taken it since, but not longer ago than that."""
-        seen = self._view.get(run_id)
+        seen = self._cache.get(run_id)
         if seen is None or seen.job is None or seen.guessed or seen.job.dead:
             return False
         if time.monotonic() - seen.confirmed >= PENDING_HINT_SECONDS:
@@ -445,19 +445,19 @@ class StoreQueue(
             self._pacing.list_soon()
         else:
             run_id = self._io.run_id_of(key)
-            if not run_id or run_id in self._creating or self._view.get(run_id) is not None:
+            if not run_id or run_id in self._creating or self._cache.get(run_id) is not None:
                 return
             self._discovery.hint(run_id)
         self._listeners.call(on_error=_listener_failed)
 
     async def close(self) -> None:
-        """Forget the view and stop hearing the store's notices. The store is
+        """Forget the cache and stop hearing the store's notices. The store is
         the caller's: it is not closed here."""
         await self.doorbell.close()
         if self._stop_notices is not None:
             stop, self._stop_notices = self._stop_notices, None
             stop()
-        self._view.clear()
+        self._cache.clear()
 
 
 def _listener_failed(error: Exception) -> None:

@@ -27,15 +27,15 @@ unknown records only as its claims need them, in this order:
   This is the claim jitter's bargain again: order among jobs due within
   ``window`` of each other is given up for fewer races.
 
-- **Tenants in turn.** A record's size also says the class of its fairness
+- **Tenants round-robin.** A record's size also says the class of its fairness
   key (:func:`stepstone.runtime.store_queue.records.listed_bucket`): the
-  classes whose first records have the priority first in line take turns,
-  a record each, so one tenant's backlog is not read through before
+  classes whose first records have the priority first in line are read
+  round-robin, a record each, so one tenant's backlog is not read through before
   another tenant's job is found. Two keys of one class (one in 31 for two
   tenants) are read in line order between them.
 
 Which record is claimed is still decided by the line order among the
-records the process has read, fairness keys taking turns
+records the process has read, fairness keys served round-robin
 (:mod:`stepstone.runtime.fair_line`); this only orders the reading.
 """
 
@@ -48,7 +48,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 ReadLineEntry = tuple[str, "str | None"]
-"""``(id, the etag the view held when listed)``."""
+"""``(id, the etag the cache held when listed)``."""
 
 Listed = tuple[str, "str | None", float] | tuple[str, "str | None", float, int, int]
 """``(id, known etag, estimated place[, listed priority, listed class])``:
@@ -74,7 +74,7 @@ class ReadLine:
         self._rng = rng or random.Random()
         self._classes: dict[int, collections.deque[_Chunk]] = {}
         """The chunks of each class of fairness key, in line order."""
-        self._turn = 0
+        self._serving = 0
         """The class read from last: the next of the same priority goes next."""
         self._count = 0
 
@@ -123,14 +123,14 @@ class ReadLine:
             return None
         priority = min(heads.values(), key=lambda chunk: chunk.place).priority
         ready = sorted(b for b, chunk in heads.items() if chunk.priority == priority)
-        after = [b for b in ready if b > self._turn]
-        self._turn = after[0] if after else ready[0]
-        return self._turn
+        after = [b for b in ready if b > self._serving]
+        self._serving = after[0] if after else ready[0]
+        return self._serving
 
     def take(self, n: int, among: Collection[int] | None = None) -> list[ReadLineEntry]:
         """Remove and return the next ``n`` entries (fewer if the line is
         shorter), of the classes ``among`` if given: the classes whose first
-        records have one priority take turns, one record each."""
+        records have one priority are read round-robin, one record each."""
         out: list[ReadLineEntry] = []
         while len(out) < n:
             bucket = self._next_class(among)
@@ -147,7 +147,7 @@ class ReadLine:
 
     def jump(self) -> None:
         """Go on from a random point of the chunk last read from."""
-        chunks = self._classes.get(self._turn)
+        chunks = self._classes.get(self._serving)
         if chunks and len(chunks[0].entries) > 1:
             head = chunks[0].entries
             head.rotate(-self._rng.randrange(len(head)))

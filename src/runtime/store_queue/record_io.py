@@ -3,8 +3,8 @@
 A record is read by GET and written by a compare-and-swap on its etag (a
 conditional PUT, or a conditional DELETE). Going through here, every read is
 counted, a version that does not decode is logged once and remembered so
-listings do not read it again, and the per-process view
-(:mod:`stepstone.runtime.store_queue.view`) learns every version this
+listings do not read it again, and the per-process cache
+(:mod:`stepstone.runtime.store_queue.record_cache`) learns every version this
 instance reads or writes. A swap or delete whose answer was lost is decided
 by what the store then holds (:mod:`stepstone.runtime.store_queue.lost_answers`),
 so a caller sees it either land or raise.
@@ -23,18 +23,18 @@ from stepstone.store.base import ObjectStore, StoredObject
 from stepstone.store.errors import NotFound, StoreUnavailable
 
 from .lost_answers import landed
+from .record_cache import RecordCache, Seen
 from .records import CorruptRecord, StoredJob, decode, encode
-from .view import Seen, View
 
 log = logging.getLogger("stepstone.runtime.store_queue")
 
 SWAP_TRIES = 3
 """A change re-reads the record after a failed swap at most this often.
 
-A swap fails when the view's etag is stale; one re-read decides whether the
+A swap fails when the cache's etag is stale; one re-read decides whether the
 token still owns the job. More than one retry only happens when some other
 writer keeps changing a record this token owns, which is already a bug (this
-instance's own changes of a record take turns: store_queue.transitions)."""
+instance's own changes of a record go one at a time: store_queue.transitions)."""
 
 
 @dataclass(slots=True)
@@ -44,7 +44,7 @@ class StoreQueueStats:
     scans: int = 0
     """Listings of the jobs prefix (each one or more LIST requests)."""
     fetches: int = 0
-    """Records read because the view did not know their current version."""
+    """Records read because the cache did not know their current version."""
     lost_races: int = 0
     """ClaimRace that another process (or coroutine) won first."""
     corrupt_records: int = 0
@@ -60,14 +60,14 @@ class RecordIO:
         self,
         store: ObjectStore,
         jobs: str,
-        view: View,
+        cache: RecordCache,
         stats: StoreQueueStats,
         *,
         fetch_concurrency: int,
     ) -> None:
         self.store = store
         self.jobs = jobs
-        self.view = view
+        self.cache = cache
         self.stats = stats
         self._fetching = asyncio.Semaphore(fetch_concurrency)
         self._writing: Counter[str] = Counter()
@@ -111,17 +111,17 @@ class RecordIO:
             if job.id != run_id:
                 raise CorruptRecord(f"holds job id {job.id!r}", key=key)
         except CorruptRecord as exc:
-            seen = self.view.get(run_id)
+            seen = self.cache.get(run_id)
             if seen is None or seen.etag != etag:
                 self.stats.corrupt_records += 1
                 self.stats.corrupt_keys.add(key)
                 if log_corrupt:
                     log.warning("skipping an undecodable queue record: %s", exc)
             if learn:
-                self.view.file(run_id, Seen(etag, None, len(data)))
+                self.cache.file(run_id, Seen(etag, None, len(data)))
             raise
         if learn:
-            self.view.learn_read(run_id, etag, job, len(data))
+            self.cache.learn_read(run_id, etag, job, len(data))
         return job
 
     async def get(self, run_id: str) -> StoredObject | None:
@@ -137,18 +137,18 @@ class RecordIO:
     async def fetch(self, run_id: str) -> tuple[str, StoredJob] | None:
         """GET one record; None when it is gone. Raises CorruptRecord.
 
-        The view learns the answer only if it still holds what it held when
+        The cache learns the answer only if it still holds what it held when
         the GET went out: a write of this process that landed meanwhile (a
         claim) is newer than the answer, and a status read answered after a
         claim landed would put the unclaimed version back, so the claim took
         its own run for taken, and the next claim swapped against a version
         long gone and took the run for held elsewhere until its lease lapsed."""
-        before = self.view.etag(run_id)
+        before = self.cache.etag(run_id)
         obj = await self.get(run_id)
-        unchanged = self.view.etag(run_id) == before
+        unchanged = self.cache.etag(run_id) == before
         if obj is None:
             if unchanged:
-                self.view.forget(run_id)
+                self.cache.forget(run_id)
             return None
         return obj.etag, self.decode(run_id, obj.etag, obj.data, learn=unchanged)
 
@@ -162,7 +162,7 @@ class RecordIO:
             new_etag = await self.store.put_if_match(key, data, etag)
         except StoreUnavailable as error:
             new_etag = await landed(self.store, key, data, etag, error)
-        self.view.learn(run_id, new_etag, new, len(data))
+        self.cache.learn(run_id, new_etag, new, len(data))
 
     async def remove(self, run_id: str, etag: str) -> None:
         """Delete version ``etag``; like :meth:`swap` for a delete."""
@@ -171,4 +171,4 @@ class RecordIO:
             await self.store.delete(key, if_match=etag)
         except StoreUnavailable as error:
             await landed(self.store, key, None, etag, error)
-        self.view.forget(run_id)
+        self.cache.forget(run_id)

@@ -119,7 +119,7 @@ class StoredJob:
     """What wakes said arrived while the job was held (``wake(arrived=)``):
     its suspension takes them off what its wait needs."""
     partial: bool = False
-    """True when the payload and headers were dropped to save memory (a view
+    """True when the payload and headers were dropped to save memory (a cache
     entry for a job another process holds, or a dead one). Never written."""
     took_over: bool = field(default=False, compare=False)
     """Set by :meth:`claimed` on a takeover of a lapsed lease, for the
@@ -167,7 +167,7 @@ class StoredJob:
 
     def stripped(self) -> StoredJob:
         """This record without its payload and headers (but for its
-        fairness key's, which order its claim), for the view."""
+        fairness key's, which order its claim), for the cache."""
         kept = {k: v for k, v in self.headers.items() if k in FAIRNESS_HEADERS}
         return replace(self, payload=b"", headers=kept, partial=True)
 
@@ -222,7 +222,7 @@ def encode_created(job: StoredJob) -> tuple[bytes, bytes]:
 
 def _body(job: StoredJob) -> dict[str, Any]:
     if job.partial:
-        raise ValueError(f"job {job.id}: a stripped view record must never be written")
+        raise ValueError(f"job {job.id}: a stripped cache record must never be written")
     body: dict[str, Any] = {"format": FORMAT}
     for name in _FIELDS:
         body[name] = getattr(job, name)

@@ -6,8 +6,8 @@ to skip most of those reads:
 
 - **A claim elsewhere.** Every claim of one version writes a record of one
   size (the same fields, a token of fixed length, a float lease). A record
-  the view held as waiting whose new size is exactly that was claimed by
-  another process: the view notes it as held, with a lease guessed from its
+  the cache held as waiting whose new size is exactly that was claimed by
+  another process: the cache notes it as held, with a lease guessed from its
   own, and reads it only when that guess lapses. A short job is acked and
   gone from the listing before then, so this process never reads it at all.
   The guessed lease runs from the record's last change as listed (its
@@ -37,8 +37,8 @@ from dataclasses import replace
 from stepstone.store.base import ObjectInfo
 
 from ..queue import sort_key
+from .record_cache import Seen
 from .records import StoredJob, encode, listed_priority
-from .view import Seen
 
 _TOKEN_BYTES = 12
 TOKEN_SHAPE = "0" * 2 * _TOKEN_BYTES
@@ -79,7 +79,7 @@ def renewed_elsewhere(seen: Seen, info: ObjectInfo, now: float) -> bool:
 
 
 def claimed_elsewhere(seen: Seen, info: ObjectInfo, now: float, lease: float) -> Seen | None:
-    """If a listed change of a record the view knew as waiting has exactly
+    """If a listed change of a record the cache knew as waiting has exactly
     the size a claim of it would produce, someone claimed it: a placeholder
     saying so, to stand until about ``lease`` after that change, instead of
     reading it.

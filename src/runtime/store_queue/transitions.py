@@ -2,7 +2,7 @@
 
 Every change of a claimed record (renew, and the settlements: ack, nack,
 suspend, dead-letter, release) is made by the holder of the record's token
-and fenced by it: :meth:`RecordTransitions.fenced` reads the record (the view's
+and fenced by it: :meth:`RecordTransitions.fenced` reads the record (the cache's
 copy, when it holds this token's version), checks the token still owns it,
 and swaps the changed record over that version; a swap refused because the
 record moved on reads it again. A token that no longer owns the record
@@ -11,7 +11,7 @@ marks a held record, or makes a waiting one due.
 
 **One change of a record at a time.** The heartbeat renews a lease while
 the attempt settles, and a settlement's swap may wait (for a throttled
-partition's rate, or a store's turn on the object), while a renewal is sent
+partition's rate, or a hot object's turn), while a renewal is sent
 first. Run side by side, each renewal that landed meanwhile moved the
 record past the version the settlement swaps over, and after a few the
 settlement gave up and the job was reported lost by its own holder. So the
@@ -48,7 +48,7 @@ class RecordTransitions:
 
     def __init__(self, io: RecordIO, clock: Clock, notify: Callable[[], None]) -> None:
         self._io = io
-        self._view = io.view
+        self._cache = io.cache
         self._clock = clock
         self._notify = notify
         self._changing: dict[str, asyncio.Future[None]] = {}
@@ -63,7 +63,7 @@ class RecordTransitions:
         itself to write nothing (then a HEAD confirms the token still owns it).
         Returns what was written (None for a delete), or Settlement.LOST.
         """
-        run_id = delivery.id  # the record's changes here take turns (module docstring)
+        run_id = delivery.id  # the record's changes here go one at a time (module docstring)
         while (under_way := self._changing.get(run_id)) is not None:
             await asyncio.shield(under_way)  # (its end, however it ended)
         ended = asyncio.get_running_loop().create_future()
@@ -79,7 +79,7 @@ class RecordTransitions:
     ) -> StoredJob | Settlement | None:
         run_id = delivery.id
         key = self._io.key(run_id)
-        seen = self._view.get(run_id)
+        seen = self._cache.get(run_id)
         known: tuple[str, StoredJob] | None = None
         if (
             seen is not None
@@ -115,7 +115,7 @@ class RecordTransitions:
             except PreconditionFailed:
                 known = None
             except NotFound:
-                self._view.forget(run_id)
+                self._cache.forget(run_id)
                 return Settlement.LOST
         return Settlement.LOST
 

@@ -5,7 +5,7 @@ the mechanisms it is made of have a module each, named for what it does and
 why it is apart:
 
 - ``worker``: the :class:`Worker` class, its configuration and lifecycle,
-  and the loop whose turns watch, fill and sleep (and what *when* means:
+  and the loop whose rounds fill and sleep (and what *when* means:
   the injected clock for job time, real seconds for this process's own).
 - ``lease``: what a handler sees, its :class:`Lease` on the job and the
   :class:`Attempt` it runs.
@@ -16,7 +16,7 @@ why it is apart:
   attempt, given at construction.
 - ``in_flight``: the record of each claimed job and the counts of them, by
   run id and kind, that every other part works on.
-- ``watch``: heartbeats, attempt timeouts and cancellation checks of what
+- ``heartbeats``: lease renewals, attempt timeouts and cancellation checks of what
   is in flight, each a task of its own so the loop never waits on the queue.
 - ``claims``: filling free capacity by claiming, within per-kind caps, and
   how long the loop may sleep; queue errors pause claiming.

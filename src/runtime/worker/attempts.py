@@ -26,13 +26,13 @@ from ..queue import Delivery, LeaseQueue, Settlement
 from ..suspension import Suspend
 from .callbacks import AttemptCallbacks
 from .handlers import Registration, call_handler
+from .heartbeats import Heartbeats
 from .in_flight import InFlight, InFlightJob, Stop
 from .lease import Attempt, Lease
 from .logs import JobLog
 from .settle import Settler
 from .stats import WorkerStats
 from .threads import JobThreads
-from .watch import Watch
 
 
 class Attempts:
@@ -45,7 +45,7 @@ class Attempts:
         jobs: InFlight,
         handlers: Mapping[str, Registration],
         *,
-        watch: Watch,
+        heartbeats: Heartbeats,
         settler: Settler,
         threads: JobThreads,
         callbacks: AttemptCallbacks | None,
@@ -63,7 +63,7 @@ class Attempts:
         self._clock = clock
         self._jobs = jobs
         self._handlers = handlers
-        self._watch = watch
+        self._heartbeats = heartbeats
         self._settler = settler
         self._threads = threads
         self._callbacks = callbacks
@@ -107,11 +107,11 @@ class Attempts:
             next_beat=first_beat,
             renew_to=renew_to,
             beat_every=beat_every,
-            next_check=loop.time() + self._watch.check_interval(),
+            next_check=loop.time() + self._heartbeats.check_interval(),
             claimed_at=claimed_at,
         )
         self._jobs.add(job)
-        self._watch.poke()
+        self._heartbeats.poke()
         self._stats.claimed += 1
         self._stats.peak_in_flight = max(self._stats.peak_in_flight, len(self._jobs))
         if self._heard:

@@ -1,4 +1,4 @@
-"""The claim loop's part of a turn: fill free capacity by claiming, and say
+"""The claim loop's part of a round: fill free capacity by claiming, and say
 how long the loop may then sleep.
 
 A fill claims batches until the queue has no more for this worker or its
@@ -13,8 +13,8 @@ The sleep lasts until something can change: the next job comes due
 (``queue.next_look``: a StoreQueue's doorbell on a bucket), or
 ``poll_interval`` passes (other processes enqueue without telling us);
 whatever wakes the loop sooner (a handler ending, work this process made,
-the clock moving) cuts it short. Heartbeats and timeouts are the watch's,
-on a task of its own, never the loop's (:mod:`stepstone.runtime.worker.watch`).
+the clock moving) cuts it short. Heartbeats and timeouts run
+on a task of their own, never the loop's (:mod:`stepstone.runtime.worker.heartbeats`).
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ class ClaimLoop:
         return (kinds, min([free, *allowed]))
 
     async def idle_for(self, capacity: int) -> float:
-        """Real seconds to sleep before the next turn, if nothing wakes us first."""
+        """Real seconds to sleep before the next round, if nothing wakes us first."""
         loop = asyncio.get_running_loop()
         now_real, now = loop.time(), self._clock.now()
         wait = self._poll_interval

@@ -3,8 +3,8 @@ then cancel the rest and release their jobs with the attempt not counted (a
 deploy must not burn attempts).
 
 A handler that had already finished by then is settled normally.
-Heartbeats and attempt timeouts keep running through the drain (the
-watch's task ends only after it): a drain window longer than the lease must
+Heartbeats and attempt timeouts keep running through the drain (their
+task ends only after it): a drain window longer than the lease must
 not cost a job its lease. The drain window is real seconds, like every
 pause of this process's own.
 """
@@ -29,14 +29,14 @@ async def drain(
     window: float,
     wakeup: Wakeup,
     stop: Callable[[InFlightJob, Stop], None],
-    name: str,
+    worker_id: str,
 ) -> None:
     """Give in-flight ``jobs`` the drain ``window``, then ``stop`` and
     release the rest, and give up on settlements that hang."""
     loop = asyncio.get_running_loop()
     window = max(0.0, window)
     if jobs:
-        logger.info("%s draining %d job(s) for up to %gs", name, len(jobs), window)
+        logger.info("%s draining %d job(s) for up to %gs", worker_id, len(jobs), window)
     await tend(jobs, wakeup, loop.time() + window)
     for job in jobs:
         stop(job, Stop.DRAIN)
@@ -47,7 +47,7 @@ async def drain(
     stuck = [job.task for job in jobs if job.task is not None]
     for task in stuck:
         # Still claimed by us: the job comes back when its lease lapses.
-        logger.error("%s: %s did not settle after the drain; abandoning it", name, task)
+        logger.error("%s: %s did not settle after the drain; abandoning it", worker_id, task)
         task.cancel()
     if stuck:
         await asyncio.wait(stuck)

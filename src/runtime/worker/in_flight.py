@@ -2,7 +2,7 @@
 and the set of them, counted by run id and by kind (:class:`InFlight`).
 
 Every mechanism of the worker works on these records: the claim loop adds
-them, the watch renews and stops them, the job's own task settles and
+them, the heartbeats renew and stop them, the job's own task settles and
 removes them. A job is stopped by cancelling its handler, with the reason
 (:class:`Stop`) kept for how the attempt is then settled.
 """

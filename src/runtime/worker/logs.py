@@ -35,7 +35,7 @@ class JobLog:
         self._identity = identity
 
     @property
-    def name(self) -> str:
+    def worker_id(self) -> str:
         return self._identity.id
 
     def __call__(
@@ -51,7 +51,7 @@ class JobLog:
         logger.log(
             level,
             "%s: %s: " + message,
-            self.name,
+            self.worker_id,
             where(delivery),
             *args,
             exc_info=exc_info,

@@ -84,7 +84,7 @@ class Described(Protocol):
     """What a record says of its worker, read at each beat (the Worker)."""
 
     @property
-    def name(self) -> str: ...
+    def worker_id(self) -> str: ...
     @property
     def holder(self) -> str: ...
     @property
@@ -213,7 +213,7 @@ class Presence:
         self._key = f"{self._prefix}{holder_digest(worker.holder)}/{secrets.token_hex(8)}"
         self._started_at = self._clock.now()
         self._task = asyncio.get_running_loop().create_task(
-            self._beat(sole_holder), name=f"{worker.name} presence"
+            self._beat(sole_holder), name=f"{worker.worker_id} presence"
         )
 
     async def stop(self) -> None:
@@ -243,7 +243,7 @@ class Presence:
         now = self._clock.now()
         runs = [] if stopped else worker.held_runs()
         return WorkerRecord(
-            worker_id=worker.name,
+            worker_id=worker.worker_id,
             host=socket.gethostname() or "unknown",
             pid=os.getpid(),
             life=self._key.rsplit("/", 1)[-1],

@@ -1,7 +1,7 @@
 """The Worker: claims jobs from a LeaseQueue, runs their handlers, settles them.
 
 One loop per worker, with at most ``concurrency`` handlers in flight (its
-capacity). Each turn of the loop:
+capacity). Each round of the loop:
 
 1. **Fills** free capacity by claiming a batch (kinds at their per-kind cap
    are left out of the claim, so their jobs stay queued rather than claimed
@@ -11,8 +11,8 @@ capacity). Each turn of the loop:
    (a FakeClock's ``advance``), the next job comes due (``queue.next_due``),
    or ``poll_interval`` passes (other processes enqueue without telling us).
 
-Beside the loop, from the start to the end of the drain, the watch keeps a
-task of its own (:mod:`stepstone.runtime.worker.watch`): it renews leases
+Beside the loop, from the start to the end of the drain, the heartbeats keep a
+task of their own (:mod:`stepstone.runtime.worker.heartbeats`): it renews leases
 whose heartbeat is due and cancels handlers past their attempt timeout, so
 a claim the store is slow to answer never holds back a renewal.
 
@@ -52,6 +52,7 @@ from .claims import ClaimLoop
 from .drain import drain
 from .hand_off import may_take
 from .handlers import Handler, Registration, is_async
+from .heartbeats import Heartbeats
 from .identity import WorkerIdentity
 from .in_flight import InFlight, Stop
 from .lease import check_lease
@@ -61,7 +62,6 @@ from .presence import Presence
 from .settle import SealText, Settler
 from .stats import WorkerStats
 from .threads import JobThreads
-from .watch import Watch
 
 
 class Worker:
@@ -93,12 +93,12 @@ class Worker:
     clock past a lease between two beats lapses it, as a process that stalled
     that long would in production.
 
-    ``name`` is the worker's id, which outlives the process
+    ``worker_id`` is the worker's id, which outlives the process
     (:mod:`stepstone.runtime.worker.identity`): on a queue that can reclaim
     (StoreQueue), a worker started again under its id on the same host takes
     back at once the runs its killed life held, instead of waiting out their
     leases. Two live workers on one host may not share an id: the second
-    one's ``start`` raises WorkerIdInUse. Without a name a worker takes the
+    one's ``start`` raises WorkerIdInUse. Without one a worker takes the
     host's name, or the next free one on this host (``host-2``, ...).
 
     ``max_lapses``: a run whose leases lapsed this many times (its workers
@@ -125,7 +125,7 @@ class Worker:
         observer: WorkerObserver | None = None,
         threads: JobThreads | None = None,
         cancel_check: float | None = 1.0,
-        name: str | None = None,
+        worker_id: str | None = None,
         only_registered: bool = False,
         presence: Presence | None = None,
         on_store_broken: Callable[[StoreConfigError], None] | None = None,
@@ -157,19 +157,19 @@ class Worker:
         self.clock: Clock = clock or queue.clock
         self.cancel_check = cancel_check
         self.max_lapses = max_lapses
-        self._identity = WorkerIdentity(name)
+        self._identity = WorkerIdentity(worker_id)
         self.only_registered = only_registered
         self._presence = presence
         self.stats = WorkerStats()
         self._callbacks = callbacks
         self._observer = observer
         self._own_threads = threads is None
-        self._threads = JobThreads(concurrency, name=self.name) if threads is None else threads
+        self._threads = JobThreads(concurrency, name=self.worker_id) if threads is None else threads
 
         self._handlers: dict[str, Registration] = {}
         self._jobs = InFlight()
         log = JobLog(self._identity)
-        self._watch = Watch(
+        self._heartbeats = Heartbeats(
             self._jobs,
             self.clock,
             is_cancelled=None if callbacks is None else callbacks.is_cancelled,
@@ -178,25 +178,24 @@ class Worker:
             log=log,
             wake=self.wake,
         )
+        self._settler = Settler(
+            queue,
+            self.clock,
+            backoff=backoff,
+            lease=lease,
+            poll_interval=poll_interval,
+            on_terminal=None if callbacks is None else callbacks.on_terminal,
+            stats=self.stats,
+            log=log,
+            seal_text=seal_text,
+        )
         self._attempts = Attempts(
             queue,
             self.clock,
             self._jobs,
             self._handlers,
-            watch=self._watch,
-            settler=(
-                settler := Settler(
-                    queue,
-                    self.clock,
-                    backoff=backoff,
-                    lease=lease,
-                    poll_interval=poll_interval,
-                    on_terminal=None if callbacks is None else callbacks.on_terminal,
-                    stats=self.stats,
-                    log=log,
-                    seal_text=seal_text,
-                )
-            ),
+            heartbeats=self._heartbeats,
+            settler=self._settler,
             threads=self._threads,
             callbacks=callbacks,
             observer=observer,
@@ -209,7 +208,6 @@ class Worker:
             log=log,
             wake=self.wake,
         )
-        self._settler = settler
         self._claims = ClaimLoop(
             queue,
             self.clock,
@@ -223,7 +221,7 @@ class Worker:
             identity=self._identity,
         )
         self._loop_task: asyncio.Task[None] | None = None
-        self._watch_task: asyncio.Task[None] | None = None
+        self._heartbeats_task: asyncio.Task[None] | None = None
         self._wakeup: Wakeup | None = None
         self._stopping = False
         self._drain_window: float | None = None
@@ -235,15 +233,15 @@ class Worker:
     # -- configuration -------------------------------------------------------
 
     @property
-    def name(self) -> str:
+    def worker_id(self) -> str:
         """The worker's id (the default one settles on a free id at the start).
         Set before the worker starts (the CLI's ``--worker-id``), it is the id
         the worker must have: a live worker holding it on this host makes the
         start raise WorkerIdInUse."""
         return self._identity.id
 
-    @name.setter
-    def name(self, value: str) -> None:
+    @worker_id.setter
+    def worker_id(self, value: str) -> None:
         self._identity.want(value)
 
     @property
@@ -387,7 +385,7 @@ class Worker:
     async def start(self) -> None:
         """Start the loop as a background task and return at once."""
         if self._loop_task is not None:
-            raise RuntimeError(f"{self.name} was already started")
+            raise RuntimeError(f"{self.worker_id} was already started")
         if isinstance(self.queue, Reclaiming):
             self._identity.take(self.queue.holder_scope)  # WorkerIdInUse: nothing started
         self._wakeup = Wakeup(asyncio.get_running_loop())
@@ -396,11 +394,13 @@ class Worker:
         self._unsubscribe = [clock_mod.subscribe(self.clock, self.wake)]
         if isinstance(self.queue, IdleHints):
             self._unsubscribe.append(self.queue.subscribe(self._work_came))
-        self._watch_task = asyncio.create_task(self._watch.keep(), name=f"{self.name} watch")
-        self._loop_task = asyncio.create_task(self._run(), name=f"{self.name} loop")
+        self._heartbeats_task = asyncio.create_task(
+            self._heartbeats.keep(), name=f"{self.worker_id} heartbeats"
+        )
+        self._loop_task = asyncio.create_task(self._run(), name=f"{self.worker_id} loop")
         if self._presence is not None:
             self._presence.start(self, sole_holder=self._identity.held)
-        logger.info("%s started (concurrency %d)", self.name, self._concurrency)
+        logger.info("%s started (concurrency %d)", self.worker_id, self._concurrency)
 
     async def stop(self, drain_timeout: float | None = None) -> None:
         """Stop claiming, drain, and return when the loop has ended.
@@ -434,7 +434,7 @@ class Worker:
         """Look for work now instead of at the next poll. Safe from any thread."""
         if self._wakeup is not None:
             self._wakeup.set()
-        self._watch.poke()  # (a moved clock may have brought a timeout due)
+        self._heartbeats.poke()  # (a moved clock may have brought a timeout due)
 
     def _work_came(self) -> None:
         """The queue has work for us: claim it, and hand nothing over meanwhile."""
@@ -461,7 +461,7 @@ class Worker:
                 except Exception:
                     # A bug of ours, not a queue outage (those are handled
                     # where they happen): log it and keep the worker alive.
-                    logger.exception("%s: unexpected error in the worker loop", self.name)
+                    logger.exception("%s: unexpected error in the worker loop", self.worker_id)
                     pause = self.poll_interval
                 await wakeup.sleep(pause)
             await drain(
@@ -469,27 +469,29 @@ class Worker:
                 window=self.drain_timeout if self._drain_window is None else self._drain_window,
                 wakeup=wakeup,
                 stop=self._attempts.stop,
-                name=self.name,
+                worker_id=self.worker_id,
             )
             if self._own_threads:
                 # Threads of drained or timed-out sync handlers cannot be
                 # stopped; don't wait for them (they finish on their own).
                 self._threads.shutdown(wait=False)
         finally:
-            if self._watch_task is not None:
-                self._watch_task.cancel()
-                await asyncio.wait([self._watch_task])
+            if self._heartbeats_task is not None:
+                self._heartbeats_task.cancel()
+                await asyncio.wait([self._heartbeats_task])
             for unsubscribe in self._unsubscribe:
                 unsubscribe()
             self._unsubscribe = []
             if self._presence is not None:
                 await self._presence.stop()  # marked stopped while the id is still held
             self._identity.release()
-            logger.info("%s stopped", self.name)
+            logger.info("%s stopped", self.worker_id)
 
     def _broken(self, error: StoreConfigError) -> None:
         """Stop for a store that cannot be used as it answers (module docstring)."""
-        logger.error("%s stopped: the store cannot be used as it answers: %s", self.name, error)
+        logger.error(
+            "%s stopped: the store cannot be used as it answers: %s", self.worker_id, error
+        )
         self.store_broken = error
         self._stopping = True
         if self._on_store_broken is not None:
@@ -513,7 +515,7 @@ class Worker:
             logger.warning(
                 "%s: could not look for the runs its previous life held (%s); "
                 "they run again when their leases lapse",
-                self.name,
+                self.worker_id,
                 describe(error),
             )
             return
@@ -523,7 +525,7 @@ class Worker:
         if found:
             logger.info(
                 "%s: took back %d run(s) its previous life held: %s",
-                self.name,
+                self.worker_id,
                 len(found),
                 ", ".join(d.id for d in found),
             )

@@ -2,7 +2,7 @@
 
 Why a process: the thread that commits a batch (``commit``) makes about
 fifteen system calls a write, and each one gives up the interpreter lock and
-takes it back. Under load the event loop and that thread then take turns on
+takes it back. Under load the event loop and that thread then alternate on
 the one lock instead of running side by side, and the loop sits idle while
 jobs wait for their writes. In a process of its own the same work runs on
 another core with a lock of its own, so a busy store gets through more jobs

@@ -191,7 +191,7 @@ class FileStore(ObjectStore):
         """New, empty queues for writes, journaled creates and reads (and a new
         creator: a thread of the parent may have held the old one's lock)."""
         self._creator = Creator(self._paths, self._temp, self._journal)
-        self._created_this_turn: asyncio.Task[object] | None = None
+        self._created_this_iteration: asyncio.Task[object] | None = None
         self._writes = Batcher(self._commit, self._start, distinct_keys=True)
         self._creates = Batcher(
             self._creator.commit,
@@ -205,24 +205,24 @@ class FileStore(ObjectStore):
 
     def _may_create_here(self, count: int) -> bool:
         """Whether ``count`` creates may be committed on the caller's thread
-        (``put_many_if_absent``). The first task to create in a turn of the
-        event loop may, again and again; other tasks creating in the same
-        turn (a gather of submits) are queued together, for one flush."""
+        (``put_many_if_absent``). The first task to create in an iteration of
+        the event loop may, again and again; other tasks creating in the same
+        iteration (a gather of submits) are queued together, for one flush."""
         task = asyncio.current_task()
-        if self._created_this_turn not in (None, task):
+        if self._created_this_iteration not in (None, task):
             return False
         flush = self._journal.flush_seconds
         if count > CREATE_HERE_MAX or flush is None or flush > CREATE_HERE_FLUSH:
             return False
         if not self._creates.idle():
             return False
-        if self._created_this_turn is None:
-            self._created_this_turn = task
-            asyncio.get_running_loop().call_soon(self._turn_over)
+        if self._created_this_iteration is None:
+            self._created_this_iteration = task
+            asyncio.get_running_loop().call_soon(self._iteration_over)
         return True
 
-    def _turn_over(self) -> None:
-        self._created_this_turn = None
+    def _iteration_over(self) -> None:
+        self._created_this_iteration = None
 
     def _flush_linked(self, paths: list[str]) -> None:
         """A journal checkpoint: make the creates linked at ``paths`` durable
@@ -453,7 +453,7 @@ class FileStore(ObjectStore):
         with one flush of this process's journal (``journal``, ``creates``):
         not the two flushes of the filesystem a ``put_if_absent`` waits for.
 
-        A call alone (the first of its turn of the event loop, with no batch
+        A call alone (the first of its iteration of the event loop, with no batch
         under way) with a few creates, on a disk that flushes fast, commits
         them on this thread: handing them to the committing thread and back
         would cost the caller more than the flush does (docs/performance.md,

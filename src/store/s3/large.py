@@ -30,7 +30,7 @@ Why each of these is so:
 - **A streamed body** (:class:`stepstone.store.parts.Stream`, a value
   encoded as it is sent) is never made whole: one PutObject reads it
   forward, making it again if botocore seeks back; in parts, a part is
-  made only when a turn to send it is free.
+  made only when fewer than ``at_once`` parts are in flight.
 """
 
 from __future__ import annotations
@@ -200,7 +200,7 @@ async def put_in_parts(
         return str(answer["UploadId"])
 
     upload = await call(key, create)
-    turns = asyncio.Semaphore(settings.at_once)
+    in_flight = asyncio.Semaphore(settings.at_once)
 
     async def send(number: int, piece: Parts) -> dict[str, Any]:
         async def request(client: Any) -> dict[str, Any]:
@@ -217,7 +217,7 @@ async def put_in_parts(
         try:
             return await call(key, request)
         finally:
-            turns.release()
+            in_flight.release()
 
     async def complete(client: Any) -> str:
         answer = await client.complete_multipart_upload(
@@ -228,11 +228,11 @@ async def put_in_parts(
     try:
         async with asyncio.TaskGroup() as group:
             sent: list[asyncio.Task[dict[str, Any]]] = []
-            # A part is cut (a streamed one made) only once a turn to send it
-            # is free: at most ``at_once`` of them are in memory.
+            # A part is cut (a streamed one made) only once fewer than
+            # ``at_once`` are in flight: at most that many are in memory.
             pieces = enumerate(body.slices(part_size), start=1)
             while True:
-                await turns.acquire()
+                await in_flight.acquire()
                 taken = next(pieces, None)
                 if taken is None:
                     break

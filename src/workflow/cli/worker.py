@@ -74,7 +74,7 @@ async def _serve(args: argparse.Namespace) -> int:
         check_sealing(runner)
         if args.worker_id is not None:
             try:
-                runner.worker.name = args.worker_id
+                runner.worker.worker_id = args.worker_id
             except ValueError as exc:
                 raise CliError(f"--worker-id: {exc}", 2) from None
         if args.build_id is not None:

@@ -6,7 +6,7 @@
 - ``context.py``: :class:`JobContext`, what the job's ``run`` sees (steps,
   children, durable waits, progress, the lease), and its blocking twin;
 - ``admission.py``: what an attempt asks before the run's code starts (a
-  slot of its concurrency key, its rate limit's turn) and tells when it
+  slot of its concurrency key, its rate limit's start) and tells when it
   ends, over :mod:`stepstone.limits`;
 - ``scope.py``: one attempt's bookkeeping, shared by the context, the
   waits, the admission and the attempt;

@@ -16,17 +16,17 @@ queue, the attempt not counted, holding no worker):
    crashed holder's slot lapses a lease after its lease (at once for the
    run's own next claim, which takes its entry over); it is released when
    the code ends, however it ends (:meth:`Admitted.leave`).
-2. **Its turn under its type's rate limit**, if the type has one, once per
-   attempt. A turn still to come is recorded as a memo of the run
+2. **Its start under its type's rate limit**, if the type has one, once per
+   attempt. A start still to come is recorded as a memo of the run
    (``!rate.<attempt>``) and the run suspends until it (``rate_limited``),
-   keeping its slot meanwhile (carried to a lease past the turn), so it
-   starts at its turn without asking again and without queueing for its key
-   twice. A turn taken at once is recorded only if the run suspends later in
+   keeping its slot meanwhile (carried to a lease past the start), so it
+   starts then without asking again and without queueing for its key
+   twice. A start taken at once is recorded only if the run suspends later in
    the attempt (:meth:`Admitted.suspending`): a sleep does not cost a second
-   turn.
+   start.
 
 Whoever frees a slot (a release, a lapsed holder dropped, a run that ended
-without its code running) wakes the runs whose turn has come
+without its code running) wakes the runs next in line
 (:class:`~stepstone.runtime.capabilities.Waking`); a wake that finds no job
 gives the place to the next. A queue that cannot wake (SQS) leaves waiting
 runs to look again every ``wait_recheck`` seconds.
@@ -78,7 +78,7 @@ class Limits:
     ``wait_recheck`` bounds a wait for a slot (the safety net for a lost
     wake; the first run in line looks again after ``grace``); ``grace`` is
     how long a woken run has to come before it is woken again, and how long
-    past its rate turn a run keeps its slot (the lease).
+    past its rate limit start a run keeps its slot (the lease).
     """
 
     def __init__(
@@ -130,7 +130,7 @@ class Limits:
         self._job_types[job_type.NAME] = job_type
 
     async def admit(self, job_type: type[Job[Any]], job: Job[Any], run: AttemptScope) -> Admitted:
-        """Let the run in, holding a slot of its key and its rate turn; or
+        """Let the run in, holding a slot of its key and its rate limit start; or
         raise Suspend when it must wait for them (see the module docstring)."""
         admitted = Admitted()
         key = _checked(job.concurrency_key(), job_type, "concurrency_key")
@@ -139,7 +139,7 @@ class Limits:
         if job_type.rate_limit is None:
             return admitted
         try:
-            await self._take_turn(job_type, job_type.rate_limit, job, run, admitted)
+            await self._take_start(job_type, job_type.rate_limit, job, run, admitted)
         except Suspend as suspend:
             if admitted.slot is not None:
                 await admitted.slot.keep_until(suspend.until + self.grace)
@@ -194,7 +194,7 @@ class Limits:
     async def _wake(
         self, table: SharedObject[slots.SlotTable], waking: Waking, runs: tuple[str, ...]
     ) -> None:
-        """Wake ``runs``: their turn for a slot has come. A run whose job is
+        """Wake ``runs``: a slot has come free for them. A run whose job is
         gone gives its place to the next. A wake that fails is logged: the run
         is woken again by the next change of the key after ``grace``, or looks
         again by itself after ``wait_recheck``."""
@@ -251,7 +251,7 @@ class Limits:
         held.stop_renewing = lease.also_renew(held.renew)
         return held
 
-    async def _take_turn(
+    async def _take_start(
         self,
         job_type: type[Job[Any]],
         limit: rate.RateLimit,
@@ -262,10 +262,10 @@ class Limits:
         memo = Memo(
             run, str(run.attempt.delivery.attempt), _FLOAT, internal="rate", positioned=False
         )
-        found, turn = await memo.lookup()
-        if found and not _real_turn(turn, self._clock.now(), limit):
+        found, start = await memo.lookup()
+        if found and not _real_start(start, self._clock.now(), limit):
             log.warning(
-                "run %s: its rate limit turn %r could not be real: asking again", run.run_id, turn
+                "run %s: its rate limit start %r could not be real: asking again", run.run_id, start
             )
             found = False
         if not found:
@@ -282,19 +282,19 @@ class Limits:
                     )
                 return rate.reserve(current, job=job_type.NAME, key=rate_key, limit=limit, now=now)
 
-            turn = await state.update(reserve)
-            if turn <= self._clock.now():
-                admitted.unrecorded_turn = (memo, turn)
+            start = await state.update(reserve)
+            if start <= self._clock.now():
+                admitted.unrecorded_start = (memo, start)
                 return
-            turn = await memo.record(turn)
-        if turn > self._clock.now():
-            when = datetime.fromtimestamp(turn, UTC).isoformat(timespec="milliseconds")
-            raise Suspend(turn, Wait(JobStatus.RATE_LIMITED, f"its turn at {when}"))
+            start = await memo.record(start)
+        if start > self._clock.now():
+            when = datetime.fromtimestamp(start, UTC).isoformat(timespec="milliseconds")
+            raise Suspend(start, Wait(JobStatus.RATE_LIMITED, f"rate limited until {when}"))
 
 
-def _real_turn(turn: object, now: float, limit: rate.RateLimit) -> bool:
-    """Whether a recorded turn is a time its limit could have given."""
-    return isinstance(turn, float) and rate.real(rate.RateState("", None, turn), limit, now)
+def _real_start(start: object, now: float, limit: rate.RateLimit) -> bool:
+    """Whether a recorded start is a time its limit could have given."""
+    return isinstance(start, float) and rate.real(rate.RateState("", None, start), limit, now)
 
 
 def _checked(key: object, job_type: type[Job[Any]], method: str) -> str | None:
@@ -332,7 +332,7 @@ class HeldSlot:
 
     async def keep_until(self, until: float) -> None:
         """Keep the slot, unrenewed, until ``until``: the run suspends for its
-        rate turn, and its next claim takes the slot over."""
+        rate limit start, and its next claim takes the slot over."""
         self.stop_renewing()
         await self._carry(until)
 
@@ -350,16 +350,16 @@ class Admitted:
 
     def __init__(self) -> None:
         self.slot: HeldSlot | None = None
-        self.unrecorded_turn: tuple[Memo, float] | None = None
-        """A rate turn taken at once: recorded only if the run suspends."""
+        self.unrecorded_start: tuple[Memo, float] | None = None
+        """A rate limit start taken at once: recorded only if the run suspends."""
 
     async def suspending(self) -> None:
-        """The run suspends: record its rate turn, so that it does not take
+        """The run suspends: record its rate limit start, so that it does not take
         another when it comes back in this attempt."""
-        if self.unrecorded_turn is not None:
-            memo, turn = self.unrecorded_turn
-            self.unrecorded_turn = None
-            await memo.record(turn)
+        if self.unrecorded_start is not None:
+            memo, start = self.unrecorded_start
+            self.unrecorded_start = None
+            await memo.record(start)
 
     async def leave(self) -> None:
         """The run's code has ended (or suspended): release its slot. A

@@ -220,7 +220,7 @@ class AttemptRunner:
                 f"the input does not validate as {job_type.__qualname__}: {exc}"
             ) from exc
         branches.install(asyncio.get_running_loop())
-        # A slot of its concurrency key and its rate limit turn, or Suspend.
+        # A slot of its concurrency key and its rate limit start, or Suspend.
         admitted = await self._limits.admit(job_type, job, scope)
         started_at = self._clock.now()
         ctx = JobContext(scope)
@@ -417,7 +417,7 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]
 async def _check_history_made(scope: AttemptScope) -> None:
     """Once a run's code has ended, note as its divergence (``scope.diverged``)
     a call its history recorded that this attempt never made: a branch or a
-    loop's last turn removed from the code. (Runs recorded before branches
+    loop's last iteration removed from the code. (Runs recorded before branches
     existed are not checked, as they were not.)"""
     keys = scope.memo_keys
     if keys is None or not scope.numbered or scope.diverged is not None:

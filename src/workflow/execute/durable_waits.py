@@ -14,7 +14,7 @@ so a replay decides the same:
 - a wait for an event records its deadline (``!deadline.<name>@n``) and the
   event it took, or that it timed out (``!event.<name>@n``): a replay sees
   the same payload, and a run takes each event once (waits for one name
-  made at once take turns: :class:`~stepstone.execute.scope.EventTurn`);
+  made at once decide one at a time: ``AttemptScope.event_lock``);
 - awaiting children records nothing: their outcome records are the answer,
   and the wait names the children still running, so that only the last of
   them (or one that fails) wakes the run.
@@ -126,7 +126,7 @@ async def wait_for_event(
     # same numbers in every replay, whichever of them it ends up reading.
     taken = Memo(run, name, _ANY, internal="event")
     limit = Memo(run, name, _FLOAT, internal="deadline")
-    async with run.event_turn(name).lock:  # (see EventTurn: concurrent waits for one name)
+    async with run.event_lock(name):  # (concurrent waits for one name: see event_lock)
         run.check_going()  # (another wait for the name suspended the run meanwhile)
         found, recorded = await taken.lookup()
         deadline = math.inf

@@ -60,7 +60,7 @@ class Memo:
         of this run (:mod:`stepstone.execute.branches`). An ``internal`` memo
         (a wait's, ``internal="sleep"``) is a call of that sort. A
         ``positioned`` memo takes its branch's next position; one that is
-        not (a rate limit's turn, which belongs to an attempt, not to the
+        not (a rate limit's start, which belongs to an attempt, not to the
         run's history) is keyed by name, ``!rate.2@1``. ``args``: a step's
         arguments' fingerprint (:mod:`stepstone.records.fingerprint`).
         ``sealed``: its value is a payload, sealed by the run's codecs

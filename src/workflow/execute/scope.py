@@ -37,14 +37,6 @@ PROGRESS_INTERVAL = 1.0
 always written before the run settles."""
 
 
-class EventTurn:
-    """Concurrent waits for one event name (``asyncio.gather``) take turns
-    deciding (``lock``), so each takes an event the ones before it did not."""
-
-    def __init__(self) -> None:
-        self.lock = asyncio.Lock()
-
-
 class StreamState:
     """What an attempt knows of one of its run's streams: the offsets it
     takes next (None until it knows where the stream ends), and whether the
@@ -164,12 +156,14 @@ class AttemptScope:
         self.recorded_takes: dict[str, str | None] = {}
         """The events recorded waits took, by their memos' key segments,
         as read ahead of their replay (:mod:`stepstone.execute.durable_waits`)."""
-        self._event_turns: dict[str, EventTurn] = {}
+        self._event_locks: dict[str, asyncio.Lock] = {}
         self._streams: dict[str, StreamState] = {}
 
-    def event_turn(self, name: str) -> EventTurn:
-        """The turns of this attempt's waits for event ``name``."""
-        return self._event_turns.setdefault(name, EventTurn())
+    def event_lock(self, name: str) -> asyncio.Lock:
+        """Held by this attempt's wait for event ``name`` while it decides:
+        concurrent waits for one name (``asyncio.gather``) decide one at a
+        time, so each takes an event the ones before it did not."""
+        return self._event_locks.setdefault(name, asyncio.Lock())
 
     def stream_state(self, name: str) -> StreamState:
         """What this attempt knows of the run's stream ``name``."""

@@ -7,14 +7,14 @@ compare-and-swap (:mod:`stepstone.limits.shared`); the tests drive
 The rule is GCRA, the generic cell rate algorithm (a token bucket kept as
 one time instead of a count). With ``interval = per / count``, the state is
 ``tat``, the time the next run would start if runs kept exactly to the rate.
-A run that asks at ``now`` is given the turn ``max(now, tat - (burst - 1) *
-interval)``, and ``tat`` moves on by one interval. Every run gets a turn,
-in the order it asked: one whose turn is later waits for it (suspended,
+A run that asks at ``now`` is given the start ``max(now, tat - (burst - 1) *
+interval)``, and ``tat`` moves on by one interval. Every run gets a start,
+in the order it asked: one whose start is later waits for it (suspended,
 holding no worker) and then starts without asking again, so waiting runs
 never race each other for a token that has come free.
 
-What it guarantees for the turns it gives: over any span of time ``L``, at
-most ``ceil(L / interval) + burst - 1`` turns fall in it, so with the
+What it guarantees for the starts it gives: over any span of time ``L``, at
+most ``ceil(L / interval) + burst - 1`` starts fall in it, so with the
 default ``burst=1`` at most ``count`` per ``per``; over a long stretch,
 exactly the rate.
 """
@@ -58,7 +58,7 @@ class RateLimit:
         return self.per.total_seconds() / self.count
 
     def most_in(self, span: float) -> int:
-        """The most turns any span of ``span`` seconds can hold."""
+        """The most starts any span of ``span`` seconds can hold."""
         return math.ceil(span / self.interval) + self.burst - 1
 
 
@@ -75,16 +75,16 @@ class RateState:
 def reserve(
     state: RateState | None, *, job: str, key: str | None, limit: RateLimit, now: float
 ) -> tuple[RateState, float]:
-    """The new state, and the turn of a run that asks at ``now``. A state that
+    """The new state, and the start of a run that asks at ``now``. A state that
     could not be real (:func:`real`) is started afresh, as if absent."""
     tat = now if state is None or not real(state, limit, now) else max(state.tat, now)
-    turn = max(now, tat - (limit.burst - 1) * limit.interval)
-    return RateState(job, key, tat + limit.interval), turn
+    start = max(now, tat - (limit.burst - 1) * limit.interval)
+    return RateState(job, key, tat + limit.interval), start
 
 
 def real(state: RateState, limit: RateLimit, now: float) -> bool:
     """Whether ``state`` could have been written by runs keeping to ``limit``:
-    its ``tat`` a number, and no further ahead of now than the turns of
+    its ``tat`` a number, and no further ahead of now than the starts of
     ``plausible.MAX_COUNT`` runs waiting (nor than ``plausible.WINDOW``). A
     NaN would switch the limit off, an ``inf`` fail every run, a time
     centuries ahead hold them all."""

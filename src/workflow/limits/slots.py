@@ -41,7 +41,7 @@ The rules:
 - **One entry per run.** A run is claimed by one worker at a time, so a
   live holder entry of the same run under another token belongs to an
   earlier claim of it that has ended without releasing (it suspended for
-  its rate limit turn holding its slot, or its release failed): the new
+  its rate limit start holding its slot, or its release failed): the new
   claim takes it over, whoever waits. (An earlier claim whose lease lapsed
   has a lapsed entry too: they are renewed together.)
 """
@@ -110,7 +110,7 @@ class SlotDecision:
     ahead: int = 0
     """acquire, when it must wait: how many runs wait ahead of it."""
     wake: tuple[str, ...] = ()
-    """Runs to wake: their turn has come."""
+    """Runs to wake: a slot is theirs."""
 
 
 def acquire(
@@ -228,7 +228,7 @@ def _woken_time(at: float, now: float, grace: float) -> bool:
 
 
 def _woken(table: SlotTable, held: bool, now: float, grace: float) -> SlotDecision:
-    """Mark the waiters whose turn has come as woken; name those to wake now."""
+    """Mark the waiters next in line as woken; name those to wake now."""
     wake: list[str] = []
     waiters = list(table.waiters)
     for index, waiter in enumerate(waiters[: table.free]):

@@ -46,7 +46,7 @@ OUTSIDE_HISTORY = (
     CALLBACK_TAKE_MEMO,
 )
 """The starts of the keys of memos keyed by name that are no call of the
-run's history: a rate limit's turn, a patch decision, a wait for a version,
+run's history: a rate limit's start, a patch decision, a wait for a version,
 a note of changed arguments, what a callback's wait took, an attribute's mark."""
 
 CALLS = (

@@ -31,7 +31,7 @@ of a branch (:func:`position_key`), and names its call in its record; memos writ
 before positions existed are keyed by the step's name (``charge``,
 ``charge@2``) and a wait's own memos by theirs (``!sleep@1``,
 ``!event.approval@1``, still so for memos outside the history, such as a
-rate limit's turn). ``#`` and ``!`` are characters percent-encoding never
+rate limit's start). ``#`` and ``!`` are characters percent-encoding never
 leaves in a step name, so none of these can collide with a step's. Every
 key fits every backend, whatever the name: a name's key segment is at most 255 bytes (a filesystem's
 NAME_MAX; a longer name keeps a readable head and a hash of the whole), and

@@ -13,7 +13,7 @@ behind would take the next submit of its key, which would then wait on a run
 nobody runs and no outcome ends. The tombstone keeps a zombie of the swept
 run from recording a late outcome for the key's next run to find (see
 :mod:`stepstone.records.outcome`); the sweep deletes it once it is past the
-window in turn.
+window in its own time.
 
 A cancelled run's live children are cancelled before it goes (its cancel
 may have been cut short before them: :mod:`stepstone.records.cancels`),
@@ -25,7 +25,7 @@ must find its outcome, not a tombstone that would run it afresh. It goes in
 the first sweep after the last of them ends.
 
 Runs are swept REMOVE_AT_ONCE at a time: one after the other, each removal
-waits its turn on a busy event loop (or a round trip to S3), and a sweep
+waits on a busy event loop (or a round trip to S3), and a sweep
 that removes fewer runs a second than finish falls behind for good while
 the store, and every listing in it, grows.
 

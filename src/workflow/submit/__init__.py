@@ -10,7 +10,7 @@
   process's worker need not look for their outcome again;
 - ``hand_off.py``: a job written claimed for this process's worker when it
   is ready for it;
-- ``turns.py``: a loop of awaited submits gives the event loop a turn;
+- ``loop_yields.py``: a loop of awaited submits yields to the event loop;
 - ``many.py``: ``submit_many``, the same answers for a batch in fewer requests;
 - ``events.py``: ``send_event``, an event delivered to a live run;
 - ``debouncing.py``: debounced submits, one run for the submits of a key

@@ -73,13 +73,13 @@ class SubmitOptions:
     idempotency key or a child."""
     fairness_key: str | None = None
     """The tenant (a customer, a source) the run is claimed fairly for:
-    among ready runs of one priority, claims take turns across fairness
+    among ready runs of one priority, claims go round-robin across fairness
     keys, so one key's backlog does not hold another's runs back
     (docs/concepts.md, "Fairness between tenants"). 1 to 128 printable
     ASCII characters without spaces. None: the runs without a key, which
-    take their turns as one key."""
+    are served as one key."""
     fairness_weight: int | None = None
-    """The key's share of the turns, 1 (the default) to 1000: a key of
+    """The key's share of the claims, 1 (the default) to 1000: a key of
     weight 3 gets three claims for every one of a key of weight 1 while both
     have runs ready. Needs ``fairness_key``."""
 

@@ -25,8 +25,8 @@ A job without a key gets a fresh random run id and is simply enqueued.
 
 The other parts of a submit have modules of their own: the submission
 checked and encoded (:mod:`stepstone.submit.submission`), the hand-off to
-this process's worker (:mod:`stepstone.submit.hand_off`), event-loop turns
-(:mod:`stepstone.submit.turns`), and a batch (:mod:`stepstone.submit.many`).
+this process's worker (:mod:`stepstone.submit.hand_off`), yields to the event loop
+(:mod:`stepstone.submit.loop_yields`), and a batch (:mod:`stepstone.submit.many`).
 """
 
 from __future__ import annotations
@@ -54,10 +54,10 @@ from stepstone.submit.created_here import CreatedHere
 from stepstone.submit.debouncing import Debouncer
 from stepstone.submit.hand_off import HandOff
 from stepstone.submit.look_first import LookFirst
+from stepstone.submit.loop_yields import LoopYields
 from stepstone.submit.options import SubmitOptions
 from stepstone.submit.singletons import Singletons
 from stepstone.submit.submission import Submission
-from stepstone.submit.turns import Turns
 
 log = logging.getLogger("stepstone")
 
@@ -109,7 +109,7 @@ class Submitter:
         self._answers = answers
         self._created_here = created_here
         self._hand_off = hand_off
-        self._turns = Turns()
+        self._yields = LoopYields()
         self.debouncer = Debouncer(
             store=records.store,
             layout=records.layout,
@@ -139,7 +139,7 @@ class Submitter:
         id) is the id it runs under, keyed like an idempotency key makes it,
         in place of the job's own key; ``parent`` names the run that submits
         it as a child, to wake when it ends. See the module docstring."""
-        self._turns.begin()
+        self._yields.begin()
         s = Submission.of(job, options, run_id, parent)
         policy, key = type(job).singleton, None
         if policy not in (None, Singleton.QUEUE):
@@ -150,7 +150,7 @@ class Submitter:
             handle = await self.singletons.submit(s, policy, key)
         else:
             handle = await self.submit_one(s)
-        await self._turns.end()
+        await self._yields.end()
         if parent is not None and handle.newly_submitted:
             await self._unless_parent_cancelled(parent, handle)
         return handle

@@ -1,5 +1,5 @@
 """Submits let the event loop run: a loop of awaited submits holds it at most
-about ``TURN_EVERY`` without a turn.
+about ``YIELD_EVERY`` without yielding.
 
 On files (and in memory) a submit is usually answered without waiting for
 anything, and a coroutine that never waits never lets another task run: a
@@ -15,7 +15,7 @@ from collections.abc import Callable
 import pytest
 from wf_jobs import RUNNER_JOBS, Adder, Counters, GatedKeyed
 
-import stepstone.submit.turns as submit_turns
+import stepstone.submit.loop_yields as loop_yields
 from stepstone import JobRunner
 
 pytestmark = pytest.mark.parametrize(
@@ -25,32 +25,32 @@ pytestmark = pytest.mark.parametrize(
 SUBMITS = 200
 MAX_HELD = 60
 """Submits in a row that may let nothing run: far more than fit in
-``TURN_EVERY``."""
+``YIELD_EVERY``."""
 
 
-def _count_turns() -> tuple[list[int], asyncio.Task[None]]:
-    turns = [0]
+def _count_loop_passes() -> tuple[list[int], asyncio.Task[None]]:
+    passes = [0]
 
     async def count() -> None:
         while True:
-            turns[0] += 1
+            passes[0] += 1
             await asyncio.sleep(0)
 
-    return turns, asyncio.create_task(count())
+    return passes, asyncio.create_task(count())
 
 
 async def test_a_loop_of_submits_lets_other_tasks_run_every_few_submits(
     make_runner: Callable[..., JobRunner],
 ) -> None:
     async with make_runner(jobs=RUNNER_JOBS) as runner:
-        turns, counter = _count_turns()
+        passes, counter = _count_loop_passes()
         await asyncio.sleep(0)
-        handles, without_a_turn, longest = [], 0, 0
+        handles, without_a_pass, longest = [], 0, 0
         for i in range(SUBMITS):
-            before = turns[0]
+            before = passes[0]
             handles.append(await runner.submit(Adder(a=i, b=1)))
-            without_a_turn = 0 if turns[0] > before else without_a_turn + 1
-            longest = max(longest, without_a_turn)
+            without_a_pass = 0 if passes[0] > before else without_a_pass + 1
+            longest = max(longest, without_a_pass)
         counter.cancel()
         # A millisecond holds a few submits (each takes tens of microseconds
         # at the least), never dozens.
@@ -58,18 +58,18 @@ async def test_a_loop_of_submits_lets_other_tasks_run_every_few_submits(
         assert await asyncio.gather(*handles) == [i + 1 for i in range(SUBMITS)]
 
 
-async def test_a_submit_past_the_stretch_gives_a_turn(
+async def test_a_submit_past_the_stretch_yields_to_the_loop(
     make_runner: Callable[..., JobRunner], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(submit_turns, "TURN_EVERY", 0.0)  # every stretch is long enough
+    monkeypatch.setattr(loop_yields, "YIELD_EVERY", 0.0)  # every stretch is long enough
     async with make_runner(jobs=RUNNER_JOBS) as runner:
-        turns, counter = _count_turns()
+        passes, counter = _count_loop_passes()
         await asyncio.sleep(0)
         ran_during = []
         for i in range(20):
-            before = turns[0]
+            before = passes[0]
             await runner.submit(Adder(a=i, b=1))
-            ran_during.append(turns[0] - before)
+            ran_during.append(passes[0] - before)
         counter.cancel()
         assert min(ran_during) >= 1, ran_during
 

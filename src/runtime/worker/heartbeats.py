@@ -1,17 +1,17 @@
-"""The watch over what is in flight: heartbeats that renew leases, attempt
-timeouts, and checks for cancelled jobs.
+"""Heartbeats over what is in flight: lease renewals, attempt timeouts, and
+checks for cancelled jobs.
 
-The watch keeps its own task (:meth:`Watch.keep`), beside the worker's loop,
-from the worker's start until its drain is over. Each look at every job in
-flight starts a lease renewal whose heartbeat is due, cancels a handler past
-its attempt timeout, and starts a cancellation check of an attempt that has
-run ``cancel_check`` seconds since its last; each of these runs as a task of
-its own, and the watch sleeps until it next has something to do
-(:meth:`Watch.pause`) or is poked (a job claimed, the clock moved). Its own
-task, not a step of the loop's turn: the loop waits on its claims, and a
-claim that takes seconds (S3 answering a burst of conflicts, a slow store)
-must not hold back the renewals of the jobs already running, or their
-leases lapse under a live worker and the jobs run twice.
+The heartbeats keep their own task (:meth:`Heartbeats.keep`), beside the
+worker's loop, from the worker's start until its drain is over. Each look at
+every job in flight starts a lease renewal whose heartbeat is due, cancels a
+handler past its attempt timeout, and starts a cancellation check of an
+attempt that has run ``cancel_check`` seconds since its last; each of these
+runs as a task of its own, and the task sleeps until it next has something
+to do (:meth:`Heartbeats.pause`) or is poked (a job claimed, the clock
+moved). A task of their own, not a step of the loop's round: the loop waits
+on its claims, and a claim that takes seconds (S3 answering a burst of
+conflicts, a slow store) must not hold back the renewals of the jobs already
+running, or their leases lapse under a live worker and the jobs run twice.
 
 Heartbeats go on after a handler returns, while its outcome is recorded and
 it is settled: the lease must outlive the whole attempt. A renewal that
@@ -51,7 +51,7 @@ IsCancelled = Callable[[Delivery], Awaitable[bool]]
 """Asked about an attempt that has run a while: was its job cancelled meanwhile?"""
 
 
-class Watch:
+class Heartbeats:
     """Heartbeats, timeouts and cancellation checks over ``jobs``.
 
     Each job's heartbeat renews it to its ``renew_to`` every ``beat_every``

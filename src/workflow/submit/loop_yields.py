@@ -1,12 +1,13 @@
-"""Event-loop turns for submits: a loop of awaited submits must not hold the loop.
+"""Yields to the event loop for submits: a loop of awaited submits must not
+hold the loop.
 
 On files a submit's writes are usually made on the caller's thread, without
 waiting, and a coroutine that never waits never lets anything else run: a
 loop of awaited submits would hold the loop until its last submit, the jobs
 it handed to this process's worker, lease renewals and every other task
-waiting behind it. So the submit that ends a stretch of ``TURN_EVERY``
-during which the loop did not run gives it one turn before it returns.
-Not every submit: on a fast store a turn costs about what a submit does
+waiting behind it. So the submit that ends a stretch of ``YIELD_EVERY``
+during which the loop did not run yields to it once before it returns.
+Not every submit: on a fast store a yield costs about what a submit does
 (docs/performance.md has the figures).
 """
 
@@ -14,12 +15,12 @@ from __future__ import annotations
 
 import asyncio
 
-TURN_EVERY = 0.001
-"""Seconds submits may hold the event loop without a turn."""
+YIELD_EVERY = 0.001
+"""Seconds submits may hold the event loop without yielding to it."""
 
 
-class Turns:
-    """Gives the event loop a turn once submits have held it ``TURN_EVERY``.
+class LoopYields:
+    """Yields to the event loop once submits have held it ``YIELD_EVERY``.
     A stretch starts with a submit while the loop has run since the last one;
     a callback it schedules ends it when the loop runs again."""
 
@@ -41,7 +42,7 @@ class Turns:
             self._loop = None
 
     async def end(self) -> None:
-        """A submit is done: give the loop a turn if the stretch is long enough."""
+        """A submit is done: yield to the loop if the stretch is long enough."""
         loop = self._loop
-        if loop is not None and loop.time() - self._since >= TURN_EVERY:
+        if loop is not None and loop.time() - self._since >= YIELD_EVERY:
             await asyncio.sleep(0)

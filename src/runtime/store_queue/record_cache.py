@@ -1,11 +1,11 @@
-"""The view: what one StoreQueue instance knows of the records, without asking.
+"""The cache: what one StoreQueue instance knows of the records, without asking.
 
 Requests are what S3 bills, so each instance remembers, for every record it
 wrote or read, its etag, its size and the record itself: id -> :class:`Seen`.
 A job this process enqueued is then claimed, renewed and settled without a
-GET, and a listing that shows an etag the view holds costs nothing more.
+GET, and a listing that shows an etag the cache holds costs nothing more.
 
-The view is bounded (``max_entries``, ``max_bytes`` of payload): past either,
+The cache is bounded (``max_entries``, ``max_bytes`` of payload): past either,
 the least recently filed entries are forgotten and read again if needed. A
 process that only enqueues (a web app submitting jobs) would otherwise
 remember every job it ever submitted.
@@ -13,7 +13,7 @@ remember every job it ever submitted.
 It is indexed as MemoryQueue's records are: one heap by when each entry
 becomes claimable (run-at, lease expiry), one by place in line, entries
 invalidated by a stamp rather than removed. A claim costs O(k log n) for the
-k entries it looks at, not a pass over the view.
+k entries it looks at, not a pass over the cache.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class Seen:
     confirmed: float = field(default_factory=time.monotonic)
     """When (monotonic) this instance last wrote, read or listed this version."""
     stamp: int = 0
-    """Set when filed in the view; heap entries with another stamp are stale."""
+    """Set when filed in the cache; heap entries with another stamp are stale."""
     guessed: bool = False
     """``job`` is inferred from a listed size (a claim elsewhere), not read:
     see :mod:`stepstone.runtime.store_queue.size_hints`."""
@@ -51,7 +51,7 @@ class Seen:
     """This instance wrote this version (so no other process has listed it yet)."""
 
 
-class View(Mapping[str, Seen]):
+class RecordCache(Mapping[str, Seen]):
     """The records one instance knows, by id, in filing order, with the two
     heaps that say which are due and in what order; see the module docstring.
 
@@ -114,15 +114,15 @@ class View(Mapping[str, Seen]):
         self._line.clear()
 
     def file(self, run_id: str, seen: Seen) -> None:
-        """Put an entry in the view and in the heap its state belongs to.
+        """Put an entry in the cache and in the heap its state belongs to.
 
         ``_timed`` orders entries by when they become claimable (run-at,
         lease expiry), ``_line`` orders the claimable ones by place in line.
-        Entries are never removed from a heap when the view changes; a
-        popped one whose stamp is not the view's is skipped.
+        Entries are never removed from a heap when the cache changes; a
+        popped one whose stamp is not the cache's is skipped.
         """
         seen.stamp = next(self._stamps)
-        old = self._entries.pop(run_id, None)  # re-inserted last: the view is in filing order
+        old = self._entries.pop(run_id, None)  # re-inserted last: the cache is in filing order
         self.payload_bytes += _payload_size(seen) - _payload_size(old)
         self._entries[run_id] = seen
         self._bound()
@@ -143,7 +143,7 @@ class View(Mapping[str, Seen]):
             self.forget(next(iter(self._entries)))
 
     def _reindex(self) -> None:
-        """Rebuild both heaps from the view, dropping stale entries."""
+        """Rebuild both heaps from the cache, dropping stale entries."""
         self._timed = []
         self._line.clear()
         for run_id, seen in self._entries.items():
@@ -194,14 +194,14 @@ class View(Mapping[str, Seen]):
         skip: Collection[str] = (),
     ) -> list[str]:
         """Up to ``limit`` ids due now, in the order claims take them (line
-        order, fairness keys taking turns: :mod:`stepstone.runtime.fair_line`),
+        order, fairness keys served round-robin: :mod:`stepstone.runtime.fair_line`),
         of ``kinds`` if given, not in ``skip``."""
         self._promote(now)
 
         def current(run_id: str, stamp: int) -> bool:
             job = self._current(run_id, stamp)
             if job is None:
-                return False  # stale: the view has moved on, and refiled it
+                return False  # stale: the cache has moved on, and refiled it
             if not job.claimable(now):  # only if the clock went back
                 heapq.heappush(self._timed, (job.due, stamp, run_id))
                 return False
@@ -216,12 +216,12 @@ class View(Mapping[str, Seen]):
         return [run_id for run_id, _, _ in self._line.order(limit, current, accept)]
 
     def served(self, job: StoredJob) -> None:
-        """A claim of ``job`` was won: its fairness key's turn moves on."""
+        """A claim of ``job`` was won: its fairness key's share moves on."""
         self._line.served(*fairness_of(job.headers))
 
     def fairness_classes(self) -> set[int]:
         """The classes (:func:`stepstone.runtime.fairness.bucket_of`) of the
-        fairness keys of the due jobs the view holds (some may have been
+        fairness keys of the due jobs the cache holds (some may have been
         claimed since)."""
         return {bucket_of(key) for key in self._line.fairness_keys()}
 
