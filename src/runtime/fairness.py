@@ -105,6 +105,11 @@ def bucket_of(key: str) -> int:
     return 1 + int.from_bytes(digest, "big") % (FAIRNESS_BUCKETS - 2)
 
 
+Pass = int | Fraction
+"""A key's pass: exact, a whole number while every weight is 1 (the common
+case, which then costs no Fraction arithmetic)."""
+
+
 class FairShares:
     """The fairness keys' shares of the claims in one claimer: see the module docstring.
 
@@ -112,18 +117,18 @@ class FairShares:
     changing anything; :meth:`served` records a claim."""
 
     def __init__(self) -> None:
-        self._pass: dict[str, Fraction] = {}
+        self._pass: dict[str, Pass] = {}
         self._last: dict[str, int] = {}
-        self._now = Fraction(0)
+        self._now: Pass = 0
         """``V``: the pass of the last key served, before its claim moved it."""
         self._claims = 0
 
     @property
-    def current(self) -> Fraction:
+    def current(self) -> Pass:
         """``V``, the pass every key is counted at least at."""
         return self._now
 
-    def standing(self, key: str) -> tuple[Fraction, int]:
+    def standing(self, key: str) -> tuple[Pass, int]:
         """``key``'s place in the round-robin: its pass (at least ``V``), then
         when it was last served (0: never); the lowest goes first."""
         return max(self._pass.get(key, self._now), self._now), self._last.get(key, 0)
@@ -132,7 +137,7 @@ class FairShares:
         """Record a claim of one of ``key``'s jobs."""
         start = self.standing(key)[0]
         self._now = start
-        self._pass[key] = start + Fraction(1, max(1, weight))
+        self._pass[key] = start + (1 if weight <= 1 else Fraction(1, weight))
         self._claims += 1
         self._last[key] = self._claims
         if len(self._pass) > _PRUNE_AT:
