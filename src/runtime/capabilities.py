@@ -38,6 +38,8 @@ And what saves requests or latency where a backend can:
   (its long poll does the rest).
 - :class:`PendingHere` (``pending_here``): which runs this process knows
   are not over, so their handles need not poll. MemoryQueue, StoreQueue.
+- :class:`Prefetching` (``give_back``): receives that run ahead of the
+  claims that use them, given back when a worker stops. SqsQueue.
 
 Why SqsQueue lacks two: SQS has no listing of messages, and cannot change a
 message it does not hold, so nothing can make a waiting job due early (the
@@ -146,6 +148,21 @@ class IdleHints(Protocol):
         """Real seconds until a claim would look for other processes' work in
         a way a wait would miss (a StoreQueue's look at its doorbell): how
         long an idle worker may sleep at most. None: whenever it polls."""
+
+
+@runtime_checkable
+class Prefetching(Protocol):
+    """A queue whose receives run ahead of the claims that use them (an
+    SqsQueue's long polls still out when their claim returned): a worker
+    that stops asks it to give back what they brought, so those jobs are
+    claimable by others at once, not after their leases, with no attempt
+    and no lapse spent."""
+
+    @abc.abstractmethod
+    async def give_back(self) -> None:
+        """Wait out the receives still running (at most their long-poll
+        wait) and put back, uncounted, every job they brought that no claim
+        took. The queue stays usable: a later claim receives again."""
 
 
 @runtime_checkable

@@ -22,6 +22,7 @@ from stepstone.runtime.queue import DEFAULT_MAX_ATTEMPTS, Delivery
 from stepstone.runtime.sqs import SqsQueue, SqsUnsupported, Tier
 from stepstone.runtime.sqs.message import encode
 from stepstone.runtime.status import QUEUE_STATUSES, JobStatus
+from stepstone.runtime.worker import Attempt, Worker
 from stepstone.store import ObjectStore
 from stepstone.testing import wait_until
 
@@ -584,6 +585,42 @@ async def test_a_closing_queue_gives_back_what_its_background_polls_brought(
     await asyncio.wait_for(brought.wait(), timeout=60)
     unsubscribe()
     await q.close()
+    # (30 s lease: left invisible, it would not come back within the claims below)
+    [again] = await claim_until(producer, within=20)
+    assert (again.payload, again.attempt, again.lapses, again.took_over) == (b"high", 1, 0, False)
+    assert await producer.settle(again, Ack()) == Settlement.ACKED
+
+
+async def test_a_stopping_worker_gives_back_what_its_queues_polls_brought(
+    make_queue: Factory,
+) -> None:
+    """A worker's graceful stop gives back what its queue received ahead of
+    its claims, though the queue itself is left open (a queue the
+    application owns and closes later, or never): the job is visible to
+    the next consumer at once, with no attempt and no lapse spent."""
+    q = await make_queue(wait_time_seconds=5)
+    producer = await make_queue(peer=q)
+    release = asyncio.Event()
+    ran: list[bytes] = []
+
+    async def handle(attempt: Attempt) -> None:
+        ran.append(attempt.delivery.payload)
+        await release.wait()  # holds the worker's one slot: nothing more is claimed
+
+    worker = Worker(q, concurrency=1, lease=30, poll_interval=0.05)
+    worker.register("k", handle)
+    brought = asyncio.Event()
+    unsubscribe = q.subscribe(brought.set)
+    async with worker:
+        await producer.enqueue(b"low", kind="k", priority=9)
+        await wait_until(lambda: ran == [b"low"], timeout=30, message="the first job ran")
+        # The claim's long polls of the other tiers are still out.
+        brought.clear()
+        await producer.enqueue(b"high", kind="k", priority=0)
+        await asyncio.wait_for(brought.wait(), timeout=60)
+        release.set()
+    unsubscribe()
+    assert ran == [b"low"]
     # (30 s lease: left invisible, it would not come back within the claims below)
     [again] = await claim_until(producer, within=20)
     assert (again.payload, again.attempt, again.lapses, again.took_over) == (b"high", 1, 0, False)

@@ -322,15 +322,19 @@ class SqsQueue(LeaseQueue, JobCounts, DeadJobRequeue, IdleHints):
         """Send what the batchers are holding now (close() does this too)."""
         await self._outbox.flush()
 
+    async def give_back(self) -> None:
+        """Wait out background long polls (at most ``wait_time_seconds``) and
+        put back what they brought, uncounted (``Prefetching``)."""
+        for delivery in await self._receiver.polls.wind_down():
+            await self._put_back(delivery)
+
     async def close(self) -> None:
-        """Wait out background long polls (at most ``wait_time_seconds``), put
-        back what they brought uncounted, flush pending batches and close the
-        SQS client."""
+        """Give back what background long polls brought (:meth:`give_back`),
+        flush pending batches and close the SQS client."""
         if not self._sqs.opened:
             return
         try:
-            for delivery in await self._receiver.polls.wind_down():
-                await self._put_back(delivery)
+            await self.give_back()
             await self.flush()
         finally:
             await self._sqs.close()

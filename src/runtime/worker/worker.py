@@ -41,7 +41,7 @@ from stepstone.store.errors import StoreConfigError
 
 from .. import clock as clock_mod
 from ..backoff import Backoff
-from ..capabilities import IdleHints, Reclaiming
+from ..capabilities import IdleHints, Prefetching, Reclaiming
 from ..clock import Clock
 from ..error_text import describe
 from ..observer import WorkerObserver
@@ -407,7 +407,10 @@ class Worker:
 
         In-flight handlers get ``drain_timeout`` seconds (default: the
         worker's) to finish and be settled; the rest are cancelled and their
-        jobs released with the attempt not counted.
+        jobs released with the attempt not counted. On a queue that receives
+        ahead of its claims (``Prefetching``: SQS's long polls), the stop
+        then waits those receives out (at most the long-poll wait) and gives
+        back what they brought.
         """
         task = self._loop_task
         if task is None:
@@ -475,6 +478,7 @@ class Worker:
                 # Threads of drained or timed-out sync handlers cannot be
                 # stopped; don't wait for them (they finish on their own).
                 self._threads.shutdown(wait=False)
+            await self._give_back()
         finally:
             if self._heartbeats_task is not None:
                 self._heartbeats_task.cancel()
@@ -486,6 +490,23 @@ class Worker:
                 await self._presence.stop()  # marked stopped while the id is still held
             self._identity.release()
             logger.info("%s stopped", self.worker_id)
+
+    async def _give_back(self) -> None:
+        """A graceful stop gives back what the queue received ahead of its
+        claims (``Prefetching``): visible to other workers at once, not
+        after their leases. A failure is logged: those jobs come back when
+        their leases lapse, as after a crash."""
+        if not isinstance(self.queue, Prefetching):
+            return
+        try:
+            await self.queue.give_back()
+        except Exception:
+            logger.warning(
+                "%s: could not give back the jobs received ahead of claims; "
+                "they come back when their leases lapse",
+                self.worker_id,
+                exc_info=True,
+            )
 
     def _broken(self, error: StoreConfigError) -> None:
         """Stop for a store that cannot be used as it answers (module docstring)."""
