@@ -54,9 +54,9 @@ def open_local(path: Path) -> FileStore | SqliteStore:
     return SqliteStore(path) if path.suffix == ".db" else FileStore(path)
 
 
-async def run_script(path: Path, *lines: str) -> None:
-    """Run ``lines`` in another process, in an async function holding the
-    local store at ``path`` as ``store``."""
+def script_command(path: Path, *lines: str) -> list[str]:
+    """The command that runs ``lines`` in another process, in an async
+    function holding the local store at ``path`` as ``store``."""
     body = "".join(f"    {line}\n" for line in lines)
     kind = "SqliteStore" if path.suffix == ".db" else "FileStore"
     script = (
@@ -68,7 +68,12 @@ async def run_script(path: Path, *lines: str) -> None:
         "    await store.close()\n"
         "asyncio.run(main())\n"
     )
-    await asyncio.to_thread(subprocess.run, [sys.executable, "-c", script, str(path)], check=True)
+    return [sys.executable, "-c", script, str(path)]
+
+
+async def run_script(path: Path, *lines: str) -> None:
+    """Run :func:`script_command` and wait for it without holding the loop."""
+    await asyncio.to_thread(subprocess.run, script_command(path, *lines), check=True)
 
 
 async def test_a_local_store_tells_of_objects_placed_by_another_process(local: Path) -> None:
@@ -93,6 +98,24 @@ async def test_a_local_store_tells_of_objects_placed_by_another_process(local: P
         await until(lambda: "queue/jobs/c" in heard, "the notice of the last object")
         # The create and the swap of a, then c; nothing of another prefix.
         assert heard == ["queue/jobs/a", "queue/jobs/a", "queue/jobs/c"]
+    finally:
+        stop()
+    await store.close()
+
+
+async def test_a_watch_hears_what_is_placed_as_it_starts(local: Path) -> None:
+    """Notices begin when the watch is asked for: an object another process
+    places right after, before the watch's first look could run (this test
+    holds the event loop while it does), is heard."""
+    store = open_local(local)
+    heard: list[str | None] = []
+    stop = store.watch_changes("queue/jobs/", heard.append)
+    assert stop is not None
+    try:
+        # Blocking on purpose: the watch's first look cannot run meanwhile.
+        command = script_command(local, "await store.put('queue/jobs/early', b'1')")
+        subprocess.run(command, check=True)  # noqa: ASYNC221
+        await until(lambda: "queue/jobs/early" in heard, "the notice of the early object")
     finally:
         stop()
     await store.close()

@@ -49,15 +49,22 @@ def ring(path: str) -> None:
 
 
 def watch(
-    path: str, prefix: str, look: Look, on_change: Callable[[str | None], None]
+    path: str,
+    prefix: str,
+    look: Look,
+    on_change: Callable[[str | None], None],
+    *,
+    since: int | None = None,
 ) -> Callable[[], None] | None:
     """Call ``on_change(key)`` on the running loop for each object placed
     directly under ``prefix`` in the database at ``path`` by any process,
     ``on_change(None)`` when notices were lost; returns the function that
-    stops it, or None where this platform offers no watch. Notices begin
-    with the watch's first look, a moment after the call: what is placed
-    meanwhile goes unheard (the caller's listing finds it)."""
-    watcher = _Watcher(prefix, look, on_change)
+    stops it, or None where this platform offers no watch. ``since``, the
+    number of the last write when the caller asked: notices begin there, so
+    an object placed while the watch starts is heard too. Without it they
+    begin with the watch's first look, a moment after the call, and what is
+    placed meanwhile goes unheard (the caller's listing finds it)."""
+    watcher = _Watcher(prefix, look, on_change, since)
     name = os.path.basename(path)
 
     def rung(names: list[str] | None) -> None:
@@ -74,17 +81,23 @@ def watch(
 class _Watcher:
     """One prefix's looks: where it has looked up to, and one look at a time."""
 
-    def __init__(self, prefix: str, look: Look, on_change: Callable[[str | None], None]) -> None:
+    def __init__(
+        self,
+        prefix: str,
+        look: Look,
+        on_change: Callable[[str | None], None],
+        since: int | None,
+    ) -> None:
         self._prefix = prefix
         self._look = look
         self._on_change = on_change
-        self._seen: int | None = None
+        self._seen = since
         self._watch: inotify.DirectoryWatch | None = None
         self._task: asyncio.Task[None] | None = None
 
     def start(self, watch: inotify.DirectoryWatch) -> None:
         self._watch = watch
-        self.ring()  # (the first look learns where the numbers are, and no more)
+        self.ring()  # (without ``since``, the first look learns where the numbers are, and no more)
 
     def ring(self) -> None:
         """A look now; rings heard meanwhile wait in the kernel until it is done."""

@@ -246,11 +246,27 @@ class SqliteStore(ObjectStore):
         self, prefix: str, on_change: Callable[[str | None], None]
     ) -> Callable[[], None] | None:
         """Notices of objects placed directly under ``prefix`` by any process
-        on this machine (:mod:`stepstone.store.sqlite.notices`); None where
-        the platform has no inotify."""
+        on this machine (:mod:`stepstone.store.sqlite.notices`), from the
+        moment of the call; None where the platform has no inotify."""
         if not prefix.endswith("/"):
             raise ValueError(f"watch_changes takes a prefix ending in '/', got {prefix!r}")
-        return notices.watch(self.path, prefix, self._changes, on_change)
+        since = self._last_write()
+        return notices.watch(self.path, prefix, self._changes, on_change, since=since)
+
+    def _last_write(self) -> int | None:
+        """The number of the last write, read now on the caller's thread (one
+        row; a watch starts once per queue); None if it cannot be read (the
+        watch's first look learns it then)."""
+        try:
+            conn = self._connection()
+        except StoreError:
+            return None
+        try:
+            return db.changes(conn, "", None)[0]
+        except sqlite3.Error:
+            return None
+        finally:
+            self._done_with(conn)
 
     async def _changes(
         self, prefix: str, after: int | None
