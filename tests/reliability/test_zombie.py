@@ -132,8 +132,12 @@ async def test_a_zombie_changes_nothing(tmp_path: Path, root: str, zombie: str) 
         assert stats is not None
         assert stats["succeeded"] == 0 and stats["lost"] >= 1, stats
         if zombie == "heartbeat":
-            # Cancelled at its first heartbeat: it wrote nothing at all.
-            assert [e[0] for e in mine] == ["CLAIMING", "CLAIM", "EXEC"], mine
+            # Cancelled at its first heartbeat: it wrote nothing at all. (Woken,
+            # it may try to claim the run again from what it last knew of its
+            # record: a try the store refuses, CLAIMING with no CLAIM.)
+            kinds = [e[0] for e in mine]
+            assert kinds[:3] == ["CLAIMING", "CLAIM", "EXEC"], mine
+            assert set(kinds[3:]) <= {"CLAIMING"}, mine
         else:
             writes = [(e[0], e[2]) for e in mine if e[0].startswith("MEMO-")]
             assert writes == [

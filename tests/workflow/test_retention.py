@@ -14,7 +14,7 @@ from wf_support import wait_until
 from stepstone import Job, JobContext, JobFailed, JobRunner, JobStatus, Permanent
 from stepstone.ops.actions import purge
 from stepstone.records.retention import REMOVE_AT_ONCE, sweep
-from stepstone.store import MemoryStore
+from stepstone.store import MemoryStore, ObjectInfo
 from stepstone.testing import FakeClock
 
 BOTH_SUBMIT_ORDERS = True  # (conftest: keyed submits also in a remote store's order)
@@ -22,6 +22,7 @@ BOTH_SUBMIT_ORDERS = True  # (conftest: keyed submits also in a remote store's o
 MakeRunner = Callable[..., JobRunner]
 RUNS = 100
 DEADLINE = 10.0
+DAY_SECONDS = 86_400.0
 
 
 class SlowDeletes(MemoryStore):
@@ -97,3 +98,41 @@ async def test_a_swept_dead_run_is_gone_as_a_whole_and_its_key_runs_again(
         again = await runner.submit(FailsFirst(n=1))
         assert again.newly_submitted and again.id == first.id
         assert await again.result(timeout=DEADLINE) == 1
+
+
+class HeldListing(MemoryStore):
+    """A MemoryStore whose first listing of outcomes waits for ``release``:
+    a sweep round caught in the middle."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock=clock.now)
+        self.listing = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def list(
+        self, prefix: str = "", *, start_after: str | None = None, limit: int = 1000
+    ) -> list[ObjectInfo]:
+        if prefix == "outcomes/" and not self.release.is_set():
+            self.listing.set()
+            await self.release.wait()
+        return await super().list(prefix, start_after=start_after, limit=limit)
+
+
+async def test_a_clock_moved_during_a_sweep_round_brings_the_next_round_at_once(
+    clock: FakeClock,
+) -> None:
+    """The sweeper wakes when its clock moves; a move while a round is under
+    way (its cutoff taken before it) must bring the next round due at once,
+    not an interval (up to five minutes) later."""
+    store = HeldListing(clock)
+    runner = JobRunner(store, clock=clock, retention=DAY_SECONDS)
+    async with runner:
+        await asyncio.wait_for(store.listing.wait(), DEADLINE)  # the first round, held
+        await store.put(runner.layout.outcome("a" * 32), b"an outcome")
+        clock.advance(2 * DAY_SECONDS)
+        store.release.set()
+
+        async def tombstoned() -> bool:
+            return (await store.get(runner.layout.outcome("a" * 32))).data != b"an outcome"
+
+        await wait_until(tombstoned, timeout=DEADLINE)

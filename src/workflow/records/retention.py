@@ -132,24 +132,29 @@ class Sweeper:
         clock = self.runs.clock
         next_at = audit_at = index_at = clock.now()
         while True:
-            if clock.now() >= next_at:
+            # Cleared before the round and each next time taken from its
+            # start: a clock moved during a round (a FakeClock's advance)
+            # brings the next round due at once, not an interval later.
+            self._wake.clear()
+            now = clock.now()
+            if now >= next_at:
+                next_at = now + self.interval
                 try:
                     swept = await sweep(self.runs, self.retention)
                     if swept:
                         log.info("retention sweep removed %d finished run(s)", swept)
                 except Exception as exc:
                     log.warning("retention sweep failed (will try again): %s", exc)
-                next_at = clock.now() + self.interval
-            if clock.now() >= index_at:
-                index_at = clock.now() + INDEX_SWEEP_EVERY
+            if now >= index_at:
+                index_at = now + INDEX_SWEEP_EVERY
                 try:
                     removed = await sweep_index(self.runs)
                     if removed:
                         log.info("retention sweep removed %d index entries naming no run", removed)
                 except Exception as exc:
                     log.warning("index sweep failed (will try again): %s", exc)
-            if self.audit_retention is not None and clock.now() >= audit_at:
-                audit_at = clock.now() + self._audit_every
+            if self.audit_retention is not None and now >= audit_at:
+                audit_at = now + self._audit_every
                 try:
                     cutoff = clock.now() - self.audit_retention
                     removed = await audit_log.sweep(self.runs.store, self.runs.layout, cutoff)
@@ -157,7 +162,6 @@ class Sweeper:
                         log.info("retention sweep removed %d audit object(s)", removed)
                 except Exception as exc:
                     log.warning("audit retention sweep failed (will try again): %s", exc)
-            self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 due = min(next_at, index_at)
                 due = due if self.audit_retention is None else min(due, audit_at)
