@@ -17,31 +17,13 @@ import argparse
 import asyncio
 import shutil
 import tempfile
-from typing import ClassVar
 
-from stepstone import Job, JobContext, JobRunner
+from stepstone import JobRunner
 from stepstone.store import open_store
 from stepstone.store.counting import CountingStore
 from stepstone.submit import created_here
 
-
-async def _next(i: int) -> int:
-    return i + 1
-
-
-class W3(Job[int]):
-    """A keyed job of three steps."""
-
-    NAME: ClassVar[str] = "bench.created_here.w3"
-    n: int
-
-    def idempotency_key(self) -> str:
-        return f"w3:{self.n}"
-
-    async def run(self, ctx: JobContext) -> int:
-        a = await ctx.step("a", _next, self.n)
-        b = await ctx.step("b", _next, a)
-        return await ctx.step("c", _next, b)
+from .w3_instructions import W3
 
 
 async def requests_per_job(jobs: int, *, cache: bool) -> dict[str, float]:
