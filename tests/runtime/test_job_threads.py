@@ -10,6 +10,7 @@ import pytest
 
 from stepstone.runtime import MemoryQueue, Worker
 from stepstone.runtime.worker import JobThreads
+from stepstone.testing import wait_until
 
 current: contextvars.ContextVar[str] = contextvars.ContextVar("current", default="unset")
 
@@ -71,9 +72,6 @@ async def test_a_worker_runs_plain_handlers_in_the_threads_it_is_given() -> None
     worker.register("k", lambda attempt: ran_in.append(threading.current_thread().name))
     await queue.enqueue(b"", kind="k")
     async with worker:
-        deadline = asyncio.get_running_loop().time() + 5
-        while worker.stats.succeeded < 1:
-            assert asyncio.get_running_loop().time() < deadline, "the job did not run"
-            await asyncio.sleep(0.005)
+        await wait_until(lambda: worker.stats.succeeded >= 1, timeout=30, message="the job ran")
     threads.shutdown(wait=True)
     assert len(ran_in) == 1 and ran_in[0].startswith("given")

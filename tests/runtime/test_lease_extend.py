@@ -12,6 +12,7 @@ import pytest
 
 from stepstone.runtime import FakeClock, MemoryQueue
 from stepstone.runtime.worker.lease import Lease
+from stepstone.testing import wait_until
 
 
 async def _held(clock: FakeClock) -> tuple[Lease, list[str]]:
@@ -22,15 +23,9 @@ async def _held(clock: FakeClock) -> tuple[Lease, list[str]]:
     return Lease(delivery, queue, clock, lambda: lost.append("lost")), lost
 
 
-async def _until(condition: Callable[[], object], what: str, within: float = 5.0) -> None:
-    """Wait (really) until ``condition`` holds; fail if it does not ``within`` seconds."""
-    deadline = asyncio.get_running_loop().time() + within
-    while True:
-        if condition():
-            return
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting until {what}")
-        await asyncio.sleep(0.001)
+async def _until(condition: Callable[[], object], what: str) -> None:
+    """Wait (really) until ``condition`` holds; fail the test if it never does."""
+    await wait_until(condition, timeout=30, interval=0.001, message=what)
 
 
 async def test_a_slow_slot_renewal_does_not_hold_up_the_lease() -> None:

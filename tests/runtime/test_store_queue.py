@@ -43,6 +43,7 @@ from stepstone.store import MemoryStore, ObjectStore
 from stepstone.store.counting import CONDITIONAL_PUT, CountingStore
 from stepstone.store.doubles.faults import WRITES, FaultyStore
 from stepstone.store.errors import StoreUnavailable
+from stepstone.testing import wait_until
 
 T = TypeVar("T")
 
@@ -1009,10 +1010,7 @@ async def test_an_idle_queue_lists_less_often_until_work_appears(
     async def found() -> bool:
         return len(await q.claim(1, lease=30)) == 1
 
-    deadline = asyncio.get_running_loop().time() + 5
-    while not await found():
-        assert asyncio.get_running_loop().time() < deadline, "the idle queue never looked again"
-        await asyncio.sleep(0.005)
+    await wait_until(found, timeout=30, message="the idle queue to look again")
 
 
 # -- what a process knows without asking -------------------------------------------

@@ -30,6 +30,7 @@ from benchmarks.counting import CountingStore
 from benchmarks.ui_scale import Seeded, ask, seed
 from stepstone import JobRunner
 from stepstone.store.file import FileStore
+from stepstone.testing import wait_until
 from stepstone.ui.app import create_app
 from stepstone.ui.routes import OUTCOME_READS, QUEUE_READS
 
@@ -56,9 +57,11 @@ def paths(store: Seeded) -> dict[str, str]:
 
 async def listed(app: Any) -> None:
     """Once the view's listing of finished runs is complete."""
-    deadline = time.monotonic() + DEADLINE
-    while await app.state.finished.latest(wait=0.05) is None:
-        assert time.monotonic() < deadline, "the listing of finished runs never completed"
+
+    async def complete() -> bool:
+        return await app.state.finished.latest(wait=0.05) is not None
+
+    await wait_until(complete, timeout=DEADLINE, interval=0, message="the listing of finished runs")
 
 
 async def refresh_reads(store: Seeded) -> dict[str, dict[str, int]]:
