@@ -87,10 +87,15 @@ async def test_streams_read_live_lose_and_repeat_nothing_across_sigkills(
         async def read(run_id: str) -> list[str]:
             return [value async for value in api.stream(run_id, "tokens", str)]
 
-        reading = asyncio.ensure_future(asyncio.gather(*(read(handle.id) for handle in handles)))
-        kills = await asyncio.wait_for(keep_going(pool, reading, 7, workers=2), DEADLINE)
-        read_back = await reading
-        results = [await handle.result(timeout=DEADLINE) for handle in handles]
+        async def read_to_the_end() -> tuple[list[list[str]], list[int]]:
+            values = await asyncio.gather(*(read(handle.id) for handle in handles))
+            return values, [await handle.result(timeout=DEADLINE) for handle in handles]
+
+        # The workers are tended until the runs have ended, not only their
+        # streams: a worker may die with a stream closed and its run not done.
+        ending = asyncio.ensure_future(read_to_the_end())
+        kills = await asyncio.wait_for(keep_going(pool, ending, 7, workers=2), DEADLINE)
+        read_back, results = await ending
         stored = [await item_offsets(api, handle.id) for handle in handles]
         await pool.stop_all()
     finally:
