@@ -123,8 +123,8 @@ SQS_CANNOT: dict[str, str] = {
     "test_a_lapsed_lease_is_reclaimed_and_the_old_token_is_fenced_off": _REAL_TIME,
     "test_a_takeover_of_the_last_attempt_counts_lapses_not_attempts": _REAL_TIME,
     "test_nack_retries_after_the_delay_counting_the_attempt": _REAL_TIME,
-    "test_fairness_keys_take_turns_among_ready_jobs_of_one_priority": _SQS_FAIR,
-    "test_fairness_weights_share_the_turns": _SQS_FAIR,
+    "test_fairness_keys_are_served_round_robin_among_ready_jobs_of_one_priority": _SQS_FAIR,
+    "test_fairness_weights_set_each_keys_share_of_claims": _SQS_FAIR,
     "test_priority_goes_before_fairness": _SQS_FAIR,
     "test_a_key_that_went_idle_comes_back_where_it_left_off": _SQS_FAIR,
     "test_an_uncounted_nack_hands_the_attempt_back": _REAL_TIME,
@@ -393,12 +393,12 @@ async def claim_ids(queue: LeaseQueue, count: int) -> list[str]:
     return out
 
 
-async def test_fairness_keys_take_turns_among_ready_jobs_of_one_priority(
+async def test_fairness_keys_are_served_round_robin_among_ready_jobs_of_one_priority(
     queue: LeaseQueue, clock: FakeClock
 ) -> None:
     """One tenant's backlog, queued first, does not hold another's jobs
-    back: the keys take turns, each giving its first job in line; the jobs
-    without a key take their turns as one key."""
+    back: the keys are served round-robin, each giving its first job in line;
+    the jobs without a key are served as one key."""
     for i in range(6):
         await queue.enqueue(b"", id=f"a{i}", headers=tenant("tenant-a"))
         clock.advance(0.01)
@@ -411,7 +411,9 @@ async def test_fairness_keys_take_turns_among_ready_jobs_of_one_priority(
     ]
 
 
-async def test_fairness_weights_share_the_turns(queue: LeaseQueue, clock: FakeClock) -> None:
+async def test_fairness_weights_set_each_keys_share_of_claims(
+    queue: LeaseQueue, clock: FakeClock
+) -> None:
     for i in range(6):
         await queue.enqueue(b"", id=f"a{i}", headers=tenant("tenant-a"))
         await queue.enqueue(b"", id=f"c{i}", headers=tenant("tenant-c", 2))
@@ -435,8 +437,8 @@ async def test_priority_goes_before_fairness(queue: LeaseQueue, clock: FakeClock
 async def test_a_key_that_went_idle_comes_back_where_it_left_off(
     queue: LeaseQueue, clock: FakeClock
 ) -> None:
-    """A key gains no credit while it has nothing ready: it takes its turn
-    again, not a run of turns to make up for the time it was idle."""
+    """A key gains no credit while it has nothing ready: it is served once
+    in its round again, not several times to make up for the time it was idle."""
     await queue.enqueue(b"", id="b0", headers=tenant("tenant-b"))
     for i in range(4):
         await queue.enqueue(b"", id=f"a{i}", headers=tenant("tenant-a"))
@@ -1072,13 +1074,13 @@ async def test_a_cancel_in_one_process_fences_the_holder_in_another(backend: Bac
 
 
 @store_only
-async def test_a_tenant_another_process_enqueued_takes_its_turn_before_a_backlog_is_read(
+async def test_a_tenant_another_process_enqueued_is_served_before_a_backlog_is_read(
     backend: Backend, clock: FakeClock
 ) -> None:
     """A process knows another's jobs only once it reads them, and reads
     only what its claims need; a record's listed size says its key's class,
     so a tenant's jobs listed beside another tenant's backlog are read, and
-    take their turns, long before that backlog is read through."""
+    are served, long before that backlog is read through."""
     assert bucket_of("tenant-a") != bucket_of("tenant-b")  # (else read in line order)
     a, b = backend.make(), backend.make(claim_jitter=0.0)
     await a.enqueue_many(

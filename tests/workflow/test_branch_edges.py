@@ -145,13 +145,13 @@ class Loop(Job[int]):
     """A branch calling one step three times, then a wait."""
 
     NAME: ClassVar[str] = "edges.loop"
-    turns: ClassVar[int] = 3
+    iterations: ClassVar[int] = 3
 
     async def run(self, ctx: JobContext) -> int:
         async def looping() -> int:
-            for i in range(self.turns):
-                await ctx.step("turn", hit(ctx, f"turn{i}"))
-            return self.turns
+            for i in range(self.iterations):
+                await ctx.step("iteration", hit(ctx, f"iteration{i}"))
+            return self.iterations
 
         done = await asyncio.create_task(looping())
         await ctx.wait_for_event("go")
@@ -160,10 +160,10 @@ class Loop(Job[int]):
 
 class ShorterLoop(Loop):
     NAME: ClassVar[str] = "edges.loop"
-    turns: ClassVar[int] = 2
+    iterations: ClassVar[int] = 2
 
 
-async def test_a_loop_cut_short_in_a_branch_fails_naming_the_turn_it_never_made(
+async def test_a_loop_cut_short_in_a_branch_fails_naming_the_iteration_it_never_made(
     make_runner: Callable[..., JobRunner],
 ) -> None:
     async with make_runner(jobs=[Loop]) as old:
@@ -174,7 +174,7 @@ async def test_a_loop_cut_short_in_a_branch_fails_naming_the_turn_it_never_made(
         with pytest.raises(JobFailed) as failed:
             await new.handle(handle.id, ShorterLoop).result(timeout=10)
     assert "diverged at position 3 of branch 1" in failed.value.message
-    assert "recorded step 'turn'" in failed.value.message
+    assert "recorded step 'iteration'" in failed.value.message
 
 
 class PatchInBranch(Job[list[bool]]):

@@ -158,7 +158,7 @@ async def test_starts_keep_to_the_rate_limit(
         handles = [await runner.submit(Paced(n=i)) for i in range(5)]
         for started in range(1, 6):
             await wait_until(lambda n=started: len(tracker.started) >= n, message="a start")  # type: ignore[misc]
-            assert len(tracker.started) == started  # nobody ahead of their turn
+            assert len(tracker.started) == started  # nobody ahead of their start
             await advance(clock, 0.5)
         outcomes = [await h.join(timeout=10) for h in handles]
     assert sorted(o.result - t0 for o in outcomes if o.result is not None) == [
@@ -184,15 +184,15 @@ async def test_a_rate_limit_key_gives_each_key_its_own_rate(
     assert sorted(starts[0::2]) == sorted(starts[1::2]) == [0.0, 1.0]
 
 
-async def test_a_run_waiting_for_its_turn_shows_it(
+async def test_a_run_waiting_for_its_start_shows_it(
     make_limited: Callable[..., JobRunner], clock: FakeClock, tracker: Tracker
 ) -> None:
     async with make_limited(concurrency=8) as runner:
         await runner.submit(Paced(n=0))
-        await wait_until(lambda: len(tracker.started) == 1, message="the first takes its turn")
+        await wait_until(lambda: len(tracker.started) == 1, message="the first starts")
         second = await runner.submit(Paced(n=1))
         await wait_until(
-            lambda: _is(runner, second.id, JobStatus.RATE_LIMITED), message="it waits its turn"
+            lambda: _is(runner, second.id, JobStatus.RATE_LIMITED), message="it waits for its start"
         )
         state = await runner.status(second.id)
         assert state is not None and state.waiting_for is not None
@@ -202,17 +202,19 @@ async def test_a_run_waiting_for_its_turn_shows_it(
         await second.result(timeout=10)
 
 
-async def test_a_run_that_sleeps_after_its_turn_does_not_take_another(
+async def test_a_run_that_sleeps_after_its_start_does_not_take_another(
     make_limited: Callable[..., JobRunner], clock: FakeClock, tracker: Tracker
 ) -> None:
-    # One start a minute: the sleeper's turn is t0, the next run's t0 + 60; a
-    # turn the sleeper took again on resuming would be t0 + 120.
+    # One start a minute: the sleeper's start is t0, the next run's t0 + 60; a
+    # start the sleeper took again on resuming would be t0 + 120.
     async with make_limited(concurrency=8) as runner:
         t0 = clock.now()
         sleeper = await runner.submit(SlowlyPaced(n=0, sleep=5.0))
         await wait_until(lambda: _is(runner, sleeper.id, JobStatus.SLEEPING), message="it sleeps")
         later = await runner.submit(SlowlyPaced(n=1))
-        await wait_until(lambda: _is(runner, later.id, JobStatus.RATE_LIMITED), message="a turn")
+        await wait_until(
+            lambda: _is(runner, later.id, JobStatus.RATE_LIMITED), message="rate limited"
+        )
         await advance(clock, 5.0)
         assert await sleeper.result(timeout=10) == t0  # it went on at once
         await advance(clock, 55.0)

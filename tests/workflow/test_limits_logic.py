@@ -113,7 +113,7 @@ def test_a_lapsed_holder_nobody_acted_on_may_still_renew() -> None:
 
 
 def test_a_new_claim_of_a_run_takes_its_live_slot_over_ahead_of_the_line() -> None:
-    # "a" suspended for its rate limit turn keeping its slot; "b" waits.
+    # "a" suspended for its rate limit's start keeping its slot; "b" waits.
     table = take(take(None, "a").table, "b").table
     back = acquire(table, limit=1, run="a", token="second-claim", until=50.0, now=10.0)
     assert back.held and back.table is not None
@@ -155,36 +155,36 @@ def test_a_table_that_does_not_decode_names_its_key(fields: Any) -> None:
 # -- rate limits ------------------------------------------------------------------
 
 
-def turns(limit: RateLimit, asked_at: list[float]) -> list[float]:
+def starts(limit: RateLimit, asked_at: list[float]) -> list[float]:
     state = None
     given = []
     for now in asked_at:
-        state, turn = rate.reserve(state, job="t", key=None, limit=limit, now=now)
-        given.append(turn)
+        state, start = rate.reserve(state, job="t", key=None, limit=limit, now=now)
+        given.append(start)
     return given
 
 
-def test_runs_asking_at_once_get_turns_one_interval_apart() -> None:
-    assert turns(RateLimit(4, per=timedelta(seconds=1)), [0.0] * 5) == [0.0, 0.25, 0.5, 0.75, 1.0]
+def test_runs_asking_at_once_get_starts_one_interval_apart() -> None:
+    assert starts(RateLimit(4, per=timedelta(seconds=1)), [0.0] * 5) == [0.0, 0.25, 0.5, 0.75, 1.0]
 
 
 def test_a_burst_starts_at_once_then_keeps_to_the_rate() -> None:
     limit = RateLimit(2, per=timedelta(seconds=1), burst=3)
-    assert turns(limit, [0.0] * 5) == [0.0, 0.0, 0.0, 0.5, 1.0]
+    assert starts(limit, [0.0] * 5) == [0.0, 0.0, 0.0, 0.5, 1.0]
 
 
 def test_a_quiet_spell_does_not_bank_more_than_the_burst() -> None:
     limit = RateLimit(10, per=timedelta(seconds=1), burst=2)
-    assert turns(limit, [0.0, 100.0, 100.0, 100.0]) == [0.0, 100.0, 100.0, 100.1]
+    assert starts(limit, [0.0, 100.0, 100.0, 100.0]) == [0.0, 100.0, 100.0, 100.1]
 
 
 @pytest.mark.parametrize("burst", [1, 3])
-def test_no_span_holds_more_turns_than_the_limit_says(burst: int) -> None:
+def test_no_span_holds_more_starts_than_the_limit_says(burst: int) -> None:
     limit = RateLimit(5, per=timedelta(seconds=2), burst=burst)
     asked = [i * 0.05 for i in range(40)] + [3.0] * 20 + [30.0 + i for i in range(5)]
-    given = sorted(turns(limit, asked))
+    given = sorted(starts(limit, asked))
     for span in (0.4, 1.0, 2.0, 7.0):
-        # (Less a nanosecond: turns are sums of float intervals, off by 1e-16.)
+        # (Less a nanosecond: starts are sums of float intervals, off by 1e-16.)
         most = max(sum(1 for t in given if start <= t < start + span - 1e-9) for start in given)
         assert most <= limit.most_in(span)
     assert limit.most_in(2.0) == 5 + burst - 1
@@ -257,7 +257,7 @@ def test_a_rate_state_that_could_not_be_real_starts_afresh(tat: float) -> None:
     assert state is not None and not rate.real(state, limit, NOW)
     given = []
     for _ in range(3):
-        state, turn = rate.reserve(state, job="t", key=None, limit=limit, now=NOW)
-        given.append(turn)
+        state, start = rate.reserve(state, job="t", key=None, limit=limit, now=NOW)
+        given.append(start)
     assert given == [NOW, NOW + 0.25, NOW + 0.5]
     assert rate.real(state, limit, NOW)
