@@ -5,7 +5,7 @@ a SqliteStore and S3 (moto), and on SqsQueue over moto's SQS except where ``SQS_
 says why not. Time is a FakeClock throughout: nothing sleeps. The inspection
 section checks the capabilities of stepstone.runtime.capabilities on the backends
 that offer them. The last section runs two StoreQueue instances on one
-store, standing in for two processes: each has its own view and learns the
+store, standing in for two processes: each has its own record cache and learns the
 other's work only through the store.
 """
 
@@ -1016,7 +1016,7 @@ async def test_a_job_enqueued_by_one_process_is_claimed_by_another(backend: Back
     await a.enqueue(b"from a", id="j", kind="k", headers={"h": "1"})
     d = await claim_one(b)
     assert (d.id, d.payload, d.kind, dict(d.headers)) == ("j", b"from a", "k", {"h": "1"})
-    assert await a.claim(1, lease=LEASE) == []  # a's view is stale: the swap must fail
+    assert await a.claim(1, lease=LEASE) == []  # a's cache is stale: the swap must fail
     assert await b.settle(d, Ack()) is Settlement.ACKED
     assert await a.get("j") is None
 

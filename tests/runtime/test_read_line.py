@@ -63,7 +63,7 @@ def test_a_zero_window_reads_strictly_in_line_order() -> None:
     assert ids(line.take(3)) == "bca"
 
 
-def test_the_etag_the_view_held_comes_back_with_the_id() -> None:
+def test_the_etag_the_cache_held_comes_back_with_the_id() -> None:
     line = ReadLine(10, 0.5)
     line.reset([("a", "etag-a", 1.0)])
     assert line.take(1) == [("a", "etag-a")]

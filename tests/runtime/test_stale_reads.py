@@ -1,10 +1,10 @@
 """A read of a record answered after this process's own newer write landed
-never puts the older version back in the StoreQueue's view.
+never puts the older version back in the StoreQueue's cache.
 
 Seen as a hang in tests/workflow/test_waits.py on S3, under load: the test
 polled the run's status while the worker claimed it; a status GET sent
 before the claim landed and answered after it put the unclaimed version
-back in the view. The claim then took its own run for taken by another and
+back in the cache. The claim then took its own run for taken by another and
 handed nothing out, and the next claim swapped against a version long
 gone, lost, and took the run for held elsewhere until its lease lapsed
 (for good, on the test's FakeClock). The store here answers one chosen GET
@@ -41,7 +41,7 @@ class LateRead(MemoryStore):
         return obj
 
 
-async def test_a_status_read_answered_after_a_claim_landed_leaves_the_claim_in_the_view() -> None:
+async def test_a_status_read_answered_after_a_claim_landed_leaves_the_claim_in_the_cache() -> None:
     store = LateRead()
     queue = StoreQueue(store)
     await queue.enqueue(b"", kind="k", id="a")
@@ -52,7 +52,7 @@ async def test_a_status_read_answered_after_a_claim_landed_leaves_the_claim_in_t
     store.answer.set()
     record = await status
     assert record is not None and record.lease_expires_at is None  # (as it was when read)
-    # The view still holds the claim: no second claim of it, no race lost to ourselves.
+    # The cache still holds the claim: no second claim of it, no race lost to ourselves.
     assert await queue.claim(1, lease=10) == []
     assert queue.stats.lost_races == 0
     assert await queue.settle(delivery, Ack()) is Settlement.ACKED

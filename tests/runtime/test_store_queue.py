@@ -1,5 +1,5 @@
 """StoreQueue beyond the shared contract: what it costs in store requests,
-how it treats records it cannot read, and how its view stays small and right.
+how it treats records it cannot read, and how its cache stays small and right.
 
 Request counts are the product here (on S3 they are the bill), so they are
 asserted exactly, through ``stepstone.store.counting.CountingStore``; docs/queue.md
@@ -90,7 +90,7 @@ async def test_each_operation_costs_one_request_for_a_process_own_jobs(
     take(store)
 
     [d] = await q.claim(1, lease=30)
-    assert take(store) == {"PUT": 1}  # from the view: no LIST, no GET
+    assert take(store) == {"PUT": 1}  # from the cache: no LIST, no GET
     assert await q.renew(d, 60) is not None
     assert take(store) == {"PUT": 1}
     assert await q.renew(d, 1) is not None  # would not extend: a HEAD confirms the token
@@ -110,7 +110,7 @@ async def test_each_operation_costs_one_request_for_a_process_own_jobs(
     assert await q.requeue(d.id)
     assert take(store) == {"GET": 1, "PUT": 1}
     assert await q.cancel(d.id)
-    assert take(store) == {"DELETE": 1}  # the view knows its etag
+    assert take(store) == {"DELETE": 1}  # the cache knows its etag
     assert not await q.cancel(d.id)
     assert take(store) == {"HEAD": 1}
 
@@ -168,9 +168,9 @@ async def test_a_process_working_its_own_jobs_lists_rarely_and_never_gets(
         for d in batch:
             assert await q.settle(d, Ack()) is Settlement.ACKED
             done += 1
-    # The view served every claim: no listing, no read.
+    # The cache served every claim: no listing, no read.
     assert take(store) == {"PUT": 200, "DELETE": 200}
-    assert await q.claim(8, lease=30) == []  # an empty view: this one lists
+    assert await q.claim(8, lease=30) == []  # an empty cache: this one lists
     assert take(store) == {"LIST": 1}
     assert await q.claim(8, lease=30) == []  # inside scan_interval: no LIST
     assert take(store) == {}
@@ -209,7 +209,7 @@ async def test_another_process_reads_each_record_once_per_change_it_sees(
     for d in got:
         await b.settle(d, Ack())
     assert take(b_store) == {"DELETE": 10}
-    # a's view still holds them as ready, but not confirmed within
+    # a's cache still holds them as ready, but not confirmed within
     # scan_interval: it lists before swapping, and sees them gone.
     assert await a.claim(10, lease=30) == []
     assert take(a_store) == {"LIST": 1}
@@ -226,7 +226,7 @@ async def test_a_lost_race_costs_one_refused_put_and_a_listing(
     [first] = await b.claim(1, lease=30, kinds=["k"])
     assert first.id == "taken"
     take(a_store)
-    # a tries "taken" from its stale view and loses; a refused swap costs
+    # a tries "taken" from its stale cache and loses; a refused swap costs
     # what a listing does, so it lists (learning, from the size alone, that
     # "taken" was claimed: no GET) before it swaps "free".
     [d] = await a.claim(1, lease=30)
@@ -261,7 +261,7 @@ async def test_another_holder_renewing_is_not_reread_until_its_lease_would_lapse
     assert take(b_store) == {"LIST": 1, "GET": 1, "PUT": 1}
 
 
-async def test_records_held_elsewhere_or_dead_keep_no_payload_in_the_view(
+async def test_records_held_elsewhere_or_dead_keep_no_payload_in_the_cache(
     backing: MemoryStore, clock: FakeClock
 ) -> None:
     a, _ = make(backing, clock)
@@ -286,7 +286,7 @@ async def test_a_listing_asked_again_reads_only_the_records_that_changed(
     backing: MemoryStore, clock: FakeClock
 ) -> None:
     """What a web view's refresh costs: the records another process holds and
-    the dead (whose payload the view does not keep) are read once, not at
+    the dead (whose payload the record cache does not keep) are read once, not at
     every listing; a record that changed is read again, one that is gone is
     forgotten."""
     a, _ = make(backing, clock)
@@ -457,8 +457,8 @@ async def test_a_process_finds_the_jobs_left_among_those_another_process_holds(
 async def test_a_race_lost_for_a_record_just_read_does_not_list_again(
     backing: MemoryStore, clock: FakeClock
 ) -> None:
-    """The loser's view was as fresh as a listing would make it: listing
-    again would not have helped. (A view older than the claim does list:
+    """The loser's cache was as fresh as a listing would make it: listing
+    again would not have helped. (A cache older than the claim does list:
     test_a_lost_race_costs_one_refused_put_and_a_listing.)"""
     a, _ = make(backing, clock)
     await a.enqueue(b"", id="only")
@@ -798,7 +798,7 @@ async def test_a_queue_on_a_store_that_loses_answers_still_runs_each_job_once(
     assert delivered == Counter({f"j{i:02}": 1 for i in range(40)})
 
 
-# -- the view and its index against the store's truth -----------------------------
+# -- the cache and its index against the store's truth -----------------------------
 
 Op = tuple[Any, Any, Any, Any]
 """One random operation: a name and up to three arguments."""
@@ -929,7 +929,7 @@ async def _drive(ops: list[Op]) -> None:
                 b_active = b_active or op == "wake-b"
                 woke = await waker.wake(job_id, JobStatus.SLEEPING)
                 assert woke == (record is not None and record.status is not JobStatus.DEAD)
-        # Where a view holds the store's current version, it holds it exactly.
+        # Where a cache holds the store's current version, it holds it exactly.
         for info in await backing.list("queue/jobs/"):
             stored = decode((await backing.get(info.key)).data, key=info.key)
             for queue in (q, b):
