@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from stepstone.testing import FAKE_AWS_ENV, WriteLock
+from stepstone.testing.moto import free_port
 
 
 class Latency:
@@ -52,20 +53,13 @@ def _serve(port: int, latency: tuple[float, float] | None, seed: int) -> None:
     server.serve_forever()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 class MotoServer:
     """``with MotoServer() as url:`` a fresh moto S3 on a local port."""
 
     def __init__(self, latency: tuple[float, float] | None = None, seed: int = 0) -> None:
         self.latency = latency
         self.seed = seed
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._process: multiprocessing.process.BaseProcess | None = None
 

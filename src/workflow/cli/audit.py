@@ -25,7 +25,7 @@ from stepstone.cli.notices import warn
 from stepstone.cli.render import age, emit_json, short, table, when
 from stepstone.cli.runners import runner_from_args
 from stepstone.errors import InspectError
-from stepstone.ops import reads
+from stepstone.ops import run_ids
 from stepstone.records.audit import Actor, AuditRecord
 from stepstone.records.audit_log import AuditLog, Found
 from stepstone.records.layout import run_id_for_key
@@ -97,7 +97,7 @@ async def _run_of(runner: JobRunner, args: argparse.Namespace) -> str | None:
     if args.run is None:
         return None
     try:
-        return await reads.resolve_id(runner, args.run)
+        return await run_ids.resolve_id(runner, args.run)
     except InspectError:
         if is_storable_id(args.run) and len(args.run) >= 32:
             return str(args.run)

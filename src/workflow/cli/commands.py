@@ -41,7 +41,7 @@ from stepstone.cli.render import (
 from stepstone.cli.runners import runner_from_args
 from stepstone.cli.talk import print_talk, talk_json
 from stepstone.errors import EncodingError, EventRefused, InspectError
-from stepstone.ops import actions, listing, reads, talk
+from stepstone.ops import actions, listing, reads, run_ids, talk
 from stepstone.ops.audited import Said, audited, done, of_bulk
 from stepstone.ops.by_attributes import find_runs
 from stepstone.ops.listing import RunFilter
@@ -253,7 +253,7 @@ async def _run_of(runner: JobRunner, args: argparse.Namespace) -> str:
     or by an id or a unique start of one."""
     if args.key is not None:
         return run_id_for_key(args.key)
-    return await reads.resolve_id(runner, args.id)
+    return await run_ids.resolve_id(runner, args.id)
 
 
 @contextlib.contextmanager

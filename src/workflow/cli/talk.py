@@ -28,7 +28,7 @@ from stepstone.cli.errors import CliError
 from stepstone.cli.render import json_text, short, when
 from stepstone.cli.runners import runner_from_args
 from stepstone.errors import BadStreamItem, CallbackRefused, EncodingError, RunNotFound
-from stepstone.ops import reads
+from stepstone.ops import run_ids
 from stepstone.ops.audited import Said, audited
 from stepstone.ops.talk import CallbackSeen, ItemSeen, StreamSeen
 from stepstone.records.callbacks import MAX_BODY, CallbackId
@@ -49,7 +49,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
             if args.key is not None:
                 run_id = run_id_for_key(args.key)
             else:
-                run_id = await reads.resolve_id(runner, args.id)
+                run_id = await run_ids.resolve_id(runner, args.id)
             reader = runner.stream(run_id, args.name, start=args.start, follow=args.follow)
             out = sys.stdout
             try:

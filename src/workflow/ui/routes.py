@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from stepstone.errors import InspectError
-from stepstone.ops import actions, listing, reads, talk
+from stepstone.ops import actions, listing, reads, run_ids, talk
 from stepstone.ops.by_attributes import list_by_attributes
 from stepstone.ops.finished import FinishedListing
 from stepstone.records.audit_log import AuditLog, Found
@@ -56,7 +56,7 @@ async def runs_page(request: Request) -> Response:
     :func:`stepstone.ops.by_attributes.list_by_attributes` given
     attributes, as ``stepstone ls``); the
     queue's counts. ``?q=`` finds a run by its id, the start of it, or its
-    idempotency key (:func:`stepstone.ops.reads.find_run`) and goes to its
+    idempotency key (:func:`stepstone.ops.run_ids.find_run`) and goes to its
     page; failing that, it lists the runs whose key starts with it.
 
     What a refresh reads: the queue listed (a LIST per thousand), at most
@@ -70,7 +70,7 @@ async def runs_page(request: Request) -> Response:
     searched = request.query_params.get("q", "").strip()
     if searched:
         try:
-            found = await reads.find_run(runner, searched)
+            found = await run_ids.find_run(runner, searched)
         except InspectError as exc:
             problems.append(str(exc))
         else:
