@@ -4,8 +4,9 @@ They read and change the objects the engine writes without knowing any job
 type, so an operator's shell, which imports none of the application's code,
 can work on any runner's store.
 
-- ``reads.py``: one run in full (``stepstone show``), by id or id prefix,
-  every record that will not decode named instead of failing the command;
+- ``reads.py``: one run in full (``stepstone show``), every record that
+  will not decode named instead of failing the command;
+- ``run_ids.py``: the run an operator names, by id, id prefix or key;
 - ``listing.py``: runs listed newest first (``stepstone ls``) and counted
   (``stepstone stats``);
 - ``finished.py``: the outcome listing a long-lived view keeps, listed
