@@ -147,3 +147,37 @@ async def test_an_outage_after_a_good_start_is_retried_one_line_at_a_time(
     assert all("StoreUnavailable: cannot reach S3" in r["message"] for r in failed), failed
     pauses = [float(re.findall(r"retrying in ([\d.]+)s", r["message"])[0]) for r in failed]
     assert pauses[:4] == sorted(pauses[:4]) and pauses[3] > pauses[0], pauses  # backing off
+
+
+def test_a_connection_lost_in_a_task_nobody_awaits_is_one_line_without_a_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An HTTP client's own write task, dropped in an outage, fails with
+    nobody to retrieve it (aiohttp's ``write_bytes``): the worker's loop
+    logs one line for it, no traceback; other unretrieved errors are left
+    to asyncio's handler, traceback and all."""
+    import asyncio
+    import gc
+    import logging
+
+    from stepstone.cli.worker import on_unretrieved
+
+    async def fails(error: Exception) -> None:
+        raise error
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(on_unretrieved)
+        for error in (ConnectionResetError("Cannot write to closing transport"), KeyError("x")):
+            task = asyncio.ensure_future(fails(error))
+            await asyncio.sleep(0)
+            assert task.done()
+            del task
+            gc.collect()  # (the never-retrieved report comes when the task is collected)
+
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(main())
+    lost = [r for r in caplog.records if "connection was lost" in r.getMessage()]
+    assert len(lost) == 1 and lost[0].exc_info is None, caplog.records
+    assert "ConnectionResetError: Cannot write to closing transport" in lost[0].getMessage()
+    other = [r for r in caplog.records if "never retrieved" in r.getMessage()]
+    assert len(other) == 1 and other[0].exc_info is not None

@@ -21,6 +21,7 @@ import asyncio
 import logging
 import os
 import signal
+from typing import Any
 
 from stepstone.cli.errors import CliError
 from stepstone.cli.runners import check_sealing, resolve_runner, with_codec
@@ -65,8 +66,21 @@ def _target(args: argparse.Namespace) -> str:
     return target
 
 
+def on_unretrieved(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The worker's loop exception handler: a connection lost inside a task
+    nobody awaits (an HTTP client's own write, dropped in an outage) is one
+    log line, no traceback, as every other retry of an outage is; anything
+    else goes to asyncio's default handler."""
+    error = context.get("exception")
+    if isinstance(error, ConnectionError):
+        log.warning("a connection was lost (%s: %s)", type(error).__name__, error)
+        return
+    loop.default_exception_handler(context)
+
+
 async def _serve(args: argparse.Namespace) -> int:
     """Load the runner, check its store, run it until a signal; close it whatever happens."""
+    asyncio.get_running_loop().set_exception_handler(on_unretrieved)
     if args.metrics_port is not None:
         _serve_metrics(args.metrics_host, args.metrics_port)
     runner = with_codec(await resolve_runner(args.app), args)
